@@ -1,0 +1,270 @@
+//! Unit and property tests: every type, every error path.
+
+use bytes::Bytes;
+use proptest::prelude::*;
+
+use crate::*;
+
+fn dec(bytes: &[u8]) -> Decoder {
+    Decoder::new(Bytes::copy_from_slice(bytes))
+}
+
+#[test]
+fn integers_are_big_endian() {
+    let mut e = Encoder::new();
+    e.u32(0x0102_0304).i32(-2).u64(0x0102_0304_0506_0708).i64(-1);
+    let s = e.finish();
+    assert_eq!(
+        &s.inline[..],
+        &[
+            1, 2, 3, 4, 0xff, 0xff, 0xff, 0xfe, 1, 2, 3, 4, 5, 6, 7, 8, 0xff, 0xff, 0xff, 0xff,
+            0xff, 0xff, 0xff, 0xff
+        ]
+    );
+    let mut d = Decoder::new(s.inline);
+    assert_eq!(d.u32(), Ok(0x0102_0304));
+    assert_eq!(d.i32(), Ok(-2));
+    assert_eq!(d.u64(), Ok(0x0102_0304_0506_0708));
+    assert_eq!(d.i64(), Ok(-1));
+    assert_eq!(d.finish(), Ok(()));
+}
+
+/// RFC 4506 §7 encodes the file example; its name field "sillyprog" is
+/// 00 00 00 09 73 69 6c 6c 79 70 72 6f 67 00 00 00.
+#[test]
+fn rfc4506_example_string_is_padded_with_zeros() {
+    let mut e = Encoder::new();
+    e.string(b"sillyprog");
+    let s = e.finish();
+    assert_eq!(
+        &s.inline[..],
+        b"\x00\x00\x00\x09sillyprog\x00\x00\x00".as_slice()
+    );
+    let mut d = Decoder::new(s.inline);
+    assert_eq!(&d.string(255).unwrap()[..], b"sillyprog");
+}
+
+#[test]
+fn short_buffer_is_unexpected_end() {
+    assert_eq!(
+        dec(&[0, 0, 1]).u32(),
+        Err(XdrError::UnexpectedEnd {
+            needed: 4,
+            remaining: 3
+        })
+    );
+    assert_eq!(
+        dec(&[0; 7]).u64(),
+        Err(XdrError::UnexpectedEnd {
+            needed: 8,
+            remaining: 7
+        })
+    );
+    // Length says 5, only the data is there, not its padding.
+    assert_eq!(
+        dec(&[0, 0, 0, 5, 1, 2, 3, 4, 5]).opaque(100),
+        Err(XdrError::UnexpectedEnd {
+            needed: 8,
+            remaining: 5
+        })
+    );
+}
+
+#[test]
+fn huge_announced_length_fails_before_allocating() {
+    assert_eq!(
+        dec(&[0xff, 0xff, 0xff, 0xff]).opaque(u32::MAX),
+        Err(XdrError::UnexpectedEnd {
+            needed: 0xffff_ffff + 1,
+            remaining: 0
+        })
+    );
+    // An array that claims four billion entries reserves nothing for them.
+    assert_eq!(
+        dec(&[0xff, 0xff, 0xff, 0xff]).array(u32::MAX, |d| d.u32()),
+        Err(XdrError::UnexpectedEnd {
+            needed: 4,
+            remaining: 0
+        })
+    );
+}
+
+#[test]
+fn length_over_bound_is_refused() {
+    assert_eq!(
+        dec(&[0, 0, 1, 0]).string(255),
+        Err(XdrError::LengthOverBound { len: 256, max: 255 })
+    );
+    assert_eq!(
+        dec(&[0, 0, 0, 3, 0, 0, 0, 1, 0, 0, 0, 2, 0, 0, 0, 3]).array(2, |d| d.u32()),
+        Err(XdrError::LengthOverBound { len: 3, max: 2 })
+    );
+}
+
+#[test]
+fn nonzero_padding_is_refused() {
+    assert_eq!(
+        dec(&[0, 0, 0, 1, 0xaa, 0, 1, 0]).opaque(8),
+        Err(XdrError::NonZeroPadding)
+    );
+    assert_eq!(
+        dec(&[0xaa, 0xbb, 0, 9]).opaque_fixed(2),
+        Err(XdrError::NonZeroPadding)
+    );
+}
+
+#[test]
+fn bool_other_than_zero_or_one_is_refused() {
+    assert_eq!(dec(&[0, 0, 0, 2]).bool(), Err(XdrError::InvalidBool(2)));
+    assert_eq!(
+        dec(&[0, 0, 0, 7]).optional(|d| d.u32()),
+        Err(XdrError::InvalidDiscriminant(7))
+    );
+}
+
+#[test]
+fn trailing_bytes_are_reported() {
+    assert_eq!(u32::from_xdr(Bytes::from_static(&[0, 0, 0, 1, 0])), Err(XdrError::TrailingBytes(1)));
+}
+
+#[test]
+fn opaque_decoding_shares_the_buffer() {
+    let buf = Bytes::from_static(&[0, 0, 0, 3, b'a', b'b', b'c', 0]);
+    let mut d = Decoder::new(buf.clone());
+    let s = d.opaque(3).unwrap();
+    assert_eq!(&s[..], b"abc");
+    // Same memory: a slice, not a copy.
+    assert_eq!(s.as_ptr(), buf[4..].as_ptr());
+}
+
+#[test]
+fn linked_list_is_a_chain_of_optional_data() {
+    let mut e = Encoder::new();
+    e.list(&[7u32, 8, 9], |e, v| {
+        e.u32(*v);
+    });
+    let s = e.finish();
+    assert_eq!(
+        &s.inline[..],
+        &[0, 0, 0, 1, 0, 0, 0, 7, 0, 0, 0, 1, 0, 0, 0, 8, 0, 0, 0, 1, 0, 0, 0, 9, 0, 0, 0, 0]
+    );
+    assert_eq!(Decoder::new(s.inline.clone()).list(3, |d| d.u32()), Ok(vec![7, 8, 9]));
+    assert_eq!(
+        Decoder::new(s.inline).list(2, |d| d.u32()),
+        Err(XdrError::LengthOverBound { len: 3, max: 2 })
+    );
+}
+
+#[test]
+fn union_arm_via_discriminant() {
+    // A union is a discriminant then the arm; the caller matches on it.
+    let mut d = dec(&[0, 0, 0, 1, 0, 0, 0, 42]);
+    let v = match d.u32().unwrap() {
+        1 => d.u32().unwrap(),
+        _ => unreachable!(),
+    };
+    assert_eq!(v, 42);
+}
+
+#[test]
+fn back_patched_slot() {
+    let mut e = Encoder::new();
+    let slot = e.reserve_u32();
+    e.u32(5);
+    e.patch_u32(slot, 9);
+    assert_eq!(&e.finish().inline[..], &[0, 0, 0, 9, 0, 0, 0, 5]);
+}
+
+#[test]
+fn ddp_item_is_referenced_not_copied_and_positions_are_exact() {
+    let data = Bytes::from(vec![0xab; 5]);
+    let mut e = Encoder::new();
+    e.u32(1).ddp_opaque(data.clone()).u32(2).ddp_opaque(Bytes::from_static(b"xyz")).u32(3);
+    let s = e.finish();
+    // Inline: 1, len 5, 2, len 3, 3.
+    assert_eq!(s.inline.len(), 20);
+    assert_eq!(s.ddp[0].inline_offset, 8);
+    assert_eq!(s.ddp[0].data.as_ptr(), data.as_ptr());
+    assert_eq!(s.xdr_position(0), Some(8));
+    // Second item: 8 + 8 (5 bytes padded) + 4 (the u32 2) + 4 (its length) = 24.
+    assert_eq!(s.xdr_position(1), Some(24));
+    assert_eq!(s.xdr_position(2), None);
+    assert_eq!(s.xdr_len(), 20 + 8 + 4);
+
+    let mut plain = Encoder::new();
+    plain.u32(1).opaque(&data).u32(2).opaque(b"xyz").u32(3);
+    assert_eq!(s.to_bytes(), plain.finish().inline);
+}
+
+proptest! {
+    #[test]
+    fn scalars_round_trip(a: u32, b: i32, c: u64, d: i64, f: bool) {
+        let mut e = Encoder::new();
+        e.u32(a).i32(b).u64(c).i64(d).bool(f);
+        let mut x = Decoder::new(e.finish().inline);
+        prop_assert_eq!(x.u32(), Ok(a));
+        prop_assert_eq!(x.i32(), Ok(b));
+        prop_assert_eq!(x.u64(), Ok(c));
+        prop_assert_eq!(x.i64(), Ok(d));
+        prop_assert_eq!(x.bool(), Ok(f));
+        prop_assert_eq!(x.finish(), Ok(()));
+    }
+
+    #[test]
+    fn opaques_arrays_options_round_trip(
+        fixed in proptest::collection::vec(any::<u8>(), 0..40),
+        var in proptest::collection::vec(any::<u8>(), 0..40),
+        arr in proptest::collection::vec(any::<u32>(), 0..20),
+        opt in proptest::option::of(any::<u64>()),
+    ) {
+        let mut e = Encoder::new();
+        e.opaque_fixed(&fixed).opaque(&var).array(&arr, |e, v| { e.u32(*v); });
+        opt.encode(&mut e);
+        let s = e.finish();
+        prop_assert_eq!(s.inline.len() % 4, 0);
+        let mut x = Decoder::new(s.inline);
+        prop_assert_eq!(&x.opaque_fixed(fixed.len()).unwrap()[..], &fixed[..]);
+        prop_assert_eq!(&x.opaque(40).unwrap()[..], &var[..]);
+        prop_assert_eq!(x.array(20, |d| d.u32()).unwrap(), arr);
+        prop_assert_eq!(Option::<u64>::decode(&mut x), Ok(opt));
+        prop_assert_eq!(x.finish(), Ok(()));
+    }
+
+    /// With DDP items, the gathered stream equals the plain inline encoding, and each
+    /// item's XDR position points at its data in that stream.
+    #[test]
+    fn ddp_stream_flattens_to_the_inline_encoding(
+        items in proptest::collection::vec(
+            (any::<u32>(), proptest::collection::vec(any::<u8>(), 0..30), any::<bool>()), 0..8)
+    ) {
+        let mut reduced = Encoder::new();
+        let mut plain = Encoder::new();
+        for (word, data, ddp) in &items {
+            reduced.u32(*word);
+            plain.u32(*word);
+            if *ddp {
+                reduced.ddp_opaque(Bytes::copy_from_slice(data));
+            } else {
+                reduced.opaque(data);
+            }
+            plain.opaque(data);
+        }
+        let s = reduced.finish();
+        let full = s.to_bytes();
+        prop_assert_eq!(&full, &plain.finish().inline);
+        prop_assert_eq!(s.xdr_len(), full.len());
+        for (i, item) in s.ddp.iter().enumerate() {
+            let pos = s.xdr_position(i).unwrap();
+            prop_assert_eq!(&full[pos..pos + item.data.len()], &item.data[..]);
+        }
+    }
+
+    /// Arbitrary bytes never make the decoder panic.
+    #[test]
+    fn arbitrary_input_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..64)) {
+        let mut d = dec(&bytes);
+        let _ = d.list(8, |d| d.opaque(16));
+        let _ = d.array(8, |d| d.string(4));
+        let _ = d.optional(|d| d.u64());
+    }
+}
