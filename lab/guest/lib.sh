@@ -1,0 +1,172 @@
+# lab/guest/lib.sh: sourced by every guest scenario script (`. /share/lib.sh`).
+#
+# The harness copies this file into the share at each boot, so editing it
+# needs no initramfs rebuild. It gives scenario scripts named steps whose
+# outcome the host turns into test results, and the usual guest setup
+# (siw, knfsd with its RDMA listener, captures, host handshakes).
+#
+# Results go to /share/results, one record per line:
+#   BEGIN <step> <uptime>         a step started
+#   PASS <step> <uptime>          it succeeded
+#   FAIL <step> rc=<n> <uptime>   it failed; the script stops here
+#   VALUE <key> <text>            a measured value (e.g. the mountstats xprt line)
+# A step with a BEGIN and no end is the one that hung when the harness timed out.
+
+RESULTS=/share/results
+: "${LAB_STEP_TIMEOUT:=60}"
+LAB_CLEANUPS=""
+
+lab_uptime() { cut -d' ' -f1 /proc/uptime; }
+lab_log() { echo "[$(lab_uptime)] $*"; }
+
+# Run cleanup commands (registered with lab_on_exit) when the script exits,
+# however it exits: a failed step still stops its captures cleanly.
+lab_on_exit() { LAB_CLEANUPS="$*; $LAB_CLEANUPS"; }
+lab_run_cleanups() {
+  local c=$LAB_CLEANUPS
+  LAB_CLEANUPS=""
+  [ -n "$c" ] && eval "$c"
+  return 0
+}
+trap 'lab_run_cleanups' EXIT
+
+# step NAME CMD [ARGS...]: run one named step. Executables run under
+# `timeout $LAB_STEP_TIMEOUT`; shell functions run directly (bounded by the
+# harness's whole-run timeout). A failing step ends the script with rc 1.
+step() {
+  local name=$1 rc
+  shift
+  echo "BEGIN $name $(lab_uptime)" >>$RESULTS
+  lab_log "== step $name: $*"
+  case $(command -v "$1") in
+    /*) timeout -s KILL "$LAB_STEP_TIMEOUT" "$@" ;;
+    *) "$@" ;;
+  esac
+  rc=$?
+  if [ $rc -eq 0 ]; then
+    echo "PASS $name $(lab_uptime)" >>$RESULTS
+    lab_log "== step $name passed"
+  else
+    echo "FAIL $name rc=$rc $(lab_uptime)" >>$RESULTS
+    lab_log "== step $name FAILED rc=$rc"
+    exit 1
+  fi
+}
+
+# record KEY TEXT...: a value for the host to check or report.
+record() {
+  local k=$1
+  shift
+  echo "VALUE $k $*" >>$RESULTS
+  lab_log "value $k = $*"
+}
+
+# lab_ready: tell the host the guest is ready for host-side work.
+lab_ready() { lab_uptime >/share/ready; lab_log "ready"; }
+
+# lab_wait_for FILE SECS: wait for the host to create /share/FILE.
+lab_wait_for() {
+  local i=0 n=$(($2 * 5))
+  while [ ! -e "/share/$1" ]; do
+    [ $i -ge $n ] && { lab_log "no /share/$1 after $2 s"; return 1; }
+    sleep 0.2
+    i=$((i + 1))
+  done
+}
+
+# lab_rdma_up: load siw (LAB_SIW=stock|patched) and the NFS/RDMA modules,
+# and create siw devices on eth0 and lo.
+lab_rdma_up() {
+  local m
+  if [ "${LAB_SIW:-stock}" = patched ]; then
+    modprobe ib_core && modprobe libcrc32c && insmod /lib/modules/siw-patched.ko || return 1
+  else
+    modprobe siw || return 1
+  fi
+  for m in rpcrdma nfsv3 nfsv4 nfsd rdma_ucm ib_uverbs; do modprobe $m || return 1; done
+  rdma link add siw0 type siw netdev eth0 || return 1
+  rdma link add siw_lo type siw netdev lo || return 1
+  rdma link show
+}
+
+# lab_knfsd_up: knfsd exporting a tmpfs /export, with the RDMA listener on
+# port ${LAB_NFSD_RDMA_PORT:-20049}. MOUNT is served over TCP by rpc.mountd.
+lab_knfsd_up() {
+  mkdir -p /export /run/rpcbind /var/lib/nfs/rpc_pipefs || return 1
+  mount -t tmpfs -o size=256m tmpfs /export || return 1
+  echo "hello from guest knfsd" >/export/hello.txt
+  mount -t nfsd nfsd /proc/fs/nfsd || return 1
+  rpcbind -w || return 1
+  echo '/export *(rw,no_root_squash,insecure,fsid=1,no_subtree_check,sync)' >/etc/exports
+  exportfs -ra || return 1
+  rpc.mountd -p 20048 || return 1
+  # v4 grace and lease default to 90 s; shorten them or v4 opens stall.
+  echo 10 >/proc/fs/nfsd/nfsv4leasetime
+  echo 10 >/proc/fs/nfsd/nfsv4gracetime
+  rpc.nfsd 8 || return 1 # Debian's nfsd has no v2: do not pass -N 2
+  echo "rdma ${LAB_NFSD_RDMA_PORT:-20049}" >/proc/fs/nfsd/portlist || return 1
+  lab_log "portlist: $(tr '\n' ' ' </proc/fs/nfsd/portlist)"
+  grep -q "rdma ${LAB_NFSD_RDMA_PORT:-20049}" /proc/fs/nfsd/portlist
+}
+
+# lab_capture_start IFACE FILE [FILTER...]: tcpdump in the guest (for traffic
+# the host cannot see, e.g. guest loopback). Stopped by lab_capture_stop or
+# at exit. FILE is relative to /share.
+lab_capture_start() {
+  local ifc=$1 file=$2
+  shift 2
+  tcpdump -Z root -B 32768 -i "$ifc" -s 0 -U -w "/share/$file" "$@" 2>/tmp/tcpdump.err &
+  LAB_TCPDUMP=$!
+  lab_on_exit lab_capture_stop
+  # tcpdump prints "listening on" once the socket is open; wait for it so the
+  # capture includes the MPA exchange that tshark needs to find iWARP.
+  local i=0
+  while ! grep -q listening /tmp/tcpdump.err; do
+    [ $i -ge 50 ] && { cat /tmp/tcpdump.err; return 1; }
+    sleep 0.1
+    i=$((i + 1))
+  done
+}
+lab_capture_stop() {
+  [ -n "${LAB_TCPDUMP:-}" ] || return 0
+  sleep 0.5
+  kill "$LAB_TCPDUMP" 2>/dev/null
+  wait "$LAB_TCPDUMP" 2>/dev/null
+  LAB_TCPDUMP=""
+  cat /tmp/tcpdump.err
+  sync
+}
+
+# lab_xprt MOUNTPOINT: the "xprt:" line of /proc/self/mountstats for it.
+lab_xprt() {
+  awk -v mp="$1" '$1=="device" && $5==mp {f=1; next} $1=="device" {f=0} f && $1=="xprt:" {print; exit}' \
+    /proc/self/mountstats
+}
+
+# lab_expect_xprt MOUNTPOINT PROTO: the mount really uses PROTO (e.g. rdma).
+lab_expect_xprt() {
+  lab_xprt "$1" | grep -q "^[[:space:]]*xprt:[[:space:]]*$2 "
+}
+
+# lab_same_md5 FILE FILE...: all files have the same md5; records them.
+lab_same_md5() {
+  local first="" f s ok=0
+  for f in "$@"; do
+    s=$(md5sum "$f" | cut -d' ' -f1) || return 1
+    record "md5:$f" "$s"
+    [ -z "$first" ] && first=$s
+    [ "$s" = "$first" ] || ok=1
+  done
+  return $ok
+}
+
+# lab_run_binary NAME [ARGS...]: run a host binary the harness copied into
+# /share/bin (GuestScript::binary) in the background, output to
+# /share/NAME.log; its pid is in LAB_PID_<NAME>. Stopped at exit.
+lab_run_binary() {
+  local name=$1
+  shift
+  "/share/bin/$name" "$@" >"/share/$name.log" 2>&1 &
+  eval "LAB_PID_$(echo "$name" | tr -c 'A-Za-z0-9_\n' _)=$!"
+  lab_on_exit "kill $! 2>/dev/null"
+}
