@@ -7,7 +7,7 @@
 use bytes::Bytes;
 
 use crate::error::{Result, XdrError};
-use crate::{padded_len, pad_len};
+use crate::{pad_len, padded_len};
 
 /// A read cursor over one XDR stream.
 ///

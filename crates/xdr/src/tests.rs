@@ -12,7 +12,10 @@ fn dec(bytes: &[u8]) -> Decoder {
 #[test]
 fn integers_are_big_endian() {
     let mut e = Encoder::new();
-    e.u32(0x0102_0304).i32(-2).u64(0x0102_0304_0506_0708).i64(-1);
+    e.u32(0x0102_0304)
+        .i32(-2)
+        .u64(0x0102_0304_0506_0708)
+        .i64(-1);
     let s = e.finish();
     assert_eq!(
         &s.inline[..],
@@ -124,7 +127,10 @@ fn bool_other_than_zero_or_one_is_refused() {
 
 #[test]
 fn trailing_bytes_are_reported() {
-    assert_eq!(u32::from_xdr(Bytes::from_static(&[0, 0, 0, 1, 0])), Err(XdrError::TrailingBytes(1)));
+    assert_eq!(
+        u32::from_xdr(Bytes::from_static(&[0, 0, 0, 1, 0])),
+        Err(XdrError::TrailingBytes(1))
+    );
 }
 
 #[test]
@@ -148,7 +154,10 @@ fn linked_list_is_a_chain_of_optional_data() {
         &s.inline[..],
         &[0, 0, 0, 1, 0, 0, 0, 7, 0, 0, 0, 1, 0, 0, 0, 8, 0, 0, 0, 1, 0, 0, 0, 9, 0, 0, 0, 0]
     );
-    assert_eq!(Decoder::new(s.inline.clone()).list(3, |d| d.u32()), Ok(vec![7, 8, 9]));
+    assert_eq!(
+        Decoder::new(s.inline.clone()).list(3, |d| d.u32()),
+        Ok(vec![7, 8, 9])
+    );
     assert_eq!(
         Decoder::new(s.inline).list(2, |d| d.u32()),
         Err(XdrError::LengthOverBound { len: 3, max: 2 })
@@ -179,7 +188,11 @@ fn back_patched_slot() {
 fn ddp_item_is_referenced_not_copied_and_positions_are_exact() {
     let data = Bytes::from(vec![0xab; 5]);
     let mut e = Encoder::new();
-    e.u32(1).ddp_opaque(data.clone()).u32(2).ddp_opaque(Bytes::from_static(b"xyz")).u32(3);
+    e.u32(1)
+        .ddp_opaque(data.clone())
+        .u32(2)
+        .ddp_opaque(Bytes::from_static(b"xyz"))
+        .u32(3);
     let s = e.finish();
     // Inline: 1, len 5, 2, len 3, 3.
     assert_eq!(s.inline.len(), 20);
