@@ -1,0 +1,58 @@
+//! The RPC-over-RDMA protocol core, sans IO: Version One
+//! (rpcrdma-v1-draft-ietf-nfsv4-rfc5666bis-04, i.e. RFC 8166) and Version Two
+//! (rpcrdma-v2-draft-cel-nfsv4-rpcrdma-version-two-00), with RFC 8797 private data.
+//!
+//! # What this crate does not do
+//! It does no I/O, spawns nothing, reads no clock and never calls an RDMA provider.
+//! It does not register memory: it says which bytes need registering and takes the
+//! resulting segments back. It knows nothing of ONC RPC beyond the first words of a
+//! message (XID, message type, program/version/procedure) and the fixed GARBAGE_ARGS
+//! reply. The async transport that posts Sends, RDMA Reads and Writes and invalidations
+//! on a provider is a separate crate, and executes the values this one returns.
+//!
+//! # Shape
+//! ```text
+//!  received Send ──► validate::receive ──► Received ──► reassembly ──► Payload stream
+//!        ▲              (header, chunks)    │  (+ RDMA Read data)         to the ULP
+//!        │                                  ▼
+//!        │                       error reply (RDMA_ERROR / GARBAGE_ARGS)
+//!        │
+//!  Send + RDMA Writes ◄── marshal ◄── xdr::XdrStream (inline + DDP-eligible items)
+//!                          (Short / Chunked / Long, chunks, credits, version)
+//! ```
+//!
+//! # Modules (one concern each, as in Linux xprtrdma)
+//! - [`wire`]: open enums for wire values (version, message type, error code).
+//! - [`chunks`]: segments, Read/Write/Reply chunks, list codec and [`Limits`].
+//! - [`header`]: the transport header codec ([`PrefixView`], [`Header`]).
+//! - [`validate`]: checks on received headers and the RDMA_ERROR answer.
+//! - [`error`]: the one [`Error`] type, sub-enums, wire answer and scope.
+//! - [`private_data`]: RFC 8797 connection private data.
+//! - [`rpc`]: the few RPC message words the transport reads or writes.
+//! - [`ulb`]: the Upper Layer Binding interface (reply sizes, DDP-eligibility).
+//! - [`marshal`]: sender side: choosing Short / Chunked / Long, building chunks.
+//! - [`reassembly`]: receiver side: rebuilding the Payload stream from chunks.
+//! - [`credits`]: credit accounting, requester and responder, per direction.
+//! - [`version`]: Version Two negotiation (and fallback to Version One).
+//! - [`requester`], [`responder`]: per-connection state machines driven by `handle_*`
+//!   events, yielding [`Action`]s from `poll_action`.
+#![warn(missing_docs, unreachable_pub)]
+
+pub mod chunks;
+pub mod error;
+pub mod header;
+pub mod private_data;
+pub mod validate;
+pub mod wire;
+
+#[cfg(test)]
+mod testutil;
+
+pub use chunks::{ChunkLists, Limits, ReadChunk, Segment, WriteChunk};
+pub use error::{
+    ArgsError, CreditError, Error, HeaderError, MarshalError, ReplyError, Scope, WireAnswer,
+};
+pub use header::{Body, ErrorBody, Header, Parsed, Prefix, PrefixView};
+pub use private_data::{PeerLimits, PrivateData};
+pub use validate::{Policy, Received};
+pub use wire::{ErrCode, MsgType, OptType, Version, Xid};
