@@ -110,12 +110,15 @@ lab_knfsd_up() {
 }
 
 # lab_capture_start IFACE FILE [FILTER...]: tcpdump in the guest (for traffic
-# the host cannot see, e.g. guest loopback). Stopped by lab_capture_stop or
-# at exit. FILE is relative to /share.
+# the host cannot see, e.g. guest loopback). FILE is relative to /share. The
+# capture is written to the guest's tmpfs (9p under TCG is too slow for
+# tcpdump to keep up) and copied to the share by lab_capture_stop, which
+# also runs at exit.
 lab_capture_start() {
-  local ifc=$1 file=$2
+  local ifc=$1
+  LAB_CAPTURE=$2
   shift 2
-  tcpdump -Z root -B 32768 -i "$ifc" -s 0 -U -w "/share/$file" "$@" 2>/tmp/tcpdump.err &
+  tcpdump -Z root -B 65536 -i "$ifc" -s 0 -U -w "/tmp/$LAB_CAPTURE" "$@" 2>/tmp/tcpdump.err &
   LAB_TCPDUMP=$!
   lab_on_exit lab_capture_stop
   # tcpdump prints "listening on" once the socket is open; wait for it so the
@@ -129,12 +132,22 @@ lab_capture_start() {
 }
 lab_capture_stop() {
   [ -n "${LAB_TCPDUMP:-}" ] || return 0
-  sleep 0.5
-  kill "$LAB_TCPDUMP" 2>/dev/null
+  # Let tcpdump drain its buffer: stop once the file has not grown for 1 s
+  # (bounded at 20 s).
+  local f=/tmp/$LAB_CAPTURE last=-1 size i=0
+  while [ $i -lt 40 ]; do
+    size=$(stat -c %s "$f" 2>/dev/null || echo 0)
+    [ "$size" = "$last" ] && break
+    last=$size
+    sleep 1
+    i=$((i + 1))
+  done
+  kill -INT "$LAB_TCPDUMP" 2>/dev/null
   wait "$LAB_TCPDUMP" 2>/dev/null
   LAB_TCPDUMP=""
   cat /tmp/tcpdump.err
-  sync
+  record "capture:$LAB_CAPTURE" "$(grep -E 'captured|received|dropped' /tmp/tcpdump.err | tr '\n' ' ')"
+  cp "$f" "/share/$LAB_CAPTURE" && sync
 }
 
 # lab_xprt MOUNTPOINT: the "xprt:" line of /proc/self/mountstats for it.

@@ -1,0 +1,447 @@
+//! Checking RPC-over-RDMA captures with tshark's own dissectors.
+//!
+//! Wireshark's iWARP (`iwarp_mpa`, `iwarp_ddp_rdmap`) and RPC-over-RDMA
+//! (`rpcordma`) dissectors were written independently of us and of Linux, so
+//! a capture they decode cleanly is evidence that the bytes on the wire are
+//! right. [`check_capture`] is used on the kernel's own traffic (to validate
+//! the checker) and on ours.
+//!
+//! What "clean" means here:
+//! - the MPA Request and Reply are in the capture (tshark finds MPA
+//!   heuristically from them, so without them nothing decodes);
+//! - every TCP segment with payload on an RDMA port belongs to a decoded MPA
+//!   frame (decoded itself, or reassembled into a later decoded frame);
+//! - every FPDU carries a DDP/RDMAP header, and when CRC is on, its CRC is good;
+//! - no frame is malformed at the MPA, DDP/RDMAP or RPC-over-RDMA layer.
+//!   Malformation above RPC-over-RDMA (NFS) can be tolerated: tshark 4.0 shows
+//!   "[Malformed Packet]" for NFSv3 READ replies whose data went in a Write
+//!   chunk, even from Linux knfsd.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::Path;
+use std::process::Command;
+
+use crate::LabError;
+
+/// What a capture must show.
+#[derive(Debug, Clone)]
+pub struct CaptureCheck {
+    /// TCP ports carrying iWARP in this capture (e.g. 20049).
+    pub ports: Vec<u16>,
+    /// At least this many RPC-over-RDMA messages must decode.
+    pub min_rpcordma: usize,
+    /// `Some(true)`: every FPDU must carry a good CRC; `Some(false)`: CRC must
+    /// be off (zero); `None`: whichever was negotiated, but if present, good.
+    pub crc: Option<bool>,
+    /// Tolerate malformed frames above RPC-over-RDMA (see module docs).
+    pub tolerate_upper_layer_malformed: bool,
+}
+
+impl CaptureCheck {
+    /// The usual check for NFS/RDMA on port 20049: something decodes,
+    /// CRC as negotiated, NFS-layer malformation tolerated.
+    pub fn nfs_rdma() -> CaptureCheck {
+        CaptureCheck {
+            ports: vec![crate::ports::NFS_RDMA],
+            min_rpcordma: 1,
+            crc: None,
+            tolerate_upper_layer_malformed: true,
+        }
+    }
+}
+
+/// What tshark decoded, and what was wrong with it.
+#[derive(Debug, Default, Clone)]
+pub struct CaptureReport {
+    /// Frames in the capture.
+    pub frames: usize,
+    /// TCP segments with payload on an iWARP port.
+    pub data_segments: usize,
+    /// MPA Request frames.
+    pub mpa_requests: usize,
+    /// MPA Reply frames.
+    pub mpa_replies: usize,
+    /// FPDUs decoded.
+    pub fpdus: usize,
+    /// FPDUs whose CRC was checked (non-zero CRC field).
+    pub fpdus_with_crc: usize,
+    /// RDMAP operations by name.
+    pub rdmap_ops: BTreeMap<String, usize>,
+    /// RPC-over-RDMA messages by type name.
+    pub rpcordma: BTreeMap<String, usize>,
+    /// Frames malformed above RPC-over-RDMA (tolerated if so configured).
+    pub upper_layer_malformed: Vec<u64>,
+    /// Violations; empty means the capture is clean.
+    pub problems: Vec<String>,
+}
+
+impl CaptureReport {
+    /// Total RPC-over-RDMA messages decoded.
+    pub fn rpcordma_total(&self) -> usize {
+        self.rpcordma.values().sum()
+    }
+}
+
+impl fmt::Display for CaptureReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} frames, {} iWARP data segments, MPA req/rep {}/{}, {} FPDUs ({} with CRC), \
+             RDMAP {:?}, RPC-over-RDMA {:?}, upper-layer malformed frames {:?}",
+            self.frames,
+            self.data_segments,
+            self.mpa_requests,
+            self.mpa_replies,
+            self.fpdus,
+            self.fpdus_with_crc,
+            self.rdmap_ops,
+            self.rpcordma,
+            self.upper_layer_malformed
+        )?;
+        for p in &self.problems {
+            write!(f, "\n  problem: {p}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Fields asked of tshark, one column each, in this order.
+const FIELDS: &[&str] = &[
+    "frame.number",
+    "tcp.srcport",
+    "tcp.dstport",
+    "tcp.len",
+    "frame.protocols",
+    "tcp.reassembled_in",
+    "iwarp_mpa.key.req",
+    "iwarp_mpa.key.rep",
+    "iwarp_mpa.ulpdulength",
+    "iwarp_mpa.crc",
+    "iwarp_mpa.crc_check",
+    "iwarp_rdma.opcode",
+    "rpcordma.msg_type",
+    "_ws.expert.message",
+];
+
+/// Decode `pcap` with `tshark` and check it against `check`. `Ok` only if
+/// the capture is clean; `Err(LabError::Tshark)` carries the report.
+pub fn check_capture(
+    tshark: &Path,
+    pcap: &Path,
+    check: &CaptureCheck,
+) -> Result<CaptureReport, LabError> {
+    let report = analyze_capture(tshark, pcap, check)?;
+    if report.problems.is_empty() {
+        Ok(report)
+    } else {
+        Err(LabError::Tshark(format!(
+            "{} is not clean: {report}",
+            pcap.display()
+        )))
+    }
+}
+
+/// Decode and analyze without judging (the report lists the problems).
+pub fn analyze_capture(
+    tshark: &Path,
+    pcap: &Path,
+    check: &CaptureCheck,
+) -> Result<CaptureReport, LabError> {
+    if !pcap.exists() {
+        return Err(LabError::Tshark(format!(
+            "no capture at {}",
+            pcap.display()
+        )));
+    }
+    let mut cmd = Command::new(tshark);
+    // -2: two passes, so early segments learn which frame reassembled them.
+    cmd.arg("-n").arg("-2").arg("-r").arg(pcap);
+    cmd.args(["-T", "fields", "-E", "separator=/t", "-E", "occurrence=a"]);
+    cmd.args(["-E", "aggregator=,"]);
+    for f in FIELDS {
+        cmd.args(["-e", f]);
+    }
+    let out = cmd
+        .output()
+        .map_err(|e| LabError::Tshark(format!("cannot run {}: {e}", tshark.display())))?;
+    if !out.status.success() {
+        return Err(LabError::Tshark(format!(
+            "{} failed on {}: {}",
+            tshark.display(),
+            pcap.display(),
+            String::from_utf8_lossy(&out.stderr)
+        )));
+    }
+    Ok(analyze_fields(&String::from_utf8_lossy(&out.stdout), check))
+}
+
+/// Layers at or below RPC-over-RDMA: malformation here is never tolerated.
+const TRANSPORT_LAYERS: &[&str] = &["tcp", "iwarp_mpa", "iwarp_ddp_rdmap", "rpcordma"];
+
+/// The analysis proper, on tshark's tab-separated field output.
+fn analyze_fields(text: &str, check: &CaptureCheck) -> CaptureReport {
+    let mut r = CaptureReport::default();
+    for line in text.lines() {
+        let col: Vec<&str> = line.split('\t').collect();
+        let get = |i: usize| col.get(i).copied().unwrap_or("");
+        let list =
+            |i: usize| -> Vec<&str> { get(i).split(',').filter(|s| !s.is_empty()).collect() };
+        r.frames += 1;
+        let frame: u64 = get(0).parse().unwrap_or(0);
+        let ports: Vec<u16> = [get(1), get(2)]
+            .iter()
+            .filter_map(|p| p.parse().ok())
+            .collect();
+        let on_rdma_port = ports.iter().any(|p| check.ports.contains(p));
+        let tcp_len: usize = get(3).parse().unwrap_or(0);
+        let protocols: Vec<&str> = get(4).split(':').collect();
+        let has = |p: &str| protocols.contains(&p);
+
+        if on_rdma_port && tcp_len > 0 {
+            r.data_segments += 1;
+            if !has("iwarp_mpa") && get(5).is_empty() {
+                r.problems.push(format!(
+                    "frame {frame}: {tcp_len} payload bytes on an iWARP port not decoded as MPA \
+                     (protocols {})",
+                    get(4)
+                ));
+            }
+        }
+        r.mpa_requests += list(6).len();
+        r.mpa_replies += list(7).len();
+        let fpdus = list(8).len();
+        r.fpdus += fpdus;
+        check_crcs(frame, &list(9), &list(10), check.crc, &mut r);
+        let ops = list(11);
+        if ops.len() < fpdus {
+            r.problems.push(format!(
+                "frame {frame}: {fpdus} FPDUs but only {} DDP/RDMAP headers decoded",
+                ops.len()
+            ));
+        }
+        for op in ops {
+            *r.rdmap_ops.entry(rdmap_op_name(op)).or_default() += 1;
+        }
+        for t in list(12) {
+            *r.rpcordma.entry(rpcordma_type_name(t)).or_default() += 1;
+        }
+        if let Some(i) = protocols.iter().position(|p| *p == "_ws.malformed") {
+            let below = if i > 0 { protocols[i - 1] } else { "frame" };
+            if TRANSPORT_LAYERS.contains(&below) || !check.tolerate_upper_layer_malformed {
+                r.problems.push(format!(
+                    "frame {frame}: malformed at layer `{below}` ({})",
+                    get(13)
+                ));
+            } else {
+                r.upper_layer_malformed.push(frame);
+            }
+        }
+    }
+    if r.mpa_requests == 0 || r.mpa_replies == 0 {
+        r.problems.push(format!(
+            "MPA Request/Reply not both captured ({}/{}): tshark cannot find iWARP without them",
+            r.mpa_requests, r.mpa_replies
+        ));
+    }
+    if r.fpdus == 0 {
+        r.problems.push("no FPDU decoded".into());
+    }
+    if r.rpcordma_total() < check.min_rpcordma {
+        r.problems.push(format!(
+            "{} RPC-over-RDMA messages decoded, expected at least {}",
+            r.rpcordma_total(),
+            check.min_rpcordma
+        ));
+    }
+    r
+}
+
+/// CRC rules per FPDU: field value (`crc`) vs tshark's computed (`crc_check`).
+fn check_crcs(frame: u64, crc: &[&str], calc: &[&str], want: Option<bool>, r: &mut CaptureReport) {
+    for (i, c) in crc.iter().enumerate() {
+        let val = parse_u32(c);
+        let on = val != Some(0);
+        if on {
+            r.fpdus_with_crc += 1;
+        }
+        match want {
+            Some(true) if !on => r.problems.push(format!("frame {frame}: FPDU without CRC")),
+            Some(false) if on => r
+                .problems
+                .push(format!("frame {frame}: CRC {c} not negotiated")),
+            _ => {}
+        }
+        if on {
+            match calc.get(i).and_then(|x| parse_u32(x)) {
+                Some(good) if Some(good) == val => {}
+                other => r.problems.push(format!(
+                    "frame {frame}: bad MPA CRC {c}, tshark computes {other:?}"
+                )),
+            }
+        }
+    }
+}
+
+fn parse_u32(s: &str) -> Option<u32> {
+    match s.strip_prefix("0x") {
+        Some(h) => u32::from_str_radix(h, 16).ok(),
+        None => s.parse().ok(),
+    }
+}
+
+fn rdmap_op_name(code: &str) -> String {
+    let name = match parse_u32(code) {
+        Some(0) => "RDMA Write",
+        Some(1) => "RDMA Read Request",
+        Some(2) => "RDMA Read Response",
+        Some(3) => "Send",
+        Some(4) => "Send with Invalidate",
+        Some(5) => "Send with SE",
+        Some(6) => "Send with SE and Invalidate",
+        Some(7) => "Terminate",
+        _ => return format!("opcode {code}"),
+    };
+    name.to_string()
+}
+
+fn rpcordma_type_name(code: &str) -> String {
+    let name = match parse_u32(code) {
+        Some(0) => "RDMA_MSG",
+        Some(1) => "RDMA_NOMSG",
+        Some(2) => "RDMA_MSGP",
+        Some(3) => "RDMA_DONE",
+        Some(4) => "RDMA_ERROR",
+        _ => return format!("type {code}"),
+    };
+    name.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(cols: &[&str]) -> String {
+        let mut v: Vec<&str> = cols.to_vec();
+        v.resize(FIELDS.len(), "");
+        v.join("\t") + "\n"
+    }
+
+    fn clean_capture() -> String {
+        let mpa = "eth:ethertype:ip:tcp:iwarp_mpa";
+        let rpc = "eth:ethertype:ip:tcp:iwarp_mpa:iwarp_ddp_rdmap:rpcordma:rpc:nfs";
+        let mut s = row(&["1", "700", "20049", "0", "eth:ethertype:ip:tcp"]);
+        s += &row(&["2", "700", "20049", "32", mpa, "", "4d5041", ""]);
+        s += &row(&["3", "20049", "700", "32", mpa, "", "", "4d5041"]);
+        s += &row(&[
+            "4",
+            "700",
+            "20049",
+            "200",
+            rpc,
+            "",
+            "",
+            "",
+            "170",
+            "0x00000000",
+            "",
+            "3",
+            "0",
+        ]);
+        // A reply: FPDU with NFS-layer malformation (the tolerated tshark quirk).
+        s += &row(&[
+            "5",
+            "20049",
+            "700",
+            "120",
+            &format!("{rpc}:_ws.malformed"),
+            "",
+            "",
+            "",
+            "100",
+            "0x00000000",
+            "",
+            "3",
+            "0",
+        ]);
+        s
+    }
+
+    #[test]
+    fn clean_capture_passes_and_counts() {
+        let r = analyze_fields(&clean_capture(), &CaptureCheck::nfs_rdma());
+        assert!(r.problems.is_empty(), "{r}");
+        assert_eq!((r.mpa_requests, r.mpa_replies, r.fpdus), (1, 1, 2));
+        assert_eq!(r.rpcordma.get("RDMA_MSG"), Some(&2));
+        assert_eq!(r.rdmap_ops.get("Send"), Some(&2));
+        assert_eq!(r.upper_layer_malformed, vec![5]);
+    }
+
+    #[test]
+    fn upper_layer_malformation_fails_when_not_tolerated() {
+        let mut c = CaptureCheck::nfs_rdma();
+        c.tolerate_upper_layer_malformed = false;
+        let r = analyze_fields(&clean_capture(), &c);
+        assert_eq!(r.problems.len(), 1, "{r}");
+    }
+
+    #[test]
+    fn malformed_rpcordma_is_a_problem() {
+        let mut s = clean_capture();
+        s += &row(&[
+            "6",
+            "700",
+            "20049",
+            "60",
+            "eth:ethertype:ip:tcp:iwarp_mpa:iwarp_ddp_rdmap:rpcordma:_ws.malformed",
+            "",
+            "",
+            "",
+            "40",
+            "0",
+            "",
+            "3",
+            "0",
+        ]);
+        let r = analyze_fields(&s, &CaptureCheck::nfs_rdma());
+        assert!(
+            r.problems
+                .iter()
+                .any(|p| p.contains("frame 6") && p.contains("rpcordma")),
+            "{r}"
+        );
+    }
+
+    #[test]
+    fn undecoded_payload_is_a_problem_unless_reassembled_later() {
+        let mut s = clean_capture();
+        s += &row(&["6", "700", "20049", "1448", "eth:ethertype:ip:tcp", "7"]);
+        s += &row(&["7", "700", "20049", "1448", "eth:ethertype:ip:tcp:data"]);
+        let r = analyze_fields(&s, &CaptureCheck::nfs_rdma());
+        assert_eq!(r.problems.len(), 1, "{r}");
+        assert!(r.problems[0].contains("frame 7"), "{r}");
+    }
+
+    #[test]
+    fn missing_mpa_handshake_and_empty_capture_are_problems() {
+        let r = analyze_fields("", &CaptureCheck::nfs_rdma());
+        assert!(r.problems.iter().any(|p| p.contains("MPA Request/Reply")));
+        assert!(r.problems.iter().any(|p| p.contains("no FPDU")));
+        assert!(r
+            .problems
+            .iter()
+            .any(|p| p.contains("RPC-over-RDMA messages")));
+    }
+
+    #[test]
+    fn crc_rules() {
+        let mut r = CaptureReport::default();
+        check_crcs(1, &["0x12345678"], &["0x12345678"], Some(true), &mut r);
+        assert!(r.problems.is_empty());
+        check_crcs(2, &["0x12345678"], &["0x87654321"], None, &mut r);
+        check_crcs(3, &["0x00000000"], &[], Some(true), &mut r);
+        check_crcs(4, &["0x12345678"], &["0x12345678"], Some(false), &mut r);
+        assert_eq!(r.problems.len(), 3, "{r}");
+        assert_eq!(r.fpdus_with_crc, 3);
+    }
+}

@@ -1,0 +1,41 @@
+//! The harness itself: a failing guest step is reported by name, and the
+//! guest's kernel log is saved. (A lab that could not fail would prove
+//! nothing.)
+
+use lab::{GuestScript, Lab, StepStatus};
+
+#[test]
+#[ignore = "kernel lab: run by lab/test"]
+fn failing_guest_step_is_named_and_dmesg_is_saved() {
+    let lab = Lab::open().unwrap_or_else(|e| panic!("{e}"));
+    let script = GuestScript::inline(
+        "harness-failure",
+        ". /share/lib.sh\n\
+         step rdma_up lab_rdma_up\n\
+         record kernel \"$(uname -r)\"\n\
+         step must_fail sh -c 'echo this step fails on purpose; exit 7'\n\
+         step never_reached true\n",
+    );
+    let outcome = lab.guest(script).run().unwrap_or_else(|e| panic!("{e}"));
+    let failure = outcome.failure().expect("the run must fail");
+    assert_eq!(
+        failure.step.as_deref(),
+        Some("must_fail"),
+        "{}",
+        outcome.report()
+    );
+    assert_eq!(
+        outcome.step("must_fail").unwrap().status,
+        StepStatus::Failed(7)
+    );
+    assert_eq!(outcome.step("rdma_up").unwrap().status, StepStatus::Passed);
+    assert!(outcome.step("never_reached").is_none());
+    assert_eq!(outcome.value("kernel"), Some(lab.kernel_version()));
+
+    let report = outcome.report();
+    assert!(report.contains("step `must_fail` failed"), "{report}");
+    assert!(report.contains("this step fails on purpose"), "{report}");
+    let dmesg = std::fs::read_to_string(outcome.share_file("dmesg.txt")).expect("dmesg saved");
+    assert!(dmesg.contains("siw"), "dmesg lacks siw messages:\n{dmesg}");
+    assert!(report.contains("guest dmesg"), "{report}");
+}
