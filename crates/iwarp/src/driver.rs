@@ -1,0 +1,553 @@
+//! The tokio driver: TCP sockets, MPA setup, and two tasks per connection that feed
+//! the sans-IO [`Connection`] and execute its output.
+//!
+//! Per connection: a reader task (socket → [`Connection::handle_input`]) and a writer
+//! task ([`Connection::poll_transmit`] → vectored socket writes). Both share the core
+//! behind a mutex held only for protocol work and the one copy of placement; socket
+//! IO happens outside the lock. Reading and writing independently means two peers that
+//! both push large transfers at each other cannot deadlock on full TCP buffers.
+
+use std::io::{self, IoSlice};
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use rdma::{
+    BoxFuture, Completion, ConnectError, ConnectParams, ConnectRequest, ConnectionManager,
+    Listener, PeerParams, PostError, ProtectionDomain, QpEvent, QueuePair, RecvWr, SendWr,
+};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Notify;
+
+use crate::conn::{Connection, Limits};
+use crate::handshake::{HandshakeError, IncomingRequest, Initiator, Negotiated, Responder};
+use crate::tx::TxBatch;
+
+/// Provider configuration.
+#[derive(Clone, Debug)]
+pub struct IwarpConfig {
+    /// Ask for CRC32c on FPDUs (the peer may also ask; then it is on).
+    pub crc: bool,
+    /// Queue depths and the maximum ULPDU.
+    pub limits: Limits,
+    /// Active side: pause before the first FPDU after the MPA Reply. Linux siw as the
+    /// passive side needs about 50 ms (FACTS.md, "siw accept race").
+    pub first_send_delay: Duration,
+    /// Limit for TCP connect plus MPA setup.
+    pub setup_timeout: Duration,
+    /// Bytes gathered per socket write.
+    pub write_batch: usize,
+}
+
+impl Default for IwarpConfig {
+    fn default() -> Self {
+        IwarpConfig {
+            crc: false,
+            limits: Limits::default(),
+            first_send_delay: Duration::from_millis(50),
+            setup_timeout: Duration::from_secs(10),
+            write_batch: 512 * 1024,
+        }
+    }
+}
+
+/// The iWARP provider: a connection manager over tokio TCP.
+#[derive(Clone, Debug, Default)]
+pub struct IwarpProvider {
+    cfg: IwarpConfig,
+}
+
+fn handshake_err(e: HandshakeError) -> ConnectError {
+    match e {
+        HandshakeError::Rejected { private_data } => ConnectError::Rejected { private_data },
+        HandshakeError::PrivateDataTooLong(_) => {
+            ConnectError::InvalidParams("private data longer than the MPA limit")
+        }
+        other => ConnectError::Protocol(Box::new(other)),
+    }
+}
+
+impl IwarpProvider {
+    /// A provider with `cfg`.
+    pub fn new(cfg: IwarpConfig) -> IwarpProvider {
+        IwarpProvider { cfg }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &IwarpConfig {
+        &self.cfg
+    }
+
+    /// Active open: TCP connect, MPA Request, wait for the Reply.
+    pub async fn connect(
+        &self,
+        addr: SocketAddr,
+        pd: &ProtectionDomain,
+        params: ConnectParams,
+    ) -> Result<IwarpQp, ConnectError> {
+        let cfg = self.cfg.clone();
+        let setup = async {
+            let mut stream = TcpStream::connect(addr).await?;
+            stream.set_nodelay(true)?;
+            let mut out = Vec::new();
+            let ini = Initiator::new(params, cfg.crc, &mut out).map_err(handshake_err)?;
+            stream.write_all(&out).await?;
+            let mut buf = BytesMut::with_capacity(1024);
+            let neg = loop {
+                if let Some(n) = ini.handle_reply(&mut buf).map_err(handshake_err)? {
+                    break n;
+                }
+                if stream.read_buf(&mut buf).await? == 0 {
+                    return Err(ConnectError::Io(io::ErrorKind::UnexpectedEof.into()));
+                }
+            };
+            Ok::<_, ConnectError>((stream, buf, neg))
+        };
+        let (stream, buf, mut neg) = tokio::time::timeout(cfg.setup_timeout, setup)
+            .await
+            .map_err(|_| ConnectError::Timeout)??;
+        neg.peer.addr = Some(addr);
+        Ok(spawn_qp(stream, buf, pd.clone(), neg, &cfg))
+    }
+
+    /// Passive open.
+    pub async fn listen(&self, addr: SocketAddr) -> io::Result<IwarpListener> {
+        Ok(IwarpListener {
+            listener: TcpListener::bind(addr).await?,
+            cfg: self.cfg.clone(),
+        })
+    }
+}
+
+impl ConnectionManager for IwarpProvider {
+    type Qp = IwarpQp;
+    type Listener = IwarpListener;
+
+    fn connect<'a>(
+        &'a self,
+        addr: SocketAddr,
+        pd: &'a ProtectionDomain,
+        params: ConnectParams,
+    ) -> BoxFuture<'a, Result<IwarpQp, ConnectError>> {
+        Box::pin(IwarpProvider::connect(self, addr, pd, params))
+    }
+
+    fn listen<'a>(&'a self, addr: SocketAddr) -> BoxFuture<'a, io::Result<IwarpListener>> {
+        Box::pin(IwarpProvider::listen(self, addr))
+    }
+}
+
+/// A listening socket that yields MPA connection requests.
+#[derive(Debug)]
+pub struct IwarpListener {
+    listener: TcpListener,
+    cfg: IwarpConfig,
+}
+
+impl IwarpListener {
+    /// The bound address.
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.listener.local_addr()
+    }
+
+    /// Waits for the next peer that completes TCP setup and sends a valid MPA
+    /// Request. Peers that send garbage or ask for markers are dropped (markers with an
+    /// MPA reject) and the wait goes on.
+    pub async fn accept(&mut self) -> io::Result<IwarpConnectRequest> {
+        loop {
+            let (mut stream, peer_addr) = self.listener.accept().await?;
+            stream.set_nodelay(true)?;
+            let read_req = async {
+                let mut buf = BytesMut::with_capacity(1024);
+                loop {
+                    match Responder::handle_request(&mut buf) {
+                        Ok(Some(r)) => return Ok((r, buf)),
+                        Ok(None) => {}
+                        Err(e) => return Err(io::Error::new(io::ErrorKind::InvalidData, e)),
+                    }
+                    if stream.read_buf(&mut buf).await? == 0 {
+                        return Err(io::ErrorKind::UnexpectedEof.into());
+                    }
+                }
+            };
+            match tokio::time::timeout(self.cfg.setup_timeout, read_req).await {
+                Ok(Ok((req, buf))) => {
+                    if req.wants_markers() {
+                        let mut out = Vec::new();
+                        req.reject(&[], &mut out);
+                        let _ = stream.write_all(&out).await;
+                        tracing::debug!(%peer_addr, "rejected MPA request asking for markers");
+                        continue;
+                    }
+                    let mut peer = req.peer.clone();
+                    peer.addr = Some(peer_addr);
+                    return Ok(IwarpConnectRequest {
+                        stream,
+                        req,
+                        buf,
+                        peer,
+                        cfg: self.cfg.clone(),
+                    });
+                }
+                Ok(Err(e)) => tracing::debug!(%peer_addr, error = %e, "bad MPA request"),
+                Err(_) => tracing::debug!(%peer_addr, "MPA request timed out"),
+            }
+        }
+    }
+}
+
+impl Listener for IwarpListener {
+    type Qp = IwarpQp;
+    type Request = IwarpConnectRequest;
+
+    fn accept(&mut self) -> BoxFuture<'_, io::Result<IwarpConnectRequest>> {
+        Box::pin(IwarpListener::accept(self))
+    }
+
+    fn local_addr(&self) -> io::Result<SocketAddr> {
+        IwarpListener::local_addr(self)
+    }
+}
+
+/// An MPA Request waiting for accept or reject.
+#[derive(Debug)]
+pub struct IwarpConnectRequest {
+    stream: TcpStream,
+    req: IncomingRequest,
+    buf: BytesMut,
+    peer: PeerParams,
+    cfg: IwarpConfig,
+}
+
+impl IwarpConnectRequest {
+    /// What the peer offered.
+    pub fn peer(&self) -> &PeerParams {
+        &self.peer
+    }
+
+    /// Sends the MPA Reply and starts the connection.
+    pub async fn accept(
+        mut self,
+        pd: &ProtectionDomain,
+        params: ConnectParams,
+    ) -> Result<IwarpQp, ConnectError> {
+        let mut out = Vec::new();
+        let mut neg = self
+            .req
+            .accept(&params, self.cfg.crc, &mut out)
+            .map_err(handshake_err)?;
+        self.stream.write_all(&out).await?;
+        neg.peer.addr = self.peer.addr;
+        Ok(spawn_qp(self.stream, self.buf, pd.clone(), neg, &self.cfg))
+    }
+
+    /// Sends an MPA Reply with the R flag and `private_data`, then closes.
+    pub async fn reject(mut self, private_data: Bytes) -> io::Result<()> {
+        let mut out = Vec::new();
+        self.req.reject(&private_data, &mut out);
+        self.stream.write_all(&out).await?;
+        self.stream.shutdown().await
+    }
+}
+
+impl ConnectRequest for IwarpConnectRequest {
+    type Qp = IwarpQp;
+
+    fn peer(&self) -> &PeerParams {
+        IwarpConnectRequest::peer(self)
+    }
+
+    fn accept(
+        self,
+        pd: &ProtectionDomain,
+        params: ConnectParams,
+    ) -> BoxFuture<'static, Result<IwarpQp, ConnectError>> {
+        let pd = pd.clone();
+        Box::pin(async move { IwarpConnectRequest::accept(self, &pd, params).await })
+    }
+
+    fn reject(self, private_data: Bytes) -> BoxFuture<'static, io::Result<()>> {
+        Box::pin(IwarpConnectRequest::reject(self, private_data))
+    }
+}
+
+struct Inner {
+    conn: Connection,
+    cq_waker: Option<Waker>,
+    ev_waker: Option<Waker>,
+}
+
+impl Inner {
+    fn wake(&mut self) {
+        if let Some(w) = self.cq_waker.take() {
+            w.wake();
+        }
+        if let Some(w) = self.ev_waker.take() {
+            w.wake();
+        }
+    }
+}
+
+struct Shared {
+    inner: Mutex<Inner>,
+    tx_wake: Notify,
+    pd: ProtectionDomain,
+    peer: PeerParams,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // The core is plain data; a panic elsewhere leaves it usable.
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+fn spawn_qp(
+    stream: TcpStream,
+    buf: BytesMut,
+    pd: ProtectionDomain,
+    neg: Negotiated,
+    cfg: &IwarpConfig,
+) -> IwarpQp {
+    let local = stream.local_addr().ok();
+    let conn = Connection::new(
+        pd.clone(),
+        &neg,
+        cfg.limits,
+        Instant::now(),
+        cfg.first_send_delay,
+    );
+    let shared = Arc::new(Shared {
+        inner: Mutex::new(Inner {
+            conn,
+            cq_waker: None,
+            ev_waker: None,
+        }),
+        tx_wake: Notify::new(),
+        pd,
+        peer: neg.peer.clone(),
+    });
+    let (rd, wr) = stream.into_split();
+    let reader = tokio::spawn(reader_task(shared.clone(), rd, buf));
+    tokio::spawn(writer_task(shared.clone(), wr, reader, cfg.write_batch));
+    IwarpQp {
+        shared,
+        crc: neg.crc,
+        local,
+    }
+}
+
+async fn reader_task(shared: Arc<Shared>, mut rd: OwnedReadHalf, mut buf: BytesMut) {
+    const READ_CHUNK: usize = 256 * 1024;
+    // Bytes that arrived with the MPA frame.
+    if !buf.is_empty() {
+        let mut g = shared.lock();
+        g.conn.handle_input(&mut buf);
+        g.wake();
+        drop(g);
+        shared.tx_wake.notify_one();
+    }
+    loop {
+        buf.reserve(READ_CHUNK);
+        let r = rd.read_buf(&mut buf).await;
+        let mut g = shared.lock();
+        let open = match r {
+            Ok(0) => {
+                g.conn.handle_eof();
+                false
+            }
+            Ok(_) => {
+                g.conn.handle_input(&mut buf);
+                g.conn.is_open()
+            }
+            Err(e) => {
+                g.conn.handle_transport_error(e.kind());
+                false
+            }
+        };
+        g.wake();
+        drop(g);
+        shared.tx_wake.notify_one();
+        if !open {
+            return;
+        }
+    }
+}
+
+async fn writer_task(
+    shared: Arc<Shared>,
+    mut wr: OwnedWriteHalf,
+    reader: tokio::task::JoinHandle<()>,
+    budget: usize,
+) {
+    let mut batch = TxBatch::new();
+    loop {
+        batch.clear();
+        let (produced, finished, timeout) = {
+            let mut g = shared.lock();
+            let p = g.conn.poll_transmit(Instant::now(), &mut batch, budget);
+            g.wake();
+            (p, g.conn.is_finished(), g.conn.poll_timeout())
+        };
+        if !batch.is_empty() {
+            if let Err(e) = write_batch(&mut wr, &batch).await {
+                let mut g = shared.lock();
+                g.conn.handle_transport_error(e.kind());
+                g.wake();
+                break;
+            }
+        }
+        if produced {
+            continue;
+        }
+        if finished {
+            break;
+        }
+        match timeout {
+            Some(t) => {
+                tokio::select! {
+                    _ = shared.tx_wake.notified() => {}
+                    _ = tokio::time::sleep_until(t.into()) => {}
+                }
+            }
+            None => shared.tx_wake.notified().await,
+        }
+    }
+    let _ = wr.shutdown().await;
+    // Give the peer a moment to close its side, then stop reading.
+    if tokio::time::timeout(Duration::from_secs(2), async {
+        while !reader.is_finished() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .is_err()
+    {
+        reader.abort();
+        let mut g = shared.lock();
+        g.conn.handle_eof();
+        g.wake();
+    }
+}
+
+async fn write_batch(wr: &mut OwnedWriteHalf, batch: &TxBatch) -> io::Result<()> {
+    let slices: Vec<&[u8]> = batch.slices().filter(|s| !s.is_empty()).collect();
+    let (mut i, mut off) = (0usize, 0usize);
+    while i < slices.len() {
+        let iov: Vec<IoSlice<'_>> = std::iter::once(IoSlice::new(&slices[i][off..]))
+            .chain(slices[i + 1..].iter().take(511).map(|s| IoSlice::new(s)))
+            .collect();
+        let mut n = wr.write_vectored(&iov).await?;
+        if n == 0 {
+            return Err(io::ErrorKind::WriteZero.into());
+        }
+        while n > 0 && i < slices.len() {
+            let rem = slices[i].len() - off;
+            if n >= rem {
+                n -= rem;
+                i += 1;
+                off = 0;
+            } else {
+                off += n;
+                n = 0;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A connected iWARP queue pair. Dropping it disconnects.
+pub struct IwarpQp {
+    shared: Arc<Shared>,
+    crc: bool,
+    local: Option<SocketAddr>,
+}
+
+impl std::fmt::Debug for IwarpQp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IwarpQp")
+            .field("local", &self.local)
+            .field("peer", &self.shared.peer.addr)
+            .field("crc", &self.crc)
+            .finish()
+    }
+}
+
+impl IwarpQp {
+    /// CRC32c is on for this connection.
+    pub fn crc(&self) -> bool {
+        self.crc
+    }
+
+    /// Our socket address.
+    pub fn local_addr(&self) -> Option<SocketAddr> {
+        self.local
+    }
+
+    /// True until the connection ends.
+    pub fn is_connected(&self) -> bool {
+        self.shared.lock().conn.is_open()
+    }
+}
+
+impl QueuePair for IwarpQp {
+    fn post_send(&self, wr: SendWr) -> Result<(), PostError> {
+        self.shared.lock().conn.post_send(wr)?;
+        self.shared.tx_wake.notify_one();
+        Ok(())
+    }
+
+    fn post_recv(&self, wr: RecvWr) -> Result<(), PostError> {
+        self.shared.lock().conn.post_recv(wr)
+    }
+
+    fn poll_completion(&self, cx: &mut Context<'_>) -> Poll<Option<Completion>> {
+        let mut g = self.shared.lock();
+        if let Some(c) = g.conn.poll_completion() {
+            return Poll::Ready(Some(c));
+        }
+        if !g.conn.is_open() {
+            return Poll::Ready(None);
+        }
+        g.cq_waker = Some(cx.waker().clone());
+        Poll::Pending
+    }
+
+    fn poll_event(&self, cx: &mut Context<'_>) -> Poll<Option<QpEvent>> {
+        let mut g = self.shared.lock();
+        if let Some(e) = g.conn.poll_event() {
+            return Poll::Ready(Some(e));
+        }
+        if !g.conn.is_open() {
+            return Poll::Ready(None);
+        }
+        g.ev_waker = Some(cx.waker().clone());
+        Poll::Pending
+    }
+
+    fn disconnect(&self) {
+        let mut g = self.shared.lock();
+        g.conn.close();
+        g.wake();
+        drop(g);
+        self.shared.tx_wake.notify_one();
+    }
+
+    fn peer(&self) -> &PeerParams {
+        &self.shared.peer
+    }
+
+    fn pd(&self) -> &ProtectionDomain {
+        &self.shared.pd
+    }
+}
+
+impl Drop for IwarpQp {
+    fn drop(&mut self) {
+        self.disconnect();
+    }
+}

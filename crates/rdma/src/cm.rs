@@ -1,0 +1,152 @@
+//! Connection management: parameters, private data, connect errors, events.
+
+use std::future::Future;
+use std::io;
+use std::net::SocketAddr;
+use std::pin::Pin;
+
+use bytes::Bytes;
+
+use crate::mr::ProtectionDomain;
+use crate::qp::QueuePair;
+
+/// A boxed, sendable future (keeps the CM traits object safe and runtime neutral).
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// What one side offers at connection setup.
+#[derive(Clone, Debug, Default)]
+pub struct ConnectParams {
+    /// Private data for the peer's ULP (RFC 8797 on RPC-over-RDMA). Providers cap its
+    /// length (iWARP: 512 bytes minus the RFC 6581 block).
+    pub private_data: Bytes,
+    /// Inbound RDMA Read queue depth offered (how many Read Requests the peer may have
+    /// outstanding against us).
+    pub ird: u16,
+    /// Outbound RDMA Read depth wanted.
+    pub ord: u16,
+}
+
+/// What the peer offered at connection setup.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PeerParams {
+    /// The peer's ULP private data.
+    pub private_data: Bytes,
+    /// The peer's IRD (0 if the peer did not say: MPA revision 1).
+    pub ird: u16,
+    /// The peer's ORD.
+    pub ord: u16,
+    /// The peer's transport address.
+    pub addr: Option<SocketAddr>,
+}
+
+/// Why an active connect failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectError {
+    /// The peer rejected the connection, with its private data.
+    #[error("connection rejected by peer ({} bytes of private data)", private_data.len())]
+    Rejected {
+        /// The peer's private data in the reject.
+        private_data: Bytes,
+    },
+    /// Transport failure (refused, reset, closed during setup).
+    #[error("transport error during connection setup: {0}")]
+    Io(#[from] io::Error),
+    /// The peer violated the setup protocol.
+    #[error("connection setup protocol error: {0}")]
+    Protocol(Box<dyn std::error::Error + Send + Sync>),
+    /// Our parameters are unusable (e.g. private data too long).
+    #[error("invalid connection parameters: {0}")]
+    InvalidParams(&'static str),
+    /// The setup did not finish in time.
+    #[error("connection setup timed out")]
+    Timeout,
+}
+
+/// Why a connection ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DisconnectReason {
+    /// We called disconnect.
+    Local,
+    /// The peer closed the stream in an orderly way.
+    PeerClosed,
+    /// We detected a protocol violation and told the peer (iWARP: Terminate sent).
+    LocalError {
+        /// Layer (provider-defined; iWARP: 0 RDMAP, 1 DDP, 2 LLP).
+        layer: u8,
+        /// Error type.
+        etype: u8,
+        /// Error code.
+        code: u8,
+    },
+    /// The peer reported an error (iWARP: Terminate received).
+    RemoteError {
+        /// Layer.
+        layer: u8,
+        /// Error type.
+        etype: u8,
+        /// Error code.
+        code: u8,
+    },
+    /// The transport failed (reset, broken pipe, unexpected EOF mid-message).
+    Transport(io::ErrorKind),
+}
+
+/// Asynchronous queue-pair events.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum QpEvent {
+    /// The connection ended; all outstanding work requests complete as flushed.
+    Disconnected(DisconnectReason),
+}
+
+/// Active and passive connection setup of a provider.
+pub trait ConnectionManager: Send + Sync {
+    /// The provider's queue pair.
+    type Qp: QueuePair;
+    /// The provider's listener.
+    type Listener: Listener<Qp = Self::Qp>;
+
+    /// Connects to `addr`, using regions of `pd`.
+    fn connect<'a>(
+        &'a self,
+        addr: SocketAddr,
+        pd: &'a ProtectionDomain,
+        params: ConnectParams,
+    ) -> BoxFuture<'a, Result<Self::Qp, ConnectError>>;
+
+    /// Listens on `addr`.
+    fn listen<'a>(&'a self, addr: SocketAddr) -> BoxFuture<'a, io::Result<Self::Listener>>;
+}
+
+/// A listening endpoint.
+pub trait Listener: Send {
+    /// The provider's queue pair.
+    type Qp: QueuePair;
+    /// An incoming connection request.
+    type Request: ConnectRequest<Qp = Self::Qp>;
+
+    /// Waits for the next connection request (transport connected, the peer's setup
+    /// message read).
+    fn accept(&mut self) -> BoxFuture<'_, io::Result<Self::Request>>;
+
+    /// The bound address.
+    fn local_addr(&self) -> io::Result<SocketAddr>;
+}
+
+/// An incoming connection request, to accept or reject.
+pub trait ConnectRequest: Send {
+    /// The provider's queue pair.
+    type Qp: QueuePair;
+
+    /// What the peer offered.
+    fn peer(&self) -> &PeerParams;
+
+    /// Accepts, creating a queue pair on `pd`.
+    fn accept(
+        self,
+        pd: &ProtectionDomain,
+        params: ConnectParams,
+    ) -> BoxFuture<'static, Result<Self::Qp, ConnectError>>;
+
+    /// Rejects with private data.
+    fn reject(self, private_data: Bytes) -> BoxFuture<'static, io::Result<()>>;
+}

@@ -1,0 +1,451 @@
+//! Protection domains and memory regions, with the software registration table.
+//!
+//! Every remote access is resolved through [`ProtectionDomain::resolve`], which checks
+//! in this order: the STag names a live registration (index and key match, not
+//! invalidated), the region belongs to this PD, the requested rights are granted, and
+//! `[offset, offset + len)` lies inside the region without wrapping.
+
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+
+use bytes::{Bytes, BytesMut};
+use rand::Rng;
+
+use crate::access::{Access, STag};
+
+/// Why a remote (or local) access to a memory region was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum AccessError {
+    /// No valid registration has this STag (unknown index, wrong key, or invalidated).
+    #[error("invalid STag")]
+    InvalidStag,
+    /// The region exists but belongs to another protection domain.
+    #[error("STag not associated with this protection domain")]
+    NotAssociated,
+    /// The access lies (partly) outside the region.
+    #[error("base or bounds violation")]
+    BaseBounds,
+    /// The offset plus length wraps the 64-bit tagged offset space.
+    #[error("tagged offset wrap")]
+    ToWrap,
+    /// The region lacks the rights the access needs.
+    #[error("access rights violation")]
+    AccessRights,
+}
+
+static NEXT_PD_ID: AtomicU64 = AtomicU64::new(1);
+
+/// A protection domain: a namespace of memory regions and the queue pairs that may
+/// use them. Cheap to clone (shared handle).
+#[derive(Clone)]
+pub struct ProtectionDomain {
+    inner: Arc<PdInner>,
+}
+
+struct PdInner {
+    id: u64,
+    table: Mutex<Table>,
+}
+
+#[derive(Default)]
+struct Table {
+    slots: Vec<Option<Weak<MrShared>>>,
+    free: Vec<u32>,
+}
+
+struct MrShared {
+    pd_id: u64,
+    pd: Weak<PdInner>,
+    index: u32,
+    access: Access,
+    stag: AtomicU32,
+    valid: AtomicBool,
+    /// Registered memory. Invariant: its length only changes on deregistration (to 0).
+    mem: Mutex<BytesMut>,
+}
+
+impl Drop for MrShared {
+    fn drop(&mut self) {
+        if let Some(pd) = self.pd.upgrade() {
+            let mut t = lock(&pd.table);
+            if let Some(slot) = t.slots.get_mut(self.index as usize) {
+                *slot = None;
+                t.free.push(self.index);
+            }
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A poisoned lock only means another thread panicked while holding it; the data
+    // (bytes, a table of weak pointers) stays structurally valid.
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn random_key() -> u32 {
+    rand::thread_rng().gen_range(0..(1u32 << STag::KEY_BITS))
+}
+
+impl Default for ProtectionDomain {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl ProtectionDomain {
+    /// Allocates a new, empty protection domain.
+    pub fn new() -> ProtectionDomain {
+        ProtectionDomain {
+            inner: Arc::new(PdInner {
+                id: NEXT_PD_ID.fetch_add(1, Ordering::Relaxed),
+                table: Mutex::new(Table::default()),
+            }),
+        }
+    }
+
+    /// A process-unique id of this PD.
+    pub fn id(&self) -> u64 {
+        self.inner.id
+    }
+
+    /// Registers `buf` with `access` rights. The region's tagged offsets run from 0 to
+    /// `buf.len()`. The STag has a fresh random key.
+    ///
+    /// # Panics
+    /// If more than 2^20 regions are registered at once in this PD.
+    pub fn register(&self, buf: BytesMut, access: Access) -> MemoryRegion {
+        let mut t = lock(&self.inner.table);
+        let index = match t.free.pop() {
+            Some(i) => i,
+            None => {
+                let i = t.slots.len() as u32;
+                assert!(i < (1 << STag::INDEX_BITS), "memory region table full");
+                t.slots.push(None);
+                i
+            }
+        };
+        let shared = Arc::new(MrShared {
+            pd_id: self.inner.id,
+            pd: Arc::downgrade(&self.inner),
+            index,
+            access,
+            stag: AtomicU32::new(STag::new(index, random_key()).0),
+            valid: AtomicBool::new(true),
+            mem: Mutex::new(buf),
+        });
+        t.slots[index as usize] = Some(Arc::downgrade(&shared));
+        MemoryRegion { shared }
+    }
+
+    /// Registers a zeroed region of `len` bytes.
+    pub fn register_zeroed(&self, len: usize, access: Access) -> MemoryRegion {
+        self.register(BytesMut::zeroed(len), access)
+    }
+
+    fn lookup(&self, stag: STag) -> Result<Arc<MrShared>, AccessError> {
+        let t = lock(&self.inner.table);
+        let shared = t
+            .slots
+            .get(stag.index() as usize)
+            .and_then(|s| s.as_ref())
+            .and_then(Weak::upgrade)
+            .ok_or(AccessError::InvalidStag)?;
+        drop(t);
+        if shared.stag.load(Ordering::Acquire) != stag.0 || !shared.valid.load(Ordering::Acquire)
+        {
+            return Err(AccessError::InvalidStag);
+        }
+        Ok(shared)
+    }
+
+    /// Resolves a remote access of `len` bytes at tagged offset `offset` needing
+    /// `needed` rights. See the module doc for the order of checks.
+    pub fn resolve(
+        &self,
+        stag: STag,
+        offset: u64,
+        len: u64,
+        needed: Access,
+    ) -> Result<ResolvedRegion, AccessError> {
+        let shared = self.lookup(stag)?;
+        if shared.pd_id != self.inner.id {
+            return Err(AccessError::NotAssociated);
+        }
+        if !shared.access.contains(needed) {
+            return Err(AccessError::AccessRights);
+        }
+        let end = offset.checked_add(len).ok_or(AccessError::ToWrap)?;
+        let region_len = lock(&shared.mem).len() as u64;
+        if end > region_len {
+            return Err(AccessError::BaseBounds);
+        }
+        Ok(ResolvedRegion { shared })
+    }
+
+    /// Remote invalidation (Send with Invalidate): invalidates the region named by
+    /// `stag` if it is a live registration of this PD.
+    pub fn invalidate(&self, stag: STag) -> Result<(), AccessError> {
+        let shared = self.lookup(stag)?;
+        if shared.pd_id != self.inner.id {
+            return Err(AccessError::NotAssociated);
+        }
+        shared.valid.store(false, Ordering::Release);
+        Ok(())
+    }
+}
+
+impl std::fmt::Debug for ProtectionDomain {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProtectionDomain").field("id", &self.inner.id).finish()
+    }
+}
+
+/// A registered memory region. Clones share the registration; it is deregistered
+/// when the last handle (including providers' transient [`ResolvedRegion`]s) drops,
+/// or at once by [`MemoryRegion::deregister`].
+#[derive(Clone)]
+pub struct MemoryRegion {
+    shared: Arc<MrShared>,
+}
+
+impl std::fmt::Debug for MemoryRegion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemoryRegion")
+            .field("stag", &self.stag())
+            .field("access", &self.shared.access)
+            .field("valid", &self.is_valid())
+            .finish()
+    }
+}
+
+impl MemoryRegion {
+    /// The current STag (changes on [`MemoryRegion::rekey`]).
+    pub fn stag(&self) -> STag {
+        STag(self.shared.stag.load(Ordering::Acquire))
+    }
+
+    /// The access rights given at registration.
+    pub fn access(&self) -> Access {
+        self.shared.access
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        lock(&self.shared.mem).len()
+    }
+
+    /// True for a zero-length region.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The id of the owning PD.
+    pub fn pd_id(&self) -> u64 {
+        self.shared.pd_id
+    }
+
+    /// False after local or remote invalidation.
+    pub fn is_valid(&self) -> bool {
+        self.shared.valid.load(Ordering::Acquire)
+    }
+
+    /// Local invalidation: the STag stops working for remote access at once.
+    pub fn invalidate(&self) {
+        self.shared.valid.store(false, Ordering::Release);
+    }
+
+    /// Re-registration (as after fast-register): a fresh random key, valid again.
+    /// Returns the new STag; the old one no longer resolves.
+    pub fn rekey(&self) -> STag {
+        let old = self.stag();
+        let mut key = random_key();
+        if key == old.key() {
+            key = (key + 1) & ((1 << STag::KEY_BITS) - 1);
+        }
+        let stag = STag::new(old.index(), key);
+        self.shared.stag.store(stag.0, Ordering::Release);
+        self.shared.valid.store(true, Ordering::Release);
+        stag
+    }
+
+    /// Runs `f` over the region's bytes.
+    pub fn with<R>(&self, f: impl FnOnce(&[u8]) -> R) -> R {
+        f(&lock(&self.shared.mem))
+    }
+
+    /// Runs `f` over the region's bytes, mutably (local CPU access).
+    pub fn with_mut<R>(&self, f: impl FnOnce(&mut [u8]) -> R) -> R {
+        f(&mut lock(&self.shared.mem))
+    }
+
+    /// Copies `len` bytes at `offset` out. Returns `None` when out of bounds.
+    pub fn read(&self, offset: usize, len: usize) -> Option<Bytes> {
+        let m = lock(&self.shared.mem);
+        let end = offset.checked_add(len)?;
+        // COPY: explicit local read by the consumer.
+        m.get(offset..end).map(Bytes::copy_from_slice)
+    }
+
+    /// Copies `data` in at `offset`. Returns `false` when out of bounds.
+    pub fn write(&self, offset: usize, data: &[u8]) -> bool {
+        let mut m = lock(&self.shared.mem);
+        match offset
+            .checked_add(data.len())
+            .and_then(|end| m.get_mut(offset..end))
+        {
+            Some(dst) => {
+                dst.copy_from_slice(data);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Deregisters at once and hands the buffer back. Other handles to this region then
+    /// see an invalid, empty region.
+    pub fn deregister(self) -> BytesMut {
+        self.shared.valid.store(false, Ordering::Release);
+        std::mem::take(&mut *lock(&self.shared.mem))
+    }
+
+    /// This region as a provider sees it after a local (lkey) check.
+    pub fn resolved(&self) -> ResolvedRegion {
+        ResolvedRegion {
+            shared: self.shared.clone(),
+        }
+    }
+}
+
+/// A region found by [`ProtectionDomain::resolve`], for providers to place data into
+/// or copy data out of. Offsets are region offsets (tagged offset = region offset).
+#[derive(Clone)]
+pub struct ResolvedRegion {
+    shared: Arc<MrShared>,
+}
+
+impl ResolvedRegion {
+    /// Copies `data` into the region at `offset`. Fails with `BaseBounds` when the
+    /// region shrank (deregistered) since it was resolved.
+    pub fn place(&self, offset: u64, data: &[u8]) -> Result<(), AccessError> {
+        let mut m = lock(&self.shared.mem);
+        let start = usize::try_from(offset).map_err(|_| AccessError::BaseBounds)?;
+        let end = start
+            .checked_add(data.len())
+            .ok_or(AccessError::BaseBounds)?;
+        let dst = m.get_mut(start..end).ok_or(AccessError::BaseBounds)?;
+        // COPY: tagged/untagged placement from the receive buffer into registered memory.
+        dst.copy_from_slice(data);
+        Ok(())
+    }
+
+    /// Copies `len` bytes at `offset` out into `out`.
+    pub fn copy_out(&self, offset: u64, len: usize, out: &mut Vec<u8>) -> Result<(), AccessError> {
+        let m = lock(&self.shared.mem);
+        let start = usize::try_from(offset).map_err(|_| AccessError::BaseBounds)?;
+        let end = start.checked_add(len).ok_or(AccessError::BaseBounds)?;
+        let src = m.get(start..end).ok_or(AccessError::BaseBounds)?;
+        // COPY: region bytes into an outgoing FPDU (Read Response, local SGE).
+        out.extend_from_slice(src);
+        Ok(())
+    }
+
+    /// Current STag.
+    pub fn stag(&self) -> STag {
+        STag(self.shared.stag.load(Ordering::Acquire))
+    }
+
+    /// Access rights.
+    pub fn access(&self) -> Access {
+        self.shared.access
+    }
+
+    /// Current length.
+    pub fn len(&self) -> usize {
+        lock(&self.shared.mem).len()
+    }
+
+    /// True for a zero-length region.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The owning PD id.
+    pub fn pd_id(&self) -> u64 {
+        self.shared.pd_id
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn resolve_checks_rights_bounds_and_keys() {
+        let pd = ProtectionDomain::new();
+        let mr = pd.register_zeroed(100, Access::REMOTE_WRITE);
+        let s = mr.stag();
+        assert!(pd.resolve(s, 0, 100, Access::REMOTE_WRITE).is_ok());
+        assert_eq!(
+            pd.resolve(s, 1, 100, Access::REMOTE_WRITE).err(),
+            Some(AccessError::BaseBounds)
+        );
+        assert_eq!(
+            pd.resolve(s, u64::MAX, 2, Access::REMOTE_WRITE).err(),
+            Some(AccessError::ToWrap)
+        );
+        assert_eq!(
+            pd.resolve(s, 0, 1, Access::REMOTE_READ).err(),
+            Some(AccessError::AccessRights)
+        );
+        let wrong_key = STag::new(s.index(), s.key() ^ 1);
+        assert_eq!(
+            pd.resolve(wrong_key, 0, 1, Access::REMOTE_WRITE).err(),
+            Some(AccessError::InvalidStag)
+        );
+    }
+
+    #[test]
+    fn other_pd_is_not_associated() {
+        let pd1 = ProtectionDomain::new();
+        let pd2 = ProtectionDomain::new();
+        let mr = pd1.register_zeroed(8, Access::REMOTE_READ);
+        // pd2's table has no such slot: invalid STag from pd2's point of view.
+        assert!(pd2.resolve(mr.stag(), 0, 8, Access::REMOTE_READ).is_err());
+    }
+
+    #[test]
+    fn invalidate_then_rekey() {
+        let pd = ProtectionDomain::new();
+        let mr = pd.register_zeroed(8, Access::REMOTE_READ);
+        let s = mr.stag();
+        pd.invalidate(s).unwrap();
+        assert_eq!(
+            pd.resolve(s, 0, 8, Access::REMOTE_READ).err(),
+            Some(AccessError::InvalidStag)
+        );
+        let s2 = mr.rekey();
+        assert_ne!(s, s2);
+        assert!(pd.resolve(s2, 0, 8, Access::REMOTE_READ).is_ok());
+        assert!(pd.resolve(s, 0, 8, Access::REMOTE_READ).is_err());
+    }
+
+    #[test]
+    fn drop_frees_the_slot() {
+        let pd = ProtectionDomain::new();
+        let mr = pd.register_zeroed(8, Access::REMOTE_READ);
+        let s = mr.stag();
+        drop(mr);
+        assert_eq!(
+            pd.resolve(s, 0, 1, Access::REMOTE_READ).err(),
+            Some(AccessError::InvalidStag)
+        );
+    }
+
+    #[test]
+    fn deregister_returns_the_buffer() {
+        let pd = ProtectionDomain::new();
+        let mr = pd.register(BytesMut::from(&b"hello"[..]), Access::LOCAL_WRITE);
+        assert!(mr.write(1, b"EL"));
+        assert_eq!(&mr.deregister()[..], b"hELlo");
+    }
+}
