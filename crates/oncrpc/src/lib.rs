@@ -1,0 +1,38 @@
+//! ONC RPC version 2 (RFC 5531): messages, AUTH_NONE and AUTH_SYS, record marking,
+//! a transport-neutral dispatcher with a service API, and async (tokio) TCP drivers.
+//!
+//! ```text
+//!   Service (your program)         Client::call(prog, vers, proc, args)
+//!        ^  Request / XdrStream          |
+//!   Dispatcher: Bytes -> XdrStream       |  xid allocation, timeouts, reconnect
+//!        ^                               v
+//!   server (tokio TCP)  <-- record marking (RFC 5531 §11) -->  Transport (TCP, RDMA)
+//! ```
+//!
+//! Sans-IO modules (no tokio, no sockets, no clock): [`message`], [`auth`],
+//! [`record`], [`service`], [`error`]. Drivers: `server`, `client`, `tcp`, `rpcbind`.
+//! A call enters the server as `Bytes` (a whole record, or an RPC-over-RDMA payload)
+//! and its reply leaves as an [`xdr::XdrStream`], so that an RDMA transport can
+//! reduce DDP-eligible results instead of copying them.
+//!
+//! This crate does not do: RPCSEC_GSS or AUTH_DH (calls with those flavors get
+//! AUTH_REJECTEDCRED), UDP, a duplicate request cache, or RPC-over-RDMA itself (the
+//! `rpcrdma` crate feeds [`Dispatcher::dispatch`] and implements the client's
+//! transport trait).
+#![warn(missing_docs, unreachable_pub)]
+
+pub mod auth;
+pub mod error;
+pub mod message;
+pub mod record;
+pub mod service;
+mod wire_enum;
+
+pub use auth::{AuthFlavor, AuthStat, AuthSysParms, Credentials, OpaqueAuth};
+pub use error::{CallError, Disposition, Scope, ServiceError};
+pub use message::{
+    AcceptStat, AcceptedStatus, CallHeader, MismatchInfo, MsgType, RejectStat, RejectedReply,
+    ReplyBody, ReplyHeader, ReplyStat, Xid,
+};
+pub use record::{RecordDecoder, RecordError};
+pub use service::{Dispatcher, Request, Service, ServiceResult};

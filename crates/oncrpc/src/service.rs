@@ -1,0 +1,272 @@
+//! The service API and the transport-neutral dispatcher.
+//!
+//! A program implements [`Service`] and is registered for its program number and
+//! versions on a [`Dispatcher`]. The dispatcher turns one received call message
+//! (`Bytes`, a whole record from TCP or a reassembled RPC-over-RDMA payload) into one
+//! reply ([`xdr::XdrStream`], whose DDP-eligible items an RDMA transport can reduce),
+//! following RFC 5531 §9: RPC_MISMATCH, authentication (AUTH_NONE, AUTH_SYS),
+//! PROG_UNAVAIL, PROG_MISMATCH, then the handler (which may answer PROC_UNAVAIL,
+//! GARBAGE_ARGS or SYSTEM_ERR). It does no I/O.
+//!
+//! # Example
+//!
+//! ```
+//! use oncrpc::{Dispatcher, Request, Service, ServiceError};
+//! use std::sync::Arc;
+//! use xdr::{Encoder, XdrStream};
+//!
+//! /// Program 0x2000_0001, versions 1 and 2: procedure 0 is NULL, procedure 1 echoes
+//! /// an `opaque<>` back (as a DDP-eligible item: no copy of the data).
+//! struct Echo;
+//!
+//! impl Service for Echo {
+//!     async fn call(&self, mut req: Request) -> Result<XdrStream, ServiceError> {
+//!         match req.proc_ {
+//!             0 => Ok(XdrStream::default()),
+//!             1 => {
+//!                 let data = req.args.opaque(u32::MAX)?; // XdrError -> GARBAGE_ARGS
+//!                 req.args.finish()?;
+//!                 let mut enc = Encoder::new();
+//!                 enc.ddp_opaque(data);
+//!                 Ok(enc.finish())
+//!             }
+//!             _ => Err(ServiceError::ProcUnavail),
+//!         }
+//!     }
+//! }
+//!
+//! let mut dispatcher = Dispatcher::new();
+//! dispatcher.register(0x2000_0001, [1, 2], Arc::new(Echo)).unwrap();
+//! // A transport then calls, for each received call message:
+//! // `let reply: Option<XdrStream> = dispatcher.dispatch(call_bytes).await;`
+//! ```
+
+use std::collections::{BTreeMap, HashMap};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use xdr::{Decoder, Encode, Encoder, XdrStream};
+
+use crate::auth::{Credentials, OpaqueAuth};
+use crate::error::{CallError, Disposition, ServiceError};
+use crate::message::{CallHeader, MismatchInfo, ReplyBody, ReplyHeader, Xid, RPC_VERSION};
+
+/// One call, as a service sees it.
+#[derive(Debug)]
+pub struct Request {
+    /// Transaction id (for logging and duplicate request caches).
+    pub xid: Xid,
+    /// Program number.
+    pub prog: u32,
+    /// Program version (one the service was registered for).
+    pub vers: u32,
+    /// Procedure number; the service answers [`ServiceError::ProcUnavail`] for one it
+    /// does not have.
+    pub proc_: u32,
+    /// The decoded, checked credentials.
+    pub cred: Credentials,
+    /// The credential as received (for flavors' raw bytes, e.g. DRC hashing).
+    pub raw_cred: OpaqueAuth,
+    /// The procedure's arguments: a decoder over the rest of the call message.
+    /// Opaque data decoded from it are slices of the received buffer (no copy).
+    pub args: Decoder,
+}
+
+/// What a handler returns: the encoded results, or an `accept_stat` error.
+pub type ServiceResult = Result<XdrStream, ServiceError>;
+
+/// An RPC program (one or more versions of it).
+///
+/// Implement it with `async fn call(&self, req: Request) -> ServiceResult`. The
+/// returned future must be `Send`, since calls run concurrently on a multi-threaded
+/// runtime.
+pub trait Service: Send + Sync + 'static {
+    /// Serves one call. Results are encoded without the reply header, which the
+    /// dispatcher adds; DDP-eligible items (`Encoder::ddp_opaque`) stay uncopied.
+    fn call(&self, req: Request) -> impl Future<Output = ServiceResult> + Send;
+}
+
+type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// Object-safe form of [`Service`], so that different programs share one table.
+trait DynService: Send + Sync {
+    fn call_dyn(&self, req: Request) -> BoxFuture<'_, ServiceResult>;
+}
+
+impl<S: Service> DynService for S {
+    fn call_dyn(&self, req: Request) -> BoxFuture<'_, ServiceResult> {
+        Box::pin(self.call(req))
+    }
+}
+
+/// A registration that conflicts with an earlier one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("program {prog} version {vers} is already registered")]
+pub struct AlreadyRegistered {
+    /// Program number.
+    pub prog: u32,
+    /// Version number.
+    pub vers: u32,
+}
+
+/// Routes calls to registered services and builds replies. Transport-neutral.
+#[derive(Default)]
+pub struct Dispatcher {
+    programs: HashMap<u32, BTreeMap<u32, Arc<dyn DynService>>>,
+}
+
+impl std::fmt::Debug for Dispatcher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Dispatcher")
+            .field("programs", &self.registrations())
+            .finish()
+    }
+}
+
+impl Dispatcher {
+    /// An empty dispatcher: every call gets PROG_UNAVAIL.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Registers `service` for program `prog` at each of `versions`.
+    ///
+    /// Nothing is registered if any (prog, version) pair already is.
+    pub fn register<S: Service>(
+        &mut self,
+        prog: u32,
+        versions: impl IntoIterator<Item = u32>,
+        service: Arc<S>,
+    ) -> Result<&mut Self, AlreadyRegistered> {
+        let versions: Vec<u32> = versions.into_iter().collect();
+        let table = self.programs.entry(prog).or_default();
+        if let Some(&vers) = versions.iter().find(|v| table.contains_key(v)) {
+            return Err(AlreadyRegistered { prog, vers });
+        }
+        let service: Arc<dyn DynService> = service;
+        for vers in versions {
+            table.insert(vers, service.clone());
+        }
+        Ok(self)
+    }
+
+    /// Every registered (program, version) pair, sorted; what a server registers
+    /// with rpcbind.
+    pub fn registrations(&self) -> Vec<(u32, u32)> {
+        let mut out: Vec<(u32, u32)> = self
+            .programs
+            .iter()
+            .flat_map(|(&p, vs)| vs.keys().map(move |&v| (p, v)))
+            .collect();
+        out.sort_unstable();
+        out
+    }
+
+    /// Serves one call message and returns the reply message, or `None` when the
+    /// message earns no reply (it is not a decodable call header; RFC 5531 gives no
+    /// way to answer it). The reply keeps the handler's DDP-eligible items.
+    pub async fn dispatch(&self, call: Bytes) -> Option<XdrStream> {
+        let mut dec = Decoder::new(call);
+        let header = match CallHeader::decode(&mut dec) {
+            Ok(h) => h,
+            Err(e) => {
+                tracing::debug!(error = %e, "discarding message that is not a call");
+                return None;
+            }
+        };
+        let xid = header.xid;
+        let result = match self.route(&header) {
+            Ok((service, cred)) => {
+                let req = Request {
+                    xid,
+                    prog: header.prog,
+                    vers: header.vers,
+                    proc_: header.proc_,
+                    cred,
+                    raw_cred: header.cred,
+                    args: dec,
+                };
+                service.call_dyn(req).await.map_err(CallError::from)
+            }
+            Err(e) => Err(e),
+        };
+        match result {
+            Ok(results) => Some(reply_message(
+                xid,
+                &ReplyBody::accepted(crate::message::AcceptStat::SUCCESS),
+                results,
+            )),
+            Err(e) => {
+                tracing::debug!(xid = xid.0, error = %e, "call failed");
+                match Disposition::from(&e) {
+                    Disposition::Reply(body) => {
+                        Some(reply_message(xid, &body, XdrStream::default()))
+                    }
+                    Disposition::Discard | Disposition::Close => None,
+                }
+            }
+        }
+    }
+
+    /// RFC 5531 §9 checks, in libtirpc's order: RPC version, authentication, program,
+    /// version. Returns the service and the decoded credentials.
+    fn route(&self, h: &CallHeader) -> Result<(Arc<dyn DynService>, Credentials), CallError> {
+        // RFC 5531 §9: "rpcvers ... MUST be equal to 2"; otherwise RPC_MISMATCH.
+        if h.rpcvers != RPC_VERSION {
+            return Err(CallError::RpcMismatch(h.rpcvers));
+        }
+        let cred = Credentials::authenticate(&h.cred, &h.verf).map_err(CallError::Auth)?;
+        let versions = self
+            .programs
+            .get(&h.prog)
+            .filter(|v| !v.is_empty())
+            .ok_or(CallError::ProgUnavail(h.prog))?;
+        match versions.get(&h.vers) {
+            Some(s) => Ok((s.clone(), cred)),
+            None => {
+                // RFC 5531 §9: PROG_MISMATCH carries "the lowest and highest version
+                // numbers of the remote program supported".
+                let (low, high) = match (versions.keys().next(), versions.keys().next_back()) {
+                    (Some(&l), Some(&h)) => (l, h),
+                    _ => return Err(CallError::ProgUnavail(h.prog)),
+                };
+                Err(CallError::ProgMismatch(MismatchInfo { low, high }))
+            }
+        }
+    }
+}
+
+/// Prepends a reply header to encoded results, keeping their DDP-eligible items.
+pub fn reply_message(xid: Xid, body: &ReplyBody, results: XdrStream) -> XdrStream {
+    let header = ReplyHeader {
+        xid,
+        body: body.clone(),
+    };
+    prepend(|enc| header.encode(enc), results)
+}
+
+/// Encodes a header with `head`, then appends `body`: the body's inline bytes are
+/// copied after the header, its DDP-eligible items are moved (not copied) and their
+/// offsets shifted.
+pub(crate) fn prepend(head: impl FnOnce(&mut Encoder), body: XdrStream) -> XdrStream {
+    let mut enc = Encoder::with_capacity(64 + body.inline.len());
+    head(&mut enc);
+    let shift = enc.inline_len();
+    // COPY: the inline part of the results (small; bulk data travels as DDP items).
+    enc.raw(&body.inline);
+    let mut out = enc.finish();
+    out.ddp = body
+        .ddp
+        .into_iter()
+        .map(|mut item| {
+            item.inline_offset += shift;
+            item
+        })
+        .collect();
+    out
+}
+
+#[cfg(test)]
+mod tests;
