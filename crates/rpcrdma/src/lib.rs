@@ -41,7 +41,11 @@
 pub mod chunks;
 pub mod error;
 pub mod header;
+pub mod marshal;
 pub mod private_data;
+pub mod reassembly;
+pub mod rpc;
+pub mod ulb;
 pub mod validate;
 pub mod wire;
 
