@@ -39,6 +39,7 @@
 #![warn(missing_docs, unreachable_pub)]
 
 pub mod chunks;
+pub mod credits;
 pub mod error;
 pub mod header;
 pub mod marshal;
@@ -47,6 +48,7 @@ pub mod reassembly;
 pub mod rpc;
 pub mod ulb;
 pub mod validate;
+pub mod version;
 pub mod wire;
 
 #[cfg(test)]

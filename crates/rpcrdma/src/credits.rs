@@ -1,0 +1,329 @@
+//! Credit accounting (flow control of RDMA Sends).
+//!
+//! Specs: rpcrdma-v1-draft-ietf-nfsv4-rfc5666bis-04 §4.3.1 (credit limit), §4.3.3
+//! (initial connection state), §5.2.3, §7.2 (backward direction);
+//! rpcrdma-v2-draft-cel-nfsv4-rpcrdma-version-two-00 §5. Linux: `rpc_rdma.c`
+//! (`rpcrdma_update_cwnd`, credits of 0 taken as 1), `svc_rdma_sendto.c`.
+//!
+//! A connection has one requester side and one responder side per direction in use,
+//! and §7.2.1 says "forward direction credits and backward direction credits are
+//! accounted separately": [`CreditBook`] holds one [`RequesterCredits`] (our Calls)
+//! and one [`ResponderCredits`] (the peer's Calls), and a requester endpoint uses
+//! them for the forward and backward direction respectively, a responder endpoint
+//! the other way round. Nothing in one is touched by the other.
+
+use crate::error::CreditError;
+
+/// The requester's view: how many Calls it may have outstanding.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequesterCredits {
+    /// What we ask for in `rdma_credit`. Invariant: at least 1 (§7.2.1: "The
+    /// rdma_credit field in a backward direction RPC-over-RDMA message MUST NOT contain
+    /// the value zero"; a forward request of 0 would deadlock too).
+    requested: u32,
+    /// The last grant from a valid (non-error) Reply, 0 taken as 1.
+    granted: u32,
+    /// A valid Reply has been received on this connection.
+    got_reply: bool,
+    /// Calls sent and not yet completed.
+    outstanding: u32,
+}
+
+impl RequesterCredits {
+    /// A fresh connection asking for `requested` credits (Linux asks for 128).
+    pub fn new(requested: u32) -> Self {
+        RequesterCredits {
+            requested: requested.max(1),
+            granted: 1,
+            got_reply: false,
+            outstanding: 0,
+        }
+    }
+
+    /// The value to put in `rdma_credit` of our Calls.
+    pub fn requested(&self) -> u32 {
+        self.requested
+    }
+
+    /// §4.3.1: "The requester MAY dynamically adjust the requested credit value to
+    /// match its expected needs." Zero is taken as one.
+    pub fn set_requested(&mut self, n: u32) {
+        self.requested = n.max(1);
+    }
+
+    /// The current limit on outstanding Calls.
+    ///
+    /// §4.3.3: "a requester MUST NOT assume more than one credit is available, and MUST
+    /// receive a valid reply from the responder carrying the actual number of available
+    /// credits, prior to sending its next request." §4.3.1: the limit "is always the
+    /// lower of the requested and granted credit values".
+    pub fn limit(&self) -> u32 {
+        if self.got_reply {
+            self.requested.min(self.granted)
+        } else {
+            1
+        }
+    }
+
+    /// Calls in flight.
+    pub fn outstanding(&self) -> u32 {
+        self.outstanding
+    }
+
+    /// Calls that may be sent now.
+    pub fn available(&self) -> u32 {
+        self.limit().saturating_sub(self.outstanding)
+    }
+
+    /// Takes a credit to send a Call.
+    ///
+    /// §4.3.1: "The requester MUST NOT send unacknowledged requests in excess of this
+    /// granted responder credit limit."
+    pub fn try_acquire(&mut self) -> Result<(), CreditError> {
+        if self.outstanding >= self.limit() {
+            return Err(CreditError::Exhausted {
+                limit: self.limit(),
+                outstanding: self.outstanding,
+            });
+        }
+        self.outstanding += 1;
+        Ok(())
+    }
+
+    /// A valid Reply arrived granting `granted`: its Call completes and the grant is
+    /// recorded. Like Linux, a grant of 0 (which §4.3.1 forbids) is taken as 1 rather
+    /// than deadlocking.
+    pub fn handle_reply(&mut self, granted: u32) -> Result<(), CreditError> {
+        self.granted = granted.max(1);
+        self.got_reply = true;
+        self.release()
+    }
+
+    /// A Call completed without a valid Reply (RDMA_ERROR, or abandoned after the
+    /// connection was lost): its credit returns, the grant is unchanged.
+    ///
+    /// v2 draft §5: the requester assumes one credit "until it receives a non-error
+    /// RPC-over-RDMA message from the responder that reports the responder's actual
+    /// credit limit."
+    pub fn release(&mut self) -> Result<(), CreditError> {
+        if self.outstanding == 0 {
+            return Err(CreditError::NothingOutstanding);
+        }
+        self.outstanding -= 1;
+        Ok(())
+    }
+
+    /// A new connection: back to the initial state of §4.3.3 (one credit, nothing in
+    /// flight; Calls to retransmit take credits again).
+    pub fn reset(&mut self) {
+        *self = RequesterCredits::new(self.requested);
+    }
+}
+
+/// The responder's view: what to grant, never more than the Receives it has posted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResponderCredits {
+    /// The grant we want. Invariant: at least 1.
+    target: u32,
+    /// Receives posted for this direction (capacity actually in place).
+    posted: u32,
+    /// The last value sent in a Reply.
+    advertised: u32,
+}
+
+impl ResponderCredits {
+    /// A responder with `posted` Receives already posted, granting that many.
+    ///
+    /// §4.3.1: "The granted value MUST NOT be zero, since such a value would result in
+    /// deadlock."
+    pub fn new(posted: u32) -> Result<Self, CreditError> {
+        if posted == 0 {
+            return Err(CreditError::ZeroGrant);
+        }
+        Ok(ResponderCredits {
+            target: posted,
+            posted,
+            advertised: 0,
+        })
+    }
+
+    /// Changes the grant we want (§4.3.1: the responder "MAY dynamically adjust the
+    /// granted credit value"). Returns how many more Receives must be posted (and
+    /// reported with [`ResponderCredits::handle_receives_posted`]) before the increase
+    /// shows in a grant. A decrease shows in the next grant.
+    pub fn set_target(&mut self, n: u32) -> Result<u32, CreditError> {
+        if n == 0 {
+            return Err(CreditError::ZeroGrant);
+        }
+        self.target = n;
+        Ok(n.saturating_sub(self.posted))
+    }
+
+    /// The driver posted `n` more Receives.
+    pub fn handle_receives_posted(&mut self, n: u32) {
+        self.posted = self.posted.saturating_add(n);
+    }
+
+    /// The driver took `n` Receives back (after a decrease).
+    pub fn handle_receives_retired(&mut self, n: u32) {
+        self.posted = self.posted.saturating_sub(n).max(1);
+    }
+
+    /// The value for the next Reply's `rdma_credit`.
+    ///
+    /// §4.3.1: "the responder needs to ensure that a credit increase is effected (i.e.
+    /// RDMA Receives are posted) before the next reply is sent": the grant never exceeds
+    /// the Receives posted. It is never zero.
+    pub fn grant(&mut self) -> u32 {
+        let g = self.target.min(self.posted).max(1);
+        self.advertised = g;
+        g
+    }
+
+    /// The last value granted (0 before the first Reply).
+    pub fn advertised(&self) -> u32 {
+        self.advertised
+    }
+}
+
+/// The credits of one connection, per direction (§7.2.1).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CreditBook {
+    /// Our Calls to the peer (forward direction on a client, backward on a server).
+    pub ours: RequesterCredits,
+    /// The peer's Calls to us; `None` when that direction is not in use.
+    pub theirs: Option<ResponderCredits>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn s4_3_3_requester_starts_with_one_credit_until_first_reply() {
+        let mut c = RequesterCredits::new(128);
+        assert_eq!(c.requested(), 128);
+        assert_eq!(c.limit(), 1);
+        c.try_acquire().unwrap();
+        assert_eq!(
+            c.try_acquire(),
+            Err(CreditError::Exhausted {
+                limit: 1,
+                outstanding: 1
+            })
+        );
+        c.handle_reply(64).unwrap();
+        assert_eq!(c.limit(), 64);
+        assert_eq!(c.available(), 64);
+    }
+
+    #[test]
+    fn s4_3_1_outstanding_never_exceeds_min_requested_granted() {
+        let mut c = RequesterCredits::new(4);
+        c.try_acquire().unwrap();
+        c.handle_reply(64).unwrap();
+        assert_eq!(c.limit(), 4, "min(requested 4, granted 64)");
+        for _ in 0..4 {
+            c.try_acquire().unwrap();
+        }
+        assert!(matches!(
+            c.try_acquire(),
+            Err(CreditError::Exhausted { .. })
+        ));
+        c.handle_reply(2).unwrap();
+        assert_eq!(c.limit(), 2);
+        assert_eq!(c.outstanding(), 3);
+        assert_eq!(c.available(), 0, "over the new limit: wait for replies");
+        assert!(c.try_acquire().is_err());
+    }
+
+    #[test]
+    fn grant_of_zero_is_taken_as_one_like_linux() {
+        let mut c = RequesterCredits::new(128);
+        c.try_acquire().unwrap();
+        c.handle_reply(0).unwrap();
+        assert_eq!(c.limit(), 1);
+        c.try_acquire().unwrap();
+    }
+
+    #[test]
+    fn v2_s5_error_reply_does_not_end_the_initial_single_credit() {
+        let mut c = RequesterCredits::new(128);
+        c.try_acquire().unwrap();
+        c.release().unwrap(); // RDMA_ERROR
+        assert_eq!(c.limit(), 1);
+        assert_eq!(c.release(), Err(CreditError::NothingOutstanding));
+    }
+
+    #[test]
+    fn requested_credits_are_never_zero() {
+        let mut c = RequesterCredits::new(0);
+        assert_eq!(c.requested(), 1);
+        c.set_requested(0);
+        assert_eq!(c.requested(), 1);
+    }
+
+    #[test]
+    fn reset_returns_to_initial_connection_state() {
+        let mut c = RequesterCredits::new(128);
+        c.try_acquire().unwrap();
+        c.handle_reply(64).unwrap();
+        c.try_acquire().unwrap();
+        c.reset();
+        assert_eq!((c.limit(), c.outstanding()), (1, 0));
+    }
+
+    #[test]
+    fn s4_3_1_responder_never_grants_zero() {
+        assert_eq!(ResponderCredits::new(0), Err(CreditError::ZeroGrant));
+        let mut r = ResponderCredits::new(64).unwrap();
+        assert_eq!(r.set_target(0), Err(CreditError::ZeroGrant));
+        r.handle_receives_retired(1000);
+        assert_eq!(r.grant(), 1);
+    }
+
+    #[test]
+    fn s4_3_1_credit_increase_is_effective_before_the_reply_that_announces_it() {
+        let mut r = ResponderCredits::new(64).unwrap();
+        assert_eq!(r.grant(), 64);
+        assert_eq!(r.set_target(128), Ok(64), "post 64 more receives first");
+        assert_eq!(
+            r.grant(),
+            64,
+            "not announced before the receives are posted"
+        );
+        r.handle_receives_posted(32);
+        assert_eq!(r.grant(), 96);
+        r.handle_receives_posted(32);
+        assert_eq!(r.grant(), 128);
+        assert_eq!(r.advertised(), 128);
+    }
+
+    #[test]
+    fn responder_decrease_shows_in_next_grant() {
+        let mut r = ResponderCredits::new(64).unwrap();
+        assert_eq!(r.set_target(8), Ok(0));
+        assert_eq!(r.grant(), 8);
+    }
+
+    #[test]
+    fn s7_2_1_forward_and_backward_credits_are_accounted_separately() {
+        let mut book = CreditBook {
+            ours: RequesterCredits::new(128),
+            theirs: Some(ResponderCredits::new(2).unwrap()),
+        };
+        // Forward Call and Reply.
+        book.ours.try_acquire().unwrap();
+        book.ours.handle_reply(64).unwrap();
+        // Backward Calls arrive and are answered with backward grants.
+        let backward = book.theirs.as_mut().unwrap();
+        assert_eq!(backward.grant(), 2);
+        assert_eq!(
+            book.ours.limit(),
+            64,
+            "backward grant does not touch forward"
+        );
+        book.ours.try_acquire().unwrap();
+        assert_eq!(book.theirs.as_mut().unwrap().grant(), 2);
+    }
+}
