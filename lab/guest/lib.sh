@@ -74,15 +74,19 @@ lab_wait_for() {
   done
 }
 
-# lab_rdma_up: load siw (LAB_SIW=stock|patched) and the NFS/RDMA modules,
-# and create siw devices on eth0 and lo.
+# lab_rdma_up: load siw and the NFS/RDMA modules, and create siw devices on
+# eth0 and lo. LAB_SIW picks the siw build: stock (default), patched (the
+# accept-race fix, lab/patches/), crc (asks for MPA CRC on every connection).
 lab_rdma_up() {
   local m
-  if [ "${LAB_SIW:-stock}" = patched ]; then
-    modprobe ib_core && modprobe libcrc32c && insmod /lib/modules/siw-patched.ko || return 1
-  else
-    modprobe siw || return 1
-  fi
+  case ${LAB_SIW:-stock} in
+    stock) modprobe siw || return 1 ;;
+    patched | crc)
+      modprobe ib_core && modprobe libcrc32c && insmod "/lib/modules/siw-$LAB_SIW.ko" || return 1
+      ;;
+    *) lab_log "unknown LAB_SIW=$LAB_SIW" && return 1 ;;
+  esac
+  record siw "${LAB_SIW:-stock}"
   for m in rpcrdma nfsv3 nfsv4 nfsd rdma_ucm ib_uverbs; do modprobe $m || return 1; done
   rdma link add siw0 type siw netdev eth0 || return 1
   rdma link add siw_lo type siw netdev lo || return 1

@@ -11,7 +11,11 @@
 //!   heuristically from them, so without them nothing decodes);
 //! - every TCP segment with payload on an RDMA port belongs to a decoded MPA
 //!   frame (decoded itself, or reassembled into a later decoded frame);
-//! - every FPDU carries a DDP/RDMAP header, and when CRC is on, its CRC is good;
+//! - every FPDU carries a DDP/RDMAP header; when CRC is on, its CRC is good,
+//!   and when off, the CRC field is zero;
+//! - every complete Send message decodes as RPC-over-RDMA (on an NFS/RDMA
+//!   connection nothing else is sent), and there is no Terminate or
+//!   RDMA_ERROR unless the scenario allows it;
 //! - no frame is malformed at the MPA, DDP/RDMAP or RPC-over-RDMA layer.
 //!   Malformation above RPC-over-RDMA (NFS) can be tolerated: tshark 4.0 shows
 //!   "[Malformed Packet]" for NFSv3 READ replies whose data went in a Write
@@ -36,6 +40,10 @@ pub struct CaptureCheck {
     pub crc: Option<bool>,
     /// Tolerate malformed frames above RPC-over-RDMA (see module docs).
     pub tolerate_upper_layer_malformed: bool,
+    /// Accept RDMAP Terminate messages (a scenario provoking errors).
+    pub allow_terminate: bool,
+    /// Accept RDMA_ERROR replies (a scenario sending bad headers on purpose).
+    pub allow_rdma_error: bool,
 }
 
 impl CaptureCheck {
@@ -47,6 +55,8 @@ impl CaptureCheck {
             min_rpcordma: 1,
             crc: None,
             tolerate_upper_layer_malformed: true,
+            allow_terminate: false,
+            allow_rdma_error: false,
         }
     }
 }
@@ -64,7 +74,7 @@ pub struct CaptureReport {
     pub mpa_replies: usize,
     /// FPDUs decoded.
     pub fpdus: usize,
-    /// FPDUs whose CRC was checked (non-zero CRC field).
+    /// FPDUs sent with CRC on (tshark checked each one).
     pub fpdus_with_crc: usize,
     /// RDMAP operations by name.
     pub rdmap_ops: BTreeMap<String, usize>,
@@ -106,7 +116,8 @@ impl fmt::Display for CaptureReport {
     }
 }
 
-/// Fields asked of tshark, one column each, in this order.
+/// Fields asked of tshark, one column each, in this order (the analysis
+/// indexes columns by position: append, do not insert).
 const FIELDS: &[&str] = &[
     "frame.number",
     "tcp.srcport",
@@ -122,6 +133,7 @@ const FIELDS: &[&str] = &[
     "iwarp_rdma.opcode",
     "rpcordma.msg_type",
     "_ws.expert.message",
+    "iwarp_ddp.last_flag",
 ];
 
 /// Decode `pcap` with `tshark` and check it against `check`. `Ok` only if
@@ -173,7 +185,11 @@ pub fn analyze_capture(
             String::from_utf8_lossy(&out.stderr)
         )));
     }
-    Ok(analyze_fields(&String::from_utf8_lossy(&out.stdout), check))
+    let mut report = analyze_fields(&String::from_utf8_lossy(&out.stdout), check);
+    if report.fpdus_with_crc > 0 {
+        report.problems.extend(bad_crcs(tshark, pcap)?);
+    }
+    Ok(report)
 }
 
 /// Layers at or below RPC-over-RDMA: malformation here is never tolerated.
@@ -220,10 +236,31 @@ fn analyze_fields(text: &str, check: &CaptureCheck) -> CaptureReport {
                 ops.len()
             ));
         }
-        for op in ops {
+        let last = list(14);
+        let mut complete_sends = 0;
+        for (i, op) in ops.iter().enumerate() {
+            let code = parse_u32(op);
+            let is_last = matches!(last.get(i), Some(&"1") | Some(&"True"));
+            if matches!(code, Some(3..=6)) && is_last {
+                complete_sends += 1;
+            }
+            if code == Some(7) && !check.allow_terminate {
+                r.problems.push(format!("frame {frame}: RDMAP Terminate"));
+            }
             *r.rdmap_ops.entry(rdmap_op_name(op)).or_default() += 1;
         }
-        for t in list(12) {
+        let types = list(12);
+        if types.len() < complete_sends {
+            r.problems.push(format!(
+                "frame {frame}: {complete_sends} complete Send(s) but {} RPC-over-RDMA header(s) \
+                 decoded",
+                types.len()
+            ));
+        }
+        for t in types {
+            if parse_u32(t) == Some(4) && !check.allow_rdma_error {
+                r.problems.push(format!("frame {frame}: RDMA_ERROR"));
+            }
             *r.rpcordma.entry(rpcordma_type_name(t)).or_default() += 1;
         }
         if let Some(i) = protocols.iter().position(|p| *p == "_ws.malformed") {
@@ -257,30 +294,61 @@ fn analyze_fields(text: &str, check: &CaptureCheck) -> CaptureReport {
     r
 }
 
-/// CRC rules per FPDU: field value (`crc`) vs tshark's computed (`crc_check`).
-fn check_crcs(frame: u64, crc: &[&str], calc: &[&str], want: Option<bool>, r: &mut CaptureReport) {
-    for (i, c) in crc.iter().enumerate() {
-        let val = parse_u32(c);
-        let on = val != Some(0);
-        if on {
-            r.fpdus_with_crc += 1;
-        }
-        match want {
-            Some(true) if !on => r.problems.push(format!("frame {frame}: FPDU without CRC")),
-            Some(false) if on => r
-                .problems
-                .push(format!("frame {frame}: CRC {c} not negotiated")),
-            _ => {}
-        }
-        if on {
-            match calc.get(i).and_then(|x| parse_u32(x)) {
-                Some(good) if Some(good) == val => {}
-                other => r.problems.push(format!(
-                    "frame {frame}: bad MPA CRC {c}, tshark computes {other:?}"
-                )),
-            }
+/// CRC rules per FPDU. tshark 4.0 puts a CRC-off FPDU's CRC field in
+/// `iwarp_mpa.crc` and a CRC-on FPDU's in `iwarp_mpa.crc_check` (whose value
+/// is the received CRC; whether it is good only shows in the text, see
+/// [`parse_bad_crcs`]).
+fn check_crcs(frame: u64, off: &[&str], on: &[&str], want: Option<bool>, r: &mut CaptureReport) {
+    r.fpdus_with_crc += on.len();
+    if want == Some(true) && !off.is_empty() {
+        r.problems
+            .push(format!("frame {frame}: {} FPDU(s) without CRC", off.len()));
+    }
+    if want == Some(false) && !on.is_empty() {
+        r.problems.push(format!(
+            "frame {frame}: {} FPDU(s) with CRC, which was not wanted",
+            on.len()
+        ));
+    }
+    for c in off {
+        if parse_u32(c) != Some(0) {
+            r.problems.push(format!(
+                "frame {frame}: CRC is off but the CRC field is {c}, not zero"
+            ));
         }
     }
+}
+
+/// Frames whose MPA CRC tshark found bad, from `tshark -O iwarp_mpa` text.
+fn parse_bad_crcs(text: &str) -> Vec<String> {
+    let mut frame = "?";
+    let mut bad = Vec::new();
+    for line in text.lines() {
+        if let Some(rest) = line.strip_prefix("Frame ") {
+            frame = rest.split(':').next().unwrap_or("?");
+        } else if line.contains("Bad CRC32") {
+            bad.push(format!("frame {frame}: {}", line.trim()));
+        }
+    }
+    bad
+}
+
+/// Run tshark's verbose MPA output and list bad CRCs.
+fn bad_crcs(tshark: &Path, pcap: &Path) -> Result<Vec<String>, LabError> {
+    let out = Command::new(tshark)
+        .args([
+            "-n",
+            "-2",
+            "-O",
+            "iwarp_mpa",
+            "-Y",
+            "iwarp_mpa.crc_check",
+            "-r",
+        ])
+        .arg(pcap)
+        .output()
+        .map_err(|e| LabError::Tshark(format!("cannot run {}: {e}", tshark.display())))?;
+    Ok(parse_bad_crcs(&String::from_utf8_lossy(&out.stdout)))
 }
 
 fn parse_u32(s: &str) -> Option<u32> {
@@ -434,14 +502,55 @@ mod tests {
     }
 
     #[test]
+    fn send_without_rpcordma_and_terminate_are_problems() {
+        let mut s = clean_capture();
+        let ddp = "eth:ethertype:ip:tcp:iwarp_mpa:iwarp_ddp_rdmap";
+        // A complete Send (last flag set) that did not decode as RPC-over-RDMA.
+        s += &row(&[
+            "6", "700", "20049", "60", ddp, "", "", "", "40", "0", "", "3", "", "", "1",
+        ]);
+        // A middle segment of a Send: fine on its own.
+        s += &row(&[
+            "7", "700", "20049", "60", ddp, "", "", "", "40", "0", "", "3", "", "", "0",
+        ]);
+        s += &row(&[
+            "8", "700", "20049", "60", ddp, "", "", "", "40", "0", "", "7",
+        ]);
+        let r = analyze_fields(&s, &CaptureCheck::nfs_rdma());
+        assert_eq!(r.problems.len(), 2, "{r}");
+        assert!(r.problems[0].contains("frame 6"), "{r}");
+        assert!(r.problems[1].contains("frame 8: RDMAP Terminate"), "{r}");
+        let allow = CaptureCheck {
+            allow_terminate: true,
+            ..CaptureCheck::nfs_rdma()
+        };
+        assert_eq!(analyze_fields(&s, &allow).problems.len(), 1);
+    }
+
+    #[test]
     fn crc_rules() {
         let mut r = CaptureReport::default();
-        check_crcs(1, &["0x12345678"], &["0x12345678"], Some(true), &mut r);
-        assert!(r.problems.is_empty());
-        check_crcs(2, &["0x12345678"], &["0x87654321"], None, &mut r);
-        check_crcs(3, &["0x00000000"], &[], Some(true), &mut r);
-        check_crcs(4, &["0x12345678"], &["0x12345678"], Some(false), &mut r);
+        check_crcs(1, &[], &["0x12345678"], Some(true), &mut r);
+        check_crcs(2, &["0x00000000"], &[], Some(false), &mut r);
+        check_crcs(3, &[], &["0x12345678"], None, &mut r);
+        assert!(r.problems.is_empty(), "{r}");
+        check_crcs(4, &["0x00000000"], &[], Some(true), &mut r);
+        check_crcs(5, &[], &["0x12345678"], Some(false), &mut r);
+        check_crcs(6, &["0x00000001"], &[], None, &mut r);
         assert_eq!(r.problems.len(), 3, "{r}");
         assert_eq!(r.fpdus_with_crc, 3);
+    }
+
+    #[test]
+    fn bad_crcs_are_found_in_verbose_text() {
+        let text = "Frame 9: 198 bytes on wire\n    CRC check: 0xf058d1e3 (Good CRC32)\n\
+                    Frame 10: 198 bytes on wire\n        \
+                    CRC check: 0x00a16005 (Bad CRC32, should be 0x00a160fa)\n";
+        let bad = parse_bad_crcs(text);
+        assert_eq!(bad.len(), 1);
+        assert!(
+            bad[0].starts_with("frame 10: CRC check: 0x00a16005"),
+            "{bad:?}"
+        );
     }
 }

@@ -1,6 +1,6 @@
-//! The harness itself: a failing guest step is reported by name, and the
-//! guest's kernel log is saved. (A lab that could not fail would prove
-//! nothing.)
+//! The harness itself: a host binary built by cargo runs in the guest, a
+//! failing guest step is reported by name, and the guest's kernel log is
+//! saved. (A lab that could not fail would prove nothing.)
 
 use lab::{GuestScript, Lab, StepStatus};
 
@@ -13,9 +13,13 @@ fn failing_guest_step_is_named_and_dmesg_is_saved() {
         ". /share/lib.sh\n\
          step rdma_up lab_rdma_up\n\
          record kernel \"$(uname -r)\"\n\
+         step host_binary_runs /share/bin/selftest --list\n\
          step must_fail sh -c 'echo this step fails on purpose; exit 7'\n\
          step never_reached true\n",
-    );
+    )
+    // This very test binary: a dynamically linked cargo build, like our
+    // servers will be.
+    .binary("selftest", std::env::current_exe().expect("current exe"));
     let outcome = lab.guest(script).run().unwrap_or_else(|e| panic!("{e}"));
     let failure = outcome.failure().expect("the run must fail");
     assert_eq!(
@@ -29,12 +33,21 @@ fn failing_guest_step_is_named_and_dmesg_is_saved() {
         StepStatus::Failed(7)
     );
     assert_eq!(outcome.step("rdma_up").unwrap().status, StepStatus::Passed);
+    assert_eq!(
+        outcome.step("host_binary_runs").unwrap().status,
+        StepStatus::Passed
+    );
     assert!(outcome.step("never_reached").is_none());
     assert_eq!(outcome.value("kernel"), Some(lab.kernel_version()));
 
     let report = outcome.report();
     assert!(report.contains("step `must_fail` failed"), "{report}");
     assert!(report.contains("this step fails on purpose"), "{report}");
+    // The guest ran our binary: its test list is in the guest's log.
+    assert!(
+        report.contains("failing_guest_step_is_named_and_dmesg_is_saved: test"),
+        "{report}"
+    );
     let dmesg = std::fs::read_to_string(outcome.share_file("dmesg.txt")).expect("dmesg saved");
     assert!(dmesg.contains("siw"), "dmesg lacks siw messages:\n{dmesg}");
     assert!(report.contains("guest dmesg"), "{report}");
