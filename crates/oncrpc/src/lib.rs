@@ -10,7 +10,7 @@
 //! ```
 //!
 //! Sans-IO modules (no tokio, no sockets, no clock): [`message`], [`auth`],
-//! [`record`], [`service`], [`error`]. Drivers: `server`, `client`, `tcp`, `rpcbind`.
+//! [`record`], [`service`], [`error`]. Drivers (tokio): [`server`], [`client`], [`tcp`], [`rpcbind`].
 //! A call enters the server as `Bytes` (a whole record, or an RPC-over-RDMA payload)
 //! and its reply leaves as an [`xdr::XdrStream`], so that an RDMA transport can
 //! reduce DDP-eligible results instead of copying them.
@@ -22,12 +22,17 @@
 #![warn(missing_docs, unreachable_pub)]
 
 pub mod auth;
+pub mod client;
 pub mod error;
 pub mod message;
 pub mod record;
+pub mod rpcbind;
+pub mod server;
 pub mod service;
+pub mod tcp;
 mod wire_enum;
 
+pub use client::{Client, ClientConfig, ClientError, Reply, Transport};
 pub use auth::{AuthFlavor, AuthStat, AuthSysParms, Credentials, OpaqueAuth};
 pub use error::{CallError, Disposition, Scope, ServiceError};
 pub use message::{
@@ -35,4 +40,7 @@ pub use message::{
     ReplyBody, ReplyHeader, ReplyStat, Xid,
 };
 pub use record::{RecordDecoder, RecordError};
+pub use rpcbind::{Registrar, RpcbindVersion};
+pub use server::{Server, ServerConfig};
 pub use service::{Dispatcher, Request, Service, ServiceResult};
+pub use tcp::TcpTransport;

@@ -1,0 +1,344 @@
+//! Async client: XID allocation, many calls in flight on one connection, per-call
+//! timeouts, reconnect with retransmission of outstanding calls under the same XID.
+//!
+//! The client runs over any [`Transport`]: TCP ([`crate::tcp::TcpTransport`]) first,
+//! RPC-over-RDMA second. A transport connects and hands back a sender and a receiver
+//! of whole RPC messages.
+//!
+//! One driver task per [`Client`] owns the connection and the table of outstanding
+//! calls. A reader task per connection forwards received replies to it. When the
+//! connection breaks, the driver reconnects (with exponential backoff) as long as calls
+//! are outstanding and sends every one of them again with its original XID: RFC 5531
+//! §9 lets the server's duplicate request cache recognise a retransmission by its xid.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::io;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
+use xdr::{Decoder, Encode, XdrStream};
+
+use crate::auth::OpaqueAuth;
+use crate::message::{
+    peek_xid_and_type, AcceptedStatus, CallHeader, HeaderError, MsgType, RejectedReply,
+    ReplyBody, ReplyHeader, Xid,
+};
+use crate::service::prepend;
+
+/// A way to reach an RPC server: connects and yields a sender and a receiver of
+/// whole RPC messages (records on TCP, RPC-over-RDMA messages on RDMA).
+pub trait Transport: Send + Sync + 'static {
+    /// The sending half of a connection.
+    type Sender: RecordSender;
+    /// The receiving half of a connection.
+    type Receiver: RecordReceiver;
+    /// Opens a new connection.
+    fn connect(&self) -> impl Future<Output = io::Result<(Self::Sender, Self::Receiver)>> + Send;
+}
+
+/// Sends whole RPC messages.
+pub trait RecordSender: Send + 'static {
+    /// Sends one message. DDP-eligible items may be moved without copying.
+    fn send(&mut self, msg: &XdrStream) -> impl Future<Output = io::Result<()>> + Send;
+}
+
+/// Receives whole RPC messages.
+pub trait RecordReceiver: Send + 'static {
+    /// The next message; `Ok(None)` when the peer closed the connection.
+    fn recv(&mut self) -> impl Future<Output = io::Result<Option<Bytes>>> + Send;
+}
+
+/// Client settings.
+#[derive(Debug, Clone)]
+pub struct ClientConfig {
+    /// Default time a call may take, retransmissions included.
+    pub timeout: Duration,
+    /// Delay before the first reconnect attempt; doubles up to `max_reconnect_delay`.
+    pub reconnect_delay: Duration,
+    /// Longest delay between reconnect attempts.
+    pub max_reconnect_delay: Duration,
+    /// Credential sent with every call.
+    pub cred: OpaqueAuth,
+}
+
+impl Default for ClientConfig {
+    fn default() -> Self {
+        ClientConfig {
+            timeout: Duration::from_secs(30),
+            reconnect_delay: Duration::from_millis(50),
+            max_reconnect_delay: Duration::from_secs(5),
+            cred: OpaqueAuth::none(),
+        }
+    }
+}
+
+/// Why a call did not return results.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ClientError {
+    /// No reply within the call's timeout.
+    #[error("call timed out")]
+    Timeout,
+    /// The client's driver is gone (the runtime is shutting down).
+    #[error("client driver stopped")]
+    DriverGone,
+    /// The server accepted the call but did not return SUCCESS.
+    #[error("call failed: {0:?}")]
+    Accepted(AcceptedStatus),
+    /// The server rejected the call (RPC_MISMATCH or AUTH_ERROR).
+    #[error("call rejected: {0:?}")]
+    Rejected(RejectedReply),
+    /// The reply header does not decode.
+    #[error("malformed reply: {0}")]
+    BadReply(#[from] HeaderError),
+}
+
+/// A successful reply.
+#[derive(Debug)]
+pub struct Reply {
+    /// Transaction id of the call.
+    pub xid: Xid,
+    /// The server's verifier.
+    pub verf: OpaqueAuth,
+    /// The procedure's results, positioned at their first byte.
+    pub results: Decoder,
+}
+
+enum Cmd {
+    Call {
+        xid: Xid,
+        msg: XdrStream,
+        reply: oneshot::Sender<Bytes>,
+    },
+    Cancel(Xid),
+}
+
+/// An RPC client over one connection. Cheap to clone; clones share the connection.
+#[derive(Debug, Clone)]
+pub struct Client {
+    cmds: mpsc::UnboundedSender<Cmd>,
+    next_xid: Arc<AtomicU32>,
+    config: Arc<ClientConfig>,
+}
+
+impl Client {
+    /// Starts a client (its driver task) on the current tokio runtime. It connects
+    /// lazily, at the first call.
+    pub fn new<T: Transport>(transport: T, config: ClientConfig) -> Self {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let driver = Driver {
+            transport,
+            cmds: rx,
+            pending: HashMap::new(),
+            sender: None,
+            generation: 0,
+            backoff: config.reconnect_delay,
+            next_connect: Instant::now(),
+            config: config.clone(),
+        };
+        tokio::spawn(driver.run());
+        Client {
+            cmds: tx,
+            next_xid: Arc::new(AtomicU32::new(initial_xid())),
+            config: Arc::new(config),
+        }
+    }
+
+    /// Calls `proc_` of (`prog`, `vers`) with encoded arguments, with the default
+    /// timeout.
+    pub async fn call(
+        &self,
+        prog: u32,
+        vers: u32,
+        proc_: u32,
+        args: XdrStream,
+    ) -> Result<Reply, ClientError> {
+        self.call_with_timeout(prog, vers, proc_, args, self.config.timeout)
+            .await
+    }
+
+    /// Like [`Client::call`] with an explicit timeout.
+    pub async fn call_with_timeout(
+        &self,
+        prog: u32,
+        vers: u32,
+        proc_: u32,
+        args: XdrStream,
+        timeout: Duration,
+    ) -> Result<Reply, ClientError> {
+        let xid = Xid(self.next_xid.fetch_add(1, Ordering::Relaxed));
+        let header = CallHeader::new(xid, prog, vers, proc_, self.config.cred.clone());
+        let msg = prepend(|enc| header.encode(enc), args);
+        let (tx, rx) = oneshot::channel();
+        self.cmds
+            .send(Cmd::Call { xid, msg, reply: tx })
+            .map_err(|_| ClientError::DriverGone)?;
+        let bytes = match tokio::time::timeout(timeout, rx).await {
+            Ok(Ok(b)) => b,
+            Ok(Err(_)) => return Err(ClientError::DriverGone),
+            Err(_) => {
+                let _ = self.cmds.send(Cmd::Cancel(xid));
+                tracing::debug!(xid = xid.0, "call timed out");
+                return Err(ClientError::Timeout);
+            }
+        };
+        let mut dec = Decoder::new(bytes);
+        let reply = ReplyHeader::decode(&mut dec)?;
+        match reply.body {
+            ReplyBody::Accepted {
+                verf,
+                status: AcceptedStatus::Success,
+            } => Ok(Reply {
+                xid,
+                verf,
+                results: dec,
+            }),
+            ReplyBody::Accepted { status, .. } => Err(ClientError::Accepted(status)),
+            ReplyBody::Denied(r) => Err(ClientError::Rejected(r)),
+        }
+    }
+}
+
+/// A starting XID that differs between processes and runs, so a restarted client does
+/// not reuse the xids of its previous life (which a server's DRC may still hold).
+fn initial_xid() -> u32 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos() ^ (d.as_secs() as u32))
+        .unwrap_or(0);
+    nanos ^ std::process::id().rotate_left(16)
+}
+
+struct Driver<T: Transport> {
+    transport: T,
+    cmds: mpsc::UnboundedReceiver<Cmd>,
+    /// Outstanding calls: the encoded call (kept for retransmission) and the waiter.
+    pending: HashMap<Xid, (XdrStream, oneshot::Sender<Bytes>)>,
+    sender: Option<T::Sender>,
+    /// Incremented at each connection, to ignore the end of stale readers.
+    generation: u64,
+    backoff: Duration,
+    next_connect: Instant,
+    config: ClientConfig,
+}
+
+enum Event {
+    Reply(Bytes),
+    Closed(u64),
+}
+
+impl<T: Transport> Driver<T> {
+    async fn run(mut self) {
+        let (ev_tx, mut ev_rx) = mpsc::unbounded_channel::<Event>();
+        loop {
+            let want_connect = self.sender.is_none() && !self.pending.is_empty();
+            if want_connect && Instant::now() >= self.next_connect {
+                self.connect(&ev_tx).await;
+                continue;
+            }
+            tokio::select! {
+                cmd = self.cmds.recv() => match cmd {
+                    None => return, // every Client handle is gone
+                    Some(Cmd::Call { xid, msg, reply }) => {
+                        if self.pending.contains_key(&xid) {
+                            // Only after 2^32 calls with one still outstanding.
+                            tracing::warn!(xid = xid.0, "xid still outstanding; call dropped");
+                            continue;
+                        }
+                        let ok = match &mut self.sender {
+                            Some(s) => s.send(&msg).await.is_ok(),
+                            None => true,
+                        };
+                        self.pending.insert(xid, (msg, reply));
+                        if !ok {
+                            self.disconnect("send failed");
+                        }
+                    }
+                    Some(Cmd::Cancel(xid)) => {
+                        self.pending.remove(&xid);
+                    }
+                },
+                ev = ev_rx.recv() => match ev {
+                    Some(Event::Reply(bytes)) => self.reply(bytes),
+                    Some(Event::Closed(g)) if g == self.generation => {
+                        self.disconnect("connection closed");
+                    }
+                    _ => {}
+                },
+                _ = tokio::time::sleep_until(self.next_connect), if want_connect => {}
+            }
+        }
+    }
+
+    fn reply(&mut self, bytes: Bytes) {
+        match peek_xid_and_type(&bytes) {
+            Some((xid, MsgType::REPLY)) => match self.pending.remove(&xid) {
+                Some((_, waiter)) => {
+                    let _ = waiter.send(bytes);
+                }
+                None => tracing::debug!(xid = xid.0, "reply to no outstanding call"),
+            },
+            _ => tracing::debug!(len = bytes.len(), "discarding message that is not a reply"),
+        }
+    }
+
+    fn disconnect(&mut self, why: &str) {
+        if self.sender.take().is_some() {
+            tracing::info!(why, outstanding = self.pending.len(), "disconnected");
+            self.next_connect = Instant::now();
+        }
+    }
+
+    async fn connect(&mut self, ev_tx: &mpsc::UnboundedSender<Event>) {
+        match self.transport.connect().await {
+            Ok((mut sender, mut receiver)) => {
+                self.generation += 1;
+                self.backoff = self.config.reconnect_delay;
+                let generation = self.generation;
+                let ev_tx = ev_tx.clone();
+                tokio::spawn(async move {
+                    loop {
+                        match receiver.recv().await {
+                            Ok(Some(msg)) => {
+                                if ev_tx.send(Event::Reply(msg)).is_err() {
+                                    return;
+                                }
+                            }
+                            Ok(None) => break,
+                            Err(e) => {
+                                tracing::debug!(error = %e, "receive failed");
+                                break;
+                            }
+                        }
+                    }
+                    let _ = ev_tx.send(Event::Closed(generation));
+                });
+                // Retransmit every outstanding call, oldest xid first, same xid.
+                let mut xids: Vec<Xid> = self.pending.keys().copied().collect();
+                xids.sort_unstable();
+                tracing::info!(retransmitting = xids.len(), "connected");
+                for xid in xids {
+                    let Some((msg, _)) = self.pending.get(&xid) else {
+                        continue;
+                    };
+                    if let Err(e) = sender.send(msg).await {
+                        tracing::debug!(error = %e, "retransmission failed");
+                        self.next_connect = Instant::now() + self.backoff;
+                        return;
+                    }
+                }
+                self.sender = Some(sender);
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, delay = ?self.backoff, "connect failed");
+                self.next_connect = Instant::now() + self.backoff;
+                self.backoff = (self.backoff * 2).min(self.config.max_reconnect_delay);
+            }
+        }
+    }
+}

@@ -1,0 +1,186 @@
+//! Async TCP server: accepts connections, reads records (RFC 5531 §11), runs calls
+//! concurrently through the [`Dispatcher`], writes replies as they complete (possibly
+//! out of order; RFC 5531 §9: the xid is how a client matches them), and shuts down
+//! gracefully: no new calls are read, calls in flight finish and their replies are
+//! sent, then connections close. Optionally registers its programs with rpcbind on
+//! start and unregisters them on shutdown.
+
+use std::future::Future;
+use std::io;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use bytes::BytesMut;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, watch, Semaphore};
+use tokio::task::JoinSet;
+use xdr::XdrStream;
+
+use crate::record::RecordDecoder;
+use crate::rpcbind::{Registrar, NETID_TCP};
+use crate::service::Dispatcher;
+use crate::tcp::{close_write, read_record, write_record, DEFAULT_MAX_FRAGMENT, DEFAULT_MAX_RECORD};
+
+/// Server settings.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    /// Largest call record accepted; a peer announcing more loses its connection.
+    pub max_record: usize,
+    /// Largest fragment in replies.
+    pub max_fragment: usize,
+    /// Calls served concurrently per connection; further calls wait to be read.
+    pub max_in_flight: usize,
+    /// Register with this rpcbind on start, unregister on shutdown.
+    pub rpcbind: Option<Registrar>,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            max_record: DEFAULT_MAX_RECORD,
+            max_fragment: DEFAULT_MAX_FRAGMENT,
+            max_in_flight: 128,
+            rpcbind: None,
+        }
+    }
+}
+
+/// A TCP ONC RPC server.
+#[derive(Debug)]
+pub struct Server {
+    dispatcher: Arc<Dispatcher>,
+    config: ServerConfig,
+}
+
+impl Server {
+    /// A server for the programs registered on `dispatcher`.
+    pub fn new(dispatcher: Dispatcher, config: ServerConfig) -> Self {
+        Server {
+            dispatcher: Arc::new(dispatcher),
+            config,
+        }
+    }
+
+    /// Serves on `listener` until `shutdown` completes, then finishes the calls in
+    /// flight, closes every connection and returns.
+    ///
+    /// With [`ServerConfig::rpcbind`] set, registers every (program, version) for
+    /// netid "tcp" at the listener's port first (an error if rpcbind refuses), and
+    /// unregisters them at the end.
+    pub async fn serve(
+        self,
+        listener: TcpListener,
+        shutdown: impl Future<Output = ()>,
+    ) -> io::Result<()> {
+        let local = listener.local_addr()?;
+        let registrations = self.dispatcher.registrations();
+        if let Some(r) = &self.config.rpcbind {
+            r.set_all(&registrations, NETID_TCP, local).await?;
+        }
+        tracing::info!(%local, programs = ?registrations, "serving");
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let mut conns = JoinSet::new();
+        tokio::pin!(shutdown);
+        loop {
+            tokio::select! {
+                _ = &mut shutdown => break,
+                accepted = listener.accept() => match accepted {
+                    Ok((stream, peer)) => {
+                        let _ = stream.set_nodelay(true);
+                        conns.spawn(connection(
+                            stream,
+                            peer,
+                            self.dispatcher.clone(),
+                            self.config.clone(),
+                            stop_rx.clone(),
+                        ));
+                    }
+                    Err(e) => tracing::warn!(error = %e, "accept failed"),
+                },
+                Some(_) = conns.join_next(), if !conns.is_empty() => {}
+            }
+        }
+        tracing::info!(connections = conns.len(), "shutting down");
+        drop(listener);
+        let _ = stop_tx.send(true);
+        while conns.join_next().await.is_some() {}
+        if let Some(r) = &self.config.rpcbind {
+            r.unset_all(&registrations, NETID_TCP, local).await?;
+        }
+        tracing::info!("shut down");
+        Ok(())
+    }
+}
+
+/// Aborts a task when dropped, so that aborting a connection aborts its writer.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+async fn connection(
+    stream: TcpStream,
+    peer: SocketAddr,
+    dispatcher: Arc<Dispatcher>,
+    config: ServerConfig,
+    mut stop: watch::Receiver<bool>,
+) {
+    tracing::debug!(%peer, "connection opened");
+    let (mut rd, mut wr) = stream.into_split();
+    let max_in_flight = config.max_in_flight.max(1);
+    let (tx, mut rx) = mpsc::channel::<XdrStream>(max_in_flight);
+    let max_fragment = config.max_fragment;
+    let writer = AbortOnDrop(tokio::spawn(async move {
+        while let Some(reply) = rx.recv().await {
+            if let Err(e) = write_record(&mut wr, &reply, max_fragment).await {
+                tracing::debug!(%peer, error = %e, "write failed");
+                return;
+            }
+        }
+        close_write(&mut wr).await;
+    }));
+    let permits = Arc::new(Semaphore::new(max_in_flight));
+    let mut calls = JoinSet::new();
+    let mut dec = RecordDecoder::new(config.max_record);
+    let mut buf = BytesMut::new();
+    loop {
+        let record = tokio::select! {
+            biased;
+            _ = stop.wait_for(|s| *s) => break,
+            r = read_record(&mut rd, &mut dec, &mut buf) => r,
+        };
+        match record {
+            Ok(Some(call)) => {
+                let Ok(permit) = permits.clone().acquire_owned().await else {
+                    break;
+                };
+                let dispatcher = dispatcher.clone();
+                let tx = tx.clone();
+                calls.spawn(async move {
+                    if let Some(reply) = dispatcher.dispatch(call).await {
+                        let _ = tx.send(reply).await;
+                    }
+                    drop(permit);
+                });
+                while calls.try_join_next().is_some() {}
+            }
+            Ok(None) => break,
+            Err(e) => {
+                // RFC 5531 §11 offers no resynchronisation: a broken record stream
+                // (e.g. a record over our maximum) closes the connection at once.
+                tracing::warn!(%peer, error = %e, "closing connection");
+                calls.abort_all();
+                return;
+            }
+        }
+    }
+    // Graceful end: finish the calls in flight, send their replies, then FIN.
+    while calls.join_next().await.is_some() {}
+    drop(tx);
+    let mut writer = writer;
+    let _ = (&mut writer.0).await;
+    tracing::debug!(%peer, "connection closed");
+}

@@ -1,0 +1,163 @@
+//! TCP driver pieces: reading records and writing framed messages over tokio streams,
+//! and the client's TCP [`Transport`](crate::client::Transport).
+//!
+//! RFC 5531 §11 record marking is done by the sans-IO [`crate::record`] module; this
+//! module only moves bytes. `io::Error` lives here and in the other drivers.
+
+use std::collections::VecDeque;
+use std::io::{self, IoSlice};
+use std::net::SocketAddr;
+
+use bytes::{Buf, Bytes, BytesMut};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::TcpStream;
+use xdr::XdrStream;
+
+use crate::client::{RecordReceiver, RecordSender, Transport};
+use crate::record::{frame, RecordDecoder};
+
+/// Largest buffer reservation for one read. With [`RecordDecoder::bytes_wanted`] this
+/// bounds what a peer can make us allocate ahead of the bytes it actually sends.
+const READ_CHUNK: usize = 64 * 1024;
+
+/// Default largest record accepted: 4 MiB of payload plus headers and slack.
+pub const DEFAULT_MAX_RECORD: usize = 4 * 1024 * 1024 + 64 * 1024;
+/// Default largest fragment sent.
+pub const DEFAULT_MAX_FRAGMENT: usize = 1024 * 1024;
+
+/// Reads one record from `r`. `Ok(None)` at a clean end of stream (between records).
+/// A broken record stream is an `InvalidData` error whose inner error is the
+/// [`crate::RecordError`].
+pub async fn read_record<R: AsyncRead + Unpin>(
+    r: &mut R,
+    dec: &mut RecordDecoder,
+    buf: &mut BytesMut,
+) -> io::Result<Option<Bytes>> {
+    loop {
+        if let Some(rec) = dec.decode(buf).map_err(invalid_data)? {
+            return Ok(Some(rec));
+        }
+        buf.reserve(dec.bytes_wanted(buf).min(READ_CHUNK));
+        if r.read_buf(buf).await? == 0 {
+            return dec.decode_eof(buf).map_err(invalid_data);
+        }
+    }
+}
+
+fn invalid_data(e: crate::RecordError) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, e)
+}
+
+/// Writes `msg` as one record of fragments of at most `max_fragment` bytes, with
+/// vectored writes: DDP-eligible data is written from its own buffers, not copied.
+pub async fn write_record<W: AsyncWrite + Unpin>(
+    w: &mut W,
+    msg: &XdrStream,
+    max_fragment: usize,
+) -> io::Result<()> {
+    write_all_vectored(w, frame(msg.gather(), max_fragment)).await
+}
+
+async fn write_all_vectored<W: AsyncWrite + Unpin>(
+    w: &mut W,
+    pieces: Vec<Bytes>,
+) -> io::Result<()> {
+    let mut pieces: VecDeque<Bytes> = pieces.into_iter().filter(|p| !p.is_empty()).collect();
+    while !pieces.is_empty() {
+        let slices: Vec<IoSlice<'_>> = pieces.iter().take(64).map(|p| IoSlice::new(p)).collect();
+        let mut n = w.write_vectored(&slices).await?;
+        if n == 0 {
+            return Err(io::ErrorKind::WriteZero.into());
+        }
+        while n > 0 {
+            let Some(front) = pieces.front_mut() else {
+                break;
+            };
+            if front.len() <= n {
+                n -= front.len();
+                pieces.pop_front();
+            } else {
+                front.advance(n);
+                n = 0;
+            }
+        }
+    }
+    w.flush().await
+}
+
+/// ONC RPC over TCP with record marking: the first client transport.
+#[derive(Debug, Clone)]
+pub struct TcpTransport {
+    /// Server address.
+    pub addr: SocketAddr,
+    /// Largest reply record accepted.
+    pub max_record: usize,
+    /// Largest fragment sent.
+    pub max_fragment: usize,
+}
+
+impl TcpTransport {
+    /// A transport to `addr` with the default limits.
+    pub fn new(addr: SocketAddr) -> Self {
+        TcpTransport {
+            addr,
+            max_record: DEFAULT_MAX_RECORD,
+            max_fragment: DEFAULT_MAX_FRAGMENT,
+        }
+    }
+}
+
+/// Sending half of a TCP connection.
+#[derive(Debug)]
+pub struct TcpSender {
+    w: OwnedWriteHalf,
+    max_fragment: usize,
+}
+
+/// Receiving half of a TCP connection.
+#[derive(Debug)]
+pub struct TcpReceiver {
+    r: OwnedReadHalf,
+    dec: RecordDecoder,
+    buf: BytesMut,
+}
+
+impl Transport for TcpTransport {
+    type Sender = TcpSender;
+    type Receiver = TcpReceiver;
+
+    async fn connect(&self) -> io::Result<(TcpSender, TcpReceiver)> {
+        let stream = TcpStream::connect(self.addr).await?;
+        stream.set_nodelay(true)?;
+        let (r, w) = stream.into_split();
+        Ok((
+            TcpSender {
+                w,
+                max_fragment: self.max_fragment,
+            },
+            TcpReceiver {
+                r,
+                dec: RecordDecoder::new(self.max_record),
+                buf: BytesMut::new(),
+            },
+        ))
+    }
+}
+
+impl RecordSender for TcpSender {
+    async fn send(&mut self, msg: &XdrStream) -> io::Result<()> {
+        write_record(&mut self.w, msg, self.max_fragment).await
+    }
+}
+
+impl RecordReceiver for TcpReceiver {
+    async fn recv(&mut self) -> io::Result<Option<Bytes>> {
+        read_record(&mut self.r, &mut self.dec, &mut self.buf).await
+    }
+}
+
+/// Shuts down the write side (sends FIN) after the last reply.
+pub(crate) async fn close_write<W: AsyncWrite + Unpin>(w: &mut W) {
+    let _ = w.shutdown().await;
+}
