@@ -193,6 +193,9 @@ pub enum ReplyError {
     /// The responder answered with RDMA_ERROR.
     #[error("peer answered {0:?}")]
     PeerError(ErrCode),
+    /// The connection was lost before the Reply arrived; retransmit on a new one.
+    #[error("connection lost")]
+    ConnectionLost,
 }
 
 /// Why we cannot send what we were asked to send (local; nothing was sent).

@@ -38,6 +38,7 @@
 //!   events, yielding [`Action`]s from `poll_action`.
 #![warn(missing_docs, unreachable_pub)]
 
+pub mod action;
 pub mod chunks;
 pub mod credits;
 pub mod error;
@@ -45,6 +46,8 @@ pub mod header;
 pub mod marshal;
 pub mod private_data;
 pub mod reassembly;
+pub mod requester;
+pub mod responder;
 pub mod rpc;
 pub mod ulb;
 pub mod validate;
@@ -54,6 +57,7 @@ pub mod wire;
 #[cfg(test)]
 mod testutil;
 
+pub use action::Action;
 pub use chunks::{ChunkLists, Limits, ReadChunk, Segment, WriteChunk};
 pub use error::{
     ArgsError, CreditError, Error, HeaderError, MarshalError, ReplyError, Scope, WireAnswer,

@@ -57,3 +57,65 @@ pub(crate) mod vectors {
     pub(crate) const ERR_CHUNK_UNKNOWN_PROC_KNFSD: &str =
         "5528ca7e00000001000000400000000400000002";
 }
+
+/// An Upper Layer Binding for tests: NFSv3 numbers, fixed answers.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct TestUlb {
+    pub(crate) max_reply: u32,
+    pub(crate) ddp_results: Vec<u32>,
+    pub(crate) call_ddp: usize,
+}
+
+impl crate::ulb::UpperLayerBinding for TestUlb {
+    fn binds(&self, prog: u32, vers: u32) -> bool {
+        prog == 100_003 && vers == 3
+    }
+
+    fn reply_sizing(&self, _: crate::rpc::ProcId, _: &xdr::XdrStream) -> crate::ulb::ReplySizing {
+        crate::ulb::ReplySizing {
+            max_reply: self.max_reply,
+            ddp_results: self.ddp_results.clone(),
+        }
+    }
+
+    fn call_ddp_arguments(&self, _: crate::rpc::ProcId) -> usize {
+        self.call_ddp
+    }
+}
+
+/// An NFSv3 Call (AUTH_NONE): header words, `extra` words, then an optional
+/// DDP-eligible opaque.
+pub(crate) fn nfs_call(
+    xid: u32,
+    proc_num: u32,
+    extra: &[u32],
+    ddp: Option<Bytes>,
+) -> xdr::XdrStream {
+    let mut e = xdr::Encoder::new();
+    for w in [xid, 0, 2, 100_003, 3, proc_num, 0, 0, 0, 0] {
+        e.u32(w);
+    }
+    for w in extra {
+        e.u32(*w);
+    }
+    if let Some(d) = ddp {
+        e.ddp_opaque(d);
+    }
+    e.finish()
+}
+
+/// An accepted, successful RPC Reply (AUTH_NONE): header words, `extra` words, then
+/// an optional DDP-eligible opaque.
+pub(crate) fn rpc_reply(xid: u32, extra: &[u32], ddp: Option<Bytes>) -> xdr::XdrStream {
+    let mut e = xdr::Encoder::new();
+    for w in [xid, 1, 0, 0, 0, 0] {
+        e.u32(w);
+    }
+    for w in extra {
+        e.u32(*w);
+    }
+    if let Some(d) = ddp {
+        e.ddp_opaque(d);
+    }
+    e.finish()
+}

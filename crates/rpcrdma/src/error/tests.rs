@@ -98,6 +98,7 @@ fn reply_errors_are_local_and_fail_the_rpc() {
         ReplyError::MissingWriteChunk(1),
         ReplyError::BadPosition(3),
         ReplyError::PeerError(ErrCode::ERR_BADHEADER),
+        ReplyError::ConnectionLost,
         ReplyError::WriteChunkLengthMismatch {
             index: 0,
             in_stream: 1,

@@ -1,0 +1,432 @@
+//! The requester's per-connection state machine (forward direction; an NFS client).
+//!
+//! Specs: rpcrdma-v1-draft-ietf-nfsv4-rfc5666bis-04 §4.3 (credits), §4.5, §5.3, §5.4.1
+//! (fencing), §5.5, §8.2; rpcrdma-v2-draft-cel-nfsv4-rpcrdma-version-two-00 §5. Linux:
+//! `rpc_rdma.c` (`rpcrdma_marshal_req`, `rpcrdma_reply_handler`).
+//!
+//! # Driving it
+//! ```text
+//! upper layer ──start_call(xid, stream)──► Requester: credit, version, plan_call
+//!                 driver ◄──poll_action: Register──┘
+//!                 driver ──handle_registered(xid, segments)──► finish: header
+//!                 driver ◄──poll_action: Send──────┘
+//!     Receive ──handle_receive──► check Reply against the Call, credits, version
+//!                 driver ◄──poll_action: Invalidate (fence) then
+//! upper layer ◄──poll_event: Reply { reduced stream, Write chunk lengths }
+//! ```
+//! After each call, drain `poll_action` then `poll_event`. A Call that fails (RDMA_ERROR,
+//! a bad Reply) completes with [`RequesterEvent::Failed`]; its registrations are still
+//! invalidated first.
+
+use std::collections::{HashMap, VecDeque};
+
+use bytes::Bytes;
+use xdr::XdrStream;
+
+use crate::action::Action;
+use crate::chunks::{ChunkLists, Segment};
+use crate::credits::RequesterCredits;
+use crate::error::{Error, HeaderError, MarshalError, ReplyError};
+use crate::header::{ErrorBody, Prefix};
+use crate::marshal::{plan_call, CallLimits, CallPlan};
+use crate::private_data::PeerLimits;
+use crate::reassembly::{reply_chunk_length, written_lengths};
+use crate::rpc;
+use crate::ulb::{ReplySizing, UpperLayerBinding};
+use crate::validate::{receive, Policy, Received};
+use crate::version::{default_inline_threshold, Negotiation, NegotiationOutcome};
+use crate::wire::{Version, Xid};
+
+/// Configuration of a requester connection.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequesterConfig {
+    /// Versions, limits, options.
+    pub policy: Policy,
+    /// Credits to ask for (Linux asks for 128).
+    pub credits: u32,
+    /// Open with Version Two (probe) or Version One.
+    pub prefer: Version,
+    /// Thresholds from RFC 8797 private data, if the peer sent any.
+    pub peer: Option<PeerLimits>,
+    /// Most segments one registration may produce.
+    pub max_segments_per_registration: u32,
+}
+
+impl Default for RequesterConfig {
+    fn default() -> Self {
+        RequesterConfig {
+            policy: Policy::default(),
+            credits: 128,
+            prefer: Version::ONE,
+            peer: None,
+            max_segments_per_registration: 1,
+        }
+    }
+}
+
+/// What the requester tells its upper layer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RequesterEvent {
+    /// The Reply to `xid` arrived. The Payload stream is `inline` (RDMA_MSG) or the
+    /// first `reply_chunk_len` bytes of our Reply chunk buffer (RDMA_NOMSG); the data of
+    /// DDP-eligible results is in our Write chunk buffers, `write_lengths` bytes each.
+    Reply {
+        /// The XID.
+        xid: Xid,
+        /// Inline reduced Payload stream (empty for RDMA_NOMSG).
+        inline: Bytes,
+        /// Bytes the responder wrote into our Reply chunk, if it used it.
+        reply_chunk_len: Option<u64>,
+        /// Bytes the responder wrote into each Write chunk.
+        write_lengths: Vec<u64>,
+    },
+    /// The Call `xid` failed.
+    Failed {
+        /// The XID.
+        xid: Xid,
+        /// Why.
+        error: Error,
+    },
+    /// A backward-direction Call from the responder (§7), payload inline.
+    BackwardCall {
+        /// The XID (its own XID space, §7.1.4).
+        xid: Xid,
+        /// The RPC Call.
+        payload: Bytes,
+    },
+}
+
+#[derive(Debug)]
+struct OutstandingCall {
+    version: Version,
+    stream: XdrStream,
+    plan: Option<CallPlan>,
+    chunks: ChunkLists,
+}
+
+/// One requester connection.
+pub struct Requester<B> {
+    ulb: B,
+    config: RequesterConfig,
+    credits: RequesterCredits,
+    negotiation: Negotiation,
+    calls: HashMap<Xid, OutstandingCall>,
+    actions: VecDeque<Action>,
+    events: VecDeque<RequesterEvent>,
+}
+
+impl<B: UpperLayerBinding> Requester<B> {
+    /// A new connection.
+    pub fn new(ulb: B, config: RequesterConfig) -> Self {
+        Requester {
+            ulb,
+            credits: RequesterCredits::new(config.credits),
+            negotiation: Negotiation::new(config.prefer),
+            config,
+            calls: HashMap::new(),
+            actions: VecDeque::new(),
+            events: VecDeque::new(),
+        }
+    }
+
+    /// The next action for the driver.
+    pub fn poll_action(&mut self) -> Option<Action> {
+        self.actions.pop_front()
+    }
+
+    /// The next event for the upper layer.
+    pub fn poll_event(&mut self) -> Option<RequesterEvent> {
+        self.events.pop_front()
+    }
+
+    /// Credit state.
+    pub fn credits(&self) -> &RequesterCredits {
+        &self.credits
+    }
+
+    /// Version negotiation state.
+    pub fn negotiation(&self) -> Negotiation {
+        self.negotiation
+    }
+
+    /// Largest Send we may post now: 1024 while probing Version Two (v2 §5), else
+    /// the peer's RFC 8797 receive size, else the version's default.
+    pub fn send_threshold(&self) -> u32 {
+        let peer = self.config.peer.map(|p| p.send_threshold);
+        match self.negotiation {
+            Negotiation::Settled(v) => peer.unwrap_or(default_inline_threshold(v)),
+            _ => crate::version::PROBE_LIMIT.min(peer.unwrap_or(u32::MAX)),
+        }
+    }
+
+    /// Largest Send the responder may post to us (what it assumes of us).
+    pub fn recv_threshold(&self) -> u32 {
+        let v = self.negotiation.version();
+        let v = if self.negotiation.is_probing() || self.negotiation == Negotiation::Unprobed {
+            // Until the responder has answered in v2 it may only know v1's default.
+            Version::ONE
+        } else {
+            v
+        };
+        self.config
+            .peer
+            .map_or(default_inline_threshold(v), |p| p.recv_threshold)
+    }
+
+    fn limits(&self) -> CallLimits {
+        CallLimits {
+            send_threshold: self.send_threshold(),
+            recv_threshold: self.recv_threshold(),
+            max_segments_per_registration: self.config.max_segments_per_registration,
+        }
+    }
+
+    /// Starts Call `xid` whose encoded message is `stream`. Takes a credit; fails with
+    /// [`crate::CreditError::Exhausted`] when none is available (retry after a Reply).
+    pub fn start_call(&mut self, xid: Xid, stream: XdrStream) -> Result<(), Error> {
+        let Some(proc_id) = rpc::call_proc(&stream.inline) else {
+            return Err(MarshalError::NoUpperLayerBinding.into());
+        };
+        // §8: "Requesters MUST NOT send RPC-over-RDMA messages for Upper Layer Protocols
+        // that do not have a Upper Layer Binding."
+        if !self.ulb.binds(proc_id.prog, proc_id.vers) {
+            return Err(MarshalError::NoUpperLayerBinding.into());
+        }
+        self.credits.try_acquire()?;
+        let sizing = self.ulb.reply_sizing(proc_id, &stream);
+        match self.plan(xid, &stream, &sizing) {
+            Ok(()) => {
+                self.negotiation = self.negotiation.on_send(xid);
+                Ok(())
+            }
+            Err(e) => {
+                let _ = self.credits.release();
+                Err(e)
+            }
+        }
+    }
+
+    fn plan(&mut self, xid: Xid, stream: &XdrStream, sizing: &ReplySizing) -> Result<(), Error> {
+        let version = self.negotiation.version();
+        let plan = plan_call(
+            xid,
+            version,
+            self.credits.requested(),
+            stream,
+            sizing,
+            self.limits(),
+        )?;
+        let call = OutstandingCall {
+            version,
+            stream: stream.clone(),
+            plan: None,
+            chunks: ChunkLists::empty(),
+        };
+        self.calls.insert(xid, call);
+        if plan.registrations.is_empty() {
+            self.send_planned(xid, plan, Vec::new())
+        } else {
+            self.actions.push_back(Action::Register {
+                xid,
+                registrations: plan.registrations.clone(),
+            });
+            if let Some(c) = self.calls.get_mut(&xid) {
+                c.plan = Some(plan);
+            }
+            Ok(())
+        }
+    }
+
+    fn send_planned(
+        &mut self,
+        xid: Xid,
+        plan: CallPlan,
+        segments: Vec<Vec<Segment>>,
+    ) -> Result<(), Error> {
+        let out = plan.finish(segments)?;
+        if let Some(c) = self.calls.get_mut(&xid) {
+            c.chunks = out.chunks().cloned().unwrap_or_default();
+        }
+        self.actions.push_back(Action::Send {
+            xid,
+            send: out.send,
+            invalidate: None,
+        });
+        Ok(())
+    }
+
+    /// The driver registered the memory of [`Action::Register`] for `xid`.
+    pub fn handle_registered(
+        &mut self,
+        xid: Xid,
+        segments: Vec<Vec<Segment>>,
+    ) -> Result<(), Error> {
+        let plan = self
+            .calls
+            .get_mut(&xid)
+            .and_then(|c| c.plan.take())
+            .ok_or(HeaderError::UnknownXid(xid))?;
+        self.send_planned(xid, plan, segments)
+    }
+
+    fn complete(&mut self, xid: Xid, event: RequesterEvent) {
+        if let Some(call) = self.calls.remove(&xid) {
+            let handles = call.chunks.handles();
+            if !handles.is_empty() {
+                // §5.4.1: "The requester endpoint must ensure that memory segments
+                // associated with each RPC transaction are properly fenced from
+                // responders before allowing Upper Layer access to the data".
+                self.actions.push_back(Action::Invalidate { xid, handles });
+            }
+        }
+        self.events.push_back(event);
+    }
+
+    fn fail(&mut self, xid: Xid, error: Error) {
+        let _ = self.credits.release();
+        self.complete(xid, RequesterEvent::Failed { xid, error });
+    }
+
+    /// A Receive completed with `buf` (one Send from the responder).
+    pub fn handle_receive(&mut self, buf: Bytes) {
+        let received = match receive(&buf, &self.config.policy) {
+            Ok(r) => r,
+            Err(e) => {
+                // A Reply whose header we cannot accept fails its Call, if we can tell
+                // which; the connection carries on.
+                let xid = crate::header::PrefixView::new_checked(&buf[..])
+                    .ok()
+                    .map(|v| v.xid());
+                if let Some(xid) = xid.filter(|x| self.calls.contains_key(x)) {
+                    self.fail(xid, e.into());
+                }
+                return;
+            }
+        };
+        match received {
+            Received::Error { prefix, body } => self.handle_error(prefix, body),
+            Received::Msg {
+                prefix,
+                chunks,
+                payload,
+            } => {
+                if rpc::msg_type(&payload) == Some(rpc::CALL) {
+                    // §7.3.4: a backward Call is RDMA_MSG with empty chunk lists.
+                    if chunks.is_empty() {
+                        self.events.push_back(RequesterEvent::BackwardCall {
+                            xid: prefix.xid,
+                            payload,
+                        });
+                    }
+                    return;
+                }
+                self.handle_reply(prefix, chunks, payload, false);
+            }
+            Received::NoMsg { prefix, chunks } => {
+                self.handle_reply(prefix, chunks, Bytes::new(), true)
+            }
+            Received::Optional { .. } => {}
+        }
+    }
+
+    fn handle_error(&mut self, prefix: Prefix, body: ErrorBody) {
+        let xid = prefix.xid;
+        if !self.calls.contains_key(&xid) {
+            return;
+        }
+        let (n, outcome) = self.negotiation.handle_reply(xid, Some(&body));
+        self.negotiation = n;
+        match outcome {
+            NegotiationOutcome::Retry { .. } => {
+                // v2 §5.2: send the Call again in the version the responder supports.
+                // The credit stays taken by the retried Call.
+                if let Some(call) = self.calls.remove(&xid) {
+                    if !call.chunks.handles().is_empty() {
+                        self.actions.push_back(Action::Invalidate {
+                            xid,
+                            handles: call.chunks.handles(),
+                        });
+                    }
+                    let proc_id = rpc::call_proc(&call.stream.inline);
+                    let sizing = proc_id
+                        .map(|p| self.ulb.reply_sizing(p, &call.stream))
+                        .unwrap_or_default();
+                    if let Err(e) = self.plan(xid, &call.stream, &sizing) {
+                        let _ = self.credits.release();
+                        self.events
+                            .push_back(RequesterEvent::Failed { xid, error: e });
+                    }
+                }
+            }
+            NegotiationOutcome::NoCommonVersion => {
+                self.fail(xid, ReplyError::PeerError(body.code()).into());
+                self.actions.push_back(Action::Close);
+            }
+            NegotiationOutcome::Settled(_) | NegotiationOutcome::Unrelated => {
+                // §5.5: "Receipt of this procedure completes the RPC transaction
+                // associated with XID in the rdma_xid field."
+                self.fail(xid, ReplyError::PeerError(body.code()).into());
+            }
+        }
+    }
+
+    fn handle_reply(&mut self, prefix: Prefix, chunks: ChunkLists, inline: Bytes, nomsg: bool) {
+        let xid = prefix.xid;
+        let Some(call) = self.calls.get(&xid) else {
+            // No Call outstanding (a late duplicate): discard.
+            return;
+        };
+        // v2 §5.3: Replies come in the version of the Call.
+        if prefix.version != call.version {
+            return self.fail(xid, HeaderError::UnsupportedVersion(prefix.version).into());
+        }
+        if !chunks.reads.is_empty() {
+            return self.fail(xid, HeaderError::ReadListInReply.into());
+        }
+        let write_lengths = match written_lengths(&call.chunks.writes, &chunks.writes) {
+            Ok(l) => l,
+            Err(e) => return self.fail(xid, e.into()),
+        };
+        let reply_chunk_len = if nomsg {
+            match (&call.chunks.reply, &chunks.reply) {
+                (Some(p), Some(r)) => match reply_chunk_length(p, r) {
+                    Ok(l) => Some(l),
+                    Err(e) => return self.fail(xid, e.into()),
+                },
+                _ => return self.fail(xid, HeaderError::NoPayloadChunk.into()),
+            }
+        } else {
+            None
+        };
+        let _ = self.credits.handle_reply(prefix.credits);
+        let (n, _) = self.negotiation.handle_reply(xid, None);
+        self.negotiation = n;
+        self.complete(
+            xid,
+            RequesterEvent::Reply {
+                xid,
+                inline,
+                reply_chunk_len,
+                write_lengths,
+            },
+        );
+    }
+
+    /// The connection was lost: every outstanding Call fails (the upper layer may
+    /// retransmit on a new connection) and credits return to the initial state.
+    pub fn handle_disconnect(&mut self) {
+        let xids: Vec<Xid> = self.calls.keys().copied().collect();
+        for xid in xids {
+            self.calls.remove(&xid);
+            self.events.push_back(RequesterEvent::Failed {
+                xid,
+                error: ReplyError::ConnectionLost.into(),
+            });
+        }
+        self.credits.reset();
+        self.negotiation = self.negotiation.next_connection();
+    }
+}
+
+#[cfg(test)]
+mod tests;

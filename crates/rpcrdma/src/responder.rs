@@ -1,0 +1,387 @@
+//! The responder's per-connection state machine (forward direction; an NFS server).
+//!
+//! Specs: rpcrdma-v1-draft-ietf-nfsv4-rfc5666bis-04 §4.4.5.2, §4.5, §5.5, §8.1.1;
+//! rpcrdma-v2-draft-cel-nfsv4-rpcrdma-version-two-00 §5.3. Linux: `svc_rdma_recvfrom.c`,
+//! `svc_rdma_sendto.c`.
+//!
+//! # Driving it
+//! ```text
+//! driver                              Responder                          upper layer
+//! Receive completion ──handle_receive──►  validate, take chunks
+//!        ◄──poll_action: RdmaRead──────   (one per Read chunk)
+//! Read completion ───handle_read_done──►  reassemble, §8.1.1 check ──poll_event──► Call
+//!                                                    ◄──────────send_reply(xid, stream)
+//!        ◄──poll_action: RdmaWrite*, Send──  marshal_reply, credit grant
+//! ```
+//! After each `handle_*` or `send_reply` call, drain `poll_action` then `poll_event`.
+//! A bad header is answered here (RDMA_ERROR), bad arguments too (GARBAGE_ARGS); the
+//! upper layer only ever sees Calls that passed both.
+//!
+//! Per Call: `Reading` (waiting for RDMA Reads) → `WithUpperLayer` → removed when the
+//! Reply is sent.
+
+use std::collections::{HashMap, VecDeque};
+
+use bytes::Bytes;
+use xdr::XdrStream;
+
+use crate::action::Action;
+use crate::chunks::ChunkLists;
+use crate::credits::ResponderCredits;
+use crate::error::{ArgsError, CreditError, Error, HeaderError, WireAnswer};
+use crate::header::{ErrorBody, Header, Prefix};
+use crate::marshal::marshal_reply;
+use crate::reassembly::{reassemble_call, Reassembled, ReassemblyOptions};
+use crate::rpc;
+use crate::ulb::UpperLayerBinding;
+use crate::validate::{error_reply_for, receive, Policy, Received};
+use crate::wire::{ErrCode, Version, Xid};
+
+/// Configuration of a responder connection.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResponderConfig {
+    /// Versions, limits, options.
+    pub policy: Policy,
+    /// Receives posted at connection time (the initial grant).
+    pub credits: u32,
+    /// The requester's inline threshold (RFC 8797 private data, or the version default).
+    pub send_threshold: u32,
+    /// The requester accepts Send With Invalidate (RFC 8797 R flag).
+    pub remote_invalidate: bool,
+    /// Reassembly checks and bounds.
+    pub reassembly: ReassemblyOptions,
+}
+
+impl Default for ResponderConfig {
+    fn default() -> Self {
+        ResponderConfig {
+            policy: Policy::default(),
+            credits: 64,
+            send_threshold: 1024,
+            remote_invalidate: false,
+            reassembly: ReassemblyOptions::default(),
+        }
+    }
+}
+
+/// What the responder tells its upper layer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ResponderEvent {
+    /// A Call ready for the upper layer; answer it with [`Responder::send_reply`].
+    Call {
+        /// The XID.
+        xid: Xid,
+        /// The version it came in (the Reply uses it).
+        version: Version,
+        /// The reassembled Payload stream.
+        payload: Reassembled,
+    },
+    /// A Call was refused; the peer has been answered (`answer`).
+    Refused {
+        /// The XID, if one could be read.
+        xid: Option<Xid>,
+        /// Why.
+        error: Error,
+        /// What the peer was sent.
+        answer: WireAnswer,
+    },
+}
+
+#[derive(Debug)]
+struct PendingCall {
+    prefix: Prefix,
+    chunks: ChunkLists,
+    inline: Bytes,
+    data: Vec<Option<Bytes>>,
+    reading: bool,
+}
+
+/// One responder connection.
+pub struct Responder<B> {
+    ulb: B,
+    config: ResponderConfig,
+    credits: ResponderCredits,
+    calls: HashMap<Xid, PendingCall>,
+    actions: VecDeque<Action>,
+    events: VecDeque<ResponderEvent>,
+}
+
+impl<B: UpperLayerBinding> Responder<B> {
+    /// A new connection.
+    pub fn new(ulb: B, config: ResponderConfig) -> Result<Self, CreditError> {
+        let credits = ResponderCredits::new(config.credits)?;
+        Ok(Responder {
+            ulb,
+            config,
+            credits,
+            calls: HashMap::new(),
+            actions: VecDeque::new(),
+            events: VecDeque::new(),
+        })
+    }
+
+    /// The next action for the driver.
+    pub fn poll_action(&mut self) -> Option<Action> {
+        self.actions.pop_front()
+    }
+
+    /// The next event for the upper layer.
+    pub fn poll_event(&mut self) -> Option<ResponderEvent> {
+        self.events.pop_front()
+    }
+
+    /// Credits, for adjusting the grant.
+    pub fn credits_mut(&mut self) -> &mut ResponderCredits {
+        &mut self.credits
+    }
+
+    /// Calls received and not yet answered.
+    pub fn pending_calls(&self) -> usize {
+        self.calls.len()
+    }
+
+    fn refuse_header(&mut self, buf: &[u8], err: HeaderError) {
+        let answer = WireAnswer::from(&err);
+        let prefix = crate::header::PrefixView::new_checked(buf)
+            .ok()
+            .map(|v| v.prefix());
+        if let Some(p) = &prefix {
+            let grant = self.credits.grant();
+            if let Some(h) = error_reply_for(p, &err, grant, &self.config.policy) {
+                self.actions.push_back(Action::Send {
+                    xid: p.xid,
+                    send: vec![h.to_bytes()],
+                    invalidate: None,
+                });
+            }
+        }
+        self.events.push_back(ResponderEvent::Refused {
+            xid: prefix.map(|p| p.xid),
+            error: err.into(),
+            answer,
+        });
+    }
+
+    /// A Receive completed with `buf` (one Send from the requester).
+    pub fn handle_receive(&mut self, buf: Bytes) {
+        let received = match receive(&buf, &self.config.policy) {
+            Ok(r) => r,
+            Err(e) => return self.refuse_header(&buf, e),
+        };
+        match received {
+            Received::Msg {
+                prefix,
+                chunks,
+                payload,
+            } => self.start_call(prefix, chunks, payload),
+            Received::NoMsg { prefix, chunks } => {
+                // A Call sent as RDMA_NOMSG carries its Payload stream in a Position Zero
+                // Read chunk (§4.5.3, Long Call).
+                if chunks.position_zero().is_none() {
+                    return self.refuse_header(&buf, HeaderError::NoPayloadChunk);
+                }
+                self.start_call(prefix, chunks, Bytes::new())
+            }
+            // A responder issues no forward Calls, so an RDMA_ERROR or an optional
+            // message for us has nothing to complete: drop it.
+            Received::Error { .. } | Received::Optional { .. } => {}
+        }
+    }
+
+    fn start_call(&mut self, prefix: Prefix, chunks: ChunkLists, inline: Bytes) {
+        if self.calls.contains_key(&prefix.xid) {
+            // A retransmission while the first copy is being served: drop it.
+            return;
+        }
+        let n = chunks.reads.len();
+        for (i, c) in chunks.reads.iter().enumerate() {
+            self.actions.push_back(Action::RdmaRead {
+                xid: prefix.xid,
+                chunk: i,
+                segments: c.segments.clone(),
+            });
+        }
+        self.calls.insert(
+            prefix.xid,
+            PendingCall {
+                prefix,
+                chunks,
+                inline,
+                data: vec![None; n],
+                reading: n > 0,
+            },
+        );
+        if n == 0 {
+            self.finish_call(prefix.xid);
+        }
+    }
+
+    /// An RDMA Read for Read chunk `chunk` of Call `xid` completed with `data`.
+    pub fn handle_read_done(&mut self, xid: Xid, chunk: usize, data: Bytes) {
+        let Some(call) = self.calls.get_mut(&xid) else {
+            return;
+        };
+        if let Some(slot) = call.data.get_mut(chunk) {
+            *slot = Some(data);
+        }
+        if call.data.iter().all(Option::is_some) {
+            self.finish_call(xid);
+        }
+    }
+
+    /// An RDMA Read failed (Remote Access error, flushed). §5.5.3: "RDMA operational
+    /// errors are typically fatal to the connection."
+    pub fn handle_read_failed(&mut self, _xid: Xid) {
+        self.calls.clear();
+        self.actions.push_back(Action::Close);
+    }
+
+    fn finish_call(&mut self, xid: Xid) {
+        let Some(call) = self.calls.get_mut(&xid) else {
+            return;
+        };
+        call.reading = false;
+        let data: Vec<Bytes> = call
+            .data
+            .iter_mut()
+            .map(|d| d.take().unwrap_or_default())
+            .collect();
+        let result = reassemble_call(
+            call.inline.clone(),
+            &call.chunks.reads,
+            data,
+            &self.config.reassembly,
+        );
+        let prefix = call.prefix;
+        let payload = match result {
+            Ok(p) => p,
+            Err(e) => return self.garbage_args(prefix, e),
+        };
+        let whole = payload.to_bytes();
+        // For a Long Call the XID is checked only now (§5.2.1).
+        if call.chunks.position_zero().is_some() {
+            if let Some(px) = rpc::xid(&whole) {
+                if px != xid {
+                    self.calls.remove(&xid);
+                    let err = HeaderError::XidMismatch {
+                        header: xid,
+                        payload: px,
+                    };
+                    return self.refuse_prefix(prefix, err);
+                }
+            }
+        }
+        let reads_not_p0 = call
+            .chunks
+            .reads
+            .iter()
+            .filter(|c| !c.is_position_zero())
+            .count();
+        if let Some(proc_id) = rpc::call_proc(&whole) {
+            // §8: "Responders MUST NOT reply to RPC-over-RDMA messages for Upper Layer
+            // Protocols that do not have a Upper Layer Binding." Only reduction needs the
+            // binding; an unbound program with no chunks is left to RPC (PROG_UNAVAIL).
+            let bound = self.ulb.binds(proc_id.prog, proc_id.vers);
+            // §8.1.1: "A DDP-eligibility violation occurs when a requester forms a Call
+            // message with a non-DDP-eligible data item in a Read chunk ... a responder
+            // MUST NOT process the Call message." Reported per §5.5.2: GARBAGE_ARGS.
+            if reads_not_p0 > 0 && (!bound || reads_not_p0 > self.ulb.call_ddp_arguments(proc_id)) {
+                let position = call
+                    .chunks
+                    .reads
+                    .iter()
+                    .find(|c| !c.is_position_zero())
+                    .map_or(0, |c| c.position);
+                return self.garbage_args(prefix, ArgsError::NotDdpEligible { position });
+            }
+        }
+        self.events.push_back(ResponderEvent::Call {
+            xid,
+            version: prefix.version,
+            payload,
+        });
+    }
+
+    fn refuse_prefix(&mut self, prefix: Prefix, err: HeaderError) {
+        let answer = WireAnswer::from(&err);
+        let grant = self.credits.grant();
+        if let Some(h) = error_reply_for(&prefix, &err, grant, &self.config.policy) {
+            self.actions.push_back(Action::Send {
+                xid: prefix.xid,
+                send: vec![h.to_bytes()],
+                invalidate: None,
+            });
+        }
+        self.events.push_back(ResponderEvent::Refused {
+            xid: Some(prefix.xid),
+            error: err.into(),
+            answer,
+        });
+    }
+
+    fn garbage_args(&mut self, prefix: Prefix, err: ArgsError) {
+        // §5.5.2: "the responder SHOULD return a RPC_GARBAGEARGS reply, using an
+        // RDMA_MSG procedure."
+        let reply = XdrStream::inline_only(rpc::garbage_args_reply(prefix.xid));
+        let _ = self.send_reply(prefix.xid, reply);
+        self.events.push_back(ResponderEvent::Refused {
+            xid: Some(prefix.xid),
+            error: err.into(),
+            answer: WireAnswer::GarbageArgs,
+        });
+    }
+
+    /// Sends the Reply to Call `xid`: RDMA Writes for its Write chunks (and Reply
+    /// chunk), then the Send, granting credits.
+    ///
+    /// v2 draft §5.3: "a responder MUST send Replies with the same RPC-over-RDMA protocol
+    /// version that the requester uses to send its Calls." If the reply cannot be sent
+    /// (§5.5.3: a Reply chunk too small, none at all), RDMA_ERROR/ERR_BADHEADER goes
+    /// instead and the error is returned.
+    pub fn send_reply(&mut self, xid: Xid, stream: XdrStream) -> Result<(), Error> {
+        let Some(call) = self.calls.remove(&xid) else {
+            return Err(HeaderError::UnknownXid(xid).into());
+        };
+        let grant = self.credits.grant();
+        match marshal_reply(
+            xid,
+            call.prefix.version,
+            grant,
+            &stream,
+            &call.chunks,
+            self.config.send_threshold,
+            self.config.remote_invalidate,
+        ) {
+            Ok(out) => {
+                for w in out.writes {
+                    self.actions.push_back(Action::RdmaWrite { xid, write: w });
+                }
+                self.actions.push_back(Action::Send {
+                    xid,
+                    send: out.send.send,
+                    invalidate: out.invalidate,
+                });
+                Ok(())
+            }
+            Err(e) => {
+                if let WireAnswer::RdmaError(ErrCode::ERR_BADHEADER) = WireAnswer::from(&e) {
+                    let h = Header::error_reply(&call.prefix, grant, ErrorBody::BadHeader);
+                    self.actions.push_back(Action::Send {
+                        xid,
+                        send: vec![h.to_bytes()],
+                        invalidate: None,
+                    });
+                }
+                Err(e.into())
+            }
+        }
+    }
+
+    /// Gives up on Call `xid` without replying (the upper layer dropped it).
+    pub fn drop_call(&mut self, xid: Xid) {
+        self.calls.remove(&xid);
+    }
+}
+
+#[cfg(test)]
+mod tests;

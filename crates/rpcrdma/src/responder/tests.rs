@@ -1,0 +1,305 @@
+//! Responder rule tests: one input each, exact event and exact bytes sent.
+
+use super::*;
+use crate::error::MarshalError;
+use crate::testutil::{hex, nfs_call, rpc_reply, vectors::*, words, TestUlb};
+
+fn responder(call_ddp: usize) -> Responder<TestUlb> {
+    Responder::new(
+        TestUlb {
+            call_ddp,
+            ..TestUlb::default()
+        },
+        ResponderConfig {
+            policy: Policy::v1_only(),
+            credits: 64,
+            send_threshold: 4096,
+            ..ResponderConfig::default()
+        },
+    )
+    .unwrap()
+}
+
+fn concat(parts: &[Bytes]) -> Bytes {
+    Bytes::from(parts.concat())
+}
+
+/// The single Send queued, as bytes.
+fn sent(r: &mut Responder<TestUlb>) -> (Bytes, Option<u32>) {
+    match r.poll_action() {
+        Some(Action::Send {
+            send, invalidate, ..
+        }) => (concat(&send), invalidate),
+        other => panic!("expected a Send, got {other:?}"),
+    }
+}
+
+/// The Linux WRITE call: header vector, then 112 inline bytes ending with the count.
+fn linux_write_call() -> (Bytes, Bytes) {
+    let data = Bytes::from(vec![0x5a; 131_072]);
+    let call = nfs_call(0x10c7_04b8, 7, &[0; 17], Some(data.clone()));
+    assert_eq!(call.inline.len(), 112);
+    (
+        concat(&[hex(WRITE_CALL_READ_LIST), call.inline.clone()]),
+        data,
+    )
+}
+
+#[test]
+fn linux_null_call_gets_knfsd_identical_reply() {
+    let mut r = responder(0);
+    r.handle_receive(concat(&[hex(NULL_CALL_KERNEL_CLIENT), hex(NULL_CALL_RPC)]));
+    let Some(ResponderEvent::Call {
+        xid,
+        version,
+        payload,
+    }) = r.poll_event()
+    else {
+        panic!()
+    };
+    assert_eq!((xid, version), (Xid(0x02c7_04b8), Version::ONE));
+    assert_eq!(payload.to_bytes(), hex(NULL_CALL_RPC));
+    r.send_reply(xid, rpc_reply(0x02c7_04b8, &[], None))
+        .unwrap();
+    let (bytes, inv) = sent(&mut r);
+    // knfsd's header (grant 64) and the 24-byte NULL reply.
+    assert_eq!(
+        bytes,
+        concat(&[hex(NULL_REPLY_KNFSD), words(&[0x02c7_04b8, 1, 0, 0, 0, 0])])
+    );
+    assert_eq!(inv, None);
+    assert_eq!(r.pending_calls(), 0);
+}
+
+#[test]
+fn s4_4_5_2_read_chunk_is_pulled_then_the_call_is_delivered() {
+    let mut r = responder(1);
+    let (send, data) = linux_write_call();
+    r.handle_receive(send);
+    assert_eq!(
+        r.poll_action(),
+        Some(Action::RdmaRead {
+            xid: Xid(0x10c7_04b8),
+            chunk: 0,
+            segments: vec![crate::Segment::new(
+                0xa886_bd01,
+                131_072,
+                0x10c7_04b8_c4db_5000
+            )]
+        })
+    );
+    assert_eq!(r.poll_event(), None, "not before the data is there");
+    r.handle_read_done(Xid(0x10c7_04b8), 0, data.clone());
+    let Some(ResponderEvent::Call { payload, .. }) = r.poll_event() else {
+        panic!()
+    };
+    assert_eq!(payload.len(), 112 + 131_072);
+    assert_eq!(
+        payload.parts[1], data,
+        "chunk data handed over without a copy"
+    );
+    assert_eq!(payload.chunk_ranges, vec![(112, 131_072)]);
+}
+
+#[test]
+fn s8_1_1_non_ddp_eligible_item_in_read_chunk_gets_garbage_args() {
+    let mut r = responder(0); // the procedure has no DDP-eligible argument
+    let (send, data) = linux_write_call();
+    r.handle_receive(send);
+    let _ = r.poll_action();
+    r.handle_read_done(Xid(0x10c7_04b8), 0, data);
+    assert_eq!(
+        r.poll_event(),
+        Some(ResponderEvent::Refused {
+            xid: Some(Xid(0x10c7_04b8)),
+            error: ArgsError::NotDdpEligible { position: 112 }.into(),
+            answer: WireAnswer::GarbageArgs,
+        })
+    );
+    let (bytes, _) = sent(&mut r);
+    assert_eq!(
+        bytes,
+        words(&[0x10c7_04b8, 1, 64, 0, 0, 0, 0, 0x10c7_04b8, 1, 0, 0, 0, 4])
+    );
+}
+
+#[test]
+fn s5_5_2_chunk_length_mismatch_gets_garbage_args_in_rdma_msg() {
+    let mut r = responder(1);
+    // The count word says 131072, the Read chunk only 4096.
+    let data = Bytes::from(vec![0u8; 4096]);
+    let call = nfs_call(
+        0x10c7_04b8,
+        7,
+        &[0; 17],
+        Some(Bytes::from(vec![0u8; 131_072])),
+    );
+    let mut hdr = hex(WRITE_CALL_READ_LIST).to_vec();
+    hdr[28..32].copy_from_slice(&4096u32.to_be_bytes());
+    r.handle_receive(concat(&[Bytes::from(hdr), call.inline.clone()]));
+    let _ = r.poll_action();
+    r.handle_read_done(Xid(0x10c7_04b8), 0, data);
+    assert_eq!(
+        r.poll_event(),
+        Some(ResponderEvent::Refused {
+            xid: Some(Xid(0x10c7_04b8)),
+            error: ArgsError::ChunkLengthMismatch {
+                position: 112,
+                in_stream: 131_072,
+                chunk: 4096
+            }
+            .into(),
+            answer: WireAnswer::GarbageArgs,
+        })
+    );
+    let (bytes, _) = sent(&mut r);
+    assert_eq!(&bytes[12..16], &[0, 0, 0, 0], "RDMA_MSG");
+    assert_eq!(&bytes[28..], &rpc::garbage_args_reply(Xid(0x10c7_04b8))[..]);
+}
+
+#[test]
+fn s5_5_1_bad_version_gets_knfsd_identical_err_vers() {
+    let mut r = responder(0);
+    r.handle_receive(concat(&[hex(BAD_VERSION_CALL), hex(NULL_CALL_RPC)]));
+    assert_eq!(sent(&mut r).0, hex(ERR_VERS_KNFSD));
+    assert!(matches!(
+        r.poll_event(),
+        Some(ResponderEvent::Refused {
+            answer: WireAnswer::RdmaError(ErrCode::ERR_VERS),
+            ..
+        })
+    ));
+}
+
+#[test]
+fn s5_6_1_msgp_gets_knfsd_identical_err_chunk() {
+    let mut r = responder(0);
+    r.handle_receive(hex(MSGP_CALL));
+    assert_eq!(sent(&mut r).0, hex(ERR_CHUNK_MSGP_KNFSD));
+}
+
+#[test]
+fn nomsg_call_without_position_zero_chunk_gets_err_badheader() {
+    // The Linux EXCHANGE_ID header made RDMA_NOMSG: only a Reply chunk.
+    let mut b = hex(EXCHANGE_ID_CALL_REPLY_CHUNK).to_vec();
+    b[15] = 1;
+    let mut r = responder(0);
+    r.handle_receive(Bytes::from(b));
+    assert_eq!(sent(&mut r).0, words(&[0xe4d8_5320, 1, 64, 4, 2]));
+    assert!(matches!(
+        r.poll_event(),
+        Some(ResponderEvent::Refused {
+            error: Error::Header(HeaderError::NoPayloadChunk),
+            ..
+        })
+    ));
+}
+
+#[test]
+fn s4_5_3_long_call_is_read_from_position_zero_and_xid_checked() {
+    let call = nfs_call(0x99, 1, &[7; 300], None).to_bytes();
+    let seg = crate::Segment::new(0x42, call.len() as u32, 0x1000);
+    let hdr = words(&[
+        0x99,
+        1,
+        8,
+        1,
+        1,
+        0,
+        0x42,
+        call.len() as u32,
+        0,
+        0x1000,
+        0,
+        0,
+        0,
+    ]);
+    let mut r = responder(0);
+    r.handle_receive(hdr.clone());
+    assert_eq!(
+        r.poll_action(),
+        Some(Action::RdmaRead {
+            xid: Xid(0x99),
+            chunk: 0,
+            segments: vec![seg]
+        })
+    );
+    r.handle_read_done(Xid(0x99), 0, call.clone());
+    let Some(ResponderEvent::Call { payload, .. }) = r.poll_event() else {
+        panic!()
+    };
+    assert_eq!(payload.to_bytes(), call);
+
+    // Same, but the Call inside has another XID: ERR_BADHEADER.
+    let mut r = responder(0);
+    r.handle_receive(hdr);
+    let _ = r.poll_action();
+    let mut other = call.to_vec();
+    other[3] = 0x98;
+    r.handle_read_done(Xid(0x99), 0, Bytes::from(other));
+    assert_eq!(sent(&mut r).0, words(&[0x99, 1, 64, 4, 2]));
+}
+
+#[test]
+fn s5_5_3_reply_too_large_without_reply_chunk_sends_err_badheader() {
+    let mut r = responder(0);
+    r.handle_receive(concat(&[hex(NULL_CALL_KERNEL_CLIENT), hex(NULL_CALL_RPC)]));
+    let _ = r.poll_event();
+    let big = rpc_reply(0x02c7_04b8, &[0; 2000], None);
+    assert_eq!(
+        r.send_reply(Xid(0x02c7_04b8), big),
+        Err(MarshalError::NoReplyChunk { len: 8024 }.into())
+    );
+    assert_eq!(sent(&mut r).0, words(&[0x02c7_04b8, 1, 64, 4, 2]));
+}
+
+#[test]
+fn v2_s5_3_reply_uses_the_version_of_the_call() {
+    let mut r = Responder::new(TestUlb::default(), ResponderConfig::default()).unwrap();
+    let mut b = concat(&[hex(NULL_CALL_KERNEL_CLIENT), hex(NULL_CALL_RPC)]).to_vec();
+    b[7] = 2;
+    r.handle_receive(Bytes::from(b));
+    let Some(ResponderEvent::Call { xid, version, .. }) = r.poll_event() else {
+        panic!()
+    };
+    assert_eq!(version, Version::TWO);
+    r.send_reply(xid, rpc_reply(xid.0, &[], None)).unwrap();
+    let Some(Action::Send { send, .. }) = r.poll_action() else {
+        panic!()
+    };
+    assert_eq!(&send[0][4..8], &[0, 0, 0, 2]);
+}
+
+#[test]
+fn s5_5_3_failed_rdma_read_closes_the_connection() {
+    let mut r = responder(1);
+    r.handle_receive(linux_write_call().0);
+    let _ = r.poll_action();
+    r.handle_read_failed(Xid(0x10c7_04b8));
+    assert_eq!(r.poll_action(), Some(Action::Close));
+    assert_eq!(r.pending_calls(), 0);
+}
+
+#[test]
+fn s4_3_1_grant_follows_posted_receives() {
+    let mut r = responder(0);
+    assert_eq!(r.credits_mut().set_target(100), Ok(36));
+    r.handle_receive(concat(&[hex(NULL_CALL_KERNEL_CLIENT), hex(NULL_CALL_RPC)]));
+    let _ = r.poll_event();
+    r.send_reply(Xid(0x02c7_04b8), rpc_reply(0x02c7_04b8, &[], None))
+        .unwrap();
+    assert_eq!(
+        &sent(&mut r).0[8..12],
+        &64u32.to_be_bytes(),
+        "not yet posted"
+    );
+}
+
+#[test]
+fn send_reply_for_unknown_xid_is_refused() {
+    let mut r = responder(0);
+    assert_eq!(
+        r.send_reply(Xid(5), rpc_reply(5, &[], None)),
+        Err(HeaderError::UnknownXid(Xid(5)).into())
+    );
+}
