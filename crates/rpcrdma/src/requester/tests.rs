@@ -1,1 +1,496 @@
+//! Requester rule tests, and a requester/responder pair over simulated memory.
+
+use std::collections::HashMap;
+
 use super::*;
+use crate::chunks::WriteChunk;
+use crate::error::CreditError;
+use crate::marshal::Registration;
+use crate::responder::{Responder, ResponderConfig, ResponderEvent};
+use crate::testutil::{hex, nfs_call, rpc_reply, vectors::*, words, TestUlb};
+use crate::wire::ErrCode;
+
+fn requester(ulb: TestUlb, prefer: Version) -> Requester<TestUlb> {
+    Requester::new(
+        ulb,
+        RequesterConfig {
+            prefer,
+            ..RequesterConfig::default()
+        },
+    )
+}
+
+fn null_call(xid: u32) -> XdrStream {
+    nfs_call(xid, 0, &[], None)
+}
+
+fn concat(parts: &[Bytes]) -> Bytes {
+    Bytes::from(parts.concat())
+}
+
+fn sent(r: &mut Requester<TestUlb>) -> Bytes {
+    match r.poll_action() {
+        Some(Action::Send { send, .. }) => concat(&send),
+        other => panic!("expected a Send, got {other:?}"),
+    }
+}
+
+fn small() -> TestUlb {
+    TestUlb {
+        max_reply: 200,
+        ..TestUlb::default()
+    }
+}
+
+#[test]
+fn null_call_is_byte_identical_to_linux() {
+    let mut r = requester(small(), Version::ONE);
+    r.start_call(Xid(0x02c7_04b8), null_call(0x02c7_04b8))
+        .unwrap();
+    assert_eq!(
+        sent(&mut r),
+        concat(&[hex(NULL_CALL_KERNEL_CLIENT), hex(NULL_CALL_RPC)])
+    );
+}
+
+#[test]
+fn s4_3_3_one_call_until_the_first_reply_then_the_grant() {
+    let mut r = requester(small(), Version::ONE);
+    r.start_call(Xid(1), null_call(1)).unwrap();
+    let _ = sent(&mut r);
+    assert_eq!(
+        r.start_call(Xid(2), null_call(2)),
+        Err(CreditError::Exhausted {
+            limit: 1,
+            outstanding: 1
+        }
+        .into())
+    );
+    // knfsd-style reply granting 64.
+    r.handle_receive(concat(&[
+        words(&[1, 1, 64, 0, 0, 0, 0]),
+        rpc_reply(1, &[], None).to_bytes(),
+    ]));
+    assert!(matches!(r.poll_event(), Some(RequesterEvent::Reply { .. })));
+    assert_eq!(r.credits().limit(), 64);
+    for x in 2..66 {
+        r.start_call(Xid(x), null_call(x)).unwrap();
+    }
+    assert!(r.start_call(Xid(99), null_call(99)).is_err());
+}
+
+#[test]
+fn s5_5_rdma_error_completes_the_call_without_granting() {
+    let mut r = requester(small(), Version::ONE);
+    r.start_call(Xid(0xa95c_540d), null_call(0xa95c_540d))
+        .unwrap();
+    let _ = sent(&mut r);
+    r.handle_receive(hex(ERR_CHUNK_MSGP_KNFSD));
+    assert_eq!(
+        r.poll_event(),
+        Some(RequesterEvent::Failed {
+            xid: Xid(0xa95c_540d),
+            error: ReplyError::PeerError(ErrCode::ERR_BADHEADER).into()
+        })
+    );
+    assert_eq!((r.credits().limit(), r.credits().outstanding()), (1, 0));
+}
+
+#[test]
+fn v2_s5_2_probe_refused_with_err_vers_is_resent_in_v1() {
+    let mut r = requester(small(), Version::TWO);
+    r.start_call(Xid(0xdf77_1353), null_call(0xdf77_1353))
+        .unwrap();
+    let first = sent(&mut r);
+    assert_eq!(&first[4..8], &[0, 0, 0, 2], "first Call in Version Two");
+    assert!(first.len() <= 1024);
+    // knfsd answers a version it does not know with ERR_VERS 1..1 (its vector
+    // echoes version 7; here it echoes our 2).
+    r.handle_receive(words(&[0xdf77_1353, 2, 64, 4, 1, 1, 1]));
+    let again = sent(&mut r);
+    assert_eq!(&again[4..8], &[0, 0, 0, 1], "sent again in Version One");
+    assert_eq!(&again[8..], &first[8..]);
+    assert_eq!(r.negotiation(), Negotiation::Settled(Version::ONE));
+    assert_eq!(r.poll_event(), None, "the Call is still outstanding");
+    assert_eq!(r.credits().outstanding(), 1);
+}
+
+#[test]
+fn v2_s5_1_probe_answered_in_v2_settles_on_4096() {
+    let mut r = requester(small(), Version::TWO);
+    assert_eq!(r.send_threshold(), 1024);
+    r.start_call(Xid(3), null_call(3)).unwrap();
+    let _ = sent(&mut r);
+    r.handle_receive(concat(&[
+        words(&[3, 2, 32, 0, 0, 0, 0]),
+        rpc_reply(3, &[], None).to_bytes(),
+    ]));
+    assert!(matches!(r.poll_event(), Some(RequesterEvent::Reply { .. })));
+    assert_eq!(r.negotiation(), Negotiation::Settled(Version::TWO));
+    assert_eq!(r.send_threshold(), 4096);
+    assert_eq!(r.recv_threshold(), 4096);
+}
+
+#[test]
+fn v2_s5_probe_larger_than_1024_becomes_a_long_call() {
+    let mut r = requester(small(), Version::TWO);
+    r.start_call(Xid(3), nfs_call(3, 1, &[0; 400], None))
+        .unwrap();
+    assert!(matches!(
+        r.poll_action(),
+        Some(Action::Register { registrations, .. })
+            if matches!(registrations[0], Registration::Read { position: 0, .. })
+    ));
+}
+
+#[test]
+fn reply_with_a_read_list_fails_the_call() {
+    let mut r = requester(small(), Version::ONE);
+    r.start_call(Xid(1), null_call(1)).unwrap();
+    let _ = sent(&mut r);
+    let mut reply = words(&[1, 1, 64, 0, 1, 0, 9, 4, 0, 0, 0, 0, 0]).to_vec();
+    reply.extend_from_slice(&rpc_reply(1, &[], None).to_bytes());
+    r.handle_receive(Bytes::from(reply));
+    assert_eq!(
+        r.poll_event(),
+        Some(RequesterEvent::Failed {
+            xid: Xid(1),
+            error: HeaderError::ReadListInReply.into()
+        })
+    );
+}
+
+fn read_requester() -> Requester<TestUlb> {
+    requester(
+        TestUlb {
+            max_reply: 4096 + 120,
+            ddp_results: vec![4096],
+            call_ddp: 0,
+        },
+        Version::ONE,
+    )
+}
+
+#[test]
+fn s5_4_1_reply_write_chunks_are_checked_and_fenced_before_delivery() {
+    let mut r = read_requester();
+    r.start_call(Xid(0x0cc7_04b8), nfs_call(0x0cc7_04b8, 6, &[0; 16], None))
+        .unwrap();
+    let Some(Action::Register { registrations, .. }) = r.poll_action() else {
+        panic!()
+    };
+    assert_eq!(registrations, vec![Registration::Write { len: 4096 }]);
+    r.handle_registered(
+        Xid(0x0cc7_04b8),
+        vec![vec![Segment::new(0x8cd1_cf01, 4096, 0x0cc7_04b8_c4d3_4000)]],
+    )
+    .unwrap();
+    assert_eq!(&sent(&mut r)[..52], &hex(READ_CALL_WRITE_LIST)[..]);
+    // knfsd's reply: 23 bytes written.
+    let inline = rpc_reply(0x0cc7_04b8, &[0; 14], Some(Bytes::from_static(b"x"))).inline;
+    r.handle_receive(concat(&[hex(READ_REPLY_WRITE_LIST), inline.clone()]));
+    assert_eq!(
+        r.poll_action(),
+        Some(Action::Invalidate {
+            xid: Xid(0x0cc7_04b8),
+            handles: vec![0x8cd1_cf01]
+        })
+    );
+    assert_eq!(
+        r.poll_event(),
+        Some(RequesterEvent::Reply {
+            xid: Xid(0x0cc7_04b8),
+            inline,
+            reply_chunk_len: None,
+            write_lengths: vec![23]
+        })
+    );
+}
+
+#[test]
+fn s4_4_6_reply_that_grows_a_write_segment_fails_the_call() {
+    let mut r = requester(
+        TestUlb {
+            max_reply: 60,
+            ddp_results: vec![32],
+            call_ddp: 0,
+        },
+        Version::ONE,
+    );
+    r.config.peer = Some(crate::PeerLimits {
+        send_threshold: 4096,
+        recv_threshold: 82,
+        remote_invalidate: false,
+    });
+    r.start_call(Xid(0x0cc7_04b8), nfs_call(0x0cc7_04b8, 6, &[], None))
+        .unwrap();
+    let Some(Action::Register { registrations, .. }) = r.poll_action() else {
+        panic!()
+    };
+    assert_eq!(registrations, vec![Registration::Write { len: 32 }]);
+    r.handle_registered(
+        Xid(0x0cc7_04b8),
+        vec![vec![Segment::new(0x8cd1_cf01, 32, 0x0cc7_04b8_c4d3_4000)]],
+    )
+    .unwrap();
+    let _ = sent(&mut r);
+    // The reply claims 40 bytes written into the 32-byte segment.
+    r.handle_receive(concat(&[
+        words(&[
+            0x0cc7_04b8,
+            1,
+            64,
+            0,
+            0,
+            1,
+            1,
+            0x8cd1_cf01,
+            40,
+            0x0cc7_04b8,
+            0xc4d3_4000,
+            0,
+            0,
+        ]),
+        rpc_reply(0x0cc7_04b8, &[], None).to_bytes(),
+    ]));
+    let _ = r.poll_action();
+    assert_eq!(
+        r.poll_event(),
+        Some(RequesterEvent::Failed {
+            xid: Xid(0x0cc7_04b8),
+            error: HeaderError::ChunkOverrun.into()
+        })
+    );
+}
+
+#[test]
+fn s7_backward_call_is_delivered_separately() {
+    let mut r = requester(small(), Version::ONE);
+    let call = nfs_call(0x77, 0, &[], None).to_bytes();
+    r.handle_receive(concat(&[words(&[0x77, 1, 1, 0, 0, 0, 0]), call.clone()]));
+    assert_eq!(
+        r.poll_event(),
+        Some(RequesterEvent::BackwardCall {
+            xid: Xid(0x77),
+            payload: call
+        })
+    );
+    assert_eq!(r.credits().outstanding(), 0);
+}
+
+#[test]
+fn disconnect_fails_outstanding_calls_and_resets_credits() {
+    let mut r = requester(small(), Version::TWO);
+    r.start_call(Xid(1), null_call(1)).unwrap();
+    r.handle_disconnect();
+    assert_eq!(
+        r.poll_event(),
+        Some(RequesterEvent::Failed {
+            xid: Xid(1),
+            error: ReplyError::ConnectionLost.into()
+        })
+    );
+    assert_eq!(r.credits().outstanding(), 0);
+    assert_eq!(r.negotiation(), Negotiation::Settled(Version::ONE));
+}
+
+#[test]
+fn s8_no_call_for_a_program_without_binding() {
+    let mut r = requester(small(), Version::ONE);
+    let mut e = xdr::Encoder::new();
+    for w in [1u32, 0, 2, 100_005, 3, 0, 0, 0, 0, 0] {
+        e.u32(w);
+    }
+    assert_eq!(
+        r.start_call(Xid(1), e.finish()),
+        Err(MarshalError::NoUpperLayerBinding.into())
+    );
+}
+
+// ---- a requester and a responder over simulated registered memory ----
+
+#[derive(Default)]
+struct Memory {
+    regions: HashMap<u32, Vec<u8>>,
+    next: u32,
+}
+
+impl Memory {
+    fn register(&mut self, data: Vec<u8>) -> Segment {
+        self.next += 1;
+        let h = 0xabc0_0000 | self.next;
+        let len = data.len() as u32;
+        self.regions.insert(h, data);
+        Segment::new(h, len, 0)
+    }
+}
+
+/// Runs one Call through both state machines; the responder's upper layer answers
+/// with `answer(call payload)`. Returns the requester's event and what the requester's
+/// Write chunks hold.
+fn exchange(
+    req: &mut Requester<TestUlb>,
+    resp: &mut Responder<TestUlb>,
+    xid: Xid,
+    call: XdrStream,
+    answer: impl Fn(Bytes) -> XdrStream,
+) -> (RequesterEvent, Vec<Vec<u8>>, Memory) {
+    let mut mem = Memory::default();
+    let mut write_handles = Vec::new();
+    req.start_call(xid, call).unwrap();
+    while let Some(a) = req.poll_action() {
+        match a {
+            Action::Register { registrations, .. } => {
+                let segs = registrations
+                    .iter()
+                    .map(|r| {
+                        let seg = match r {
+                            Registration::Read { data, .. } => mem.register(data.concat()),
+                            Registration::Write { len } | Registration::Reply { len } => {
+                                mem.register(vec![0; *len as usize])
+                            }
+                        };
+                        if matches!(r, Registration::Write { .. }) {
+                            write_handles.push(seg.handle);
+                        }
+                        vec![seg]
+                    })
+                    .collect();
+                req.handle_registered(xid, segs).unwrap();
+            }
+            Action::Send { send, .. } => resp.handle_receive(concat(&send)),
+            other => panic!("{other:?}"),
+        }
+    }
+    while let Some(a) = resp.poll_action() {
+        match a {
+            Action::RdmaRead {
+                xid,
+                chunk,
+                segments,
+                ..
+            } => {
+                let data: Vec<u8> = segments
+                    .iter()
+                    .flat_map(|s| mem.regions[&s.handle][..s.length as usize].to_vec())
+                    .collect();
+                resp.handle_read_done(xid, chunk, Bytes::from(data));
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    let Some(ResponderEvent::Call { payload, .. }) = resp.poll_event() else {
+        panic!("no call")
+    };
+    resp.send_reply(xid, answer(payload.to_bytes())).unwrap();
+    while let Some(a) = resp.poll_action() {
+        match a {
+            Action::RdmaWrite { write, .. } => {
+                let r = mem.regions.get_mut(&write.handle).unwrap();
+                let at = write.offset as usize;
+                let data = write.data.concat();
+                r[at..at + data.len()].copy_from_slice(&data);
+            }
+            Action::Send { send, .. } => req.handle_receive(concat(&send)),
+            other => panic!("{other:?}"),
+        }
+    }
+    let _ = req.poll_action(); // Invalidate
+    let ev = req.poll_event().unwrap();
+    let writes = write_handles
+        .iter()
+        .map(|h| mem.regions[h].clone())
+        .collect();
+    (ev, writes, mem)
+}
+
+#[test]
+fn pair_nfs_read_moves_data_through_the_write_chunk() {
+    let ulb = TestUlb {
+        max_reply: 8192 + 120,
+        ddp_results: vec![8192],
+        call_ddp: 0,
+    };
+    let mut req = requester(ulb.clone(), Version::ONE);
+    let mut resp = Responder::new(ulb, ResponderConfig::default()).unwrap();
+    let file: Bytes = (0..5001u32).map(|i| i as u8).collect::<Vec<u8>>().into();
+    let f = file.clone();
+    let (ev, writes, _) = exchange(
+        &mut req,
+        &mut resp,
+        Xid(10),
+        nfs_call(10, 6, &[1, 2, 3], None),
+        move |_| rpc_reply(10, &[0; 3], Some(f.clone())),
+    );
+    let RequesterEvent::Reply {
+        inline,
+        write_lengths,
+        reply_chunk_len,
+        ..
+    } = ev
+    else {
+        panic!("{ev:?}")
+    };
+    assert_eq!(write_lengths, vec![5001]);
+    assert_eq!(reply_chunk_len, None);
+    assert_eq!(&writes[0][..5001], &file[..]);
+    let full = crate::reassembly::reassemble_reply(
+        inline,
+        &[40],
+        vec![Bytes::from(writes[0][..5001].to_vec())],
+    )
+    .unwrap()
+    .to_bytes();
+    assert_eq!(full, rpc_reply(10, &[0; 3], Some(file)).to_bytes());
+}
+
+#[test]
+fn pair_nfs_write_moves_data_through_a_read_chunk() {
+    let ulb = TestUlb {
+        max_reply: 200,
+        ddp_results: vec![],
+        call_ddp: 1,
+    };
+    let mut req = requester(ulb.clone(), Version::ONE);
+    let mut resp = Responder::new(ulb, ResponderConfig::default()).unwrap();
+    let data: Bytes = vec![0x33; 3001].into();
+    let call = nfs_call(11, 7, &[5, 6], Some(data.clone()));
+    let expected = call.to_bytes();
+    let (ev, _, _) = exchange(&mut req, &mut resp, Xid(11), call, move |payload| {
+        assert_eq!(payload, expected);
+        rpc_reply(11, &[], None)
+    });
+    assert!(matches!(ev, RequesterEvent::Reply { .. }), "{ev:?}");
+}
+
+#[test]
+fn pair_long_call_and_long_reply() {
+    let ulb = TestUlb {
+        max_reply: 20_000,
+        ddp_results: vec![],
+        call_ddp: 0,
+    };
+    let mut req = requester(ulb.clone(), Version::ONE);
+    let mut resp = Responder::new(ulb, ResponderConfig::default()).unwrap();
+    let call = nfs_call(12, 16, &[9; 600], None);
+    let expected = call.to_bytes();
+    let reply = rpc_reply(12, &[4; 3000], None);
+    let reply_bytes = reply.to_bytes();
+    let (ev, _, mem) = exchange(&mut req, &mut resp, Xid(12), call, move |payload| {
+        assert_eq!(payload, expected);
+        reply.clone()
+    });
+    let RequesterEvent::Reply {
+        inline,
+        reply_chunk_len,
+        ..
+    } = ev
+    else {
+        panic!("{ev:?}")
+    };
+    assert!(inline.is_empty());
+    assert_eq!(reply_chunk_len, Some(reply_bytes.len() as u64));
+    let reply_region = mem.regions.values().find(|r| r.len() == 20_000).unwrap();
+    assert_eq!(&reply_region[..reply_bytes.len()], &reply_bytes[..]);
+    let _ = WriteChunk::default();
+}
