@@ -412,6 +412,15 @@ impl<B: UpperLayerBinding> Requester<B> {
         );
     }
 
+    /// Invalidating our registrations for `xid` failed.
+    ///
+    /// §5.5.4: "if it is unable to invalidate a memory region due to an unrecoverable
+    /// problem, the requester MUST close the connection to fence that memory from the
+    /// responder before the associated RPC transaction is complete."
+    pub fn handle_invalidate_failed(&mut self, _xid: Xid) {
+        self.actions.push_back(Action::Close);
+    }
+
     /// The connection was lost: every outstanding Call fails (the upper layer may
     /// retransmit on a new connection) and credits return to the initial state.
     pub fn handle_disconnect(&mut self) {

@@ -236,6 +236,16 @@ impl<B: UpperLayerBinding> Responder<B> {
         self.actions.push_back(Action::Close);
     }
 
+    /// An RDMA Write or the Send of a Reply (or of an RDMA_ERROR) failed.
+    ///
+    /// §5.5.4: "If a responder is unable to construct and transmit a Reply or error
+    /// message, the responder MUST close the connection to signal to the requester that
+    /// a reply was lost."
+    pub fn handle_send_failed(&mut self, _xid: Xid) {
+        self.calls.clear();
+        self.actions.push_back(Action::Close);
+    }
+
     fn finish_call(&mut self, xid: Xid) {
         let Some(call) = self.calls.get_mut(&xid) else {
             return;

@@ -494,3 +494,28 @@ fn pair_long_call_and_long_reply() {
     assert_eq!(&reply_region[..reply_bytes.len()], &reply_bytes[..]);
     let _ = WriteChunk::default();
 }
+
+#[test]
+fn s5_5_4_failed_invalidation_closes_the_connection() {
+    let mut r = requester(small(), Version::ONE);
+    r.handle_invalidate_failed(Xid(1));
+    assert_eq!(r.poll_action(), Some(Action::Close));
+}
+
+#[test]
+fn s4_4_6_1_write_chunk_has_no_room_for_padding() {
+    // An odd maximum: Linux adds a 4-byte pad segment; the spec says SHOULD NOT.
+    let mut r = requester(
+        TestUlb {
+            max_reply: 4093 + 120,
+            ddp_results: vec![4093],
+            call_ddp: 0,
+        },
+        Version::ONE,
+    );
+    r.start_call(Xid(1), null_call(1)).unwrap();
+    let Some(Action::Register { registrations, .. }) = r.poll_action() else {
+        panic!()
+    };
+    assert_eq!(registrations, vec![Registration::Write { len: 4093 }]);
+}

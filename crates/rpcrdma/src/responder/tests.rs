@@ -303,3 +303,10 @@ fn send_reply_for_unknown_xid_is_refused() {
         Err(HeaderError::UnknownXid(Xid(5)).into())
     );
 }
+
+#[test]
+fn s5_5_4_failed_reply_send_closes_the_connection() {
+    let mut r = responder(0);
+    r.handle_send_failed(Xid(1));
+    assert_eq!(r.poll_action(), Some(Action::Close));
+}
