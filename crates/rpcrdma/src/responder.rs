@@ -93,7 +93,6 @@ struct PendingCall {
     chunks: ChunkLists,
     inline: Bytes,
     data: Vec<Option<Bytes>>,
-    reading: bool,
 }
 
 /// One responder connection.
@@ -193,14 +192,20 @@ impl<B: UpperLayerBinding> Responder<B> {
             // A retransmission while the first copy is being served: drop it.
             return;
         }
+        // DoS bound: never RDMA Read more than a reassembled Call may hold.
+        let total = chunks.reads.iter().map(|c| c.len()).sum::<u64>() + inline.len() as u64;
+        let too_large = total > self.config.reassembly.max_len;
         let n = chunks.reads.len();
-        for (i, c) in chunks.reads.iter().enumerate() {
-            self.actions.push_back(Action::RdmaRead {
+        let reads: Vec<Action> = chunks
+            .reads
+            .iter()
+            .enumerate()
+            .map(|(i, c)| Action::RdmaRead {
                 xid: prefix.xid,
                 chunk: i,
                 segments: c.segments.clone(),
-            });
-        }
+            })
+            .collect();
         self.calls.insert(
             prefix.xid,
             PendingCall {
@@ -208,9 +213,12 @@ impl<B: UpperLayerBinding> Responder<B> {
                 chunks,
                 inline,
                 data: vec![None; n],
-                reading: n > 0,
             },
         );
+        if too_large {
+            return self.garbage_args(prefix, ArgsError::TooLarge(total));
+        }
+        self.actions.extend(reads);
         if n == 0 {
             self.finish_call(prefix.xid);
         }
@@ -250,7 +258,6 @@ impl<B: UpperLayerBinding> Responder<B> {
         let Some(call) = self.calls.get_mut(&xid) else {
             return;
         };
-        call.reading = false;
         let data: Vec<Bytes> = call
             .data
             .iter_mut()

@@ -310,3 +310,33 @@ fn s5_5_4_failed_reply_send_closes_the_connection() {
     r.handle_send_failed(Xid(1));
     assert_eq!(r.poll_action(), Some(Action::Close));
 }
+
+#[test]
+fn read_chunks_larger_than_the_reassembly_limit_are_not_read() {
+    let mut r = Responder::new(
+        TestUlb {
+            call_ddp: 1,
+            ..TestUlb::default()
+        },
+        ResponderConfig {
+            reassembly: ReassemblyOptions {
+                max_len: 65_536,
+                ..ReassemblyOptions::default()
+            },
+            ..ResponderConfig::default()
+        },
+    )
+    .unwrap();
+    r.handle_receive(linux_write_call().0);
+    assert_eq!(
+        r.poll_event(),
+        Some(ResponderEvent::Refused {
+            xid: Some(Xid(0x10c7_04b8)),
+            error: ArgsError::TooLarge(112 + 131_072).into(),
+            answer: WireAnswer::GarbageArgs,
+        })
+    );
+    let (bytes, _) = sent(&mut r);
+    assert_eq!(&bytes[28..], &rpc::garbage_args_reply(Xid(0x10c7_04b8))[..]);
+    assert_eq!(r.poll_action(), None, "no RDMA Read issued");
+}
