@@ -35,8 +35,8 @@ use crate::error::{ProtocolError, TerminateCode};
 use crate::handshake::Negotiated;
 use crate::tx::TxBatch;
 use crate::wire::ddp::{
-    queue, DdpHeader, Opcode, ReadRequest, SegmentHeader, TerminateControl, TAGGED_HEADER_LEN,
-    UNTAGGED_HEADER_LEN,
+    queue, DdpHeader, Opcode, ReadRequest, SegmentHeader, TerminateControl, READ_REQUEST_LEN,
+    TAGGED_HEADER_LEN, UNTAGGED_HEADER_LEN,
 };
 use crate::wire::mpa;
 
@@ -186,7 +186,11 @@ impl Connection {
     ) -> Connection {
         let hold_until = (neg.active && !first_send_delay.is_zero()).then(|| now + first_send_delay);
         let mut limits = limits;
-        limits.max_ulpdu = limits.max_ulpdu.clamp(UNTAGGED_HEADER_LEN + 4, 65_535);
+        // A Read Request is never segmented (RFC 5040 §4.4), so the smallest usable
+        // ULPDU holds its untagged header and 28-byte body.
+        limits.max_ulpdu = limits
+            .max_ulpdu
+            .clamp(UNTAGGED_HEADER_LEN + READ_REQUEST_LEN, 65_535);
         Connection {
             pd,
             crc: neg.crc,
