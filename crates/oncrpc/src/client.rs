@@ -25,8 +25,8 @@ use xdr::{Decoder, Encode, XdrStream};
 
 use crate::auth::OpaqueAuth;
 use crate::message::{
-    peek_xid_and_type, AcceptedStatus, CallHeader, HeaderError, MsgType, RejectedReply,
-    ReplyBody, ReplyHeader, Xid,
+    peek_xid_and_type, AcceptedStatus, CallHeader, HeaderError, MsgType, RejectedReply, ReplyBody,
+    ReplyHeader, Xid,
 };
 use crate::service::prepend;
 
@@ -176,7 +176,11 @@ impl Client {
         let msg = prepend(|enc| header.encode(enc), args);
         let (tx, rx) = oneshot::channel();
         self.cmds
-            .send(Cmd::Call { xid, msg, reply: tx })
+            .send(Cmd::Call {
+                xid,
+                msg,
+                reply: tx,
+            })
             .map_err(|_| ClientError::DriverGone)?;
         let bytes = match tokio::time::timeout(timeout, rx).await {
             Ok(Ok(b)) => b,
@@ -318,10 +322,16 @@ impl<T: Transport> Driver<T> {
                     }
                     let _ = ev_tx.send(Event::Closed(generation));
                 });
+                // Calls whose caller gave up are not sent again.
+                self.pending.retain(|_, (_, waiter)| !waiter.is_closed());
                 // Retransmit every outstanding call, oldest xid first, same xid.
                 let mut xids: Vec<Xid> = self.pending.keys().copied().collect();
                 xids.sort_unstable();
-                tracing::info!(retransmitting = xids.len(), "connected");
+                if generation > 1 {
+                    tracing::info!(retransmitting = xids.len(), "reconnected");
+                } else {
+                    tracing::debug!(outstanding = xids.len(), "connected");
+                }
                 for xid in xids {
                     let Some((msg, _)) = self.pending.get(&xid) else {
                         continue;

@@ -32,8 +32,8 @@ pub mod service;
 pub mod tcp;
 mod wire_enum;
 
-pub use client::{Client, ClientConfig, ClientError, Reply, Transport};
 pub use auth::{AuthFlavor, AuthStat, AuthSysParms, Credentials, OpaqueAuth};
+pub use client::{Client, ClientConfig, ClientError, Reply, Transport};
 pub use error::{CallError, Disposition, Scope, ServiceError};
 pub use message::{
     AcceptStat, AcceptedStatus, CallHeader, MismatchInfo, MsgType, RejectStat, RejectedReply,

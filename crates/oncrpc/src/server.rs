@@ -12,14 +12,16 @@ use std::sync::Arc;
 
 use bytes::BytesMut;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{mpsc, watch, Semaphore};
+use tokio::sync::{mpsc, oneshot, watch, Semaphore};
 use tokio::task::JoinSet;
 use xdr::XdrStream;
 
 use crate::record::RecordDecoder;
 use crate::rpcbind::{Registrar, NETID_TCP};
 use crate::service::Dispatcher;
-use crate::tcp::{close_write, read_record, write_record, DEFAULT_MAX_FRAGMENT, DEFAULT_MAX_RECORD};
+use crate::tcp::{
+    close_write, read_record, write_record, DEFAULT_MAX_FRAGMENT, DEFAULT_MAX_RECORD,
+};
 
 /// Server settings.
 #[derive(Debug, Clone)]
@@ -72,12 +74,25 @@ impl Server {
         listener: TcpListener,
         shutdown: impl Future<Output = ()>,
     ) -> io::Result<()> {
+        let (ready, _) = oneshot::channel();
+        self.serve_with_ready(listener, shutdown, ready).await
+    }
+
+    /// Like [`Server::serve`], and sends on `ready` once registered with rpcbind
+    /// and accepting.
+    pub async fn serve_with_ready(
+        self,
+        listener: TcpListener,
+        shutdown: impl Future<Output = ()>,
+        ready: oneshot::Sender<()>,
+    ) -> io::Result<()> {
         let local = listener.local_addr()?;
         let registrations = self.dispatcher.registrations();
         if let Some(r) = &self.config.rpcbind {
             r.set_all(&registrations, NETID_TCP, local).await?;
         }
         tracing::info!(%local, programs = ?registrations, "serving");
+        let _ = ready.send(());
         let (stop_tx, stop_rx) = watch::channel(false);
         let mut conns = JoinSet::new();
         tokio::pin!(shutdown);
