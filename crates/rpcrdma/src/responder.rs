@@ -31,10 +31,12 @@ use crate::credits::ResponderCredits;
 use crate::error::{ArgsError, CreditError, Error, HeaderError, WireAnswer};
 use crate::header::{ErrorBody, Header, Prefix};
 use crate::marshal::marshal_reply;
+use crate::private_data::PeerLimits;
 use crate::reassembly::{reassemble_call, Reassembled, ReassemblyOptions};
 use crate::rpc;
 use crate::ulb::UpperLayerBinding;
 use crate::validate::{error_reply_for, receive, Policy, Received};
+use crate::version::default_inline_threshold;
 use crate::wire::{ErrCode, Version, Xid};
 
 /// Configuration of a responder connection.
@@ -44,10 +46,10 @@ pub struct ResponderConfig {
     pub policy: Policy,
     /// Receives posted at connection time (the initial grant).
     pub credits: u32,
-    /// The requester's inline threshold (RFC 8797 private data, or the version default).
-    pub send_threshold: u32,
-    /// The requester accepts Send With Invalidate (RFC 8797 R flag).
-    pub remote_invalidate: bool,
+    /// What the requester's RFC 8797 private data said (its receive threshold and R
+    /// flag). `None`: no private data, so each Reply assumes the default threshold of
+    /// the Call's version (1024 for v1, 4096 for v2) and no remote invalidation.
+    pub peer: Option<PeerLimits>,
     /// Reassembly checks and bounds.
     pub reassembly: ReassemblyOptions,
 }
@@ -57,8 +59,7 @@ impl Default for ResponderConfig {
         ResponderConfig {
             policy: Policy::default(),
             credits: 64,
-            send_threshold: 1024,
-            remote_invalidate: false,
+            peer: None,
             reassembly: ReassemblyOptions::default(),
         }
     }
@@ -360,14 +361,22 @@ impl<B: UpperLayerBinding> Responder<B> {
             return Err(HeaderError::UnknownXid(xid).into());
         };
         let grant = self.credits.grant();
+        // v1 §4.3.3 / v2 §2.3: without a discovery mechanism, assume the version's
+        // default inline threshold.
+        let send_threshold = self
+            .config
+            .peer
+            .map_or(default_inline_threshold(call.prefix.version), |p| {
+                p.send_threshold
+            });
         match marshal_reply(
             xid,
             call.prefix.version,
             grant,
             &stream,
             &call.chunks,
-            self.config.send_threshold,
-            self.config.remote_invalidate,
+            send_threshold,
+            self.config.peer.is_some_and(|p| p.remote_invalidate),
         ) {
             Ok(out) => {
                 for w in out.writes {

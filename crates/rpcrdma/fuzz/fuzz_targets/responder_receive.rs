@@ -14,7 +14,7 @@ use rpcrdma::reassembly::ReassemblyOptions;
 use rpcrdma::responder::{Responder, ResponderConfig, ResponderEvent};
 use rpcrdma::rpc::ProcId;
 use rpcrdma::ulb::{ReplySizing, UpperLayerBinding};
-use rpcrdma::{Header, Limits, Policy};
+use rpcrdma::{Header, Limits, PeerLimits, Policy};
 
 struct Ulb;
 
@@ -77,8 +77,11 @@ fuzz_target!(|data: &[u8]| {
             },
             ..Policy::default()
         },
-        send_threshold: THRESHOLD,
-        remote_invalidate: true,
+        peer: Some(PeerLimits {
+            send_threshold: THRESHOLD,
+            recv_threshold: THRESHOLD,
+            remote_invalidate: true,
+        }),
         reassembly: ReassemblyOptions {
             check_counts: true,
             max_len: 65_536,

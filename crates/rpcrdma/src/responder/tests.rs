@@ -13,7 +13,11 @@ fn responder(call_ddp: usize) -> Responder<TestUlb> {
         ResponderConfig {
             policy: Policy::v1_only(),
             credits: 64,
-            send_threshold: 4096,
+            peer: Some(crate::PeerLimits {
+                send_threshold: 4096,
+                recv_threshold: 4096,
+                remote_invalidate: false,
+            }),
             ..ResponderConfig::default()
         },
     )
@@ -339,4 +343,22 @@ fn read_chunks_larger_than_the_reassembly_limit_are_not_read() {
     let (bytes, _) = sent(&mut r);
     assert_eq!(&bytes[28..], &rpc::garbage_args_reply(Xid(0x10c7_04b8))[..]);
     assert_eq!(r.poll_action(), None, "no RDMA Read issued");
+}
+
+#[test]
+fn v2_s2_3_reply_to_v2_call_assumes_4096_without_private_data() {
+    let reply = || rpc_reply(0x02c7_04b8, &[0; 700], None); // 2824 bytes
+                                                            // Version One: 1024 assumed, no Reply chunk: cannot be sent.
+    let mut r = Responder::new(TestUlb::default(), ResponderConfig::default()).unwrap();
+    r.handle_receive(concat(&[hex(NULL_CALL_KERNEL_CLIENT), hex(NULL_CALL_RPC)]));
+    let _ = r.poll_event();
+    assert!(r.send_reply(Xid(0x02c7_04b8), reply()).is_err());
+    // Version Two: 4096 assumed: a Short reply.
+    let mut r = Responder::new(TestUlb::default(), ResponderConfig::default()).unwrap();
+    let mut b = concat(&[hex(NULL_CALL_KERNEL_CLIENT), hex(NULL_CALL_RPC)]).to_vec();
+    b[7] = 2;
+    r.handle_receive(Bytes::from(b));
+    let _ = r.poll_event();
+    r.send_reply(Xid(0x02c7_04b8), reply()).unwrap();
+    assert_eq!(sent(&mut r).0.len(), 28 + 2824);
 }
