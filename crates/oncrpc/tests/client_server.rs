@@ -1,0 +1,322 @@
+//! Our client against our server over TCP on loopback.
+
+use std::collections::BTreeSet;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use oncrpc::client::{Client, ClientConfig, ClientError};
+use oncrpc::server::{Server, ServerConfig};
+use oncrpc::tcp::TcpTransport;
+use oncrpc::{
+    AcceptStat, AcceptedStatus, Dispatcher, MismatchInfo, Request, Service, ServiceError,
+    ServiceResult,
+};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{oneshot, Notify};
+use xdr::{Encoder, XdrStream};
+
+const PROG: u32 = 0x2000_0202;
+const MAX_PAYLOAD: usize = 4 * 1024 * 1024;
+
+/// Procedures: 0 NULL; 1 ECHO `opaque<>`, after a delay of `u32` ms given first;
+/// 2 WAIT (records its xid, then waits until `release` is notified).
+#[derive(Default)]
+struct Test {
+    seen: Mutex<Vec<u32>>,
+    release: Notify,
+}
+
+impl Service for Test {
+    async fn call(&self, mut req: Request) -> ServiceResult {
+        match req.proc_ {
+            0 => Ok(XdrStream::default()),
+            1 => {
+                let delay = req.args.u32()?;
+                let data = req.args.opaque(u32::MAX)?;
+                req.args.finish()?;
+                if delay > 0 {
+                    tokio::time::sleep(Duration::from_millis(delay.into())).await;
+                }
+                let mut enc = Encoder::new();
+                enc.ddp_opaque(data);
+                Ok(enc.finish())
+            }
+            2 => {
+                self.seen.lock().unwrap().push(req.xid.0);
+                self.release.notified().await;
+                Ok(XdrStream::default())
+            }
+            _ => Err(ServiceError::ProcUnavail),
+        }
+    }
+}
+
+struct Running {
+    addr: SocketAddr,
+    stop: Option<oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<std::io::Result<()>>,
+}
+
+impl Running {
+    async fn stop(mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        self.task.await.unwrap().unwrap();
+    }
+}
+
+async fn start_on(addr: SocketAddr, service: Arc<Test>, config: ServerConfig) -> Running {
+    let mut d = Dispatcher::new();
+    d.register(PROG, [1, 2], service).unwrap();
+    let listener = TcpListener::bind(addr).await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (tx, rx) = oneshot::channel::<()>();
+    let task = tokio::spawn(Server::new(d, config).serve(listener, async {
+        let _ = rx.await;
+    }));
+    Running {
+        addr,
+        stop: Some(tx),
+        task,
+    }
+}
+
+async fn start(service: Arc<Test>) -> Running {
+    start_on(
+        "127.0.0.1:0".parse().unwrap(),
+        service,
+        ServerConfig {
+            max_record: MAX_PAYLOAD + 4096,
+            max_fragment: 64 * 1024,
+            ..ServerConfig::default()
+        },
+    )
+    .await
+}
+
+fn client(addr: SocketAddr) -> Client {
+    Client::new(
+        TcpTransport {
+            addr,
+            max_record: MAX_PAYLOAD + 4096,
+            max_fragment: 100_000,
+        },
+        ClientConfig {
+            timeout: Duration::from_secs(120),
+            reconnect_delay: Duration::from_millis(20),
+            ..ClientConfig::default()
+        },
+    )
+}
+
+fn echo_args(delay_ms: u32, data: Bytes) -> XdrStream {
+    let mut enc = Encoder::new();
+    enc.u32(delay_ms);
+    enc.ddp_opaque(data);
+    enc.finish()
+}
+
+/// Payload of call `i`: its size, and bytes that identify the call.
+fn payload(i: usize) -> Bytes {
+    let len = match i % 100 {
+        0 => MAX_PAYLOAD,
+        1 => MAX_PAYLOAD - 1,
+        2 => 0,
+        3 => 1,
+        50 => 1024 * 1024 + 3,
+        _ => (i * 7919) % 70_000,
+    };
+    Bytes::from(
+        (0..len)
+            .map(|k| (k as u32).wrapping_mul(31).wrapping_add(i as u32 * 17) as u8)
+            .collect::<Vec<u8>>(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn thousand_concurrent_calls_on_one_connection_multi_fragment_0_to_4mib() {
+    let server = start(Arc::new(Test::default())).await;
+    let c = client(server.addr);
+    let mut calls = tokio::task::JoinSet::new();
+    for i in 0..1000usize {
+        let c = c.clone();
+        calls.spawn(async move {
+            let data = payload(i);
+            // Varying delays make the server reply out of order.
+            let delay = ((i * 37) % 7) as u32;
+            let mut reply = c
+                .call(PROG, 1 + (i % 2) as u32, 1, echo_args(delay, data.clone()))
+                .await?;
+            let got = reply.results.opaque(u32::MAX).expect("results decode");
+            reply.results.finish().expect("no trailing bytes");
+            assert_eq!(got.len(), data.len(), "call {i}: length");
+            assert!(got == data, "call {i}: payload differs");
+            Ok::<usize, ClientError>(i)
+        });
+    }
+    let mut done = BTreeSet::new();
+    while let Some(r) = calls.join_next().await {
+        done.insert(r.unwrap().unwrap());
+    }
+    assert_eq!(done.len(), 1000);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn unknown_program_version_and_procedure_get_their_accept_stat() {
+    let server = start(Arc::new(Test::default())).await;
+    let c = client(server.addr);
+    let err = c
+        .call(PROG + 1, 1, 0, XdrStream::default())
+        .await
+        .unwrap_err();
+    assert!(matches!(
+        err,
+        ClientError::Accepted(AcceptedStatus::Void(AcceptStat::PROG_UNAVAIL))
+    ));
+    let err = c.call(PROG, 0, 0, XdrStream::default()).await.unwrap_err();
+    assert!(matches!(
+        err,
+        ClientError::Accepted(AcceptedStatus::ProgMismatch(MismatchInfo {
+            low: 1,
+            high: 2
+        }))
+    ));
+    let err = c.call(PROG, 1, 9, XdrStream::default()).await.unwrap_err();
+    assert!(matches!(
+        err,
+        ClientError::Accepted(AcceptedStatus::Void(AcceptStat::PROC_UNAVAIL))
+    ));
+    let err = c.call(PROG, 1, 1, XdrStream::default()).await.unwrap_err();
+    assert!(matches!(
+        err,
+        ClientError::Accepted(AcceptedStatus::Void(AcceptStat::GARBAGE_ARGS))
+    ));
+    c.call(PROG, 2, 0, XdrStream::default()).await.unwrap();
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn call_without_reply_times_out() {
+    let svc = Arc::new(Test::default());
+    let server = start(svc.clone()).await;
+    let c = client(server.addr);
+    let err = c
+        .call_with_timeout(PROG, 1, 2, XdrStream::default(), Duration::from_millis(200))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, ClientError::Timeout));
+    svc.release.notify_waiters();
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn outstanding_calls_are_retransmitted_with_same_xid_after_server_restart() {
+    let first = Arc::new(Test::default());
+    let server = start(first.clone()).await;
+    let addr = server.addr;
+    let c = client(addr);
+    let mut calls = tokio::task::JoinSet::new();
+    for _ in 0..5 {
+        let c = c.clone();
+        calls.spawn(async move {
+            c.call(PROG, 1, 2, XdrStream::default())
+                .await
+                .map(|r| r.xid.0)
+        });
+    }
+    while first.seen.lock().unwrap().len() < 5 {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // The server dies with the calls in flight (no graceful shutdown)...
+    server.task.abort();
+    let _ = server.task.await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    // ...and comes back on the same port; this one answers WAIT at once.
+    let second = Arc::new(Test::default());
+    let releaser = second.clone();
+    let release = tokio::spawn(async move {
+        loop {
+            releaser.release.notify_waiters();
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    });
+    let restarted = start_on(addr, second.clone(), ServerConfig::default()).await;
+    let mut replied = BTreeSet::new();
+    while let Some(r) = calls.join_next().await {
+        replied.insert(r.unwrap().unwrap());
+    }
+    release.abort();
+    let before: BTreeSet<u32> = first.seen.lock().unwrap().iter().copied().collect();
+    let after: BTreeSet<u32> = second.seen.lock().unwrap().iter().copied().collect();
+    assert_eq!(before, after, "retransmitted under the same xids");
+    assert_eq!(replied, before);
+    restarted.stop().await;
+}
+
+#[tokio::test]
+async fn graceful_shutdown_finishes_calls_in_flight() {
+    let server = start(Arc::new(Test::default())).await;
+    let c = client(server.addr);
+    let call = tokio::spawn({
+        let c = c.clone();
+        async move {
+            c.call(PROG, 1, 1, echo_args(300, Bytes::from_static(b"late")))
+                .await
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    server.stop().await; // returns only after the call is answered
+    let mut reply = call.await.unwrap().unwrap();
+    assert_eq!(&reply.results.opaque(100).unwrap()[..], b"late");
+}
+
+#[tokio::test]
+async fn huge_announced_record_closes_connection_without_allocation() {
+    let server = start(Arc::new(Test::default())).await;
+    let mut s = TcpStream::connect(server.addr).await.unwrap();
+    // RFC 5531 §11 mark: last fragment, 2^31 - 1 bytes.
+    s.write_all(&[0xff, 0xff, 0xff, 0xff]).await.unwrap();
+    let mut buf = [0u8; 16];
+    let n = tokio::time::timeout(Duration::from_secs(5), s.read(&mut buf))
+        .await
+        .expect("server closes the connection")
+        .unwrap_or(0);
+    assert_eq!(n, 0);
+    // The server still serves others.
+    client(server.addr)
+        .call(PROG, 1, 0, XdrStream::default())
+        .await
+        .unwrap();
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn hand_made_multi_fragment_call_is_answered() {
+    let server = start(Arc::new(Test::default())).await;
+    let mut s = TcpStream::connect(server.addr).await.unwrap();
+    // NULL call, xid 7, split into fragments of 1, 3 and the rest.
+    let mut call = vec![0, 0, 0, 7, 0, 0, 0, 0, 0, 0, 0, 2];
+    call.extend_from_slice(&PROG.to_be_bytes());
+    call.extend_from_slice(&[0, 0, 0, 1, 0, 0, 0, 0]);
+    call.extend_from_slice(&[0; 16]);
+    let mut wire = vec![0, 0, 0, 1];
+    wire.extend_from_slice(&call[..1]);
+    wire.extend_from_slice(&[0, 0, 0, 3]);
+    wire.extend_from_slice(&call[1..4]);
+    wire.extend_from_slice(&((call.len() - 4) as u32 | 0x8000_0000).to_be_bytes());
+    wire.extend_from_slice(&call[4..]);
+    s.write_all(&wire).await.unwrap();
+    let mut reply = [0u8; 28];
+    s.read_exact(&mut reply).await.unwrap();
+    assert_eq!(reply[..4], [0x80, 0, 0, 24]);
+    assert_eq!(
+        reply[4..],
+        [0, 0, 0, 7, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]
+    );
+    server.stop().await;
+}
