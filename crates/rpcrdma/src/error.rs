@@ -244,6 +244,10 @@ pub enum MarshalError {
     /// that do not have a Upper Layer Binding."
     #[error("no upper layer binding for this program")]
     NoUpperLayerBinding,
+    /// A backward-direction message on a connection without a backward channel
+    /// (§7.3.1), or a backward Reply to a Call we did not receive.
+    #[error("no backward channel for this message")]
+    NoBackwardChannel,
     /// v2 §5: the version-probing first Call must fit in 1024 bytes.
     #[error("first call of {len} bytes exceeds 1024 while probing version two")]
     ProbeTooLarge {

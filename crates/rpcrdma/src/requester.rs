@@ -25,10 +25,10 @@ use xdr::XdrStream;
 
 use crate::action::Action;
 use crate::chunks::{ChunkLists, Segment};
-use crate::credits::RequesterCredits;
+use crate::credits::{RequesterCredits, ResponderCredits};
 use crate::error::{Error, HeaderError, MarshalError, ReplyError};
 use crate::header::{ErrorBody, Prefix};
-use crate::marshal::{plan_call, CallLimits, CallPlan};
+use crate::marshal::{marshal_backward, plan_call, CallLimits, CallPlan};
 use crate::private_data::PeerLimits;
 use crate::reassembly::{reply_chunk_length, written_lengths};
 use crate::rpc;
@@ -50,6 +50,10 @@ pub struct RequesterConfig {
     pub peer: Option<PeerLimits>,
     /// Most segments one registration may produce.
     pub max_segments_per_registration: u32,
+    /// Backward-direction Calls we accept at once (§7.2.2.1: Receives posted for
+    /// them); the grant in our backward Replies. `None`: no backward channel, and
+    /// backward Calls are dropped (§7.3.1).
+    pub backward_credits: Option<u32>,
 }
 
 impl Default for RequesterConfig {
@@ -60,6 +64,7 @@ impl Default for RequesterConfig {
             prefer: Version::ONE,
             peer: None,
             max_segments_per_registration: 1,
+            backward_credits: None,
         }
     }
 }
@@ -109,6 +114,9 @@ pub struct Requester<B> {
     ulb: B,
     config: RequesterConfig,
     credits: RequesterCredits,
+    /// Backward direction: the server's Calls to us, credited separately (§7.2.1).
+    backward: Option<ResponderCredits>,
+    backward_calls: HashMap<Xid, Version>,
     negotiation: Negotiation,
     calls: HashMap<Xid, OutstandingCall>,
     actions: VecDeque<Action>,
@@ -121,6 +129,11 @@ impl<B: UpperLayerBinding> Requester<B> {
         Requester {
             ulb,
             credits: RequesterCredits::new(config.credits),
+            // A grant of zero would be refused; treat it as "no backward channel".
+            backward: config
+                .backward_credits
+                .and_then(|n| ResponderCredits::new(n).ok()),
+            backward_calls: HashMap::new(),
             negotiation: Negotiation::new(config.prefer),
             config,
             calls: HashMap::new(),
@@ -311,8 +324,10 @@ impl<B: UpperLayerBinding> Requester<B> {
                 payload,
             } => {
                 if rpc::msg_type(&payload) == Some(rpc::CALL) {
-                    // §7.3.4: a backward Call is RDMA_MSG with empty chunk lists.
-                    if chunks.is_empty() {
+                    // §7.3.4: a backward Call is RDMA_MSG with empty chunk lists. Without
+                    // a backward channel it is dropped (§7.3.1).
+                    if chunks.is_empty() && self.backward.is_some() {
+                        self.backward_calls.insert(prefix.xid, prefix.version);
                         self.events.push_back(RequesterEvent::BackwardCall {
                             xid: prefix.xid,
                             payload,
@@ -410,6 +425,28 @@ impl<B: UpperLayerBinding> Requester<B> {
                 write_lengths,
             },
         );
+    }
+
+    /// Answers the backward-direction Call `xid` (§7.3.5): RDMA_MSG, empty chunk lists,
+    /// the backward grant in `rdma_credit`, the Call's version.
+    pub fn send_backward_reply(&mut self, xid: Xid, stream: XdrStream) -> Result<(), Error> {
+        let (Some(credits), Some(version)) =
+            (self.backward.as_mut(), self.backward_calls.remove(&xid))
+        else {
+            return Err(MarshalError::NoBackwardChannel.into());
+        };
+        let grant = credits.grant();
+        let threshold = self
+            .config
+            .peer
+            .map_or(default_inline_threshold(version), |p| p.send_threshold);
+        let out = marshal_backward(xid, version, grant, &stream, threshold)?;
+        self.actions.push_back(Action::Send {
+            xid,
+            send: out.send,
+            invalidate: None,
+        });
+        Ok(())
     }
 
     /// Invalidating our registrations for `xid` failed.

@@ -20,17 +20,17 @@
 //! Per Call: `Reading` (waiting for RDMA Reads) → `WithUpperLayer` → removed when the
 //! Reply is sent.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 
 use bytes::Bytes;
 use xdr::XdrStream;
 
 use crate::action::Action;
 use crate::chunks::ChunkLists;
-use crate::credits::ResponderCredits;
-use crate::error::{ArgsError, CreditError, Error, HeaderError, WireAnswer};
+use crate::credits::{RequesterCredits, ResponderCredits};
+use crate::error::{ArgsError, CreditError, Error, HeaderError, MarshalError, WireAnswer};
 use crate::header::{ErrorBody, Header, Prefix};
-use crate::marshal::marshal_reply;
+use crate::marshal::{marshal_backward, marshal_reply};
 use crate::private_data::PeerLimits;
 use crate::reassembly::{reassemble_call, Reassembled, ReassemblyOptions};
 use crate::rpc;
@@ -52,6 +52,9 @@ pub struct ResponderConfig {
     pub peer: Option<PeerLimits>,
     /// Reassembly checks and bounds.
     pub reassembly: ReassemblyOptions,
+    /// Backward-direction Calls we may send (§7): the credits we ask the client for.
+    /// `None`: no backward channel.
+    pub backward_credits: Option<u32>,
 }
 
 impl Default for ResponderConfig {
@@ -61,6 +64,7 @@ impl Default for ResponderConfig {
             credits: 64,
             peer: None,
             reassembly: ReassemblyOptions::default(),
+            backward_credits: None,
         }
     }
 }
@@ -76,6 +80,19 @@ pub enum ResponderEvent {
         version: Version,
         /// The reassembled Payload stream.
         payload: Reassembled,
+    },
+    /// The Reply to our backward-direction Call `xid` (§7), payload inline.
+    BackwardReply {
+        /// The XID (backward XID space, §7.1.4).
+        xid: Xid,
+        /// The RPC Reply.
+        payload: Bytes,
+    },
+    /// Our backward-direction Call `xid` failed (the client answered RDMA_ERROR, or
+    /// the connection was lost).
+    BackwardFailed {
+        /// The XID.
+        xid: Xid,
     },
     /// A Call was refused; the peer has been answered (`answer`).
     Refused {
@@ -101,6 +118,11 @@ pub struct Responder<B> {
     ulb: B,
     config: ResponderConfig,
     credits: ResponderCredits,
+    /// Backward direction: our Calls to the client, credited separately (§7.2.1).
+    backward: Option<RequesterCredits>,
+    backward_calls: HashSet<Xid>,
+    /// Version of the last Call received (backward messages use it).
+    version: Version,
     calls: HashMap<Xid, PendingCall>,
     actions: VecDeque<Action>,
     events: VecDeque<ResponderEvent>,
@@ -112,6 +134,9 @@ impl<B: UpperLayerBinding> Responder<B> {
         let credits = ResponderCredits::new(config.credits)?;
         Ok(Responder {
             ulb,
+            backward: config.backward_credits.map(RequesterCredits::new),
+            backward_calls: HashSet::new(),
+            version: config.policy.min_version,
             config,
             credits,
             calls: HashMap::new(),
@@ -173,7 +198,13 @@ impl<B: UpperLayerBinding> Responder<B> {
                 prefix,
                 chunks,
                 payload,
-            } => self.start_call(prefix, chunks, payload),
+            } => {
+                if rpc::msg_type(&payload) == Some(rpc::REPLY) {
+                    return self.handle_backward_reply(prefix, chunks, payload);
+                }
+                self.version = prefix.version;
+                self.start_call(prefix, chunks, payload)
+            }
             Received::NoMsg { prefix, chunks } => {
                 // A Call sent as RDMA_NOMSG carries its Payload stream in a Position Zero
                 // Read chunk (§4.5.3, Long Call).
@@ -182,9 +213,17 @@ impl<B: UpperLayerBinding> Responder<B> {
                 }
                 self.start_call(prefix, chunks, Bytes::new())
             }
-            // A responder issues no forward Calls, so an RDMA_ERROR or an optional
-            // message for us has nothing to complete: drop it.
-            Received::Error { .. } | Received::Optional { .. } => {}
+            // An RDMA_ERROR can only concern one of our backward Calls.
+            Received::Error { prefix, .. } => {
+                if self.backward_calls.remove(&prefix.xid) {
+                    if let Some(b) = self.backward.as_mut() {
+                        let _ = b.release();
+                    }
+                    self.events
+                        .push_back(ResponderEvent::BackwardFailed { xid: prefix.xid });
+                }
+            }
+            Received::Optional { .. } => {}
         }
     }
 
@@ -223,6 +262,69 @@ impl<B: UpperLayerBinding> Responder<B> {
         if n == 0 {
             self.finish_call(prefix.xid);
         }
+    }
+
+    fn handle_backward_reply(&mut self, prefix: Prefix, chunks: ChunkLists, payload: Bytes) {
+        // §7.3.5: a backward Reply is RDMA_MSG with "All three chunk lists ... empty".
+        if !chunks.is_empty() || !self.backward_calls.remove(&prefix.xid) {
+            return;
+        }
+        if let Some(b) = self.backward.as_mut() {
+            let _ = b.handle_reply(prefix.credits);
+        }
+        self.events.push_back(ResponderEvent::BackwardReply {
+            xid: prefix.xid,
+            payload,
+        });
+    }
+
+    /// Sends a backward-direction Call (§7.3.4) to the client. Takes a backward credit
+    /// (accounted apart from the forward grant, §7.2.1); fails if there is no backward
+    /// channel or no credit, or if the Call does not fit inline (§7.4: no reduction).
+    pub fn start_backward_call(&mut self, xid: Xid, stream: XdrStream) -> Result<(), Error> {
+        let Some(b) = self.backward.as_mut() else {
+            return Err(MarshalError::NoBackwardChannel.into());
+        };
+        b.try_acquire()?;
+        let requested = b.requested();
+        let threshold = self
+            .config
+            .peer
+            .map_or(default_inline_threshold(self.version), |p| p.send_threshold);
+        match marshal_backward(xid, self.version, requested, &stream, threshold) {
+            Ok(out) => {
+                self.backward_calls.insert(xid);
+                self.actions.push_back(Action::Send {
+                    xid,
+                    send: out.send,
+                    invalidate: None,
+                });
+                Ok(())
+            }
+            Err(e) => {
+                let _ = b.release();
+                Err(e.into())
+            }
+        }
+    }
+
+    /// The connection was lost: pending Calls are forgotten (the client retransmits),
+    /// our backward Calls fail and backward credits return to the initial state
+    /// (§7.3.2: the server waits for the client to reconnect before retransmitting).
+    pub fn handle_disconnect(&mut self) {
+        self.calls.clear();
+        for xid in self.backward_calls.drain() {
+            self.events
+                .push_back(ResponderEvent::BackwardFailed { xid });
+        }
+        if let Some(b) = self.backward.as_mut() {
+            b.reset();
+        }
+    }
+
+    /// Backward credits, if there is a backward channel.
+    pub fn backward_credits(&self) -> Option<&RequesterCredits> {
+        self.backward.as_ref()
     }
 
     /// An RDMA Read for Read chunk `chunk` of Call `xid` completed with `data`.

@@ -138,6 +138,7 @@ fn responder_marshal_failures_answer_err_badheader() {
         MarshalError::RegistrationMismatch,
         MarshalError::TooLarge,
         MarshalError::NoUpperLayerBinding,
+        MarshalError::NoBackwardChannel,
         MarshalError::ProbeTooLarge { len: 2000 },
     ] {
         assert_eq!(WireAnswer::from(&e), WireAnswer::Local);

@@ -265,7 +265,13 @@ fn s4_4_6_reply_that_grows_a_write_segment_fails_the_call() {
 
 #[test]
 fn s7_backward_call_is_delivered_separately() {
-    let mut r = requester(small(), Version::ONE);
+    let mut r = Requester::new(
+        small(),
+        RequesterConfig {
+            backward_credits: Some(2),
+            ..RequesterConfig::default()
+        },
+    );
     let call = nfs_call(0x77, 0, &[], None).to_bytes();
     r.handle_receive(concat(&[words(&[0x77, 1, 1, 0, 0, 0, 0]), call.clone()]));
     assert_eq!(
@@ -275,7 +281,95 @@ fn s7_backward_call_is_delivered_separately() {
             payload: call
         })
     );
-    assert_eq!(r.credits().outstanding(), 0);
+    assert_eq!(r.credits().outstanding(), 0, "forward credits untouched");
+    // §7.3.5: RDMA_MSG, version one, the backward grant, empty lists, then the Reply.
+    r.send_backward_reply(Xid(0x77), rpc_reply(0x77, &[], None))
+        .unwrap();
+    assert_eq!(
+        sent(&mut r),
+        concat(&[
+            words(&[0x77, 1, 2, 0, 0, 0, 0]),
+            rpc_reply(0x77, &[], None).to_bytes()
+        ])
+    );
+    assert_eq!(
+        r.send_backward_reply(Xid(0x77), rpc_reply(0x77, &[], None)),
+        Err(MarshalError::NoBackwardChannel.into()),
+        "answered once"
+    );
+}
+
+#[test]
+fn s7_3_1_backward_call_without_backward_channel_is_dropped() {
+    let mut r = requester(small(), Version::ONE);
+    let call = nfs_call(0x77, 0, &[], None).to_bytes();
+    r.handle_receive(concat(&[words(&[0x77, 1, 1, 0, 0, 0, 0]), call]));
+    assert_eq!(r.poll_event(), None);
+    assert_eq!(r.poll_action(), None);
+}
+
+#[test]
+fn s7_2_1_pair_backward_calls_use_their_own_credits() {
+    let ulb = small();
+    let mut client = Requester::new(
+        ulb.clone(),
+        RequesterConfig {
+            backward_credits: Some(2),
+            ..RequesterConfig::default()
+        },
+    );
+    let mut server = Responder::new(
+        ulb,
+        ResponderConfig {
+            backward_credits: Some(8),
+            ..ResponderConfig::default()
+        },
+    )
+    .unwrap();
+    // One forward exchange: the client learns the forward grant (64).
+    client.start_call(Xid(1), null_call(1)).unwrap();
+    server.handle_receive(sent(&mut client));
+    let _ = server.poll_event();
+    server.send_reply(Xid(1), rpc_reply(1, &[], None)).unwrap();
+    let Some(Action::Send { send, .. }) = server.poll_action() else {
+        panic!()
+    };
+    client.handle_receive(concat(&send));
+    let _ = client.poll_event();
+    assert_eq!(client.credits().limit(), 64);
+
+    // Backward: one Call until the client's first backward Reply (§4.3.3 applies to
+    // the backward requester too), asking for 8.
+    server
+        .start_backward_call(Xid(0x900), nfs_call(0x900, 0, &[], None))
+        .unwrap();
+    assert!(matches!(
+        server.start_backward_call(Xid(0x901), nfs_call(0x901, 0, &[], None)),
+        Err(Error::Credit(CreditError::Exhausted { limit: 1, .. }))
+    ));
+    let Some(Action::Send { send, .. }) = server.poll_action() else {
+        panic!()
+    };
+    assert_eq!(&send[0][..], &words(&[0x900, 1, 8, 0, 0, 0, 0])[..]);
+    client.handle_receive(concat(&send));
+    let Some(RequesterEvent::BackwardCall { xid, .. }) = client.poll_event() else {
+        panic!()
+    };
+    client
+        .send_backward_reply(xid, rpc_reply(0x900, &[], None))
+        .unwrap();
+    server.handle_receive(sent(&mut client));
+    assert_eq!(
+        server.poll_event(),
+        Some(ResponderEvent::BackwardReply {
+            xid: Xid(0x900),
+            payload: rpc_reply(0x900, &[], None).to_bytes()
+        })
+    );
+    let b = server.backward_credits().unwrap();
+    assert_eq!(b.limit(), 2, "min(requested 8, client's backward grant 2)");
+    assert_eq!(client.credits().limit(), 64, "forward credits unchanged");
+    assert_eq!(b.outstanding(), 0);
 }
 
 #[test]

@@ -362,3 +362,49 @@ fn v2_s2_3_reply_to_v2_call_assumes_4096_without_private_data() {
     r.send_reply(Xid(0x02c7_04b8), reply()).unwrap();
     assert_eq!(sent(&mut r).0.len(), 28 + 2824);
 }
+
+#[test]
+fn s7_3_1_no_backward_call_without_backward_channel() {
+    let mut r = responder(0);
+    assert_eq!(
+        r.start_backward_call(Xid(1), nfs_call(1, 0, &[], None)),
+        Err(MarshalError::NoBackwardChannel.into())
+    );
+}
+
+#[test]
+fn s7_backward_call_failed_by_rdma_error_or_disconnect() {
+    let mut r = Responder::new(
+        TestUlb::default(),
+        ResponderConfig {
+            backward_credits: Some(4),
+            ..ResponderConfig::default()
+        },
+    )
+    .unwrap();
+    r.start_backward_call(Xid(0x900), nfs_call(0x900, 0, &[], None))
+        .unwrap();
+    let _ = r.poll_action();
+    r.handle_receive(words(&[0x900, 1, 1, 4, 2]));
+    assert_eq!(
+        r.poll_event(),
+        Some(ResponderEvent::BackwardFailed { xid: Xid(0x900) })
+    );
+    assert_eq!(r.backward_credits().unwrap().outstanding(), 0);
+    r.start_backward_call(Xid(0x901), nfs_call(0x901, 0, &[], None))
+        .unwrap();
+    r.handle_disconnect();
+    assert_eq!(
+        r.poll_event(),
+        Some(ResponderEvent::BackwardFailed { xid: Xid(0x901) })
+    );
+}
+
+#[test]
+fn backward_reply_for_unknown_xid_is_dropped() {
+    let mut r = responder(0);
+    let reply = rpc_reply(0x55, &[], None).to_bytes();
+    r.handle_receive(concat(&[words(&[0x55, 1, 1, 0, 0, 0, 0]), reply]));
+    assert_eq!(r.poll_event(), None);
+    assert_eq!(r.poll_action(), None);
+}
