@@ -443,3 +443,109 @@ fn error_reply_echoes_xid_and_version() {
     );
     assert_eq!(h.to_bytes(), hex(ERR_VERS_KNFSD));
 }
+
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn arb_segment() -> impl Strategy<Value = Segment> {
+        (any::<u32>(), any::<u32>(), any::<u64>()).prop_map(|(h, l, o)| Segment::new(h, l, o))
+    }
+
+    fn arb_write_chunk() -> impl Strategy<Value = WriteChunk> {
+        prop::collection::vec(arb_segment(), 1..4).prop_map(WriteChunk::new)
+    }
+
+    fn arb_chunks() -> impl Strategy<Value = ChunkLists> {
+        (
+            prop::collection::btree_set(0u32..1000, 0..4),
+            prop::collection::vec(prop::collection::vec(arb_segment(), 1..4), 4),
+            prop::collection::vec(arb_write_chunk(), 0..4),
+            prop::option::of(arb_write_chunk()),
+        )
+            .prop_map(|(positions, segs, writes, reply)| ChunkLists {
+                reads: positions
+                    .into_iter()
+                    .zip(segs)
+                    .map(|(p, segments)| ReadChunk {
+                        position: p * 4,
+                        segments,
+                    })
+                    .collect(),
+                writes,
+                reply,
+            })
+    }
+
+    fn arb_header() -> impl Strategy<Value = Header> {
+        let v1_body = prop_oneof![
+            arb_chunks().prop_map(Body::Msg),
+            arb_chunks().prop_map(Body::NoMsg),
+            (any::<u32>(), any::<u32>(), arb_chunks()).prop_map(|(align, thresh, chunks)| {
+                Body::MsgP {
+                    align,
+                    thresh,
+                    chunks,
+                }
+            }),
+            Just(Body::Done),
+            Just(Body::Error(ErrorBody::BadHeader)),
+            (any::<u32>(), any::<u32>()).prop_map(|(l, h)| Body::Error(ErrorBody::Vers {
+                low: Version(l),
+                high: Version(h)
+            })),
+        ];
+        let v2_body = prop_oneof![
+            arb_chunks().prop_map(Body::Msg),
+            arb_chunks().prop_map(Body::NoMsg),
+            Just(Body::MsgP {
+                align: 0,
+                thresh: 0,
+                chunks: ChunkLists::empty()
+            }),
+            Just(Body::Error(ErrorBody::InvalOption)),
+            (any::<u32>(), prop::collection::vec(any::<u8>(), 0..40)).prop_map(|(t, info)| {
+                Body::Optional {
+                    opttype: OptType(t),
+                    optinfo: Bytes::from(info),
+                }
+            }),
+        ];
+        prop_oneof![
+            (any::<u32>(), any::<u32>(), v1_body).prop_map(|(x, c, body)| Header {
+                xid: Xid(x),
+                version: Version::ONE,
+                credits: c,
+                body
+            }),
+            (any::<u32>(), any::<u32>(), v2_body).prop_map(|(x, c, body)| Header {
+                xid: Xid(x),
+                version: Version::TWO,
+                credits: c,
+                body
+            }),
+        ]
+    }
+
+    proptest! {
+        /// Repr round trip: emit writes encoded_len bytes, parse gives the value back
+        /// and consumes exactly those bytes.
+        #[test]
+        fn emit_then_parse_is_identity(h in arb_header()) {
+            let b = h.to_bytes();
+            prop_assert_eq!(b.len(), h.encoded_len());
+            let p = Header::parse(&b, &Limits::default()).unwrap();
+            prop_assert_eq!(p.header_len, b.len());
+            prop_assert_eq!(p.header, h);
+        }
+
+        /// Parse never panics and never reads past the buffer, whatever the bytes.
+        #[test]
+        fn parse_arbitrary_bytes_never_panics(b in prop::collection::vec(any::<u8>(), 0..200)) {
+            let b = Bytes::from(b);
+            if let Ok(p) = Header::parse(&b, &Limits::default()) {
+                prop_assert!(p.header_len <= b.len());
+            }
+        }
+    }
+}
