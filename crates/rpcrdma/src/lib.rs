@@ -9,6 +9,16 @@
 //! message (XID, message type, program/version/procedure) and the fixed GARBAGE_ARGS
 //! reply. The async transport that posts Sends, RDMA Reads and Writes and invalidations
 //! on a provider is a separate crate, and executes the values this one returns.
+//! There are no timers in this core (retransmission belongs to RPC), so no method takes
+//! a `now`.
+//!
+//! # Copies
+//! Sending copies no payload byte: a Send is a gather list of `Bytes` (header, inline
+//! slices, DDP items), RDMA Writes and Read chunks reference the upper layer's buffers.
+//! Receiving copies none either: the Payload stream comes back as slices of the
+//! receive buffer and of the RDMA Read buffers ([`reassembly::Reassembled`]); only an
+//! upper layer that asks for one contiguous buffer (`Reassembled::to_bytes`) pays one
+//! copy of chunk data (marked `// COPY:`).
 //!
 //! # Shape
 //! ```text
@@ -35,7 +45,10 @@
 //! - [`credits`]: credit accounting, requester and responder, per direction.
 //! - [`version`]: Version Two negotiation (and fallback to Version One).
 //! - [`requester`], [`responder`]: per-connection state machines driven by `handle_*`
-//!   events, yielding [`Action`]s from `poll_action`.
+//!   events, yielding [`Action`]s from `poll_action` and upper-layer events from
+//!   `poll_event`.
+//! - [`action`]: the provider-neutral work items (Send, RDMA Read/Write, register,
+//!   invalidate, post Receives, close).
 #![warn(missing_docs, unreachable_pub)]
 
 pub mod action;
@@ -64,5 +77,8 @@ pub use error::{
 };
 pub use header::{Body, ErrorBody, Header, Parsed, Prefix, PrefixView};
 pub use private_data::{PeerLimits, PrivateData};
+pub use requester::{Requester, RequesterConfig, RequesterEvent};
+pub use responder::{Responder, ResponderConfig, ResponderEvent};
+pub use ulb::{ReplySizing, UpperLayerBinding};
 pub use validate::{Policy, Received};
 pub use wire::{ErrCode, MsgType, OptType, Version, Xid};
