@@ -1,0 +1,51 @@
+//! An NFS version 3 server (RFC 1813) with MOUNT version 3, serving local directories.
+//!
+//! ```text
+//!   TCP (record marking)        RPC-over-RDMA (later)
+//!            \                    /
+//!        oncrpc::Dispatcher  (call bytes -> reply XdrStream)
+//!            /                    \
+//!   service::NfsService      mount::MountService
+//!            |                    |
+//!   nfs::NfsServer  -- proc/* (one module per group of procedures)
+//!            |
+//!   vfs (export-confined openat/O_NOFOLLOW access, handle resolution)
+//!   fh (handle format)   errno (errno -> nfsstat3)   creds (AUTH_SYS identities)
+//! ```
+//!
+//! The NFS and MOUNT programs are transport-neutral `oncrpc` services: anything that
+//! feeds an [`oncrpc::Dispatcher`] serves them. [`server`] runs them on TCP.
+//!
+//! # Copies per byte on the data path
+//!
+//! - **READ**: 1 copy on the server. `pread` copies file data (page cache) into a
+//!   fresh buffer, which becomes the READ3resok `data` as a [`bytes::Bytes`] without
+//!   a copy and is encoded as a DDP-eligible item ([`xdr::Encoder::ddp_opaque`]). On
+//!   TCP the reply is written with a vectored write that gathers that buffer (the
+//!   kernel's socket copy is the usual one); an RPC-over-RDMA transport can send it by
+//!   RDMA Write from the same buffer.
+//! - **WRITE**: 1 copy on the server. The WRITE3args `data` is a slice of the received
+//!   call buffer (decoding copies nothing); `pwrite` copies it into the page cache.
+//!   (Reassembling a TCP record from several fragments, if a client fragments, costs
+//!   one more copy in the record layer.)
+//!
+//! # What this crate does not do
+//!
+//! NLM (locking; clients mount with `nolock`), NFSv4, a duplicate request cache,
+//! ACLs over the wire, UDP.
+#![warn(missing_docs, unreachable_pub)]
+
+pub mod creds;
+pub mod errno;
+pub mod fh;
+pub mod mount;
+pub mod nfs;
+mod proc;
+pub mod service;
+pub mod vfs;
+
+pub use creds::{Policy, Squash};
+pub use mount::MountService;
+pub use nfs::NfsServer;
+pub use service::NfsService;
+pub use vfs::Export;

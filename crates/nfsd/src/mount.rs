@@ -1,0 +1,147 @@
+//! The MOUNT version 3 program (RFC 1813 Appendix I): hands out export root handles.
+//!
+//! MNT accepts an export's path, or a directory below it (as Linux `mountd` does);
+//! the path below the export is walked one checked component at a time, like LOOKUP.
+
+use std::sync::{Arc, Mutex};
+
+use nfs3::mount::*;
+use oncrpc::{Request, Service, ServiceError, ServiceResult};
+use xdr::{Bytes, Decode, Decoder, Encode};
+
+use crate::nfs::NfsServer;
+use crate::vfs::{check_name, NameUse};
+
+/// AUTH_SYS, then AUTH_NONE: the flavors MNT offers (RFC 5531 flavor numbers).
+const AUTH_FLAVORS: [u32; 2] = [1, 0];
+
+/// MOUNT version 3 (program 100005) as an RPC service.
+#[derive(Debug)]
+pub struct MountService {
+    server: Arc<NfsServer>,
+    /// DUMP's answer: (client host name, directory) of MNT calls not yet UMNTed.
+    mounts: Mutex<Vec<(Bytes, Bytes)>>,
+}
+
+impl MountService {
+    /// The MOUNT program for a server's exports.
+    pub fn new(server: Arc<NfsServer>) -> Self {
+        MountService {
+            server,
+            mounts: Mutex::new(Vec::new()),
+        }
+    }
+
+    fn mounts(&self) -> std::sync::MutexGuard<'_, Vec<(Bytes, Bytes)>> {
+        self.mounts.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// MNT: the handle of `path`, an export or a directory inside one.
+    pub fn mnt(&self, path: &[u8]) -> MountRes3 {
+        let trimmed = trim_slashes(path);
+        for ex in self.server.exports() {
+            let root = ex.path.as_os_str().as_encoded_bytes();
+            let root = trim_slashes(root);
+            let rest = if trimmed == root {
+                &b""[..]
+            } else if trimmed.starts_with(root) && trimmed.get(root.len()) == Some(&b'/') {
+                &trimmed[root.len() + 1..]
+            } else {
+                continue;
+            };
+            let mut node = match ex.resolve(&ex.root_handle()) {
+                Ok(n) => n,
+                Err(_) => return MountRes3::Fail(MountStat3::MNT3ERR_IO),
+            };
+            for comp in rest.split(|&b| b == b'/').filter(|c| !c.is_empty()) {
+                let Ok(name) = check_name(comp, NameUse::Create) else {
+                    return MountRes3::Fail(MountStat3::MNT3ERR_NOENT);
+                };
+                node = match ex.child(&node, name) {
+                    Ok(n) => n,
+                    Err(_) => return MountRes3::Fail(MountStat3::MNT3ERR_NOENT),
+                };
+            }
+            if !node.meta.is_dir() {
+                return MountRes3::Fail(MountStat3::MNT3ERR_NOTDIR);
+            }
+            return MountRes3::Ok {
+                fhandle: ex.handle(&node.meta).to_nfs().0,
+                auth_flavors: AUTH_FLAVORS.to_vec(),
+            };
+        }
+        MountRes3::Fail(MountStat3::MNT3ERR_NOENT)
+    }
+
+    /// EXPORT: every export, open to every host.
+    pub fn exports(&self) -> Exports {
+        Exports(
+            self.server
+                .exports()
+                .iter()
+                .map(|e| ExportNode {
+                    ex_dir: DirPath(Bytes::copy_from_slice(e.path.as_os_str().as_encoded_bytes())),
+                    ex_groups: Vec::new(),
+                })
+                .collect(),
+        )
+    }
+}
+
+fn trim_slashes(p: &[u8]) -> &[u8] {
+    let mut p = p;
+    while p.len() > 1 && p.ends_with(b"/") {
+        p = &p[..p.len() - 1];
+    }
+    p
+}
+
+fn run<A: Decode, R: Encode>(mut args: Decoder, f: impl FnOnce(A) -> R) -> ServiceResult {
+    let a = A::decode(&mut args)?;
+    args.finish()?;
+    Ok(f(a).to_xdr())
+}
+
+impl Service for MountService {
+    async fn call(&self, req: Request) -> ServiceResult {
+        let host = match &req.cred {
+            oncrpc::Credentials::Sys(p) => p.machinename.clone(),
+            _ => Bytes::from_static(b"unknown"),
+        };
+        match MountProc3(req.proc_) {
+            MountProc3::NULL => run(req.args, |nfs3::Void| nfs3::Void),
+            MountProc3::MNT => {
+                let mut args = req.args;
+                let path = DirPath::decode(&mut args)?;
+                args.finish()?;
+                let res = self.mnt(&path.0);
+                if matches!(res, MountRes3::Ok { .. }) {
+                    self.mounts().push((host, path.0));
+                }
+                Ok(res.to_xdr())
+            }
+            MountProc3::DUMP => run(req.args, |nfs3::Void| {
+                MountList(
+                    self.mounts()
+                        .iter()
+                        .map(|(h, d)| MountBody {
+                            ml_hostname: MntName(h.clone()),
+                            ml_directory: DirPath(d.clone()),
+                        })
+                        .collect(),
+                )
+            }),
+            MountProc3::UMNT => run(req.args, |path: DirPath| {
+                self.mounts().retain(|(h, d)| !(h == &host && d == &path.0));
+                nfs3::Void
+            }),
+            MountProc3::UMNTALL => run(req.args, |nfs3::Void| {
+                self.mounts().retain(|(h, _)| h != &host);
+                nfs3::Void
+            }),
+            MountProc3::EXPORT => run(req.args, |nfs3::Void| self.exports()),
+            _ => Err(ServiceError::ProcUnavail),
+        }
+    }
+}
+

@@ -1,0 +1,440 @@
+//! Name-space procedures: RFC 1813 §3.3.3 LOOKUP, §3.3.5 READLINK, §3.3.8 CREATE,
+//! §3.3.9 MKDIR, §3.3.10 SYMLINK, §3.3.11 MKNOD, §3.3.12 REMOVE, §3.3.13 RMDIR,
+//! §3.3.14 RENAME, §3.3.15 LINK.
+//!
+//! Every name is checked by [`check_name`] and used as a single component relative to
+//! a directory descriptor of the export, so nothing outside the export is reached.
+
+use nfs3::dir::*;
+use nfs3::{
+    CreateVerf3, DirOpArgs3, Ftype3, NfsPath3, NfsResult, NfsStat3, Sattr3, WccData,
+};
+use rustix::fs::{AtFlags, FileType, Mode, OFlags, Timespec, Timestamps, CWD};
+use xdr::Bytes;
+
+use crate::errno::OrStat;
+use crate::nfs::{post_op, wcc, Cx};
+use crate::proc::attr::apply_sattr;
+use crate::vfs::{check_name, Export, Meta, NameUse, Node};
+
+/// §3.3.3 LOOKUP. "." is the directory itself and ".." its parent, except that the
+/// root's parent is the root: a lookup never leaves the export.
+pub(crate) fn lookup(cx: &Cx<'_>, a: Lookup3Args) -> Lookup3Res {
+    let fail = |s, dir_attributes| NfsResult::Fail(s, Lookup3ResFail { dir_attributes });
+    let (ex, dir) = match cx.s.resolve(&a.what.dir) {
+        Ok(r) => r,
+        Err(s) => return fail(s, None),
+    };
+    if !dir.meta.is_dir() {
+        return fail(NfsStat3::NFS3ERR_NOTDIR, post_op(ex, &dir));
+    }
+    let name = match check_name(&a.what.name.0, NameUse::Lookup) {
+        Ok(n) => n,
+        Err(s) => return fail(s, post_op(ex, &dir)),
+    };
+    let found = cx.as_caller(|| {
+        // Search permission on the directory, as a local lookup would need.
+        rustix::fs::accessat(CWD, dir.proc_path(), rustix::fs::Access::EXEC_OK, AtFlags::EACCESS)
+            .or_stat()?;
+        match name {
+            b"." => ex.same(&dir),
+            b".." => ex.parent(&dir),
+            _ => ex.child(&dir, name),
+        }
+    });
+    match found {
+        Ok(obj) => NfsResult::Ok(Lookup3ResOk {
+            object: ex.handle(&obj.meta).to_nfs(),
+            obj_attributes: Some(obj.meta.fattr(ex.id)),
+            dir_attributes: post_op(ex, &dir),
+        }),
+        Err(s) => fail(s, post_op(ex, &dir)),
+    }
+}
+
+/// §3.3.5 READLINK: "If the object is not a symbolic link, NFS3ERR_INVAL".
+pub(crate) fn readlink(cx: &Cx<'_>, a: ReadLink3Args) -> ReadLink3Res {
+    let (ex, node) = match cx.s.resolve(&a.symlink) {
+        Ok(r) => r,
+        Err(s) => {
+            return NfsResult::Fail(
+                s,
+                nfs3::attr::ObjAttrFail {
+                    obj_attributes: None,
+                },
+            )
+        }
+    };
+    let target = if node.meta.file_type() != FileType::Symlink {
+        Err(NfsStat3::NFS3ERR_INVAL)
+    } else {
+        rustix::fs::readlinkat(&node.fd, "", Vec::new()).or_stat()
+    };
+    match target {
+        Ok(t) => NfsResult::Ok(ReadLink3ResOk {
+            symlink_attributes: post_op(ex, &node),
+            // Bytes::from(Vec) takes the allocation over: no copy.
+            data: NfsPath3(Bytes::from(t.into_bytes())),
+        }),
+        Err(s) => NfsResult::Fail(
+            s,
+            nfs3::attr::ObjAttrFail {
+                obj_attributes: post_op(ex, &node),
+            },
+        ),
+    }
+}
+
+/// The directory of a modifying procedure, checked: it exists, is a directory, the
+/// export is writable, and the name is acceptable for `usage`.
+struct Target<'a> {
+    ex: &'a Export,
+    dir: Node,
+    before: Meta,
+    name: &'a [u8],
+}
+
+impl<'a> Target<'a> {
+    // The error is the procedure's failure reply (status and wcc_data), built once
+    // per failed call; boxing it would only add an allocation.
+    #[allow(clippy::result_large_err)]
+    fn open(
+        cx: &'a Cx<'_>,
+        d: &'a DirOpArgs3,
+        usage: NameUse,
+    ) -> Result<Target<'a>, (NfsStat3, WccData)> {
+        let (ex, dir) = cx.s.resolve(&d.dir).map_err(|s| (s, WccData::default()))?;
+        let before = dir.meta;
+        let t = Target {
+            ex,
+            dir,
+            before,
+            name: &d.name.0,
+        };
+        if !t.dir.meta.is_dir() {
+            return Err(t.fail(NfsStat3::NFS3ERR_NOTDIR));
+        }
+        if ex.read_only {
+            return Err(t.fail(NfsStat3::NFS3ERR_ROFS));
+        }
+        check_name(t.name, usage).map_err(|s| t.fail(s))?;
+        Ok(t)
+    }
+
+    fn wcc(&self) -> WccData {
+        wcc(self.ex, Some(&self.before), &self.dir)
+    }
+
+    fn fail(&self, s: NfsStat3) -> (NfsStat3, WccData) {
+        (s, self.wcc())
+    }
+
+    /// The result of a procedure that made entry `name`.
+    fn created(&self, made: Result<(), NfsStat3>) -> Create3Res {
+        let made = made.and_then(|()| self.ex.child(&self.dir, self.name));
+        match made {
+            Ok(obj) => NfsResult::Ok(Create3ResOk {
+                obj: Some(self.ex.handle(&obj.meta).to_nfs()),
+                obj_attributes: Some(obj.meta.fattr(self.ex.id)),
+                dir_wcc: self.wcc(),
+            }),
+            Err(s) => NfsResult::Fail(s, DirWcc { dir_wcc: self.wcc() }),
+        }
+    }
+}
+
+fn create_fail((s, dir_wcc): (NfsStat3, WccData)) -> Create3Res {
+    NfsResult::Fail(s, DirWcc { dir_wcc })
+}
+
+/// `sattr3` without the fields a creating call already applied.
+fn rest_of(s: &Sattr3) -> Sattr3 {
+    Sattr3 {
+        mode: None,
+        ..s.clone()
+    }
+}
+
+fn mode_of(s: &Sattr3, default: u32) -> Mode {
+    Mode::from_raw_mode(s.mode.unwrap_or(default) & 0o7777)
+}
+
+/// §3.3.8 CREATE: UNCHECKED, GUARDED, or EXCLUSIVE with the verifier kept in the new
+/// file's atime and mtime seconds (as knfsd does), so a retransmitted EXCLUSIVE
+/// create finds the same verifier and succeeds: "the server ... stores the verifier
+/// in stable storage ... If the verifier matches, the server returns NFS3_OK".
+pub(crate) fn create(cx: &Cx<'_>, a: Create3Args) -> Create3Res {
+    let t = match Target::open(cx, &a.dir_op, NameUse::Create) {
+        Ok(t) => t,
+        Err(e) => return create_fail(e),
+    };
+    let excl = |mode: Mode| {
+        rustix::fs::openat(
+            &t.dir.fd,
+            t.name,
+            OFlags::CREATE | OFlags::EXCL | OFlags::WRONLY | OFlags::CLOEXEC | OFlags::NOFOLLOW,
+            mode,
+        )
+    };
+    let made = cx.as_caller(|| match &a.how {
+        CreateHow3::Guarded(attrs) => {
+            excl(mode_of(attrs, 0o644)).or_stat()?;
+            let obj = t.ex.child(&t.dir, t.name)?;
+            apply_sattr(&obj, &rest_of(attrs))
+        }
+        CreateHow3::Unchecked(attrs) => match excl(mode_of(attrs, 0o644)) {
+            Ok(_) => apply_sattr(&t.ex.child(&t.dir, t.name)?, &rest_of(attrs)),
+            Err(rustix::io::Errno::EXIST) => {
+                // §3.3.8: UNCHECKED "means that the file should be created without
+                // checking for the existence of a duplicate file"; the attributes
+                // (size 0 truncates) apply to the file that is there.
+                let obj = t.ex.child(&t.dir, t.name)?;
+                if obj.meta.file_type() != FileType::RegularFile {
+                    return Err(NfsStat3::NFS3ERR_EXIST);
+                }
+                apply_sattr(&obj, &rest_of(attrs))
+            }
+            Err(e) => Err(crate::errno::nfsstat3_from_errno(e)),
+        },
+        CreateHow3::Exclusive(verf) => match excl(Mode::empty()) {
+            Ok(fd) => rustix::fs::futimens(&fd, &verifier_times(verf)).or_stat(),
+            Err(rustix::io::Errno::EXIST) => {
+                let obj = t.ex.child(&t.dir, t.name)?;
+                let want = verifier_times(verf);
+                let same = obj.meta.file_type() == FileType::RegularFile
+                    && i64::from(obj.meta.atime.seconds) == want.last_access.tv_sec
+                    && i64::from(obj.meta.mtime.seconds) == want.last_modification.tv_sec;
+                if same {
+                    Ok(())
+                } else {
+                    Err(NfsStat3::NFS3ERR_EXIST)
+                }
+            }
+            Err(e) => Err(crate::errno::nfsstat3_from_errno(e)),
+        },
+    });
+    t.created(made)
+}
+
+fn verifier_times(v: &CreateVerf3) -> Timestamps {
+    let half = |b: &[u8]| i64::from(u32::from_be_bytes([b[0], b[1], b[2], b[3]]) & 0x7fff_ffff);
+    Timestamps {
+        last_access: Timespec {
+            tv_sec: half(&v[..4]),
+            tv_nsec: 0,
+        },
+        last_modification: Timespec {
+            tv_sec: half(&v[4..]),
+            tv_nsec: 0,
+        },
+    }
+}
+
+/// §3.3.9 MKDIR.
+pub(crate) fn mkdir(cx: &Cx<'_>, a: MkDir3Args) -> Create3Res {
+    let t = match Target::open(cx, &a.dir_op, NameUse::Create) {
+        Ok(t) => t,
+        Err(e) => return create_fail(e),
+    };
+    let made = cx.as_caller(|| {
+        rustix::fs::mkdirat(&t.dir.fd, t.name, mode_of(&a.attributes, 0o755)).or_stat()?;
+        let attrs = Sattr3 {
+            size: None,
+            ..rest_of(&a.attributes)
+        };
+        apply_sattr(&t.ex.child(&t.dir, t.name)?, &attrs)
+    });
+    t.created(made)
+}
+
+/// §3.3.10 SYMLINK. The target is stored as given: it is data, never followed by
+/// this server.
+pub(crate) fn symlink(cx: &Cx<'_>, a: Symlink3Args) -> Create3Res {
+    let t = match Target::open(cx, &a.dir_op, NameUse::Create) {
+        Ok(t) => t,
+        Err(e) => return create_fail(e),
+    };
+    let target = &a.symlink.symlink_data.0;
+    if target.is_empty() || target.contains(&0) || target.len() >= crate::vfs::PATH_MAX {
+        let s = if target.len() >= crate::vfs::PATH_MAX {
+            NfsStat3::NFS3ERR_NAMETOOLONG
+        } else {
+            NfsStat3::NFS3ERR_INVAL
+        };
+        return create_fail(t.fail(s));
+    }
+    let made = cx.as_caller(|| {
+        rustix::fs::symlinkat(&target[..], &t.dir.fd, t.name).or_stat()?;
+        let attrs = &a.symlink.symlink_attributes;
+        let owner = Sattr3 {
+            uid: attrs.uid,
+            gid: attrs.gid,
+            ..Sattr3::default()
+        };
+        apply_sattr(&t.ex.child(&t.dir, t.name)?, &owner)
+    });
+    t.created(made)
+}
+
+/// §3.3.11 MKNOD: character and block devices, sockets and FIFOs; other types are
+/// NFS3ERR_BADTYPE ("NFS3ERR_BADTYPE: An attempt was made to create an object of a
+/// type not supported by the server").
+pub(crate) fn mknod(cx: &Cx<'_>, a: Mknod3Args) -> Create3Res {
+    let t = match Target::open(cx, &a.dir_op, NameUse::Create) {
+        Ok(t) => t,
+        Err(e) => return create_fail(e),
+    };
+    let (ftype, attrs, dev) = match &a.what {
+        MknodData3::Device(ty, d) => {
+            let ft = if *ty == Ftype3::NF3CHR {
+                FileType::CharacterDevice
+            } else {
+                FileType::BlockDevice
+            };
+            let dev = rustix::fs::makedev(d.spec.specdata1, d.spec.specdata2);
+            (ft, &d.dev_attributes, dev)
+        }
+        MknodData3::Pipe(ty, attrs) => {
+            let ft = if *ty == Ftype3::NF3FIFO {
+                FileType::Fifo
+            } else {
+                FileType::Socket
+            };
+            (ft, attrs, 0)
+        }
+        MknodData3::Other(_) => return create_fail(t.fail(NfsStat3::NFS3ERR_BADTYPE)),
+    };
+    let made = cx.as_caller(|| {
+        rustix::fs::mknodat(&t.dir.fd, t.name, ftype, mode_of(attrs, 0o644), dev).or_stat()?;
+        let rest = Sattr3 {
+            size: None,
+            ..rest_of(attrs)
+        };
+        apply_sattr(&t.ex.child(&t.dir, t.name)?, &rest)
+    });
+    t.created(made)
+}
+
+/// §3.3.12 REMOVE and §3.3.13 RMDIR.
+pub(crate) fn remove(cx: &Cx<'_>, a: Remove3Args, dir_entry: bool) -> Remove3Res {
+    let t = match Target::open(cx, &a.object, NameUse::Remove) {
+        Ok(t) => t,
+        Err((s, dir_wcc)) => return NfsResult::Fail(s, DirWcc { dir_wcc }),
+    };
+    let done = cx.as_caller(|| {
+        let victim = t.ex.child(&t.dir, t.name)?;
+        let flags = if dir_entry {
+            AtFlags::REMOVEDIR
+        } else {
+            // unlink(2) of a directory is EISDIR on Linux; RFC 1813 §3.3.12 lets
+            // REMOVE of a directory fail, and NFS3ERR_ISDIR says why.
+            if victim.meta.is_dir() {
+                return Err(NfsStat3::NFS3ERR_ISDIR);
+            }
+            AtFlags::empty()
+        };
+        rustix::fs::unlinkat(&t.dir.fd, t.name, flags).or_stat()?;
+        t.ex.forget(victim.meta.key, t.dir.meta.key, t.name);
+        Ok(())
+    });
+    let dir_wcc = t.wcc();
+    match done {
+        Ok(()) => NfsResult::Ok(DirWcc { dir_wcc }),
+        Err(s) => NfsResult::Fail(s, DirWcc { dir_wcc }),
+    }
+}
+
+/// §3.3.14 RENAME. Both directories must be in the same export ("NFS3ERR_XDEV:
+/// Attempt to do a cross-device hard link" covers cross-export rename too).
+pub(crate) fn rename(cx: &Cx<'_>, a: Rename3Args) -> Rename3Res {
+    let both_fail = |s, fromdir_wcc, todir_wcc| {
+        NfsResult::Fail(
+            s,
+            Rename3Wcc {
+                fromdir_wcc,
+                todir_wcc,
+            },
+        )
+    };
+    let from = match Target::open(cx, &a.from, NameUse::Remove) {
+        Ok(t) => t,
+        Err((s, w)) => return both_fail(s, w, WccData::default()),
+    };
+    let to = match Target::open(cx, &a.to, NameUse::Create) {
+        Ok(t) => t,
+        Err((s, w)) => return both_fail(s, from.wcc(), w),
+    };
+    if from.ex.id != to.ex.id {
+        return both_fail(NfsStat3::NFS3ERR_XDEV, from.wcc(), to.wcc());
+    }
+    let done = cx.as_caller(|| {
+        let moved = from.ex.child(&from.dir, from.name)?;
+        let replaced = to.ex.child(&to.dir, to.name).ok();
+        rustix::fs::renameat(&from.dir.fd, from.name, &to.dir.fd, to.name).or_stat()?;
+        if let Some(r) = replaced {
+            if r.meta.key != moved.meta.key {
+                to.ex.forget(r.meta.key, to.dir.meta.key, to.name);
+            }
+        }
+        to.ex.remember(moved.meta.key, to.dir.meta.key, to.name);
+        Ok(())
+    });
+    let w = Rename3Wcc {
+        fromdir_wcc: from.wcc(),
+        todir_wcc: to.wcc(),
+    };
+    match done {
+        Ok(()) => NfsResult::Ok(w),
+        Err(s) => NfsResult::Fail(s, w),
+    }
+}
+
+/// §3.3.15 LINK. The new name is made with `linkat` on `/proc/self/fd/N` of the
+/// already-resolved file, so the link names exactly that inode.
+pub(crate) fn link(cx: &Cx<'_>, a: Link3Args) -> Link3Res {
+    let (fex, file) = match cx.s.resolve(&a.file) {
+        Ok(r) => r,
+        Err(s) => {
+            return NfsResult::Fail(
+                s,
+                Link3Wcc {
+                    file_attributes: None,
+                    linkdir_wcc: WccData::default(),
+                },
+            )
+        }
+    };
+    let t = match Target::open(cx, &a.link, NameUse::Create) {
+        Ok(t) => t,
+        Err((s, linkdir_wcc)) => {
+            return NfsResult::Fail(
+                s,
+                Link3Wcc {
+                    file_attributes: post_op(fex, &file),
+                    linkdir_wcc,
+                },
+            )
+        }
+    };
+    let done = if fex.id != t.ex.id {
+        Err(NfsStat3::NFS3ERR_XDEV)
+    } else if file.meta.is_dir() {
+        Err(NfsStat3::NFS3ERR_ISDIR)
+    } else {
+        cx.as_caller(|| {
+            rustix::fs::linkat(CWD, file.proc_path(), &t.dir.fd, t.name, AtFlags::SYMLINK_FOLLOW)
+                .or_stat()?;
+            t.ex.remember(file.meta.key, t.dir.meta.key, t.name);
+            Ok(())
+        })
+    };
+    let w = Link3Wcc {
+        file_attributes: post_op(fex, &file),
+        linkdir_wcc: t.wcc(),
+    };
+    match done {
+        Ok(()) => NfsResult::Ok(w),
+        Err(s) => NfsResult::Fail(s, w),
+    }
+}
+

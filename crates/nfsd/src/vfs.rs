@@ -1,0 +1,515 @@
+//! File-system access confined to an export.
+//!
+//! Every object is reached from the export's root directory descriptor one name at a
+//! time with `openat(parent, name, O_PATH | O_NOFOLLOW)`, where `name` is a single
+//! component that is never `.`, `..`, empty, or contains `/` or NUL ([`check_name`]).
+//! So no path walk can leave the export: `..` is never resolved by the kernel from a
+//! client name, a symbolic link is never followed (O_NOFOLLOW on the last and only
+//! component), and a symlink swapped in for a directory cannot redirect us.
+//!
+//! File handles name inodes ([`crate::fh`]). To turn one back into a descriptor we
+//! keep, per export, the name under which each inode was last seen (`links`: inode ->
+//! parent inode + name) and re-walk from the root, checking device, inode and
+//! generation at the end. A handle we do not know (after a restart, or a forged
+//! one) triggers a breadth-first search of the export that fills `links`; an inode
+//! that is not found inside the export is NFS3ERR_STALE. Handles therefore survive
+//! restarts, and a forged handle can only ever name something inside the export.
+//!
+//! Implementation limits: `links` holds one entry per inode seen (about 60 bytes plus
+//! the name); a search after a restart costs one pass over the export tree; a file
+//! system mounted inside the export is served, but inode numbers are only unique per
+//! device (fileid clashes across such mounts are possible).
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use nfs3::{Fattr3, Ftype3, NfsStat3, NfsTime3, SpecData3, WccAttr};
+use rustix::fs::{AtFlags, Dir, FileType, Mode, OFlags, Statx, StatxFlags};
+
+use crate::errno::OrStat;
+use crate::fh::{export_id, FileHandle, Key};
+
+/// Longest name component we accept (Linux NAME_MAX).
+pub const NAME_MAX: usize = 255;
+
+/// Longest symbolic link target we store, terminating NUL included (Linux PATH_MAX).
+pub const PATH_MAX: usize = 4096;
+
+/// Deepest directory nesting a handle may be resolved through.
+const MAX_DEPTH: usize = 4096;
+
+/// How a name is going to be used, for [`check_name`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NameUse {
+    /// LOOKUP: `.` and `..` are legal and handled by the caller.
+    Lookup,
+    /// CREATE, MKDIR, SYMLINK, MKNOD, LINK, RENAME target: makes a new entry.
+    Create,
+    /// REMOVE, RMDIR, RENAME source: removes an entry.
+    Remove,
+}
+
+/// Checks one name component from a client.
+///
+/// - over [`NAME_MAX`] bytes: NFS3ERR_NAMETOOLONG (RFC 1813 §2.6);
+/// - empty, or containing `/` or NUL: NFS3ERR_ACCES, as Linux knfsd answers
+///   (`lookup_one_len`), since such a name can never be a single component;
+/// - `.` or `..` where an entry is made: NFS3ERR_EXIST; where one is removed:
+///   NFS3ERR_INVAL (RFC 1813 §3.3.13: RMDIR of "." is NFS3ERR_INVAL).
+pub fn check_name(name: &[u8], usage: NameUse) -> Result<&[u8], NfsStat3> {
+    if name.len() > NAME_MAX {
+        return Err(NfsStat3::NFS3ERR_NAMETOOLONG);
+    }
+    if name.is_empty() || name.iter().any(|&b| b == b'/' || b == 0) {
+        return Err(NfsStat3::NFS3ERR_ACCES);
+    }
+    if name == b"." || name == b".." {
+        return match usage {
+            NameUse::Lookup => Ok(name),
+            NameUse::Create => Err(NfsStat3::NFS3ERR_EXIST),
+            NameUse::Remove => Err(NfsStat3::NFS3ERR_INVAL),
+        };
+    }
+    Ok(name)
+}
+
+/// Attributes of one object, as statx reports them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Meta {
+    /// Device and inode.
+    pub key: Key,
+    /// Generation (birth time), 0 if unknown.
+    pub gen: u64,
+    /// `st_mode`, type bits included.
+    pub mode: u32,
+    /// Link count.
+    pub nlink: u32,
+    /// Owner.
+    pub uid: u32,
+    /// Group.
+    pub gid: u32,
+    /// Size in bytes.
+    pub size: u64,
+    /// 512-byte blocks allocated.
+    pub blocks: u64,
+    /// Device numbers of a special file.
+    pub rdev: (u32, u32),
+    /// Access time.
+    pub atime: NfsTime3,
+    /// Modification time.
+    pub mtime: NfsTime3,
+    /// Change time.
+    pub ctime: NfsTime3,
+}
+
+fn nfstime(t: &rustix::fs::StatxTimestamp) -> NfsTime3 {
+    NfsTime3 {
+        seconds: u32::try_from(t.tv_sec.max(0)).unwrap_or(u32::MAX),
+        nseconds: t.tv_nsec,
+    }
+}
+
+impl Meta {
+    fn from_statx(s: &Statx) -> Self {
+        let gen = if StatxFlags::from_bits_retain(s.stx_mask).contains(StatxFlags::BTIME) {
+            ((s.stx_btime.tv_sec as u64) << 30) ^ u64::from(s.stx_btime.tv_nsec)
+        } else {
+            0
+        };
+        Meta {
+            key: Key {
+                dev: (u64::from(s.stx_dev_major) << 32) | u64::from(s.stx_dev_minor),
+                ino: s.stx_ino,
+            },
+            gen,
+            mode: u32::from(s.stx_mode),
+            nlink: s.stx_nlink,
+            uid: s.stx_uid,
+            gid: s.stx_gid,
+            size: s.stx_size,
+            blocks: s.stx_blocks,
+            rdev: (s.stx_rdev_major, s.stx_rdev_minor),
+            atime: nfstime(&s.stx_atime),
+            mtime: nfstime(&s.stx_mtime),
+            ctime: nfstime(&s.stx_ctime),
+        }
+    }
+
+    /// The object's type.
+    pub fn file_type(&self) -> FileType {
+        FileType::from_raw_mode(self.mode as _)
+    }
+
+    /// RFC 1813 §2.6 `ftype3` of the object.
+    pub fn ftype(&self) -> Ftype3 {
+        match self.file_type() {
+            FileType::RegularFile => Ftype3::NF3REG,
+            FileType::Directory => Ftype3::NF3DIR,
+            FileType::BlockDevice => Ftype3::NF3BLK,
+            FileType::CharacterDevice => Ftype3::NF3CHR,
+            FileType::Symlink => Ftype3::NF3LNK,
+            FileType::Socket => Ftype3::NF3SOCK,
+            FileType::Fifo => Ftype3::NF3FIFO,
+            FileType::Unknown => Ftype3::NF3REG,
+        }
+    }
+
+    /// Is it a directory?
+    pub fn is_dir(&self) -> bool {
+        self.file_type() == FileType::Directory
+    }
+
+    /// RFC 1813 §2.6 `fattr3`, with `fsid` the export's id.
+    pub fn fattr(&self, fsid: u64) -> Fattr3 {
+        Fattr3 {
+            ftype: self.ftype(),
+            mode: self.mode & 0o7777,
+            nlink: self.nlink,
+            uid: self.uid,
+            gid: self.gid,
+            size: self.size,
+            used: self.blocks.saturating_mul(512),
+            rdev: SpecData3 {
+                specdata1: self.rdev.0,
+                specdata2: self.rdev.1,
+            },
+            fsid,
+            fileid: self.key.ino,
+            atime: self.atime,
+            mtime: self.mtime,
+            ctime: self.ctime,
+        }
+    }
+
+    /// RFC 1813 §2.6 `wcc_attr`.
+    pub fn wcc(&self) -> WccAttr {
+        WccAttr {
+            size: self.size,
+            mtime: self.mtime,
+            ctime: self.ctime,
+        }
+    }
+}
+
+/// statx of an open descriptor (O_PATH ones included).
+pub fn stat_fd(fd: impl AsFd) -> Result<Meta, NfsStat3> {
+    let s = rustix::fs::statx(
+        fd,
+        "",
+        AtFlags::EMPTY_PATH | AtFlags::SYMLINK_NOFOLLOW,
+        StatxFlags::BASIC_STATS | StatxFlags::BTIME,
+    )
+    .or_stat()?;
+    Ok(Meta::from_statx(&s))
+}
+
+/// An object of the export, open as an O_PATH descriptor.
+#[derive(Debug)]
+pub struct Node {
+    /// O_PATH descriptor: names the inode, gives no read or write access.
+    pub fd: OwnedFd,
+    /// Its attributes when it was opened.
+    pub meta: Meta,
+    /// Parent directory (O_PATH) and name, except for the export root.
+    pub at: Option<(OwnedFd, Vec<u8>)>,
+}
+
+impl Node {
+    /// `/proc/self/fd/N` for this descriptor: the way to apply path-only calls
+    /// (chmod, utimes, truncate, link) to exactly this inode without a path walk.
+    pub fn proc_path(&self) -> PathBuf {
+        use std::os::fd::AsRawFd;
+        PathBuf::from(format!("/proc/self/fd/{}", self.fd.as_raw_fd()))
+    }
+
+    /// Re-opens the object with real access (`O_RDONLY`, `O_WRONLY`, ...), checking
+    /// that it is still the same inode. Never follows a symbolic link.
+    pub fn reopen(&self, flags: OFlags) -> Result<OwnedFd, NfsStat3> {
+        let flags = flags | OFlags::CLOEXEC | OFlags::NOFOLLOW | OFlags::NOCTTY | OFlags::NONBLOCK;
+        let fd = match &self.at {
+            Some((parent, name)) => {
+                rustix::fs::openat(parent, name.as_slice(), flags, Mode::empty()).or_stat()?
+            }
+            None => rustix::fs::openat(&self.fd, ".", flags, Mode::empty()).or_stat()?,
+        };
+        if stat_fd(&fd)?.key != self.meta.key {
+            return Err(NfsStat3::NFS3ERR_STALE);
+        }
+        Ok(fd)
+    }
+
+    /// Fresh attributes.
+    pub fn stat(&self) -> Result<Meta, NfsStat3> {
+        stat_fd(&self.fd)
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Link {
+    parent: Key,
+    name: Vec<u8>,
+}
+
+/// One exported directory tree.
+#[derive(Debug)]
+pub struct Export {
+    /// Export id (in handles and as `fsid`).
+    pub id: u64,
+    /// The directory as given on the command line (canonical).
+    pub path: PathBuf,
+    /// Refuse every modifying procedure with NFS3ERR_ROFS.
+    pub read_only: bool,
+    root: OwnedFd,
+    root_meta: Meta,
+    links: Mutex<HashMap<Key, Link>>,
+}
+
+impl Export {
+    /// Opens `path` as an export.
+    pub fn open(path: &Path, read_only: bool) -> std::io::Result<Export> {
+        let path = path.canonicalize()?;
+        let root = rustix::fs::open(
+            &path,
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )?;
+        let root_meta = stat_fd(&root)
+            .map_err(|s| std::io::Error::other(format!("stat {}: {s:?}", path.display())))?;
+        Ok(Export {
+            id: export_id(root_meta.key),
+            path,
+            read_only,
+            root,
+            root_meta,
+            links: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// Handle of an object of this export.
+    pub fn handle(&self, meta: &Meta) -> FileHandle {
+        FileHandle {
+            export: self.id,
+            key: meta.key,
+            gen: meta.gen,
+        }
+    }
+
+    /// The root's handle (what MOUNT returns).
+    pub fn root_handle(&self) -> FileHandle {
+        self.handle(&self.root_meta)
+    }
+
+    /// Is `key` the export root?
+    pub fn is_root(&self, key: Key) -> bool {
+        key == self.root_meta.key
+    }
+
+    fn root_node(&self) -> Result<Node, NfsStat3> {
+        let fd = rustix::io::fcntl_dupfd_cloexec(&self.root, 0).or_stat()?;
+        let meta = stat_fd(&fd)?;
+        Ok(Node { fd, meta, at: None })
+    }
+
+    fn links(&self) -> std::sync::MutexGuard<'_, HashMap<Key, Link>> {
+        // A panic while holding the lock cannot leave the map inconsistent (each
+        // operation is a single insert or remove), so a poisoned lock is still usable.
+        self.links.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Records that `key` is entry `name` of directory `parent`.
+    pub fn remember(&self, key: Key, parent: Key, name: &[u8]) {
+        if key == self.root_meta.key {
+            return;
+        }
+        self.links().insert(
+            key,
+            Link {
+                parent,
+                name: name.to_vec(),
+            },
+        );
+    }
+
+    /// Forgets `key` if it was last seen as `name` in `parent` (after REMOVE, RMDIR,
+    /// RENAME).
+    pub fn forget(&self, key: Key, parent: Key, name: &[u8]) {
+        let mut links = self.links();
+        if links
+            .get(&key)
+            .is_some_and(|l| l.parent == parent && l.name == name)
+        {
+            links.remove(&key);
+        }
+    }
+
+    /// Opens the object a handle of this export names, or NFS3ERR_STALE.
+    pub fn resolve(&self, fh: &FileHandle) -> Result<Node, NfsStat3> {
+        let node = match self.walk(fh.key, 0) {
+            Some(n) => n,
+            None => {
+                self.search(fh.key);
+                self.walk(fh.key, 0).ok_or(NfsStat3::NFS3ERR_STALE)?
+            }
+        };
+        if node.meta.gen != fh.gen {
+            return Err(NfsStat3::NFS3ERR_STALE);
+        }
+        Ok(node)
+    }
+
+    /// Re-walks the remembered names from the root to `key`.
+    fn walk(&self, key: Key, depth: usize) -> Option<Node> {
+        if key == self.root_meta.key {
+            return self.root_node().ok();
+        }
+        if depth > MAX_DEPTH {
+            return None;
+        }
+        let link = self.links().get(&key).cloned()?;
+        let parent = self.walk(link.parent, depth + 1)?;
+        match self.child(&parent, &link.name) {
+            Ok(node) if node.meta.key == key => Some(node),
+            _ => {
+                self.forget(key, link.parent, &link.name);
+                None
+            }
+        }
+    }
+
+    /// Opens entry `name` (already checked, not `.` or `..`) of directory `dir`,
+    /// without following a symbolic link, and remembers it.
+    pub fn child(&self, dir: &Node, name: &[u8]) -> Result<Node, NfsStat3> {
+        let fd = rustix::fs::openat(
+            &dir.fd,
+            name,
+            OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .or_stat()?;
+        let meta = stat_fd(&fd)?;
+        self.remember(meta.key, dir.meta.key, name);
+        let parent = rustix::io::fcntl_dupfd_cloexec(&dir.fd, 0).or_stat()?;
+        Ok(Node {
+            fd,
+            meta,
+            at: Some((parent, name.to_vec())),
+        })
+    }
+
+    /// Another descriptor for the same object (LOOKUP ".").
+    pub fn same(&self, n: &Node) -> Result<Node, NfsStat3> {
+        let dup = |fd: &OwnedFd| rustix::io::fcntl_dupfd_cloexec(fd, 0).or_stat();
+        let at = match &n.at {
+            Some((p, name)) => Some((dup(p)?, name.clone())),
+            None => None,
+        };
+        Ok(Node {
+            fd: dup(&n.fd)?,
+            meta: n.stat()?,
+            at,
+        })
+    }
+
+    /// The parent of directory `dir`, staying inside the export: the root's parent
+    /// is the root itself (as knfsd answers LOOKUP "..").
+    pub fn parent(&self, dir: &Node) -> Result<Node, NfsStat3> {
+        if self.is_root(dir.meta.key) {
+            return self.root_node();
+        }
+        let parent_key = match self.links().get(&dir.meta.key) {
+            Some(l) => l.parent,
+            None => {
+                let fd = rustix::fs::openat(
+                    &dir.fd,
+                    "..",
+                    OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+                    Mode::empty(),
+                )
+                .or_stat()?;
+                stat_fd(&fd)?.key
+            }
+        };
+        let node = self.walk(parent_key, 0).or_else(|| {
+            self.search(parent_key);
+            self.walk(parent_key, 0)
+        });
+        node.ok_or(NfsStat3::NFS3ERR_STALE)
+    }
+
+    /// Breadth-first search of the export for `target`, remembering every name
+    /// seen. Stops when found. Runs with the server's own credentials.
+    fn search(&self, target: Key) {
+        let mut queue = VecDeque::from([self.root_meta.key]);
+        let mut seen = HashSet::from([self.root_meta.key]);
+        while let Some(dir_key) = queue.pop_front() {
+            let Some(dir) = self.walk(dir_key, 0) else {
+                continue;
+            };
+            let Ok(mut entries) = Dir::read_from(&dir.fd) else {
+                continue;
+            };
+            while let Some(Ok(entry)) = entries.read() {
+                let name = entry.file_name().to_bytes();
+                if name == b"." || name == b".." {
+                    continue;
+                }
+                let is_dir = entry.file_type() == FileType::Directory;
+                if !is_dir && entry.ino() != target.ino {
+                    self.remember(
+                        Key {
+                            dev: dir_key.dev,
+                            ino: entry.ino(),
+                        },
+                        dir_key,
+                        name,
+                    );
+                    continue;
+                }
+                let Ok(node) = self.child(&dir, name) else {
+                    continue;
+                };
+                if node.meta.key == target {
+                    return;
+                }
+                if node.meta.is_dir() && seen.insert(node.meta.key) {
+                    queue.push_back(node.meta.key);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_single_components() {
+        assert_eq!(check_name(b"a", NameUse::Create), Ok(&b"a"[..]));
+        assert_eq!(
+            check_name(b"a/b", NameUse::Lookup),
+            Err(NfsStat3::NFS3ERR_ACCES)
+        );
+        assert_eq!(check_name(b"", NameUse::Lookup), Err(NfsStat3::NFS3ERR_ACCES));
+        assert_eq!(
+            check_name(b"a\0", NameUse::Create),
+            Err(NfsStat3::NFS3ERR_ACCES)
+        );
+        assert_eq!(
+            check_name(&[b'x'; 256], NameUse::Lookup),
+            Err(NfsStat3::NFS3ERR_NAMETOOLONG)
+        );
+        assert!(check_name(&[b'x'; 255], NameUse::Create).is_ok());
+        assert_eq!(check_name(b"..", NameUse::Lookup), Ok(&b".."[..]));
+        assert_eq!(
+            check_name(b"..", NameUse::Create),
+            Err(NfsStat3::NFS3ERR_EXIST)
+        );
+        assert_eq!(
+            check_name(b".", NameUse::Remove),
+            Err(NfsStat3::NFS3ERR_INVAL)
+        );
+    }
+}
