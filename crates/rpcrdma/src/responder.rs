@@ -155,9 +155,27 @@ impl<B: UpperLayerBinding> Responder<B> {
         self.events.pop_front()
     }
 
-    /// Credits, for adjusting the grant.
-    pub fn credits_mut(&mut self) -> &mut ResponderCredits {
-        &mut self.credits
+    /// Credits (forward direction).
+    pub fn credits(&self) -> &ResponderCredits {
+        &self.credits
+    }
+
+    /// Changes the forward grant. An increase first asks the driver to post Receives
+    /// ([`Action::PostReceives`]); replies announce it only once
+    /// [`Responder::handle_receives_posted`] says they are there (§4.3.1: "a credit
+    /// increase is effected (i.e. RDMA Receives are posted) before the next reply is
+    /// sent").
+    pub fn set_credit_target(&mut self, n: u32) -> Result<(), CreditError> {
+        let more = self.credits.set_target(n)?;
+        if more > 0 {
+            self.actions.push_back(Action::PostReceives(more));
+        }
+        Ok(())
+    }
+
+    /// The driver posted `n` more Receives.
+    pub fn handle_receives_posted(&mut self, n: u32) {
+        self.credits.handle_receives_posted(n);
     }
 
     /// Calls received and not yet answered.

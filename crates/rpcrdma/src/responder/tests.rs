@@ -287,8 +287,10 @@ fn s5_5_3_failed_rdma_read_closes_the_connection() {
 #[test]
 fn s4_3_1_grant_follows_posted_receives() {
     let mut r = responder(0);
-    assert_eq!(r.credits_mut().set_target(100), Ok(36));
-    r.handle_receive(concat(&[hex(NULL_CALL_KERNEL_CLIENT), hex(NULL_CALL_RPC)]));
+    let null = || concat(&[hex(NULL_CALL_KERNEL_CLIENT), hex(NULL_CALL_RPC)]);
+    r.set_credit_target(100).unwrap();
+    assert_eq!(r.poll_action(), Some(Action::PostReceives(36)));
+    r.handle_receive(null());
     let _ = r.poll_event();
     r.send_reply(Xid(0x02c7_04b8), rpc_reply(0x02c7_04b8, &[], None))
         .unwrap();
@@ -297,6 +299,13 @@ fn s4_3_1_grant_follows_posted_receives() {
         &64u32.to_be_bytes(),
         "not yet posted"
     );
+    r.handle_receives_posted(36);
+    r.handle_receive(null());
+    let _ = r.poll_event();
+    r.send_reply(Xid(0x02c7_04b8), rpc_reply(0x02c7_04b8, &[], None))
+        .unwrap();
+    assert_eq!(&sent(&mut r).0[8..12], &100u32.to_be_bytes());
+    assert_eq!(r.set_credit_target(0), Err(CreditError::ZeroGrant));
 }
 
 #[test]
