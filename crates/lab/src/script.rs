@@ -90,7 +90,7 @@ mod tests {
 
     #[test]
     fn shipped_scenarios_load_and_use_lib() {
-        for name in ["knfsd-loopback", "knfsd-hold"] {
+        for name in ["kclient-mount", "knfsd-hold"] {
             let s = GuestScript::scenario(name).unwrap();
             assert!(s.body.contains(". /share/lib.sh"), "{name}");
         }
