@@ -110,7 +110,8 @@ lab_knfsd_up() {
   rpc.nfsd 8 || return 1 # Debian's nfsd has no v2: do not pass -N 2
   echo "rdma ${LAB_NFSD_RDMA_PORT:-20049}" >/proc/fs/nfsd/portlist || return 1
   lab_log "portlist: $(tr '\n' ' ' </proc/fs/nfsd/portlist)"
-  grep -q "rdma ${LAB_NFSD_RDMA_PORT:-20049}" /proc/fs/nfsd/portlist
+  grep -q "rdma ${LAB_NFSD_RDMA_PORT:-20049}" /proc/fs/nfsd/portlist || return 1
+  lab_wait_listen "${LAB_NFSD_RDMA_PORT:-20049}" 10
 }
 
 # lab_capture_start IFACE FILE [FILTER...]: tcpdump in the guest (for traffic
@@ -175,6 +176,20 @@ lab_same_md5() {
     [ "$s" = "$first" ] || ok=1
   done
   return $ok
+}
+
+# lab_wait_listen PORT SECS: wait until something listens on TCP PORT (a
+# server started in the background, or knfsd's RDMA listener, whose siw
+# socket shows in /proc/net/tcp too).
+lab_wait_listen() {
+  local hex i=0 n=$(($2 * 5))
+  hex=$(printf ':%04X' "$1")
+  until awk -v p="$hex" '$4 == "0A" && substr($2, length($2) - 4) == p {f = 1} END {exit !f}' \
+    /proc/net/tcp /proc/net/tcp6; do
+    [ $i -ge $n ] && { lab_log "nothing listens on port $1 after $2 s"; return 1; }
+    sleep 0.2
+    i=$((i + 1))
+  done
 }
 
 # lab_run_binary NAME [ARGS...]: run a host binary the harness copied into

@@ -8,6 +8,10 @@
 #                     127.0.0.1 (a server under test on the host)
 #   LAB_LOCAL_KNFSD=1 start the guest's own knfsd and mount that (server
 #                     10.0.2.15: NFS/RDMA to 127.0.0.1 fails with EINVAL)
+#   LAB_GUEST_SERVER  run this binary from /share/bin (GuestScript::binary)
+#                     in the guest with $LAB_GUEST_SERVER_ARGS, wait for it
+#                     to listen on LAB_NFS_PORT, and mount it (server
+#                     10.0.2.15); its output is /share/<name>.log
 #   LAB_PROTO         rdma (default) or tcp
 #   LAB_NFS_PORT      default 20049 for rdma, 2049 for tcp
 #   LAB_NFS_VERS      default 3
@@ -31,6 +35,12 @@ step rdma_up lab_rdma_up
 if [ "${LAB_LOCAL_KNFSD:-0}" = 1 ]; then
   SERVER=10.0.2.15
   step knfsd_up lab_knfsd_up
+fi
+if [ -n "${LAB_GUEST_SERVER:-}" ]; then
+  SERVER=10.0.2.15
+  # shellcheck disable=SC2086 # the arguments are a word list on purpose
+  lab_run_binary "$LAB_GUEST_SERVER" ${LAB_GUEST_SERVER_ARGS:-}
+  step guest_server_listens lab_wait_listen "$PORT" 30
 fi
 if [ -n "${LAB_CAPTURE_IFACE:-}" ]; then
   step capture_start lab_capture_start "$LAB_CAPTURE_IFACE" capture.pcap tcp port "$PORT"

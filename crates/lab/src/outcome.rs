@@ -236,9 +236,20 @@ impl Outcome {
                 ("guest syslog (server logs)", share.join("syslog.txt"), 20),
                 ("serial console", self.out_dir.join("console.log"), 20),
             ];
-            for (name, log) in &self.host_logs {
+            // Logs of processes the guest script started (lab_run_binary:
+            // a server of ours running in the guest), then host processes.
+            let mut guest_logs: Vec<PathBuf> = std::fs::read_dir(&share)
+                .into_iter()
+                .flatten()
+                .flatten()
+                .map(|e| e.path())
+                .filter(|p| p.extension().is_some_and(|x| x == "log"))
+                .filter(|p| !p.ends_with("guest.log"))
+                .collect();
+            guest_logs.sort();
+            sections.extend(guest_logs.into_iter().map(|p| ("guest process", p, 30)));
+            for (_, log) in &self.host_logs {
                 sections.push(("host process", log.clone(), 30));
-                let _ = name;
             }
             for (title, path, n) in sections {
                 let t = tail_file(&path, n);
