@@ -402,6 +402,11 @@ impl<B: UpperLayerBinding> Requester<B> {
             Ok(l) => l,
             Err(e) => return self.fail(xid, e.into()),
         };
+        // A Short or Chunked Reply does not use the Reply chunk; one echoed with data in
+        // it is contradictory (Linux's client refuses it too).
+        if !nomsg && chunks.reply.as_ref().is_some_and(|c| !c.is_empty()) {
+            return self.fail(xid, HeaderError::ChunkOverrun.into());
+        }
         let reply_chunk_len = if nomsg {
             match (&call.chunks.reply, &chunks.reply) {
                 (Some(p), Some(r)) => match reply_chunk_length(p, r) {

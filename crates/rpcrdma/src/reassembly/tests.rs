@@ -82,6 +82,23 @@ fn s4_5_3_position_zero_chunk_is_the_whole_call() {
 }
 
 #[test]
+fn s4_5_3_position_zero_chunk_with_a_further_read_chunk() {
+    // The Long Call (P0) is itself reduced: its count word 3 at offset 4, data at 8.
+    let p0 = words(&[1, 3, 0xfeed]);
+    let r = reassemble_call(
+        Bytes::new(),
+        &[rc(8, &[3]), rc(0, &[12])],
+        vec![Bytes::from_static(b"abc"), p0],
+        &opts(),
+    )
+    .unwrap();
+    assert_eq!(
+        r.to_bytes(),
+        Bytes::from_static(b"\0\0\0\x01\0\0\0\x03abc\0\0\0\xfe\xed")
+    );
+}
+
+#[test]
 fn s4_4_4_1_count_that_differs_from_chunk_length_is_garbage_args() {
     let inline = words(&[1, 6]);
     assert_eq!(

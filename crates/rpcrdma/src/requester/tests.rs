@@ -613,3 +613,22 @@ fn s4_4_6_1_write_chunk_has_no_room_for_padding() {
     };
     assert_eq!(registrations, vec![Registration::Write { len: 4093 }]);
 }
+
+#[test]
+fn rdma_msg_reply_with_a_used_reply_chunk_fails_the_call() {
+    let mut r = requester(small(), Version::ONE);
+    r.start_call(Xid(1), null_call(1)).unwrap();
+    let _ = sent(&mut r);
+    let reply = concat(&[
+        words(&[1, 1, 64, 0, 0, 0, 1, 1, 9, 100, 0, 0]),
+        rpc_reply(1, &[], None).to_bytes(),
+    ]);
+    r.handle_receive(reply);
+    assert_eq!(
+        r.poll_event(),
+        Some(RequesterEvent::Failed {
+            xid: Xid(1),
+            error: HeaderError::ChunkOverrun.into()
+        })
+    );
+}
