@@ -86,9 +86,12 @@ mod tests {
         ];
         for (errno, status, value) in table {
             assert_eq!(nfsstat3_from_errno(errno), status, "{errno:?}");
-            // The RFC chose the Unix errno values for these statuses.
             assert_eq!(status.0 as i32, value);
-            assert_eq!(errno.raw_os_error(), value);
+            // RFC 1813 took these values from (SunOS) errno; Linux agrees up to 31
+            // only (ENAMETOOLONG is 36 on Linux, 63 on the wire), hence this table.
+            if value <= 31 {
+                assert_eq!(errno.raw_os_error(), value);
+            }
         }
     }
 
@@ -96,9 +99,15 @@ mod tests {
     fn transient_errors_are_jukebox_and_unknown_ones_io() {
         assert_eq!(nfsstat3_from_errno(Errno::AGAIN), NfsStat3::NFS3ERR_JUKEBOX);
         assert_eq!(nfsstat3_from_errno(Errno::NOMEM), NfsStat3::NFS3ERR_JUKEBOX);
-        assert_eq!(nfsstat3_from_errno(Errno::NOTSUP), NfsStat3::NFS3ERR_NOTSUPP);
+        assert_eq!(
+            nfsstat3_from_errno(Errno::NOTSUP),
+            NfsStat3::NFS3ERR_NOTSUPP
+        );
         assert_eq!(nfsstat3_from_errno(Errno::LOOP), NfsStat3::NFS3ERR_INVAL);
-        assert_eq!(nfsstat3_from_errno(Errno::MFILE), NfsStat3::NFS3ERR_SERVERFAULT);
+        assert_eq!(
+            nfsstat3_from_errno(Errno::MFILE),
+            NfsStat3::NFS3ERR_SERVERFAULT
+        );
         assert_eq!(nfsstat3_from_errno(Errno::PIPE), NfsStat3::NFS3ERR_IO);
     }
 }

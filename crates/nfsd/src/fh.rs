@@ -125,7 +125,10 @@ mod tests {
         }
         .to_nfs();
         let short = NfsFh3(good.0.slice(..FH_LEN - 1));
-        assert_eq!(FileHandle::from_nfs(&short), Err(NfsStat3::NFS3ERR_BADHANDLE));
+        assert_eq!(
+            FileHandle::from_nfs(&short),
+            Err(NfsStat3::NFS3ERR_BADHANDLE)
+        );
         let mut bad = good.0.to_vec();
         bad[0] ^= 0xff;
         assert_eq!(

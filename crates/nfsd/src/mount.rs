@@ -80,7 +80,9 @@ impl MountService {
                 .exports()
                 .iter()
                 .map(|e| ExportNode {
-                    ex_dir: DirPath(Bytes::copy_from_slice(e.path.as_os_str().as_encoded_bytes())),
+                    ex_dir: DirPath(Bytes::copy_from_slice(
+                        e.path.as_os_str().as_encoded_bytes(),
+                    )),
                     ex_groups: Vec::new(),
                 })
                 .collect(),
@@ -144,4 +146,3 @@ impl Service for MountService {
         }
     }
 }
-

@@ -72,7 +72,12 @@ impl NfsServer {
     ///
     /// Arguments that do not decode, or leave bytes over, are GARBAGE_ARGS
     /// (RFC 5531 §9); an unknown procedure is PROC_UNAVAIL.
-    pub fn call(&self, proc: NfsProc3, id: &Identity, args: Decoder) -> Result<XdrStream, ServiceError> {
+    pub fn call(
+        &self,
+        proc: NfsProc3,
+        id: &Identity,
+        args: Decoder,
+    ) -> Result<XdrStream, ServiceError> {
         let cx = Cx { s: self, id };
         match proc {
             NfsProc3::NULL => run(args, |nfs3::Void| nfs3::Void),
@@ -92,9 +97,9 @@ impl NfsServer {
             NfsProc3::RENAME => run(args, |a: Rename3Args| proc::names::rename(&cx, a)),
             NfsProc3::LINK => run(args, |a: Link3Args| proc::names::link(&cx, a)),
             NfsProc3::READDIR => run(args, |a: ReadDir3Args| proc::readdir::readdir(&cx, a)),
-            NfsProc3::READDIRPLUS => {
-                run(args, |a: ReadDirPlus3Args| proc::readdir::readdirplus(&cx, a))
-            }
+            NfsProc3::READDIRPLUS => run(args, |a: ReadDirPlus3Args| {
+                proc::readdir::readdirplus(&cx, a)
+            }),
             NfsProc3::FSSTAT => run(args, |a: FsRootArgs| proc::fsinfo::fsstat(&cx, a)),
             NfsProc3::FSINFO => run(args, |a: FsRootArgs| proc::fsinfo::fsinfo(&cx, a)),
             NfsProc3::PATHCONF => run(args, |a: FsRootArgs| proc::fsinfo::pathconf(&cx, a)),

@@ -447,7 +447,15 @@ impl Export {
             let Some(dir) = self.walk(dir_key, 0) else {
                 continue;
             };
-            let Ok(mut entries) = Dir::read_from(&dir.fd) else {
+            // (Dir::read_from would reopen with the O_PATH flags, which cannot list.)
+            let listing = rustix::fs::openat(
+                &dir.fd,
+                ".",
+                OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+                Mode::empty(),
+            )
+            .and_then(Dir::new);
+            let Ok(mut entries) = listing else {
                 continue;
             };
             while let Some(Ok(entry)) = entries.read() {
@@ -492,7 +500,10 @@ mod tests {
             check_name(b"a/b", NameUse::Lookup),
             Err(NfsStat3::NFS3ERR_ACCES)
         );
-        assert_eq!(check_name(b"", NameUse::Lookup), Err(NfsStat3::NFS3ERR_ACCES));
+        assert_eq!(
+            check_name(b"", NameUse::Lookup),
+            Err(NfsStat3::NFS3ERR_ACCES)
+        );
         assert_eq!(
             check_name(b"a\0", NameUse::Create),
             Err(NfsStat3::NFS3ERR_ACCES)

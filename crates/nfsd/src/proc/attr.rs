@@ -76,8 +76,13 @@ pub(crate) fn apply_sattr(node: &Node, s: &Sattr3) -> Result<(), NfsStat3> {
     // Linux has no mode on symbolic links; chmod through the link would reach its
     // target, so it is not attempted.
     if let (Some(mode), false) = (s.mode, is_link) {
-        rustix::fs::chmodat(CWD, node.proc_path(), Mode::from_raw_mode(mode & 0o7777), AtFlags::empty())
-            .or_stat()?;
+        rustix::fs::chmodat(
+            CWD,
+            node.proc_path(),
+            Mode::from_raw_mode(mode & 0o7777),
+            AtFlags::empty(),
+        )
+        .or_stat()?;
     }
     if let Some(size) = s.size {
         match node.meta.file_type() {
@@ -95,12 +100,9 @@ pub(crate) fn apply_sattr(node: &Node, s: &Sattr3) -> Result<(), NfsStat3> {
             last_modification: timespec(s.mtime),
         };
         match (&node.at, is_link) {
-            (Some((parent, name)), true) => rustix::fs::utimensat(
-                parent,
-                name.as_slice(),
-                &times,
-                AtFlags::SYMLINK_NOFOLLOW,
-            ),
+            (Some((parent, name)), true) => {
+                rustix::fs::utimensat(parent, name.as_slice(), &times, AtFlags::SYMLINK_NOFOLLOW)
+            }
             _ => rustix::fs::utimensat(CWD, node.proc_path(), &times, AtFlags::empty()),
         }
         .or_stat()?;

@@ -47,8 +47,8 @@ pub(crate) fn read(cx: &Cx<'_>, a: Read3Args) -> Read3Res {
         while buf.len() < count {
             let at = a.offset.saturating_add(buf.len() as u64);
             // Reads into the vector's spare capacity and extends its length.
-            let n = rustix::io::pread(&fd, rustix::buffer::spare_capacity(&mut buf), at)
-                .or_stat()?;
+            let n =
+                rustix::io::pread(&fd, rustix::buffer::spare_capacity(&mut buf), at).or_stat()?;
             if n == 0 {
                 break;
             }
@@ -60,7 +60,9 @@ pub(crate) fn read(cx: &Cx<'_>, a: Read3Args) -> Read3Res {
     match got {
         Ok(buf) => {
             let attrs = node.stat().ok();
-            let eof = attrs.map_or(true, |m| a.offset.saturating_add(buf.len() as u64) >= m.size);
+            let eof = attrs.map_or(true, |m| {
+                a.offset.saturating_add(buf.len() as u64) >= m.size
+            });
             NfsResult::Ok(Read3ResOk {
                 file_attributes: attrs.map(|m| m.fattr(ex.id)),
                 count: buf.len() as u32,

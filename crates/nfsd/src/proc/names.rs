@@ -6,9 +6,7 @@
 //! a directory descriptor of the export, so nothing outside the export is reached.
 
 use nfs3::dir::*;
-use nfs3::{
-    CreateVerf3, DirOpArgs3, Ftype3, NfsPath3, NfsResult, NfsStat3, Sattr3, WccData,
-};
+use nfs3::{CreateVerf3, DirOpArgs3, Ftype3, NfsPath3, NfsResult, NfsStat3, Sattr3, WccData};
 use rustix::fs::{AtFlags, FileType, Mode, OFlags, Timespec, Timestamps, CWD};
 use xdr::Bytes;
 
@@ -34,8 +32,13 @@ pub(crate) fn lookup(cx: &Cx<'_>, a: Lookup3Args) -> Lookup3Res {
     };
     let found = cx.as_caller(|| {
         // Search permission on the directory, as a local lookup would need.
-        rustix::fs::accessat(CWD, dir.proc_path(), rustix::fs::Access::EXEC_OK, AtFlags::EACCESS)
-            .or_stat()?;
+        rustix::fs::accessat(
+            CWD,
+            dir.proc_path(),
+            rustix::fs::Access::EXEC_OK,
+            AtFlags::EACCESS,
+        )
+        .or_stat()?;
         match name {
             b"." => ex.same(&dir),
             b".." => ex.parent(&dir),
@@ -138,7 +141,12 @@ impl<'a> Target<'a> {
                 obj_attributes: Some(obj.meta.fattr(self.ex.id)),
                 dir_wcc: self.wcc(),
             }),
-            Err(s) => NfsResult::Fail(s, DirWcc { dir_wcc: self.wcc() }),
+            Err(s) => NfsResult::Fail(
+                s,
+                DirWcc {
+                    dir_wcc: self.wcc(),
+                },
+            ),
         }
     }
 }
@@ -422,8 +430,14 @@ pub(crate) fn link(cx: &Cx<'_>, a: Link3Args) -> Link3Res {
         Err(NfsStat3::NFS3ERR_ISDIR)
     } else {
         cx.as_caller(|| {
-            rustix::fs::linkat(CWD, file.proc_path(), &t.dir.fd, t.name, AtFlags::SYMLINK_FOLLOW)
-                .or_stat()?;
+            rustix::fs::linkat(
+                CWD,
+                file.proc_path(),
+                &t.dir.fd,
+                t.name,
+                AtFlags::SYMLINK_FOLLOW,
+            )
+            .or_stat()?;
             t.ex.remember(file.meta.key, t.dir.meta.key, t.name);
             Ok(())
         })
@@ -437,4 +451,3 @@ pub(crate) fn link(cx: &Cx<'_>, a: Link3Args) -> Link3Res {
         Err(s) => NfsResult::Fail(s, w),
     }
 }
-

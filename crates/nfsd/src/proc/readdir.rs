@@ -24,7 +24,12 @@ fn verifier(dir: &Meta) -> CookieVerf3 {
 
 /// Opens the directory for listing at `cookie`, after the checks both procedures
 /// share: a directory (NFS3ERR_NOTDIR), a verifier that matches (NFS3ERR_BAD_COOKIE).
-fn open_at_cookie(cx: &Cx<'_>, dir: &Node, cookie: u64, verf: &CookieVerf3) -> Result<Dir, NfsStat3> {
+fn open_at_cookie(
+    cx: &Cx<'_>,
+    dir: &Node,
+    cookie: u64,
+    verf: &CookieVerf3,
+) -> Result<Dir, NfsStat3> {
     if !dir.meta.is_dir() {
         return Err(NfsStat3::NFS3ERR_NOTDIR);
     }

@@ -1,0 +1,318 @@
+//! A small NFSv3 / MOUNT v3 test client over the transport-neutral dispatcher (and,
+//! for the binary tests, over TCP), plus temporary exports.
+
+#![allow(dead_code, unreachable_pub)]
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+
+use nfs3::dir::*;
+use nfs3::mount::*;
+use nfs3::*;
+use nfsd::{Export, MountService, NfsServer, NfsService, Policy, Squash};
+use oncrpc::{
+    AcceptStat, AcceptedStatus, AuthSysParms, CallHeader, Dispatcher, OpaqueAuth, ReplyBody,
+    ReplyHeader, Xid,
+};
+use xdr::{Bytes, Decode, Decoder, Encode, Encoder};
+
+/// A directory under the system temp dir, removed on drop.
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    pub fn new(tag: &str) -> TempDir {
+        static N: AtomicU32 = AtomicU32::new(0);
+        let p = std::env::temp_dir().join(format!(
+            "nfsd-test-{}-{}-{}",
+            tag,
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&p).unwrap();
+        TempDir(p)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Who calls.
+#[derive(Clone)]
+pub enum Who {
+    None,
+    Sys(u32, u32, Vec<u32>),
+}
+
+/// What came back.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Reply {
+    /// SUCCESS and the results.
+    Ok(Bytes),
+    /// Another accept_stat.
+    Accept(AcceptStat),
+    /// A rejected reply.
+    Denied,
+}
+
+/// An in-process server: an export under a temp dir (with a sibling "outside" dir to
+/// prove nothing outside is touched) and its dispatcher.
+pub struct Harness {
+    pub base: TempDir,
+    pub export: PathBuf,
+    pub outside: PathBuf,
+    pub dispatcher: Dispatcher,
+    pub server: Arc<NfsServer>,
+    pub who: Who,
+    xid: AtomicU32,
+}
+
+impl Harness {
+    pub fn new() -> Harness {
+        Self::with(false, Squash::None, &[])
+    }
+
+    pub fn with(read_only: bool, squash: Squash, extra: &[&Path]) -> Harness {
+        let base = TempDir::new("export");
+        let export = base.path().join("export");
+        let outside = base.path().join("outside");
+        std::fs::create_dir_all(&export).unwrap();
+        std::fs::create_dir_all(&outside).unwrap();
+        std::fs::write(outside.join("secret"), b"do not touch").unwrap();
+        let mut exports = vec![Arc::new(Export::open(&export, read_only).unwrap())];
+        for p in extra {
+            exports.push(Arc::new(Export::open(p, read_only).unwrap()));
+        }
+        Self::from_exports(base, export, outside, exports, squash)
+    }
+
+    pub fn from_exports(
+        base: TempDir,
+        export: PathBuf,
+        outside: PathBuf,
+        exports: Vec<Arc<Export>>,
+        squash: Squash,
+    ) -> Harness {
+        let server = Arc::new(NfsServer::new(exports, Policy::new(squash, 65534, 65534)));
+        let mut dispatcher = Dispatcher::new();
+        dispatcher
+            .register(
+                NFS_PROGRAM,
+                [NFS_V3],
+                Arc::new(NfsService::new(server.clone())),
+            )
+            .unwrap();
+        dispatcher
+            .register(
+                MOUNT_PROGRAM,
+                [MOUNT_V3],
+                Arc::new(MountService::new(server.clone())),
+            )
+            .unwrap();
+        Harness {
+            base,
+            export,
+            outside,
+            dispatcher,
+            server,
+            who: Who::Sys(0, 0, vec![]),
+            xid: AtomicU32::new(1),
+        }
+    }
+
+    /// A fresh server on the same directories: a restart.
+    pub fn restart(self) -> Harness {
+        let exports = self
+            .server
+            .exports()
+            .iter()
+            .map(|e| Arc::new(Export::open(&e.path, e.read_only).unwrap()))
+            .collect();
+        let squash = self.server.policy.squash;
+        let Harness {
+            base,
+            export,
+            outside,
+            who,
+            ..
+        } = self;
+        let mut h = Harness::from_exports(base, export, outside, exports, squash);
+        h.who = who;
+        h
+    }
+
+    pub fn call_raw(&self, prog: u32, vers: u32, proc_: u32, args: &[u8]) -> Reply {
+        let cred = match &self.who {
+            Who::None => OpaqueAuth::none(),
+            Who::Sys(uid, gid, gids) => AuthSysParms {
+                stamp: 1,
+                machinename: Bytes::from_static(b"testhost"),
+                uid: *uid,
+                gid: *gid,
+                gids: gids.clone(),
+            }
+            .to_opaque_auth(),
+        };
+        let xid = Xid(self.xid.fetch_add(1, Ordering::Relaxed));
+        let mut enc = Encoder::new();
+        CallHeader::new(xid, prog, vers, proc_, cred).encode(&mut enc);
+        enc.raw(args);
+        let call = enc.finish().to_bytes();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let reply = rt
+            .block_on(self.dispatcher.dispatch(call))
+            .expect("a reply")
+            .to_bytes();
+        decode_reply(reply, xid)
+    }
+
+    pub fn nfs_raw(&self, proc: NfsProc3, args: &[u8]) -> Reply {
+        self.call_raw(NFS_PROGRAM, NFS_V3, proc.0, args)
+    }
+
+    /// A typed NFS call that must get SUCCESS.
+    pub fn nfs<A: Encode, R: Decode>(&self, proc: NfsProc3, args: &A) -> R {
+        match self.nfs_raw(proc, &args.to_xdr().to_bytes()) {
+            Reply::Ok(b) => R::from_xdr(b).expect("result decodes"),
+            other => panic!("{:?}: {other:?}", proc.name()),
+        }
+    }
+
+    pub fn mount<A: Encode, R: Decode>(&self, proc: MountProc3, args: &A) -> R {
+        match self.call_raw(MOUNT_PROGRAM, MOUNT_V3, proc.0, &args.to_xdr().to_bytes()) {
+            Reply::Ok(b) => R::from_xdr(b).expect("result decodes"),
+            other => panic!("MOUNT {proc:?}: {other:?}"),
+        }
+    }
+
+    /// The export root's handle via MNT.
+    pub fn root(&self) -> NfsFh3 {
+        let path = DirPath(Bytes::copy_from_slice(
+            self.server.exports()[0].path.as_os_str().as_encoded_bytes(),
+        ));
+        match self.mount::<_, MountRes3>(MountProc3::MNT, &path) {
+            MountRes3::Ok { fhandle, .. } => NfsFh3(fhandle),
+            MountRes3::Fail(s) => panic!("MNT: {s:?}"),
+        }
+    }
+
+    pub fn lookup(&self, dir: &NfsFh3, name: &str) -> Lookup3Res {
+        self.nfs(
+            NfsProc3::LOOKUP,
+            &Lookup3Args {
+                what: DirOpArgs3 {
+                    dir: dir.clone(),
+                    name: name.into(),
+                },
+            },
+        )
+    }
+
+    pub fn fh(&self, dir: &NfsFh3, name: &str) -> NfsFh3 {
+        match self.lookup(dir, name) {
+            NfsResult::Ok(ok) => ok.object,
+            NfsResult::Fail(s, _) => panic!("LOOKUP {name}: {s:?}"),
+        }
+    }
+
+    pub fn create(&self, dir: &NfsFh3, name: &str, how: CreateHow3) -> Create3Res {
+        self.nfs(
+            NfsProc3::CREATE,
+            &Create3Args {
+                dir_op: DirOpArgs3 {
+                    dir: dir.clone(),
+                    name: name.into(),
+                },
+                how,
+            },
+        )
+    }
+
+    pub fn mkdir(&self, dir: &NfsFh3, name: &str) -> Create3Res {
+        self.nfs(
+            NfsProc3::MKDIR,
+            &MkDir3Args {
+                dir_op: DirOpArgs3 {
+                    dir: dir.clone(),
+                    name: name.into(),
+                },
+                attributes: Sattr3 {
+                    mode: Some(0o755),
+                    ..Sattr3::default()
+                },
+            },
+        )
+    }
+
+    /// A new file's handle.
+    pub fn new_file(&self, dir: &NfsFh3, name: &str) -> NfsFh3 {
+        match self.create(
+            dir,
+            name,
+            CreateHow3::Guarded(Sattr3 {
+                mode: Some(0o644),
+                ..Sattr3::default()
+            }),
+        ) {
+            NfsResult::Ok(ok) => ok.obj.expect("handle"),
+            NfsResult::Fail(s, _) => panic!("CREATE {name}: {s:?}"),
+        }
+    }
+
+    pub fn new_dir(&self, dir: &NfsFh3, name: &str) -> NfsFh3 {
+        match self.mkdir(dir, name) {
+            NfsResult::Ok(ok) => ok.obj.expect("handle"),
+            NfsResult::Fail(s, _) => panic!("MKDIR {name}: {s:?}"),
+        }
+    }
+
+    /// Asserts the "outside" directory still holds exactly its one file.
+    pub fn assert_outside_untouched(&self) {
+        let names: Vec<_> = std::fs::read_dir(&self.outside)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, vec![std::ffi::OsString::from("secret")]);
+        assert_eq!(
+            std::fs::read(self.outside.join("secret")).unwrap(),
+            b"do not touch"
+        );
+        let parent: Vec<_> = std::fs::read_dir(self.base.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        let mut parent = parent;
+        parent.sort();
+        assert_eq!(parent, vec!["export", "outside"]);
+    }
+}
+
+/// Decodes an RPC reply message.
+pub fn decode_reply(reply: Bytes, xid: Xid) -> Reply {
+    let mut dec = Decoder::new(reply);
+    let header = ReplyHeader::decode(&mut dec).expect("reply header");
+    assert_eq!(header.xid, xid);
+    match header.body {
+        ReplyBody::Accepted {
+            status: AcceptedStatus::Success,
+            ..
+        } => Reply::Ok(dec.rest()),
+        ReplyBody::Accepted { status, .. } => Reply::Accept(status.stat()),
+        ReplyBody::Denied(_) => Reply::Denied,
+    }
+}
+
+/// The status of any NFS result.
+pub fn status<T, F>(r: &NfsResult<T, F>) -> NfsStat3 {
+    r.status()
+}
