@@ -40,7 +40,9 @@ pub mod errno;
 pub mod fh;
 pub mod mount;
 pub mod nfs;
+pub mod portmap;
 mod proc;
+pub mod server;
 pub mod service;
 pub mod vfs;
 

@@ -1,0 +1,153 @@
+//! `nfsd`: serve local directories over NFSv3 and MOUNT v3 (TCP).
+//!
+//! ```text
+//! nfsd [OPTIONS] <DIR>...
+//! nfsd /srv/export                         # NFS on 2049, MOUNT on 20048
+//! nfsd --nfs-port 12049 --mount-port 12048 --read-only /srv/a /srv/b
+//! ```
+//! Clients: `mount -t nfs -o vers=3,proto=tcp,port=2049,mountport=20048,mountproto=tcp,nolock host:/srv/export /mnt`.
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+
+use clap::{Parser, ValueEnum};
+use nfsd::server::{Bound, Config, RpcbindMode};
+use nfsd::Squash;
+
+/// Serve local directories over NFS version 3 and MOUNT version 3.
+#[derive(Debug, Parser)]
+#[command(name = "nfsd", version)]
+struct Cli {
+    /// Directories to export (each is mounted by its absolute path).
+    #[arg(required = true)]
+    exports: Vec<PathBuf>,
+    /// Export read-only (every modifying call gets NFS3ERR_ROFS).
+    #[arg(long)]
+    read_only: bool,
+    /// Address to listen on.
+    #[arg(long, default_value = "0.0.0.0")]
+    bind: IpAddr,
+    /// NFS port (TCP). Ports >= 1024 need no privilege.
+    #[arg(long, default_value_t = 2049)]
+    nfs_port: u16,
+    /// NFS/RDMA port (RFC 8267 §5). The RDMA transport is not in this build yet.
+    #[arg(long, default_value_t = nfs3::ulb::NFS_RDMA_PORT)]
+    rdma_port: u16,
+    /// MOUNT port (TCP); the same as --nfs-port serves both on one port.
+    #[arg(long, default_value_t = 20048)]
+    mount_port: u16,
+    /// rpcbind: auto (register if the host's answers), register, serve (run a
+    /// minimal portmapper ourselves), off.
+    #[arg(long, value_enum, default_value_t = RpcbindArg::Auto)]
+    rpcbind: RpcbindArg,
+    /// Port of our own portmapper with --rpcbind serve.
+    #[arg(long, default_value_t = 111)]
+    portmap_port: u16,
+    /// Identity mapping of AUTH_SYS callers: root (uid/gid 0 become anonymous),
+    /// none, all (everyone is anonymous).
+    #[arg(long, value_enum, default_value_t = SquashArg::Root)]
+    squash: SquashArg,
+    /// Anonymous uid.
+    #[arg(long, default_value_t = 65534)]
+    anon_uid: u32,
+    /// Anonymous gid.
+    #[arg(long, default_value_t = 65534)]
+    anon_gid: u32,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum RpcbindArg {
+    Auto,
+    Register,
+    Serve,
+    Off,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum SquashArg {
+    Root,
+    None,
+    All,
+}
+
+fn main() -> std::process::ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let config = Config {
+        exports: cli.exports,
+        read_only: cli.read_only,
+        bind: cli.bind,
+        nfs_port: cli.nfs_port,
+        mount_port: cli.mount_port,
+        rpcbind: match cli.rpcbind {
+            RpcbindArg::Auto => RpcbindMode::Auto,
+            RpcbindArg::Register => RpcbindMode::Register,
+            RpcbindArg::Serve => RpcbindMode::Serve,
+            RpcbindArg::Off => RpcbindMode::Off,
+        },
+        portmap_port: cli.portmap_port,
+        squash: match cli.squash {
+            SquashArg::Root => Squash::Root,
+            SquashArg::None => Squash::None,
+            SquashArg::All => Squash::All,
+        },
+        anon_uid: cli.anon_uid,
+        anon_gid: cli.anon_gid,
+    };
+    // Modes from clients are applied exactly, as knfsd does.
+    rustix::process::umask(rustix::fs::Mode::empty());
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("nfsd: cannot start the runtime: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(config, cli.rdma_port)) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("nfsd: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(config: Config, rdma_port: u16) -> std::io::Result<()> {
+    let bound = Bound::new(&config).await?;
+    for line in bound.describe() {
+        println!("nfsd: {line}");
+    }
+    println!(
+        "nfsd: NFS/RDMA (port {rdma_port}) not available: the RDMA transport is not in this build"
+    );
+    println!("nfsd: ready");
+    let shutdown = async {
+        let name = signal().await;
+        println!("nfsd: {name}: shutting down, finishing calls in flight");
+    };
+    bound.serve(shutdown).await?;
+    println!("nfsd: stopped");
+    Ok(())
+}
+
+/// Waits for SIGINT or SIGTERM and names it.
+async fn signal() -> &'static str {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut int), Ok(mut term)) = (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+    ) else {
+        // Without signal handlers, run until killed.
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = int.recv() => "SIGINT",
+        _ = term.recv() => "SIGTERM",
+    }
+}
