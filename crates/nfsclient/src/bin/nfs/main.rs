@@ -1,0 +1,181 @@
+//! `nfs`: list, read, write and remove files on an NFSv3 server, over TCP or
+//! RPC-over-RDMA, without mounting anything.
+//!
+//! ```text
+//! nfs ls -l server:/srv/export/dir
+//! nfs get nfs://server:2049/srv/export/big.iso ./big.iso
+//! nfs put ./notes.txt server:/srv/export/docs/
+//! ```
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+use nfsclient::{auth_sys_self, MountOptions, Target, TransportKind};
+
+mod commands;
+mod format;
+mod progress;
+
+/// NFSv3 client: ls, get, put, rm, mkdir, stat, cat against host:/path or
+/// nfs://host[:port]/path.
+#[derive(Debug, Parser)]
+#[command(name = "nfs", version)]
+struct Cli {
+    #[command(flatten)]
+    global: Global,
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// Options of every command.
+#[derive(Debug, Args)]
+struct Global {
+    /// Transport for NFS calls (MOUNT always uses TCP).
+    #[arg(short, long, global = true, default_value = "tcp", value_parser = ["tcp", "rdma"])]
+    transport: String,
+    /// NFS port (default 2049 for tcp, 20049 for rdma; a URL's port wins).
+    #[arg(long, global = true)]
+    nfs_port: Option<u16>,
+    /// MOUNT port (default: ask the server's portmapper).
+    #[arg(long, global = true)]
+    mount_port: Option<u16>,
+    /// Portmapper port.
+    #[arg(long, global = true, default_value_t = 111)]
+    portmap_port: u16,
+    /// Where the export ends in the target path (default: the longest prefix MNT accepts).
+    #[arg(long, global = true)]
+    export: Option<String>,
+    /// AUTH_SYS uid (default: this process's).
+    #[arg(long, global = true)]
+    uid: Option<u32>,
+    /// AUTH_SYS gid (default: this process's).
+    #[arg(long, global = true)]
+    gid: Option<u32>,
+    /// READ size in bytes (default: the server's preferred, at most its maximum).
+    #[arg(long, global = true)]
+    rsize: Option<u32>,
+    /// WRITE size in bytes (default: the server's preferred, at most its maximum).
+    #[arg(long, global = true)]
+    wsize: Option<u32>,
+    /// READs or WRITEs in flight at once.
+    #[arg(long, global = true, default_value_t = 8)]
+    depth: usize,
+    /// Seconds one call may take.
+    #[arg(long, global = true, default_value_t = 30)]
+    timeout: u64,
+    /// No progress bar.
+    #[arg(short, long, global = true)]
+    quiet: bool,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// List a directory (or show one file).
+    Ls {
+        /// Long format: mode, links, owner, size, mtime (READDIRPLUS).
+        #[arg(short, long)]
+        long: bool,
+        /// host:/path or nfs://host[:port]/path.
+        target: Target,
+    },
+    /// Copy a remote file to a local file ("-" for standard output).
+    Get {
+        /// Remote file.
+        target: Target,
+        /// Local file (default: the remote file's name, in the current directory).
+        local: Option<String>,
+    },
+    /// Copy a local file to the server (into the directory if the target is one).
+    Put {
+        /// Local file.
+        local: String,
+        /// Remote file or directory.
+        target: Target,
+        /// Ask for FILE_SYNC WRITEs instead of UNSTABLE + COMMIT.
+        #[arg(long)]
+        sync: bool,
+    },
+    /// Remove a file (with -d, an empty directory).
+    Rm {
+        /// Remove an empty directory (RMDIR) instead of a file.
+        #[arg(short = 'd', long)]
+        dir: bool,
+        /// Remote path.
+        target: Target,
+    },
+    /// Make a directory.
+    Mkdir {
+        /// Make parents as needed; no error if it exists.
+        #[arg(short, long)]
+        parents: bool,
+        /// Permission bits, octal.
+        #[arg(short, long, default_value = "755", value_parser = parse_mode)]
+        mode: u32,
+        /// Remote path.
+        target: Target,
+    },
+    /// Show a file's attributes (GETATTR).
+    Stat {
+        /// Remote path.
+        target: Target,
+    },
+    /// Write a remote file to standard output.
+    Cat {
+        /// Remote file.
+        target: Target,
+    },
+}
+
+fn parse_mode(s: &str) -> Result<u32, String> {
+    u32::from_str_radix(s, 8)
+        .ok()
+        .filter(|m| *m <= 0o7777)
+        .ok_or_else(|| format!("{s:?} is not an octal mode"))
+}
+
+impl Global {
+    fn mount_options(&self, target: &Target) -> Result<MountOptions, String> {
+        let transport: TransportKind = self.transport.parse().map_err(|e| format!("{e}"))?;
+        let mut sys = auth_sys_self();
+        if let Some(uid) = self.uid {
+            sys.uid = uid;
+        }
+        if let Some(gid) = self.gid {
+            sys.gid = gid;
+        }
+        Ok(MountOptions {
+            transport,
+            nfs_port: target.port.or(self.nfs_port),
+            mount_port: self.mount_port,
+            portmap_port: self.portmap_port,
+            cred: sys.to_opaque_auth(),
+            timeout: Duration::from_secs(self.timeout.max(1)),
+            rsize: self.rsize,
+            wsize: self.wsize,
+            depth: self.depth.max(1),
+        })
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_env("NFS_LOG"))
+        .with_writer(std::io::stderr)
+        .init();
+    let rt = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("nfs: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match rt.block_on(commands::run(cli.global, cli.command)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("nfs: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
