@@ -1,0 +1,427 @@
+//! The `nfsd` binary over TCP: an independent client (libnfs-utils: nfs-ls, nfs-cat,
+//! nfs-cp) lists, reads and writes byte-exact; our oncrpc client checks the wire
+//! answers; SIGTERM shuts the server down cleanly.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+
+use common::TempDir;
+
+/// A running `nfsd` process, killed on drop.
+struct Nfsd {
+    child: Child,
+    nfs: SocketAddr,
+    mount: SocketAddr,
+    lines: Vec<String>,
+    rest: std::sync::mpsc::Receiver<String>,
+}
+
+impl Nfsd {
+    fn start(args: &[&str], export: &Path) -> Nfsd {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_nfsd"))
+            .args([
+                "--bind",
+                "127.0.0.1",
+                "--nfs-port",
+                "0",
+                "--mount-port",
+                "0",
+                "--rpcbind",
+                "off",
+            ])
+            .args(args)
+            .arg(export)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("nfsd starts");
+        let mut out = BufReader::new(child.stdout.take().unwrap());
+        let (mut nfs, mut mount, mut lines) = (None, None, Vec::new());
+        loop {
+            let mut line = String::new();
+            if out.read_line(&mut line).unwrap() == 0 {
+                panic!("nfsd exited before it was ready: {lines:?}");
+            }
+            let line = line.trim_end().to_string();
+            let addr = || {
+                line.rsplit(' ')
+                    .next()
+                    .unwrap()
+                    .parse::<SocketAddr>()
+                    .unwrap()
+            };
+            if line.starts_with("nfsd: NFS v3 listening on tcp ") {
+                nfs = Some(addr());
+            } else if line.starts_with("nfsd: MOUNT v3 listening on tcp ") {
+                mount = Some(addr());
+            }
+            let ready = line == "nfsd: ready";
+            lines.push(line);
+            if ready {
+                break;
+            }
+        }
+        // Keep draining stdout in the background so the server never blocks on it.
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for l in out.lines().map_while(Result::ok) {
+                let _ = tx.send(l);
+            }
+        });
+        Nfsd {
+            child,
+            nfs: nfs.expect("NFS address line"),
+            mount: mount.expect("MOUNT address line"),
+            lines,
+            rest: rx,
+        }
+    }
+
+    fn url(&self, path: &Path) -> String {
+        format!(
+            "nfs://127.0.0.1{}?nfsport={}&mountport={}&version=3",
+            path.display(),
+            self.nfs.port(),
+            self.mount.port()
+        )
+    }
+
+    /// SIGTERM, then the exit status and the remaining output.
+    fn terminate(mut self) -> (std::process::ExitStatus, Vec<String>) {
+        let pid = rustix::process::Pid::from_raw(self.child.id() as i32).unwrap();
+        rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
+        let status = self.child.wait().unwrap();
+        let rest = self.rest.iter().collect();
+        (status, rest)
+    }
+}
+
+impl Drop for Nfsd {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn tool(name: &str) -> std::path::PathBuf {
+    for dir in std::env::var("PATH").unwrap_or_default().split(':') {
+        let p = Path::new(dir).join(name);
+        if p.is_file() {
+            return p;
+        }
+    }
+    panic!(
+        "`{name}` not found: this test needs Debian's libnfs-utils \
+         (apt-get install -y libnfs-utils)"
+    );
+}
+
+fn run(cmd: &Path, args: &[&str]) -> Vec<u8> {
+    let out = Command::new(cmd)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("{}: {e}", cmd.display()));
+    assert!(
+        out.status.success(),
+        "{} {args:?} failed: {}\n{}",
+        cmd.display(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out.stdout
+}
+
+fn pattern(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+fn make_export(base: &TempDir) -> std::path::PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let export = base.path().join("export");
+    std::fs::create_dir_all(export.join("sub/deeper")).unwrap();
+    std::fs::create_dir_all(base.path().join("outside")).unwrap();
+    std::fs::write(base.path().join("outside/secret"), b"secret").unwrap();
+    // Root is squashed to nobody by default: let nobody write here.
+    for d in [&export, &export.join("sub"), &export.join("sub/deeper")] {
+        std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o777)).unwrap();
+    }
+    export.canonicalize().unwrap()
+}
+
+const SIZES: [usize; 6] = [0, 1, 4095, 65536, (1 << 20) + 1, 5 * (1 << 20) + 7];
+
+#[test]
+fn libnfs_lists_reads_and_writes_byte_exact() {
+    let (nfs_ls, nfs_cat, nfs_cp) = (tool("nfs-ls"), tool("nfs-cat"), tool("nfs-cp"));
+    let base = TempDir::new("libnfs");
+    let export = make_export(&base);
+    for (i, size) in SIZES.iter().enumerate() {
+        std::fs::write(
+            export.join(format!("server-{size}.bin")),
+            pattern(*size, i as u64),
+        )
+        .unwrap();
+    }
+    std::fs::write(
+        export.join("sub/deeper/note.txt"),
+        b"hello from the server\n",
+    )
+    .unwrap();
+    let server = Nfsd::start(&[], &export);
+    assert!(server
+        .lines
+        .iter()
+        .any(|l| l.contains("export ") && l.contains("read-write")));
+
+    // nfs-ls: the root and a subdirectory.
+    let ls = String::from_utf8(run(&nfs_ls, &[&server.url(&export)])).unwrap();
+    for size in SIZES {
+        assert!(ls.contains(&format!("server-{size}.bin")), "nfs-ls: {ls}");
+    }
+    assert!(ls.contains("sub"), "nfs-ls: {ls}");
+    let ls = String::from_utf8(run(&nfs_ls, &[&server.url(&export.join("sub/deeper"))])).unwrap();
+    assert!(ls.contains("note.txt"), "nfs-ls sub/deeper: {ls}");
+
+    // nfs-cat.
+    let cat = run(
+        &nfs_cat,
+        &[&server.url(&export.join("sub/deeper/note.txt"))],
+    );
+    assert_eq!(cat, b"hello from the server\n");
+
+    // nfs-cp out of the server: byte-exact.
+    let local = TempDir::new("libnfs-local");
+    for (i, size) in SIZES.iter().enumerate() {
+        let dst = local.path().join(format!("got-{size}.bin"));
+        run(
+            &nfs_cp,
+            &[
+                &server.url(&export.join(format!("server-{size}.bin"))),
+                dst.to_str().unwrap(),
+            ],
+        );
+        assert_eq!(
+            std::fs::read(&dst).unwrap(),
+            pattern(*size, i as u64),
+            "read of {size} bytes"
+        );
+    }
+
+    // nfs-cp into the server (new names: nfs-cp refuses an existing destination).
+    for (i, size) in SIZES.iter().enumerate() {
+        let src = local.path().join(format!("put-{size}.bin"));
+        let data = pattern(*size, 100 + i as u64);
+        std::fs::write(&src, &data).unwrap();
+        let dst = export.join(format!("sub/client-{size}.bin"));
+        run(&nfs_cp, &[src.to_str().unwrap(), &server.url(&dst)]);
+        assert_eq!(std::fs::read(&dst).unwrap(), data, "write of {size} bytes");
+    }
+    // And what was written reads back through NFS.
+    let back = local.path().join("back.bin");
+    let big = SIZES[SIZES.len() - 1];
+    run(
+        &nfs_cp,
+        &[
+            &server.url(&export.join(format!("sub/client-{big}.bin"))),
+            back.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(
+        std::fs::read(&back).unwrap(),
+        pattern(big, 100 + SIZES.len() as u64 - 1)
+    );
+
+    // Nothing outside the export was touched.
+    assert_eq!(
+        std::fs::read(base.path().join("outside/secret")).unwrap(),
+        b"secret"
+    );
+    assert_eq!(
+        std::fs::read_dir(base.path().join("outside"))
+            .unwrap()
+            .count(),
+        1
+    );
+
+    let (status, rest) = server.terminate();
+    assert!(status.success(), "exit status {status:?}");
+    assert!(rest.iter().any(|l| l == "nfsd: stopped"), "{rest:?}");
+}
+
+mod wire {
+    //! Our own client over TCP against the binary.
+
+    use super::*;
+    use nfs3::io::*;
+    use nfs3::mount::*;
+    use nfs3::*;
+    use oncrpc::{
+        AcceptStat, AcceptedStatus, AuthSysParms, Client, ClientConfig, ClientError, TcpTransport,
+    };
+    use xdr::{Bytes, Decode, Encode, XdrStream};
+
+    fn client(addr: SocketAddr) -> Client {
+        let cred = AuthSysParms {
+            stamp: 7,
+            machinename: Bytes::from_static(b"wire-test"),
+            uid: 1000,
+            gid: 1000,
+            gids: vec![1000],
+        };
+        Client::new(
+            TcpTransport::new(addr),
+            ClientConfig {
+                cred: oncrpc::Credentials::Sys(cred).to_opaque_auth(),
+                ..ClientConfig::default()
+            },
+        )
+    }
+
+    async fn call<R: Decode>(c: &Client, prog: u32, proc_: u32, args: XdrStream) -> R {
+        let reply = c.call(prog, 3, proc_, args).await.expect("call succeeds");
+        R::from_xdr(reply.results.rest()).expect("result decodes")
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn tcp_calls_garbage_and_graceful_shutdown() {
+        let base = TempDir::new("wire");
+        let export = make_export(&base);
+        let data = pattern(3 << 20, 9);
+        std::fs::write(export.join("big"), &data).unwrap();
+        let server = Nfsd::start(&[], &export);
+        let mount = client(server.mount);
+        let nfs = client(server.nfs);
+        let path = DirPath(Bytes::copy_from_slice(
+            export.as_os_str().as_encoded_bytes(),
+        ));
+        let MountRes3::Ok { fhandle, .. } =
+            call::<MountRes3>(&mount, MOUNT_PROGRAM, 1, path.to_xdr()).await
+        else {
+            panic!("MNT failed")
+        };
+        let root = NfsFh3(fhandle);
+        let look: dir::Lookup3Res = call(
+            &nfs,
+            NFS_PROGRAM,
+            3,
+            dir::Lookup3Args {
+                what: DirOpArgs3 {
+                    dir: root.clone(),
+                    name: "big".into(),
+                },
+            }
+            .to_xdr(),
+        )
+        .await;
+        let NfsResult::Ok(look) = look else {
+            panic!("{look:?}")
+        };
+        let big = look.object;
+
+        // Garbage and truncated arguments over TCP: GARBAGE_ARGS.
+        for args in [
+            &b"\xde\xad"[..],
+            &b"\x00\x00\x00\x24rN3"[..],
+            &[0xff; 12][..],
+        ] {
+            let r = nfs
+                .call(
+                    NFS_PROGRAM,
+                    3,
+                    6,
+                    XdrStream::inline_only(Bytes::copy_from_slice(args)),
+                )
+                .await;
+            assert!(
+                matches!(
+                    r,
+                    Err(ClientError::Accepted(AcceptedStatus::Void(
+                        AcceptStat::GARBAGE_ARGS
+                    )))
+                ),
+                "{r:?}"
+            );
+        }
+        // A forged handle: BADHANDLE; a write by uid 1000 into a root-owned file: ACCES.
+        let forged: Read3Res = call(
+            &nfs,
+            NFS_PROGRAM,
+            6,
+            Read3Args {
+                file: NfsFh3(Bytes::from_static(&[7; 36])),
+                offset: 0,
+                count: 1,
+            }
+            .to_xdr(),
+        )
+        .await;
+        assert_eq!(forged.status(), NfsStat3::NFS3ERR_BADHANDLE);
+        let w: Write3Res = call(
+            &nfs,
+            NFS_PROGRAM,
+            7,
+            Write3Args {
+                file: big.clone(),
+                offset: 0,
+                count: 1,
+                stable: StableHow::FILE_SYNC,
+                data: DdpData(Bytes::from_static(b"x")),
+            }
+            .to_xdr(),
+        )
+        .await;
+        assert_eq!(w.status(), NfsStat3::NFS3ERR_ACCES);
+
+        // Many 1 MiB READs in flight, then SIGTERM: every call the server took in
+        // is answered in full before it exits.
+        let mut calls = Vec::new();
+        for i in 0..24u64 {
+            let nfs = nfs.clone();
+            let fh = big.clone();
+            calls.push(tokio::spawn(async move {
+                let args = Read3Args {
+                    file: fh,
+                    offset: (i % 3) << 20,
+                    count: 1 << 20,
+                };
+                nfs.call(NFS_PROGRAM, 3, 6, args.to_xdr())
+                    .await
+                    .map(|r| (i, r))
+            }));
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        let (status, rest) = tokio::task::spawn_blocking(move || server.terminate())
+            .await
+            .unwrap();
+        assert!(status.success(), "exit status {status:?}");
+        assert!(
+            rest.iter().any(|l| l.contains("SIGTERM: shutting down")),
+            "{rest:?}"
+        );
+        let mut answered = 0;
+        for c in calls {
+            if let Ok((i, reply)) = c.await.unwrap() {
+                let res = Read3Res::from_xdr(reply.results.rest()).unwrap();
+                let NfsResult::Ok(ok) = res else {
+                    panic!("{res:?}")
+                };
+                let off = ((i % 3) << 20) as usize;
+                assert_eq!(&ok.data.0[..], &data[off..off + (1 << 20)]);
+                answered += 1;
+            }
+        }
+        assert!(answered > 0, "no READ completed before shutdown");
+    }
+}
