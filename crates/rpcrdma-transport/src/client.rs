@@ -1,0 +1,532 @@
+//! The requester: an [`oncrpc::Transport`] over RPC-over-RDMA (Linux
+//! `transport.c` + the requester half of `rpc_rdma.c`'s callers).
+//!
+//! Specs: rpcrdma-v1-draft-ietf-nfsv4-rfc5666bis-04 §4.3 (credits), §4.5 (shapes),
+//! §5.3.2-§5.3.3 (Write list, Reply chunk), §5.4.1 (invalidate before completion),
+//! §8 (bindings); RFC 8797.
+//!
+//! # Driving
+//! ```text
+//!  oncrpc driver ──send(XdrStream)──► RdmaSender: take a credit (wait if none),
+//!                                     plan_call, register chunks, finish, post Send
+//!  completion task (one per connection):
+//!     Receive ──► validate ──► match XID ──► check Write list / Reply chunk
+//!             ──► fence every region ──► reassemble ──► credits ──► RdmaReceiver
+//! ```
+//! `oncrpc::Client` reconnects when [`RdmaReceiver`] ends and sends every outstanding
+//! Call again with its XID; each retransmission is planned and registered afresh on
+//! the new connection. The regions of the lost connection are fenced when it ends.
+//!
+//! `oncrpc`'s transport traits carry whole messages and no per-call error, so a Call
+//! answered with RDMA_ERROR, or whose Reply does not match its chunks, completes with
+//! a locally made RPC reply, MSG_ACCEPTED / SYSTEM_ERR (counted in the counters).
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::io;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use bytes::Bytes;
+use oncrpc::{RecordReceiver, RecordSender, Transport};
+use rdma::{
+    Completion, ConnectionManager, ProtectionDomain, QueuePair, QueuePairExt, STag, SendOp, SendWr,
+    Sge, WcOpcode, WcStatus,
+};
+use rpcrdma::credits::RequesterCredits;
+use rpcrdma::marshal::{plan_call, CallLimits, Registration, Shape};
+use rpcrdma::private_data::PeerLimits;
+use rpcrdma::reassembly::{reassemble_reply, reply_chunk_length, written_lengths};
+use rpcrdma::rpc::{self, ProcId};
+use rpcrdma::validate::{receive, Policy, Received};
+use rpcrdma::{Version, WriteChunk, Xid};
+use tokio::sync::{mpsc, Notify};
+use xdr::XdrStream;
+
+use crate::binding::RdmaBinding;
+use crate::counters::{ConnStats, Counter, StatsRegistry};
+use crate::error::TransportError;
+use crate::pool::{wr_kind, RecvPool};
+use crate::registration::ChunkRegion;
+use crate::setup::RdmaConfig;
+
+/// An RPC-over-RDMA client transport to one server address, for [`oncrpc::Client`].
+pub struct RdmaTransport<P> {
+    provider: Arc<P>,
+    addr: SocketAddr,
+    config: RdmaConfig,
+    binding: Arc<dyn RdmaBinding>,
+    stats: StatsRegistry,
+}
+
+impl<P> std::fmt::Debug for RdmaTransport<P> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RdmaTransport")
+            .field("addr", &self.addr)
+            .field("config", &self.config)
+            .finish()
+    }
+}
+
+impl<P: ConnectionManager + 'static> RdmaTransport<P> {
+    /// A transport reaching `addr` through `provider`, for the programs `binding`
+    /// covers.
+    pub fn new(
+        provider: P,
+        addr: SocketAddr,
+        config: RdmaConfig,
+        binding: Arc<dyn RdmaBinding>,
+    ) -> Self {
+        RdmaTransport {
+            provider: Arc::new(provider),
+            addr,
+            config,
+            binding,
+            stats: StatsRegistry::default(),
+        }
+    }
+
+    /// The counters of every connection this transport made (keep a clone before
+    /// handing the transport to [`oncrpc::Client::new`]).
+    pub fn stats(&self) -> StatsRegistry {
+        self.stats.clone()
+    }
+
+    /// Connects once: RFC 8797 private data both ways, Receives posted for the credits
+    /// we ask for, the completion task started.
+    pub async fn connect_once(&self) -> Result<(RdmaSender<P::Qp>, RdmaReceiver), TransportError> {
+        let pd = ProtectionDomain::new();
+        let qp = self
+            .provider
+            .connect(self.addr, &pd, self.config.connect_params())
+            .await?;
+        let limits = self.config.negotiate(qp.peer());
+        let stats = ConnStats::new("client", Some(self.addr));
+        stats.set(Counter::PeerIrd, u64::from(qp.peer().ird));
+        stats.set(Counter::SendThreshold, u64::from(limits.send_threshold));
+        stats.set(Counter::RecvThreshold, u64::from(limits.recv_threshold));
+        stats.set(Counter::CreditsRequested, u64::from(self.config.credits));
+        self.stats.add(stats.clone());
+        // §4.3.1: the requested credits are Receives we must have posted, since each
+        // granted Call may be answered at once.
+        let pool = RecvPool::new(
+            &pd,
+            self.config.credits.max(1),
+            self.config.recv_buffer_len(),
+        );
+        pool.post_all(&qp)?;
+        tracing::debug!(
+            target: "rpcrdma_transport",
+            addr = %self.addr,
+            send_threshold = limits.send_threshold,
+            recv_threshold = limits.recv_threshold,
+            remote_invalidate = limits.remote_invalidate,
+            peer_ird = qp.peer().ird,
+            "connected"
+        );
+        let conn = Arc::new(Conn {
+            qp,
+            pd,
+            limits,
+            policy: self.config.policy(),
+            binding: self.binding.clone(),
+            stats,
+            state: Mutex::new(State {
+                credits: RequesterCredits::new(self.config.credits),
+                calls: HashMap::new(),
+                closed: false,
+            }),
+            credit_wait: Notify::new(),
+        });
+        let (tx, rx) = mpsc::unbounded_channel();
+        tokio::spawn(completions(conn.clone(), pool, tx));
+        Ok((RdmaSender { conn }, RdmaReceiver { rx }))
+    }
+}
+
+impl<P: ConnectionManager + 'static> Transport for RdmaTransport<P> {
+    type Sender = RdmaSender<P::Qp>;
+    type Receiver = RdmaReceiver;
+
+    fn connect(&self) -> impl Future<Output = io::Result<(Self::Sender, Self::Receiver)>> + Send {
+        async move { self.connect_once().await.map_err(io::Error::from) }
+    }
+}
+
+/// One outstanding Call on a connection.
+struct PendingCall {
+    proc_id: ProcId,
+    /// Regions in registration order: Read chunks, Write chunks, Reply chunk.
+    regions: Vec<ChunkRegion>,
+    /// Index in `regions` of each Write chunk, and of the Reply chunk.
+    write_regions: Vec<usize>,
+    reply_region: Option<usize>,
+    /// The Write list and Reply chunk as we advertised them.
+    writes: Vec<WriteChunk>,
+    reply: Option<WriteChunk>,
+}
+
+struct State {
+    credits: RequesterCredits,
+    calls: HashMap<Xid, PendingCall>,
+    closed: bool,
+}
+
+struct Conn<Q> {
+    qp: Q,
+    pd: ProtectionDomain,
+    limits: PeerLimits,
+    policy: Policy,
+    binding: Arc<dyn RdmaBinding>,
+    stats: Arc<ConnStats>,
+    state: Mutex<State>,
+    credit_wait: Notify,
+}
+
+impl<Q> Conn<Q> {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // Poisoning means a panic elsewhere; the table itself stays consistent.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// The sending half of a client connection. Dropping it disconnects.
+pub struct RdmaSender<Q: QueuePair + 'static> {
+    conn: Arc<Conn<Q>>,
+}
+
+impl<Q: QueuePair + 'static> RdmaSender<Q> {
+    /// This connection's counters.
+    pub fn stats(&self) -> Arc<ConnStats> {
+        self.conn.stats.clone()
+    }
+
+    async fn send_call(&self, msg: &XdrStream) -> Result<(), TransportError> {
+        let conn = &self.conn;
+        let (Some(xid), Some(proc_id)) = (rpc::xid(&msg.inline), rpc::call_proc(&msg.inline))
+        else {
+            return Err(TransportError::NotACall);
+        };
+        if !conn.binding.binds(proc_id.prog, proc_id.vers) {
+            return Err(TransportError::NoBinding {
+                prog: proc_id.prog,
+                vers: proc_id.vers,
+            });
+        }
+        // §4.3.1: "The requester MUST NOT send unacknowledged requests in excess of
+        // this granted responder credit limit."
+        let mut waited = false;
+        let requested = loop {
+            let notified = conn.credit_wait.notified();
+            {
+                let mut st = conn.lock();
+                if st.closed {
+                    return Err(TransportError::NotConnected);
+                }
+                if st.credits.try_acquire().is_ok() {
+                    break st.credits.requested();
+                }
+            }
+            if !waited {
+                conn.stats.inc(Counter::CreditWaits);
+                waited = true;
+            }
+            notified.await;
+        };
+        let result = self.marshal_and_post(xid, proc_id, requested, msg);
+        if result.is_err() {
+            let mut st = conn.lock();
+            if let Some(call) = st.calls.remove(&xid) {
+                fence(call, None, &conn.stats);
+            }
+            let _ = st.credits.release();
+            drop(st);
+            conn.credit_wait.notify_waiters();
+        }
+        result
+    }
+
+    fn marshal_and_post(
+        &self,
+        xid: Xid,
+        proc_id: ProcId,
+        requested: u32,
+        msg: &XdrStream,
+    ) -> Result<(), TransportError> {
+        let conn = &self.conn;
+        let sizing = conn.binding.reply_sizing(proc_id, msg);
+        let limits = CallLimits {
+            send_threshold: conn.limits.send_threshold,
+            recv_threshold: conn.limits.recv_threshold,
+            max_segments_per_registration: 1,
+        };
+        let plan = plan_call(xid, Version::ONE, requested, msg, &sizing, limits)?;
+        let mut regions = Vec::with_capacity(plan.registrations.len());
+        let (mut write_regions, mut reply_region) = (Vec::new(), None);
+        for (i, reg) in plan.registrations.iter().enumerate() {
+            match reg {
+                Registration::Write { .. } => write_regions.push(i),
+                Registration::Reply { .. } => reply_region = Some(i),
+                Registration::Read { .. } => {}
+            }
+            regions.push(ChunkRegion::register(&conn.pd, reg, &conn.stats));
+        }
+        let segments = regions.iter().map(|r| vec![r.segment()]).collect();
+        let shape = plan.shape;
+        let out = plan.finish(segments)?;
+        let chunks = out.chunks().cloned().unwrap_or_default();
+        let stats = &conn.stats;
+        stats.inc(Counter::Calls);
+        match shape {
+            Shape::Short => stats.inc(Counter::ShortCalls),
+            Shape::Chunked => stats.inc(Counter::ReadChunks),
+            Shape::Long => stats.inc(Counter::PositionZeroReadChunks),
+        }
+        stats.add(Counter::WriteChunks, chunks.writes.len() as u64);
+        stats.add(Counter::ReplyChunks, u64::from(chunks.reply.is_some()));
+        stats.inc(Counter::Sends);
+        stats.add(Counter::SendBytes, out.send_len as u64);
+        {
+            // Registered before the Send is posted: the Reply may overtake this task.
+            let mut st = conn.lock();
+            st.calls.insert(
+                xid,
+                PendingCall {
+                    proc_id,
+                    regions,
+                    write_regions,
+                    reply_region,
+                    writes: chunks.writes,
+                    reply: chunks.reply,
+                },
+            );
+        }
+        conn.qp.post_send(SendWr {
+            wr_id: wr_kind::SEND | u64::from(xid.0),
+            op: SendOp::Send,
+            // Header and Payload stream slices, gathered: no copy here.
+            sgl: out.send.into_iter().map(Sge::Bytes).collect(),
+        })?;
+        Ok(())
+    }
+}
+
+impl<Q: QueuePair + 'static> RecordSender for RdmaSender<Q> {
+    fn send(&mut self, msg: &XdrStream) -> impl Future<Output = io::Result<()>> + Send {
+        async move { self.send_call(msg).await.map_err(io::Error::from) }
+    }
+}
+
+impl<Q: QueuePair + 'static> Drop for RdmaSender<Q> {
+    fn drop(&mut self) {
+        self.conn.qp.disconnect();
+    }
+}
+
+/// The receiving half of a client connection: whole RPC replies, reassembled.
+#[derive(Debug)]
+pub struct RdmaReceiver {
+    rx: mpsc::UnboundedReceiver<Bytes>,
+}
+
+impl RecordReceiver for RdmaReceiver {
+    fn recv(&mut self) -> impl Future<Output = io::Result<Option<Bytes>>> + Send {
+        async move { Ok(self.rx.recv().await) }
+    }
+}
+
+/// Fences every region of `call`.
+fn fence(call: PendingCall, remote: Option<STag>, stats: &ConnStats) -> Vec<Bytes> {
+    call.regions
+        .into_iter()
+        .map(|r| r.fence(remote, stats))
+        .collect()
+}
+
+/// RFC 5531 reply `xid, REPLY, MSG_ACCEPTED, AUTH_NONE, SYSTEM_ERR`: how a Call that
+/// the transport cannot complete fails through `oncrpc`'s message-only interface.
+fn system_err_reply(xid: Xid) -> Bytes {
+    const SYSTEM_ERR: u32 = 5;
+    let words = [xid.0, rpc::REPLY, 0, 0, 0, SYSTEM_ERR];
+    Bytes::from(
+        words
+            .iter()
+            .flat_map(|w| w.to_be_bytes())
+            .collect::<Vec<u8>>(),
+    )
+}
+
+/// The completion task of one client connection.
+async fn completions<Q: QueuePair + 'static>(
+    conn: Arc<Conn<Q>>,
+    pool: RecvPool,
+    tx: mpsc::UnboundedSender<Bytes>,
+) {
+    while let Some(c) = conn.qp.completion().await {
+        if c.status == WcStatus::Flushed {
+            conn.stats.inc(Counter::Flushed);
+            continue;
+        }
+        if c.status != WcStatus::Success {
+            // §5.5.5: transport errors end the connection; the RPC layer retransmits.
+            conn.stats.inc(Counter::ErrCompletion);
+            tracing::debug!(target: "rpcrdma_transport", ?c, "completion error");
+            conn.qp.disconnect();
+            continue;
+        }
+        if c.opcode != WcOpcode::Recv || c.wr_id & wr_kind::MASK != wr_kind::RECV {
+            continue;
+        }
+        let index = (c.wr_id & !wr_kind::MASK) as usize;
+        let buf = pool.take(index, c.byte_len);
+        if pool.post(&conn.qp, index).is_err() {
+            conn.qp.disconnect();
+        }
+        let Some(buf) = buf else { continue };
+        conn.stats.inc(Counter::Recvs);
+        conn.stats.add(Counter::RecvBytes, buf.len() as u64);
+        if let Some(reply) = handle_reply(&conn, buf, &c) {
+            conn.stats.inc(Counter::Replies);
+            if tx.send(reply).is_err() {
+                break;
+            }
+        }
+    }
+    // The connection is gone: fence every region still registered (§5.4.1), wake
+    // every Call waiting for a credit, and let oncrpc reconnect and retransmit.
+    let calls: Vec<PendingCall> = {
+        let mut st = conn.lock();
+        st.closed = true;
+        st.calls.drain().map(|(_, c)| c).collect()
+    };
+    for call in calls {
+        fence(call, None, &conn.stats);
+    }
+    conn.credit_wait.notify_waiters();
+    conn.stats.close();
+}
+
+/// Completes the Call a received message answers; returns the RPC reply to deliver.
+fn handle_reply<Q>(conn: &Conn<Q>, buf: Bytes, c: &Completion) -> Option<Bytes> {
+    let stats = &conn.stats;
+    let received = match receive(&buf, &conn.policy) {
+        Ok(r) => r,
+        Err(e) => {
+            // A requester answers no RDMA_ERROR; a bad Reply is dropped (its Call is
+            // retried by the RPC layer or times out).
+            tracing::debug!(target: "rpcrdma_transport", error = %e, "bad reply header");
+            stats.inc(Counter::ErrDiscarded);
+            return None;
+        }
+    };
+    let xid = received.prefix().xid;
+    let credits = received.prefix().credits;
+    let (base, chunks) = match received {
+        Received::Msg {
+            chunks, payload, ..
+        } => (Some(payload), chunks),
+        Received::NoMsg { chunks, .. } => (None, chunks),
+        Received::Error { body, .. } => {
+            stats.inc(Counter::ErrRdmaErrorReceived);
+            tracing::debug!(target: "rpcrdma_transport", xid = xid.0, ?body, "RDMA_ERROR");
+            let mut st = conn.lock();
+            let call = st.calls.remove(&xid)?;
+            // An RDMA_ERROR carries no grant to trust (v2 draft §5): release only.
+            let _ = st.credits.release();
+            drop(st);
+            conn.credit_wait.notify_waiters();
+            fence(call, c.invalidated, stats);
+            return Some(system_err_reply(xid));
+        }
+        Received::Optional { .. } => {
+            stats.inc(Counter::ErrDiscarded);
+            return None;
+        }
+    };
+    let call = {
+        let mut st = conn.lock();
+        let Some(call) = st.calls.remove(&xid) else {
+            drop(st);
+            stats.inc(Counter::ErrDiscarded);
+            return None;
+        };
+        // §4.3.1: a valid Reply returns the Call's credit and carries the new grant.
+        let _ = st.credits.handle_reply(credits);
+        stats.set(Counter::CreditsGranted, u64::from(credits));
+        call
+    };
+    conn.credit_wait.notify_waiters();
+    let proc_id = call.proc_id;
+    match complete(conn, call, base, &chunks, c.invalidated) {
+        Ok(reply) => Some(reply),
+        Err(why) => {
+            stats.inc(Counter::ErrBadReply);
+            tracing::debug!(target: "rpcrdma_transport", xid = xid.0, ?proc_id, why, "bad reply");
+            Some(system_err_reply(xid))
+        }
+    }
+}
+
+/// Checks a Reply against its Call, fences the Call's regions (§5.4.1: before the
+/// upper layer sees the reply) and rebuilds the Payload stream.
+fn complete<Q>(
+    conn: &Conn<Q>,
+    call: PendingCall,
+    inline: Option<Bytes>,
+    chunks: &rpcrdma::ChunkLists,
+    remote: Option<STag>,
+) -> Result<Bytes, &'static str> {
+    let stats = &conn.stats;
+    // Checks first, fence always (the regions go whatever the verdict).
+    let checked = (|| {
+        if !chunks.reads.is_empty() {
+            return Err("read list in a reply");
+        }
+        let written = written_lengths(&call.writes, &chunks.writes).map_err(|_| "write list")?;
+        let reply_len = match (&inline, &call.reply, &chunks.reply) {
+            (None, Some(provided), Some(returned)) => {
+                Some(reply_chunk_length(provided, returned).map_err(|_| "reply chunk")?)
+            }
+            (None, _, _) => return Err("RDMA_NOMSG reply without our reply chunk"),
+            (Some(_), _, _) => None,
+        };
+        Ok((written, reply_len))
+    })();
+    let write_regions = call.write_regions.clone();
+    let reply_region = call.reply_region;
+    let proc_id = call.proc_id;
+    let mut bufs: Vec<Option<Bytes>> = fence(call, remote, stats).into_iter().map(Some).collect();
+    let (written, reply_len) = checked?;
+    let base = match (inline, reply_len) {
+        (Some(b), _) => b,
+        (None, Some(len)) => {
+            stats.add(Counter::ChunkBytesReceived, len);
+            let buf = reply_region
+                .and_then(|i| bufs.get_mut(i)?.take())
+                .ok_or("reply chunk")?;
+            buf.slice(..(len as usize).min(buf.len()))
+        }
+        (None, None) => return Err("no payload"),
+    };
+    let mut data = Vec::with_capacity(written.len());
+    for (k, &len) in written.iter().enumerate() {
+        let buf = write_regions
+            .get(k)
+            .and_then(|&i| bufs.get_mut(i)?.take())
+            .ok_or("write chunk")?;
+        stats.add(Counter::ChunkBytesReceived, len);
+        data.push(buf.slice(..(len as usize).min(buf.len())));
+    }
+    if data.iter().all(Bytes::is_empty) {
+        // Nothing was placed: the stream is complete as it is.
+        return Ok(base);
+    }
+    let offsets = conn
+        .binding
+        .reply_ddp_offsets(proc_id, &base)
+        .ok_or("reply does not parse")?;
+    let n = offsets.len().min(data.len());
+    data.truncate(n);
+    let full = reassemble_reply(base, &offsets[..n], data).map_err(|_| "reassembly")?;
+    Ok(full.to_bytes())
+}

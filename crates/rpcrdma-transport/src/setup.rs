@@ -1,0 +1,143 @@
+//! Connection setup: our configuration, the RFC 8797 private data we offer, and what
+//! we learn from the peer's (Linux `verbs.c`, `rpcrdma_ep_create`).
+//!
+//! Specs: RFC 8797 §3-§4; rpcrdma-v1-draft-ietf-nfsv4-rfc5666bis-04 §4.3.2-§4.3.3
+//! (inline thresholds, "senders MUST assume a receiver's inline threshold is 1024
+//! bytes" without such a mechanism).
+
+use bytes::Bytes;
+use rdma::{ConnectParams, PeerParams};
+use rpcrdma::private_data::{PeerLimits, PrivateData};
+use rpcrdma::reassembly::ReassemblyOptions;
+use rpcrdma::validate::Policy;
+
+/// Transport settings, for either role.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RdmaConfig {
+    /// Our inline send threshold (largest Send we post), advertised in private data.
+    /// A multiple of 1024 from 1 KiB to 256 KiB (RFC 8797 encodes KiB - 1).
+    pub max_send: u32,
+    /// Our inline receive threshold: the size of each posted receive buffer.
+    pub max_recv: u32,
+    /// Requester: credits asked for (and Receives posted). Responder: credits granted
+    /// (and Receives posted). §4.3.1.
+    pub credits: u32,
+    /// We accept Send With Invalidate (RFC 8797 R flag; requester).
+    pub remote_invalidate: bool,
+    /// Inbound RDMA Read depth we offer (the peer's ORD against us).
+    pub ird: u16,
+    /// Outbound RDMA Read depth we want (responder).
+    pub ord: u16,
+    /// Chunk list limits applied when parsing headers.
+    pub limits: rpcrdma::Limits,
+    /// Largest Call (responder) or Reply (requester) accepted, chunks included.
+    pub max_message: u64,
+}
+
+impl Default for RdmaConfig {
+    /// 4 KiB both ways and 128 credits, as the Linux client offers (specs/FACTS.md);
+    /// 16 MiB messages.
+    fn default() -> Self {
+        RdmaConfig {
+            max_send: 4096,
+            max_recv: 4096,
+            credits: 128,
+            remote_invalidate: true,
+            ird: 32,
+            ord: 32,
+            limits: rpcrdma::Limits::default(),
+            max_message: 16 << 20,
+        }
+    }
+}
+
+impl RdmaConfig {
+    /// The same inline threshold both ways.
+    pub fn with_inline(inline: u32) -> Self {
+        RdmaConfig {
+            max_send: inline,
+            max_recv: inline,
+            ..RdmaConfig::default()
+        }
+    }
+
+    /// Our RFC 8797 private data.
+    pub fn private_data(&self) -> PrivateData {
+        PrivateData {
+            remote_invalidate: self.remote_invalidate,
+            max_send: self.max_send,
+            max_recv: self.max_recv,
+        }
+    }
+
+    /// What we offer at connection setup.
+    pub fn connect_params(&self) -> ConnectParams {
+        ConnectParams {
+            private_data: Bytes::copy_from_slice(&self.private_data().emit()),
+            ird: self.ird,
+            ord: self.ord,
+        }
+    }
+
+    /// The thresholds in force with a peer that offered `peer`. RFC 8797: absent or
+    /// foreign private data means the Version One default of 1024 bytes each way.
+    /// Our receive buffers are `max_recv` long whatever the peer says.
+    pub fn negotiate(&self, peer: &PeerParams) -> PeerLimits {
+        let theirs = PrivateData::parse(&peer.private_data);
+        PeerLimits::negotiate(&self.private_data(), theirs.as_ref())
+    }
+
+    /// The header validation policy: Version One only.
+    pub(crate) fn policy(&self) -> Policy {
+        Policy {
+            limits: self.limits,
+            ..Policy::v1_only()
+        }
+    }
+
+    /// Reassembly options (responder).
+    pub(crate) fn reassembly(&self) -> ReassemblyOptions {
+        ReassemblyOptions {
+            check_counts: true,
+            max_len: self.max_message,
+        }
+    }
+
+    /// Receive buffer length: our advertised receive threshold, rounded down to what
+    /// RFC 8797 can say (so that we never accept less than we announced).
+    pub(crate) fn recv_buffer_len(&self) -> usize {
+        rpcrdma::private_data::decode_size(rpcrdma::private_data::encode_size(self.max_recv))
+            as usize
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn foreign_private_data_means_1024_both_ways() {
+        let cfg = RdmaConfig::with_inline(65536);
+        let l = cfg.negotiate(&PeerParams::default());
+        assert_eq!((l.send_threshold, l.recv_threshold), (1024, 1024));
+        assert!(!l.remote_invalidate);
+    }
+
+    #[test]
+    fn knfsd_private_data_gives_4k() {
+        // Linux knfsd 6.1 (specs/FACTS.md): flags 0x00, sizes 3/3.
+        let peer = PeerParams {
+            private_data: Bytes::from_static(&[0xf6, 0xab, 0x0e, 0x18, 1, 0, 3, 3]),
+            ..PeerParams::default()
+        };
+        let l = RdmaConfig::with_inline(65536).negotiate(&peer);
+        assert_eq!((l.send_threshold, l.recv_threshold), (4096, 4096));
+        assert!(!l.remote_invalidate);
+    }
+
+    #[test]
+    fn our_private_data_is_rfc8797() {
+        let p = RdmaConfig::default().connect_params();
+        assert_eq!(&p.private_data[..], &[0xf6, 0xab, 0x0e, 0x18, 1, 1, 3, 3]);
+    }
+}

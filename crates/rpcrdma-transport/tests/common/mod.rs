@@ -1,0 +1,232 @@
+//! The test RPC program, its Upper Layer Binding, and server/client set-up over the
+//! iWARP provider on loopback.
+#![allow(dead_code, unreachable_pub, missing_docs)]
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use iwarp::{IwarpConfig, IwarpProvider};
+use oncrpc::{Client, ClientConfig, Dispatcher, Request, Service, ServiceError};
+use rpcrdma::rpc::ProcId;
+use rpcrdma::ulb::{ReplySizing, UpperLayerBinding};
+use rpcrdma_transport::binding::results_offset;
+use rpcrdma_transport::{RdmaBinding, RdmaConfig, RdmaServer, RdmaTransport, StatsRegistry};
+use xdr::{padded_len, Decoder, Encoder, XdrStream};
+
+pub const PROG: u32 = 0x2000_5151;
+pub const VERS: u32 = 1;
+pub const NULL: u32 = 0;
+/// ECHO(opaque data<>) -> opaque data<>, both DDP-eligible.
+pub const ECHO: u32 = 1;
+/// GEN(unsigned n) -> opaque data<n>, DDP-eligible (like NFS READ).
+pub const GEN: u32 = 2;
+/// SINK(opaque data<>) -> (unsigned len, unsigned sum): DDP-eligible argument (WRITE).
+pub const SINK: u32 = 3;
+/// BIG(unsigned n, opaque pad<>) -> opaque data<n>, nothing DDP-eligible.
+pub const BIG: u32 = 4;
+/// Not bound to RDMA: a program the binding does not cover.
+pub const UNBOUND_PROG: u32 = 0x2000_5152;
+
+/// RPC reply header with an AUTH_NONE verifier: xid, REPLY, ACCEPTED, flavor, len, stat.
+const REPLY_HDR: u32 = 24;
+
+pub fn pattern(n: usize, seed: u8) -> Bytes {
+    Bytes::from(
+        (0..n)
+            .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed) ^ (i >> 8) as u8)
+            .collect::<Vec<u8>>(),
+    )
+}
+
+pub fn checksum(b: &[u8]) -> u32 {
+    b.iter()
+        .fold(0u32, |a, &x| a.wrapping_mul(16_777_619) ^ u32::from(x))
+}
+
+pub struct TestProgram;
+
+impl Service for TestProgram {
+    async fn call(&self, mut req: Request) -> Result<XdrStream, ServiceError> {
+        let mut enc = Encoder::new();
+        match req.proc_ {
+            NULL => {}
+            ECHO => {
+                let data = req.args.opaque(u32::MAX)?;
+                req.args.finish()?;
+                enc.ddp_opaque(data);
+            }
+            GEN => {
+                let n = req.args.u32()?;
+                req.args.finish()?;
+                enc.ddp_opaque(pattern(n as usize, 7));
+            }
+            SINK => {
+                let data = req.args.opaque(u32::MAX)?;
+                req.args.finish()?;
+                enc.u32(data.len() as u32).u32(checksum(&data));
+            }
+            BIG => {
+                let n = req.args.u32()?;
+                let _pad = req.args.opaque(u32::MAX)?;
+                req.args.finish()?;
+                enc.opaque(&pattern(n as usize, 9));
+            }
+            _ => return Err(ServiceError::ProcUnavail),
+        }
+        Ok(enc.finish())
+    }
+}
+
+/// The test program's Upper Layer Binding.
+pub struct TestBinding;
+
+fn first_arg_u32(call: &XdrStream) -> u32 {
+    let mut dec = Decoder::new(call.inline.clone());
+    // xid, CALL, rpcvers, prog, vers, proc, cred, verf
+    for _ in 0..6 {
+        if dec.u32().is_err() {
+            return 0;
+        }
+    }
+    for _ in 0..2 {
+        if dec.u32().is_err() || dec.opaque(400).is_err() {
+            return 0;
+        }
+    }
+    dec.u32().unwrap_or(0)
+}
+
+impl UpperLayerBinding for TestBinding {
+    fn binds(&self, prog: u32, vers: u32) -> bool {
+        prog == PROG && vers == VERS
+    }
+
+    fn reply_sizing(&self, proc_id: ProcId, call: &XdrStream) -> ReplySizing {
+        let ddp = |n: u32| ReplySizing {
+            max_reply: REPLY_HDR + 4 + padded_len(n as usize) as u32,
+            ddp_results: vec![n],
+        };
+        match proc_id.proc_num {
+            ECHO => ddp(call.ddp.first().map_or(0, |d| d.data.len() as u32)),
+            GEN => ddp(first_arg_u32(call)),
+            SINK => ReplySizing {
+                max_reply: REPLY_HDR + 8,
+                ddp_results: vec![],
+            },
+            BIG => ReplySizing {
+                max_reply: REPLY_HDR + 4 + padded_len(first_arg_u32(call) as usize) as u32,
+                ddp_results: vec![],
+            },
+            _ => ReplySizing {
+                max_reply: REPLY_HDR,
+                ddp_results: vec![],
+            },
+        }
+    }
+
+    fn call_ddp_arguments(&self, proc_id: ProcId) -> usize {
+        usize::from(matches!(proc_id.proc_num, ECHO | SINK))
+    }
+}
+
+impl RdmaBinding for TestBinding {
+    fn reply_ddp_offsets(&self, proc_id: ProcId, reply: &Bytes) -> Option<Vec<usize>> {
+        let Some(at) = results_offset(reply) else {
+            return Some(Vec::new());
+        };
+        match proc_id.proc_num {
+            ECHO | GEN => Some(vec![at + 4]),
+            _ => Some(Vec::new()),
+        }
+    }
+}
+
+pub fn iwarp() -> IwarpProvider {
+    IwarpProvider::new(IwarpConfig {
+        first_send_delay: Duration::ZERO,
+        ..IwarpConfig::default()
+    })
+}
+
+pub fn init_tracing() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_test_writer()
+        .try_init();
+}
+
+pub struct TestServer {
+    pub addr: SocketAddr,
+    pub stats: StatsRegistry,
+    pub task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+pub fn dispatcher() -> Arc<Dispatcher> {
+    let mut d = Dispatcher::new();
+    d.register(PROG, [VERS], Arc::new(TestProgram)).unwrap();
+    d.register(UNBOUND_PROG, [VERS], Arc::new(TestProgram))
+        .unwrap();
+    Arc::new(d)
+}
+
+/// Starts a server on `addr` (port 0 for any).
+pub async fn start_server_at(config: RdmaConfig, addr: SocketAddr) -> TestServer {
+    let server = RdmaServer::new(iwarp(), dispatcher(), Arc::new(TestBinding), config);
+    let listener = server.bind(addr).await.unwrap();
+    let addr = rdma::Listener::local_addr(&listener).unwrap();
+    let stats = server.stats();
+    let task = tokio::spawn(async move {
+        let _ = server.serve(listener).await;
+    });
+    TestServer { addr, stats, task }
+}
+
+pub async fn start_server(config: RdmaConfig) -> TestServer {
+    start_server_at(config, "127.0.0.1:0".parse().unwrap()).await
+}
+
+pub fn client(addr: SocketAddr, config: RdmaConfig) -> (Client, StatsRegistry) {
+    let t = RdmaTransport::new(iwarp(), addr, config, Arc::new(TestBinding));
+    let stats = t.stats();
+    let c = Client::new(
+        t,
+        ClientConfig {
+            timeout: Duration::from_secs(60),
+            ..ClientConfig::default()
+        },
+    );
+    (c, stats)
+}
+
+pub fn ddp_arg(data: Bytes) -> XdrStream {
+    let mut e = Encoder::new();
+    e.ddp_opaque(data);
+    e.finish()
+}
+
+pub fn u32_arg(n: u32) -> XdrStream {
+    let mut e = Encoder::new();
+    e.u32(n);
+    e.finish()
+}
+
+pub fn big_arg(n: u32, pad: &[u8]) -> XdrStream {
+    let mut e = Encoder::new();
+    e.u32(n).opaque(pad);
+    e.finish()
+}
+
+pub async fn echo(c: &Client, data: Bytes) -> Bytes {
+    let mut r = c.call(PROG, VERS, ECHO, ddp_arg(data)).await.unwrap();
+    let out = r.results.opaque(u32::MAX).unwrap();
+    r.results.finish().unwrap();
+    out
+}
