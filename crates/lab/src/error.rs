@@ -23,11 +23,11 @@ pub enum LabError {
         source: std::io::Error,
     },
     /// The guest did not reach its init and mount the share, on every attempt.
-    #[error("guest failed to boot after {attempts} attempt(s); console tail:\n{console_tail}")]
+    #[error("guest failed to boot after {attempts} attempt(s); qemu log and console tail:\n{console_tail}")]
     BootFailed {
         /// How many boots were tried.
         attempts: u32,
-        /// The end of the last attempt's serial console.
+        /// qemu's log and the end of the last attempt's serial console.
         console_tail: String,
     },
     /// A wait for a guest handshake file ran out of time.

@@ -82,7 +82,13 @@ impl RunningGuest {
                 Err(_) => {
                     self.kill_qemu();
                     let console = self.out.join("console.log");
-                    let tail = tail_file(&console, 30);
+                    // qemu's own complaints (e.g. a hostfwd port already in
+                    // use) come first: they explain an empty console.
+                    let tail = format!(
+                        "{}\n{}",
+                        tail_file(&self.out.join("qemu.log"), 10),
+                        tail_file(&console, 30)
+                    );
                     let kept = self
                         .out
                         .join(format!("console-boot-attempt-{}.log", self.boot_attempts));

@@ -2,7 +2,7 @@
 //! failing guest step is reported by name, and the guest's kernel log is
 //! saved. (A lab that could not fail would prove nothing.)
 
-use lab::{GuestScript, Lab, StepStatus};
+use lab::{GuestScript, Lab, LabError, StepStatus};
 
 #[test]
 #[ignore = "kernel lab: run by lab/test"]
@@ -51,4 +51,27 @@ fn failing_guest_step_is_named_and_dmesg_is_saved() {
     let dmesg = std::fs::read_to_string(outcome.share_file("dmesg.txt")).expect("dmesg saved");
     assert!(dmesg.contains("siw"), "dmesg lacks siw messages:\n{dmesg}");
     assert!(report.contains("guest dmesg"), "{report}");
+}
+
+#[test]
+#[ignore = "kernel lab: run by lab/test"]
+fn occupied_hostfwd_port_is_a_clear_boot_failure() {
+    let lab = Lab::open().unwrap_or_else(|e| panic!("{e}"));
+    // Hold the port qemu would forward; qemu then refuses to start, which
+    // is a boot failure: retried once, then reported with qemu's reason.
+    let _held = std::net::TcpListener::bind(("127.0.0.1", 20049)).expect("bind 20049");
+    let err = lab
+        .guest(GuestScript::inline(
+            "harness-port-taken",
+            ". /share/lib.sh\nstep ok true\n",
+        ))
+        .forward_knfsd()
+        .run()
+        .expect_err("boot must fail while the hostfwd port is taken");
+    let msg = err.to_string();
+    assert!(
+        matches!(err, LabError::BootFailed { attempts: 2, .. }),
+        "{msg}"
+    );
+    assert!(msg.contains("20049"), "qemu's reason is missing: {msg}");
 }
