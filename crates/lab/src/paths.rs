@@ -29,7 +29,15 @@ impl Lab {
             Some(d) => PathBuf::from(d),
             None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../../lab"),
         };
-        Self::open_at(&lab_dir)
+        let lab = Self::open_at(&lab_dir)?;
+        if lab.is_fallback_kernel() {
+            // Visible in every test's output: results are from another kernel.
+            eprintln!(
+                "lab: WARNING: guest kernel {} is setup's fallback for the pinned {}",
+                lab.kv, lab.kv_pinned
+            );
+        }
+        Ok(lab)
     }
 
     /// Open the lab rooted at `lab_dir` (the directory holding `setup`).
