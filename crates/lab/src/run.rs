@@ -34,8 +34,9 @@ pub struct RunningGuest {
 
 impl RunningGuest {
     pub(crate) fn boot(cfg: GuestConfig) -> Result<RunningGuest, LabError> {
-        let lock = lock_lab(cfg.lab.out_root())?;
+        let lock = lock_machine()?;
         let out = cfg.lab.out_root().join(&cfg.run_name);
+        fs::create_dir_all(cfg.lab.out_root()).map_err(|e| LabError::io("create lab/out", e))?;
         prepare_out(&out, &cfg)?;
         let started = Instant::now();
         let mut hosts = Vec::new();
@@ -229,14 +230,16 @@ impl Drop for RunningGuest {
     }
 }
 
-/// One guest at a time: an exclusive lock on `lab/out/.guest.lock`, held
-/// until the run is dropped (also across test binaries and shells).
-fn lock_lab(out_root: &Path) -> Result<File, LabError> {
-    fs::create_dir_all(out_root).map_err(|e| LabError::io("create lab/out", e))?;
-    let f = File::create(out_root.join(".guest.lock"))
-        .map_err(|e| LabError::io("create lab/out/.guest.lock", e))?;
+/// One guest at a time on this machine: an exclusive lock on
+/// `$TMPDIR/rpcrdma-lab-guest.lock`, held until the run is dropped. Machine
+/// wide, not per checkout: two clones' guests would also fight over the
+/// hostfwd ports and the two cores.
+fn lock_machine() -> Result<File, LabError> {
+    let path = std::env::temp_dir().join("rpcrdma-lab-guest.lock");
+    let f =
+        File::create(&path).map_err(|e| LabError::io(format!("create {}", path.display()), e))?;
     f.lock()
-        .map_err(|e| LabError::io("lock lab/out/.guest.lock", e))?;
+        .map_err(|e| LabError::io(format!("lock {}", path.display()), e))?;
     Ok(f)
 }
 
