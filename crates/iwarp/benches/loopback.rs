@@ -1,1 +1,200 @@
-fn main() {}
+//! Loopback benchmark: RDMA Write throughput and Send/Recv message rate of the iWARP
+//! provider next to a plain TCP socket moving the same payload bytes, with the ratio.
+//!
+//! Run: `cargo bench -p iwarp --bench loopback` (add `-- --quick` for a short run).
+
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use iwarp::{IwarpConfig, IwarpProvider, IwarpQp};
+use rdma::{
+    Access, ConnectParams, LocalSge, ProtectionDomain, QueuePair, QueuePairExt, RecvWr,
+    RemoteAddr, SendOp, SendWr, Sge, WcStatus,
+};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+async fn pair(crc: bool) -> (IwarpQp, IwarpQp, ProtectionDomain, ProtectionDomain) {
+    let cfg = IwarpConfig { crc, first_send_delay: Duration::ZERO, ..IwarpConfig::default() };
+    let mut l = IwarpProvider::new(cfg.clone()).listen("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let addr = l.local_addr().unwrap();
+    let pd_b = ProtectionDomain::new();
+    let pd_b2 = pd_b.clone();
+    let t = tokio::spawn(async move {
+        let r = l.accept().await.unwrap();
+        r.accept(&pd_b2, ConnectParams { ird: 16, ord: 16, ..Default::default() }).await.unwrap()
+    });
+    let pd_a = ProtectionDomain::new();
+    let a = IwarpProvider::new(cfg)
+        .connect(addr, &pd_a, ConnectParams { ird: 16, ord: 16, ..Default::default() })
+        .await
+        .unwrap();
+    (a, t.await.unwrap(), pd_a, pd_b)
+}
+
+/// RDMA Write `total` bytes in `size` writes, `depth` outstanding; returns seconds.
+async fn rdma_write(size: usize, total: usize, depth: usize, crc: bool) -> f64 {
+    let (a, b, _pa, pb) = pair(crc).await;
+    let target = pb.register(BytesMut::zeroed(size), Access::REMOTE_WRITE);
+    let rx = pb.register(BytesMut::zeroed(64), Access::LOCAL_WRITE);
+    b.post_recv(RecvWr { wr_id: 0, sgl: vec![LocalSge { mr: rx.clone(), offset: 0, len: 64 }] }).unwrap();
+    let data = Bytes::from(vec![0xa5u8; size]);
+    let n = total / size;
+    let start = Instant::now();
+    let (mut posted, mut done) = (0, 0);
+    while done < n {
+        while posted < n && posted - done < depth {
+            a.post_send(SendWr {
+                wr_id: posted as u64,
+                op: SendOp::RdmaWrite(RemoteAddr { stag: target.stag(), offset: 0 }),
+                sgl: vec![Sge::Bytes(data.clone())],
+            })
+            .unwrap();
+            posted += 1;
+        }
+        let c = a.completion().await.unwrap();
+        assert_eq!(c.status, WcStatus::Success);
+        done += 1;
+    }
+    // A Send after the Writes arrives after they are placed (in-order stream).
+    a.post_send(SendWr { wr_id: 9, op: SendOp::Send, sgl: vec![] }).unwrap();
+    assert_eq!(b.completion().await.unwrap().status, WcStatus::Success);
+    start.elapsed().as_secs_f64()
+}
+
+/// Plain TCP: the same bytes in `size` writes, read into a `size` buffer.
+async fn tcp_stream(size: usize, total: usize) -> f64 {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    let reader = tokio::spawn(async move {
+        let (mut s, _) = l.accept().await.unwrap();
+        s.set_nodelay(true).unwrap();
+        let mut buf = vec![0u8; size.max(256 * 1024)];
+        let mut got = 0;
+        while got < total {
+            let n = s.read(&mut buf).await.unwrap();
+            assert!(n > 0);
+            got += n;
+        }
+        s.write_all(&[1]).await.unwrap();
+    });
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    s.set_nodelay(true).unwrap();
+    let data = vec![0xa5u8; size];
+    let start = Instant::now();
+    for _ in 0..total / size {
+        s.write_all(&data).await.unwrap();
+    }
+    let mut ack = [0u8; 1];
+    s.read_exact(&mut ack).await.unwrap();
+    let t = start.elapsed().as_secs_f64();
+    reader.await.unwrap();
+    t
+}
+
+/// `count` Sends of `size` bytes, `depth` outstanding; returns seconds.
+async fn send_recv(size: usize, count: usize, depth: usize) -> f64 {
+    let (a, b, _pa, pb) = pair(false).await;
+    let rx = pb.register(BytesMut::zeroed(size * depth * 2), Access::LOCAL_WRITE);
+    let slots = depth * 2;
+    for i in 0..slots.min(count) {
+        b.post_recv(RecvWr { wr_id: i as u64, sgl: vec![LocalSge { mr: rx.clone(), offset: (i % slots) * size, len: size }] }).unwrap();
+    }
+    let data = Bytes::from(vec![0x5au8; size]);
+    // Receive credits, as an RDMA ULP must have: one per posted receive.
+    let credits = tokio::sync::Semaphore::new(slots.min(count));
+    let start = Instant::now();
+    let recv = async {
+        let mut posted = slots.min(count);
+        for _ in 0..count {
+            let c = b.completion().await.unwrap();
+            assert_eq!(c.status, WcStatus::Success);
+            if posted < count {
+                let i = c.wr_id as usize % slots;
+                b.post_recv(RecvWr { wr_id: posted as u64, sgl: vec![LocalSge { mr: rx.clone(), offset: i * size, len: size }] }).unwrap();
+                posted += 1;
+                credits.add_permits(1);
+            }
+        }
+    };
+    let send = async {
+        let (mut posted, mut done) = (0, 0);
+        while done < count {
+            while posted < count && posted - done < depth {
+                credits.acquire().await.unwrap().forget();
+                a.post_send(SendWr { wr_id: posted as u64, op: SendOp::Send, sgl: vec![Sge::Bytes(data.clone())] }).unwrap();
+                posted += 1;
+            }
+            a.completion().await.unwrap();
+            done += 1;
+        }
+    };
+    tokio::join!(recv, send);
+    start.elapsed().as_secs_f64()
+}
+
+/// Plain TCP message rate: `count` messages of `size` bytes, one write each.
+async fn tcp_messages(size: usize, count: usize) -> f64 {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    let reader = tokio::spawn(async move {
+        let (s, _) = l.accept().await.unwrap();
+        s.set_nodelay(true).unwrap();
+        let mut s = tokio::io::BufReader::with_capacity(256 * 1024, s);
+        let mut buf = vec![0u8; size];
+        for _ in 0..count {
+            s.read_exact(&mut buf).await.unwrap();
+        }
+        s.get_mut().write_all(&[1]).await.unwrap();
+    });
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    s.set_nodelay(true).unwrap();
+    let data = vec![0x5au8; size];
+    let start = Instant::now();
+    for _ in 0..count {
+        s.write_all(&data).await.unwrap();
+    }
+    let mut ack = [0u8; 1];
+    s.read_exact(&mut ack).await.unwrap();
+    let t = start.elapsed().as_secs_f64();
+    reader.await.unwrap();
+    t
+}
+
+fn best<F: FnMut() -> f64>(runs: usize, mut f: F) -> f64 {
+    (0..runs).map(|_| f()).fold(f64::INFINITY, f64::min)
+}
+
+fn main() {
+    let quick = std::env::args().any(|a| a == "--quick");
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let gib = if quick { 256 << 20 } else { 2usize << 30 };
+    let runs = if quick { 1 } else { 3 };
+    println!("iwarp loopback benchmark (best of {runs}; {} MiB per throughput run)", gib >> 20);
+    println!("{:<34} {:>12} {:>12} {:>7}", "case", "iwarp", "plain TCP", "ratio");
+    for &(size, crc) in &[(1usize << 20, false), (1 << 20, true), (64 << 10, false)] {
+        let t_rdma = best(runs, || rt.block_on(rdma_write(size, gib, 8, crc)));
+        let t_tcp = best(runs, || rt.block_on(tcp_stream(size, gib)));
+        let mbs = |t: f64| gib as f64 / t / 1e6;
+        println!(
+            "{:<34} {:>8.0} MB/s {:>7.0} MB/s {:>7.3}",
+            format!("RDMA Write {} KiB{}", size >> 10, if crc { " +CRC" } else { "" }),
+            mbs(t_rdma),
+            mbs(t_tcp),
+            t_tcp / t_rdma
+        );
+    }
+    let count = if quick { 50_000 } else { 300_000 };
+    for &size in &[64usize, 4096] {
+        let t_rdma = best(runs, || rt.block_on(send_recv(size, count, 64)));
+        let t_tcp = best(runs, || rt.block_on(tcp_messages(size, count)));
+        let rate = |t: f64| count as f64 / t / 1e3;
+        println!(
+            "{:<34} {:>7.0} k/s {:>8.0} k/s {:>7.3}",
+            format!("Send/Recv {size} B messages"),
+            rate(t_rdma),
+            rate(t_tcp),
+            t_tcp / t_rdma
+        );
+    }
+}
