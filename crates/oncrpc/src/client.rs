@@ -12,8 +12,6 @@
 //! §9 lets the server's duplicate request cache recognise a retransmission by its xid.
 
 use std::collections::HashMap;
-use std::future::Future;
-use std::io;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -29,29 +27,8 @@ use crate::message::{
     ReplyHeader, Xid,
 };
 use crate::service::prepend;
-
-/// A way to reach an RPC server: connects and yields a sender and a receiver of
-/// whole RPC messages (records on TCP, RPC-over-RDMA messages on RDMA).
-pub trait Transport: Send + Sync + 'static {
-    /// The sending half of a connection.
-    type Sender: RecordSender;
-    /// The receiving half of a connection.
-    type Receiver: RecordReceiver;
-    /// Opens a new connection.
-    fn connect(&self) -> impl Future<Output = io::Result<(Self::Sender, Self::Receiver)>> + Send;
-}
-
-/// Sends whole RPC messages.
-pub trait RecordSender: Send + 'static {
-    /// Sends one message. DDP-eligible items may be moved without copying.
-    fn send(&mut self, msg: &XdrStream) -> impl Future<Output = io::Result<()>> + Send;
-}
-
-/// Receives whole RPC messages.
-pub trait RecordReceiver: Send + 'static {
-    /// The next message; `Ok(None)` when the peer closed the connection.
-    fn recv(&mut self) -> impl Future<Output = io::Result<Option<Bytes>>> + Send;
-}
+use crate::transport::Transport;
+use crate::transport::{RecordReceiver, RecordSender};
 
 /// Client settings.
 #[derive(Debug, Clone)]

@@ -10,7 +10,8 @@
 //! ```
 //!
 //! Sans-IO modules (no tokio, no sockets, no clock): [`message`], [`auth`],
-//! [`record`], [`service`], [`error`]. Drivers (tokio): [`server`], [`client`], [`tcp`], [`rpcbind`].
+//! [`record`], [`service`], [`error`]. Drivers, behind the default `tokio` feature: `server`, `client`, `tcp`, `rpcbind`.
+//! [`transport`] holds the client's transport trait (TCP first, RDMA second).
 //! A call enters the server as `Bytes` (a whole record, or an RPC-over-RDMA payload)
 //! and its reply leaves as an [`xdr::XdrStream`], so that an RDMA transport can
 //! reduce DDP-eligible results instead of copying them.
@@ -22,25 +23,35 @@
 #![warn(missing_docs, unreachable_pub)]
 
 pub mod auth;
+#[cfg(feature = "tokio")]
 pub mod client;
 pub mod error;
 pub mod message;
 pub mod record;
+#[cfg(feature = "tokio")]
 pub mod rpcbind;
+#[cfg(feature = "tokio")]
 pub mod server;
 pub mod service;
+#[cfg(feature = "tokio")]
 pub mod tcp;
+pub mod transport;
 mod wire_enum;
 
 pub use auth::{AuthFlavor, AuthStat, AuthSysParms, Credentials, OpaqueAuth};
-pub use client::{Client, ClientConfig, ClientError, Reply, Transport};
+#[cfg(feature = "tokio")]
+pub use client::{Client, ClientConfig, ClientError, Reply};
 pub use error::{CallError, Disposition, Scope, ServiceError};
 pub use message::{
     AcceptStat, AcceptedStatus, CallHeader, MismatchInfo, MsgType, RejectStat, RejectedReply,
     ReplyBody, ReplyHeader, ReplyStat, Xid,
 };
 pub use record::{RecordDecoder, RecordError};
+#[cfg(feature = "tokio")]
 pub use rpcbind::{Registrar, RpcbindVersion};
+#[cfg(feature = "tokio")]
 pub use server::{Server, ServerConfig};
 pub use service::{Dispatcher, Request, Service, ServiceResult};
+#[cfg(feature = "tokio")]
 pub use tcp::TcpTransport;
+pub use transport::{RecordReceiver, RecordSender, Transport};

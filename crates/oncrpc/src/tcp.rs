@@ -1,5 +1,5 @@
 //! TCP driver pieces: reading records and writing framed messages over tokio streams,
-//! and the client's TCP [`Transport`](crate::client::Transport).
+//! and the client's TCP [`Transport`].
 //!
 //! RFC 5531 §11 record marking is done by the sans-IO [`crate::record`] module; this
 //! module only moves bytes. `io::Error` lives here and in the other drivers.
@@ -14,8 +14,8 @@ use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
 use xdr::XdrStream;
 
-use crate::client::{RecordReceiver, RecordSender, Transport};
 use crate::record::{frame, RecordDecoder};
+use crate::transport::{RecordReceiver, RecordSender, Transport};
 
 /// Largest buffer reservation for one read. With [`RecordDecoder::bytes_wanted`] this
 /// bounds what a peer can make us allocate ahead of the bytes it actually sends.

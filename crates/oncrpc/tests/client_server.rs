@@ -1,4 +1,5 @@
 //! Our client against our server over TCP on loopback.
+#![cfg(feature = "tokio")]
 
 use std::collections::BTreeSet;
 use std::net::SocketAddr;

@@ -12,6 +12,7 @@
 //!
 //! Needs root, iproute2 and rpcbind. Without them the test FAILS with a clear
 //! message: it never skips silently.
+#![cfg(feature = "tokio")]
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Output, Stdio};
