@@ -37,7 +37,7 @@ pub enum TargetError {
 }
 
 /// Splits `[v6]rest` or `host rest` at the end of the host part.
-fn split_host(s: &str, stop: char) -> Result<(&str, &str), TargetError> {
+fn split_host<'a>(s: &'a str, stop: &[char]) -> Result<(&'a str, &'a str), TargetError> {
     if let Some(inner) = s.strip_prefix('[') {
         let end = inner.find(']').ok_or(TargetError::UnclosedBracket)?;
         return Ok((&inner[..end], &inner[end + 1..]));
@@ -51,7 +51,7 @@ impl FromStr for Target {
 
     fn from_str(s: &str) -> Result<Self, TargetError> {
         let (host, port, path) = if let Some(url) = s.strip_prefix("nfs://") {
-            let (host, rest) = split_host(url, '/')?;
+            let (host, rest) = split_host(url, &[':', '/'])?;
             let (port, path) = match rest.strip_prefix(':') {
                 Some(p) => {
                     let end = p.find('/').unwrap_or(p.len());
@@ -66,7 +66,7 @@ impl FromStr for Target {
             };
             (host, port, if path.is_empty() { "/" } else { path })
         } else {
-            let (host, rest) = split_host(s, ':')?;
+            let (host, rest) = split_host(s, &[':'])?;
             let path = rest.strip_prefix(':').ok_or(TargetError::RelativePath)?;
             (host, None, path)
         };
