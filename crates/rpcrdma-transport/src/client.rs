@@ -22,7 +22,6 @@
 //! a locally made RPC reply, MSG_ACCEPTED / SYSTEM_ERR (counted in the counters).
 
 use std::collections::HashMap;
-use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -148,8 +147,8 @@ impl<P: ConnectionManager + 'static> Transport for RdmaTransport<P> {
     type Sender = RdmaSender<P::Qp>;
     type Receiver = RdmaReceiver;
 
-    fn connect(&self) -> impl Future<Output = io::Result<(Self::Sender, Self::Receiver)>> + Send {
-        async move { self.connect_once().await.map_err(io::Error::from) }
+    async fn connect(&self) -> io::Result<(Self::Sender, Self::Receiver)> {
+        self.connect_once().await.map_err(io::Error::from)
     }
 }
 
@@ -312,8 +311,8 @@ impl<Q: QueuePair + 'static> RdmaSender<Q> {
 }
 
 impl<Q: QueuePair + 'static> RecordSender for RdmaSender<Q> {
-    fn send(&mut self, msg: &XdrStream) -> impl Future<Output = io::Result<()>> + Send {
-        async move { self.send_call(msg).await.map_err(io::Error::from) }
+    async fn send(&mut self, msg: &XdrStream) -> io::Result<()> {
+        self.send_call(msg).await.map_err(io::Error::from)
     }
 }
 
@@ -330,8 +329,8 @@ pub struct RdmaReceiver {
 }
 
 impl RecordReceiver for RdmaReceiver {
-    fn recv(&mut self) -> impl Future<Output = io::Result<Option<Bytes>>> + Send {
-        async move { Ok(self.rx.recv().await) }
+    async fn recv(&mut self) -> io::Result<Option<Bytes>> {
+        Ok(self.rx.recv().await)
     }
 }
 

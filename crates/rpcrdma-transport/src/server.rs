@@ -617,7 +617,7 @@ impl<Q: QueuePair + 'static> ServerConn<Q> {
             }
         };
         if let Some(ch) = out.send.chunks() {
-            let used = ch.writes.iter().filter(|w| w.len() > 0).count();
+            let used = ch.writes.iter().filter(|w| !w.is_empty()).count();
             self.stats.add(Counter::WriteChunks, used as u64);
         }
         if out.send.shape == Shape::Long {

@@ -180,13 +180,27 @@ async fn server_restart_client_reconnects_and_retransmits() {
     let serve = tokio::spawn(async move { s1.serve(listener).await });
     let (c, cstats) = client(addr, cfg.clone());
     assert!(echo(&c, pattern(100, 1)).await == pattern(100, 1));
+    // Calls in service when the server goes down (their replies are lost) ...
+    let mut tasks = Vec::new();
+    for i in 0..8usize {
+        let c = c.clone();
+        tasks.push(tokio::spawn(async move {
+            let data = pattern(2000 * i + 3, i as u8);
+            let mut r = c
+                .call(PROG, VERS, SLOW, ddp_arg(data.clone()))
+                .await
+                .unwrap();
+            assert!(r.results.opaque(u32::MAX).unwrap() == data);
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(150)).await;
 
     // Restart: every connection drops, the listener goes away for a while.
     server.shutdown();
     serve.abort();
     let _ = serve.await;
-    // Calls made while the server is down are retransmitted after reconnecting.
-    let mut tasks = Vec::new();
+    // ... and calls made while it is down are sent again after reconnecting, with
+    // their XIDs and freshly registered chunks.
     for i in 0..16usize {
         let c = c.clone();
         tasks.push(tokio::spawn(async move {
@@ -200,9 +214,20 @@ async fn server_restart_client_reconnects_and_retransmits() {
         t.await.unwrap();
     }
     let conns = cstats.snapshots();
-    eprintln!("{conns:#?}");
+    for s in &conns {
+        eprintln!("{s}");
+    }
     assert!(conns.len() >= 2, "client did not reconnect");
-    assert!(server2.stats.total(Counter::Replies) >= 16);
+    assert!(server2.stats.total(Counter::Replies) >= 24);
+    let first = &conns[0];
+    assert!(first.get(Counter::Calls) >= 9 && first.get(Counter::Replies) == 1);
+    // The lost connection's regions were fenced when it ended.
+    for s in &conns {
+        assert_eq!(
+            s.get(Counter::Registrations),
+            s.get(Counter::LocalInvalidations) + s.get(Counter::RemoteInvalidations)
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -26,6 +26,8 @@ pub const GEN: u32 = 2;
 pub const SINK: u32 = 3;
 /// BIG(unsigned n, opaque pad<>) -> opaque data<n>, nothing DDP-eligible.
 pub const BIG: u32 = 4;
+/// SLOW(opaque data<>) -> opaque data<>, after 400 ms (keeps a credit in service).
+pub const SLOW: u32 = 5;
 /// Not bound to RDMA: a program the binding does not cover.
 pub const UNBOUND_PROG: u32 = 0x2000_5152;
 
@@ -73,6 +75,12 @@ impl Service for TestProgram {
                 req.args.finish()?;
                 enc.opaque(&pattern(n as usize, 9));
             }
+            SLOW => {
+                let data = req.args.opaque(u32::MAX)?;
+                req.args.finish()?;
+                tokio::time::sleep(std::time::Duration::from_millis(400)).await;
+                enc.ddp_opaque(data);
+            }
             _ => return Err(ServiceError::ProcUnavail),
         }
         Ok(enc.finish())
@@ -109,7 +117,7 @@ impl UpperLayerBinding for TestBinding {
             ddp_results: vec![n],
         };
         match proc_id.proc_num {
-            ECHO => ddp(call.ddp.first().map_or(0, |d| d.data.len() as u32)),
+            ECHO | SLOW => ddp(call.ddp.first().map_or(0, |d| d.data.len() as u32)),
             GEN => ddp(first_arg_u32(call)),
             SINK => ReplySizing {
                 max_reply: REPLY_HDR + 8,
@@ -127,7 +135,7 @@ impl UpperLayerBinding for TestBinding {
     }
 
     fn call_ddp_arguments(&self, proc_id: ProcId) -> usize {
-        usize::from(matches!(proc_id.proc_num, ECHO | SINK))
+        usize::from(matches!(proc_id.proc_num, ECHO | SINK | SLOW))
     }
 }
 
@@ -137,7 +145,7 @@ impl RdmaBinding for TestBinding {
             return Some(Vec::new());
         };
         match proc_id.proc_num {
-            ECHO | GEN => Some(vec![at + 4]),
+            ECHO | GEN | SLOW => Some(vec![at + 4]),
             _ => Some(Vec::new()),
         }
     }

@@ -1,0 +1,371 @@
+//! Hostile requesters against the server: each gets the spec's answer, and the server
+//! keeps serving its other clients (a well-behaved client calls before and after).
+
+mod common;
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use bytes::{BufMut, Bytes, BytesMut};
+use common::*;
+use iwarp::IwarpQp;
+use oncrpc::{CallHeader, OpaqueAuth, Xid as RpcXid};
+use rdma::{
+    Access, LocalSge, MemoryRegion, ProtectionDomain, QueuePair, QueuePairExt, RecvWr, SendOp,
+    SendWr, Sge, WcOpcode, WcStatus,
+};
+use rpcrdma::header::{Body, ErrorBody, Header};
+use rpcrdma::validate::{receive, Policy, Received};
+use rpcrdma::{ChunkLists, ReadChunk, Segment, Version, WriteChunk, Xid};
+use rpcrdma_transport::{Counter, RdmaConfig};
+use xdr::{Encode, Encoder};
+
+/// A requester written by hand on the raw provider API.
+struct Raw {
+    qp: IwarpQp,
+    pd: ProtectionDomain,
+    bufs: Vec<MemoryRegion>,
+}
+
+impl Raw {
+    async fn connect(addr: SocketAddr) -> Raw {
+        let pd = ProtectionDomain::new();
+        let qp = iwarp()
+            .connect(addr, &pd, RdmaConfig::default().connect_params())
+            .await
+            .unwrap();
+        let bufs: Vec<MemoryRegion> = (0..16)
+            .map(|_| pd.register_zeroed(65536, Access::LOCAL_WRITE))
+            .collect();
+        for (i, mr) in bufs.iter().enumerate() {
+            qp.post_recv(RecvWr {
+                wr_id: i as u64,
+                sgl: vec![LocalSge {
+                    mr: mr.clone(),
+                    offset: 0,
+                    len: 65536,
+                }],
+            })
+            .unwrap();
+        }
+        Raw { qp, pd, bufs }
+    }
+
+    fn send(&self, msg: Bytes) {
+        self.qp
+            .post_send(SendWr {
+                wr_id: 1 << 40,
+                op: SendOp::Send,
+                sgl: vec![Sge::Bytes(msg)],
+            })
+            .unwrap();
+    }
+
+    /// The next message received, or `None` once the connection is gone (or 5 s).
+    async fn recv(&self) -> Option<Bytes> {
+        loop {
+            let c = tokio::time::timeout(Duration::from_secs(5), self.qp.completion())
+                .await
+                .ok()??;
+            if c.opcode == WcOpcode::Recv && c.status == WcStatus::Success {
+                let mr = &self.bufs[c.wr_id as usize];
+                let b = mr.read(0, c.byte_len).unwrap();
+                self.qp
+                    .post_recv(RecvWr {
+                        wr_id: c.wr_id,
+                        sgl: vec![LocalSge {
+                            mr: mr.clone(),
+                            offset: 0,
+                            len: 65536,
+                        }],
+                    })
+                    .ok()?;
+                return Some(b);
+            }
+        }
+    }
+
+    /// Waits until the connection has ended.
+    async fn closed(&self) -> bool {
+        tokio::time::timeout(Duration::from_secs(5), async {
+            while self.qp.completion().await.is_some() {}
+        })
+        .await
+        .is_ok()
+    }
+}
+
+fn rpc_call(xid: u32, prog: u32, proc_: u32, args: impl FnOnce(&mut Encoder)) -> Bytes {
+    let mut e = Encoder::new();
+    CallHeader::new(RpcXid(xid), prog, VERS, proc_, OpaqueAuth::none()).encode(&mut e);
+    args(&mut e);
+    e.finish().to_bytes()
+}
+
+fn msg(xid: u32, chunks: ChunkLists, payload: &[u8]) -> Bytes {
+    let h = Header {
+        xid: Xid(xid),
+        version: Version::ONE,
+        credits: 8,
+        body: Body::Msg(chunks),
+    };
+    let mut b = BytesMut::new();
+    h.emit(&mut b);
+    b.put_slice(payload);
+    b.freeze()
+}
+
+fn expect_error(reply: Option<Bytes>, xid: u32) -> ErrorBody {
+    let reply = reply.expect("no answer");
+    match receive(&reply, &Policy::default()).unwrap() {
+        Received::Error { prefix, body } => {
+            assert_eq!(prefix.xid, Xid(xid));
+            body
+        }
+        other => panic!("expected RDMA_ERROR, got {other:?}"),
+    }
+}
+
+/// The accept_stat of an RPC reply sent inline.
+fn accept_stat(reply: Option<Bytes>, xid: u32) -> u32 {
+    let reply = reply.expect("no answer");
+    match receive(&reply, &Policy::default()).unwrap() {
+        Received::Msg {
+            prefix, payload, ..
+        } => {
+            assert_eq!(prefix.xid, Xid(xid));
+            u32::from_be_bytes(payload[20..24].try_into().unwrap())
+        }
+        other => panic!("expected RDMA_MSG, got {other:?}"),
+    }
+}
+
+async fn null_works(raw: &Raw, xid: u32) {
+    raw.send(msg(
+        xid,
+        ChunkLists::empty(),
+        &rpc_call(xid, PROG, NULL, |_| {}),
+    ));
+    assert_eq!(
+        accept_stat(raw.recv().await, xid),
+        0,
+        "NULL after the attack"
+    );
+}
+
+async fn good_client_works(c: &oncrpc::Client) {
+    let data = pattern(70_001, 5);
+    assert!(echo(c, data.clone()).await == data);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_past_the_credit_limit_end_that_connection_only() {
+    init_tracing();
+    let server = start_server(RdmaConfig {
+        credits: 2,
+        ..RdmaConfig::default()
+    })
+    .await;
+    let (good, _) = client(server.addr, RdmaConfig::default());
+    good_client_works(&good).await;
+    let raw = Raw::connect(server.addr).await;
+    // Two SLOW calls hold both credits; the third finds no Receive posted.
+    // §4.3.1: "If the limit is exceeded, the RDMA layer may signal an error, possibly
+    // terminating the connection."
+    for xid in 1..=6u32 {
+        let call = rpc_call(xid, PROG, SLOW, |e| {
+            e.opaque(b"abc");
+        });
+        raw.send(msg(xid, ChunkLists::empty(), &call));
+    }
+    assert!(
+        raw.closed().await,
+        "connection survived calls past the grant"
+    );
+    good_client_works(&good).await;
+    for s in server.stats.snapshots() {
+        eprintln!("{s}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_million_segments_get_err_badheader() {
+    init_tracing();
+    let server = start_server(RdmaConfig::with_inline(65536)).await;
+    let (good, _) = client(server.addr, RdmaConfig::default());
+    let raw = Raw::connect(server.addr).await;
+    // A Write chunk that claims 1,000,000 segments (and carries two).
+    let xid = 0x1000;
+    let mut b = BytesMut::new();
+    for w in [
+        xid, 1, 8, 0, /* read list */ 0, /* write list */ 1, 1_000_000,
+    ] {
+        b.put_u32(w);
+    }
+    for _ in 0..2 {
+        b.put_slice(&[0u8; 16]);
+    }
+    raw.send(b.freeze());
+    assert_eq!(expect_error(raw.recv().await, xid), ErrorBody::BadHeader);
+    // A Read list of 1000 segments that are really there (24 KB of header).
+    let xid = 0x1001;
+    let call = rpc_call(xid, PROG, NULL, |_| {});
+    let chunks = ChunkLists {
+        reads: (0..1000)
+            .map(|i| ReadChunk {
+                position: 4 * i,
+                segments: vec![Segment {
+                    handle: 1,
+                    length: 4,
+                    offset: 0,
+                }],
+            })
+            .collect(),
+        writes: vec![],
+        reply: None,
+    };
+    raw.send(msg(xid, chunks, &call));
+    assert_eq!(expect_error(raw.recv().await, xid), ErrorBody::BadHeader);
+    // Version 7: ERR_VERS with our range (§5.5.1).
+    let xid = 0x1002;
+    let mut b = BytesMut::new();
+    for w in [xid, 7, 8, 0, 0, 0, 0] {
+        b.put_u32(w);
+    }
+    raw.send(b.freeze());
+    assert_eq!(
+        expect_error(raw.recv().await, xid),
+        ErrorBody::Vers {
+            low: Version::ONE,
+            high: Version::ONE
+        }
+    );
+    null_works(&raw, 0x1003).await;
+    good_client_works(&good).await;
+    let s = server.stats.snapshots();
+    let srv = s.iter().find(|s| s.get(Counter::ErrBadHeader) > 0).unwrap();
+    assert_eq!(srv.get(Counter::ErrBadHeader), 2);
+    assert_eq!(srv.get(Counter::ErrVers), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn write_chunk_with_an_invalid_stag_ends_that_connection_only() {
+    init_tracing();
+    let server = start_server(RdmaConfig::default()).await;
+    let (good, _) = client(server.addr, RdmaConfig::default());
+    good_client_works(&good).await;
+    let raw = Raw::connect(server.addr).await;
+    let xid = 0x2000;
+    let call = rpc_call(xid, PROG, GEN, |e| {
+        e.u32(5000);
+    });
+    let chunks = ChunkLists {
+        reads: vec![],
+        writes: vec![WriteChunk::new(vec![Segment {
+            handle: 0xdead_beef,
+            length: 5000,
+            offset: 0,
+        }])],
+        reply: None,
+    };
+    raw.send(msg(xid, chunks, &call));
+    // §5.5.3: "If chunk contents are invalid (say, a segment is no longer registered
+    // ...), a Remote Access error occurs. RDMA operational errors are typically fatal
+    // to the connection." Our provider answers the bad Write with a Terminate.
+    assert!(raw.closed().await, "connection survived an invalid STag");
+    good_client_works(&good).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reply_chunk_too_small_gets_err_badheader_and_nothing_written() {
+    init_tracing();
+    let server = start_server(RdmaConfig::default()).await;
+    let (good, _) = client(server.addr, RdmaConfig::default());
+    let raw = Raw::connect(server.addr).await;
+    let reply_mr = raw
+        .pd
+        .register_zeroed(100, Access::LOCAL_WRITE | Access::REMOTE_WRITE);
+    let xid = 0x3000;
+    let call = rpc_call(xid, PROG, BIG, |e| {
+        e.u32(8000).opaque(b"");
+    });
+    let chunks = ChunkLists {
+        reads: vec![],
+        writes: vec![],
+        reply: Some(WriteChunk::new(vec![Segment {
+            handle: reply_mr.stag().0,
+            length: 100,
+            offset: 0,
+        }])),
+    };
+    raw.send(msg(xid, chunks, &call));
+    // §5.5.3: "A responder can detect this problem before attempting to write past the
+    // end of the Reply chunk" ... "RDMA_ERROR reply with an rdma_err value of
+    // RDMA_ERR_BADHEADER".
+    assert_eq!(expect_error(raw.recv().await, xid), ErrorBody::BadHeader);
+    assert!(
+        reply_mr.with(|b| b.iter().all(|&x| x == 0)),
+        "reply chunk written"
+    );
+    null_works(&raw, 0x3001).await;
+    good_client_works(&good).await;
+    let s = server.stats.snapshots();
+    assert_eq!(
+        s.iter()
+            .map(|s| s.get(Counter::ErrReplyChunkTooSmall))
+            .sum::<u64>(),
+        1
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn non_ddp_item_in_a_read_chunk_gets_garbage_args() {
+    init_tracing();
+    let server = start_server(RdmaConfig::default()).await;
+    let raw = Raw::connect(server.addr).await;
+    let src = raw
+        .pd
+        .register(BytesMut::from(&b"12345678"[..]), Access::REMOTE_READ);
+    let xid = 0x4000;
+    // BIG's `pad` is not DDP-eligible; move it to a Read chunk anyway.
+    let call = rpc_call(xid, PROG, BIG, |e| {
+        e.u32(10).u32(8);
+    });
+    let chunks = ChunkLists {
+        reads: vec![ReadChunk {
+            position: call.len() as u32,
+            segments: vec![Segment {
+                handle: src.stag().0,
+                length: 8,
+                offset: 0,
+            }],
+        }],
+        writes: vec![],
+        reply: None,
+    };
+    raw.send(msg(xid, chunks, &call));
+    // §8.1.1: "a responder MUST NOT process the Call message"; §5.5.2: GARBAGE_ARGS.
+    assert_eq!(accept_stat(raw.recv().await, xid), 4);
+    null_works(&raw, 0x4001).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unbound_program_gets_no_reply_over_rdma() {
+    init_tracing();
+    let server = start_server(RdmaConfig::default()).await;
+    let raw = Raw::connect(server.addr).await;
+    let xid = 0x5000;
+    raw.send(msg(
+        xid,
+        ChunkLists::empty(),
+        &rpc_call(xid, UNBOUND_PROG, NULL, |_| {}),
+    ));
+    // §8: "Responders MUST NOT reply to RPC-over-RDMA messages for Upper Layer
+    // Protocols that do not have a Upper Layer Binding." The next call is answered.
+    null_works(&raw, 0x5001).await;
+    let s = server.stats.snapshots();
+    assert_eq!(
+        s.iter().map(|s| s.get(Counter::ErrNoBinding)).sum::<u64>(),
+        1
+    );
+}
