@@ -8,25 +8,49 @@ use std::time::{Duration, Instant};
 use bytes::{Bytes, BytesMut};
 use iwarp::{IwarpConfig, IwarpProvider, IwarpQp};
 use rdma::{
-    Access, ConnectParams, LocalSge, ProtectionDomain, QueuePair, QueuePairExt, RecvWr,
-    RemoteAddr, SendOp, SendWr, Sge, WcStatus,
+    Access, ConnectParams, LocalSge, ProtectionDomain, QueuePair, QueuePairExt, RecvWr, RemoteAddr,
+    SendOp, SendWr, Sge, WcStatus,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 async fn pair(crc: bool) -> (IwarpQp, IwarpQp, ProtectionDomain, ProtectionDomain) {
-    let cfg = IwarpConfig { crc, first_send_delay: Duration::ZERO, ..IwarpConfig::default() };
-    let mut l = IwarpProvider::new(cfg.clone()).listen("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let cfg = IwarpConfig {
+        crc,
+        first_send_delay: Duration::ZERO,
+        ..IwarpConfig::default()
+    };
+    let mut l = IwarpProvider::new(cfg.clone())
+        .listen("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
     let addr = l.local_addr().unwrap();
     let pd_b = ProtectionDomain::new();
     let pd_b2 = pd_b.clone();
     let t = tokio::spawn(async move {
         let r = l.accept().await.unwrap();
-        r.accept(&pd_b2, ConnectParams { ird: 16, ord: 16, ..Default::default() }).await.unwrap()
+        r.accept(
+            &pd_b2,
+            ConnectParams {
+                ird: 16,
+                ord: 16,
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap()
     });
     let pd_a = ProtectionDomain::new();
     let a = IwarpProvider::new(cfg)
-        .connect(addr, &pd_a, ConnectParams { ird: 16, ord: 16, ..Default::default() })
+        .connect(
+            addr,
+            &pd_a,
+            ConnectParams {
+                ird: 16,
+                ord: 16,
+                ..Default::default()
+            },
+        )
         .await
         .unwrap();
     (a, t.await.unwrap(), pd_a, pd_b)
@@ -37,7 +61,15 @@ async fn rdma_write(size: usize, total: usize, depth: usize, crc: bool) -> f64 {
     let (a, b, _pa, pb) = pair(crc).await;
     let target = pb.register(BytesMut::zeroed(size), Access::REMOTE_WRITE);
     let rx = pb.register(BytesMut::zeroed(64), Access::LOCAL_WRITE);
-    b.post_recv(RecvWr { wr_id: 0, sgl: vec![LocalSge { mr: rx.clone(), offset: 0, len: 64 }] }).unwrap();
+    b.post_recv(RecvWr {
+        wr_id: 0,
+        sgl: vec![LocalSge {
+            mr: rx.clone(),
+            offset: 0,
+            len: 64,
+        }],
+    })
+    .unwrap();
     let data = Bytes::from(vec![0xa5u8; size]);
     let n = total / size;
     let start = Instant::now();
@@ -46,7 +78,10 @@ async fn rdma_write(size: usize, total: usize, depth: usize, crc: bool) -> f64 {
         while posted < n && posted - done < depth {
             a.post_send(SendWr {
                 wr_id: posted as u64,
-                op: SendOp::RdmaWrite(RemoteAddr { stag: target.stag(), offset: 0 }),
+                op: SendOp::RdmaWrite(RemoteAddr {
+                    stag: target.stag(),
+                    offset: 0,
+                }),
                 sgl: vec![Sge::Bytes(data.clone())],
             })
             .unwrap();
@@ -57,7 +92,12 @@ async fn rdma_write(size: usize, total: usize, depth: usize, crc: bool) -> f64 {
         done += 1;
     }
     // A Send after the Writes arrives after they are placed (in-order stream).
-    a.post_send(SendWr { wr_id: 9, op: SendOp::Send, sgl: vec![] }).unwrap();
+    a.post_send(SendWr {
+        wr_id: 9,
+        op: SendOp::Send,
+        sgl: vec![],
+    })
+    .unwrap();
     assert_eq!(b.completion().await.unwrap().status, WcStatus::Success);
     start.elapsed().as_secs_f64()
 }
@@ -98,7 +138,15 @@ async fn send_recv(size: usize, count: usize, depth: usize) -> f64 {
     let rx = pb.register(BytesMut::zeroed(size * depth * 2), Access::LOCAL_WRITE);
     let slots = depth * 2;
     for i in 0..slots.min(count) {
-        b.post_recv(RecvWr { wr_id: i as u64, sgl: vec![LocalSge { mr: rx.clone(), offset: (i % slots) * size, len: size }] }).unwrap();
+        b.post_recv(RecvWr {
+            wr_id: i as u64,
+            sgl: vec![LocalSge {
+                mr: rx.clone(),
+                offset: (i % slots) * size,
+                len: size,
+            }],
+        })
+        .unwrap();
     }
     let data = Bytes::from(vec![0x5au8; size]);
     // Receive credits, as an RDMA ULP must have: one per posted receive.
@@ -111,7 +159,15 @@ async fn send_recv(size: usize, count: usize, depth: usize) -> f64 {
             assert_eq!(c.status, WcStatus::Success);
             if posted < count {
                 let i = c.wr_id as usize % slots;
-                b.post_recv(RecvWr { wr_id: posted as u64, sgl: vec![LocalSge { mr: rx.clone(), offset: i * size, len: size }] }).unwrap();
+                b.post_recv(RecvWr {
+                    wr_id: posted as u64,
+                    sgl: vec![LocalSge {
+                        mr: rx.clone(),
+                        offset: i * size,
+                        len: size,
+                    }],
+                })
+                .unwrap();
                 posted += 1;
                 credits.add_permits(1);
             }
@@ -122,7 +178,12 @@ async fn send_recv(size: usize, count: usize, depth: usize) -> f64 {
         while done < count {
             while posted < count && posted - done < depth {
                 credits.acquire().await.unwrap().forget();
-                a.post_send(SendWr { wr_id: posted as u64, op: SendOp::Send, sgl: vec![Sge::Bytes(data.clone())] }).unwrap();
+                a.post_send(SendWr {
+                    wr_id: posted as u64,
+                    op: SendOp::Send,
+                    sgl: vec![Sge::Bytes(data.clone())],
+                })
+                .unwrap();
                 posted += 1;
             }
             a.completion().await.unwrap();
@@ -167,18 +228,32 @@ fn best<F: FnMut() -> f64>(runs: usize, mut f: F) -> f64 {
 
 fn main() {
     let quick = std::env::args().any(|a| a == "--quick");
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
     let gib = if quick { 256 << 20 } else { 2usize << 30 };
     let runs = if quick { 1 } else { 3 };
-    println!("iwarp loopback benchmark (best of {runs}; {} MiB per throughput run)", gib >> 20);
-    println!("{:<34} {:>12} {:>12} {:>7}", "case", "iwarp", "plain TCP", "ratio");
+    println!(
+        "iwarp loopback benchmark (best of {runs}; {} MiB per throughput run)",
+        gib >> 20
+    );
+    println!(
+        "{:<34} {:>12} {:>12} {:>7}",
+        "case", "iwarp", "plain TCP", "ratio"
+    );
     for &(size, crc) in &[(1usize << 20, false), (1 << 20, true), (64 << 10, false)] {
         let t_rdma = best(runs, || rt.block_on(rdma_write(size, gib, 8, crc)));
         let t_tcp = best(runs, || rt.block_on(tcp_stream(size, gib)));
         let mbs = |t: f64| gib as f64 / t / 1e6;
         println!(
             "{:<34} {:>8.0} MB/s {:>7.0} MB/s {:>7.3}",
-            format!("RDMA Write {} KiB{}", size >> 10, if crc { " +CRC" } else { "" }),
+            format!(
+                "RDMA Write {} KiB{}",
+                size >> 10,
+                if crc { " +CRC" } else { "" }
+            ),
             mbs(t_rdma),
             mbs(t_tcp),
             t_tcp / t_rdma

@@ -27,8 +27,8 @@ use std::time::Instant;
 
 use bytes::{Bytes, BytesMut};
 use rdma::{
-    Access, Completion, DisconnectReason, LocalSge, PostError, ProtectionDomain, QpEvent,
-    RecvWr, ResolvedRegion, STag, SendOp, SendWr, Sge, WcOpcode, WcStatus,
+    Access, Completion, DisconnectReason, LocalSge, PostError, ProtectionDomain, QpEvent, RecvWr,
+    ResolvedRegion, STag, SendOp, SendWr, Sge, WcOpcode, WcStatus,
 };
 
 use crate::error::{ProtocolError, TerminateCode};
@@ -184,7 +184,8 @@ impl Connection {
         now: Instant,
         first_send_delay: std::time::Duration,
     ) -> Connection {
-        let hold_until = (neg.active && !first_send_delay.is_zero()).then(|| now + first_send_delay);
+        let hold_until =
+            (neg.active && !first_send_delay.is_zero()).then(|| now + first_send_delay);
         let mut limits = limits;
         // A Read Request is never segmented (RFC 5040 §4.4), so the smallest usable
         // ULPDU holds its untagged header and 28-byte body.
@@ -340,7 +341,11 @@ impl Connection {
             if let Some(e) = self.sq_order.pop_front() {
                 self.sq_base += 1;
                 let status = e.status.unwrap_or(WcStatus::Flushed);
-                let len = if status == WcStatus::Success { e.len } else { 0 };
+                let len = if status == WcStatus::Success {
+                    e.len
+                } else {
+                    0
+                };
                 self.completions
                     .push_back(Completion::new(e.wr_id, e.opcode, status, len));
             }
@@ -527,7 +532,10 @@ impl Connection {
         let mut rx = match self.rx_cur.take() {
             Some(rx) => {
                 if msn != rx.msn {
-                    return Err(ProtocolError::MsnRange { got: msn, want: rx.msn });
+                    return Err(ProtocolError::MsnRange {
+                        got: msn,
+                        want: rx.msn,
+                    });
                 }
                 rx
             }
@@ -756,7 +764,9 @@ impl Connection {
         };
         let kind = match &wr.op {
             SendOp::Send => send(Opcode::SEND, 0, &mut self.tx_msn[0]),
-            SendOp::SendWithInvalidate(s) => send(Opcode::SEND_INVALIDATE, s.0, &mut self.tx_msn[0]),
+            SendOp::SendWithInvalidate(s) => {
+                send(Opcode::SEND_INVALIDATE, s.0, &mut self.tx_msn[0])
+            }
             SendOp::SendWithSolicitedEvent => send(Opcode::SEND_SE, 0, &mut self.tx_msn[0]),
             SendOp::SendWithSolicitedEventAndInvalidate(s) => {
                 send(Opcode::SEND_SE_INVALIDATE, s.0, &mut self.tx_msn[0])

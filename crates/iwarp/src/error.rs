@@ -144,23 +144,32 @@ mod tests {
     #[test]
     fn every_error_maps_to_the_rfc_triple() {
         let cases = [
-            (ProtocolError::Wire(WireError::BadCrc { got: 0, want: 1 }), (2, 0, 2)),
+            (
+                ProtocolError::Wire(WireError::BadCrc { got: 0, want: 1 }),
+                (2, 0, 2),
+            ),
             (ProtocolError::Tagged(AccessError::InvalidStag), (1, 1, 0)),
             (ProtocolError::Tagged(AccessError::BaseBounds), (1, 1, 1)),
             (ProtocolError::Tagged(AccessError::AccessRights), (0, 1, 2)),
-            (ProtocolError::ReadSource(AccessError::InvalidStag), (0, 1, 0)),
-            (ProtocolError::ReadSource(AccessError::BaseBounds), (0, 1, 1)),
-            (ProtocolError::ReadSource(AccessError::AccessRights), (0, 1, 2)),
+            (
+                ProtocolError::ReadSource(AccessError::InvalidStag),
+                (0, 1, 0),
+            ),
+            (
+                ProtocolError::ReadSource(AccessError::BaseBounds),
+                (0, 1, 1),
+            ),
+            (
+                ProtocolError::ReadSource(AccessError::AccessRights),
+                (0, 1, 2),
+            ),
             (ProtocolError::InvalidQueue(7), (1, 2, 1)),
             (ProtocolError::NoBuffer, (1, 2, 2)),
             (ProtocolError::MsnRange { got: 5, want: 2 }, (1, 2, 3)),
             (ProtocolError::InvalidMo(3), (1, 2, 4)),
             (ProtocolError::MessageTooLong, (1, 2, 5)),
             (ProtocolError::UnexpectedOpcode(9), (0, 2, 6)),
-            (
-                ProtocolError::Wire(WireError::RdmapVersion(2)),
-                (0, 2, 5),
-            ),
+            (ProtocolError::Wire(WireError::RdmapVersion(2)), (0, 2, 5)),
         ];
         for (e, (l, et, c)) in cases {
             assert_eq!(e.terminate(), t(l, et, c), "{e}");

@@ -94,7 +94,9 @@ impl Initiator {
         out: &mut Vec<u8>,
     ) -> Result<Initiator, HandshakeError> {
         if params.private_data.len() > max_user_pd(true) {
-            return Err(HandshakeError::PrivateDataTooLong(params.private_data.len()));
+            return Err(HandshakeError::PrivateDataTooLong(
+                params.private_data.len(),
+            ));
         }
         let mut pd = Vec::with_capacity(IrdOrd::LEN + params.private_data.len());
         // RFC 6581 §5: the initiator sends its IRD and ORD. Linux knfsd refuses IRD 0,
@@ -237,7 +239,9 @@ impl IncomingRequest {
         let rev = self.reply_revision();
         let enhanced = rev == 2 && self.enhanced_peer;
         if params.private_data.len() > max_user_pd(enhanced) {
-            return Err(HandshakeError::PrivateDataTooLong(params.private_data.len()));
+            return Err(HandshakeError::PrivateDataTooLong(
+                params.private_data.len(),
+            ));
         }
         let crc = want_crc || self.wants_crc();
         let ird = params.ird.max(1);
@@ -324,7 +328,9 @@ mod tests {
         assert_eq!(&inc.peer.private_data[..], b"hello");
         assert_eq!((inc.peer.ird, inc.peer.ord), (8, 4));
         let mut rep = Vec::new();
-        let n2 = inc.accept(&params(b"world", 2, 16), false, &mut rep).unwrap();
+        let n2 = inc
+            .accept(&params(b"world", 2, 16), false, &mut rep)
+            .unwrap();
         assert!(n2.crc);
         assert_eq!((n2.ird, n2.ord), (2, 8));
         let mut buf = BytesMut::from(&rep[..]);
@@ -404,7 +410,10 @@ mod tests {
             &[0xf6, 0xab, 0x0e, 0x18, 0x01, 0x00, 0x03, 0x03],
         ]
         .concat();
-        let n = ini.handle_reply(&mut BytesMut::from(&rep[..])).unwrap().unwrap();
+        let n = ini
+            .handle_reply(&mut BytesMut::from(&rep[..]))
+            .unwrap()
+            .unwrap();
         assert!(!n.crc);
         assert_eq!(n.ord, 0);
         assert_eq!(n.peer.ord, 128);

@@ -26,8 +26,16 @@ pub fn cfg(crc: bool) -> IwarpConfig {
 
 /// A connected pair over TCP loopback: (active, passive).
 pub async fn pair_with(active: IwarpConfig, passive: IwarpConfig) -> (Side, Side) {
-    pair_params(active, passive, ConnectParams { ird: 8, ord: 8, ..Default::default() })
-        .await
+    pair_params(
+        active,
+        passive,
+        ConnectParams {
+            ird: 8,
+            ord: 8,
+            ..Default::default()
+        },
+    )
+    .await
 }
 
 pub async fn pair_params(
@@ -36,10 +44,7 @@ pub async fn pair_params(
     params: ConnectParams,
 ) -> (Side, Side) {
     let server = IwarpProvider::new(passive);
-    let mut l = server
-        .listen("127.0.0.1:0".parse().unwrap())
-        .await
-        .unwrap();
+    let mut l = server.listen("127.0.0.1:0".parse().unwrap()).await.unwrap();
     let addr: SocketAddr = l.local_addr().unwrap();
     let pd_b = ProtectionDomain::new();
     let pd_b2 = pd_b.clone();
@@ -117,7 +122,14 @@ pub fn write(wr_id: u64, stag: rdma::STag, offset: u64, data: Bytes) -> SendWr {
     }
 }
 
-pub fn read(wr_id: u64, stag: rdma::STag, offset: u64, sink: &MemoryRegion, sink_off: usize, len: usize) -> SendWr {
+pub fn read(
+    wr_id: u64,
+    stag: rdma::STag,
+    offset: u64,
+    sink: &MemoryRegion,
+    sink_off: usize,
+    len: usize,
+) -> SendWr {
     SendWr {
         wr_id,
         op: SendOp::RdmaRead {

@@ -19,11 +19,15 @@ async fn sends_of_every_size(crc: bool) {
     let sizes = [0usize, 1, 3, 17, 4095, 65_516, 65_517, 200_001, 1 << 20];
     let rx = region(&b.pd, 1 << 20, Access::LOCAL_WRITE);
     for (i, &n) in sizes.iter().enumerate() {
-        b.qp.post_recv(recv_wr(&rx, 100 + i as u64, 0, 1 << 20)).unwrap();
+        b.qp.post_recv(recv_wr(&rx, 100 + i as u64, 0, 1 << 20))
+            .unwrap();
         let data = pattern(n, i as u8);
         a.qp.post_send(send(i as u64, data.clone())).unwrap();
         let c = next_completion(&a.qp).await;
-        assert_eq!((c.wr_id, c.opcode, c.status), (i as u64, WcOpcode::Send, WcStatus::Success));
+        assert_eq!(
+            (c.wr_id, c.opcode, c.status),
+            (i as u64, WcOpcode::Send, WcStatus::Success)
+        );
         let c = next_completion(&b.qp).await;
         assert_eq!(c.wr_id, 100 + i as u64);
         assert_eq!(c.opcode, WcOpcode::Recv);
@@ -49,7 +53,8 @@ async fn crc_is_on_when_only_the_passive_side_asks() {
     assert!(a.qp.crc() && b.qp.crc());
     let rx = region(&b.pd, 64, Access::LOCAL_WRITE);
     b.qp.post_recv(recv_wr(&rx, 1, 0, 64)).unwrap();
-    a.qp.post_send(send(1, Bytes::from_static(b"crc both ways"))).unwrap();
+    a.qp.post_send(send(1, Bytes::from_static(b"crc both ways")))
+        .unwrap();
     assert_eq!(next_completion(&b.qp).await.byte_len, 13);
 }
 
@@ -61,8 +66,16 @@ async fn send_gathers_several_buffers_and_scatters_into_several() {
     b.qp.post_recv(rdma::RecvWr {
         wr_id: 9,
         sgl: vec![
-            rdma::LocalSge { mr: rx1.clone(), offset: 3, len: 7 },
-            rdma::LocalSge { mr: rx2.clone(), offset: 1, len: 99_999 },
+            rdma::LocalSge {
+                mr: rx1.clone(),
+                offset: 3,
+                len: 7,
+            },
+            rdma::LocalSge {
+                mr: rx2.clone(),
+                offset: 1,
+                len: 99_999,
+            },
         ],
     })
     .unwrap();
@@ -73,7 +86,11 @@ async fn send_gathers_several_buffers_and_scatters_into_several() {
         op: SendOp::SendWithSolicitedEvent,
         sgl: vec![
             Sge::Bytes(Bytes::from_static(b"head")),
-            Sge::Local(rdma::LocalSge { mr: local.clone(), offset: 5, len: 69_995 }),
+            Sge::Local(rdma::LocalSge {
+                mr: local.clone(),
+                offset: 5,
+                len: 69_995,
+            }),
             Sge::Bytes(Bytes::from_static(b"tail")),
         ],
     })
@@ -96,18 +113,37 @@ async fn write_then_read_back(crc: bool, sizes: &[(u64, usize)]) {
     let sink = region(&a.pd, max, Access::LOCAL_WRITE);
     for (i, &(off, n)) in sizes.iter().enumerate() {
         let data = pattern(n, 7 + i as u8);
-        a.qp.post_send(write(10 + i as u64, target.stag(), off, data.clone())).unwrap();
-        a.qp
-            .post_send(read(20 + i as u64, target.stag(), off, &sink, off as usize + 1 - 1, n))
+        a.qp.post_send(write(10 + i as u64, target.stag(), off, data.clone()))
             .unwrap();
+        a.qp.post_send(read(
+            20 + i as u64,
+            target.stag(),
+            off,
+            &sink,
+            off as usize + 1 - 1,
+            n,
+        ))
+        .unwrap();
         let c = next_completion(&a.qp).await;
-        assert_eq!((c.wr_id, c.opcode, c.status), (10 + i as u64, WcOpcode::RdmaWrite, WcStatus::Success));
+        assert_eq!(
+            (c.wr_id, c.opcode, c.status),
+            (10 + i as u64, WcOpcode::RdmaWrite, WcStatus::Success)
+        );
         let c = next_completion(&a.qp).await;
-        assert_eq!((c.wr_id, c.opcode, c.status), (20 + i as u64, WcOpcode::RdmaRead, WcStatus::Success));
+        assert_eq!(
+            (c.wr_id, c.opcode, c.status),
+            (20 + i as u64, WcOpcode::RdmaRead, WcStatus::Success)
+        );
         assert_eq!(c.byte_len, n);
         // Placed at the target, and read back into our sink.
-        assert!(target.with(|m| m[off as usize..off as usize + n] == data[..]), "write {n}@{off}");
-        assert!(sink.with(|m| m[off as usize..off as usize + n] == data[..]), "read {n}@{off}");
+        assert!(
+            target.with(|m| m[off as usize..off as usize + n] == data[..]),
+            "write {n}@{off}"
+        );
+        assert!(
+            sink.with(|m| m[off as usize..off as usize + n] == data[..]),
+            "read {n}@{off}"
+        );
     }
 }
 
@@ -115,7 +151,14 @@ async fn write_then_read_back(crc: bool, sizes: &[(u64, usize)]) {
 async fn rdma_write_and_read_odd_offsets_and_lengths_crc_off() {
     write_then_read_back(
         false,
-        &[(0, 1), (3, 1), (1, 3), (4093, 65_537), (7, 1_000_003), (13, 64 * 1024 * 1024 - 13)],
+        &[
+            (0, 1),
+            (3, 1),
+            (1, 3),
+            (4093, 65_537),
+            (7, 1_000_003),
+            (13, 64 * 1024 * 1024 - 13),
+        ],
     )
     .await;
 }
@@ -124,7 +167,13 @@ async fn rdma_write_and_read_odd_offsets_and_lengths_crc_off() {
 async fn rdma_write_and_read_odd_offsets_and_lengths_crc_on() {
     write_then_read_back(
         true,
-        &[(5, 1), (1, 3), (4093, 65_537), (7, 1_000_003), (11, 64 * 1024 * 1024 - 11)],
+        &[
+            (5, 1),
+            (1, 3),
+            (4093, 65_537),
+            (7, 1_000_003),
+            (11, 64 * 1024 * 1024 - 11),
+        ],
     )
     .await;
 }
@@ -134,8 +183,10 @@ async fn zero_length_write_and_read() {
     let (a, b) = pair(false).await;
     let target = region(&b.pd, 16, Access::REMOTE_WRITE | Access::REMOTE_READ);
     let sink = region(&a.pd, 16, Access::LOCAL_WRITE);
-    a.qp.post_send(write(1, target.stag(), 16, Bytes::new())).unwrap();
-    a.qp.post_send(read(2, target.stag(), 16, &sink, 16, 0)).unwrap();
+    a.qp.post_send(write(1, target.stag(), 16, Bytes::new()))
+        .unwrap();
+    a.qp.post_send(read(2, target.stag(), 16, &sink, 16, 0))
+        .unwrap();
     assert_eq!(next_completion(&a.qp).await.status, WcStatus::Success);
     let c = next_completion(&a.qp).await;
     assert_eq!((c.wr_id, c.status, c.byte_len), (2, WcStatus::Success, 0));
@@ -143,20 +194,42 @@ async fn zero_length_write_and_read() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn many_operations_in_flight_complete_in_order() {
-    let (a, b) = pair_params(cfg(true), cfg(true), ConnectParams { ird: 8, ord: 3, ..Default::default() }).await;
+    let (a, b) = pair_params(
+        cfg(true),
+        cfg(true),
+        ConnectParams {
+            ird: 8,
+            ord: 3,
+            ..Default::default()
+        },
+    )
+    .await;
     const N: usize = 300;
     let target = region(&b.pd, N * 1000, Access::REMOTE_WRITE | Access::REMOTE_READ);
     target.with_mut(|m| m.copy_from_slice(&pattern(N * 1000, 1)));
     let sink = region(&a.pd, N * 1000, Access::LOCAL_WRITE);
     let rx = region(&b.pd, N * 100, Access::LOCAL_WRITE);
     for i in 0..N {
-        b.qp.post_recv(recv_wr(&rx, i as u64, i * 100, 100)).unwrap();
+        b.qp.post_recv(recv_wr(&rx, i as u64, i * 100, 100))
+            .unwrap();
     }
     // Interleave Reads (ORD 3 at a time), Writes into a separate half, and Sends.
     for i in 0..N {
         let wr = match i % 3 {
-            0 => read(i as u64, target.stag(), (i * 1000) as u64, &sink, i * 1000, 999),
-            1 => write(i as u64, target.stag(), (i * 1000) as u64, pattern(1000, i as u8)),
+            0 => read(
+                i as u64,
+                target.stag(),
+                (i * 1000) as u64,
+                &sink,
+                i * 1000,
+                999,
+            ),
+            1 => write(
+                i as u64,
+                target.stag(),
+                (i * 1000) as u64,
+                pattern(1000, i as u8),
+            ),
             _ => send(i as u64, pattern(100, i as u8)),
         };
         a.qp.post_send(wr).unwrap();
@@ -189,13 +262,28 @@ async fn connect_exchanges_private_data_and_ird_ord() {
         let req = l.accept().await.unwrap();
         assert_eq!(&req.peer().private_data[..], b"client hello");
         assert_eq!((req.peer().ird, req.peer().ord), (5, 6));
-        req.accept(&pd_b, ConnectParams { private_data: Bytes::from_static(b"server hello"), ird: 7, ord: 9 })
-            .await
-            .unwrap()
+        req.accept(
+            &pd_b,
+            ConnectParams {
+                private_data: Bytes::from_static(b"server hello"),
+                ird: 7,
+                ord: 9,
+            },
+        )
+        .await
+        .unwrap()
     });
     let pd = ProtectionDomain::new();
     let qp = IwarpProvider::new(cfg(false))
-        .connect(addr, &pd, ConnectParams { private_data: Bytes::from_static(b"client hello"), ird: 5, ord: 6 })
+        .connect(
+            addr,
+            &pd,
+            ConnectParams {
+                private_data: Bytes::from_static(b"client hello"),
+                ird: 5,
+                ord: 6,
+            },
+        )
         .await
         .unwrap();
     assert_eq!(&qp.peer().private_data[..], b"server hello");
@@ -231,23 +319,33 @@ async fn private_data_over_the_mpa_limit_is_refused_locally() {
         .connect(
             "127.0.0.1:9".parse().unwrap(),
             &pd,
-            ConnectParams { private_data: vec![0u8; 509].into(), ..Default::default() },
+            ConnectParams {
+                private_data: vec![0u8; 509].into(),
+                ..Default::default()
+            },
         )
         .await
         .unwrap_err();
-    assert!(matches!(err, ConnectError::InvalidParams(_) | ConnectError::Io(_)), "{err:?}");
+    assert!(
+        matches!(err, ConnectError::InvalidParams(_) | ConnectError::Io(_)),
+        "{err:?}"
+    );
 }
 
 fn remote_error(e: QpEvent) -> (u8, u8, u8) {
     match e {
-        QpEvent::Disconnected(DisconnectReason::RemoteError { layer, etype, code }) => (layer, etype, code),
+        QpEvent::Disconnected(DisconnectReason::RemoteError { layer, etype, code }) => {
+            (layer, etype, code)
+        }
         other => panic!("expected a Terminate from the peer, got {other:?}"),
     }
 }
 
 fn local_error(e: QpEvent) -> (u8, u8, u8) {
     match e {
-        QpEvent::Disconnected(DisconnectReason::LocalError { layer, etype, code }) => (layer, etype, code),
+        QpEvent::Disconnected(DisconnectReason::LocalError { layer, etype, code }) => {
+            (layer, etype, code)
+        }
         other => panic!("expected a Terminate sent by us, got {other:?}"),
     }
 }
@@ -260,27 +358,40 @@ async fn write_to_remotely_invalidated_stag_terminates_only_that_connection() {
     let rx = region(&b.pd, 64, Access::LOCAL_WRITE);
     b.qp.post_recv(recv_wr(&rx, 1, 0, 64)).unwrap();
     // A Write that works, then Send with Invalidate of that STag.
-    a.qp.post_send(write(1, target.stag(), 0, Bytes::from_static(b"ok"))).unwrap();
-    a.qp.post_send(SendWr { wr_id: 2, op: SendOp::SendWithInvalidate(target.stag()), sgl: vec![Sge::Bytes(Bytes::from_static(b"done"))] })
+    a.qp.post_send(write(1, target.stag(), 0, Bytes::from_static(b"ok")))
         .unwrap();
+    a.qp.post_send(SendWr {
+        wr_id: 2,
+        op: SendOp::SendWithInvalidate(target.stag()),
+        sgl: vec![Sge::Bytes(Bytes::from_static(b"done"))],
+    })
+    .unwrap();
     let rc = next_completion(&b.qp).await;
     assert_eq!(rc.invalidated, Some(target.stag()));
     assert!(!target.is_valid());
     assert_eq!(target.read(0, 2).unwrap(), Bytes::from_static(b"ok"));
     // RFC 5041 §7.2: Write to an invalid STag -> DDP, tagged buffer error, Invalid STag.
-    a.qp.post_send(write(3, target.stag(), 0, Bytes::from_static(b"late"))).unwrap();
+    a.qp.post_send(write(3, target.stag(), 0, Bytes::from_static(b"late")))
+        .unwrap();
     assert_eq!(remote_error(next_event(&a.qp).await), (1, 1, 0));
     assert_eq!(local_error(next_event(&b.qp).await), (1, 1, 0));
     assert_eq!(target.read(0, 4).unwrap()[..2], b"ok"[..]);
     assert!(!a.qp.is_connected());
     // The streams close cleanly on both ends: completion queues drain to None.
-    while let Some(c) = tokio::time::timeout(Duration::from_secs(5), rdma::QueuePairExt::completion(&a.qp)).await.unwrap() {
+    while let Some(c) = tokio::time::timeout(
+        Duration::from_secs(5),
+        rdma::QueuePairExt::completion(&a.qp),
+    )
+    .await
+    .unwrap()
+    {
         assert_ne!(c.status, WcStatus::FatalError);
     }
     // The other connection carries on.
     let rx2 = region(&d.pd, 64, Access::LOCAL_WRITE);
     d.qp.post_recv(recv_wr(&rx2, 7, 0, 64)).unwrap();
-    c.qp.post_send(send(8, Bytes::from_static(b"still here"))).unwrap();
+    c.qp.post_send(send(8, Bytes::from_static(b"still here")))
+        .unwrap();
     assert_eq!(next_completion(&d.qp).await.byte_len, 10);
     assert!(c.qp.is_connected() && d.qp.is_connected());
 }
@@ -290,7 +401,8 @@ async fn write_to_locally_invalidated_stag_is_refused() {
     let (a, b) = pair(true).await;
     let target = region(&b.pd, 4096, Access::REMOTE_WRITE);
     target.invalidate();
-    a.qp.post_send(write(1, target.stag(), 0, Bytes::from_static(b"x"))).unwrap();
+    a.qp.post_send(write(1, target.stag(), 0, Bytes::from_static(b"x")))
+        .unwrap();
     assert_eq!(remote_error(next_event(&a.qp).await), (1, 1, 0));
 }
 
@@ -298,7 +410,8 @@ async fn write_to_locally_invalidated_stag_is_refused() {
 async fn write_out_of_bounds_is_a_base_bounds_violation() {
     let (a, b) = pair(false).await;
     let target = region(&b.pd, 100, Access::REMOTE_WRITE);
-    a.qp.post_send(write(1, target.stag(), 99, Bytes::from_static(b"xy"))).unwrap();
+    a.qp.post_send(write(1, target.stag(), 99, Bytes::from_static(b"xy")))
+        .unwrap();
     assert_eq!(remote_error(next_event(&a.qp).await), (1, 1, 1));
     assert_eq!(local_error(next_event(&b.qp).await), (1, 1, 1));
     assert_eq!(target.read(99, 1).unwrap()[0], 0, "nothing placed");
@@ -308,7 +421,8 @@ async fn write_out_of_bounds_is_a_base_bounds_violation() {
 async fn write_without_remote_write_right_is_an_access_violation() {
     let (a, b) = pair(false).await;
     let target = region(&b.pd, 100, Access::REMOTE_READ);
-    a.qp.post_send(write(1, target.stag(), 0, Bytes::from_static(b"xy"))).unwrap();
+    a.qp.post_send(write(1, target.stag(), 0, Bytes::from_static(b"xy")))
+        .unwrap();
     assert_eq!(remote_error(next_event(&a.qp).await), (0, 1, 2));
 }
 
@@ -317,7 +431,8 @@ async fn read_without_remote_read_right_fails_the_read() {
     let (a, b) = pair(false).await;
     let target = region(&b.pd, 100, Access::REMOTE_WRITE);
     let sink = region(&a.pd, 100, Access::LOCAL_WRITE);
-    a.qp.post_send(read(1, target.stag(), 0, &sink, 0, 10)).unwrap();
+    a.qp.post_send(read(1, target.stag(), 0, &sink, 0, 10))
+        .unwrap();
     let c = next_completion(&a.qp).await;
     assert_eq!((c.wr_id, c.status), (1, WcStatus::RemoteAccessError));
     assert_eq!(remote_error(next_event(&a.qp).await), (0, 1, 2));
@@ -328,21 +443,30 @@ async fn read_out_of_bounds_and_unknown_stag_fail_the_read() {
     let (a, b) = pair(false).await;
     let target = region(&b.pd, 100, Access::REMOTE_READ);
     let sink = region(&a.pd, 100, Access::LOCAL_WRITE);
-    a.qp.post_send(read(1, target.stag(), 95, &sink, 0, 10)).unwrap();
-    assert_eq!(next_completion(&a.qp).await.status, WcStatus::RemoteAccessError);
+    a.qp.post_send(read(1, target.stag(), 95, &sink, 0, 10))
+        .unwrap();
+    assert_eq!(
+        next_completion(&a.qp).await.status,
+        WcStatus::RemoteAccessError
+    );
     assert_eq!(remote_error(next_event(&a.qp).await), (0, 1, 1));
 
     let (a, _b) = pair(false).await;
     let sink = region(&a.pd, 100, Access::LOCAL_WRITE);
-    a.qp.post_send(read(1, rdma::STag(0xdead_b000), 0, &sink, 0, 10)).unwrap();
-    assert_eq!(next_completion(&a.qp).await.status, WcStatus::RemoteAccessError);
+    a.qp.post_send(read(1, rdma::STag(0xdead_b000), 0, &sink, 0, 10))
+        .unwrap();
+    assert_eq!(
+        next_completion(&a.qp).await.status,
+        WcStatus::RemoteAccessError
+    );
     assert_eq!(remote_error(next_event(&a.qp).await), (0, 1, 0));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn send_without_posted_receive_terminates() {
     let (a, b) = pair(false).await;
-    a.qp.post_send(send(1, Bytes::from_static(b"nobody listens"))).unwrap();
+    a.qp.post_send(send(1, Bytes::from_static(b"nobody listens")))
+        .unwrap();
     // RFC 5041 §7.2: untagged buffer error, "Invalid MSN - no buffer available".
     assert_eq!(remote_error(next_event(&a.qp).await), (1, 2, 2));
     assert_eq!(local_error(next_event(&b.qp).await), (1, 2, 2));
@@ -369,11 +493,20 @@ async fn local_disconnect_flushes_and_peer_sees_close() {
     let rx = region(&b.pd, 100, Access::LOCAL_WRITE);
     b.qp.post_recv(recv_wr(&rx, 1, 0, 100)).unwrap();
     a.qp.disconnect();
-    assert_eq!(next_event(&a.qp).await, QpEvent::Disconnected(DisconnectReason::Local));
-    assert_eq!(next_event(&b.qp).await, QpEvent::Disconnected(DisconnectReason::PeerClosed));
+    assert_eq!(
+        next_event(&a.qp).await,
+        QpEvent::Disconnected(DisconnectReason::Local)
+    );
+    assert_eq!(
+        next_event(&b.qp).await,
+        QpEvent::Disconnected(DisconnectReason::PeerClosed)
+    );
     let c = next_completion(&b.qp).await;
     assert_eq!((c.wr_id, c.status), (1, WcStatus::Flushed));
-    assert_eq!(a.qp.post_send(send(1, Bytes::new())), Err(rdma::PostError::NotConnected));
+    assert_eq!(
+        a.qp.post_send(send(1, Bytes::new())),
+        Err(rdma::PostError::NotConnected)
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -393,7 +526,16 @@ async fn peer_vanishing_mid_transfer_fails_outstanding_work() {
             s.read_buf(&mut buf).await.unwrap();
         };
         let mut out = Vec::new();
-        req.accept(&ConnectParams { ird: 4, ord: 4, ..Default::default() }, false, &mut out).unwrap();
+        req.accept(
+            &ConnectParams {
+                ird: 4,
+                ord: 4,
+                ..Default::default()
+            },
+            false,
+            &mut out,
+        )
+        .unwrap();
         s.write_all(&out).await.unwrap();
         go_rx.await.unwrap();
         let mut got = 0usize;
@@ -405,41 +547,79 @@ async fn peer_vanishing_mid_transfer_fails_outstanding_work() {
     });
     let pd = ProtectionDomain::new();
     let qp = IwarpProvider::new(cfg(false))
-        .connect(addr, &pd, ConnectParams { ird: 4, ord: 4, ..Default::default() })
+        .connect(
+            addr,
+            &pd,
+            ConnectParams {
+                ird: 4,
+                ord: 4,
+                ..Default::default()
+            },
+        )
         .await
         .unwrap();
     let sink = region(&pd, 16, Access::LOCAL_WRITE);
     let data = Bytes::from(vec![0x5au8; 4 << 20]);
-    let wrs: Vec<_> = (0..8).map(|i| write(i, rdma::STag(0x1000), 0, data.clone())).collect();
+    let wrs: Vec<_> = (0..8)
+        .map(|i| write(i, rdma::STag(0x1000), 0, data.clone()))
+        .collect();
     for wr in wrs {
         qp.post_send(wr).unwrap();
     }
-    qp.post_send(read(99, rdma::STag(0x1000), 0, &sink, 0, 16)).unwrap();
+    qp.post_send(read(99, rdma::STag(0x1000), 0, &sink, 0, 16))
+        .unwrap();
     go_tx.send(()).unwrap();
     peer.await.unwrap();
     match next_event(&qp).await {
-        QpEvent::Disconnected(DisconnectReason::Transport(_)) | QpEvent::Disconnected(DisconnectReason::PeerClosed) => {}
+        QpEvent::Disconnected(DisconnectReason::Transport(_))
+        | QpEvent::Disconnected(DisconnectReason::PeerClosed) => {}
         other => panic!("unexpected {other:?}"),
     }
     let mut statuses = Vec::new();
-    while let Some(c) = tokio::time::timeout(Duration::from_secs(5), rdma::QueuePairExt::completion(&qp)).await.unwrap() {
+    while let Some(c) =
+        tokio::time::timeout(Duration::from_secs(5), rdma::QueuePairExt::completion(&qp))
+            .await
+            .unwrap()
+    {
         statuses.push((c.wr_id, c.status));
     }
-    assert_eq!(statuses.len(), 9, "every work request completes: {statuses:?}");
+    assert_eq!(
+        statuses.len(),
+        9,
+        "every work request completes: {statuses:?}"
+    );
     assert_eq!(statuses.last(), Some(&(99, WcStatus::Flushed)));
     assert!(statuses.iter().any(|s| s.1 == WcStatus::Flushed));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn posting_checks_local_rights_and_read_credits() {
-    let (a, _b) = pair_params(cfg(false), cfg(false), ConnectParams { ird: 1, ord: 0, ..Default::default() }).await;
+    let (a, _b) = pair_params(
+        cfg(false),
+        cfg(false),
+        ConnectParams {
+            ird: 1,
+            ord: 0,
+            ..Default::default()
+        },
+    )
+    .await;
     let ro = region(&a.pd, 10, Access::NONE);
-    assert_eq!(a.qp.post_recv(recv_wr(&ro, 1, 0, 10)), Err(rdma::PostError::LocalProtection));
+    assert_eq!(
+        a.qp.post_recv(recv_wr(&ro, 1, 0, 10)),
+        Err(rdma::PostError::LocalProtection)
+    );
     let rw = region(&a.pd, 10, Access::LOCAL_WRITE);
-    assert_eq!(a.qp.post_recv(recv_wr(&rw, 1, 5, 10)), Err(rdma::PostError::LocalProtection));
+    assert_eq!(
+        a.qp.post_recv(recv_wr(&rw, 1, 5, 10)),
+        Err(rdma::PostError::LocalProtection)
+    );
     let other_pd = ProtectionDomain::new();
     let foreign = region(&other_pd, 10, Access::LOCAL_WRITE);
-    assert_eq!(a.qp.post_recv(recv_wr(&foreign, 1, 0, 10)), Err(rdma::PostError::LocalProtection));
+    assert_eq!(
+        a.qp.post_recv(recv_wr(&foreign, 1, 0, 10)),
+        Err(rdma::PostError::LocalProtection)
+    );
     assert_eq!(
         a.qp.post_send(read(1, rdma::STag(1), 0, &rw, 0, 1)),
         Err(rdma::PostError::NoReadCredits)

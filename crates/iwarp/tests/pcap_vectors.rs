@@ -19,7 +19,11 @@ type Flow = ([u8; 4], u16, [u8; 4], u16);
 /// first byte; `complete` is false when a gap was seen.
 fn tcp_streams(pcap: &[u8]) -> Vec<(Flow, Vec<u8>, bool)> {
     assert_eq!(&pcap[..4], &[0xd4, 0xc3, 0xb2, 0xa1], "little-endian pcap");
-    assert_eq!(u32::from_le_bytes(pcap[20..24].try_into().unwrap()), 1, "Ethernet");
+    assert_eq!(
+        u32::from_le_bytes(pcap[20..24].try_into().unwrap()),
+        1,
+        "Ethernet"
+    );
     let mut order = Vec::new();
     let mut flows: BTreeMap<Flow, (Option<u32>, Vec<u8>, bool)> = BTreeMap::new();
     let mut off = 24;
@@ -131,11 +135,15 @@ fn replay(stream: &[u8], crc: bool, complete: bool, t: &mut Tally) -> MpaFrame {
             }
         }
         if h.opcode == Opcode::READ_REQUEST {
-            t.read_requests.push(ReadRequest::parse(&f.ulpdu[hl..]).unwrap());
+            t.read_requests
+                .push(ReadRequest::parse(&f.ulpdu[hl..]).unwrap());
         }
     }
     if complete {
-        assert!(buf.len() < 70_000, "stream ends with at most one partial FPDU");
+        assert!(
+            buf.len() < 70_000,
+            "stream ends with at most one partial FPDU"
+        );
     }
     frame
 }
@@ -176,7 +184,11 @@ fn linux_client_and_knfsd_streams_parse_and_reencode_byte_exact() {
     assert!(n(Opcode::READ_RESPONSE) >= 2, "{t:?}");
     assert_eq!(n(Opcode::TERMINATE), 0);
     // The two 128 KiB NFS WRITEs are pulled with RDMA Read Requests.
-    assert!(t.read_requests.iter().any(|r| r.size == 131_072), "{:?}", t.read_requests);
+    assert!(
+        t.read_requests.iter().any(|r| r.size == 131_072),
+        "{:?}",
+        t.read_requests
+    );
 }
 
 #[test]

@@ -16,10 +16,21 @@ use rdma::{
 
 fn header() -> impl Strategy<Value = SegmentHeader> {
     let tagged = (any::<u32>(), any::<u64>()).prop_map(|(stag, to)| DdpHeader::Tagged { stag, to });
-    let untagged = (any::<u32>(), any::<u32>(), any::<u32>(), any::<u32>())
-        .prop_map(|(rsvd_ulp, qn, msn, mo)| DdpHeader::Untagged { rsvd_ulp, qn, msn, mo });
-    (any::<bool>(), 0u8..16, prop_oneof![tagged, untagged])
-        .prop_map(|(last, op, ddp)| SegmentHeader { last, opcode: Opcode(op), ddp })
+    let untagged = (any::<u32>(), any::<u32>(), any::<u32>(), any::<u32>()).prop_map(
+        |(rsvd_ulp, qn, msn, mo)| DdpHeader::Untagged {
+            rsvd_ulp,
+            qn,
+            msn,
+            mo,
+        },
+    );
+    (any::<bool>(), 0u8..16, prop_oneof![tagged, untagged]).prop_map(|(last, op, ddp)| {
+        SegmentHeader {
+            last,
+            opcode: Opcode(op),
+            ddp,
+        }
+    })
 }
 
 proptest! {
@@ -115,13 +126,40 @@ struct Pair {
 impl Pair {
     fn new(crc: bool, max_ulpdu: usize) -> (Pair, ProtectionDomain, ProtectionDomain) {
         let mut req = Vec::new();
-        let ini = Initiator::new(ConnectParams { ird: 4, ord: 4, ..Default::default() }, crc, &mut req).unwrap();
-        let inc = Responder::handle_request(&mut BytesMut::from(&req[..])).unwrap().unwrap();
+        let ini = Initiator::new(
+            ConnectParams {
+                ird: 4,
+                ord: 4,
+                ..Default::default()
+            },
+            crc,
+            &mut req,
+        )
+        .unwrap();
+        let inc = Responder::handle_request(&mut BytesMut::from(&req[..]))
+            .unwrap()
+            .unwrap();
         let mut rep = Vec::new();
-        let nb = inc.accept(&ConnectParams { ird: 4, ord: 4, ..Default::default() }, false, &mut rep).unwrap();
-        let na = ini.handle_reply(&mut BytesMut::from(&rep[..])).unwrap().unwrap();
+        let nb = inc
+            .accept(
+                &ConnectParams {
+                    ird: 4,
+                    ord: 4,
+                    ..Default::default()
+                },
+                false,
+                &mut rep,
+            )
+            .unwrap();
+        let na = ini
+            .handle_reply(&mut BytesMut::from(&rep[..]))
+            .unwrap()
+            .unwrap();
         let (pa, pb) = (ProtectionDomain::new(), ProtectionDomain::new());
-        let limits = Limits { max_ulpdu, ..Limits::default() };
+        let limits = Limits {
+            max_ulpdu,
+            ..Limits::default()
+        };
         let now = Instant::now();
         let pair = Pair {
             a: Connection::new(pa.clone(), &na, limits, now, Duration::from_millis(50)),

@@ -42,9 +42,18 @@ async fn traffic(port: u16, crc: bool, server: &mut iwarp::IwarpListener) {
     let pd_a = ProtectionDomain::new();
     let client = IwarpProvider::new(small_fpdus(crc));
     let addr = format!("127.0.0.1:{port}").parse().unwrap();
-    let params = ConnectParams { ird: 4, ord: 4, private_data: Bytes::from_static(b"iwarp tshark test") };
+    let params = ConnectParams {
+        ird: 4,
+        ord: 4,
+        private_data: Bytes::from_static(b"iwarp tshark test"),
+    };
     let (a, b) = tokio::join!(client.connect(addr, &pd_a, params.clone()), async {
-        server.accept().await.unwrap().accept(&pd_b, params.clone()).await
+        server
+            .accept()
+            .await
+            .unwrap()
+            .accept(&pd_b, params.clone())
+            .await
     });
     let (a, b) = (a.unwrap(), b.unwrap());
     let rx = region(&pd_b, 300_000, Access::LOCAL_WRITE);
@@ -56,9 +65,16 @@ async fn traffic(port: u16, crc: bool, server: &mut iwarp::IwarpListener) {
     a.post_send(send(1, Bytes::new())).unwrap();
     a.post_send(send(2, pattern(100, 1))).unwrap();
     a.post_send(send(3, pattern(200_003, 2))).unwrap();
-    a.post_send(write(4, target.stag(), 5, pattern(150_001, 3))).unwrap();
-    a.post_send(read(5, target.stag(), 5, &sink, 1, 150_001)).unwrap();
-    a.post_send(SendWr { wr_id: 6, op: SendOp::SendWithInvalidate(target.stag()), sgl: vec![Sge::Bytes(pattern(33, 4))] }).unwrap();
+    a.post_send(write(4, target.stag(), 5, pattern(150_001, 3)))
+        .unwrap();
+    a.post_send(read(5, target.stag(), 5, &sink, 1, 150_001))
+        .unwrap();
+    a.post_send(SendWr {
+        wr_id: 6,
+        op: SendOp::SendWithInvalidate(target.stag()),
+        sgl: vec![Sge::Bytes(pattern(33, 4))],
+    })
+    .unwrap();
     for _ in 0..6 {
         assert_eq!(next_completion(&a).await.status, WcStatus::Success);
     }
@@ -66,7 +82,8 @@ async fn traffic(port: u16, crc: bool, server: &mut iwarp::IwarpListener) {
         assert_eq!(next_completion(&b).await.status, WcStatus::Success);
     }
     // A violation, so a Terminate is on the wire too: the STag was just invalidated.
-    a.post_send(write(7, target.stag(), 0, pattern(10, 5))).unwrap();
+    a.post_send(write(7, target.stag(), 0, pattern(10, 5)))
+        .unwrap();
     let _ = next_event(&a).await;
     let _ = next_event(&b).await;
 }
@@ -75,13 +92,26 @@ async fn traffic(port: u16, crc: bool, server: &mut iwarp::IwarpListener) {
 async fn tshark_decodes_our_traffic_with_no_malformed_frames_and_good_crcs() {
     require("tcpdump");
     require("tshark");
-    let mut server = IwarpProvider::new(small_fpdus(false)).listen("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let mut server = IwarpProvider::new(small_fpdus(false))
+        .listen("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
     let port = server.local_addr().unwrap().port();
     let dir = std::env::temp_dir().join(format!("iwarp-tshark-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let pcap = dir.join("loopback.pcap");
     let mut dump = Command::new("tcpdump")
-        .args(["-i", "lo", "-U", "--immediate-mode", "-B", "32768", "-s", "0", "-w"])
+        .args([
+            "-i",
+            "lo",
+            "-U",
+            "--immediate-mode",
+            "-B",
+            "32768",
+            "-s",
+            "0",
+            "-w",
+        ])
         .arg(&pcap)
         .args(["tcp", "port", &port.to_string()])
         .stdout(Stdio::null())
@@ -92,14 +122,19 @@ async fn tshark_decodes_our_traffic_with_no_malformed_frames_and_good_crcs() {
     let mut err = BufReader::new(dump.stderr.take().unwrap());
     let mut line = String::new();
     err.read_line(&mut line).unwrap();
-    assert!(line.contains("listening on"), "tcpdump could not capture on lo: {line}");
+    assert!(
+        line.contains("listening on"),
+        "tcpdump could not capture on lo: {line}"
+    );
     std::thread::spawn(move || std::io::copy(&mut err, &mut std::io::sink()));
 
     traffic(port, true, &mut server).await;
     traffic(port, false, &mut server).await;
 
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let _ = Command::new("kill").args(["-INT", &dump.id().to_string()]).status();
+    let _ = Command::new("kill")
+        .args(["-INT", &dump.id().to_string()])
+        .status();
     dump.wait().unwrap();
     if let Ok(out) = std::env::var("IWARP_CAPTURE_OUT") {
         std::fs::copy(&pcap, out).unwrap();
@@ -109,20 +144,51 @@ async fn tshark_decodes_our_traffic_with_no_malformed_frames_and_good_crcs() {
         .arg("-r")
         .arg(&pcap)
         // Our payloads are not RPC-over-RDMA; keep its heuristic dissector out.
-        .args(["--disable-protocol", "rpcordma", "-V", "-O", "iwarp_mpa,iwarp_ddp_rdmap"])
+        .args([
+            "--disable-protocol",
+            "rpcordma",
+            "-V",
+            "-O",
+            "iwarp_mpa,iwarp_ddp_rdmap",
+        ])
         .output()
         .expect("run tshark");
-    assert!(out.status.success(), "tshark failed: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "tshark failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let text = String::from_utf8_lossy(&out.stdout);
     let count = |s: &str| text.matches(s).count();
-    assert_eq!(count("Malformed"), 0, "tshark reports malformed frames:\n{text}");
+    assert_eq!(
+        count("Malformed"),
+        0,
+        "tshark reports malformed frames:\n{text}"
+    );
     assert_eq!(count("Bad CRC"), 0, "tshark reports bad CRCs");
-    assert_eq!(count("Request frame header"), 2, "both MPA Requests decoded");
-    assert_eq!(count("OpCode: Terminate (0x7)"), 2, "both Terminates captured and decoded");
+    assert_eq!(
+        count("Request frame header"),
+        2,
+        "both MPA Requests decoded"
+    );
+    assert_eq!(
+        count("OpCode: Terminate (0x7)"),
+        2,
+        "both Terminates captured and decoded"
+    );
     assert_eq!(count("Reply frame header"), 2, "both MPA Replies decoded");
     let good = count("(Good CRC32)");
-    assert!(good >= 15, "expected the CRC connection's FPDUs checked good, saw {good}");
-    for op in ["Send (0x3)", "Write (0x0)", "Read Request (0x1)", "Read Response (0x2)", "Send with Invalidate (0x4)"] {
+    assert!(
+        good >= 15,
+        "expected the CRC connection's FPDUs checked good, saw {good}"
+    );
+    for op in [
+        "Send (0x3)",
+        "Write (0x0)",
+        "Read Request (0x1)",
+        "Read Response (0x2)",
+        "Send with Invalidate (0x4)",
+    ] {
         assert!(text.contains(&format!("OpCode: {op}")), "no {op} decoded");
     }
     assert!(text.contains("Error Code for DDP Tagged Buffer: Invalid STag (0x00)"));

@@ -34,6 +34,5 @@ pub use cm::{
 pub use mr::{AccessError, MemoryRegion, ProtectionDomain, ResolvedRegion};
 pub use qp::{CompletionFuture, EventFuture, QueuePair, QueuePairExt};
 pub use wr::{
-    Completion, LocalSge, PostError, RecvWr, RemoteAddr, SendOp, SendWr, Sge, WcOpcode,
-    WcStatus,
+    Completion, LocalSge, PostError, RecvWr, RemoteAddr, SendOp, SendWr, Sge, WcOpcode, WcStatus,
 };

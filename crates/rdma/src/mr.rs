@@ -151,8 +151,7 @@ impl ProtectionDomain {
             .and_then(Weak::upgrade)
             .ok_or(AccessError::InvalidStag)?;
         drop(t);
-        if shared.stag.load(Ordering::Acquire) != stag.0 || !shared.valid.load(Ordering::Acquire)
-        {
+        if shared.stag.load(Ordering::Acquire) != stag.0 || !shared.valid.load(Ordering::Acquire) {
             return Err(AccessError::InvalidStag);
         }
         Ok(shared)
@@ -196,7 +195,9 @@ impl ProtectionDomain {
 
 impl std::fmt::Debug for ProtectionDomain {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ProtectionDomain").field("id", &self.inner.id).finish()
+        f.debug_struct("ProtectionDomain")
+            .field("id", &self.inner.id)
+            .finish()
     }
 }
 

@@ -300,9 +300,7 @@ mod tests {
     #[test]
     fn untagged_send_header_roundtrip() {
         // The reference peer's Send header: 0x41 0x43, rsvd 0, qn 0, msn 1, mo 0.
-        let b = [
-            0x41, 0x43, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0,
-        ];
+        let b = [0x41, 0x43, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0];
         let (h, n) = SegmentHeader::parse(&b).unwrap();
         assert_eq!(n, 18);
         assert!(h.last);

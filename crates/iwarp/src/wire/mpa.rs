@@ -241,7 +241,11 @@ pub fn encode_fpdu(ulpdu: &[u8], crc: bool, out: &mut Vec<u8>) {
     out.extend_from_slice(&(ulpdu.len() as u16).to_be_bytes());
     out.extend_from_slice(ulpdu);
     out.extend(std::iter::repeat(0).take(pad_len(ulpdu.len())));
-    let c = if crc { crc32c::crc32c(&out[start..]) } else { 0 };
+    let c = if crc {
+        crc32c::crc32c(&out[start..])
+    } else {
+        0
+    };
     out.extend_from_slice(&crc_field(c));
 }
 
@@ -294,10 +298,7 @@ mod tests {
     fn rfc5044_private_data_over_512_is_refused() {
         let mut b = REQ_KEY.to_vec();
         b.extend_from_slice(&[0x10, 2, 0x02, 0x01]);
-        assert_eq!(
-            MpaFrame::parse(&b),
-            Err(WireError::PrivateDataTooLong(513))
-        );
+        assert_eq!(MpaFrame::parse(&b), Err(WireError::PrivateDataTooLong(513)));
     }
 
     #[test]
