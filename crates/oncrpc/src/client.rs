@@ -75,6 +75,15 @@ pub enum ClientError {
     BadReply(#[from] HeaderError),
 }
 
+/// Per-call settings for [`Client::call_with`]; `None` takes the client's default.
+#[derive(Debug, Clone, Default)]
+pub struct CallOptions {
+    /// Time the call may take, retransmissions included.
+    pub timeout: Option<Duration>,
+    /// Credential of this call (e.g. the AUTH_SYS identity of one user).
+    pub cred: Option<OpaqueAuth>,
+}
+
 /// A successful reply.
 #[derive(Debug)]
 pub struct Reply {
@@ -148,8 +157,26 @@ impl Client {
         args: XdrStream,
         timeout: Duration,
     ) -> Result<Reply, ClientError> {
+        let opts = CallOptions {
+            timeout: Some(timeout),
+            cred: None,
+        };
+        self.call_with(prog, vers, proc_, args, opts).await
+    }
+
+    /// Like [`Client::call`], with a per-call timeout and credential.
+    pub async fn call_with(
+        &self,
+        prog: u32,
+        vers: u32,
+        proc_: u32,
+        args: XdrStream,
+        opts: CallOptions,
+    ) -> Result<Reply, ClientError> {
+        let timeout = opts.timeout.unwrap_or(self.config.timeout);
+        let cred = opts.cred.unwrap_or_else(|| self.config.cred.clone());
         let xid = Xid(self.next_xid.fetch_add(1, Ordering::Relaxed));
-        let header = CallHeader::new(xid, prog, vers, proc_, self.config.cred.clone());
+        let header = CallHeader::new(xid, prog, vers, proc_, cred);
         let msg = prepend(|enc| header.encode(enc), args);
         let (tx, rx) = oneshot::channel();
         self.cmds

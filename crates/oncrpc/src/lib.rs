@@ -40,7 +40,7 @@ mod wire_enum;
 
 pub use auth::{AuthFlavor, AuthStat, AuthSysParms, Credentials, OpaqueAuth};
 #[cfg(feature = "tokio")]
-pub use client::{Client, ClientConfig, ClientError, Reply};
+pub use client::{CallOptions, Client, ClientConfig, ClientError, Reply};
 pub use error::{CallError, Disposition, Scope, ServiceError};
 pub use message::{
     AcceptStat, AcceptedStatus, CallHeader, MismatchInfo, MsgType, RejectStat, RejectedReply,

@@ -294,6 +294,20 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn unreachable_rpcbind_is_a_call_error_after_the_timeout() {
+        let r = Registrar {
+            addr: "127.0.0.1:1".parse().unwrap(),
+            timeout: Duration::from_millis(200),
+            ..Registrar::local()
+        };
+        let err = r
+            .set_all(&[(1, 1)], NETID_TCP, "127.0.0.1:2".parse().unwrap())
+            .await
+            .unwrap_err();
+        assert!(matches!(err, RegisterError::Call(ClientError::Timeout)));
+    }
+
+    #[tokio::test]
     async fn portmap2_refuses_non_tcp_netid() {
         let r = Registrar {
             version: RpcbindVersion::Portmap2,

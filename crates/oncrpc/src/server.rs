@@ -16,9 +16,10 @@ use tokio::sync::{mpsc, oneshot, watch, Semaphore};
 use tokio::task::JoinSet;
 use xdr::XdrStream;
 
+use crate::message::{peek_xid_and_type, AcceptStat, ReplyBody};
 use crate::record::RecordDecoder;
 use crate::rpcbind::{Registrar, NETID_TCP};
-use crate::service::Dispatcher;
+use crate::service::{reply_message, Dispatcher};
 use crate::tcp::{
     close_write, read_record, write_record, DEFAULT_MAX_FRAGMENT, DEFAULT_MAX_RECORD,
 };
@@ -175,7 +176,24 @@ async fn connection(
                 let dispatcher = dispatcher.clone();
                 let tx = tx.clone();
                 calls.spawn(async move {
-                    if let Some(reply) = dispatcher.dispatch(call).await {
+                    let xid = peek_xid_and_type(&call).map(|(xid, _)| xid);
+                    // The handler runs in its own task so that a panic in it fails
+                    // this call with SYSTEM_ERR, not the connection.
+                    let reply =
+                        match tokio::spawn(async move { dispatcher.dispatch(call).await }).await {
+                            Ok(reply) => reply,
+                            Err(e) => {
+                                tracing::error!(%peer, error = %e, "handler failed");
+                                xid.map(|xid| {
+                                    reply_message(
+                                        xid,
+                                        &ReplyBody::accepted(AcceptStat::SYSTEM_ERR),
+                                        XdrStream::default(),
+                                    )
+                                })
+                            }
+                        };
+                    if let Some(reply) = reply {
                         let _ = tx.send(reply).await;
                     }
                     drop(permit);

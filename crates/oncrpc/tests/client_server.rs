@@ -23,7 +23,7 @@ const PROG: u32 = 0x2000_0202;
 const MAX_PAYLOAD: usize = 4 * 1024 * 1024;
 
 /// Procedures: 0 NULL; 1 ECHO `opaque<>`, after a delay of `u32` ms given first;
-/// 2 WAIT (records its xid, then waits until `release` is notified).
+/// 2 WAIT (records its xid, then waits until `release` is notified); 3 PANIC.
 #[derive(Default)]
 struct Test {
     seen: Mutex<Vec<u32>>,
@@ -50,6 +50,7 @@ impl Service for Test {
                 self.release.notified().await;
                 Ok(XdrStream::default())
             }
+            3 => panic!("handler bug"),
             _ => Err(ServiceError::ProcUnavail),
         }
     }
@@ -319,5 +320,100 @@ async fn hand_made_multi_fragment_call_is_answered() {
         reply[4..],
         [0, 0, 0, 7, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]
     );
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn unknown_auth_flavor_is_rejected_with_auth_rejectedcred() {
+    let server = start(Arc::new(Test::default())).await;
+    let c = client(server.addr);
+    let opts = oncrpc::CallOptions {
+        cred: Some(oncrpc::OpaqueAuth {
+            flavor: oncrpc::AuthFlavor::RPCSEC_GSS,
+            body: Bytes::new(),
+        }),
+        ..Default::default()
+    };
+    let err = c
+        .call_with(PROG, 1, 0, XdrStream::default(), opts)
+        .await
+        .unwrap_err();
+    assert!(matches!(
+        err,
+        ClientError::Rejected(oncrpc::RejectedReply::AuthError(
+            oncrpc::AuthStat::AUTH_REJECTEDCRED
+        ))
+    ));
+    server.stop().await;
+}
+
+/// A scripted server: reads two calls, sends a stray reply (unknown xid), a message
+/// that is not a reply, then answers the second call before the first; the second
+/// reply is a malformed header.
+#[tokio::test]
+async fn client_matches_replies_by_xid_and_ignores_strays() {
+    use oncrpc::record::RecordDecoder;
+    use oncrpc::tcp::{read_record, write_record};
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let peer = tokio::spawn(async move {
+        let (s, _) = listener.accept().await.unwrap();
+        let (mut r, mut w) = s.into_split();
+        let mut dec = RecordDecoder::new(1 << 16);
+        let mut buf = bytes::BytesMut::new();
+        let a = read_record(&mut r, &mut dec, &mut buf)
+            .await
+            .unwrap()
+            .unwrap();
+        let b = read_record(&mut r, &mut dec, &mut buf)
+            .await
+            .unwrap()
+            .unwrap();
+        let reply = |xid: &[u8], tail: &[u8]| {
+            let mut m = xid.to_vec();
+            m.extend_from_slice(&[0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+            m.extend_from_slice(tail);
+            XdrStream::inline_only(Bytes::from(m))
+        };
+        let stray = reply(&[0xde, 0xad, 0xbe, 0xef], &[]);
+        let not_a_reply = XdrStream::inline_only(Bytes::copy_from_slice(&b[..8]));
+        let bad = {
+            let mut m = a[..4].to_vec();
+            m.extend_from_slice(&[0, 0, 0, 1, 0, 0, 0, 7]); // reply_stat 7
+            XdrStream::inline_only(Bytes::from(m))
+        };
+        for m in [stray, not_a_reply, reply(&b[..4], &[0, 0, 0, 42]), bad] {
+            write_record(&mut w, &m, 5).await.unwrap();
+        }
+        // Keep the connection open until the client is done.
+        let _ = r.read(&mut [0u8; 1]).await;
+    });
+    let c = client(addr);
+    let first = tokio::spawn({
+        let c = c.clone();
+        async move { c.call(PROG, 1, 0, XdrStream::default()).await }
+    });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let mut second = c.call(PROG, 1, 0, XdrStream::default()).await.unwrap();
+    assert_eq!(second.results.u32().unwrap(), 42);
+    let err = first.await.unwrap().unwrap_err();
+    assert!(
+        matches!(err, ClientError::BadReply(_)),
+        "malformed reply header: {err:?}"
+    );
+    drop(c);
+    peer.abort();
+}
+
+#[tokio::test]
+async fn handler_panic_is_system_err_and_connection_survives() {
+    let server = start(Arc::new(Test::default())).await;
+    let c = client(server.addr);
+    let err = c.call(PROG, 1, 3, XdrStream::default()).await.unwrap_err();
+    assert!(matches!(
+        err,
+        ClientError::Accepted(AcceptedStatus::Void(AcceptStat::SYSTEM_ERR))
+    ));
+    c.call(PROG, 1, 0, XdrStream::default()).await.unwrap();
     server.stop().await;
 }
