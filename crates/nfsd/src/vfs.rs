@@ -15,6 +15,10 @@
 //! that is not found inside the export is NFS3ERR_STALE. Handles therefore survive
 //! restarts, and a forged handle can only ever name something inside the export.
 //!
+//! DoS bound: searches run one at a time, and after a search that found nothing no
+//! other starts for a second, so forged handles cost at most one walk of the export
+//! per second (and are then NFS3ERR_STALE at once).
+//!
 //! Implementation limits: `links` holds one entry per inode seen (about 60 bytes plus
 //! the name); a search after a restart costs one pass over the export tree; a file
 //! system mounted inside the export is served, but inode numbers are only unique per
@@ -24,6 +28,7 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use nfs3::{Fattr3, Ftype3, NfsStat3, NfsTime3, SpecData3, WccAttr};
 use rustix::fs::{AtFlags, Dir, FileType, Mode, OFlags, Statx, StatxFlags};
@@ -36,6 +41,10 @@ pub const NAME_MAX: usize = 255;
 
 /// Longest symbolic link target we store, terminating NUL included (Linux PATH_MAX).
 pub const PATH_MAX: usize = 4096;
+
+/// After a search of the export that found nothing, no new search starts for this
+/// long: a stream of forged handles costs at most one walk of the export per period.
+const SEARCH_BACKOFF: Duration = Duration::from_secs(1);
 
 /// Deepest directory nesting a handle may be resolved through.
 const MAX_DEPTH: usize = 4096;
@@ -264,6 +273,8 @@ pub struct Export {
     root: OwnedFd,
     root_meta: Meta,
     links: Mutex<HashMap<Key, Link>>,
+    /// Serializes searches; holds when the last search that found nothing ended.
+    search: Mutex<Option<Instant>>,
 }
 
 impl Export {
@@ -284,6 +295,7 @@ impl Export {
             root,
             root_meta,
             links: Mutex::new(HashMap::new()),
+            search: Mutex::new(None),
         })
     }
 
@@ -348,10 +360,7 @@ impl Export {
     pub fn resolve(&self, fh: &FileHandle) -> Result<Node, NfsStat3> {
         let node = match self.walk(fh.key, 0) {
             Some(n) => n,
-            None => {
-                self.search(fh.key);
-                self.walk(fh.key, 0).ok_or(NfsStat3::NFS3ERR_STALE)?
-            }
+            None => self.search_and_walk(fh.key)?,
         };
         if node.meta.gen != fh.gen {
             return Err(NfsStat3::NFS3ERR_STALE);
@@ -431,11 +440,35 @@ impl Export {
                 stat_fd(&fd)?.key
             }
         };
-        let node = self.walk(parent_key, 0).or_else(|| {
-            self.search(parent_key);
-            self.walk(parent_key, 0)
-        });
-        node.ok_or(NfsStat3::NFS3ERR_STALE)
+        match self.walk(parent_key, 0) {
+            Some(n) => Ok(n),
+            None => self.search_and_walk(parent_key),
+        }
+    }
+
+    /// Searches the export for `key` (one search at a time, and none within
+    /// [`SEARCH_BACKOFF`] of a fruitless one), then opens it; NFS3ERR_STALE if it is
+    /// not in the export.
+    fn search_and_walk(&self, key: Key) -> Result<Node, NfsStat3> {
+        let mut last_miss = self.search.lock().unwrap_or_else(|p| p.into_inner());
+        // Another thread's search may have found it meanwhile.
+        if let Some(n) = self.walk(key, 0) {
+            return Ok(n);
+        }
+        if last_miss.is_some_and(|t| t.elapsed() < SEARCH_BACKOFF) {
+            return Err(NfsStat3::NFS3ERR_STALE);
+        }
+        self.search(key);
+        match self.walk(key, 0) {
+            Some(n) => {
+                *last_miss = None;
+                Ok(n)
+            }
+            None => {
+                *last_miss = Some(Instant::now());
+                Err(NfsStat3::NFS3ERR_STALE)
+            }
+        }
     }
 
     /// Breadth-first search of the export for `target`, remembering every name

@@ -1100,10 +1100,25 @@ fn auth_sys_identity_and_root_squash() {
     let f = h.new_file(&root, "owned");
     let a = attrs(&h, &f);
     assert_eq!((a.uid, a.gid), (1234, 4321));
+    // Owner override (knfsd's): the owner writes a file it made read-only, as
+    // `cp -p` of a read-only file does; nobody else may.
+    let ro = match h.create(&root, "ro", CreateHow3::Guarded(sattr_mode(0o444))) {
+        NfsResult::Ok(ok) => ok.obj.unwrap(),
+        r => panic!("{r:?}"),
+    };
+    assert_eq!(
+        status(&write(&h, &ro, 0, b"mine", StableHow::FILE_SYNC)),
+        NfsStat3::NFS3_OK
+    );
+    assert_eq!(std::fs::read(h.export.join("ro")).unwrap(), b"mine");
     // Another user cannot write it (0644).
     h.who = Who::Sys(999, 999, vec![]);
     assert_eq!(
         status(&write(&h, &f, 0, b"x", StableHow::FILE_SYNC)),
+        NfsStat3::NFS3ERR_ACCES
+    );
+    assert_eq!(
+        status(&write(&h, &ro, 0, b"x", StableHow::FILE_SYNC)),
         NfsStat3::NFS3ERR_ACCES
     );
     // Nor chmod it.

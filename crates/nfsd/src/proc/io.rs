@@ -7,6 +7,8 @@
 use nfs3::attr::ObjAttrFail;
 use nfs3::io::*;
 use nfs3::{DdpData, NfsResult, NfsStat3, StableHow, WccData};
+use std::os::fd::OwnedFd;
+
 use rustix::fs::{FileType, OFlags};
 use xdr::Bytes;
 
@@ -21,6 +23,18 @@ fn regular(node: &Node) -> Result<(), NfsStat3> {
         FileType::RegularFile => Ok(()),
         FileType::Directory => Err(NfsStat3::NFS3ERR_ISDIR),
         _ => Err(NfsStat3::NFS3ERR_INVAL),
+    }
+}
+
+/// Opens the file for I/O as the caller. If the kernel refuses and the caller owns
+/// the file, opens it as the server: knfsd's "owner override"
+/// (`NFSD_MAY_OWNER_OVERRIDE`), which lets a client write a file it just created
+/// read-only (`open(O_CREAT|O_WRONLY, 0444)` then WRITE, as `cp -p` and `tar` do),
+/// since the permission check was the client's, at open time.
+pub(crate) fn open_io(cx: &Cx<'_>, node: &Node, flags: OFlags) -> Result<OwnedFd, NfsStat3> {
+    match cx.as_caller(|| node.reopen(flags)) {
+        Err(NfsStat3::NFS3ERR_ACCES) if cx.id.uid == node.meta.uid => node.reopen(flags),
+        other => other,
     }
 }
 
@@ -40,7 +54,7 @@ pub(crate) fn read(cx: &Cx<'_>, a: Read3Args) -> Read3Res {
     };
     let count = a.count.min(MAX_IO) as usize;
     let got = regular(&node).and_then(|()| {
-        let fd = cx.as_caller(|| node.reopen(OFlags::RDONLY))?;
+        let fd = open_io(cx, &node, OFlags::RDONLY)?;
         // The reply buffer: the kernel copies file data into it (the one copy on the
         // server), and it is handed to the encoder as the DDP-eligible item.
         let mut buf: Vec<u8> = Vec::with_capacity(count);
@@ -100,7 +114,7 @@ pub(crate) fn write(cx: &Cx<'_>, a: Write3Args) -> Write3Res {
         return fail(NfsStat3::NFS3ERR_INVAL, wcc(ex, Some(&before), &node));
     }
     let done = regular(&node).and_then(|()| {
-        let fd = cx.as_caller(|| node.reopen(OFlags::WRONLY))?;
+        let fd = open_io(cx, &node, OFlags::WRONLY)?;
         let mut off = 0;
         while off < data.len() {
             let at = a.offset.saturating_add(off as u64);
