@@ -152,19 +152,27 @@ impl Mount {
     /// and the rest of the path (relative to the mounted directory), for targets
     /// such as `host:/srv/export/dir/file` that do not say where the export ends.
     ///
+    /// At least `keep` trailing components stay in the rest: 1 for operations on a
+    /// directory entry (remove, mkdir), which a server that mounts subdirectories
+    /// would otherwise turn into operations on the mount's root.
+    ///
     /// A prefix MNT refuses with MNT3ERR_NOENT, NOTDIR or ACCES is skipped in favour
     /// of a shorter one; any other failure ends the search. When no prefix mounts,
-    /// the error of the whole path is returned.
+    /// the error of the longest one tried is returned.
     pub async fn mount_longest(
         host: &str,
         path: &str,
+        keep: usize,
         opts: &MountOptions,
     ) -> Result<(Mount, String)> {
         use nfs3::mount::MountStat3;
-        let mount = mount_client(host, opts).await?;
         let comps: Vec<&str> = components(path).collect();
+        if comps.len() < keep {
+            return Err(Error::InvalidArgument("path names the export root"));
+        }
+        let mount = mount_client(host, opts).await?;
         let mut whole_path_err = None;
-        for n in (0..=comps.len()).rev() {
+        for n in (0..=comps.len() - keep).rev() {
             let export = format!("/{}", comps[..n].join("/"));
             match mount.mnt(export.as_bytes()).await {
                 Ok(m) => {

@@ -78,12 +78,18 @@ async fn mount_through_the_portmapper_and_bad_export_paths() {
     std::fs::create_dir(s.local("sub")).unwrap();
     std::fs::write(s.local("sub/f"), b"x").unwrap();
     let target = format!("{}/sub/f", s.dir.export());
-    let (m2, rest) = Mount::mount_longest("127.0.0.1", &target, &opts)
+    let (m2, rest) = Mount::mount_longest("127.0.0.1", &target, 0, &opts)
         .await
         .unwrap();
     assert_eq!(rest, "f");
     let (_, a) = m2.lookup_path(&rest).await.unwrap();
     assert_eq!(a.size, 1);
+    // Keeping one component: the directory holding it is mounted.
+    let sub = format!("{}/sub", s.dir.export());
+    let (_, rest) = Mount::mount_longest("127.0.0.1", &sub, 1, &opts)
+        .await
+        .unwrap();
+    assert_eq!(rest, "sub");
     // MOUNT EXPORT lists the export.
     let mc = MountClient::new(
         nfsclient::transport::rpc_client(

@@ -58,8 +58,9 @@ fn io_on<T>(r: std::io::Result<T>, path: &str) -> Result<T> {
     })
 }
 
-/// Mounts the target's export; returns the mount and the path inside it.
-async fn open(g: &Global, t: &Target) -> Result<(Mount, String)> {
+/// Mounts the target's export; returns the mount and the path inside it, which keeps
+/// at least `keep` components (1 for commands acting on a directory entry).
+async fn open(g: &Global, t: &Target, keep: usize) -> Result<(Mount, String)> {
     let opts = g.mount_options(t).map_err(CliError::Usage)?;
     match &g.export {
         Some(export) => {
@@ -74,7 +75,9 @@ async fn open(g: &Global, t: &Target) -> Result<(Mount, String)> {
             let m = Mount::mount(&t.host, export, &opts).await.on(t)?;
             Ok((m, all[exp.len()..].join("/")))
         }
-        None => Mount::mount_longest(&t.host, &t.path, &opts).await.on(t),
+        None => Mount::mount_longest(&t.host, &t.path, keep, &opts)
+            .await
+            .on(t),
     }
 }
 
@@ -89,7 +92,7 @@ pub(crate) async fn run(g: Global, cmd: Command) -> Result<()> {
             sync,
         } => put(&g, &local, &target, sync).await,
         Command::Rm { dir, target } => {
-            let (m, path) = open(&g, &target).await?;
+            let (m, path) = open(&g, &target, 1).await?;
             m.remove_path(&path, dir).await.on(&target)
         }
         Command::Mkdir {
@@ -97,12 +100,12 @@ pub(crate) async fn run(g: Global, cmd: Command) -> Result<()> {
             mode,
             target,
         } => {
-            let (m, path) = open(&g, &target).await?;
+            let (m, path) = open(&g, &target, 1).await?;
             m.mkdir_path(&path, mode, parents).await.on(&target)?;
             Ok(())
         }
         Command::Stat { target } => {
-            let (m, path) = open(&g, &target).await?;
+            let (m, path) = open(&g, &target, 0).await?;
             let (_, attrs) = m.lookup_path(&path).await.on(&target)?;
             print!("{}", stat_text(&target.to_string(), &attrs));
             Ok(())
@@ -112,7 +115,7 @@ pub(crate) async fn run(g: Global, cmd: Command) -> Result<()> {
 }
 
 async fn ls(g: &Global, target: &Target, long: bool) -> Result<()> {
-    let (m, path) = open(g, target).await?;
+    let (m, path) = open(g, target, 0).await?;
     let (fh, attrs) = m.lookup_path(&path).await.on(target)?;
     let mut out = String::new();
     if attrs.ftype != Ftype3::NF3DIR {
@@ -166,7 +169,7 @@ fn line(out: &mut String, name: &str, attrs: Option<&nfsclient::nfs3::Fattr3>, l
 }
 
 async fn get(g: &Global, target: &Target, local: Option<String>) -> Result<()> {
-    let (m, path) = open(g, target).await?;
+    let (m, path) = open(g, target, 0).await?;
     let (fh, attrs) = m.lookup_path(&path).await.on(target)?;
     if attrs.ftype == Ftype3::NF3DIR {
         return Err(CliError::Nfs {
@@ -205,7 +208,7 @@ async fn get(g: &Global, target: &Target, local: Option<String>) -> Result<()> {
 async fn put(g: &Global, local_path: &str, target: &Target, sync: bool) -> Result<()> {
     let mut file = io_on(tokio::fs::File::open(local_path).await, local_path)?;
     let meta = io_on(file.metadata().await, local_path)?;
-    let (m, mut path) = open(g, target).await?;
+    let (m, mut path) = open(g, target, 0).await?;
     // A target that is a directory (or the export root) receives the file by name.
     let is_dir = match m.lookup_path(&path).await {
         Ok((_, a)) => a.ftype == Ftype3::NF3DIR,
