@@ -106,8 +106,9 @@ impl From<&CallError> for Disposition {
             // Without a well-formed call header there is nothing to answer; libtirpc
             // drops such a message too.
             CallError::Header(_) => Disposition::Discard,
-            // RFC 5531 §9: "RPC_MISMATCH = 0, /* RPC version number != 2 */", with
-            // "the lowest and highest version numbers of the remote program supported".
+            // RFC 5531 §9: "RPC_MISMATCH = 0, /* RPC version number != 2 */", and
+            // `rejected_reply` "case RPC_MISMATCH: struct { unsigned int low;
+            // unsigned int high; } mismatch_info;": we speak version 2 only.
             CallError::RpcMismatch(_) => Disposition::Reply(ReplyBody::Denied(
                 RejectedReply::RpcMismatch(MismatchInfo {
                     low: RPC_VERSION,

@@ -16,7 +16,7 @@ use xdr::{Decode, Decoder, Encode, Encoder, XdrError};
 use crate::auth::{AuthStat, OpaqueAuth};
 use crate::wire_enum::wire_enum;
 
-/// RFC 5531 §9: "rpcvers ... MUST be equal to 2".
+/// RFC 5531 §9, `call_body`: "unsigned int rpcvers; /* must be equal to two (2) */".
 pub const RPC_VERSION: u32 = 2;
 
 /// A transaction identifier (RFC 5531 §9: "the xid of a reply message always matches

@@ -213,7 +213,8 @@ impl Dispatcher {
     /// RFC 5531 §9 checks, in libtirpc's order: RPC version, authentication, program,
     /// version. Returns the service and the decoded credentials.
     fn route(&self, h: &CallHeader) -> Result<(Arc<dyn DynService>, Credentials), CallError> {
-        // RFC 5531 §9: "rpcvers ... MUST be equal to 2"; otherwise RPC_MISMATCH.
+        // RFC 5531 §9, `call_body`: "rpcvers; /* must be equal to two (2) */"; else
+        // `reject_stat` "RPC_MISMATCH = 0, /* RPC version number != 2 */".
         if h.rpcvers != RPC_VERSION {
             return Err(CallError::RpcMismatch(h.rpcvers));
         }
@@ -226,8 +227,9 @@ impl Dispatcher {
         match versions.get(&h.vers) {
             Some(s) => Ok((s.clone(), cred)),
             None => {
-                // RFC 5531 §9: PROG_MISMATCH carries "the lowest and highest version
-                // numbers of the remote program supported".
+                // RFC 5531 §9: "PROG_MISMATCH = 2, /* remote can't support version # */"
+                // with "struct { unsigned int low; unsigned int high; } mismatch_info;":
+                // the lowest and highest version served (rpcinfo probes version 0 for it).
                 let (low, high) = match (versions.keys().next(), versions.keys().next_back()) {
                     (Some(&l), Some(&h)) => (l, h),
                     _ => return Err(CallError::ProgUnavail(h.prog)),
