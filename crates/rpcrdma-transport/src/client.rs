@@ -123,7 +123,9 @@ impl<P: ConnectionManager + 'static> RdmaTransport<P> {
             peer_ird = qp.peer().ird,
             "connected"
         );
+        let (tx, rx) = mpsc::unbounded_channel();
         let conn = Arc::new(Conn {
+            replies: Mutex::new(Some(tx)),
             qp,
             pd,
             limits,
@@ -137,8 +139,7 @@ impl<P: ConnectionManager + 'static> RdmaTransport<P> {
             }),
             credit_wait: Notify::new(),
         });
-        let (tx, rx) = mpsc::unbounded_channel();
-        tokio::spawn(completions(conn.clone(), pool, tx));
+        tokio::spawn(completions(conn.clone(), pool));
         Ok((RdmaSender { conn }, RdmaReceiver { rx }))
     }
 }
@@ -172,6 +173,9 @@ struct State {
 }
 
 struct Conn<Q> {
+    /// Where whole replies go ([`RdmaReceiver`]); `None` once the connection ended,
+    /// which ends the receiver.
+    replies: Mutex<Option<mpsc::UnboundedSender<Bytes>>>,
     qp: Q,
     pd: ProtectionDomain,
     limits: PeerLimits,
@@ -187,6 +191,20 @@ impl<Q> Conn<Q> {
         // Poisoning means a panic elsewhere; the table itself stays consistent.
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
+
+    /// Hands a whole reply to the receiver; false once the connection has ended.
+    fn deliver(&self, reply: Bytes) -> bool {
+        let g = self.replies.lock().unwrap_or_else(|e| e.into_inner());
+        g.as_ref().is_some_and(|tx| tx.send(reply).is_ok())
+    }
+
+    /// Ends the receiver.
+    fn end_replies(&self) {
+        self.replies
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+    }
 }
 
 /// The sending half of a client connection. Dropping it disconnects.
@@ -201,9 +219,30 @@ impl<Q: QueuePair + 'static> RdmaSender<Q> {
     }
 
     async fn send_call(&self, msg: &XdrStream) -> Result<(), TransportError> {
+        let Some(xid) = rpc::xid(&msg.inline) else {
+            return Err(TransportError::NotACall);
+        };
+        match self.try_send_call(xid, msg).await {
+            Err(
+                e @ (TransportError::NoBinding { .. }
+                | TransportError::NotACall
+                | TransportError::Marshal(_)),
+            ) => {
+                // §5.5.4: "if a requester is unable to construct and transmit a Call
+                // message, the associated RPC transaction fails immediately." Failing
+                // the connection instead would make oncrpc reconnect and retry it.
+                tracing::debug!(target: "rpcrdma_transport", xid = xid.0, error = %e, "call failed locally");
+                self.conn.stats.inc(Counter::ErrCallFailedLocally);
+                self.conn.deliver(system_err_reply(xid));
+                Ok(())
+            }
+            other => other,
+        }
+    }
+
+    async fn try_send_call(&self, xid: Xid, msg: &XdrStream) -> Result<(), TransportError> {
         let conn = &self.conn;
-        let (Some(xid), Some(proc_id)) = (rpc::xid(&msg.inline), rpc::call_proc(&msg.inline))
-        else {
+        let Some(proc_id) = rpc::call_proc(&msg.inline) else {
             return Err(TransportError::NotACall);
         };
         if !conn.binding.binds(proc_id.prog, proc_id.vers) {
@@ -356,11 +395,7 @@ fn system_err_reply(xid: Xid) -> Bytes {
 }
 
 /// The completion task of one client connection.
-async fn completions<Q: QueuePair + 'static>(
-    conn: Arc<Conn<Q>>,
-    pool: RecvPool,
-    tx: mpsc::UnboundedSender<Bytes>,
-) {
+async fn completions<Q: QueuePair + 'static>(conn: Arc<Conn<Q>>, pool: RecvPool) {
     while let Some(c) = conn.qp.completion().await {
         if c.status == WcStatus::Flushed {
             conn.stats.inc(Counter::Flushed);
@@ -386,8 +421,8 @@ async fn completions<Q: QueuePair + 'static>(
         conn.stats.add(Counter::RecvBytes, buf.len() as u64);
         if let Some(reply) = handle_reply(&conn, buf, &c) {
             conn.stats.inc(Counter::Replies);
-            if tx.send(reply).is_err() {
-                break;
+            if !conn.deliver(reply) {
+                conn.qp.disconnect();
             }
         }
     }
@@ -402,6 +437,7 @@ async fn completions<Q: QueuePair + 'static>(
         fence(call, None, &conn.stats);
     }
     conn.credit_wait.notify_waiters();
+    conn.end_replies();
     conn.stats.close();
 }
 

@@ -76,6 +76,7 @@ impl RdmaConfig {
             private_data: Bytes::copy_from_slice(&self.private_data().emit()),
             ird: self.ird,
             ord: self.ord,
+            ..ConnectParams::default()
         }
     }
 

@@ -234,15 +234,28 @@ async fn server_restart_client_reconnects_and_retransmits() {
 async fn unbound_program_is_refused_by_the_requester() {
     init_tracing();
     let server = start_server(RdmaConfig::default()).await;
-    let (c, _) = client(server.addr, RdmaConfig::default());
+    let (c, cstats) = client(server.addr, RdmaConfig::default());
+    // §8: the requester sends nothing; §5.5.4: the call fails at once.
     let r = c
         .call_with_timeout(
             UNBOUND_PROG,
             VERS,
             NULL,
             xdr::XdrStream::default(),
-            Duration::from_millis(500),
+            Duration::from_secs(10),
         )
         .await;
-    assert!(r.is_err());
+    assert!(matches!(
+        r,
+        Err(oncrpc::ClientError::Accepted(oncrpc::AcceptedStatus::Void(
+            oncrpc::AcceptStat::SYSTEM_ERR
+        )))
+    ));
+    let s = cstats.latest().unwrap();
+    assert_eq!(s.get(Counter::ErrCallFailedLocally), 1);
+    assert_eq!(s.get(Counter::Sends), 0);
+    assert_eq!(server.stats.total(Counter::Calls), 0);
+    // The connection is still there for bound programs.
+    assert!(echo(&c, pattern(5, 5)).await == pattern(5, 5));
+    assert_eq!(cstats.snapshots().len(), 1);
 }
