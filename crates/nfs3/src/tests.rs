@@ -406,3 +406,64 @@ fn procedure_names() {
     assert_eq!(NfsProc3::READDIRPLUS.name(), Some("READDIRPLUS"));
     assert_eq!(NfsProc3(22).name(), None);
 }
+
+/// Decodes `bytes` as every argument and result type; must never panic.
+fn decode_everything(bytes: &[u8]) {
+    fn try_it<T: Decode>(b: &[u8]) {
+        let _ = T::from_xdr(Bytes::copy_from_slice(b));
+    }
+    try_it::<GetAttr3Args>(bytes);
+    try_it::<SetAttr3Args>(bytes);
+    try_it::<Lookup3Args>(bytes);
+    try_it::<Access3Args>(bytes);
+    try_it::<ReadLink3Args>(bytes);
+    try_it::<Read3Args>(bytes);
+    try_it::<Write3Args>(bytes);
+    try_it::<Create3Args>(bytes);
+    try_it::<MkDir3Args>(bytes);
+    try_it::<Symlink3Args>(bytes);
+    try_it::<Mknod3Args>(bytes);
+    try_it::<Remove3Args>(bytes);
+    try_it::<Rename3Args>(bytes);
+    try_it::<Link3Args>(bytes);
+    try_it::<ReadDir3Args>(bytes);
+    try_it::<ReadDirPlus3Args>(bytes);
+    try_it::<FsRootArgs>(bytes);
+    try_it::<Commit3Args>(bytes);
+    try_it::<GetAttr3Res>(bytes);
+    try_it::<SetAttr3Res>(bytes);
+    try_it::<Lookup3Res>(bytes);
+    try_it::<Access3Res>(bytes);
+    try_it::<ReadLink3Res>(bytes);
+    try_it::<Read3Res>(bytes);
+    try_it::<Write3Res>(bytes);
+    try_it::<Create3Res>(bytes);
+    try_it::<Remove3Res>(bytes);
+    try_it::<Rename3Res>(bytes);
+    try_it::<Link3Res>(bytes);
+    try_it::<ReadDir3Res>(bytes);
+    try_it::<ReadDirPlus3Res>(bytes);
+    try_it::<FsStat3Res>(bytes);
+    try_it::<FsInfo3Res>(bytes);
+    try_it::<PathConf3Res>(bytes);
+    try_it::<Commit3Res>(bytes);
+    try_it::<DirPath>(bytes);
+    try_it::<MountRes3>(bytes);
+    try_it::<MountList>(bytes);
+    try_it::<Exports>(bytes);
+}
+
+proptest::proptest! {
+    /// No decoder panics on arbitrary input (the wire can send anything).
+    #[test]
+    fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..256)) {
+        decode_everything(&bytes);
+    }
+
+    /// Nor on mostly-valid input: small words (plausible lengths and discriminants).
+    #[test]
+    fn small_words_never_panic(words in proptest::collection::vec(0u32..5, 0..64)) {
+        let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_be_bytes()).collect();
+        decode_everything(&bytes);
+    }
+}
