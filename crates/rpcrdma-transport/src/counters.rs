@@ -57,6 +57,8 @@ counters! {
     RdmaReads = "rdma_reads",
     /// Bytes pulled by RDMA Read.
     RdmaReadBytes = "rdma_read_bytes",
+    /// Calls whose RDMA Reads waited for the per-connection read budget (responder).
+    ReadsDeferred = "reads_deferred",
     /// RDMA Writes posted (responder).
     RdmaWrites = "rdma_writes",
     /// Bytes pushed by RDMA Write.

@@ -20,7 +20,7 @@
 //! provider ends that connection (§4.3.1: "the RDMA layer may signal an error,
 //! possibly terminating the connection"); other connections are untouched.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -160,6 +160,8 @@ impl<P: ConnectionManager + 'static> RdmaServer<P> {
                 calls: HashMap::new(),
                 reads: HashMap::new(),
                 next_read: 0,
+                reading_bytes: 0,
+                waiting: VecDeque::new(),
                 shutdown: self.shutdown.subscribe(),
             };
             tokio::spawn(conn.run());
@@ -174,6 +176,8 @@ struct Call {
     inline: Bytes,
     /// The pool index of the Receive that brought the Call, re-posted once answered.
     recv: usize,
+    /// Sum of the Read chunk lengths.
+    read_len: u64,
     /// One sink per Read chunk while its RDMA Reads run; then its data.
     sinks: Vec<Option<ReadSink>>,
     data: Vec<Option<Bytes>>,
@@ -194,6 +198,10 @@ struct ServerConn<Q> {
     /// Outstanding RDMA Reads: id → (XID, Read chunk index).
     reads: HashMap<u64, (Xid, usize)>,
     next_read: u64,
+    /// Bytes of Read sinks registered now.
+    reading_bytes: u64,
+    /// Calls waiting for read budget, oldest first.
+    waiting: VecDeque<Xid>,
     shutdown: watch::Receiver<bool>,
 }
 
@@ -369,16 +377,46 @@ impl<Q: QueuePair + 'static> ServerConn<Q> {
             self.stats.inc(Counter::ShortCalls);
         }
         let n = chunks.reads.len();
-        let mut call = Call {
+        let read_len = total;
+        let call = Call {
             prefix,
             chunks,
             inline,
             recv: index,
+            read_len,
             sinks: Vec::with_capacity(n),
             data: vec![None; n],
         };
-        // §4.4.5: pull each Read chunk with RDMA Read, one Read per segment, into one
-        // sink per chunk. The provider holds Reads beyond the peer's IRD (our ORD).
+        self.calls.insert(prefix.xid, call);
+        if n == 0 {
+            return self.finish_call(prefix.xid, tx);
+        }
+        // DoS bound: RDMA Read sinks of at most `max_read_in_flight` bytes at once per
+        // connection (one Call alone may exceed it, up to `max_message`). Later Calls
+        // wait, still holding their credit.
+        if self.reading_bytes == 0
+            || self.reading_bytes + read_len <= self.config.max_read_in_flight
+        {
+            self.start_reads(prefix.xid, tx)
+        } else {
+            self.stats.inc(Counter::ReadsDeferred);
+            self.waiting.push_back(prefix.xid);
+            Ok(())
+        }
+    }
+
+    /// §4.4.5: pulls each Read chunk of Call `xid` with RDMA Read, one Read per
+    /// segment, into one sink per chunk. The provider holds Reads beyond the peer's IRD
+    /// (our ORD) until earlier ones complete.
+    fn start_reads(
+        &mut self,
+        xid: Xid,
+        tx: &mpsc::UnboundedSender<(Xid, Option<XdrStream>)>,
+    ) -> Result<(), Fatal> {
+        let Some(mut call) = self.calls.remove(&xid) else {
+            return Ok(());
+        };
+        self.reading_bytes += call.read_len;
         for (k, chunk) in call.chunks.reads.iter().enumerate() {
             let mut sink = ReadSink::new(&self.pd, chunk.len() as usize);
             let mut at = 0usize;
@@ -389,7 +427,7 @@ impl<Q: QueuePair + 'static> ServerConn<Q> {
                 }
                 let id = self.next_read;
                 self.next_read = (self.next_read + 1) & !wr_kind::MASK;
-                self.reads.insert(id, (prefix.xid, k));
+                self.reads.insert(id, (xid, k));
                 self.stats.inc(Counter::RdmaReads);
                 self.stats.add(Counter::RdmaReadBytes, len as u64);
                 self.qp
@@ -420,9 +458,34 @@ impl<Q: QueuePair + 'static> ServerConn<Q> {
             }
         }
         let ready = call.data.iter().all(Option::is_some);
-        self.calls.insert(prefix.xid, call);
+        self.calls.insert(xid, call);
         if ready {
-            self.finish_call(prefix.xid, tx)?;
+            self.reads_finished(xid, tx)?;
+        }
+        Ok(())
+    }
+
+    /// Call `xid` has all its Read data: release its share of the read budget, serve
+    /// it, and start the Calls that waited for the budget.
+    fn reads_finished(
+        &mut self,
+        xid: Xid,
+        tx: &mpsc::UnboundedSender<(Xid, Option<XdrStream>)>,
+    ) -> Result<(), Fatal> {
+        let len = self.calls.get(&xid).map_or(0, |c| c.read_len);
+        self.reading_bytes = self.reading_bytes.saturating_sub(len);
+        self.finish_call(xid, tx)?;
+        while let Some(&next) = self.waiting.front() {
+            let Some(len) = self.calls.get(&next).map(|c| c.read_len) else {
+                self.waiting.pop_front();
+                continue;
+            };
+            if self.reading_bytes != 0 && self.reading_bytes + len > self.config.max_read_in_flight
+            {
+                break;
+            }
+            self.waiting.pop_front();
+            self.start_reads(next, tx)?;
         }
         Ok(())
     }
@@ -448,7 +511,7 @@ impl<Q: QueuePair + 'static> ServerConn<Q> {
             }
         }
         if call.data.iter().all(Option::is_some) {
-            self.finish_call(xid, tx)?;
+            self.reads_finished(xid, tx)?;
         }
         Ok(())
     }

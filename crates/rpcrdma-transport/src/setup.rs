@@ -32,6 +32,10 @@ pub struct RdmaConfig {
     pub limits: rpcrdma::Limits,
     /// Largest Call (responder) or Reply (requester) accepted, chunks included.
     pub max_message: u64,
+    /// Responder: most bytes of RDMA Read sinks registered at once per connection
+    /// (a single Call may still use up to `max_message`). With the receive buffers
+    /// (`credits` × `max_recv`) this bounds a connection's memory.
+    pub max_read_in_flight: u64,
 }
 
 impl Default for RdmaConfig {
@@ -47,6 +51,7 @@ impl Default for RdmaConfig {
             ord: 32,
             limits: rpcrdma::Limits::default(),
             max_message: 16 << 20,
+            max_read_in_flight: 64 << 20,
         }
     }
 }

@@ -259,3 +259,35 @@ async fn unbound_program_is_refused_by_the_requester() {
     assert!(echo(&c, pattern(5, 5)).await == pattern(5, 5));
     assert_eq!(cstats.snapshots().len(), 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_budget_defers_calls_and_serves_them_all() {
+    init_tracing();
+    let server = start_server(RdmaConfig {
+        max_read_in_flight: 150_000,
+        ..RdmaConfig::default()
+    })
+    .await;
+    let (c, _) = client(server.addr, RdmaConfig::default());
+    echo(&c, pattern(1, 1)).await;
+    let mut tasks = Vec::new();
+    for i in 0..32usize {
+        let c = c.clone();
+        tasks.push(tokio::spawn(async move {
+            let data = pattern(100_000 + i, i as u8);
+            let mut r = c
+                .call(PROG, VERS, SINK, ddp_arg(data.clone()))
+                .await
+                .unwrap();
+            assert_eq!(r.results.u32().unwrap(), data.len() as u32);
+            assert_eq!(r.results.u32().unwrap(), checksum(&data));
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let s = server.stats.latest().unwrap();
+    eprintln!("{s}");
+    assert!(s.get(Counter::ReadsDeferred) > 0);
+    assert_eq!(s.get(Counter::Replies), 33);
+}
