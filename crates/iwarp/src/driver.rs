@@ -90,6 +90,8 @@ impl IwarpProvider {
         params: ConnectParams,
     ) -> Result<IwarpQp, ConnectError> {
         let cfg = self.cfg.clone();
+        let mut params = params;
+        let recvs = std::mem::take(&mut params.recvs);
         let setup = async {
             let mut stream = TcpStream::connect(addr).await?;
             stream.set_nodelay(true)?;
@@ -111,7 +113,7 @@ impl IwarpProvider {
             .await
             .map_err(|_| ConnectError::Timeout)??;
         neg.peer.addr = Some(addr);
-        Ok(spawn_qp(stream, buf, pd.clone(), neg, &cfg))
+        spawn_qp(stream, buf, pd.clone(), neg, &cfg, recvs)
     }
 
     /// Passive open.
@@ -242,7 +244,16 @@ impl IwarpConnectRequest {
             .map_err(handshake_err)?;
         self.stream.write_all(&out).await?;
         neg.peer.addr = self.peer.addr;
-        Ok(spawn_qp(self.stream, self.buf, pd.clone(), neg, &self.cfg))
+        // The initial receives are in the connection before its reader starts, so a
+        // Send right behind the Reply finds them.
+        spawn_qp(
+            self.stream,
+            self.buf,
+            pd.clone(),
+            neg,
+            &self.cfg,
+            params.recvs,
+        )
     }
 
     /// Sends an MPA Reply with the R flag and `private_data`, then closes.
@@ -312,15 +323,21 @@ fn spawn_qp(
     pd: ProtectionDomain,
     neg: Negotiated,
     cfg: &IwarpConfig,
-) -> IwarpQp {
+    recvs: Vec<RecvWr>,
+) -> Result<IwarpQp, ConnectError> {
     let local = stream.local_addr().ok();
-    let conn = Connection::new(
+    let mut conn = Connection::new(
         pd.clone(),
         &neg,
         cfg.limits,
         Instant::now(),
         cfg.first_send_delay,
     );
+    for wr in recvs {
+        conn.post_recv(wr).map_err(|_| {
+            ConnectError::InvalidParams("an initial receive failed its local check")
+        })?;
+    }
     let shared = Arc::new(Shared {
         inner: Mutex::new(Inner {
             conn,
@@ -334,11 +351,11 @@ fn spawn_qp(
     let (rd, wr) = stream.into_split();
     let reader = tokio::spawn(reader_task(shared.clone(), rd, buf));
     tokio::spawn(writer_task(shared.clone(), wr, reader, cfg.write_batch));
-    IwarpQp {
+    Ok(IwarpQp {
         shared,
         crc: neg.crc,
         local,
-    }
+    })
 }
 
 async fn reader_task(shared: Arc<Shared>, mut rd: OwnedReadHalf, mut buf: BytesMut) {

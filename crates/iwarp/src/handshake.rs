@@ -315,6 +315,7 @@ mod tests {
             private_data: Bytes::from_static(pd),
             ird,
             ord,
+            recvs: Vec::new(),
         }
     }
 

@@ -253,7 +253,7 @@ async fn many_operations_in_flight_complete_in_order() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn connect_exchanges_private_data_and_ird_ord() {
+async fn connect_exchanges_private_data_and_ird_ord_and_initial_receives_catch_first_sends() {
     let server = IwarpProvider::new(cfg(false));
     let mut l = server.listen("127.0.0.1:0".parse().unwrap()).await.unwrap();
     let addr = l.local_addr().unwrap();
@@ -262,18 +262,31 @@ async fn connect_exchanges_private_data_and_ird_ord() {
         let req = l.accept().await.unwrap();
         assert_eq!(&req.peer().private_data[..], b"client hello");
         assert_eq!((req.peer().ird, req.peer().ord), (5, 6));
-        req.accept(
-            &pd_b,
-            ConnectParams {
-                private_data: Bytes::from_static(b"server hello"),
-                ird: 7,
-                ord: 9,
-            },
-        )
-        .await
-        .unwrap()
+        let rx_b = region(&pd_b, 64, Access::LOCAL_WRITE);
+        let qp = req
+            .accept(
+                &pd_b,
+                ConnectParams {
+                    private_data: Bytes::from_static(b"server hello"),
+                    ird: 7,
+                    ord: 9,
+                    // Posted before the Reply leaves.
+                    recvs: vec![recv_wr(&rx_b, 70, 0, 64)],
+                },
+            )
+            .await
+            .unwrap();
+        // Send at once: the client's initial receive is already there.
+        qp.post_send(send(71, Bytes::from_static(b"first from server")))
+            .unwrap();
+        let c = next_completion(&qp).await;
+        assert_eq!((c.wr_id, c.status), (71, WcStatus::Success));
+        let c = next_completion(&qp).await;
+        assert_eq!((c.wr_id, c.byte_len), (70, 17));
+        qp
     });
     let pd = ProtectionDomain::new();
+    let rx_a = region(&pd, 64, Access::LOCAL_WRITE);
     let qp = IwarpProvider::new(cfg(false))
         .connect(
             addr,
@@ -282,10 +295,21 @@ async fn connect_exchanges_private_data_and_ird_ord() {
                 private_data: Bytes::from_static(b"client hello"),
                 ird: 5,
                 ord: 6,
+                recvs: vec![recv_wr(&rx_a, 80, 0, 64)],
             },
         )
         .await
         .unwrap();
+    qp.post_send(send(81, Bytes::from_static(b"first from client")))
+        .unwrap();
+    let mut seen = Vec::new();
+    for _ in 0..2 {
+        let c = next_completion(&qp).await;
+        assert_eq!(c.status, WcStatus::Success);
+        seen.push((c.wr_id, c.byte_len));
+    }
+    seen.sort();
+    assert_eq!(seen, [(80, 17), (81, 17)]);
     assert_eq!(&qp.peer().private_data[..], b"server hello");
     // RFC 6581: the responder's ORD is capped by our IRD.
     assert_eq!((qp.peer().ird, qp.peer().ord), (7, 5));

@@ -46,6 +46,7 @@ async fn traffic(port: u16, crc: bool, server: &mut iwarp::IwarpListener) {
         ird: 4,
         ord: 4,
         private_data: Bytes::from_static(b"iwarp tshark test"),
+        recvs: Vec::new(),
     };
     let (a, b) = tokio::join!(client.connect(addr, &pd_a, params.clone()), async {
         server

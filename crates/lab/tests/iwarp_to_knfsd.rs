@@ -60,6 +60,7 @@ async fn nfs3_null_over_iwarp(crc: bool) -> Result<String, String> {
                 private_data: Bytes::from_static(&RPCRDMA_CM_PRIVATE),
                 ird: 16,
                 ord: 16,
+                recvs: Vec::new(),
             },
         )
         .await

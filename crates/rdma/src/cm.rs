@@ -9,6 +9,7 @@ use bytes::Bytes;
 
 use crate::mr::ProtectionDomain;
 use crate::qp::QueuePair;
+use crate::wr::RecvWr;
 
 /// A boxed, sendable future (keeps the CM traits object safe and runtime neutral).
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -24,6 +25,10 @@ pub struct ConnectParams {
     pub ird: u16,
     /// Outbound RDMA Read depth wanted.
     pub ord: u16,
+    /// Receives posted before the connection carries data (verbs: `post_recv` on the
+    /// QP before `rdma_connect`/`rdma_accept`), so that a peer's first Send, which may
+    /// follow the MPA Reply at once, always finds a buffer.
+    pub recvs: Vec<RecvWr>,
 }
 
 /// What the peer offered at connection setup.
