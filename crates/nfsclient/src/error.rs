@@ -12,8 +12,6 @@ use nfs3::{NfsProc3, NfsStat3};
 use oncrpc::ClientError;
 use xdr::XdrError;
 
-use crate::transport::TransportKind;
-
 /// Why a client operation failed.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -56,9 +54,6 @@ pub enum Error {
         /// COMMITs tried.
         attempts: u32,
     },
-    /// The transport asked for is not built into this client yet.
-    #[error("transport {0} is not available in this build")]
-    TransportUnavailable(TransportKind),
     /// A program is not registered with the server's portmapper (RFC 1833 §3.2:
     /// PMAPPROC_GETPORT returned port 0).
     #[error("program {prog} version {vers} is not registered with the portmapper")]

@@ -35,6 +35,7 @@ pub mod mount;
 mod mounted;
 pub mod nfs;
 pub mod portmap;
+pub mod rdma;
 pub mod readdir;
 mod rpc;
 pub mod target;

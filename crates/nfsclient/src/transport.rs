@@ -2,10 +2,9 @@
 //! §11), or RPC-over-RDMA (RFC 8166 / RFC 8267).
 //!
 //! Everything above this module talks to an [`oncrpc::Client`], which is the same
-//! type whatever moves its messages. Adding RDMA is one arm of [`rpc_client`]: build
-//! the `rpcrdma` client transport (an `oncrpc::client::Transport`) and hand it to
-//! `Client::new`. Until that transport exists, asking for RDMA is
-//! [`Error::TransportUnavailable`].
+//! type whatever moves its messages: [`rpc_client`] picks `oncrpc`'s TCP transport or
+//! `rpcrdma-transport`'s [`RdmaTransport`] (on the userspace iWARP provider, with the
+//! NFSv3 binding of [`crate::rdma`]) and hands it to `Client::new`.
 //!
 //! MOUNT always goes over TCP: RFC 8267 binds only NFS to RPC-over-RDMA ("MOUNT and
 //! NLM are not bound to RDMA", see `nfs3::ulb`).
@@ -14,10 +13,15 @@ use std::fmt;
 use std::net::SocketAddr;
 use std::str::FromStr;
 
+use std::sync::Arc;
+
+use iwarp::{IwarpConfig, IwarpProvider};
 use oncrpc::tcp::{TcpTransport, DEFAULT_MAX_RECORD};
 use oncrpc::{Client, ClientConfig};
+use rpcrdma_transport::{RdmaConfig, RdmaTransport};
 
-use crate::error::{Error, Result};
+use crate::error::Result;
+use crate::rdma::Nfs3RdmaBinding;
 
 /// Well-known NFS port over TCP (RFC 1813 §1.5 leaves it to the portmapper; 2049 is
 /// what every server uses and Linux assumes).
@@ -83,8 +87,22 @@ impl FromStr for TransportKind {
 /// An RPC client to `addr` over `kind`. Connects lazily, at the first call (and
 /// reconnects by itself, retransmitting outstanding calls).
 ///
+/// RDMA carries only NFSv3 (the binding of [`crate::rdma`]), with the default
+/// [`RdmaConfig`] (4 KiB inline thresholds, 128 credits, as Linux offers) and
+/// the iWARP provider's defaults.
+///
 /// Must be called inside a tokio runtime (the client spawns its driver task).
 pub fn rpc_client(kind: TransportKind, addr: SocketAddr, config: ClientConfig) -> Result<Client> {
+    rpc_client_with(kind, addr, config, &RdmaConfig::default())
+}
+
+/// Like [`rpc_client`], with the RPC-over-RDMA settings given.
+pub fn rpc_client_with(
+    kind: TransportKind,
+    addr: SocketAddr,
+    config: ClientConfig,
+    rdma: &RdmaConfig,
+) -> Result<Client> {
     match kind {
         TransportKind::Tcp => {
             let transport = TcpTransport {
@@ -94,8 +112,12 @@ pub fn rpc_client(kind: TransportKind, addr: SocketAddr, config: ClientConfig) -
             };
             Ok(Client::new(transport, config))
         }
-        // The slot for `rpcrdma`'s client transport: `Ok(Client::new(t, config))`.
-        TransportKind::Rdma => Err(Error::TransportUnavailable(kind)),
+        TransportKind::Rdma => {
+            let provider = IwarpProvider::new(IwarpConfig::default());
+            let transport =
+                RdmaTransport::new(provider, addr, rdma.clone(), Arc::new(Nfs3RdmaBinding));
+            Ok(Client::new(transport, config))
+        }
     }
 }
 
@@ -115,15 +137,5 @@ mod tests {
     fn rdma_port_is_rfc_8267s() {
         assert_eq!(TransportKind::Rdma.default_nfs_port(), 20049);
         assert_eq!(TransportKind::Tcp.default_nfs_port(), 2049);
-    }
-
-    #[tokio::test]
-    async fn rdma_is_reported_unavailable_until_the_transport_lands() {
-        let addr = "127.0.0.1:1".parse().unwrap();
-        let r = rpc_client(TransportKind::Rdma, addr, ClientConfig::default());
-        assert!(matches!(
-            r,
-            Err(Error::TransportUnavailable(TransportKind::Rdma))
-        ));
     }
 }

@@ -50,7 +50,12 @@ pub struct TestServer {
     pub nfs: SocketAddr,
     pub mount: SocketAddr,
     pub portmap: Option<SocketAddr>,
+    /// NFS over RPC-over-RDMA (iWARP provider), when started with it.
+    pub rdma: Option<SocketAddr>,
+    /// The RDMA server's per-connection counters.
+    pub rdma_stats: Option<rpcrdma_transport::StatsRegistry>,
     stop: Option<oneshot::Sender<()>>,
+    rdma_task: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl TestServer {
@@ -61,7 +66,18 @@ impl TestServer {
         TestServer::start_on(dir, read_only, portmap).await
     }
 
+    /// Like [`TestServer::start`], also serving NFS over RPC-over-RDMA (the userspace
+    /// iWARP provider) from the same NFS server state; MOUNT stays on TCP.
+    pub async fn start_rdma(tag: &str) -> TestServer {
+        let dir = TempDir::new(tag);
+        TestServer::start_inner(dir, false, false, true).await
+    }
+
     pub async fn start_on(dir: TempDir, read_only: bool, portmap: bool) -> TestServer {
+        TestServer::start_inner(dir, read_only, portmap, false).await
+    }
+
+    async fn start_inner(dir: TempDir, read_only: bool, portmap: bool, rdma: bool) -> TestServer {
         let config = Config {
             exports: vec![dir.path().to_path_buf()],
             read_only,
@@ -88,6 +104,12 @@ impl TestServer {
             l.strip_prefix("portmapper (v2, rpcbind v3/v4) listening on tcp ")
                 .map(|a| a.parse().unwrap())
         });
+        let (rdma, rdma_stats, rdma_task) = if rdma {
+            let (addr, stats, task) = serve_rdma(bound.server().clone()).await;
+            (Some(addr), Some(stats), Some(task))
+        } else {
+            (None, None, None)
+        };
         let (tx, rx) = oneshot::channel::<()>();
         tokio::spawn(bound.serve(async move {
             let _ = rx.await;
@@ -97,7 +119,10 @@ impl TestServer {
             nfs,
             mount,
             portmap,
+            rdma,
+            rdma_stats,
             stop: Some(tx),
+            rdma_task,
         }
     }
 
@@ -134,8 +159,46 @@ impl TestServer {
     }
 }
 
+/// NFS (only: RFC 8267 binds no MOUNT) over RPC-over-RDMA on 127.0.0.1, any port.
+async fn serve_rdma(
+    server: std::sync::Arc<nfsd::NfsServer>,
+) -> (
+    SocketAddr,
+    rpcrdma_transport::StatsRegistry,
+    tokio::task::JoinHandle<()>,
+) {
+    use std::sync::Arc;
+    let mut d = oncrpc::Dispatcher::new();
+    d.register(
+        nfsclient::nfs3::NFS_PROGRAM,
+        [nfsclient::nfs3::NFS_V3],
+        Arc::new(nfsd::NfsService::new(server)),
+    )
+    .unwrap();
+    let provider = iwarp::IwarpProvider::new(iwarp::IwarpConfig {
+        first_send_delay: Duration::ZERO,
+        ..iwarp::IwarpConfig::default()
+    });
+    let rs = rpcrdma_transport::RdmaServer::new(
+        provider,
+        Arc::new(d),
+        Arc::new(nfsclient::rdma::Nfs3RdmaBinding),
+        rpcrdma_transport::RdmaConfig::default(),
+    );
+    let listener = rs.bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let addr = rdma::Listener::local_addr(&listener).unwrap();
+    let stats = rs.stats();
+    let task = tokio::spawn(async move {
+        let _ = rs.serve(listener).await;
+    });
+    (addr, stats, task)
+}
+
 impl Drop for TestServer {
     fn drop(&mut self) {
+        if let Some(t) = self.rdma_task.take() {
+            t.abort();
+        }
         if let Some(tx) = self.stop.take() {
             let _ = tx.send(());
         }
