@@ -128,10 +128,11 @@ impl Server {
     }
 }
 
-/// Aborts a task when dropped, so that aborting a connection aborts its writer.
-struct AbortOnDrop(tokio::task::JoinHandle<()>);
+/// Aborts a task when dropped, so that aborting a connection aborts its writer and
+/// its handlers.
+struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
 
-impl Drop for AbortOnDrop {
+impl<T> Drop for AbortOnDrop<T> {
     fn drop(&mut self) {
         self.0.abort();
     }
@@ -179,20 +180,21 @@ async fn connection(
                     let xid = peek_xid_and_type(&call).map(|(xid, _)| xid);
                     // The handler runs in its own task so that a panic in it fails
                     // this call with SYSTEM_ERR, not the connection.
-                    let reply =
-                        match tokio::spawn(async move { dispatcher.dispatch(call).await }).await {
-                            Ok(reply) => reply,
-                            Err(e) => {
-                                tracing::error!(%peer, error = %e, "handler failed");
-                                xid.map(|xid| {
-                                    reply_message(
-                                        xid,
-                                        &ReplyBody::accepted(AcceptStat::SYSTEM_ERR),
-                                        XdrStream::default(),
-                                    )
-                                })
-                            }
-                        };
+                    let mut handler =
+                        AbortOnDrop(tokio::spawn(async move { dispatcher.dispatch(call).await }));
+                    let reply = match (&mut handler.0).await {
+                        Ok(reply) => reply,
+                        Err(e) => {
+                            tracing::error!(%peer, error = %e, "handler failed");
+                            xid.map(|xid| {
+                                reply_message(
+                                    xid,
+                                    &ReplyBody::accepted(AcceptStat::SYSTEM_ERR),
+                                    XdrStream::default(),
+                                )
+                            })
+                        }
+                    };
                     if let Some(reply) = reply {
                         let _ = tx.send(reply).await;
                     }
