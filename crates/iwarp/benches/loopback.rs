@@ -2,6 +2,11 @@
 //! provider next to a plain TCP socket moving the same payload bytes, with the ratio.
 //!
 //! Run: `cargo bench -p iwarp --bench loopback` (add `-- --quick` for a short run).
+//!
+//! Prints wall-clock throughput (or message rate) and CPU time (user + system, all
+//! threads, per GiB or per message) for both, best of N, alternating the two sides.
+//! Ratios are plain TCP time / iwarp time, so above 1 means iwarp is faster or
+//! cheaper. On a loaded machine the CPU columns are the steadier ones.
 
 use std::time::{Duration, Instant};
 
@@ -11,8 +16,6 @@ use rdma::{
     Access, ConnectParams, LocalSge, ProtectionDomain, QueuePair, QueuePairExt, RecvWr, RemoteAddr,
     SendOp, SendWr, Sge, WcStatus,
 };
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
 
 async fn pair(crc: bool) -> (IwarpQp, IwarpQp, ProtectionDomain, ProtectionDomain) {
     let cfg = IwarpConfig {
@@ -102,33 +105,35 @@ async fn rdma_write(size: usize, total: usize, depth: usize, crc: bool) -> f64 {
     start.elapsed().as_secs_f64()
 }
 
-/// Plain TCP: the same bytes in `size` writes, read into a `size` buffer.
-async fn tcp_stream(size: usize, total: usize) -> f64 {
-    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+/// Plain TCP: the same bytes in `size` writes, read into a `size` buffer. Blocking
+/// std sockets on two threads: the strongest simple baseline.
+fn tcp_stream(size: usize, total: usize) -> f64 {
+    use std::io::{Read, Write};
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = l.local_addr().unwrap();
-    let reader = tokio::spawn(async move {
-        let (mut s, _) = l.accept().await.unwrap();
+    let reader = std::thread::spawn(move || {
+        let (mut s, _) = l.accept().unwrap();
         s.set_nodelay(true).unwrap();
         let mut buf = vec![0u8; size.max(256 * 1024)];
         let mut got = 0;
         while got < total {
-            let n = s.read(&mut buf).await.unwrap();
+            let n = s.read(&mut buf).unwrap();
             assert!(n > 0);
             got += n;
         }
-        s.write_all(&[1]).await.unwrap();
+        s.write_all(&[1]).unwrap();
     });
-    let mut s = TcpStream::connect(addr).await.unwrap();
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
     s.set_nodelay(true).unwrap();
     let data = vec![0xa5u8; size];
     let start = Instant::now();
     for _ in 0..total / size {
-        s.write_all(&data).await.unwrap();
+        s.write_all(&data).unwrap();
     }
     let mut ack = [0u8; 1];
-    s.read_exact(&mut ack).await.unwrap();
+    s.read_exact(&mut ack).unwrap();
     let t = start.elapsed().as_secs_f64();
-    reader.await.unwrap();
+    reader.join().unwrap();
     t
 }
 
@@ -194,43 +199,73 @@ async fn send_recv(size: usize, count: usize, depth: usize) -> f64 {
     start.elapsed().as_secs_f64()
 }
 
-/// Plain TCP message rate: `count` messages of `size` bytes, one write each.
-async fn tcp_messages(size: usize, count: usize) -> f64 {
-    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+/// Plain TCP message rate: `count` messages of `size` bytes, one write each (as
+/// ONC RPC over TCP writes one record per call), read with a buffered reader.
+fn tcp_messages(size: usize, count: usize) -> f64 {
+    use std::io::{Read, Write};
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = l.local_addr().unwrap();
-    let reader = tokio::spawn(async move {
-        let (s, _) = l.accept().await.unwrap();
+    let reader = std::thread::spawn(move || {
+        let (s, _) = l.accept().unwrap();
         s.set_nodelay(true).unwrap();
-        let mut s = tokio::io::BufReader::with_capacity(256 * 1024, s);
+        let mut r = std::io::BufReader::with_capacity(256 * 1024, s);
         let mut buf = vec![0u8; size];
         for _ in 0..count {
-            s.read_exact(&mut buf).await.unwrap();
+            r.read_exact(&mut buf).unwrap();
         }
-        s.get_mut().write_all(&[1]).await.unwrap();
+        r.get_mut().write_all(&[1]).unwrap();
     });
-    let mut s = TcpStream::connect(addr).await.unwrap();
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
     s.set_nodelay(true).unwrap();
     let data = vec![0x5au8; size];
     let start = Instant::now();
     for _ in 0..count {
-        s.write_all(&data).await.unwrap();
+        s.write_all(&data).unwrap();
     }
     let mut ack = [0u8; 1];
-    s.read_exact(&mut ack).await.unwrap();
+    s.read_exact(&mut ack).unwrap();
     let t = start.elapsed().as_secs_f64();
-    reader.await.unwrap();
+    reader.join().unwrap();
     t
 }
 
-/// Best of `runs` for both sides, alternating them so load changes on a shared
-/// machine hit both alike.
-fn best_pair(runs: usize, mut a: impl FnMut() -> f64, mut b: impl FnMut() -> f64) -> (f64, f64) {
-    let (mut ta, mut tb) = (f64::INFINITY, f64::INFINITY);
+/// CPU seconds (user + system, all threads) this process has used so far, from
+/// /proc/self/stat (clock ticks of 10 ms).
+fn cpu_seconds() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let after = stat.rsplit(')').next().unwrap_or("");
+    let f: Vec<&str> = after.split_whitespace().collect();
+    // Fields 14 and 15 of stat(5) are the 12th and 13th after the command name.
+    let ticks: f64 = [11, 12]
+        .iter()
+        .filter_map(|&i| f.get(i).and_then(|v| v.parse::<f64>().ok()))
+        .sum();
+    ticks / 100.0
+}
+
+/// (wall seconds, CPU seconds) of one run.
+fn measured(f: &mut impl FnMut() -> f64) -> (f64, f64) {
+    let c0 = cpu_seconds();
+    let wall = f();
+    (wall, cpu_seconds() - c0)
+}
+
+/// Best of `runs` for both sides (least wall time; least CPU time), alternating them
+/// so load changes on a shared machine hit both alike.
+fn best_pair(
+    runs: usize,
+    mut a: impl FnMut() -> f64,
+    mut b: impl FnMut() -> f64,
+) -> ((f64, f64), (f64, f64)) {
+    let mut best_a = (f64::INFINITY, f64::INFINITY);
+    let mut best_b = (f64::INFINITY, f64::INFINITY);
     for _ in 0..runs {
-        ta = ta.min(a());
-        tb = tb.min(b());
+        let (w, c) = measured(&mut a);
+        best_a = (best_a.0.min(w), best_a.1.min(c));
+        let (w, c) = measured(&mut b);
+        best_b = (best_b.0.min(w), best_b.1.min(c));
     }
-    (ta, tb)
+    (best_a, best_b)
 }
 
 fn main() {
@@ -247,18 +282,19 @@ fn main() {
         gib >> 20
     );
     println!(
-        "{:<34} {:>12} {:>12} {:>7}",
-        "case", "iwarp", "plain TCP", "ratio"
+        "{:<28} {:>11} {:>11} {:>6} | {:>10} {:>10} {:>6}",
+        "case", "iwarp wall", "TCP wall", "ratio", "iwarp CPU", "TCP CPU", "ratio"
     );
     for &(size, crc) in &[(1usize << 20, false), (1 << 20, true), (64 << 10, false)] {
-        let (t_rdma, t_tcp) = best_pair(
+        let ((t_rdma, c_rdma), (t_tcp, c_tcp)) = best_pair(
             runs,
             || rt.block_on(rdma_write(size, gib, 8, crc)),
-            || rt.block_on(tcp_stream(size, gib)),
+            || tcp_stream(size, gib),
         );
         let mbs = |t: f64| gib as f64 / t / 1e6;
+        let per_gib = |c: f64| c / (gib as f64 / (1u64 << 30) as f64);
         println!(
-            "{:<34} {:>8.0} MB/s {:>7.0} MB/s {:>7.3}",
+            "{:<28} {:>6.0} MB/s {:>6.0} MB/s {:>6.3} | {:>6.3} s/G {:>6.3} s/G {:>6.3}",
             format!(
                 "RDMA Write {} KiB{}",
                 size >> 10,
@@ -266,23 +302,29 @@ fn main() {
             ),
             mbs(t_rdma),
             mbs(t_tcp),
-            t_tcp / t_rdma
+            t_tcp / t_rdma,
+            per_gib(c_rdma),
+            per_gib(c_tcp),
+            c_tcp / c_rdma
         );
     }
     let count = if quick { 50_000 } else { 300_000 };
     for &size in &[64usize, 4096] {
-        let (t_rdma, t_tcp) = best_pair(
+        let ((t_rdma, c_rdma), (t_tcp, c_tcp)) = best_pair(
             runs,
             || rt.block_on(send_recv(size, count, 64)),
-            || rt.block_on(tcp_messages(size, count)),
+            || tcp_messages(size, count),
         );
         let rate = |t: f64| count as f64 / t / 1e3;
         println!(
-            "{:<34} {:>7.0} k/s {:>8.0} k/s {:>7.3}",
-            format!("Send/Recv {size} B messages"),
+            "{:<28} {:>7.0} k/s {:>7.0} k/s {:>6.3} | {:>6.2} us {:>7.2} us {:>6.3}",
+            format!("Send/Recv {size} B msgs"),
             rate(t_rdma),
             rate(t_tcp),
-            t_tcp / t_rdma
+            t_tcp / t_rdma,
+            c_rdma / count as f64 * 1e6,
+            c_tcp / count as f64 * 1e6,
+            c_tcp / c_rdma
         );
     }
 }
