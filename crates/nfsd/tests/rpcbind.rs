@@ -1,0 +1,145 @@
+//! rpcbind, checked with the real `rpcbind` and `rpcinfo` (Debian's rpcbind
+//! package), each test in its own network namespace (`unshare -n`, root) so that
+//! port 111 is private to it:
+//! - `--rpcbind auto` registers NFS 3 and MOUNT 3 (tcp) with a running rpcbind, and
+//!   unregisters them at shutdown;
+//! - `--rpcbind serve` answers `rpcinfo` (PORTMAP v2 DUMP, RPCBIND v4 DUMP and
+//!   GETADDR) from our own minimal portmapper.
+
+use std::path::Path;
+use std::process::Command;
+
+fn need(tool: &str) {
+    let found = std::env::var("PATH")
+        .unwrap_or_default()
+        .split(':')
+        .chain(["/usr/sbin", "/sbin"])
+        .any(|d| Path::new(d).join(tool).is_file());
+    assert!(
+        found,
+        "`{tool}` not found: this test needs it (apt-get install -y rpcbind util-linux iproute2)"
+    );
+}
+
+/// Runs `script` with bash in a fresh network namespace; returns its output.
+fn in_netns(script: &str) -> String {
+    for t in ["unshare", "ip", "rpcinfo", "rpcbind"] {
+        need(t);
+    }
+    let out = Command::new("unshare")
+        .args(["-n", "bash", "-c", script])
+        .env("NFSD", env!("CARGO_BIN_EXE_nfsd"))
+        .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+        .output()
+        .expect("unshare runs");
+    let text = format!(
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success(),
+        "script failed (needs root for unshare -n): {text}"
+    );
+    text
+}
+
+fn export_dir(tag: &str) -> std::path::PathBuf {
+    let p = std::env::temp_dir().join(format!("nfsd-rpcbind-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&p).unwrap();
+    p
+}
+
+#[test]
+fn registers_with_the_hosts_rpcbind_and_unregisters_at_shutdown() {
+    let ex = export_dir("reg");
+    let script = format!(
+        r#"set -e
+ip link set lo up
+rpcbind -f &
+RP=$!
+trap 'kill $RP 2>/dev/null' EXIT
+for i in $(seq 50); do rpcinfo -p 127.0.0.1 >/dev/null 2>&1 && break; sleep 0.1; done
+"$NFSD" --bind 127.0.0.1 --nfs-port 2049 --mount-port 20048 {ex} > /tmp/nfsd-reg-$$.out &
+NP=$!
+for i in $(seq 50); do grep -q 'nfsd: ready' /tmp/nfsd-reg-$$.out && break; sleep 0.1; done
+echo "== while serving"
+rpcinfo -p 127.0.0.1
+rpcinfo -t 127.0.0.1 100003 3
+rpcinfo -t 127.0.0.1 100005 3
+kill -TERM $NP; wait $NP
+echo "== after shutdown"
+rpcinfo -p 127.0.0.1
+cat /tmp/nfsd-reg-$$.out; rm -f /tmp/nfsd-reg-$$.out
+"#,
+        ex = ex.display()
+    );
+    let out = in_netns(&script);
+    let _ = std::fs::remove_dir_all(&ex);
+    let (serving, after) = out
+        .split_once("== after shutdown")
+        .expect("both phases ran");
+    assert!(serving.contains("100003    3   tcp   2049  nfs"), "{out}");
+    assert!(
+        serving.contains("100005    3   tcp  20048  mountd"),
+        "{out}"
+    );
+    assert!(
+        serving.contains("program 100003 version 3 ready and waiting"),
+        "{out}"
+    );
+    assert!(
+        serving.contains("program 100005 version 3 ready and waiting"),
+        "{out}"
+    );
+    assert!(
+        out.contains("registering NFS and MOUNT (tcp) with rpcbind"),
+        "{out}"
+    );
+    assert!(
+        !after.contains(" 100003 "),
+        "still registered after shutdown: {out}"
+    );
+    assert!(
+        !after.contains(" 100005 "),
+        "still registered after shutdown: {out}"
+    );
+}
+
+#[test]
+fn serves_its_own_portmapper() {
+    let ex = export_dir("serve");
+    let script = format!(
+        r#"set -e
+ip link set lo up
+"$NFSD" --bind 127.0.0.1 --rpcbind serve {ex} > /tmp/nfsd-pmap-$$.out &
+NP=$!
+for i in $(seq 50); do grep -q 'nfsd: ready' /tmp/nfsd-pmap-$$.out && break; sleep 0.1; done
+rpcinfo -p 127.0.0.1
+rpcinfo 127.0.0.1
+rpcinfo -t 127.0.0.1 nfs 3
+rpcinfo -t 127.0.0.1 mountd 3
+kill -TERM $NP; wait $NP
+cat /tmp/nfsd-pmap-$$.out; rm -f /tmp/nfsd-pmap-$$.out
+"#,
+        ex = ex.display()
+    );
+    let out = in_netns(&script);
+    let _ = std::fs::remove_dir_all(&ex);
+    // PORTMAP v2 DUMP.
+    assert!(out.contains("100003    3   tcp   2049  nfs"), "{out}");
+    assert!(out.contains("100005    3   tcp  20048  mountd"), "{out}");
+    // RPCBIND v4 DUMP: universal addresses (2049 = 8.1, 20048 = 78.80).
+    assert!(out.contains("127.0.0.1.8.1"), "{out}");
+    assert!(out.contains("127.0.0.1.78.80"), "{out}");
+    // GETADDR / GETPORT lookups by rpcinfo -t.
+    assert!(
+        out.contains("program 100003 version 3 ready and waiting"),
+        "{out}"
+    );
+    assert!(
+        out.contains("program 100005 version 3 ready and waiting"),
+        "{out}"
+    );
+    assert!(out.contains("portmapper (v2, rpcbind v3/v4) listening on tcp 127.0.0.1:111"));
+}
