@@ -304,16 +304,20 @@ proptest! {
     fn call_marshal_then_reassemble_is_identity(
         (xid, parts) in arb_stream(),
         send_threshold in 512u32..9000,
+        recv_threshold in 1024u32..9000,
         segs in 1u32..4,
+        max_reply in 0u32..20_000,
+        ddp_results in prop::collection::vec(0u32..8000, 0..3),
     ) {
         let stream = build(xid, &parts);
         let limits = CallLimits {
             send_threshold,
-            recv_threshold: 4096,
+            recv_threshold,
             max_segments_per_registration: segs,
         };
-        let sizing = ReplySizing { max_reply: 200, ddp_results: vec![] };
-        // Never fails: a Long Call's header always fits 512 bytes.
+        let sizing = ReplySizing { max_reply, ddp_results };
+        // Never fails: a Long Call's header, with room for up to 2 Write chunks and a
+        // Reply chunk of 3 segments each, always fits 512 bytes.
         let plan = plan_call(Xid(xid), Version::ONE, 32, &stream, &sizing, limits).unwrap();
         let mut requester_mem = Memory::default();
         let regs: Vec<Vec<Segment>> = plan
@@ -324,11 +328,32 @@ proptest! {
                     let flat: Vec<u8> = data.iter().flat_map(|b| b.iter().copied()).collect();
                     requester_mem.register(&flat, segs as usize)
                 }
-                other => panic!("unexpected {other:?}"),
+                Registration::Write { len } | Registration::Reply { len } => {
+                    requester_mem.register(&vec![0; *len as usize], segs as usize)
+                }
             })
             .collect();
+        let n_writes = plan
+            .registrations
+            .iter()
+            .filter(|r| matches!(r, Registration::Write { .. }))
+            .count();
+        let has_reply = plan
+            .registrations
+            .iter()
+            .any(|r| matches!(r, Registration::Reply { .. }));
         let out = plan.finish(regs).unwrap();
         prop_assert!(out.send_len <= send_threshold as usize);
+        // §5.3.3: a Reply chunk whenever the reply may not fit our threshold unreduced.
+        if !has_reply {
+            let ddp: u64 = sizing.ddp_results[..n_writes]
+                .iter()
+                .map(|&l| xdr::padded_len(l as usize) as u64)
+                .sum();
+            let reduced = u64::from(max_reply).saturating_sub(ddp);
+            let reply_header = 28 + n_writes as u64 * (8 + 16 * u64::from(segs));
+            prop_assert!(reduced + reply_header <= u64::from(recv_threshold));
+        }
 
         let received = receive(&out.to_bytes(), &Policy::default()).unwrap();
         let (inline, chunks) = match received {
@@ -341,6 +366,8 @@ proptest! {
             .iter()
             .map(|c| Bytes::from(c.segments.iter().flat_map(|s| requester_mem.read(s)).collect::<Vec<u8>>()))
             .collect();
+        prop_assert_eq!(chunks.writes.len(), n_writes);
+        prop_assert_eq!(chunks.reply.is_some(), has_reply);
         let r = reassemble_call(inline, &chunks.reads, data, &ReassemblyOptions::default()).unwrap();
         prop_assert_eq!(r.to_bytes(), stream.to_bytes());
     }
