@@ -272,7 +272,7 @@ fn arb_stream() -> impl Strategy<Value = (u32, Parts)> {
         any::<u32>(),
         prop::collection::vec(
             (
-                prop::collection::vec(any::<u32>(), 0..40),
+                prop::collection::vec(any::<u32>(), 0..150),
                 prop::option::of(prop::collection::vec(any::<u8>(), 0..3000)),
             ),
             0..5,
@@ -303,7 +303,7 @@ proptest! {
     #[test]
     fn call_marshal_then_reassemble_is_identity(
         (xid, parts) in arb_stream(),
-        send_threshold in 512u32..9000,
+        send_threshold in 320u32..6000,
         recv_threshold in 1024u32..9000,
         segs in 1u32..4,
         max_reply in 0u32..20_000,
@@ -317,7 +317,7 @@ proptest! {
         };
         let sizing = ReplySizing { max_reply, ddp_results };
         // Never fails: a Long Call's header, with room for up to 2 Write chunks and a
-        // Reply chunk of 3 segments each, always fits 512 bytes.
+        // Reply chunk of 3 segments each, always fits 320 bytes (it needs at most 264).
         let plan = plan_call(Xid(xid), Version::ONE, 32, &stream, &sizing, limits).unwrap();
         let mut requester_mem = Memory::default();
         let regs: Vec<Vec<Segment>> = plan
@@ -378,7 +378,7 @@ proptest! {
     #[test]
     fn reply_marshal_then_reassemble_is_identity(
         (xid, parts) in arb_stream(),
-        send_threshold in 512u32..9000,
+        send_threshold in 320u32..6000,
         k in 0usize..5,
         segs in 1usize..4,
         slack in 0u32..64,
