@@ -369,6 +369,8 @@ async fn reader_task(shared: Arc<Shared>, mut rd: OwnedReadHalf, mut buf: BytesM
         shared.tx_wake.notify_one();
     }
     loop {
+        // COPY (partial): when the buffer is reclaimed, `reserve` moves the tail of a
+        // partial FPDU (under 64 KiB per read) to the front of the allocation.
         buf.reserve(READ_CHUNK);
         let r = rd.read_buf(&mut buf).await;
         let mut g = shared.lock();

@@ -30,7 +30,33 @@
 //!   mutable memory behind a lock), 1 at the sink (receive buffer → sink region).
 //! - CRC32c, when negotiated, reads each byte once more on each side (no copy).
 //!
-//! Each remaining copy carries a `// COPY:` comment.
+//! Each remaining copy carries a `// COPY:` comment. The receive buffer adds a
+//! partial one: reclaiming it moves the unread tail of a partial FPDU to its front.
+//!
+//! # Defaults worth knowing
+//!
+//! - FPDUs carry at most [`Limits::max_ulpdu`] = 65,516 bytes of ULPDU (fewest headers
+//!   per byte). Peers accept any FPDU up to 65,535 bytes; tshark 4.0's MPA dissector,
+//!   however, loses FPDU sync on loopback captures when one FPDU spans several TCP
+//!   segments, so the tshark test uses 16,000.
+//! - As the active side we hold our first FPDU for [`IwarpConfig::first_send_delay`]
+//!   (50 ms) after the MPA Reply: stock Linux siw may not read an FPDU that arrives
+//!   before it has hooked up its receive path (FACTS.md). Set it to zero between two
+//!   endpoints of this crate.
+//! - Receives can (and for a server, should) be posted before the connection carries
+//!   data: [`rdma::ConnectParams::recvs`].
+//! - RDMAP does not order a Read Response against Writes the requester posted after
+//!   the Read (RFC 5040 §5.5); the send queue is not fenced.
+//!
+//! # Evidence
+//!
+//! Loopback tests between two endpoints over real TCP (`tests/loopback.rs`),
+//! per-rule Terminate tests (`tests/rules.rs`), byte-exact replay of Linux siw
+//! captures (`tests/pcap_vectors.rs`), property tests (`tests/proptest_wire.rs`),
+//! a tshark check of our own capture (`tests/tshark_capture.rs`), a fuzz target
+//! (`fuzz/`, see `FUZZING.md`), a loopback benchmark (`benches/loopback.rs`), and
+//! two kernel-lab scenarios against Linux siw (`crates/lab/tests/iwarp_to_knfsd.rs`,
+//! `crates/lab/tests/kclient_to_iwarp.rs`).
 #![warn(missing_docs, unreachable_pub)]
 
 pub mod conn;
