@@ -157,7 +157,9 @@ impl FileReader {
         }
     }
 
+    /// Aborts the READs in flight and issues no more (after EOF or an error).
     fn abandon(&mut self) {
+        self.eof = true;
         for p in self.inflight.drain(..) {
             p.task.abort();
         }
@@ -165,6 +167,8 @@ impl FileReader {
 
     /// The next piece of the file in order: its offset and data (a slice of the
     /// reply buffer, not copied), or `None` at EOF or at the end of the range.
+    ///
+    /// After an error the reader is finished: later calls return `Ok(None)`.
     pub async fn next_chunk(&mut self) -> Result<Option<(u64, Bytes)>> {
         self.fill();
         let Some(p) = self.inflight.pop_front() else {
@@ -181,7 +185,6 @@ impl FileReader {
         let n = data.len() as u64;
         if ok.eof {
             // Nothing exists past this reply; READs issued beyond it are moot.
-            self.eof = true;
             self.abandon();
             if data.is_empty() {
                 return Ok(None);
@@ -224,7 +227,13 @@ struct Uncommitted {
 ///
 /// Call [`FileWriter::write`] any number of times, then [`FileWriter::finish`]: data
 /// is durable on the server only once `finish` (or [`FileWriter::commit`]) returns
-/// `Ok`. Dropping a writer without finishing abandons WRITEs in flight.
+/// `Ok`. Dropping a writer without finishing abandons WRITEs in flight. After an
+/// error, the file's content on the server is unknown past the last successful
+/// COMMIT: drop the writer and start again.
+///
+/// Every `commit_every` bytes written UNSTABLE the writer COMMITs on its own; that
+/// drains the pipeline once (a bubble of one round trip per `commit_every` bytes),
+/// the price of bounding the memory held for re-sending.
 pub struct FileWriter {
     nfs: NfsClient,
     fh: NfsFh3,
@@ -354,6 +363,8 @@ impl FileWriter {
         Ok(())
     }
 
+    /// Aborts the WRITEs in flight (after an error). What the server acknowledged
+    /// stays acknowledged; what it did not is unknown.
     fn abandon(&mut self) {
         for p in self.inflight.drain(..) {
             p.task.abort();
