@@ -305,7 +305,10 @@ async fn servers_that_make_no_progress_are_protocol_errors() {
         matches!(e, Error::Protocol(ProtocolViolation::EmptyRead)),
         "{e:?}"
     );
-    assert!(rd.next_chunk().await.unwrap().is_none(), "a failed reader stops");
+    assert!(
+        rd.next_chunk().await.unwrap().is_none(),
+        "a failed reader stops"
+    );
     let mut w = FileWriter::new(r.nfs.clone(), fh(), StableHow::UNSTABLE, &opts(4096, 4096));
     w.write(0, Bytes::from_static(b"xyz")).await.unwrap();
     let e = w.finish().await.unwrap_err();
