@@ -1,7 +1,8 @@
 //! Scenario: a host-side peer reaches the guest's knfsd RDMA listener
 //! through hostfwd (host 127.0.0.1:20049 -> guest :20049), completes MPA with
 //! siw and gets an NFSv3 NULL answered over RPC-over-RDMA; qemu's host-side
-//! capture of it decodes cleanly in tshark.
+//! capture of it decodes cleanly in tshark; and a host process (python3)
+//! reaches the guest's rpc.mountd through the 20048 hostfwd.
 //!
 //! The peer here is the deliberately tiny iWARP initiator in tests/common: it
 //! proves the harness path that scenario 2 (our client -> guest knfsd) and the
@@ -16,7 +17,7 @@ use std::net::TcpStream;
 use std::time::Duration;
 
 use lab::tshark::{check_capture, CaptureCheck};
-use lab::{GuestScript, Lab};
+use lab::{GuestScript, HostProcess, Lab};
 
 use common::*;
 
@@ -32,15 +33,28 @@ fn host_peer_reaches_guest_knfsd_over_siw_via_hostfwd() {
         .boot()
         .unwrap_or_else(|e| panic!("{e}"));
     let ready = guest.wait_ready(Duration::from_secs(120));
-    let exchange = match ready {
+    let exchange = match &ready {
         Ok(()) => mpa_then_nfs3_null(lab::ports::NFS_RDMA),
         Err(e) => Err(format!("guest not ready: {e}")),
+    };
+    // A host process run to completion beside the guest: MOUNT v3 NULL over
+    // TCP (record marking) to the guest's rpc.mountd through the 20048
+    // hostfwd. (rpcinfo cannot: it asks rpcbind on port 111 first.)
+    let mount_null = HostProcess::new("mount-null", "python3").args(["-c", MOUNT_NULL_PY]);
+    let mountd = match ready {
+        Ok(()) => guest.run_host(&mount_null, Duration::from_secs(30)),
+        Err(e) => Err(e),
     };
     // Release the guest whatever happened, so its logs are collected.
     guest.signal("done").expect("signal done");
     let mut outcome = guest.finish().unwrap_or_else(|e| panic!("{e}"));
 
     outcome.host_step("mpa_and_nfs3_null", |_| exchange.clone());
+    outcome.host_step("mountd_via_hostfwd", |_| match &mountd {
+        Ok(x) if x.success() && x.log.contains("MOUNT NULL accepted") => Ok(()),
+        Ok(x) => Err(format!("mount-null: {:?}: {}", x.status, x.log)),
+        Err(e) => Err(e.to_string()),
+    });
     outcome.host_step("knfsd_counted_the_call", |o| {
         // /proc/net/rpc/nfsd "proc3 22 <null> ...": the NULL count is field 3.
         let null_calls = o
@@ -67,6 +81,23 @@ fn host_peer_reaches_guest_knfsd_over_siw_via_hostfwd() {
 }
 
 const XID: u32 = 0x1ab0_0001;
+
+/// MOUNT (100005) v3 NULL over TCP to 127.0.0.1:20048; exits 0 and prints
+/// "MOUNT NULL accepted" on an accepted/success reply.
+const MOUNT_NULL_PY: &str = r#"
+import socket, struct, sys
+s = socket.create_connection(("127.0.0.1", 20048), timeout=20)
+call = struct.pack(">10I", 0x4d4e5401, 0, 2, 100005, 3, 0, 0, 0, 0, 0)
+s.sendall(struct.pack(">I", 0x80000000 | len(call)) + call)
+hdr = s.recv(4)
+n = struct.unpack(">I", hdr)[0] & 0x7fffffff
+rep = b""
+while len(rep) < n:
+    rep += s.recv(n - len(rep))
+words = struct.unpack(">6I", rep[:24])
+print("reply words", words)
+sys.exit(0 if words == (0x4d4e5401, 1, 0, 0, 0, 0) and print("MOUNT NULL accepted") is None else 1)
+"#;
 
 /// MPA v2 (enhanced, no CRC, no markers) then one NFSv3 NULL call as an
 /// RPC-over-RDMA v1 RDMA_MSG in an untagged Send; expects the matching
