@@ -5,6 +5,9 @@
 //! NFSv3 NULL call and reply, with MPA CRC off and on. Stock siw: the provider's
 //! first-send delay (FACTS.md, siw accept race) must be enough.
 //!
+//! A second NULL goes as RDMA_NOMSG with a position-zero Read chunk: knfsd pulls the
+//! call out of our registered region with an RDMA Read Request that our side serves.
+//!
 //! The RPC-over-RDMA header and the RPC call are hand-encoded here (the protocol
 //! core lives elsewhere).
 
@@ -20,6 +23,7 @@ use rdma::{
 };
 
 const XID: u32 = 0x1ab0_4e55;
+const XID2: u32 = 0x1ab0_4e56;
 
 /// RFC 8797 private data: magic, version 1, no remote invalidation, 4 KiB inline
 /// both ways.
@@ -40,6 +44,28 @@ fn null_call() -> Bytes {
     b.freeze()
 }
 
+/// The same NULL call, alone (40 bytes), for a position-zero Read chunk.
+fn rpc_null_call(xid: u32) -> BytesMut {
+    let mut b = BytesMut::new();
+    for w in [xid, 0, 2, 100_003, 3, 0, 0, 0, 0, 0] {
+        b.put_u32(w);
+    }
+    b
+}
+
+/// RDMA_NOMSG (RFC 8166 §4.2) whose whole RPC call sits in our memory as one
+/// position-zero Read chunk segment: knfsd must pull it with an RDMA Read Request,
+/// which our provider serves from the registered region.
+fn nomsg_with_read_chunk(xid: u32, stag: u32, len: u32) -> Bytes {
+    let mut b = BytesMut::new();
+    // xid, vers, credits, RDMA_NOMSG; read list: present, position 0, handle, length,
+    // offset (2 words); end of read list; empty write list; no reply chunk.
+    for w in [xid, 1, 32, 1, 1, 0, stag, len, 0, 0, 0, 0, 0] {
+        b.put_u32(w);
+    }
+    b.freeze()
+}
+
 fn word(b: &[u8], i: usize) -> Option<u32> {
     b.get(i * 4..i * 4 + 4)
         .map(|w| u32::from_be_bytes([w[0], w[1], w[2], w[3]]))
@@ -51,7 +77,9 @@ async fn nfs3_null_over_iwarp(crc: bool) -> Result<String, String> {
         ..IwarpConfig::default()
     });
     let pd = ProtectionDomain::new();
-    let addr = format!("127.0.0.1:{}", lab::ports::NFS_RDMA).parse().unwrap();
+    let addr = format!("127.0.0.1:{}", lab::ports::NFS_RDMA)
+        .parse()
+        .unwrap();
     let qp = provider
         .connect(
             addr,
@@ -71,7 +99,9 @@ async fn nfs3_null_over_iwarp(crc: bool) -> Result<String, String> {
     let peer = qp.peer().clone();
     let pd_bytes = peer.private_data.clone();
     if pd_bytes.get(..4) != Some(&RPCRDMA_CM_PRIVATE[..4]) {
-        return Err(format!("knfsd private data is not RFC 8797: {pd_bytes:02x?}"));
+        return Err(format!(
+            "knfsd private data is not RFC 8797: {pd_bytes:02x?}"
+        ));
     }
     let rx = pd.register(BytesMut::zeroed(4096), Access::LOCAL_WRITE);
     qp.post_recv(RecvWr {
@@ -106,16 +136,77 @@ async fn nfs3_null_over_iwarp(crc: bool) -> Result<String, String> {
     let body = reply.ok_or("no reply received")?;
     // RPC-over-RDMA reply header: xid, vers 1, credits, RDMA_MSG, three empty lists.
     if word(&body, 0) != Some(XID) || word(&body, 1) != Some(1) || word(&body, 3) != Some(0) {
-        return Err(format!("bad RPC-over-RDMA reply header: {:02x?}", &body[..body.len().min(28)]));
+        return Err(format!(
+            "bad RPC-over-RDMA reply header: {:02x?}",
+            &body[..body.len().min(28)]
+        ));
     }
     // RPC reply: xid, REPLY, MSG_ACCEPTED, AUTH_NONE verifier, SUCCESS.
     let rpc: Vec<Option<u32>> = (7..13).map(|i| word(&body, i)).collect();
     if rpc != [Some(XID), Some(1), Some(0), Some(0), Some(0), Some(0)] {
-        return Err(format!("NULL reply is not accepted/success: {:02x?}", &body[28..]));
+        return Err(format!(
+            "NULL reply is not accepted/success: {:02x?}",
+            &body[28..]
+        ));
     }
+
+    // Second call: the peer pulls the call from us (RDMA Read served by our side).
+    let call_mr = pd.register(rpc_null_call(XID2), Access::REMOTE_READ);
+    qp.post_recv(RecvWr {
+        wr_id: 3,
+        sgl: vec![LocalSge {
+            mr: rx.clone(),
+            offset: 0,
+            len: 4096,
+        }],
+    })
+    .map_err(|e| format!("post_recv: {e}"))?;
+    qp.post_send(SendWr {
+        wr_id: 4,
+        op: SendOp::Send,
+        sgl: vec![Sge::Bytes(nomsg_with_read_chunk(
+            XID2,
+            call_mr.stag().0,
+            40,
+        ))],
+    })
+    .map_err(|e| format!("post_send: {e}"))?;
+    let mut reply2 = None;
+    for _ in 0..2 {
+        let c = tokio::time::timeout(Duration::from_secs(20), qp.completion())
+            .await
+            .map_err(|_| "no completion for the Read-chunk call within 20 s".to_string())?
+            .ok_or_else(|| "queue pair closed".to_string())?;
+        if c.status != WcStatus::Success {
+            let ev = tokio::time::timeout(Duration::from_secs(1), qp.event()).await;
+            return Err(format!("Read-chunk call: completion {c:?}; event {ev:?}"));
+        }
+        if c.opcode == WcOpcode::Recv {
+            reply2 = rx.read(0, c.byte_len);
+        }
+    }
+    let body2 = reply2.ok_or("no reply to the Read-chunk call")?;
+    let off = if word(&body2, 3) == Some(0) {
+        28
+    } else {
+        return Err(format!(
+            "Read-chunk reply is not RDMA_MSG: {:02x?}",
+            &body2[..body2.len().min(28)]
+        ));
+    };
+    let rpc2: Vec<Option<u32>> = (0..6).map(|i| word(&body2[off..], i)).collect();
+    if word(&body2, 0) != Some(XID2)
+        || rpc2 != [Some(XID2), Some(1), Some(0), Some(0), Some(0), Some(0)]
+    {
+        return Err(format!(
+            "Read-chunk NULL reply is not accepted/success: {body2:02x?}"
+        ));
+    }
+    call_mr.invalidate();
     qp.disconnect();
     Ok(format!(
-        "knfsd IRD {} ORD {}, credits granted {:?}, {} reply bytes",
+        "knfsd IRD {} ORD {}, credits granted {:?}, {} reply bytes; NULL pulled by knfsd \
+         with an RDMA Read from our region answered too",
         peer.ird,
         peer.ord,
         word(&body, 2),
@@ -125,7 +216,11 @@ async fn nfs3_null_over_iwarp(crc: bool) -> Result<String, String> {
 
 fn run(crc: bool) {
     let lab = Lab::open().unwrap_or_else(|e| panic!("{e}"));
-    let name = if crc { "iwarp-to-knfsd-crc" } else { "iwarp-to-knfsd" };
+    let name = if crc {
+        "iwarp-to-knfsd-crc"
+    } else {
+        "iwarp-to-knfsd"
+    };
     // Stock siw both times: with CRC on, it is our MPA Request that asks for it.
     let script = GuestScript::scenario("knfsd-hold").expect("scenario script");
     let mut guest = lab
