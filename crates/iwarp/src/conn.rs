@@ -40,6 +40,9 @@ use crate::wire::ddp::{
 };
 use crate::wire::mpa;
 
+mod direct;
+pub use direct::DirectPlacement;
+
 /// Resource limits of one connection.
 #[derive(Clone, Copy, Debug)]
 pub struct Limits {
@@ -50,6 +53,9 @@ pub struct Limits {
     pub max_send_wr: usize,
     /// Receive queue depth.
     pub max_recv_wr: usize,
+    /// Tagged payloads with at least this many bytes still to come are read straight
+    /// into the target region ([`Connection::poll_direct`]); 0 turns that off.
+    pub direct_placement_min: usize,
 }
 
 impl Default for Limits {
@@ -58,6 +64,7 @@ impl Default for Limits {
             max_ulpdu: 65_516,
             max_send_wr: 4096,
             max_recv_wr: 4096,
+            direct_placement_min: 16 * 1024,
         }
     }
 }
@@ -157,6 +164,10 @@ pub struct Connection {
     rx_msn: [u32; 3],
     rx_cur: Option<RxSend>,
     inbound_reads: usize,
+    /// A direct placement in progress (see `direct`).
+    direct: Option<direct::DirectState>,
+    /// Pad and CRC bytes of a directly placed FPDU still to skip.
+    skip_trailer: usize,
     completions: VecDeque<Completion>,
     events: VecDeque<QpEvent>,
 }
@@ -215,6 +226,8 @@ impl Connection {
             rx_msn: [1; 3],
             rx_cur: None,
             inbound_reads: 0,
+            direct: None,
+            skip_trailer: 0,
             completions: VecDeque::new(),
             events: VecDeque::new(),
         }
@@ -431,7 +444,13 @@ impl Connection {
     /// completions. Partial FPDUs stay in `buf`. After the connection ends, input is
     /// discarded.
     pub fn handle_input(&mut self, buf: &mut BytesMut) {
-        while self.is_open() {
+        if self.skip_trailer > 0 {
+            // The pad and (zero) CRC field of a directly placed FPDU.
+            let n = self.skip_trailer.min(buf.len());
+            let _ = buf.split_to(n);
+            self.skip_trailer -= n;
+        }
+        while self.is_open() && self.skip_trailer == 0 {
             match mpa::take_fpdu(buf, self.crc) {
                 Ok(None) => return,
                 Ok(Some(f)) => {
@@ -442,7 +461,9 @@ impl Connection {
                 Err(e) => self.fail(e.into()),
             }
         }
-        buf.clear();
+        if !self.is_open() {
+            buf.clear();
+        }
     }
 
     fn on_segment(&mut self, ulpdu: Bytes) -> Result<(), ProtocolError> {

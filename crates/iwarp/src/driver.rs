@@ -23,7 +23,7 @@ use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Notify;
 
-use crate::conn::{Connection, Limits};
+use crate::conn::{Connection, DirectPlacement, Limits};
 use crate::handshake::{HandshakeError, IncomingRequest, Initiator, Negotiated, Responder};
 use crate::tx::TxBatch;
 
@@ -369,6 +369,24 @@ async fn reader_task(shared: Arc<Shared>, mut rd: OwnedReadHalf, mut buf: BytesM
         shared.tx_wake.notify_one();
     }
     loop {
+        let direct = shared.lock().conn.poll_direct(&mut buf);
+        if let Some(d) = direct {
+            let r = read_direct(&mut rd, &d).await;
+            let mut g = shared.lock();
+            match r {
+                Ok(()) => g.conn.direct_done(),
+                Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => g.conn.handle_eof(),
+                Err(e) => g.conn.handle_transport_error(e.kind()),
+            }
+            let open = g.conn.is_open();
+            g.wake();
+            drop(g);
+            shared.tx_wake.notify_one();
+            if !open {
+                return;
+            }
+            continue;
+        }
         // COPY (partial): when the buffer is reclaimed, `reserve` moves the tail of a
         // partial FPDU (under 64 KiB per read) to the front of the allocation.
         buf.reserve(READ_CHUNK);
@@ -395,6 +413,29 @@ async fn reader_task(shared: Arc<Shared>, mut rd: OwnedReadHalf, mut buf: BytesM
             return;
         }
     }
+}
+
+/// Reads exactly `d.len` bytes from the socket into the region (no userspace copy).
+async fn read_direct(rd: &mut OwnedReadHalf, d: &DirectPlacement) -> io::Result<()> {
+    let mut done = 0usize;
+    while done < d.len {
+        rd.readable().await?;
+        let at = d.offset + done as u64;
+        match d
+            .region
+            .with_range_mut(at, d.len - done, |dst| rd.try_read(dst))
+        {
+            Err(_) => {
+                // Deregistered under us: the ULP broke its registration.
+                return Err(io::Error::other("target region shrank during placement"));
+            }
+            Ok(Ok(0)) => return Err(io::ErrorKind::UnexpectedEof.into()),
+            Ok(Ok(n)) => done += n,
+            Ok(Err(e)) if e.kind() == io::ErrorKind::WouldBlock => {}
+            Ok(Err(e)) => return Err(e),
+        }
+    }
+    Ok(())
 }
 
 async fn writer_task(

@@ -22,12 +22,17 @@
 //!
 //! # Copies per byte (userspace, not counting the kernel's socket copies)
 //!
-//! - **Send** and **RDMA Write** from [`rdma::Sge::Bytes`]: 0 on the sender (the
-//!   payload `Bytes` go straight into `writev`); 1 on the receiver (receive buffer →
-//!   posted receive buffer or target region, `ResolvedRegion::place`). From
-//!   [`rdma::Sge::Local`]: +1 on the sender (region → FPDU scratch).
+//! - **RDMA Write** from [`rdma::Sge::Bytes`]: 0 on the sender (the payload `Bytes`
+//!   go straight into `writev`). On the receiver, with CRC off, 0 for the part of each
+//!   segment not yet buffered when its header arrives (direct placement: the socket
+//!   is read straight into the target region, `conn::direct`; in practice nearly every
+//!   byte of a large Write); 1 for the rest and whenever CRC is on (receive buffer →
+//!   region, `ResolvedRegion::place`).
+//! - **Send**: 0 on the sender; 1 on the receiver (receive buffer → posted receive
+//!   buffer). From [`rdma::Sge::Local`]: +1 on the sender (region → FPDU scratch).
 //! - **RDMA Read**: 1 at the data source (region → FPDU scratch, because the region is
-//!   mutable memory behind a lock), 1 at the sink (receive buffer → sink region).
+//!   mutable memory behind a lock); at the sink as for a Write (0 with direct
+//!   placement, else 1).
 //! - CRC32c, when negotiated, reads each byte once more on each side (no copy).
 //!
 //! Each remaining copy carries a `// COPY:` comment. The receive buffer adds a
@@ -66,7 +71,7 @@ pub mod handshake;
 pub mod tx;
 pub mod wire;
 
-pub use conn::{Connection, Limits};
+pub use conn::{Connection, DirectPlacement, Limits};
 pub use driver::{IwarpConfig, IwarpConnectRequest, IwarpListener, IwarpProvider, IwarpQp};
 pub use error::{ProtocolError, TerminateCode};
 pub use handshake::{HandshakeError, IncomingRequest, Initiator, Negotiated, Responder};

@@ -230,7 +230,7 @@ proptest! {
                 // order a Read Response against Writes posted after the Read (RFC
                 // 5040 §5.5; verbs needs a fence for that).
                 _ => SendOp::RdmaRead {
-                    remote: RemoteAddr { stag: target.stag(), offset: (5000 + off) as u64 },
+                    remote: RemoteAddr { stag: target.stag(), offset: (5100 + off) as u64 },
                     sink: LocalSge { mr: sink.clone(), offset: off, len },
                 },
             };
@@ -258,7 +258,7 @@ proptest! {
                 1 => expect_target[*off..off + data.len()].copy_from_slice(data),
                 _ => {
                     let got = sink.read(*off, data.len()).unwrap();
-                    let src = 5000 + off;
+                    let src = 5100 + off;
                     prop_assert_eq!(&got[..], &expect_target[src..src + data.len()]);
                 }
             }

@@ -310,3 +310,80 @@ fn tagged_write_checks_stag_bounds_and_rights() {
         terminate(1, 1, 0, false)
     );
 }
+
+#[test]
+fn direct_placement_reads_payload_into_the_region_and_skips_the_trailer() {
+    let (mut c, pd) = conn(false);
+    let mr = pd.register_zeroed(100_000, Access::REMOTE_WRITE);
+    let payload: Vec<u8> = (0..40_000u32).map(|i| (i % 251) as u8).collect();
+    let mut u = Vec::new();
+    SegmentHeader {
+        last: true,
+        opcode: Opcode::RDMA_WRITE,
+        ddp: DdpHeader::Tagged {
+            stag: mr.stag().0,
+            to: 1000,
+        },
+    }
+    .emit(&mut u);
+    u.extend_from_slice(&payload);
+    let mut f = Vec::new();
+    mpa::encode_fpdu(&u, false, &mut f);
+    // A second FPDU behind it, placed normally.
+    let mut u2 = Vec::new();
+    SegmentHeader {
+        last: true,
+        opcode: Opcode::RDMA_WRITE,
+        ddp: DdpHeader::Tagged {
+            stag: mr.stag().0,
+            to: 0,
+        },
+    }
+    .emit(&mut u2);
+    u2.extend_from_slice(b"tail");
+    mpa::encode_fpdu(&u2, false, &mut f);
+
+    // Header plus 100 payload bytes arrive first.
+    let mut buf = BytesMut::from(&f[..2 + 14 + 100]);
+    c.handle_input(&mut buf);
+    let d = c.poll_direct(&mut buf).expect("direct placement offered");
+    assert!(buf.is_empty(), "header and early payload consumed");
+    assert_eq!((d.offset, d.len), (1100, 40_000 - 100));
+    // The "driver" reads the rest straight into the region.
+    let rest = &f[2 + 14 + 100..2 + 14 + 40_000];
+    d.region
+        .with_range_mut(d.offset, d.len, |dst| dst.copy_from_slice(rest))
+        .unwrap();
+    c.direct_done();
+    let mut buf = BytesMut::from(&f[2 + 14 + 40_000..]);
+    c.handle_input(&mut buf);
+    assert!(c.is_open());
+    assert!(buf.is_empty());
+    assert_eq!(mr.read(1000, 40_000).unwrap(), &payload[..]);
+    assert_eq!(mr.read(0, 4).unwrap(), &b"tail"[..]);
+}
+
+#[test]
+fn direct_placement_is_not_offered_for_a_bad_stag_and_the_normal_path_terminates() {
+    let (mut c, _pd) = conn(false);
+    let mut u = Vec::new();
+    SegmentHeader {
+        last: true,
+        opcode: Opcode::RDMA_WRITE,
+        ddp: DdpHeader::Tagged {
+            stag: 0x0bad_0001,
+            to: 0,
+        },
+    }
+    .emit(&mut u);
+    u.extend_from_slice(&vec![7u8; 30_000]);
+    let mut f = Vec::new();
+    mpa::encode_fpdu(&u, false, &mut f);
+    let mut buf = BytesMut::from(&f[..64]);
+    c.handle_input(&mut buf);
+    assert!(c.poll_direct(&mut buf).is_none());
+    assert_eq!(buf.len(), 64, "nothing consumed");
+    assert!(c.is_open());
+    // The complete FPDU then gets the normal path's answer.
+    assert_eq!(feed_raw(&mut c, &f[..]), terminate(1, 1, 0, false));
+}

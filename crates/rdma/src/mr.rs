@@ -339,6 +339,22 @@ impl ResolvedRegion {
         Ok(())
     }
 
+    /// Runs `f` over `len` bytes of the region at `offset`, mutably: a provider
+    /// reading from its transport straight into registered memory (no copy). The
+    /// region lock is held while `f` runs; `f` must not block.
+    pub fn with_range_mut<R>(
+        &self,
+        offset: u64,
+        len: usize,
+        f: impl FnOnce(&mut [u8]) -> R,
+    ) -> Result<R, AccessError> {
+        let mut m = lock(&self.shared.mem);
+        let start = usize::try_from(offset).map_err(|_| AccessError::BaseBounds)?;
+        let end = start.checked_add(len).ok_or(AccessError::BaseBounds)?;
+        let dst = m.get_mut(start..end).ok_or(AccessError::BaseBounds)?;
+        Ok(f(dst))
+    }
+
     /// Copies `len` bytes at `offset` out into `out`.
     pub fn copy_out(&self, offset: u64, len: usize, out: &mut Vec<u8>) -> Result<(), AccessError> {
         let m = lock(&self.shared.mem);

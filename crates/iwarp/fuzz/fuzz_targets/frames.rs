@@ -25,7 +25,9 @@ fuzz_target!(|data: &[u8]| {
     let _ = ReadRequest::parse(data);
     let _ = TerminateControl::parse(data);
 
-    let Some((&sel, rest)) = data.split_first() else { return };
+    let Some((&sel, rest)) = data.split_first() else {
+        return;
+    };
     let crc = sel & 1 != 0;
     let mut buf = BytesMut::from(rest);
     while let Ok(Some(f)) = mpa::take_fpdu(&mut buf, crc) {
@@ -34,7 +36,10 @@ fuzz_target!(|data: &[u8]| {
 
     // The receive path of a live connection, fed in chunks chosen by the input.
     let pd = ProtectionDomain::new();
-    let rw = pd.register_zeroed(4096, Access::REMOTE_WRITE | Access::REMOTE_READ | Access::LOCAL_WRITE);
+    let rw = pd.register_zeroed(
+        4096,
+        Access::REMOTE_WRITE | Access::REMOTE_READ | Access::LOCAL_WRITE,
+    );
     let neg = Negotiated {
         active: sel & 2 != 0,
         crc,
@@ -44,9 +49,27 @@ fuzz_target!(|data: &[u8]| {
         peer: PeerParams::default(),
     };
     let now = Instant::now();
-    let mut c = Connection::new(pd, &neg, Limits { max_ulpdu: 1024, max_send_wr: 16, max_recv_wr: 16 }, now, Duration::ZERO);
+    let mut c = Connection::new(
+        pd,
+        &neg,
+        Limits {
+            max_ulpdu: 1024,
+            max_send_wr: 16,
+            max_recv_wr: 16,
+            direct_placement_min: 0,
+        },
+        now,
+        Duration::ZERO,
+    );
     for i in 0..(sel >> 4) {
-        let _ = c.post_recv(RecvWr { wr_id: i as u64, sgl: vec![LocalSge { mr: rw.clone(), offset: 0, len: 1000 }] });
+        let _ = c.post_recv(RecvWr {
+            wr_id: i as u64,
+            sgl: vec![LocalSge {
+                mr: rw.clone(),
+                offset: 0,
+                len: 1000,
+            }],
+        });
     }
     let step = 1 + ((sel >> 2) & 3) as usize * 7;
     let mut input = BytesMut::new();
