@@ -52,3 +52,6 @@ pub use transport::TransportKind;
 
 /// Re-exported wire types callers need (handles, attributes, statuses).
 pub use nfs3;
+/// Re-exported RPC-over-RDMA settings and counters ([`MountOptions::rdma`],
+/// [`Mount::rdma_stats`]).
+pub use rpcrdma_transport::{Counter, RdmaConfig, StatsRegistry};

@@ -17,7 +17,9 @@ use crate::mount::MountClient;
 use crate::nfs::NfsClient;
 use crate::portmap::{getport, PORTMAP_PORT};
 use crate::readdir::{DirReader, ReadDirSizes};
-use crate::transport::{rpc_client, TransportKind, MAX_REPLY_RECORD};
+use rpcrdma_transport::{RdmaConfig, StatsRegistry};
+
+use crate::transport::{rpc_client, rpc_client_with, TransportKind, MAX_REPLY_RECORD};
 
 /// Room left in a reply record for everything but READ data.
 const REPLY_OVERHEAD: u32 = 64 * 1024;
@@ -44,6 +46,9 @@ pub struct MountOptions {
     pub wsize: Option<u32>,
     /// READs or WRITEs in flight at once.
     pub depth: usize,
+    /// RPC-over-RDMA settings (inline thresholds, credits), used with
+    /// [`TransportKind::Rdma`].
+    pub rdma: RdmaConfig,
 }
 
 impl Default for MountOptions {
@@ -58,6 +63,7 @@ impl Default for MountOptions {
             rsize: None,
             wsize: None,
             depth: IoOptions::default().depth,
+            rdma: RdmaConfig::default(),
         }
     }
 }
@@ -91,6 +97,7 @@ pub struct Mount {
     fsinfo: FsInfo3ResOk,
     io: IoOptions,
     dir_sizes: ReadDirSizes,
+    rdma_stats: Option<StatsRegistry>,
 }
 
 async fn resolve(host: &str, port: u16) -> Result<SocketAddr> {
@@ -122,12 +129,13 @@ async fn mount_client(host: &str, opts: &MountOptions) -> Result<MountClient> {
 }
 
 /// An NFS client for `host` over the chosen transport.
-async fn nfs_client(host: &str, opts: &MountOptions) -> Result<NfsClient> {
+async fn nfs_client(host: &str, opts: &MountOptions) -> Result<(NfsClient, Option<StatsRegistry>)> {
     let port = opts
         .nfs_port
         .unwrap_or_else(|| opts.transport.default_nfs_port());
     let addr = resolve(host, port).await?;
-    NfsClient::connect(opts.transport, addr, rpc_config(opts))
+    let (rpc, stats) = rpc_client_with(opts.transport, addr, rpc_config(opts), &opts.rdma)?;
+    Ok((NfsClient::new(rpc), stats))
 }
 
 fn rpc_config(opts: &MountOptions) -> ClientConfig {
@@ -144,8 +152,10 @@ impl Mount {
     pub async fn mount(host: &str, export: &str, opts: &MountOptions) -> Result<Mount> {
         let mount = mount_client(host, opts).await?;
         let mounted = mount.mnt(export.as_bytes()).await?;
-        let nfs = nfs_client(host, opts).await?;
-        Mount::with_root(nfs, mount, export, mounted.root, opts).await
+        let (nfs, stats) = nfs_client(host, opts).await?;
+        let mut m = Mount::with_root(nfs, mount, export, mounted.root, opts).await?;
+        m.rdma_stats = stats;
+        Ok(m)
     }
 
     /// Mounts the longest prefix of `path` that MNT accepts and returns the mount
@@ -176,8 +186,9 @@ impl Mount {
             let export = format!("/{}", comps[..n].join("/"));
             match mount.mnt(export.as_bytes()).await {
                 Ok(m) => {
-                    let nfs = nfs_client(host, opts).await?;
-                    let mnt = Mount::with_root(nfs, mount, &export, m.root, opts).await?;
+                    let (nfs, stats) = nfs_client(host, opts).await?;
+                    let mut mnt = Mount::with_root(nfs, mount, &export, m.root, opts).await?;
+                    mnt.rdma_stats = stats;
                     return Ok((mnt, comps[n..].join("/")));
                 }
                 Err(Error::Mount(
@@ -217,6 +228,7 @@ impl Mount {
             fsinfo,
             io,
             dir_sizes,
+            rdma_stats: None,
         })
     }
 
@@ -228,6 +240,12 @@ impl Mount {
     /// The NFS procedures.
     pub fn nfs(&self) -> &NfsClient {
         &self.nfs
+    }
+
+    /// The RPC-over-RDMA counters of the NFS connection (RDMA mounts made by
+    /// [`Mount::mount`] or [`Mount::mount_longest`]; `None` over TCP).
+    pub fn rdma_stats(&self) -> Option<&StatsRegistry> {
+        self.rdma_stats.as_ref()
     }
 
     /// The export's root handle.

@@ -18,7 +18,7 @@ use std::sync::Arc;
 use iwarp::{IwarpConfig, IwarpProvider};
 use oncrpc::tcp::{TcpTransport, DEFAULT_MAX_RECORD};
 use oncrpc::{Client, ClientConfig};
-use rpcrdma_transport::{RdmaConfig, RdmaTransport};
+use rpcrdma_transport::{RdmaConfig, RdmaTransport, StatsRegistry};
 
 use crate::error::Result;
 use crate::rdma::Nfs3RdmaBinding;
@@ -93,16 +93,18 @@ impl FromStr for TransportKind {
 ///
 /// Must be called inside a tokio runtime (the client spawns its driver task).
 pub fn rpc_client(kind: TransportKind, addr: SocketAddr, config: ClientConfig) -> Result<Client> {
-    rpc_client_with(kind, addr, config, &RdmaConfig::default())
+    rpc_client_with(kind, addr, config, &RdmaConfig::default()).map(|(c, _)| c)
 }
 
-/// Like [`rpc_client`], with the RPC-over-RDMA settings given.
+/// Like [`rpc_client`], with the RPC-over-RDMA settings given. Over RDMA, also
+/// returns the transport's per-connection counters (RDMA Reads and Writes, chunk
+/// bytes, credits: what a benchmark or `mountstats` reports).
 pub fn rpc_client_with(
     kind: TransportKind,
     addr: SocketAddr,
     config: ClientConfig,
     rdma: &RdmaConfig,
-) -> Result<Client> {
+) -> Result<(Client, Option<StatsRegistry>)> {
     match kind {
         TransportKind::Tcp => {
             let transport = TcpTransport {
@@ -110,13 +112,14 @@ pub fn rpc_client_with(
                 max_record: MAX_REPLY_RECORD,
                 max_fragment: MAX_SEND_FRAGMENT,
             };
-            Ok(Client::new(transport, config))
+            Ok((Client::new(transport, config), None))
         }
         TransportKind::Rdma => {
             let provider = IwarpProvider::new(IwarpConfig::default());
             let transport =
                 RdmaTransport::new(provider, addr, rdma.clone(), Arc::new(Nfs3RdmaBinding));
-            Ok(Client::new(transport, config))
+            let stats = transport.stats();
+            Ok((Client::new(transport, config), Some(stats)))
         }
     }
 }

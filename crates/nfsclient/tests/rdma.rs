@@ -82,6 +82,10 @@ async fn nfs_over_rdma_reads_writes_lists_and_fails_like_tcp() {
     assert!(stats.total(Counter::RdmaWriteBytes) >= twice);
     assert!(stats.total(Counter::RdmaReadBytes) >= twice);
     assert!(stats.total(Counter::ReplyChunks) > 0);
+    // The client side agrees: it received that data in its chunks.
+    let ours = m.rdma_stats().expect("an RDMA mount has counters");
+    assert!(ours.total(Counter::ChunkBytesReceived) >= twice);
+    assert!(ours.total(Counter::WriteChunks) > 0);
 
     // Errors come back the same way.
     let e = m.nfs().lookup(m.root(), "missing").await.unwrap_err();
@@ -108,12 +112,16 @@ async fn cli_put_and_get_over_rdma() {
         async move {
             let o = tokio::process::Command::new(env!("CARGO_BIN_EXE_nfs"))
                 .args(["--transport", "rdma", "--nfs-port", &rdma_port])
-                .args(["--mount-port", &mount_port, "--quiet"])
+                .args(["--mount-port", &mount_port, "--quiet", "--verbose"])
                 .args(args)
                 .output()
                 .await
                 .unwrap();
-            assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+            let err = String::from_utf8_lossy(&o.stderr).into_owned();
+            assert!(o.status.success(), "{err}");
+            // -v reports the rate and the RDMA counters.
+            assert!(err.contains(" bytes in "), "{err}");
+            assert!(err.contains("nfs: rdma calls="), "{err}");
         }
     };
     run(vec![

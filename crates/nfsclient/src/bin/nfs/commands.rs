@@ -194,14 +194,20 @@ async fn get(g: &Global, target: &Target, local: Option<String>) -> Result<()> {
     } else {
         Box::new(io_on(tokio::fs::File::create(&local).await, &local)?)
     };
+    let started = std::time::Instant::now();
+    let mut total = 0u64;
     let mut reader = m.reader(&fh, 0, None);
     while let Some((_, data)) = reader.next_chunk().await.on(target)? {
         // COPY: the reply slice into the local file's page cache (or the stdout pipe).
         io_on(out.write_all(&data).await, &local)?;
         pb.inc(data.len() as u64);
+        total += data.len() as u64;
     }
     io_on(out.flush().await, &local)?;
     pb.finish_and_clear();
+    if g.verbose {
+        report(&m, "read", total, started.elapsed());
+    }
     Ok(())
 }
 
@@ -235,6 +241,7 @@ async fn put(g: &Global, local_path: &str, target: &Target, sync: bool) -> Resul
     let mut writer = m.writer(&fh, stable);
     let wsize = m.io_options().wsize as usize;
     let pb = bar(meta.len(), g.quiet);
+    let started = std::time::Instant::now();
     let mut offset = 0u64;
     loop {
         let mut buf = BytesMut::with_capacity(wsize);
@@ -256,10 +263,43 @@ async fn put(g: &Global, local_path: &str, target: &Target, sync: bool) -> Resul
     }
     let written = writer.finish().await.on(target)?;
     pb.finish_and_clear();
+    if g.verbose {
+        report(&m, "wrote", written, started.elapsed());
+    }
     if written != offset {
         return Err(CliError::Usage(format!(
             "server acknowledged {written} of {offset} bytes"
         )));
     }
     Ok(())
+}
+
+/// `-v`: the transfer's size, time and rate, and what the RDMA transport did.
+fn report(m: &Mount, what: &str, bytes: u64, took: std::time::Duration) {
+    let secs = took.as_secs_f64().max(1e-9);
+    let io = m.io_options();
+    eprintln!(
+        "nfs: {what} {bytes} bytes in {secs:.3} s ({:.1} MiB/s), rsize {} wsize {} depth {}",
+        bytes as f64 / secs / (1024.0 * 1024.0),
+        io.rsize,
+        io.wsize,
+        io.depth
+    );
+    if let Some(stats) = m.rdma_stats() {
+        use nfsclient::Counter;
+        let counters = [
+            Counter::Calls,
+            Counter::ReadChunks,
+            Counter::WriteChunks,
+            Counter::ReplyChunks,
+            Counter::ChunkBytesReceived,
+            Counter::SendBytes,
+            Counter::CreditWaits,
+        ];
+        let line: Vec<String> = counters
+            .iter()
+            .map(|c| format!("{}={}", c.name(), stats.total(*c)))
+            .collect();
+        eprintln!("nfs: rdma {}", line.join(" "));
+    }
 }

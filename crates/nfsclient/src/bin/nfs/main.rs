@@ -67,6 +67,9 @@ struct Global {
     /// No progress bar.
     #[arg(short, long, global = true)]
     quiet: bool,
+    /// After a transfer, print its rate (and the RDMA counters) on standard error.
+    #[arg(short, long, global = true)]
+    verbose: bool,
 }
 
 #[derive(Debug, Subcommand)]
@@ -154,6 +157,7 @@ impl Global {
             rsize: self.rsize,
             wsize: self.wsize,
             depth: self.depth.max(1),
+            ..MountOptions::default()
         })
     }
 }
