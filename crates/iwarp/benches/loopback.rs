@@ -18,11 +18,21 @@ use rdma::{
 };
 
 async fn pair(crc: bool) -> (IwarpQp, IwarpQp, ProtectionDomain, ProtectionDomain) {
-    let cfg = IwarpConfig {
+    pair_direct(crc, true).await
+}
+
+async fn pair_direct(
+    crc: bool,
+    direct: bool,
+) -> (IwarpQp, IwarpQp, ProtectionDomain, ProtectionDomain) {
+    let mut cfg = IwarpConfig {
         crc,
         first_send_delay: Duration::ZERO,
         ..IwarpConfig::default()
     };
+    if !direct {
+        cfg.limits.direct_placement_min = 0;
+    }
     let mut l = IwarpProvider::new(cfg.clone())
         .listen("127.0.0.1:0".parse().unwrap())
         .await
@@ -60,8 +70,8 @@ async fn pair(crc: bool) -> (IwarpQp, IwarpQp, ProtectionDomain, ProtectionDomai
 }
 
 /// RDMA Write `total` bytes in `size` writes, `depth` outstanding; returns seconds.
-async fn rdma_write(size: usize, total: usize, depth: usize, crc: bool) -> f64 {
-    let (a, b, _pa, pb) = pair(crc).await;
+async fn rdma_write(size: usize, total: usize, depth: usize, crc: bool, direct: bool) -> f64 {
+    let (a, b, _pa, pb) = pair_direct(crc, direct).await;
     let target = pb.register(BytesMut::zeroed(size), Access::REMOTE_WRITE);
     let rx = pb.register(BytesMut::zeroed(64), Access::LOCAL_WRITE);
     b.post_recv(RecvWr {
@@ -285,10 +295,16 @@ fn main() {
         "{:<28} {:>11} {:>11} {:>6} | {:>10} {:>10} {:>6}",
         "case", "iwarp wall", "TCP wall", "ratio", "iwarp CPU", "TCP CPU", "ratio"
     );
-    for &(size, crc) in &[(1usize << 20, false), (1 << 20, true), (64 << 10, false)] {
+    let cases = [
+        (1usize << 20, false, true),
+        (1 << 20, false, false),
+        (1 << 20, true, true),
+        (64 << 10, false, true),
+    ];
+    for &(size, crc, direct) in &cases {
         let ((t_rdma, c_rdma), (t_tcp, c_tcp)) = best_pair(
             runs,
-            || rt.block_on(rdma_write(size, gib, 8, crc)),
+            || rt.block_on(rdma_write(size, gib, 8, crc, direct)),
             || tcp_stream(size, gib),
         );
         let mbs = |t: f64| gib as f64 / t / 1e6;
@@ -296,9 +312,10 @@ fn main() {
         println!(
             "{:<28} {:>6.0} MB/s {:>6.0} MB/s {:>6.3} | {:>6.3} s/G {:>6.3} s/G {:>6.3}",
             format!(
-                "RDMA Write {} KiB{}",
+                "RDMA Write {} KiB{}{}",
                 size >> 10,
-                if crc { " +CRC" } else { "" }
+                if crc { " +CRC" } else { "" },
+                if direct { "" } else { " no-direct" }
             ),
             mbs(t_rdma),
             mbs(t_tcp),
