@@ -12,7 +12,9 @@
 //!     \            /
 //!   NfsClient: one typed async method per NFSv3 procedure             (nfs)
 //!                 |
-//!   oncrpc::Client over a Transport: TCP now, RDMA slot               (transport)
+//!   oncrpc::Client over a Transport                                   (transport)
+//!      TCP (record marking)  |  RPC-over-RDMA (rpcrdma-transport on the iWARP
+//!                            |  provider, with the NFSv3 binding of `rdma`)
 //! ```
 //!
 //! Specs: RFC 1813 §3.3 (procedures), Appendix I (MOUNT); RFC 1833 §3 (portmapper);
