@@ -115,6 +115,22 @@ async fn mkdir_rm_and_errors() {
     ok(&nfs(&s, &["rm", &at("a/f")]).await);
     assert_eq!(ok(&nfs(&s, &["ls", &at("a")]).await), "d\n");
 
+    // ls -l shows symbolic links with their target.
+    std::os::unix::fs::symlink("d/../elsewhere", s.local("a/sl")).unwrap();
+    let ll = ok(&nfs(&s, &["ls", "-l", &at("a")]).await);
+    assert!(
+        ll.lines()
+            .any(|l| l.starts_with('l') && l.ends_with(" sl -> d/../elsewhere")),
+        "{ll}"
+    );
+
+    // --export says where the export ends (no MNT probing).
+    let o = nfs(&s, &["--export", &export, "ls", &at("a")]).await;
+    assert_eq!(ok(&o), "d\nsl\n");
+    let o = nfs(&s, &["--export", "/elsewhere", "ls", &at("a")]).await;
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("is not inside the export"));
+
     // A bad target is a usage error before any RPC.
     let o = nfs(&s, &["ls", "no-colon"]).await;
     assert!(!o.status.success());

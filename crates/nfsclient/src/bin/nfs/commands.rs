@@ -119,8 +119,9 @@ async fn ls(g: &Global, target: &Target, long: bool) -> Result<()> {
     let (fh, attrs) = m.lookup_path(&path).await.on(target)?;
     let mut out = String::new();
     if attrs.ftype != Ftype3::NF3DIR {
-        let name = components(&path).last().unwrap_or(".");
-        line(&mut out, name, Some(&attrs), long);
+        let name = components(&path).last().unwrap_or(".").to_string();
+        let name = with_link_target(&m, name, &fh, Some(&attrs), long).await;
+        line(&mut out, &name, Some(&attrs), long);
         print!("{out}");
         return Ok(());
     }
@@ -128,15 +129,31 @@ async fn ls(g: &Global, target: &Target, long: bool) -> Result<()> {
     entries.retain(|e| &e.name[..] != b"." && &e.name[..] != b"..");
     entries.sort_by(|a, b| a.name.cmp(&b.name));
     for e in &entries {
-        line(
-            &mut out,
-            &String::from_utf8_lossy(&e.name),
-            e.attributes.as_ref(),
-            long,
-        );
+        let mut name = String::from_utf8_lossy(&e.name).into_owned();
+        if let Some(h) = &e.handle {
+            name = with_link_target(&m, name, h, e.attributes.as_ref(), long).await;
+        }
+        line(&mut out, &name, e.attributes.as_ref(), long);
     }
     print!("{out}");
     Ok(())
+}
+
+/// `ls -l` shows a symbolic link as `name -> target` (one READLINK).
+async fn with_link_target(
+    m: &Mount,
+    name: String,
+    fh: &NfsFh3,
+    attrs: Option<&nfsclient::nfs3::Fattr3>,
+    long: bool,
+) -> String {
+    if !long || attrs.map(|a| a.ftype) != Some(Ftype3::NF3LNK) {
+        return name;
+    }
+    match m.nfs().readlink(fh).await {
+        Ok(rl) => format!("{name} -> {}", String::from_utf8_lossy(&rl.data.0)),
+        Err(_) => name,
+    }
 }
 
 fn line(out: &mut String, name: &str, attrs: Option<&nfsclient::nfs3::Fattr3>, long: bool) {
