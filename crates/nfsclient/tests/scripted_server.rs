@@ -4,6 +4,7 @@
 //! short WRITEs, short READs, and servers that never make progress.
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use nfsclient::nfs3::attr::ObjAttrFail;
@@ -32,6 +33,8 @@ struct Script {
     write_nothing: bool,
     /// READ returns 0 bytes and no EOF.
     read_nothing: bool,
+    /// READ and WRITE take this long (to see how many the client keeps in flight).
+    delay_ms: u64,
 }
 
 #[derive(Debug, Default)]
@@ -49,6 +52,9 @@ struct State {
 struct Scripted {
     script: Script,
     state: Mutex<State>,
+    /// READs and WRITEs being served now, and the most seen at once.
+    in_service: AtomicUsize,
+    max_in_service: AtomicUsize,
 }
 
 fn put(file: &mut Vec<u8>, off: usize, data: &[u8]) {
@@ -59,7 +65,23 @@ fn put(file: &mut Vec<u8>, off: usize, data: &[u8]) {
 }
 
 impl Service for Scripted {
-    async fn call(&self, mut req: Request) -> ServiceResult {
+    async fn call(&self, req: Request) -> ServiceResult {
+        let io = matches!(NfsProc3(req.proc_), NfsProc3::READ | NfsProc3::WRITE);
+        if io {
+            let now = self.in_service.fetch_add(1, Ordering::SeqCst) + 1;
+            self.max_in_service.fetch_max(now, Ordering::SeqCst);
+            tokio::time::sleep(std::time::Duration::from_millis(self.script.delay_ms)).await;
+        }
+        let out = self.serve(req);
+        if io {
+            self.in_service.fetch_sub(1, Ordering::SeqCst);
+        }
+        out
+    }
+}
+
+impl Scripted {
+    fn serve(&self, mut req: Request) -> ServiceResult {
         let mut st = self.state.lock().unwrap();
         let out = match NfsProc3(req.proc_) {
             NfsProc3::WRITE => {
@@ -145,6 +167,8 @@ async fn start(script: Script, initial: &[u8]) -> Running {
             verf: 0x1000,
             ..State::default()
         }),
+        in_service: AtomicUsize::new(0),
+        max_in_service: AtomicUsize::new(0),
     });
     let mut d = Dispatcher::new();
     d.register(NFS_PROGRAM, [NFS_V3], service.clone()).unwrap();
@@ -333,4 +357,61 @@ async fn unknown_procedure_is_an_rpc_error_not_an_nfs_status() {
         "{e:?}"
     );
     assert_eq!(e.status(), None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_and_writes_are_pipelined_up_to_the_depth() {
+    let payload = data(64 * 1024);
+    let r = start(
+        Script {
+            delay_ms: 30,
+            ..Script::default()
+        },
+        &payload,
+    )
+    .await;
+    let io = IoOptions {
+        rsize: 4096,
+        wsize: 4096,
+        depth: 6,
+        ..IoOptions::default()
+    };
+    // 16 READs of 30 ms each, 6 at a time. (The length is given, so that no READ
+    // past EOF is still being served when the WRITEs start.)
+    let mut rd = FileReader::new(r.nfs.clone(), fh(), 0, Some(payload.len() as u64), &io);
+    let mut got = Vec::new();
+    while let Some((_, chunk)) = rd.next_chunk().await.unwrap() {
+        got.extend_from_slice(&chunk);
+    }
+    assert_eq!(got, payload);
+    assert_eq!(r.service.max_in_service.load(Ordering::SeqCst), 6);
+    // 16 WRITEs, the same.
+    r.service.max_in_service.store(0, Ordering::SeqCst);
+    let mut w = FileWriter::new(r.nfs.clone(), fh(), StableHow::UNSTABLE, &io);
+    w.write(0, Bytes::from(payload.clone())).await.unwrap();
+    w.finish().await.unwrap();
+    assert_eq!(r.service.max_in_service.load(Ordering::SeqCst), 6);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commit_every_bounds_the_data_held_for_resending() {
+    let r = start(Script::default(), b"").await;
+    let io = IoOptions {
+        rsize: 4096,
+        wsize: 4096,
+        depth: 4,
+        commit_every: 16 * 1024,
+    };
+    let mut w = FileWriter::new(r.nfs.clone(), fh(), StableHow::UNSTABLE, &io);
+    for i in 0..8u64 {
+        w.write(i * 8192, Bytes::from(data(8192))).await.unwrap();
+    }
+    w.finish().await.unwrap();
+    // 64 KiB through 4 WRITEs in flight: at least 48 KiB complete before `finish`,
+    // so at least one COMMIT happens on the way (then the last one in `finish`),
+    // and everything ends up stable.
+    let st = r.service.state.lock().unwrap();
+    assert!(st.commits >= 2, "{} COMMITs", st.commits);
+    assert_eq!(st.stable.len(), 64 * 1024);
+    assert_eq!(&st.stable[..8192], &data(8192)[..]);
 }
