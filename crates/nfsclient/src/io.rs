@@ -24,8 +24,18 @@
 //! written UNSTABLE are kept (by reference count, not copied) until a COMMIT
 //! returns their WRITE's verifier, so they can be re-sent.
 //!
-//! Over RPC-over-RDMA the same code moves the data by RDMA (Write chunks for READ,
-//! Read chunks for WRITE) and the socket copies disappear.
+//! **Over RPC-over-RDMA** the same code runs unchanged; the copies are the
+//! transport's (`rpcrdma-transport` and the provider document theirs). Today, with
+//! the userspace iWARP provider, on the client:
+//! - READ: the provider places the RDMA Write payload into our registered Write
+//!   chunk (the socket read, 1), then `rpcrdma-transport` joins the reduced reply and
+//!   the chunk into one contiguous reply for `oncrpc` (+1, its `complete`): 2.
+//! - WRITE: `rpcrdma-transport` copies the data into a registered region for the
+//!   server's RDMA Read (1), which the provider then sends (the socket write, +1): 2.
+//!
+//! So RDMA over the software provider costs one copy per byte more than TCP each way;
+//! a reply receiver that keeps the chunk as its own `Bytes`, and registering the
+//! caller's buffer in place, would bring both back to TCP's count.
 
 use std::collections::VecDeque;
 

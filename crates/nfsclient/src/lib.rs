@@ -27,6 +27,31 @@
 //!   verifier the COMMIT does not return is sent again). Copies per byte are counted
 //!   in [`io`].
 //!
+//! # Example
+//!
+//! ```no_run
+//! use nfsclient::nfs3::StableHow;
+//! use nfsclient::{Mount, MountOptions, TransportKind};
+//!
+//! # async fn demo() -> nfsclient::Result<()> {
+//! let opts = MountOptions {
+//!     transport: TransportKind::Rdma, // NFS on port 20049; MOUNT still over TCP
+//!     ..MountOptions::default()
+//! };
+//! let m = Mount::mount("server", "/srv/export", &opts).await?;
+//! let (fh, attrs) = m.lookup_path("dir/file").await?;
+//! let mut reader = m.reader(&fh, 0, Some(attrs.size)); // several READs in flight
+//! while let Some((offset, data)) = reader.next_chunk().await? {
+//!     println!("{} bytes at {offset}", data.len()); // `data` is not a copy
+//! }
+//! let out = m.create_file("dir/copy", 0o644, false).await?;
+//! let mut writer = m.writer(&out, StableHow::UNSTABLE);
+//! writer.write(0, bytes::Bytes::from_static(b"hello")).await?;
+//! writer.finish().await?; // COMMIT, re-sending if the write verifier changed
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! This crate does not do: NFSv2 or NFSv4, NLM locking, attribute or data caching,
 //! RPCSEC_GSS, UDP, or following symbolic links during path walks.
 #![warn(missing_docs, unreachable_pub)]
