@@ -95,9 +95,16 @@ impl<P: ConnectionManager + 'static> RdmaTransport<P> {
     /// we ask for, the completion task started.
     pub async fn connect_once(&self) -> Result<(RdmaSender<P::Qp>, RdmaReceiver), TransportError> {
         let pd = ProtectionDomain::new();
+        // §4.3.1: the requested credits are Receives we must have posted, since each
+        // granted Call may be answered at once; they go up with the connection.
+        let pool = RecvPool::new(
+            &pd,
+            self.config.credits.max(1),
+            self.config.recv_buffer_len(),
+        );
         let qp = self
             .provider
-            .connect(self.addr, &pd, self.config.connect_params())
+            .connect(self.addr, &pd, self.config.connect_params(pool.initial()))
             .await?;
         let limits = self.config.negotiate(qp.peer());
         let stats = ConnStats::new("client", Some(self.addr));
@@ -106,14 +113,6 @@ impl<P: ConnectionManager + 'static> RdmaTransport<P> {
         stats.set(Counter::RecvThreshold, u64::from(limits.recv_threshold));
         stats.set(Counter::CreditsRequested, u64::from(self.config.credits));
         self.stats.add(stats.clone());
-        // §4.3.1: the requested credits are Receives we must have posted, since each
-        // granted Call may be answered at once.
-        let pool = RecvPool::new(
-            &pd,
-            self.config.credits.max(1),
-            self.config.recv_buffer_len(),
-        );
-        pool.post_all(&qp)?;
         tracing::debug!(
             target: "rpcrdma_transport",
             addr = %self.addr,

@@ -38,24 +38,33 @@ impl RecvPool {
         }
     }
 
-    /// Posts buffer `index`.
-    pub(crate) fn post(&self, qp: &dyn QueuePair, index: usize) -> Result<(), PostError> {
-        let Some(mr) = self.bufs.get(index) else {
-            return Err(PostError::LocalProtection);
-        };
-        qp.post_recv(RecvWr {
+    fn wr(&self, index: usize, mr: &MemoryRegion) -> RecvWr {
+        RecvWr {
             wr_id: wr_kind::RECV | index as u64,
             sgl: vec![LocalSge {
                 mr: mr.clone(),
                 offset: 0,
                 len: self.len,
             }],
-        })
+        }
     }
 
-    /// Posts every buffer.
-    pub(crate) fn post_all(&self, qp: &dyn QueuePair) -> Result<(), PostError> {
-        (0..self.bufs.len()).try_for_each(|i| self.post(qp, i))
+    /// Posts buffer `index` again.
+    pub(crate) fn post(&self, qp: &dyn QueuePair, index: usize) -> Result<(), PostError> {
+        let Some(mr) = self.bufs.get(index) else {
+            return Err(PostError::LocalProtection);
+        };
+        qp.post_recv(self.wr(index, mr))
+    }
+
+    /// A Receive for every buffer, to be posted at connection setup
+    /// ([`rdma::ConnectParams::recvs`]), before the peer can send anything.
+    pub(crate) fn initial(&self) -> Vec<RecvWr> {
+        self.bufs
+            .iter()
+            .enumerate()
+            .map(|(i, mr)| self.wr(i, mr))
+            .collect()
     }
 
     /// Takes the `len` bytes a Receive completion left in buffer `index`, so that the

@@ -126,7 +126,17 @@ impl<P: ConnectionManager + 'static> RdmaServer<P> {
             let peer = req.peer().clone();
             let limits = self.config.negotiate(&peer);
             let pd = ProtectionDomain::new();
-            let qp = match req.accept(&pd, self.config.connect_params()).await {
+            // §4.3.1: the Receives for the credits we grant go up with the connection,
+            // before the requester can send its first Call.
+            let pool = RecvPool::new(
+                &pd,
+                self.config.credits.max(1),
+                self.config.recv_buffer_len(),
+            );
+            let qp = match req
+                .accept(&pd, self.config.connect_params(pool.initial()))
+                .await
+            {
                 Ok(qp) => qp,
                 Err(e) => {
                     tracing::debug!(target: "rpcrdma_transport", error = %e, "accept failed");
@@ -152,11 +162,7 @@ impl<P: ConnectionManager + 'static> RdmaServer<P> {
                     Ok(c) => c,
                     Err(_) => continue,
                 },
-                pool: RecvPool::new(
-                    &pd,
-                    self.config.credits.max(1),
-                    self.config.recv_buffer_len(),
-                ),
+                pool,
                 calls: HashMap::new(),
                 reads: HashMap::new(),
                 next_read: 0,
@@ -211,9 +217,6 @@ struct Fatal;
 impl<Q: QueuePair + 'static> ServerConn<Q> {
     async fn run(mut self) {
         let (tx, mut rx) = mpsc::unbounded_channel::<(Xid, Option<XdrStream>)>();
-        if self.pool.post_all(&*self.qp).is_err() {
-            self.qp.disconnect();
-        }
         let qp = self.qp.clone();
         let mut shutdown = self.shutdown.clone();
         let mut stopping = false;

@@ -6,7 +6,7 @@
 //! bytes" without such a mechanism).
 
 use bytes::Bytes;
-use rdma::{ConnectParams, PeerParams};
+use rdma::{ConnectParams, PeerParams, RecvWr};
 use rpcrdma::private_data::{PeerLimits, PrivateData};
 use rpcrdma::reassembly::ReassemblyOptions;
 use rpcrdma::validate::Policy;
@@ -75,13 +75,14 @@ impl RdmaConfig {
         }
     }
 
-    /// What we offer at connection setup.
-    pub fn connect_params(&self) -> ConnectParams {
+    /// What we offer at connection setup, with the Receives to post before the
+    /// connection carries data.
+    pub fn connect_params(&self, recvs: Vec<RecvWr>) -> ConnectParams {
         ConnectParams {
             private_data: Bytes::copy_from_slice(&self.private_data().emit()),
             ird: self.ird,
             ord: self.ord,
-            ..ConnectParams::default()
+            recvs,
         }
     }
 
@@ -143,7 +144,7 @@ mod tests {
 
     #[test]
     fn our_private_data_is_rfc8797() {
-        let p = RdmaConfig::default().connect_params();
+        let p = RdmaConfig::default().connect_params(Vec::new());
         assert_eq!(&p.private_data[..], &[0xf6, 0xab, 0x0e, 0x18, 1, 1, 3, 3]);
     }
 }

@@ -30,15 +30,13 @@ struct Raw {
 impl Raw {
     async fn connect(addr: SocketAddr) -> Raw {
         let pd = ProtectionDomain::new();
-        let qp = iwarp()
-            .connect(addr, &pd, RdmaConfig::default().connect_params())
-            .await
-            .unwrap();
         let bufs: Vec<MemoryRegion> = (0..16)
             .map(|_| pd.register_zeroed(65536, Access::LOCAL_WRITE))
             .collect();
-        for (i, mr) in bufs.iter().enumerate() {
-            qp.post_recv(RecvWr {
+        let recvs = bufs
+            .iter()
+            .enumerate()
+            .map(|(i, mr)| RecvWr {
                 wr_id: i as u64,
                 sgl: vec![LocalSge {
                     mr: mr.clone(),
@@ -46,19 +44,23 @@ impl Raw {
                     len: 65536,
                 }],
             })
+            .collect();
+        let qp = iwarp()
+            .connect(addr, &pd, RdmaConfig::default().connect_params(recvs))
+            .await
             .unwrap();
-        }
         Raw { qp, pd, bufs }
     }
 
-    fn send(&self, msg: Bytes) {
+    /// Posts a Send; false once the connection is gone (the server may end it).
+    fn send(&self, msg: Bytes) -> bool {
         self.qp
             .post_send(SendWr {
                 wr_id: 1 << 40,
                 op: SendOp::Send,
                 sgl: vec![Sge::Bytes(msg)],
             })
-            .unwrap();
+            .is_ok()
     }
 
     /// The next message received, or `None` once the connection is gone (or 5 s).
@@ -141,11 +143,11 @@ fn accept_stat(reply: Option<Bytes>, xid: u32) -> u32 {
 }
 
 async fn null_works(raw: &Raw, xid: u32) {
-    raw.send(msg(
+    assert!(raw.send(msg(
         xid,
         ChunkLists::empty(),
         &rpc_call(xid, PROG, NULL, |_| {}),
-    ));
+    )));
     assert_eq!(
         accept_stat(raw.recv().await, xid),
         0,
@@ -176,7 +178,7 @@ async fn calls_past_the_credit_limit_end_that_connection_only() {
         let call = rpc_call(xid, PROG, SLOW, |e| {
             e.opaque(b"abc");
         });
-        raw.send(msg(xid, ChunkLists::empty(), &call));
+        let _ = raw.send(msg(xid, ChunkLists::empty(), &call));
     }
     assert!(
         raw.closed().await,
@@ -205,7 +207,7 @@ async fn a_million_segments_get_err_badheader() {
     for _ in 0..2 {
         b.put_slice(&[0u8; 16]);
     }
-    raw.send(b.freeze());
+    assert!(raw.send(b.freeze()));
     assert_eq!(expect_error(raw.recv().await, xid), ErrorBody::BadHeader);
     // A Read list of 1000 segments that are really there (24 KB of header).
     let xid = 0x1001;
@@ -224,7 +226,7 @@ async fn a_million_segments_get_err_badheader() {
         writes: vec![],
         reply: None,
     };
-    raw.send(msg(xid, chunks, &call));
+    assert!(raw.send(msg(xid, chunks, &call)));
     assert_eq!(expect_error(raw.recv().await, xid), ErrorBody::BadHeader);
     // Version 7: ERR_VERS with our range (§5.5.1).
     let xid = 0x1002;
@@ -232,7 +234,7 @@ async fn a_million_segments_get_err_badheader() {
     for w in [xid, 7, 8, 0, 0, 0, 0] {
         b.put_u32(w);
     }
-    raw.send(b.freeze());
+    assert!(raw.send(b.freeze()));
     assert_eq!(
         expect_error(raw.recv().await, xid),
         ErrorBody::Vers {
@@ -268,7 +270,7 @@ async fn write_chunk_with_an_invalid_stag_ends_that_connection_only() {
         }])],
         reply: None,
     };
-    raw.send(msg(xid, chunks, &call));
+    assert!(raw.send(msg(xid, chunks, &call)));
     // §5.5.3: "If chunk contents are invalid (say, a segment is no longer registered
     // ...), a Remote Access error occurs. RDMA operational errors are typically fatal
     // to the connection." Our provider answers the bad Write with a Terminate.
@@ -298,7 +300,7 @@ async fn reply_chunk_too_small_gets_err_badheader_and_nothing_written() {
             offset: 0,
         }])),
     };
-    raw.send(msg(xid, chunks, &call));
+    assert!(raw.send(msg(xid, chunks, &call)));
     // §5.5.3: "A responder can detect this problem before attempting to write past the
     // end of the Reply chunk" ... "RDMA_ERROR reply with an rdma_err value of
     // RDMA_ERR_BADHEADER".
@@ -343,7 +345,7 @@ async fn non_ddp_item_in_a_read_chunk_gets_garbage_args() {
         writes: vec![],
         reply: None,
     };
-    raw.send(msg(xid, chunks, &call));
+    assert!(raw.send(msg(xid, chunks, &call)));
     // §8.1.1: "a responder MUST NOT process the Call message"; §5.5.2: GARBAGE_ARGS.
     assert_eq!(accept_stat(raw.recv().await, xid), 4);
     null_works(&raw, 0x4001).await;
@@ -355,11 +357,11 @@ async fn unbound_program_gets_no_reply_over_rdma() {
     let server = start_server(RdmaConfig::default()).await;
     let raw = Raw::connect(server.addr).await;
     let xid = 0x5000;
-    raw.send(msg(
+    assert!(raw.send(msg(
         xid,
         ChunkLists::empty(),
         &rpc_call(xid, UNBOUND_PROG, NULL, |_| {}),
-    ));
+    )));
     // §8: "Responders MUST NOT reply to RPC-over-RDMA messages for Upper Layer
     // Protocols that do not have a Upper Layer Binding." The next call is answered.
     null_works(&raw, 0x5001).await;
