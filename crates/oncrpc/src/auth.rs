@@ -252,6 +252,23 @@ mod tests {
         assert_eq!(AuthSysParms::from_xdr(bytes).unwrap(), sys());
     }
 
+    proptest::proptest! {
+        #[test]
+        fn auth_sys_round_trips_within_bounds(
+            stamp: u32, uid: u32, gid: u32,
+            name in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..=255),
+            gids in proptest::collection::vec(proptest::prelude::any::<u32>(), 0..=16),
+        ) {
+            let p = AuthSysParms { stamp, machinename: Bytes::from(name), uid, gid, gids };
+            let cred = p.to_opaque_auth();
+            proptest::prop_assert!(cred.body.len() <= MAX_AUTH_BYTES as usize);
+            proptest::prop_assert_eq!(
+                Credentials::authenticate(&cred, &OpaqueAuth::none()),
+                Ok(Credentials::Sys(p))
+            );
+        }
+    }
+
     #[test]
     fn auth_sys_machinename_over_255_is_rejected() {
         let mut p = sys();

@@ -9,6 +9,7 @@ use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::BytesMut;
 use tokio::net::{TcpListener, TcpStream};
@@ -35,6 +36,9 @@ pub struct ServerConfig {
     pub max_in_flight: usize,
     /// Register with this rpcbind on start, unregister on shutdown.
     pub rpcbind: Option<Registrar>,
+    /// How long shutdown waits for calls in flight; after it, connections are
+    /// dropped with their calls. `None` waits as long as the calls take.
+    pub shutdown_grace: Option<Duration>,
 }
 
 impl Default for ServerConfig {
@@ -44,6 +48,7 @@ impl Default for ServerConfig {
             max_fragment: DEFAULT_MAX_FRAGMENT,
             max_in_flight: 128,
             rpcbind: None,
+            shutdown_grace: Some(Duration::from_secs(30)),
         }
     }
 }
@@ -119,7 +124,20 @@ impl Server {
         tracing::info!(connections = conns.len(), "shutting down");
         drop(listener);
         let _ = stop_tx.send(true);
-        while conns.join_next().await.is_some() {}
+        let drain = async { while conns.join_next().await.is_some() {} };
+        match self.config.shutdown_grace {
+            None => drain.await,
+            Some(grace) => {
+                if tokio::time::timeout(grace, drain).await.is_err() {
+                    tracing::warn!(
+                        ?grace,
+                        "calls still in flight after the grace period; dropped"
+                    );
+                    conns.abort_all();
+                    while conns.join_next().await.is_some() {}
+                }
+            }
+        }
         if let Some(r) = &self.config.rpcbind {
             r.unset_all(&registrations, NETID_TCP, local).await?;
         }

@@ -417,3 +417,59 @@ async fn handler_panic_is_system_err_and_connection_survives() {
     c.call(PROG, 1, 0, XdrStream::default()).await.unwrap();
     server.stop().await;
 }
+
+#[tokio::test]
+async fn shutdown_grace_bounds_the_wait_for_hung_calls() {
+    let server = start_on(
+        "127.0.0.1:0".parse().unwrap(),
+        Arc::new(Test::default()),
+        ServerConfig {
+            shutdown_grace: Some(Duration::from_millis(200)),
+            ..ServerConfig::default()
+        },
+    )
+    .await;
+    let c = client(server.addr);
+    let hung = tokio::spawn({
+        let c = c.clone();
+        async move {
+            c.call_with_timeout(PROG, 1, 2, XdrStream::default(), Duration::from_secs(2))
+                .await
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let t = std::time::Instant::now();
+    server.stop().await;
+    assert!(t.elapsed() < Duration::from_secs(2));
+    assert!(hung.await.unwrap().is_err());
+}
+
+/// RFC 5531 §9: replies are matched by xid, so the server sends each as soon as it
+/// is ready: a slow call does not hold back a fast one behind it.
+#[tokio::test]
+async fn server_replies_out_of_order_as_calls_complete() {
+    let server = start(Arc::new(Test::default())).await;
+    let mut s = TcpStream::connect(server.addr).await.unwrap();
+    let call = |xid: u32, delay: u32| {
+        let mut m = xid.to_be_bytes().to_vec();
+        m.extend_from_slice(&[0, 0, 0, 0, 0, 0, 0, 2]);
+        m.extend_from_slice(&PROG.to_be_bytes());
+        m.extend_from_slice(&[0, 0, 0, 1, 0, 0, 0, 1]);
+        m.extend_from_slice(&[0; 16]);
+        m.extend_from_slice(&delay.to_be_bytes());
+        m.extend_from_slice(&[0, 0, 0, 0]); // empty opaque
+        let mut w = ((m.len() as u32) | 0x8000_0000).to_be_bytes().to_vec();
+        w.extend_from_slice(&m);
+        w
+    };
+    s.write_all(&call(1, 300)).await.unwrap();
+    s.write_all(&call(2, 0)).await.unwrap();
+    let mut first = [0u8; 8];
+    s.read_exact(&mut first).await.unwrap();
+    assert_eq!(
+        first[4..],
+        2u32.to_be_bytes(),
+        "the fast call is answered first"
+    );
+    server.stop().await;
+}
