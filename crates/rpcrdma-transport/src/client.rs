@@ -29,8 +29,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use bytes::Bytes;
 use oncrpc::{RecordReceiver, RecordSender, Transport};
 use rdma::{
-    Completion, ConnectionManager, ProtectionDomain, QueuePair, QueuePairExt, STag, SendOp, SendWr,
-    Sge, WcOpcode, WcStatus,
+    Completion, ConnectionManager, ProtectionDomain, QueuePair, QueuePairExt, STag, SendOp,
+    WcOpcode, WcStatus,
 };
 use rpcrdma::credits::RequesterCredits;
 use rpcrdma::marshal::{plan_call, CallLimits, Registration, Shape};
@@ -45,7 +45,7 @@ use xdr::XdrStream;
 use crate::binding::RdmaBinding;
 use crate::counters::{ConnStats, Counter, StatsRegistry};
 use crate::error::TransportError;
-use crate::pool::{wr_kind, RecvPool};
+use crate::pool::{wr_kind, RecvPool, SendPool};
 use crate::registration::ChunkRegion;
 use crate::setup::RdmaConfig;
 
@@ -125,6 +125,11 @@ impl<P: ConnectionManager + 'static> RdmaTransport<P> {
         let (tx, rx) = mpsc::unbounded_channel();
         let conn = Arc::new(Conn {
             replies: Mutex::new(Some(tx)),
+            sends: SendPool::new(
+                &pd,
+                self.config.credits.clamp(1, 1024) as usize,
+                limits.send_threshold as usize,
+            ),
             qp,
             pd,
             limits,
@@ -175,6 +180,8 @@ struct Conn<Q> {
     /// Where whole replies go ([`RdmaReceiver`]); `None` once the connection ended,
     /// which ends the receiver.
     replies: Mutex<Option<mpsc::UnboundedSender<Bytes>>>,
+    /// Registered buffers for the headers of our Sends.
+    sends: SendPool,
     qp: Q,
     pd: ProtectionDomain,
     limits: PeerLimits,
@@ -338,12 +345,12 @@ impl<Q: QueuePair + 'static> RdmaSender<Q> {
                 },
             );
         }
-        conn.qp.post_send(SendWr {
-            wr_id: wr_kind::SEND | u64::from(xid.0),
-            op: SendOp::Send,
-            // Header and Payload stream slices, gathered: no copy here.
-            sgl: out.send.into_iter().map(Sge::Bytes).collect(),
-        })?;
+        // The header from the send pool, then the Payload stream slices, gathered: no
+        // copy of the payload here.
+        let wr_id = wr_kind::SEND | u64::from(xid.0);
+        if !conn.sends.post(&conn.qp, wr_id, SendOp::Send, out.send)? {
+            stats.inc(Counter::SendPoolFallbacks);
+        }
         Ok(())
     }
 }
@@ -396,6 +403,9 @@ fn system_err_reply(xid: Xid) -> Bytes {
 /// The completion task of one client connection.
 async fn completions<Q: QueuePair + 'static>(conn: Arc<Conn<Q>>, pool: RecvPool) {
     while let Some(c) = conn.qp.completion().await {
+        if c.wr_id & wr_kind::MASK == wr_kind::SEND {
+            conn.sends.complete(c.wr_id);
+        }
         if c.status == WcStatus::Flushed {
             conn.stats.inc(Counter::Flushed);
             continue;

@@ -47,6 +47,8 @@ counters! {
     ReplyChunks = "reply_chunks",
     /// Sends posted.
     Sends = "sends",
+    /// Sends whose header went as caller bytes because every send buffer was busy.
+    SendPoolFallbacks = "send_pool_fallbacks",
     /// Bytes in Sends posted.
     SendBytes = "send_bytes",
     /// Receives completed.

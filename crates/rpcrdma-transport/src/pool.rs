@@ -1,11 +1,21 @@
-//! Receive buffers: registered once per connection, posted, and re-posted after their
-//! contents are taken (Linux `verbs.c`, `rpcrdma_rep` / `svc_rdma_recv_ctxt`).
+//! Receive buffers and send header buffers, registered once per connection (Linux
+//! `verbs.c`: `rpcrdma_rep` / `svc_rdma_recv_ctxt` for receives, `rpcrdma_req`'s
+//! `rl_rdmabuf` / `svc_rdma_send_ctxt` for sends).
+//!
+//! A Send is a gather list: its RPC-over-RDMA header comes from a [`SendPool`] slot
+//! (registered memory, as a verbs device needs it), its Payload stream pieces are the
+//! caller's `Bytes` (`rdma::Sge::Bytes`, which software providers send without a copy).
 //!
 //! Work request ids carry a kind in their top byte so that one completion queue serves
 //! Receives, Sends, RDMA Reads and RDMA Writes.
 
+use std::sync::Mutex;
+
 use bytes::Bytes;
-use rdma::{Access, LocalSge, MemoryRegion, PostError, ProtectionDomain, QueuePair, RecvWr};
+use rdma::{
+    Access, LocalSge, MemoryRegion, PostError, ProtectionDomain, QueuePair, RecvWr, SendOp, SendWr,
+    Sge,
+};
 
 /// Kinds of work request, in the top byte of `wr_id`.
 pub(crate) mod wr_kind {
@@ -73,5 +83,86 @@ impl RecvPool {
         // COPY: receive buffer → message buffer (the inline part of a Call or Reply;
         // at most the inline threshold), so the registered buffer can be re-posted.
         self.bufs.get(index)?.read(0, len)
+    }
+}
+
+/// Registered buffers for the transport headers of Sends, taken when a Send is posted
+/// and given back by its completion.
+pub(crate) struct SendPool {
+    bufs: Vec<MemoryRegion>,
+    len: usize,
+    free: Mutex<Vec<usize>>,
+}
+
+impl SendPool {
+    /// Registers `n` header buffers of `len` bytes.
+    pub(crate) fn new(pd: &ProtectionDomain, n: usize, len: usize) -> SendPool {
+        SendPool {
+            bufs: (0..n)
+                .map(|_| pd.register_zeroed(len, Access::NONE))
+                .collect(),
+            len,
+            free: Mutex::new((0..n).rev().collect()),
+        }
+    }
+
+    fn free(&self) -> std::sync::MutexGuard<'_, Vec<usize>> {
+        // A poisoned lock only means a panic elsewhere; the free list stays valid.
+        self.free.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Posts a Send of `send` (header first, then payload pieces) with `op`, the header
+    /// in a pool slot. When every slot is busy, or the header does not fit one, the
+    /// header goes as caller bytes instead; returns whether a slot was used.
+    ///
+    /// `wr_id` must have its bits 32..56 clear: the slot number goes there.
+    pub(crate) fn post(
+        &self,
+        qp: &dyn QueuePair,
+        wr_id: u64,
+        op: SendOp,
+        mut send: Vec<Bytes>,
+    ) -> Result<bool, PostError> {
+        let header = if send.is_empty() {
+            Bytes::new()
+        } else {
+            send.remove(0)
+        };
+        let slot = if header.len() <= self.len {
+            self.free().pop()
+        } else {
+            None
+        };
+        let mut sgl = Vec::with_capacity(1 + send.len());
+        let mut id = wr_id;
+        match slot {
+            Some(i) => {
+                let mr = &self.bufs[i];
+                // COPY: the transport header (tens of bytes; at most the inline
+                // threshold) into its registered send buffer.
+                mr.write(0, &header);
+                sgl.push(Sge::Local(LocalSge {
+                    mr: mr.clone(),
+                    offset: 0,
+                    len: header.len(),
+                }));
+                id |= (i as u64 + 1) << 32;
+            }
+            None => sgl.push(Sge::Bytes(header)),
+        }
+        sgl.extend(send.into_iter().filter(|b| !b.is_empty()).map(Sge::Bytes));
+        let r = qp.post_send(SendWr { wr_id: id, op, sgl });
+        if r.is_err() {
+            self.complete(id);
+        }
+        r.map(|()| slot.is_some())
+    }
+
+    /// A Send completed (in any status): its slot is free again.
+    pub(crate) fn complete(&self, wr_id: u64) {
+        let slot = ((wr_id >> 32) & 0xff_ffff) as usize;
+        if slot > 0 && slot <= self.bufs.len() {
+            self.free().push(slot - 1);
+        }
     }
 }

@@ -45,7 +45,7 @@ use xdr::XdrStream;
 use crate::binding::RdmaBinding;
 use crate::counters::{ConnStats, Counter, StatsRegistry};
 use crate::error::TransportError;
-use crate::pool::{wr_kind, RecvPool};
+use crate::pool::{wr_kind, RecvPool, SendPool};
 use crate::registration::ReadSink;
 use crate::setup::RdmaConfig;
 
@@ -163,6 +163,13 @@ impl<P: ConnectionManager + 'static> RdmaServer<P> {
                     Err(_) => continue,
                 },
                 pool,
+                // Replies are at most one per credit; RDMA_ERRORs and GARBAGE_ARGS
+                // answers fall back to caller bytes if they find the pool empty.
+                sends: SendPool::new(
+                    &pd,
+                    self.config.credits.clamp(1, 1024) as usize + 8,
+                    limits.send_threshold as usize,
+                ),
                 calls: HashMap::new(),
                 reads: HashMap::new(),
                 next_read: 0,
@@ -200,6 +207,7 @@ struct ServerConn<Q> {
     stats: Arc<ConnStats>,
     credits: ResponderCredits,
     pool: RecvPool,
+    sends: SendPool,
     calls: HashMap<Xid, Call>,
     /// Outstanding RDMA Reads: id → (XID, Read chunk index).
     reads: HashMap<u64, (Xid, usize)>,
@@ -246,6 +254,9 @@ impl<Q: QueuePair + 'static> ServerConn<Q> {
         c: Completion,
         tx: &mpsc::UnboundedSender<(Xid, Option<XdrStream>)>,
     ) -> Result<(), Fatal> {
+        if c.wr_id & wr_kind::MASK == wr_kind::SEND {
+            self.sends.complete(c.wr_id);
+        }
         match c.status {
             WcStatus::Success => {}
             WcStatus::Flushed => {
@@ -292,13 +303,15 @@ impl<Q: QueuePair + 'static> ServerConn<Q> {
             }
             None => SendOp::Send,
         };
-        self.qp
-            .post_send(SendWr {
-                wr_id: wr_kind::SEND | u64::from(xid.0),
-                op,
-                sgl: send.into_iter().map(Sge::Bytes).collect(),
-            })
-            .map_err(|_| Fatal)
+        let wr_id = wr_kind::SEND | u64::from(xid.0);
+        if !self
+            .sends
+            .post(&*self.qp, wr_id, op, send)
+            .map_err(|_| Fatal)?
+        {
+            self.stats.inc(Counter::SendPoolFallbacks);
+        }
+        Ok(())
     }
 
     /// Answers a bad header with the RDMA_ERROR the core chooses (or silence).

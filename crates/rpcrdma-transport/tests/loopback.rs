@@ -135,6 +135,7 @@ async fn calls_in_flight_128() {
     assert_eq!(s.get(Counter::CreditsGranted), 128);
     assert_eq!(s.get(Counter::Calls), 129);
     assert_eq!(s.get(Counter::Replies), 129);
+    assert_eq!(s.get(Counter::SendPoolFallbacks), 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
