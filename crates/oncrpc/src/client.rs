@@ -115,6 +115,9 @@ pub struct Client {
 impl Client {
     /// Starts a client (its driver task) on the current tokio runtime. It connects
     /// lazily, at the first call.
+    ///
+    /// # Panics
+    /// Outside a tokio runtime (like `tokio::spawn`).
     pub fn new<T: Transport>(transport: T, config: ClientConfig) -> Self {
         let (tx, rx) = mpsc::unbounded_channel();
         let driver = Driver {
