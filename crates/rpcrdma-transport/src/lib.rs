@@ -19,7 +19,8 @@
 //!
 //! Modules, one concern each (as Linux's `transport.c` / `verbs.c` / `frwr_ops.c`):
 //! - [`setup`]: configuration, RFC 8797 private data, connect and accept parameters;
-//! - `pool`: receive buffers registered once per connection and re-posted;
+//! - `pool`: receive buffers and send header buffers, registered once per
+//!   connection;
 //! - `registration`: chunk regions registered per call and invalidated before the call
 //!   completes;
 //! - [`client`]: the requester, an [`oncrpc::Transport`];
@@ -30,8 +31,22 @@
 //!
 //! # What this crate does not do
 //! It makes no protocol decisions of its own: message shapes, chunk lists, credits,
-//! validation and error answers come from `rpcrdma`. It speaks Version One only (no
-//! Version Two, no backward-direction calls), and keeps no duplicate request cache.
+//! validation, reassembly and error answers come from `rpcrdma`'s functions
+//! (`plan_call`/`finish`, `marshal_reply`, `reassemble_call`/`reassemble_reply`,
+//! `validate::receive`, `error_reply_for`, the credit types); this crate keeps the
+//! per-connection table of Calls and executes the result on the provider. It speaks
+//! Version One only (no Version Two, no backward-direction calls), and keeps no
+//! duplicate request cache.
+//!
+//! # Resource bounds (per connection)
+//! - Receives: `credits` buffers of the receive threshold, posted with the connection
+//!   (`rdma::ConnectParams::recvs`); a responder re-posts one only when its Call is
+//!   answered, so a requester past its grant finds none (§4.3.1).
+//! - Send headers: `credits` (+8 on a responder) registered buffers.
+//! - Responder Read sinks: at most `max_read_in_flight` bytes at once (one Call alone
+//!   up to `max_message`); Calls beyond wait, holding their credit.
+//! - Requester chunk regions: those of the Calls in flight (at most the credit limit),
+//!   fenced when the Reply arrives or the connection ends.
 //!
 //! # Copies per byte (userspace; the iWARP provider's own copies are listed in `iwarp`)
 //! - Call, Short or Chunked inline part: 0 on the requester (header and XDR slices go
@@ -44,7 +59,10 @@
 //!   are the RDMA Write's gather list); on the requester the provider places it into
 //!   the registered Write chunk and the region is handed back without a copy, then 1
 //!   to make the reply contiguous for `oncrpc`'s `RecordReceiver` (`Bytes` only).
-//! - Reply, inline: 1 on the requester (receive buffer → reply buffer).
+//! - Reply, inline: 1 on the requester (receive buffer → reply buffer), 2 when the
+//!   reply also had Write chunk data and is made contiguous.
+//! - Transport headers: 1 each way (into a registered send buffer; out of the
+//!   receive buffer), tens of bytes.
 //! - Long messages (Position Zero Read chunk, Reply chunk): as the DDP-eligible rows.
 //!
 //! Each copy in this crate carries a `// COPY:` comment.
