@@ -48,6 +48,19 @@ fuzz_target!(|data: &[u8]| {
         peer_revision: 2,
         peer: PeerParams::default(),
     };
+    // The region's STag has random key bits; the token "STAG" in the input stands for
+    // it, so the fuzzer can reach placement (seeds carry it in tagged headers).
+    let stag = rw.stag().0.to_be_bytes();
+    let mut rest = rest.to_vec();
+    let mut i = 0;
+    while i + 4 <= rest.len() {
+        if &rest[i..i + 4] == b"STAG" {
+            rest[i..i + 4].copy_from_slice(&stag);
+            i += 4;
+        } else {
+            i += 1;
+        }
+    }
     let now = Instant::now();
     let mut c = Connection::new(
         pd,
@@ -56,7 +69,7 @@ fuzz_target!(|data: &[u8]| {
             max_ulpdu: 1024,
             max_send_wr: 16,
             max_recv_wr: 16,
-            direct_placement_min: 0,
+            direct_placement_min: 8,
         },
         now,
         Duration::ZERO,
@@ -73,9 +86,26 @@ fuzz_target!(|data: &[u8]| {
     }
     let step = 1 + ((sel >> 2) & 3) as usize * 7;
     let mut input = BytesMut::new();
-    for chunk in rest.chunks(step) {
-        input.extend_from_slice(chunk);
+    let mut pos = 0;
+    while pos < rest.len() {
+        let end = (pos + step).min(rest.len());
+        input.extend_from_slice(&rest[pos..end]);
+        pos = end;
         c.handle_input(&mut input);
+        // Direct placement as the driver does it: the next bytes of the stream go
+        // straight into the region.
+        if let Some(d) = c.poll_direct(&mut input) {
+            let take = d.len.min(rest.len() - pos);
+            let src = &rest[pos..pos + take];
+            let _ = d
+                .region
+                .with_range_mut(d.offset, take, |dst| dst.copy_from_slice(src));
+            pos += take;
+            if take < d.len {
+                break; // stream ended mid-payload
+            }
+            c.direct_done();
+        }
         let mut batch = TxBatch::new();
         while c.poll_transmit(now, &mut batch, 1 << 16) {
             batch.clear();
