@@ -224,7 +224,13 @@ async fn connection(
             Err(e) => {
                 // RFC 5531 §11 offers no resynchronisation: a broken record stream
                 // (e.g. a record over our maximum) closes the connection at once.
-                tracing::warn!(%peer, error = %e, "closing connection");
+                // A reset from a client that simply went away is routine (libnfs
+                // closes that way): log it quietly; anything else is worth a warning.
+                if e.kind() == std::io::ErrorKind::ConnectionReset {
+                    tracing::debug!(%peer, error = %e, "connection reset by peer");
+                } else {
+                    tracing::warn!(%peer, error = %e, "closing connection");
+                }
                 calls.abort_all();
                 return;
             }
