@@ -1,0 +1,241 @@
+//! `nfsbench`: NFSv3 READ/WRITE throughput and CPU over TCP and RPC-over-RDMA (iWARP),
+//! small-RPC rates, and a peer comparison with nfs-ganesha (see the crate docs).
+//!
+//! ```text
+//! nfsbench run --out docs/bench                 # the full default grid (a few minutes)
+//! nfsbench run --file-size 16M --read-sizes 64K --depths 4 --reps 1 --out /tmp/b
+//! nfsbench serve --export DIR --rdma-port 0      # the server child (used by `run`)
+//! ```
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+use nfsbench::grid::{self, Plan};
+use nfsbench::machine::{utc_now, Machine};
+use nfsbench::report::{tables, Report, Summary};
+use nfsbench::serve::{self, ServeOptions};
+use nfsclient::TransportKind;
+
+/// The seed paper's NFS-over-RDMA experiment on our stack.
+#[derive(Debug, Parser)]
+#[command(name = "nfsbench", version)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the benchmark and write the report (JSON, tables, SVG charts).
+    Run(RunArgs),
+    /// Serve an export over NFSv3 on TCP (and RDMA): the server child of `run`.
+    Serve(ServeArgs),
+}
+
+#[derive(Debug, Args)]
+struct RunArgs {
+    /// Output directory for report.json, report.txt and the charts.
+    #[arg(long, default_value = "nfsbench-report")]
+    out: PathBuf,
+    /// Scratch directory (the export and the test file live in DIR/export).
+    #[arg(long, default_value = "/tmp/nfsbench")]
+    dir: PathBuf,
+    /// Size of the test file (K, M, G suffixes: powers of 1024).
+    #[arg(long, default_value = "1G", value_parser = parse_size)]
+    file_size: u64,
+    /// Transports, comma-separated: tcp, rdma.
+    #[arg(long, default_value = "tcp,rdma", value_delimiter = ',')]
+    transports: Vec<TransportKind>,
+    /// READ sizes, comma-separated.
+    #[arg(long, default_value = "4K,16K,64K,256K,1M", value_delimiter = ',', value_parser = parse_size32)]
+    read_sizes: Vec<u32>,
+    /// READs in flight, comma-separated.
+    #[arg(long, default_value = "1,4,16", value_delimiter = ',')]
+    depths: Vec<usize>,
+    /// Repetitions (medians are reported; ratios pair runs of one repetition).
+    #[arg(long, default_value_t = 3)]
+    reps: u32,
+    /// Time cap of one READ run in seconds (it also ends at the end of the file).
+    #[arg(long, default_value_t = 1.0)]
+    point_secs: f64,
+    /// WRITE sizes, comma-separated; "none" for no WRITE runs.
+    #[arg(long, default_value = "64K,1M", value_delimiter = ',', value_parser = parse_size32_or_none)]
+    write_sizes: Vec<u32>,
+    /// WRITEs in flight.
+    #[arg(long, default_value_t = 8)]
+    write_depth: usize,
+    /// Bytes per WRITE run at most.
+    #[arg(long, default_value = "512M", value_parser = parse_size)]
+    write_bytes: u64,
+    /// Time cap of one WRITE run in seconds (before its COMMIT).
+    #[arg(long, default_value_t = 1.5)]
+    write_secs: f64,
+    /// Small RPCs (NULL, GETATTR) in flight, comma-separated; "none" for no rate runs.
+    #[arg(long, default_value = "1,8,32,128", value_delimiter = ',', value_parser = parse_count_or_none)]
+    rpc_inflight: Vec<usize>,
+    /// Seconds per small-RPC run.
+    #[arg(long, default_value_t = 0.5)]
+    rpc_secs: f64,
+    /// Skip the peer comparison (nfs-cat against our server and nfs-ganesha).
+    #[arg(long)]
+    no_peers: bool,
+    /// No progress bar.
+    #[arg(long)]
+    quiet: bool,
+}
+
+#[derive(Debug, Args)]
+struct ServeArgs {
+    /// Directory to export.
+    #[arg(long)]
+    export: PathBuf,
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1")]
+    bind: std::net::IpAddr,
+    /// NFS port (TCP); 0 for any.
+    #[arg(long, default_value_t = 0)]
+    nfs_port: u16,
+    /// MOUNT port (TCP); 0 for any.
+    #[arg(long, default_value_t = 0)]
+    mount_port: u16,
+    /// Serve NFS over RPC-over-RDMA (iWARP) on this port too; 0 for any.
+    #[arg(long)]
+    rdma_port: Option<u16>,
+}
+
+fn parse_size(s: &str) -> Result<u64, String> {
+    let s = s.trim();
+    let (num, mult) = match s.char_indices().last() {
+        Some((i, 'K' | 'k')) => (&s[..i], 1u64 << 10),
+        Some((i, 'M' | 'm')) => (&s[..i], 1 << 20),
+        Some((i, 'G' | 'g')) => (&s[..i], 1 << 30),
+        _ => (s, 1),
+    };
+    num.parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(mult))
+        .filter(|&n| n > 0)
+        .ok_or_else(|| format!("not a size: {s:?} (e.g. 4096, 64K, 1M, 1G)"))
+}
+
+fn parse_size32(s: &str) -> Result<u32, String> {
+    u32::try_from(parse_size(s)?).map_err(|_| format!("too large: {s}"))
+}
+
+// "none" becomes an empty list (clap then holds one sentinel 0, removed below).
+fn parse_size32_or_none(s: &str) -> Result<u32, String> {
+    if s == "none" {
+        Ok(0)
+    } else {
+        parse_size32(s)
+    }
+}
+
+fn parse_count_or_none(s: &str) -> Result<usize, String> {
+    if s == "none" {
+        return Ok(0);
+    }
+    s.parse::<usize>()
+        .ok()
+        .filter(|&n| n > 0)
+        .ok_or_else(|| format!("not a positive count: {s}"))
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Serve(a) => {
+            let opts = ServeOptions {
+                export: a.export,
+                bind: a.bind,
+                nfs_port: a.nfs_port,
+                mount_port: a.mount_port,
+                rdma_port: a.rdma_port,
+            };
+            match serve::run(&opts) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("nfsbench serve: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        Command::Run(a) => match run(a) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("nfsbench: {e}");
+                ExitCode::FAILURE
+            }
+        },
+    }
+}
+
+fn run(a: RunArgs) -> Result<(), grid::BenchError> {
+    let command = std::env::args().collect::<Vec<_>>().join(" ");
+    let plan = Plan {
+        dir: a.dir,
+        file_size: a.file_size,
+        transports: a.transports,
+        read_sizes: a.read_sizes,
+        depths: a.depths,
+        reps: a.reps.max(1),
+        point_secs: a.point_secs,
+        write_sizes: a.write_sizes.into_iter().filter(|&w| w > 0).collect(),
+        write_depth: a.write_depth,
+        write_bytes: a.write_bytes,
+        write_secs: a.write_secs,
+        rpc_inflight: a.rpc_inflight.into_iter().filter(|&n| n > 0).collect(),
+        rpc_secs: a.rpc_secs,
+        peers: !a.no_peers,
+    };
+    std::fs::create_dir_all(&a.out)?;
+    let started = utc_now();
+    let mut machine = Machine::probe();
+    let results = grid::run(&plan, a.quiet)?;
+    machine.finish();
+    let mut notes = vec![
+        "server: child process `nfsbench serve` = the nfsd library (nfsd::server::Bound on \
+         TCP) plus NFS over rpcrdma-transport's RdmaServer on the iwarp provider, from one \
+         NfsServer (the nfsd binary does not serve RDMA yet)"
+            .to_string(),
+        "client: this process, nfsclient::Mount (pipelined FileReader/FileWriter), tokio \
+         multi-thread runtime with 2 workers; READ data dropped on arrival"
+            .to_string(),
+    ];
+    notes.extend(results.notes);
+    let summary = Summary::compute(
+        &results.reads,
+        &results.writes,
+        &results.rpc_rates,
+        &results.peers,
+    );
+    let report = Report {
+        tool: env!("CARGO_PKG_VERSION").into(),
+        command,
+        started_utc: started,
+        finished_utc: utc_now(),
+        machine,
+        config: serde_json::to_value(&plan)?,
+        notes,
+        reads: results.reads,
+        writes: results.writes,
+        rpc_rates: results.rpc_rates,
+        peers: results.peers,
+        summary,
+    };
+    let text = tables(&report);
+    print!("{text}");
+    std::fs::write(a.out.join("report.txt"), &text)?;
+    std::fs::write(
+        a.out.join("report.json"),
+        serde_json::to_string_pretty(&report)?,
+    )?;
+    let charts = nfsbench::charts::draw(&report, &a.out)?;
+    println!(
+        "\nwrote {} (report.json, report.txt, {} charts)",
+        a.out.display(),
+        charts.len()
+    );
+    Ok(())
+}
