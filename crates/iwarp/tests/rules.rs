@@ -387,3 +387,69 @@ fn direct_placement_is_not_offered_for_a_bad_stag_and_the_normal_path_terminates
     // The complete FPDU then gets the normal path's answer.
     assert_eq!(feed_raw(&mut c, &f[..]), terminate(1, 1, 0, false));
 }
+
+#[test]
+fn rfc5040_send_with_invalidate_of_an_unknown_stag_cannot_be_invalidated() {
+    let (mut c, pd) = conn(false);
+    let mr = pd.register_zeroed(100, Access::LOCAL_WRITE);
+    c.post_recv(RecvWr {
+        wr_id: 1,
+        sgl: vec![LocalSge {
+            mr,
+            offset: 0,
+            len: 100,
+        }],
+    })
+    .unwrap();
+    let mut u = Vec::new();
+    SegmentHeader {
+        last: true,
+        opcode: Opcode::SEND_INVALIDATE,
+        ddp: DdpHeader::Untagged {
+            rsvd_ulp: 0x0bad_0001,
+            qn: 0,
+            msn: 1,
+            mo: 0,
+        },
+    }
+    .emit(&mut u);
+    u.extend_from_slice(b"reply");
+    assert_eq!(feed(&mut c, &u, false), terminate(0, 2, 9, false));
+    let wc = c.poll_completion().unwrap();
+    assert_eq!((wc.wr_id, wc.status), (1, WcStatus::RemoteOperationError));
+    assert_terminated(&mut c, 0, 2, 9);
+}
+
+#[test]
+fn send_with_invalidate_invalidates_and_reports_the_stag() {
+    let (mut c, pd) = conn(false);
+    let rx = pd.register_zeroed(100, Access::LOCAL_WRITE);
+    let target = pd.register_zeroed(100, Access::REMOTE_WRITE);
+    c.post_recv(RecvWr {
+        wr_id: 1,
+        sgl: vec![LocalSge {
+            mr: rx,
+            offset: 0,
+            len: 100,
+        }],
+    })
+    .unwrap();
+    let mut u = Vec::new();
+    SegmentHeader {
+        last: true,
+        opcode: Opcode::SEND_SE_INVALIDATE,
+        ddp: DdpHeader::Untagged {
+            rsvd_ulp: target.stag().0,
+            qn: 0,
+            msn: 1,
+            mo: 0,
+        },
+    }
+    .emit(&mut u);
+    assert!(feed(&mut c, &u, false).is_empty());
+    let wc = c.poll_completion().unwrap();
+    assert_eq!(wc.invalidated, Some(target.stag()));
+    assert!(wc.solicited);
+    assert!(!target.is_valid());
+    assert!(c.is_open());
+}
