@@ -1,7 +1,7 @@
 //! An NFS version 3 server (RFC 1813) with MOUNT version 3, serving local directories.
 //!
 //! ```text
-//!   TCP (record marking)        RPC-over-RDMA (later)
+//!   TCP (record marking)        RPC-over-RDMA (rdma: NFS only)
 //!            \                    /
 //!        oncrpc::Dispatcher  (call bytes -> reply XdrStream)
 //!            /                    \
@@ -14,7 +14,8 @@
 //! ```
 //!
 //! The NFS and MOUNT programs are transport-neutral `oncrpc` services: anything that
-//! feeds an [`oncrpc::Dispatcher`] serves them. [`server`] runs them on TCP.
+//! feeds an [`oncrpc::Dispatcher`] serves them. [`server`] runs them on TCP, and NFS
+//! on RPC-over-RDMA over the userspace iWARP provider ([`rdma`]).
 //!
 //! # Copies per byte on the data path
 //!
@@ -22,10 +23,13 @@
 //!   fresh buffer, which becomes the READ3resok `data` as a [`bytes::Bytes`] without
 //!   a copy and is encoded as a DDP-eligible item ([`xdr::Encoder::ddp_opaque`]). On
 //!   TCP the reply is written with a vectored write that gathers that buffer (the
-//!   kernel's socket copy is the usual one); an RPC-over-RDMA transport can send it by
-//!   RDMA Write from the same buffer.
+//!   kernel's socket copy is the usual one); over RDMA that buffer is the gather list
+//!   of the RDMA Write into the client's Write chunk (no further copy in userspace;
+//!   the iWARP provider's socket write is the kernel's copy).
 //! - **WRITE**: 1 copy on the server. The WRITE3args `data` is a slice of the received
 //!   call buffer (decoding copies nothing); `pwrite` copies it into the page cache.
+//!   Over RDMA the data is pulled by RDMA Read into a sink region; the transport makes
+//!   the call contiguous for the dispatcher (one copy, `rpcrdma_transport`).
 //!   (Reassembling a TCP record from several fragments, if a client fragments, costs
 //!   one more copy in the record layer.)
 //!
@@ -42,6 +46,7 @@ pub mod mount;
 pub mod nfs;
 pub mod portmap;
 mod proc;
+pub mod rdma;
 pub mod server;
 pub mod service;
 pub mod vfs;

@@ -1,16 +1,21 @@
-//! `nfsd`: serve local directories over NFSv3 and MOUNT v3 (TCP).
+//! `nfsd`: serve local directories over NFSv3 (TCP and RPC-over-RDMA) and MOUNT v3
+//! (TCP).
 //!
 //! ```text
 //! nfsd [OPTIONS] <DIR>...
-//! nfsd /srv/export                         # NFS on 2049, MOUNT on 20048
-//! nfsd --nfs-port 12049 --mount-port 12048 --read-only /srv/a /srv/b
+//! nfsd /srv/export                         # NFS on tcp 2049 and rdma 20049, MOUNT on 20048
+//! nfsd --rdma-port 30049 /srv/export       # NFS/RDMA on another port
+//! nfsd --no-rdma --nfs-port 12049 --mount-port 12048 --read-only /srv/a /srv/b
 //! ```
-//! Clients: `mount -t nfs -o vers=3,proto=tcp,port=2049,mountport=20048,mountproto=tcp,nolock host:/srv/export /mnt`.
+//! Clients: `mount -t nfs -o vers=3,proto=tcp,port=2049,mountport=20048,mountproto=tcp,nolock host:/srv/export /mnt`,
+//! or over RDMA (iWARP; Linux siw on the client):
+//! `mount -t nfs -o vers=3,proto=rdma,port=20049,mountport=20048,mountproto=tcp,nolock host:/srv/export /mnt`.
 
 use std::net::IpAddr;
 use std::path::PathBuf;
 
 use clap::{Parser, ValueEnum};
+use nfsd::rdma::RdmaOptions;
 use nfsd::server::{Bound, Config, RpcbindMode};
 use nfsd::Squash;
 
@@ -30,9 +35,16 @@ struct Cli {
     /// NFS port (TCP). Ports >= 1024 need no privilege.
     #[arg(long, default_value_t = 2049)]
     nfs_port: u16,
-    /// NFS/RDMA port (RFC 8267 §5). The RDMA transport is not in this build yet.
+    /// NFS/RDMA port (RFC 8267 §5): RPC-over-RDMA over the userspace iWARP
+    /// provider (MPA over TCP; Linux siw and iWARP NICs are peers).
     #[arg(long, default_value_t = nfs3::ulb::NFS_RDMA_PORT)]
     rdma_port: u16,
+    /// Do not serve NFS over RDMA.
+    #[arg(long, conflicts_with_all = ["rdma_port", "rdma_crc"])]
+    no_rdma: bool,
+    /// Ask RDMA peers for MPA CRC32c (RFC 5044; off unless asked, as Linux siw).
+    #[arg(long)]
+    rdma_crc: bool,
     /// MOUNT port (TCP); the same as --nfs-port serves both on one port.
     #[arg(long, default_value_t = 20048)]
     mount_port: u16,
@@ -109,7 +121,11 @@ fn main() -> std::process::ExitCode {
             return std::process::ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(run(config, cli.rdma_port)) {
+    let rdma = (!cli.no_rdma).then(|| RdmaOptions {
+        crc: cli.rdma_crc,
+        ..RdmaOptions::new((cli.bind, cli.rdma_port).into())
+    });
+    match runtime.block_on(run(config, rdma)) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("nfsd: {e}");
@@ -118,14 +134,14 @@ fn main() -> std::process::ExitCode {
     }
 }
 
-async fn run(config: Config, rdma_port: u16) -> std::io::Result<()> {
-    let bound = Bound::new(&config).await?;
+async fn run(config: Config, rdma: Option<RdmaOptions>) -> std::io::Result<()> {
+    let mut bound = Bound::new(&config).await?;
+    if let Some(opts) = &rdma {
+        bound.listen_rdma(opts).await?;
+    }
     for line in bound.describe() {
         println!("nfsd: {line}");
     }
-    println!(
-        "nfsd: NFS/RDMA (port {rdma_port}) not available: the RDMA transport is not in this build"
-    );
     println!("nfsd: ready");
     let shutdown = async {
         let name = signal().await;

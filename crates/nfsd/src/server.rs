@@ -1,9 +1,10 @@
 //! Running the NFS, MOUNT (and optionally portmapper) programs on TCP, with
-//! rpcbind registration and graceful shutdown, on `oncrpc`'s TCP server.
+//! rpcbind registration and graceful shutdown, on `oncrpc`'s TCP server; and NFS on
+//! RPC-over-RDMA ([`crate::rdma`]) when [`Bound::listen_rdma`] added a listener.
 //!
-//! The programs are plain `oncrpc` services; an RPC-over-RDMA listener will be one
-//! more transport feeding an NFS-only dispatcher, registered with netid "rdma"
-//! (RFC 8267 §5, port 20049).
+//! The programs are plain `oncrpc` services; the RPC-over-RDMA listener is one more
+//! transport feeding an NFS-only dispatcher, registered with netid "rdma"
+//! (RFC 8267 §5, port 20049; rpcrdma-v1-draft-ietf-nfsv4-rfc5666bis-04 §11).
 
 use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
@@ -20,6 +21,7 @@ use tokio::sync::watch;
 
 use crate::creds::{Policy, Squash};
 use crate::portmap::{Portmapper, Registration, PMAP_PROGRAM};
+use crate::rdma::{RdmaListener, RdmaOptions};
 use crate::{Export, MountService, NfsServer, NfsService};
 
 /// What to do about rpcbind.
@@ -67,6 +69,7 @@ pub struct Bound {
     nfs: TcpListener,
     mount: Option<TcpListener>,
     portmap: Option<TcpListener>,
+    rdma: Option<RdmaListener>,
     registrar: Option<Registrar>,
 }
 
@@ -108,8 +111,26 @@ impl Bound {
             nfs,
             mount,
             portmap,
+            rdma: None,
             registrar,
         })
+    }
+
+    /// Adds the NFS/RDMA listener (NFS only: RFC 8267 binds no MOUNT), bound now,
+    /// served and registered (netid "rdma") by [`Bound::serve`].
+    pub async fn listen_rdma(&mut self, opts: &RdmaOptions) -> std::io::Result<()> {
+        self.rdma = Some(RdmaListener::bind(self.server.clone(), opts).await?);
+        Ok(())
+    }
+
+    /// Where NFS/RDMA listens, if it does.
+    pub fn rdma_addr(&self) -> Option<SocketAddr> {
+        self.rdma.as_ref().map(RdmaListener::local_addr)
+    }
+
+    /// The NFS/RDMA transport counters, if RDMA is served.
+    pub fn rdma_stats(&self) -> Option<rpcrdma_transport::StatsRegistry> {
+        self.rdma.as_ref().map(RdmaListener::stats)
     }
 
     /// The NFS program state.
@@ -152,12 +173,22 @@ impl Bound {
         if let Ok(a) = self.mount_addr() {
             lines.push(format!("MOUNT v3 listening on tcp {a}"));
         }
+        match self.rdma_addr() {
+            Some(a) => lines.push(format!(
+                "NFS v3 listening on rdma {a} (RPC-over-RDMA Version One, userspace iWARP)"
+            )),
+            None => lines.push("NFS/RDMA: off".to_string()),
+        }
         if let Some(Ok(a)) = self.portmap.as_ref().map(TcpListener::local_addr) {
             lines.push(format!(
                 "portmapper (v2, rpcbind v3/v4) listening on tcp {a}"
             ));
         }
         lines.push(match &self.registrar {
+            Some(r) if self.rdma.is_some() => format!(
+                "registering NFS and MOUNT (tcp), NFS (rdma) with rpcbind at {}",
+                r.addr
+            ),
             Some(r) => format!("registering NFS and MOUNT (tcp) with rpcbind at {}", r.addr),
             None if self.portmap.is_some() => "not using the host's rpcbind".to_string(),
             None => "rpcbind: not registering (none answered on 127.0.0.1:111, or --rpcbind off)"
@@ -208,6 +239,20 @@ impl Bound {
             netid: "tcp",
             addr: self.mount_addr()?,
         });
+        if let Some(rdma) = self.rdma {
+            let addr = rdma.local_addr();
+            table.push(Registration {
+                prog: NFS_PROGRAM,
+                vers: NFS_V3,
+                netid: if addr.is_ipv4() {
+                    rpcrdma_transport::NETID_RDMA
+                } else {
+                    rpcrdma_transport::NETID_RDMA6
+                },
+                addr,
+            });
+            tasks.spawn(rdma.serve(self.registrar.clone(), stopped(stop_rx.clone())));
+        }
         match self.mount {
             Some(listener) => {
                 let mut d = Dispatcher::new();

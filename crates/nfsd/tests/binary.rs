@@ -32,6 +32,9 @@ impl Nfsd {
                 "0",
                 "--rpcbind",
                 "off",
+                // Port 20049 may be taken (the lab's hostfwd, another server);
+                // tests/rdma.rs covers the RDMA listener.
+                "--no-rdma",
             ])
             .args(args)
             .arg(export)

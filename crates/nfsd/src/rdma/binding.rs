@@ -1,0 +1,193 @@
+//! The NFSv3 Upper Layer Binding as the responder uses it (RFC 8267).
+//!
+//! Specs: RFC 8267 §4.1 (DDP-eligible items), §4.2 (reply size);
+//! rpcrdma-v1-draft-ietf-nfsv4-rfc5666bis-04 §8 (what a ULB provides), §8.1.1
+//! (DDP-eligibility violations).
+//!
+//! The responder asks two things of a binding: whether it covers a program
+//! (`binds`: NFS version 3, and NFS_ACL version 3 as Linux uses it, see below; MOUNT
+//! is not bound, RFC 8267 §5 / FACTS.md) and how
+//! many DDP-eligible arguments a Call may carry in Read chunks (`call_ddp_arguments`:
+//! WRITE's data and SYMLINK's path). The DDP-eligible *results* (READ data,
+//! READLINK path) are already marked by the encoders of `nfs3`
+//! ([`xdr::Encoder::ddp_opaque`]), so the reply marshaler moves them into the
+//! client's Write chunk with no help from here.
+//!
+//! # NFS_ACL
+//! The Linux NFSv3 client sends an NFS_ACL (program 100227) version 3 NULL on the NFS
+//! transport right after FSINFO and PATHCONF, over RDMA too, and waits for its
+//! answer: a server that stays silent (as rfc5666bis §8 literally asks for a program
+//! without a ULB) stalls every mount until that call times out. Linux knfsd serves
+//! NFS_ACL on its RDMA listener. No RFC binds NFS_ACL, but it has no DDP-eligible
+//! item and small replies, i.e. a trivial binding; we treat it as bound so the
+//! dispatcher answers PROG_UNAVAIL (we do not implement NFS_ACL), exactly as over
+//! TCP, and the client goes on without ACLs.
+//!
+//! The requester-side questions (`reply_sizing`, `reply_ddp_offsets`) are answered
+//! too, from the same `nfs3::ulb` tables the client's binding (`nfsclient::rdma`)
+//! uses, so the trait is implemented honestly; our responder never asks them.
+
+use nfs3::ulb::{call_has_ddp_item, max_reply_size};
+use nfs3::{NfsProc3, NFS_PROGRAM, NFS_V3};
+use rpcrdma::rpc::ProcId;
+use rpcrdma::ulb::{ReplySizing, UpperLayerBinding};
+use rpcrdma_transport::RdmaBinding;
+use xdr::{Bytes, Decoder, XdrStream};
+
+/// RPC reply header before the results (RFC 5531 §9), with the largest verifier
+/// (`opaque body<400>`, §8.2).
+const RPC_REPLY_HEADER_MAX: usize = 6 * 4 + 400;
+
+/// NFS_ACL program number (Linux `NFS_ACL_PROGRAM`; no RFC).
+pub const NFS_ACL_PROGRAM: u32 = 100_227;
+
+/// NFS version 3 (program 100003) over RPC-over-RDMA, as served by `nfsd`; plus the
+/// trivial NFS_ACL version 3 binding (module docs).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Nfs3Binding;
+
+/// READ3args `count` (RFC 1813 §3.3.6), READDIR3args `count` (§3.3.16) or
+/// READDIRPLUS3args `maxcount` (§3.3.17) of an encoded Call; 0 for other procedures.
+fn bounding_count(proc: NfsProc3, call: &XdrStream) -> Option<u32> {
+    let mut a = Decoder::new(call.inline.clone());
+    // RFC 5531 §9: xid, CALL, rpcvers, prog, vers, proc, cred, verf.
+    for _ in 0..6 {
+        a.u32().ok()?;
+    }
+    for _ in 0..2 {
+        a.u32().ok()?;
+        a.opaque(400).ok()?;
+    }
+    a.opaque(nfs3::NFS3_FHSIZE).ok()?;
+    match proc {
+        NfsProc3::READ => {
+            a.u64().ok()?;
+            a.u32().ok()
+        }
+        NfsProc3::READDIR => {
+            a.u64().ok()?;
+            a.opaque_fixed(nfs3::NFS3_COOKIEVERFSIZE).ok()?;
+            a.u32().ok()
+        }
+        NfsProc3::READDIRPLUS => {
+            a.u64().ok()?;
+            a.opaque_fixed(nfs3::NFS3_COOKIEVERFSIZE).ok()?;
+            a.u32().ok()?;
+            a.u32().ok()
+        }
+        _ => Some(0),
+    }
+}
+
+impl UpperLayerBinding for Nfs3Binding {
+    /// RFC 8267 binds NFS versions 2 and 3; we serve version 3. "MOUNT ... [is] not
+    /// bound": a MOUNT call over RDMA earns no reply (rfc5666bis §8: "Responders
+    /// MUST NOT reply to RPC-over-RDMA messages for Upper Layer Protocols that do
+    /// not have a Upper Layer Binding").
+    fn binds(&self, prog: u32, vers: u32) -> bool {
+        (prog == NFS_PROGRAM || prog == NFS_ACL_PROGRAM) && vers == NFS_V3
+    }
+
+    fn reply_sizing(&self, proc_id: ProcId, call: &XdrStream) -> ReplySizing {
+        if proc_id.prog != NFS_PROGRAM {
+            // NFS_ACL: we answer PROG_UNAVAIL, a bare reply header.
+            return ReplySizing {
+                max_reply: RPC_REPLY_HEADER_MAX as u32,
+                ddp_results: Vec::new(),
+            };
+        }
+        let proc = NfsProc3(proc_id.proc_num);
+        let count = bounding_count(proc, call).unwrap_or(0);
+        let results = max_reply_size(proc, count).unwrap_or(0);
+        ReplySizing {
+            max_reply: u32::try_from(RPC_REPLY_HEADER_MAX + results).unwrap_or(u32::MAX),
+            ddp_results: if proc == NfsProc3::READ {
+                vec![count]
+            } else {
+                Vec::new()
+            },
+        }
+    }
+
+    /// RFC 8267 §4.1: "the opaque file data in the WRITE procedure's argument, the
+    /// pathname in the SYMLINK procedure's argument" are DDP-eligible; nothing else.
+    fn call_ddp_arguments(&self, proc_id: ProcId) -> usize {
+        if proc_id.prog != NFS_PROGRAM {
+            return 0;
+        }
+        usize::from(call_has_ddp_item(NfsProc3(proc_id.proc_num)))
+    }
+}
+
+impl RdmaBinding for Nfs3Binding {
+    /// A requester's question; the responder never asks it. Answered for READ (the
+    /// one result a Write chunk is offered for): right after the `data` length word
+    /// of READ3resok.
+    fn reply_ddp_offsets(&self, proc_id: ProcId, reply: &Bytes) -> Option<Vec<usize>> {
+        if proc_id.prog != NFS_PROGRAM || NfsProc3(proc_id.proc_num) != NfsProc3::READ {
+            return Some(Vec::new());
+        }
+        let Some(at) = rpcrdma_transport::binding::results_offset(reply) else {
+            return Some(Vec::new());
+        };
+        let mut dec = Decoder::new(reply.clone());
+        dec.opaque_fixed(at).ok()?;
+        if dec.u32().ok()? != nfs3::NfsStat3::NFS3_OK.0 {
+            return Some(Vec::new());
+        }
+        if dec.bool().ok()? {
+            dec.opaque_fixed(nfs3::Fattr3::SIZE).ok()?;
+        }
+        dec.u32().ok()?; // count
+        dec.bool().ok()?; // eof
+        dec.u32().ok()?; // data's length word
+        Some(vec![dec.position()])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nfs3::MOUNT_PROGRAM;
+
+    fn id(proc: NfsProc3) -> ProcId {
+        ProcId {
+            prog: NFS_PROGRAM,
+            vers: NFS_V3,
+            proc_num: proc.0,
+        }
+    }
+
+    #[test]
+    fn binds_nfs3_and_nfs_acl3_not_mount_rfc8267() {
+        assert!(Nfs3Binding.binds(NFS_PROGRAM, NFS_V3));
+        assert!(!Nfs3Binding.binds(NFS_PROGRAM, 4));
+        assert!(!Nfs3Binding.binds(MOUNT_PROGRAM, 3));
+        assert!(Nfs3Binding.binds(NFS_ACL_PROGRAM, 3));
+    }
+
+    #[test]
+    fn nfs_acl_calls_carry_no_ddp_items() {
+        // NFS_ACL procedure 7 would be NFS WRITE's number: the program decides.
+        for p in 0..8 {
+            let id = ProcId {
+                prog: NFS_ACL_PROGRAM,
+                vers: 3,
+                proc_num: p,
+            };
+            assert_eq!(Nfs3Binding.call_ddp_arguments(id), 0);
+        }
+    }
+
+    #[test]
+    fn only_write_and_symlink_arguments_may_come_in_read_chunks() {
+        for p in 0..22u32 {
+            let want = usize::from(p == NfsProc3::WRITE.0 || p == NfsProc3::SYMLINK.0);
+            assert_eq!(
+                Nfs3Binding.call_ddp_arguments(id(NfsProc3(p))),
+                want,
+                "proc {p}"
+            );
+        }
+    }
+}
