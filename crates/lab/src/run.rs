@@ -238,8 +238,20 @@ fn lock_machine() -> Result<File, LabError> {
     let path = std::env::temp_dir().join("rpcrdma-lab-guest.lock");
     let f =
         File::create(&path).map_err(|e| LabError::io(format!("create {}", path.display()), e))?;
-    f.lock()
-        .map_err(|e| LabError::io(format!("lock {}", path.display()), e))?;
+    if f.try_lock().is_err() {
+        // Say why a test seems stuck: another checkout's or engineer's guest.
+        eprintln!(
+            "lab: another guest is running on this machine; waiting for {}",
+            path.display()
+        );
+        let t0 = Instant::now();
+        f.lock()
+            .map_err(|e| LabError::io(format!("lock {}", path.display()), e))?;
+        eprintln!(
+            "lab: waited {:.0} s for the other guest",
+            t0.elapsed().as_secs_f64()
+        );
+    }
     Ok(f)
 }
 
