@@ -230,9 +230,16 @@ impl Outcome {
         }
         if self.failure().is_some() {
             let share = self.out_dir.join("share");
+            // dmesg.txt exists only if the guest ended cleanly; after a hang
+            // the live kernel log stream is what there is.
+            let kernel_log = if share.join("dmesg.txt").exists() {
+                ("guest dmesg", share.join("dmesg.txt"), 40)
+            } else {
+                ("guest dmesg (live kernel log)", share.join("kmsg.txt"), 40)
+            };
             let mut sections = vec![
                 ("guest script log", share.join("guest.log"), 40),
-                ("guest dmesg", share.join("dmesg.txt"), 40),
+                kernel_log,
                 ("guest syslog (server logs)", share.join("syslog.txt"), 20),
                 ("serial console", self.out_dir.join("console.log"), 20),
             ];

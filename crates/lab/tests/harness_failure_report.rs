@@ -59,13 +59,15 @@ fn occupied_hostfwd_port_is_a_clear_boot_failure() {
     let lab = Lab::open().unwrap_or_else(|e| panic!("{e}"));
     // Hold the port qemu would forward; qemu then refuses to start, which
     // is a boot failure: retried once, then reported with qemu's reason.
-    let _held = std::net::TcpListener::bind(("127.0.0.1", 20049)).expect("bind 20049");
+    // (A port no other scenario forwards, so a concurrent guest cannot
+    // hold it first.)
+    let _held = std::net::TcpListener::bind(("127.0.0.1", 29_999)).expect("bind 29999");
     let err = lab
         .guest(GuestScript::inline(
             "harness-port-taken",
             ". /share/lib.sh\nstep ok true\n",
         ))
-        .forward_knfsd()
+        .forward(29_999, 20049)
         .run()
         .expect_err("boot must fail while the hostfwd port is taken");
     let msg = err.to_string();
@@ -73,5 +75,41 @@ fn occupied_hostfwd_port_is_a_clear_boot_failure() {
         matches!(err, LabError::BootFailed { attempts: 2, .. }),
         "{msg}"
     );
-    assert!(msg.contains("20049"), "qemu's reason is missing: {msg}");
+    assert!(msg.contains("29999"), "qemu's reason is missing: {msg}");
+}
+
+#[test]
+#[ignore = "kernel lab: run by lab/test"]
+fn hanging_step_is_killed_named_and_kernel_log_kept() {
+    let lab = Lab::open().unwrap_or_else(|e| panic!("{e}"));
+    let script = GuestScript::inline(
+        "harness-hang",
+        ". /share/lib.sh\nstep quick true\nstep hangs sleep 1000\n",
+    )
+    .env("LAB_STEP_TIMEOUT", "2000");
+    let outcome = lab
+        .guest(script)
+        .timeout(std::time::Duration::from_secs(45))
+        .run()
+        .unwrap_or_else(|e| panic!("{e}"));
+    let failure = outcome.failure().expect("the run must fail");
+    assert_eq!(
+        failure.step.as_deref(),
+        Some("hangs"),
+        "{}",
+        outcome.report()
+    );
+    assert!(failure.reason.contains("killed"), "{failure}");
+    assert_eq!(
+        outcome.step("hangs").unwrap().status,
+        StepStatus::Unfinished
+    );
+    assert!(outcome.timed_out.is_some());
+    let report = outcome.report();
+    assert!(report.contains("guest dmesg (live kernel log)"), "{report}");
+    let kmsg = std::fs::read_to_string(outcome.share_file("kmsg.txt")).expect("kmsg.txt");
+    assert!(
+        kmsg.contains("Linux version"),
+        "kernel log stream lacks the boot:\n{kmsg}"
+    );
 }
