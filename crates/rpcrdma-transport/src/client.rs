@@ -447,6 +447,7 @@ async fn completions<Q: QueuePair + 'static>(conn: Arc<Conn<Q>>, pool: RecvPool)
     }
     conn.credit_wait.notify_waiters();
     conn.end_replies();
+    crate::server::record_close_reason(&conn.qp, &conn.stats).await;
     conn.stats.close();
 }
 

@@ -130,6 +130,7 @@ pub struct ConnStats {
     pub peer: Option<SocketAddr>,
     open: AtomicBool,
     values: [AtomicU64; N],
+    close_reason: Mutex<Option<String>>,
 }
 
 impl ConnStats {
@@ -141,6 +142,7 @@ impl ConnStats {
             peer,
             open: AtomicBool::new(true),
             values: std::array::from_fn(|_| AtomicU64::new(0)),
+            close_reason: Mutex::new(None),
         })
     }
 
@@ -174,6 +176,11 @@ impl ConnStats {
         self.open.load(Ordering::Relaxed)
     }
 
+    /// Records why the connection ended, as the provider reported it.
+    pub(crate) fn set_close_reason(&self, why: String) {
+        *self.close_reason.lock().unwrap_or_else(|e| e.into_inner()) = Some(why);
+    }
+
     /// Marks the connection closed and logs its counters (once).
     pub(crate) fn close(&self) {
         if self.open.swap(false, Ordering::Relaxed) {
@@ -188,6 +195,11 @@ impl ConnStats {
             role: self.role,
             peer: self.peer,
             open: self.is_open(),
+            close_reason: self
+                .close_reason
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone(),
             values: std::array::from_fn(|i| self.values[i].load(Ordering::Relaxed)),
         }
     }
@@ -204,6 +216,8 @@ pub struct Snapshot {
     pub peer: Option<SocketAddr>,
     /// The connection was open when the snapshot was taken.
     pub open: bool,
+    /// Why it ended (the provider's disconnect reason), once it has.
+    pub close_reason: Option<String>,
     values: [u64; N],
 }
 
@@ -225,6 +239,9 @@ impl fmt::Display for Snapshot {
             if v != 0 {
                 write!(f, " {}={}", c.name(), v)?;
             }
+        }
+        if let Some(r) = &self.close_reason {
+            write!(f, " closed_by={r}")?;
         }
         Ok(())
     }

@@ -222,6 +222,18 @@ struct ServerConn<Q> {
 /// Why a connection must close.
 struct Fatal;
 
+/// Records the provider's disconnect reason, if it has one ready.
+pub(crate) async fn record_close_reason(qp: &dyn QueuePair, stats: &ConnStats) {
+    let ev = std::future::poll_fn(|cx| match qp.poll_event(cx) {
+        std::task::Poll::Ready(e) => std::task::Poll::Ready(e),
+        std::task::Poll::Pending => std::task::Poll::Ready(None),
+    })
+    .await;
+    if let Some(rdma::QpEvent::Disconnected(reason)) = ev {
+        stats.set_close_reason(format!("{reason:?}"));
+    }
+}
+
 impl<Q: QueuePair + 'static> ServerConn<Q> {
     async fn run(mut self) {
         let (tx, mut rx) = mpsc::unbounded_channel::<(Xid, Option<XdrStream>)>();
@@ -246,6 +258,7 @@ impl<Q: QueuePair + 'static> ServerConn<Q> {
                 self.qp.disconnect();
             }
         }
+        record_close_reason(&*self.qp, &self.stats).await;
         self.stats.close();
     }
 

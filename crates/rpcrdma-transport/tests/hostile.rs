@@ -97,6 +97,17 @@ impl Raw {
     }
 }
 
+/// The first server connection to have closed (waits up to 5 s).
+async fn wait_closed(stats: &rpcrdma_transport::StatsRegistry) -> rpcrdma_transport::Snapshot {
+    for _ in 0..500 {
+        if let Some(s) = stats.snapshots().into_iter().find(|s| !s.open) {
+            return s;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("no server connection closed");
+}
+
 fn rpc_call(xid: u32, prog: u32, proc_: u32, args: impl FnOnce(&mut Encoder)) -> Bytes {
     let mut e = Encoder::new();
     CallHeader::new(RpcXid(xid), prog, VERS, proc_, OpaqueAuth::none()).encode(&mut e);
@@ -276,6 +287,13 @@ async fn write_chunk_with_an_invalid_stag_ends_that_connection_only() {
     // to the connection." Our provider answers the bad Write with a Terminate.
     assert!(raw.closed().await, "connection survived an invalid STag");
     good_client_works(&good).await;
+    // The requester's provider refused the RDMA Write and sent a Terminate.
+    let closed = wait_closed(&server.stats).await;
+    eprintln!("{closed}");
+    assert!(closed
+        .close_reason
+        .as_deref()
+        .is_some_and(|r| r.starts_with("RemoteError")));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
