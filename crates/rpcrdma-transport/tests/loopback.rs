@@ -292,3 +292,26 @@ async fn read_budget_defers_calls_and_serves_them_all() {
     assert!(s.get(Counter::ReadsDeferred) > 0);
     assert_eq!(s.get(Counter::Replies), 33);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unequal_inline_thresholds_use_the_smaller_each_way() {
+    init_tracing();
+    // RFC 8797: each side sends at most what the other can receive.
+    let server = start_server(RdmaConfig::with_inline(1024)).await;
+    let (c, cstats) = client(server.addr, RdmaConfig::with_inline(65536));
+    for &n in &[0usize, 900, 1025, 70_000] {
+        let data = pattern(n, 2);
+        assert!(echo(&c, data.clone()).await == data);
+        let mut r = c
+            .call(PROG, VERS, BIG, big_arg(n as u32, &pattern(n, 3)))
+            .await
+            .unwrap();
+        assert!(r.results.opaque(u32::MAX).unwrap() == pattern(n, 9));
+    }
+    let s = cstats.latest().unwrap();
+    let ss = server.stats.latest().unwrap();
+    assert_eq!(s.get(Counter::SendThreshold), 1024);
+    assert_eq!(s.get(Counter::RecvThreshold), 1024);
+    assert_eq!(ss.get(Counter::SendThreshold), 1024);
+    assert!(s.get(Counter::PositionZeroReadChunks) > 0 && s.get(Counter::ReplyChunks) > 0);
+}
