@@ -24,6 +24,12 @@ use rdma::{
 
 const XID: u32 = 0x1ab0_4e55;
 const XID2: u32 = 0x1ab0_4e56;
+const XID3: u32 = 0x1ab0_4e57;
+/// Bytes of zeros after the third NULL call: knfsd pulls 40 + this many bytes, so our
+/// Read Response is one 60 kB FPDU, spread over ~40 TCP segments, that siw must
+/// reassemble. (With a 60 kB tail knfsd 6.1 answers RDMA_ERROR/ERR_CHUNK without
+/// reading: its own limit on a position-zero Read chunk, not an iWARP matter.)
+const BIG_TAIL: usize = 60_000;
 
 /// RFC 8797 private data: magic, version 1, no remote invalidation, 4 KiB inline
 /// both ways.
@@ -203,14 +209,65 @@ async fn nfs3_null_over_iwarp(crc: bool) -> Result<String, String> {
         ));
     }
     call_mr.invalidate();
+
+    // Third call: the same, with a 60 kB tail, so the Read Response is large.
+    let mut big = rpc_null_call(XID3);
+    big.resize(40 + BIG_TAIL, 0);
+    let big_mr = pd.register(big, Access::REMOTE_READ);
+    qp.post_recv(RecvWr {
+        wr_id: 5,
+        sgl: vec![LocalSge {
+            mr: rx.clone(),
+            offset: 0,
+            len: 4096,
+        }],
+    })
+    .map_err(|e| format!("post_recv: {e}"))?;
+    qp.post_send(SendWr {
+        wr_id: 6,
+        op: SendOp::Send,
+        sgl: vec![Sge::Bytes(nomsg_with_read_chunk(
+            XID3,
+            big_mr.stag().0,
+            (40 + BIG_TAIL) as u32,
+        ))],
+    })
+    .map_err(|e| format!("post_send: {e}"))?;
+    let mut reply3 = None;
+    for _ in 0..2 {
+        let c = tokio::time::timeout(Duration::from_secs(20), qp.completion())
+            .await
+            .map_err(|_| "no completion for the 60 kB Read-chunk call within 20 s".to_string())?
+            .ok_or_else(|| "queue pair closed".to_string())?;
+        if c.status != WcStatus::Success {
+            let ev = tokio::time::timeout(Duration::from_secs(1), qp.event()).await;
+            return Err(format!(
+                "60 kB Read-chunk call: completion {c:?}; event {ev:?}"
+            ));
+        }
+        if c.opcode == WcOpcode::Recv {
+            reply3 = rx.read(0, c.byte_len);
+        }
+    }
+    let body3 = reply3.ok_or("no reply to the 60 kB Read-chunk call")?;
+    if word(&body3, 0) != Some(XID3) || word(&body3, 3) != Some(0) {
+        return Err(format!(
+            "60 kB Read-chunk reply: {:02x?}",
+            &body3[..body3.len().min(40)]
+        ));
+    }
+    let accept = word(&body3, 12);
+    big_mr.invalidate();
     qp.disconnect();
     Ok(format!(
         "knfsd IRD {} ORD {}, credits granted {:?}, {} reply bytes; NULL pulled by knfsd \
-         with an RDMA Read from our region answered too",
+         with an RDMA Read from our region answered too; 60 kB pull answered \
+         (accept_stat {:?})",
         peer.ird,
         peer.ord,
         word(&body, 2),
-        body.len()
+        body.len(),
+        accept
     ))
 }
 
