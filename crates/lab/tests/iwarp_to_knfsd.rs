@@ -27,7 +27,7 @@ const XID2: u32 = 0x1ab0_4e56;
 const XID3: u32 = 0x1ab0_4e57;
 /// Bytes of zeros after the third NULL call: knfsd pulls 40 + this many bytes, so our
 /// Read Response is one 60 kB FPDU, spread over ~40 TCP segments, that siw must
-/// reassemble. (With a 60 kB tail knfsd 6.1 answers RDMA_ERROR/ERR_CHUNK without
+/// reassemble. (With a 200 kB tail knfsd 6.1 answers RDMA_ERROR/ERR_CHUNK without
 /// reading: its own limit on a position-zero Read chunk, not an iWARP matter.)
 const BIG_TAIL: usize = 60_000;
 
