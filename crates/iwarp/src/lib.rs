@@ -41,9 +41,10 @@
 //! # Defaults worth knowing
 //!
 //! - FPDUs carry at most [`Limits::max_ulpdu`] = 65,516 bytes of ULPDU (fewest headers
-//!   per byte). Peers accept any FPDU up to 65,535 bytes; tshark 4.0's MPA dissector,
-//!   however, loses FPDU sync on loopback captures when one FPDU spans several TCP
-//!   segments, so the tshark test uses 16,000.
+//!   per byte). Linux siw reassembles such FPDUs across TCP segments (the lab's
+//!   knfsd pulls a 60 kB call from us as one FPDU); tshark 4.0's MPA dissector,
+//!   however, loses FPDU sync on loopback captures when one FPDU spans several large
+//!   TCP segments, so the tshark test uses 16,000.
 //! - As the active side we hold our first FPDU for [`IwarpConfig::first_send_delay`]
 //!   (50 ms) after the MPA Reply: stock Linux siw may not read an FPDU that arrives
 //!   before it has hooked up its receive path (FACTS.md). Set it to zero between two
