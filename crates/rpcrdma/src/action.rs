@@ -24,8 +24,12 @@ pub enum Action {
         /// STag the peer allowed us to invalidate remotely.
         invalidate: Option<u32>,
     },
-    /// Register memory for Call `xid` (requester), then call
-    /// `Requester::handle_registered` with one segment list per registration.
+    /// Register memory for `xid`, then call `handle_registered` with one segment list
+    /// per registration: `Requester::handle_registered(xid, ..)` for a Call's chunks,
+    /// `Responder::handle_registered(now, xid, ..)` for a Reply's Payload stream
+    /// exposed read-only through a responder-provided Read chunk
+    /// (draft-cel-nfsv4-rpcrdma-reliable-reply-05 §4.1; `Registration::Read`, remote
+    /// read access only).
     Register {
         /// The Call.
         xid: Xid,
@@ -33,7 +37,9 @@ pub enum Action {
         registrations: Vec<Registration>,
     },
     /// RDMA Read `segments` (concatenated, in order) into one local buffer, then call
-    /// `Responder::handle_read_done(xid, chunk, data)`.
+    /// `handle_read_done(xid, chunk, data)` on the state machine that asked: the
+    /// responder pulling a Call's Read chunk, or the requester pulling a Reply from a
+    /// responder-provided Read chunk (`chunk` 0). On failure call `handle_read_failed`.
     RdmaRead {
         /// The Call.
         xid: Xid,
@@ -60,6 +66,12 @@ pub enum Action {
     },
     /// Post `n` more Receives (a credit increase, effective before it is announced).
     PostReceives(u32),
+    /// Post `n` Receives set apart for backward-direction messages (§7.2.2: a client
+    /// "must pre-post enough additional receive buffers to match its advertised
+    /// backward direction credit value"; a server "must pre-post a receive buffer for
+    /// each backward direction Call it sends"). They do not count toward the forward
+    /// grant: do not report them with `handle_receives_posted`.
+    PostBackwardReceives(u32),
     /// Close the connection.
     Close,
 }

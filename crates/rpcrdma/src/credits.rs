@@ -129,6 +129,9 @@ pub struct ResponderCredits {
     posted: u32,
     /// The last value sent in a Reply.
     advertised: u32,
+    /// Receives held back from the grant for RDMA_DONE messages we expect (one per
+    /// responder-provided Read chunk awaiting pull completion).
+    reserved: u32,
 }
 
 impl ResponderCredits {
@@ -144,6 +147,7 @@ impl ResponderCredits {
             target: posted,
             posted,
             advertised: 0,
+            reserved: 0,
         })
     }
 
@@ -174,8 +178,14 @@ impl ResponderCredits {
     /// §4.3.1: "the responder needs to ensure that a credit increase is effected (i.e.
     /// RDMA Receives are posted) before the next reply is sent": the grant never exceeds
     /// the Receives posted. It is never zero.
+    ///
+    /// Receives reserved for expected RDMA_DONE messages
+    /// ([`ResponderCredits::reserve_for_done`]) are not granted.
     pub fn grant(&mut self) -> u32 {
-        let g = self.target.min(self.posted).max(1);
+        let g = self
+            .target
+            .min(self.posted.saturating_sub(self.reserved))
+            .max(1);
         self.advertised = g;
         g
     }
@@ -183,6 +193,42 @@ impl ResponderCredits {
     /// The last value granted (0 before the first Reply).
     pub fn advertised(&self) -> u32 {
         self.advertised
+    }
+
+    /// Holds one posted Receive back from the grant for the RDMA_DONE that will
+    /// complete a responder-provided Read chunk. Fails (nothing reserved) when that
+    /// would leave no Receive for a Call.
+    ///
+    /// draft-cel-nfsv4-rpcrdma-reliable-reply-05 §5.2.3: "Sending an RDMA_DONE message
+    /// consumes one credit, temporarily reducing RPC concurrency on the connection.
+    /// There is no response to RDMA_DONE, so it is not clear to the sender when that
+    /// credit becomes available again." Our choice: the responder, which knows exactly
+    /// how many RDMA_DONEs it is owed, accounts for them. Each Read chunk awaiting pull
+    /// completion keeps one Receive out of the grant, so Calls (at most the grant) plus
+    /// RDMA_DONEs (at most the reservations) never exceed the Receives posted. The
+    /// requester sends RDMA_DONE without taking a credit and needs no new rule: the
+    /// RDMA_NOMSG that asks for the pull already carries the lowered grant, and the
+    /// first Reply after the reservation ends carries it restored.
+    pub fn reserve_for_done(&mut self) -> Result<(), CreditError> {
+        if self.posted.saturating_sub(self.reserved) < 2 {
+            return Err(CreditError::Exhausted {
+                limit: self.posted,
+                outstanding: self.reserved,
+            });
+        }
+        self.reserved += 1;
+        Ok(())
+    }
+
+    /// An RDMA_DONE arrived (or the Read chunk was invalidated without one): its
+    /// Receive goes back into the grant.
+    pub fn release_done_reservation(&mut self) {
+        self.reserved = self.reserved.saturating_sub(1);
+    }
+
+    /// Receives held back for expected RDMA_DONEs.
+    pub fn reserved_for_done(&self) -> u32 {
+        self.reserved
     }
 }
 

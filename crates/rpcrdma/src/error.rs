@@ -196,6 +196,14 @@ pub enum ReplyError {
     /// The connection was lost before the Reply arrived; retransmit on a new one.
     #[error("connection lost")]
     ConnectionLost,
+    /// The RDMA Read of a responder-provided Read chunk failed
+    /// (draft-cel-nfsv4-rpcrdma-reliable-reply-05 §4.1.2); pull completion was sent.
+    #[error("pulling the reply from the responder's read chunk failed")]
+    PullFailed,
+    /// A responder-provided Read chunk larger than we agree to pull
+    /// (`RequesterConfig::max_pulled_reply`, a DoS bound); pull completion was sent.
+    #[error("responder-provided read chunk of {0} bytes is over our limit")]
+    PullTooLarge(u64),
 }
 
 /// Why we cannot send what we were asked to send (local; nothing was sent).
@@ -248,6 +256,16 @@ pub enum MarshalError {
     /// (§7.3.1), or a backward Reply to a Call we did not receive.
     #[error("no backward channel for this message")]
     NoBackwardChannel,
+    /// §7.3.1: "An Upper Layer Protocol consumer MUST NOT perform backward direction
+    /// ONC RPC operations unless the peer consumer has indicated it is prepared to
+    /// handle them." The peer has not (yet) said so on this connection.
+    #[error("the peer has not said it is prepared for backward calls")]
+    BackwardNotReady,
+    /// A reply that needs a responder-provided Read chunk, when no Receive can be set
+    /// aside for its RDMA_DONE (draft-cel-nfsv4-rpcrdma-reliable-reply-05 §5.2.3):
+    /// answered like a reply with no reply resources (ERR_BADHEADER).
+    #[error("no receive left to reserve for pull completion")]
+    PullsExhausted,
     /// v2 §5: the version-probing first Call must fit in 1024 bytes.
     #[error("first call of {len} bytes exceeds 1024 while probing version two")]
     ProbeTooLarge {
@@ -361,9 +379,8 @@ impl From<&MarshalError> for WireAnswer {
             // possible for that XID."
             MarshalError::NoReplyChunk { .. }
             | MarshalError::ReplyChunkTooSmall { .. }
-            | MarshalError::WriteChunkTooSmall { .. } => {
-                WireAnswer::RdmaError(ErrCode::ERR_BADHEADER)
-            }
+            | MarshalError::WriteChunkTooSmall { .. }
+            | MarshalError::PullsExhausted => WireAnswer::RdmaError(ErrCode::ERR_BADHEADER),
             _ => WireAnswer::Local,
         }
     }

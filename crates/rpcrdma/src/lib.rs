@@ -9,8 +9,10 @@
 //! message (XID, message type, program/version/procedure) and the fixed GARBAGE_ARGS
 //! reply. The async transport that posts Sends, RDMA Reads and Writes and invalidations
 //! on a provider is a separate crate, and executes the values this one returns.
-//! There are no timers in this core (retransmission belongs to RPC), so no method takes
-//! a `now`.
+//! Retransmission belongs to RPC; the one timer here is the responder's pull timeout
+//! for responder-provided Read chunks, driven quinn-style: `now` is an argument
+//! (`Responder::handle_registered(now, ..)`, `handle_timeout(now)`) and
+//! `Responder::poll_timeout()` says when to call back. The clock is never read.
 //!
 //! # Copies
 //! Sending copies no payload byte: a Send is a gather list of `Bytes` (header, inline
@@ -44,6 +46,10 @@
 //! - [`reassembly`]: receiver side: rebuilding the Payload stream from chunks.
 //! - [`credits`]: credit accounting, requester and responder, per direction.
 //! - [`version`]: Version Two negotiation (and fallback to Version One).
+//! - [`options`]: the registry of Version Two optional features (`rdma_opttype`), and
+//!   the reliable-reply option this crate defines (docs/rpcrdma-v2.md).
+//! - [`pull`]: responder-provided Read chunks waiting for RDMA_DONE, by XID, with
+//!   deadlines.
 //! - [`requester`], [`responder`]: per-connection state machines driven by `handle_*`
 //!   events, yielding [`Action`]s from `poll_action` and upper-layer events from
 //!   `poll_event`.
@@ -57,7 +63,9 @@ pub mod credits;
 pub mod error;
 pub mod header;
 pub mod marshal;
+pub mod options;
 pub mod private_data;
+pub mod pull;
 pub mod reassembly;
 pub mod requester;
 pub mod responder;
@@ -67,6 +75,8 @@ pub mod validate;
 pub mod version;
 pub mod wire;
 
+#[cfg(test)]
+mod pair;
 #[cfg(test)]
 mod testutil;
 

@@ -190,6 +190,36 @@ pub fn plan_call(
     sizing: &ReplySizing,
     limits: CallLimits,
 ) -> Result<CallPlan, MarshalError> {
+    plan_call_inner(xid, version, credits, stream, sizing, limits, true)
+}
+
+/// Like [`plan_call`], but never provides a Reply chunk: for a connection where the
+/// responder can return a large Reply through a responder-provided Read chunk.
+///
+/// draft-cel-nfsv4-rpcrdma-reliable-reply-05 §5.3.1: the requester "does not provide a
+/// Reply chunk, and relies on a responder-provider Read chunk to handle large
+/// replies." Write chunks for DDP-eligible results are still provided (§4.1: "a
+/// responder must still make use of Write chunks provided by the requester").
+pub fn plan_call_without_reply_chunk(
+    xid: Xid,
+    version: Version,
+    credits: u32,
+    stream: &XdrStream,
+    sizing: &ReplySizing,
+    limits: CallLimits,
+) -> Result<CallPlan, MarshalError> {
+    plan_call_inner(xid, version, credits, stream, sizing, limits, false)
+}
+
+fn plan_call_inner(
+    xid: Xid,
+    version: Version,
+    credits: u32,
+    stream: &XdrStream,
+    sizing: &ReplySizing,
+    limits: CallLimits,
+    reply_chunk: bool,
+) -> Result<CallPlan, MarshalError> {
     let full_len = stream.xdr_len();
     if u32::try_from(full_len).is_err() {
         return Err(MarshalError::TooLarge);
@@ -207,7 +237,7 @@ pub fn plan_call(
             reduced = reduced.saturating_sub(padded_len(len as usize) as u64);
         }
         let reply_hdr = reply_fixed + reply_regs.len() * write_chunk_room(max_segs);
-        if reduced + reply_hdr as u64 > u64::from(limits.recv_threshold) {
+        if reply_chunk && reduced + reply_hdr as u64 > u64::from(limits.recv_threshold) {
             reply_regs.push(Registration::Reply {
                 len: sizing.max_reply,
             });
@@ -427,30 +457,12 @@ fn pieces_without(stream: &XdrStream, reduced: impl Fn(usize) -> bool) -> Vec<By
     pieces
 }
 
-/// Builds a forward-direction Reply to a Call that advertised `call_chunks`.
-///
-/// - §5.3.2: "When a Write list is provided for the results of an RPC Call, the
-///   responder MUST provide data corresponding to DDP-eligible XDR data items via RDMA
-///   Write operations to the memory referenced in the Write list." Item *k* goes in
-///   Write chunk *k*; items beyond the last chunk stay inline.
-/// - §4.4.6: "The responder MUST NOT change the number of segments in the Write chunk.
-///   The responder fills the segments in array order ... updates the segment length
-///   fields"; "If a Write chunk segment is not filled by the responder, the updated
-///   length of the segment SHOULD be zero."
-/// - §4.4.6.1: "A responder MUST NOT write XDR pad bytes for a Write chunk."
-/// - §4.4.6.2: "the responder MUST set the length of all segments in the chunk to
-///   zero" for an unused Write chunk.
-/// - §4.5.3: "If a Reply chunk was provided and the reduced Payload is larger than the
-///   requester's inline threshold, the responder MUST use the provided Reply chunk".
-pub fn marshal_reply(
-    xid: Xid,
-    version: Version,
-    credits: u32,
+/// RDMA Writes of the DDP-eligible results into the Call's Write chunks, and the Write
+/// list to echo (§4.4.6.2: unused chunks echoed with zero lengths).
+fn fill_write_chunks(
     stream: &XdrStream,
     call_chunks: &ChunkLists,
-    send_threshold: u32,
-    remote_invalidate: bool,
-) -> Result<OutgoingReply, MarshalError> {
+) -> Result<(Vec<RdmaWrite>, Vec<WriteChunk>), MarshalError> {
     let mut writes = Vec::new();
     let mut write_list = Vec::with_capacity(call_chunks.writes.len());
     for (k, chunk) in call_chunks.writes.iter().enumerate() {
@@ -476,6 +488,119 @@ pub fn marshal_reply(
             )),
         }
     }
+    Ok((writes, write_list))
+}
+
+/// A Reply to be sent as RDMA_NOMSG with a responder-provided Position Zero Read
+/// chunk, waiting for the registration of its Payload stream.
+///
+/// draft-cel-nfsv4-rpcrdma-reliable-reply-05 §4.1: "Similar to its use in an RPC Call,
+/// a Position Zero Read chunk in an RPC Reply contains an RPC Reply's Payload stream.
+/// Position Zero Read chunks are always sent using an RPC-over-RDMA RDMA_NOMSG
+/// message." and "a responder must still make use of Write chunks provided by the
+/// requester."
+#[derive(Debug, Clone)]
+#[must_use = "register the payload read-only and call finish()"]
+pub struct ReadChunkReply {
+    /// RDMA Writes of DDP-eligible results into the requester's Write chunks, posted
+    /// before the Send.
+    pub writes: Vec<RdmaWrite>,
+    /// The (reduced) Payload stream to register for remote read only.
+    pub registration: Registration,
+    xid: Xid,
+    version: Version,
+    write_list: Vec<WriteChunk>,
+}
+
+/// Plans a Reply through a responder-provided Read chunk (the reply exceeded every
+/// reply resource the requester gave).
+pub fn plan_reply_read_chunk(
+    xid: Xid,
+    version: Version,
+    stream: &XdrStream,
+    call_chunks: &ChunkLists,
+) -> Result<ReadChunkReply, MarshalError> {
+    if u32::try_from(stream.xdr_len()).is_err() {
+        return Err(MarshalError::TooLarge);
+    }
+    let (writes, write_list) = fill_write_chunks(stream, call_chunks)?;
+    let n_reduced = call_chunks.writes.len();
+    let payload = pieces_without(stream, |i| i < n_reduced);
+    Ok(ReadChunkReply {
+        writes,
+        registration: Registration::Read {
+            position: 0,
+            data: payload,
+        },
+        xid,
+        version,
+        write_list,
+    })
+}
+
+impl ReadChunkReply {
+    /// Builds the RDMA_NOMSG once the payload is registered as `segments`, granting
+    /// `credits`. Fails if the segments do not cover the payload exactly or the header
+    /// exceeds `send_threshold`.
+    pub fn finish(
+        self,
+        credits: u32,
+        segments: Vec<Segment>,
+        send_threshold: u32,
+    ) -> Result<Outgoing, MarshalError> {
+        let covered: u64 = segments.iter().map(|s| u64::from(s.length)).sum();
+        if segments.is_empty() || covered != self.registration.len() {
+            return Err(MarshalError::RegistrationMismatch);
+        }
+        let header = Header {
+            xid: self.xid,
+            version: self.version,
+            credits,
+            body: Body::NoMsg(ChunkLists {
+                reads: vec![ReadChunk {
+                    position: 0,
+                    segments,
+                }],
+                writes: self.write_list,
+                reply: None,
+            }),
+        };
+        let send = Outgoing::new(Shape::Long, header, Vec::new());
+        if send.send_len > send_threshold as usize {
+            return Err(MarshalError::HeaderTooLarge {
+                len: send.send_len,
+                threshold: send_threshold,
+            });
+        }
+        Ok(send)
+    }
+}
+
+/// Builds a forward-direction Reply to a Call that advertised `call_chunks`.
+///
+/// - §5.3.2: "When a Write list is provided for the results of an RPC Call, the
+///   responder MUST provide data corresponding to DDP-eligible XDR data items via RDMA
+///   Write operations to the memory referenced in the Write list." Item *k* goes in
+///   Write chunk *k*; items beyond the last chunk stay inline.
+/// - §4.4.6: "The responder MUST NOT change the number of segments in the Write chunk.
+///   The responder fills the segments in array order ... updates the segment length
+///   fields"; "If a Write chunk segment is not filled by the responder, the updated
+///   length of the segment SHOULD be zero."
+/// - §4.4.6.1: "A responder MUST NOT write XDR pad bytes for a Write chunk."
+/// - §4.4.6.2: "the responder MUST set the length of all segments in the chunk to
+///   zero" for an unused Write chunk.
+/// - §4.5.3: "If a Reply chunk was provided and the reduced Payload is larger than the
+///   requester's inline threshold, the responder MUST use the provided Reply chunk".
+pub fn marshal_reply(
+    xid: Xid,
+    version: Version,
+    credits: u32,
+    stream: &XdrStream,
+    call_chunks: &ChunkLists,
+    send_threshold: u32,
+    remote_invalidate: bool,
+) -> Result<OutgoingReply, MarshalError> {
+    let (mut writes, write_list) = fill_write_chunks(stream, call_chunks)?;
     let n_reduced = call_chunks.writes.len();
     let payload = pieces_without(stream, |i| i < n_reduced);
     let payload_len: usize = payload.iter().map(Bytes::len).sum();

@@ -14,6 +14,11 @@
 //!                 driver ◄──poll_action: Invalidate (fence) then
 //! upper layer ◄──poll_event: Reply { reduced stream, Write chunk lengths }
 //! ```
+//! With reliable reply agreed (`requester/reliable.rs`), Calls carry no Reply chunk and
+//! an RDMA_NOMSG with a Position Zero Read chunk makes `poll_action` return an
+//! `RdmaRead`; `handle_read_done` then sends RDMA_DONE and delivers the Reply. Across
+//! reconnects, keep `next_connection()` per server and pass it to `resume`.
+//!
 //! After each call, drain `poll_action` then `poll_event`. A Call that fails (RDMA_ERROR,
 //! a bad Reply) completes with [`RequesterEvent::Failed`]; its registrations are still
 //! invalidated first.
@@ -28,7 +33,10 @@ use crate::chunks::{ChunkLists, Segment};
 use crate::credits::{RequesterCredits, ResponderCredits};
 use crate::error::{Error, HeaderError, MarshalError, ReplyError};
 use crate::header::{ErrorBody, Prefix};
-use crate::marshal::{marshal_backward, plan_call, CallLimits, CallPlan};
+use crate::marshal::{
+    marshal_backward, plan_call, plan_call_without_reply_chunk, CallLimits, CallPlan,
+};
+use crate::options::{ReliableReplyInfo, RELIABLE_REPLY};
 use crate::private_data::PeerLimits;
 use crate::reassembly::{reply_chunk_length, written_lengths};
 use crate::rpc;
@@ -54,6 +62,13 @@ pub struct RequesterConfig {
     /// them); the grant in our backward Replies. `None`: no backward channel, and
     /// backward Calls are dropped (§7.3.1).
     pub backward_credits: Option<u32>,
+    /// Version Two responder-provided Read chunks (reliable reply): what we advertise
+    /// once Version Two is settled. `None`: never advertised; Replies that come in a
+    /// Read chunk fail.
+    pub reliable_reply: Option<ReliableReplyInfo>,
+    /// DoS bound: the largest Reply we RDMA Read from a responder-provided Read chunk
+    /// (the responder chooses its length). Larger ones fail the Call, after RDMA_DONE.
+    pub max_pulled_reply: u64,
 }
 
 impl Default for RequesterConfig {
@@ -65,6 +80,8 @@ impl Default for RequesterConfig {
             peer: None,
             max_segments_per_registration: 1,
             backward_credits: None,
+            reliable_reply: None,
+            max_pulled_reply: 64 << 20,
         }
     }
 }
@@ -121,11 +138,19 @@ pub struct Requester<B> {
     calls: HashMap<Xid, OutstandingCall>,
     actions: VecDeque<Action>,
     events: VecDeque<RequesterEvent>,
+    /// Where the reliable-reply exchange stands.
+    reliable: ReliableState,
+    /// Replies being pulled from responder-provided Read chunks.
+    pulls: HashMap<Xid, PendingPull>,
 }
 
 impl<B: UpperLayerBinding> Requester<B> {
     /// A new connection.
     pub fn new(ulb: B, config: RequesterConfig) -> Self {
+        let mut config = config;
+        if config.reliable_reply.is_some() && !config.policy.options.contains(&RELIABLE_REPLY) {
+            config.policy.options.push(RELIABLE_REPLY);
+        }
         Requester {
             ulb,
             credits: RequesterCredits::new(config.credits),
@@ -139,6 +164,8 @@ impl<B: UpperLayerBinding> Requester<B> {
             calls: HashMap::new(),
             actions: VecDeque::new(),
             events: VecDeque::new(),
+            reliable: ReliableState::NotYet,
+            pulls: HashMap::new(),
         }
     }
 
@@ -221,7 +248,12 @@ impl<B: UpperLayerBinding> Requester<B> {
 
     fn plan(&mut self, xid: Xid, stream: &XdrStream, sizing: &ReplySizing) -> Result<(), Error> {
         let version = self.negotiation.version();
-        let plan = plan_call(
+        let plan_fn = if self.reliable_reply_on() {
+            plan_call_without_reply_chunk
+        } else {
+            plan_call
+        };
+        let plan = plan_fn(
             xid,
             version,
             self.credits.requested(),
@@ -307,6 +339,13 @@ impl<B: UpperLayerBinding> Requester<B> {
             Err(e) => {
                 // A Reply whose header we cannot accept fails its Call, if we can tell
                 // which; the connection carries on.
+                if let HeaderError::UnknownOption(_) = e {
+                    // v2 §3.1: "it MUST send an RPC-over-RDMA message with the rdma_xid
+                    // field set to the same value as the erroneous message, the
+                    // rdma_proc field set to RDMA_ERROR, and the rdma_err field set to
+                    // RDMA_ERR_INVAL_OPTION."
+                    return self.refuse_option(&buf, &e);
+                }
                 let xid = crate::header::PrefixView::new_checked(&buf[..])
                     .ok()
                     .map(|v| v.xid());
@@ -338,14 +377,26 @@ impl<B: UpperLayerBinding> Requester<B> {
                 self.handle_reply(prefix, chunks, payload, false);
             }
             Received::NoMsg { prefix, chunks } => {
+                if chunks.position_zero().is_some() && self.handle_read_chunk_reply(prefix, &chunks)
+                {
+                    return;
+                }
                 self.handle_reply(prefix, chunks, Bytes::new(), true)
             }
-            Received::Optional { .. } => {}
+            Received::Optional {
+                prefix,
+                opttype,
+                optinfo,
+                ..
+            } => self.handle_optional(prefix, opttype, optinfo),
         }
     }
 
     fn handle_error(&mut self, prefix: Prefix, body: ErrorBody) {
         let xid = prefix.xid;
+        if self.handle_option_refused(&prefix, &body) {
+            return;
+        }
         if !self.calls.contains_key(&xid) {
             return;
         }
@@ -421,6 +472,7 @@ impl<B: UpperLayerBinding> Requester<B> {
         let _ = self.credits.handle_reply(prefix.credits);
         let (n, _) = self.negotiation.handle_reply(xid, None);
         self.negotiation = n;
+        self.maybe_advertise(xid);
         self.complete(
             xid,
             RequesterEvent::Reply {
@@ -466,6 +518,8 @@ impl<B: UpperLayerBinding> Requester<B> {
     /// The connection was lost: every outstanding Call fails (the upper layer may
     /// retransmit on a new connection) and credits return to the initial state.
     pub fn handle_disconnect(&mut self) {
+        self.pulls.clear();
+        self.reliable = ReliableState::NotYet;
         let xids: Vec<Xid> = self.calls.keys().copied().collect();
         for xid in xids {
             self.calls.remove(&xid);
@@ -478,6 +532,9 @@ impl<B: UpperLayerBinding> Requester<B> {
         self.negotiation = self.negotiation.next_connection();
     }
 }
+
+mod reliable;
+use reliable::{PendingPull, ReliableState};
 
 #[cfg(test)]
 mod tests;

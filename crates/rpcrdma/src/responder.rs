@@ -13,6 +13,15 @@
 //!                                                    ◄──────────send_reply(xid, stream)
 //!        ◄──poll_action: RdmaWrite*, Send──  marshal_reply, credit grant
 //! ```
+//! A Reply that fits no reply resource of a Version Two requester that agreed to
+//! reliable reply goes through a responder-provided Read chunk instead
+//! (`responder/reliable.rs` has that diagram): `Register`, `handle_registered(now, ..)`,
+//! RDMA_NOMSG, then `Invalidate` on RDMA_DONE, on `handle_timeout(now)` (arm a timer
+//! for `poll_timeout()`) or on `handle_disconnect`.
+//!
+//! Backward Calls (`start_backward_call`) go only after
+//! `handle_peer_backward_ready` (v1 §7.3.1).
+//!
 //! After each `handle_*` or `send_reply` call, drain `poll_action` then `poll_event`.
 //! A bad header is answered here (RDMA_ERROR), bad arguments too (GARBAGE_ARGS); the
 //! upper layer only ever sees Calls that passed both.
@@ -21,6 +30,7 @@
 //! Reply is sent.
 
 use std::collections::{HashMap, HashSet, VecDeque};
+use std::time::Duration;
 
 use bytes::Bytes;
 use xdr::XdrStream;
@@ -30,8 +40,10 @@ use crate::chunks::ChunkLists;
 use crate::credits::{RequesterCredits, ResponderCredits};
 use crate::error::{ArgsError, CreditError, Error, HeaderError, MarshalError, WireAnswer};
 use crate::header::{ErrorBody, Header, Prefix};
-use crate::marshal::{marshal_backward, marshal_reply};
+use crate::marshal::{marshal_backward, marshal_reply, ReadChunkReply};
+use crate::options::{ReliableReplyInfo, RELIABLE_REPLY};
 use crate::private_data::PeerLimits;
+use crate::pull::{PullTable, DEFAULT_PULL_TIMEOUT};
 use crate::reassembly::{reassemble_call, Reassembled, ReassemblyOptions};
 use crate::rpc;
 use crate::ulb::UpperLayerBinding;
@@ -55,6 +67,31 @@ pub struct ResponderConfig {
     /// Backward-direction Calls we may send (§7): the credits we ask the client for.
     /// `None`: no backward channel.
     pub backward_credits: Option<u32>,
+    /// Version Two responder-provided Read chunks (reliable reply), offered to a
+    /// requester that advertises them. `None`: the option is refused with
+    /// ERR_INVAL_OPTION and too-large replies get ERR_BADHEADER as in Version One.
+    pub reliable_reply: Option<ReliableReplyConfig>,
+}
+
+/// Our side of the reliable-reply feature (draft-cel-nfsv4-rpcrdma-reliable-reply-05).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReliableReplyConfig {
+    /// How long a Read chunk stays exposed without RDMA_DONE before we invalidate it
+    /// (§4.1.3: "a responder can choose to invalidate its Read chunks after waiting for
+    /// a short period").
+    pub pull_timeout: Duration,
+    /// Allow the requester to invalidate our Read chunk STag with Send With Invalidate
+    /// (§4.1.4).
+    pub remote_invalidate: bool,
+}
+
+impl Default for ReliableReplyConfig {
+    fn default() -> Self {
+        ReliableReplyConfig {
+            pull_timeout: DEFAULT_PULL_TIMEOUT,
+            remote_invalidate: true,
+        }
+    }
 }
 
 impl Default for ResponderConfig {
@@ -65,6 +102,7 @@ impl Default for ResponderConfig {
             peer: None,
             reassembly: ReassemblyOptions::default(),
             backward_credits: None,
+            reliable_reply: None,
         }
     }
 }
@@ -126,12 +164,28 @@ pub struct Responder<B> {
     calls: HashMap<Xid, PendingCall>,
     actions: VecDeque<Action>,
     events: VecDeque<ResponderEvent>,
+    /// §7.3.1: no backward Call until the peer's upper layer said it is prepared.
+    backward_ready: bool,
+    /// What the requester advertised for reliable reply, once we accepted it.
+    reliable_peer: Option<ReliableReplyInfo>,
+    /// Replies whose Payload stream is being registered for a Read chunk.
+    registering: HashMap<Xid, (ReadChunkReply, Prefix)>,
+    /// Read chunks exposed, waiting for RDMA_DONE.
+    pulls: PullTable,
+    /// Replies that need a Read chunk while every spare Receive is reserved for an
+    /// RDMA_DONE: sent, in order, as reservations end.
+    waiting_replies: VecDeque<(Prefix, ChunkLists, XdrStream)>,
 }
 
 impl<B: UpperLayerBinding> Responder<B> {
     /// A new connection.
     pub fn new(ulb: B, config: ResponderConfig) -> Result<Self, CreditError> {
         let credits = ResponderCredits::new(config.credits)?;
+        let mut config = config;
+        // The registry row makes the option acceptable to `receive` (v2 §3.1).
+        if config.reliable_reply.is_some() && !config.policy.options.contains(&RELIABLE_REPLY) {
+            config.policy.options.push(RELIABLE_REPLY);
+        }
         Ok(Responder {
             ulb,
             backward: config.backward_credits.map(RequesterCredits::new),
@@ -142,6 +196,11 @@ impl<B: UpperLayerBinding> Responder<B> {
             calls: HashMap::new(),
             actions: VecDeque::new(),
             events: VecDeque::new(),
+            backward_ready: false,
+            reliable_peer: None,
+            registering: HashMap::new(),
+            pulls: PullTable::default(),
+            waiting_replies: VecDeque::new(),
         })
     }
 
@@ -207,6 +266,9 @@ impl<B: UpperLayerBinding> Responder<B> {
 
     /// A Receive completed with `buf` (one Send from the requester).
     pub fn handle_receive(&mut self, buf: Bytes) {
+        if self.is_pull_completion(&buf) {
+            return self.handle_done(&buf);
+        }
         let received = match receive(&buf, &self.config.policy) {
             Ok(r) => r,
             Err(e) => return self.refuse_header(&buf, e),
@@ -241,7 +303,12 @@ impl<B: UpperLayerBinding> Responder<B> {
                         .push_back(ResponderEvent::BackwardFailed { xid: prefix.xid });
                 }
             }
-            Received::Optional { .. } => {}
+            Received::Optional {
+                prefix,
+                opttype,
+                optinfo,
+                ..
+            } => self.handle_optional(prefix, opttype, optinfo),
         }
     }
 
@@ -303,6 +370,12 @@ impl<B: UpperLayerBinding> Responder<B> {
         let Some(b) = self.backward.as_mut() else {
             return Err(MarshalError::NoBackwardChannel.into());
         };
+        // §7.3.1: "An Upper Layer Protocol consumer MUST NOT perform backward direction
+        // ONC RPC operations unless the peer consumer has indicated it is prepared to
+        // handle them."
+        if !self.backward_ready {
+            return Err(MarshalError::BackwardNotReady.into());
+        }
         b.try_acquire()?;
         let requested = b.requested();
         let threshold = self
@@ -329,8 +402,14 @@ impl<B: UpperLayerBinding> Responder<B> {
     /// The connection was lost: pending Calls are forgotten (the client retransmits),
     /// our backward Calls fail and backward credits return to the initial state
     /// (§7.3.2: the server waits for the client to reconnect before retransmitting).
+    ///
+    /// Read chunks exposed for replies are invalidated (reliable-reply §5.4.3:
+    /// "Explicitly invalidating waiting Read chunks after a connection loss"), and the
+    /// peer must say again that it takes backward Calls (§7.3.1).
     pub fn handle_disconnect(&mut self) {
         self.calls.clear();
+        self.invalidate_all_pulls();
+        self.backward_ready = false;
         for xid in self.backward_calls.drain() {
             self.events
                 .push_back(ResponderEvent::BackwardFailed { xid });
@@ -509,6 +588,17 @@ impl<B: UpperLayerBinding> Responder<B> {
                 });
                 Ok(())
             }
+            Err(
+                e @ (MarshalError::NoReplyChunk { .. }
+                | MarshalError::ReplyChunkTooSmall { .. }
+                | MarshalError::HeaderTooLarge { .. }),
+            ) if self.reliable_reply_on(call.prefix.version) => {
+                // reliable-reply §4.1.1: "A responder MUST send a Position Zero Read
+                // chunk when the actual size of the RPC Reply's Payload stream exceeds
+                // all requester-provided reply resources".
+                let _ = e;
+                self.reply_through_read_chunk(call.prefix, &call.chunks, &stream)
+            }
             Err(e) => {
                 if let WireAnswer::RdmaError(ErrCode::ERR_BADHEADER) = WireAnswer::from(&e) {
                     let h = Header::error_reply(&call.prefix, grant, ErrorBody::BadHeader);
@@ -528,6 +618,8 @@ impl<B: UpperLayerBinding> Responder<B> {
         self.calls.remove(&xid);
     }
 }
+
+mod reliable;
 
 #[cfg(test)]
 mod tests;

@@ -338,6 +338,9 @@ fn s7_2_1_pair_backward_calls_use_their_own_credits() {
     let _ = client.poll_event();
     assert_eq!(client.credits().limit(), 64);
 
+    // §7.3.1: the client's upper layer said it takes backward Calls.
+    server.handle_peer_backward_ready();
+    assert_eq!(server.poll_action(), Some(Action::PostBackwardReceives(8)));
     // Backward: one Call until the client's first backward Reply (§4.3.3 applies to
     // the backward requester too), asking for 8.
     server
@@ -629,6 +632,96 @@ fn rdma_msg_reply_with_a_used_reply_chunk_fails_the_call() {
         Some(RequesterEvent::Failed {
             xid: Xid(1),
             error: HeaderError::ChunkOverrun.into()
+        })
+    );
+}
+
+// ---- Version Two optional features and reliable reply, requester side ----
+
+fn v2_reliable_requester() -> Requester<TestUlb> {
+    let mut r = Requester::new(
+        small(),
+        RequesterConfig {
+            prefer: Version::TWO,
+            reliable_reply: Some(crate::options::ReliableReplyInfo {
+                remote_invalidate: false,
+            }),
+            ..RequesterConfig::default()
+        },
+    );
+    r.start_call(Xid(1), null_call(1)).unwrap();
+    let _ = sent(&mut r);
+    r.handle_receive(concat(&[
+        words(&[1, 2, 64, 0, 0, 0, 0]),
+        rpc_reply(1, &[], None).to_bytes(),
+    ]));
+    assert!(matches!(r.poll_event(), Some(RequesterEvent::Reply { .. })));
+    // The advertisement: RDMA_OPTIONAL(RELIABLE_REPLY), flags 0.
+    assert_eq!(sent(&mut r), words(&[1, 2, 128, 5, 0x5252_5031, 4, 0]));
+    r
+}
+
+#[test]
+fn v2_s3_1_requester_answers_unknown_option_with_err_inval_option() {
+    let mut r = requester(small(), Version::TWO);
+    r.handle_receive(words(&[0x44, 2, 64, 5, 9, 0]));
+    assert_eq!(sent(&mut r), words(&[0x44, 2, 128, 4, 3]));
+    assert_eq!(r.poll_event(), None);
+}
+
+#[test]
+fn rr_s4_1_2_failed_pull_still_sends_done() {
+    let mut r = v2_reliable_requester();
+    r.handle_receive(words(&[1, 2, 64, 5, 0x5252_5031, 4, 1]));
+    assert!(r.reliable_reply_on());
+    r.start_call(Xid(2), null_call(2)).unwrap();
+    let _ = sent(&mut r);
+    // RDMA_NOMSG, read list: P0, STag 0x77, 5000 bytes.
+    r.handle_receive(words(&[2, 2, 63, 1, 1, 0, 0x77, 5000, 0, 0, 0, 0, 0]));
+    assert_eq!(
+        r.poll_action(),
+        Some(Action::RdmaRead {
+            xid: Xid(2),
+            chunk: 0,
+            segments: vec![Segment::new(0x77, 5000, 0)]
+        })
+    );
+    r.handle_read_failed(Xid(2));
+    // Our flags said no remote invalidation: a plain Send.
+    assert_eq!(
+        r.poll_action(),
+        Some(Action::Send {
+            xid: Xid(2),
+            send: vec![words(&[2, 2, 128, 3])],
+            invalidate: None
+        })
+    );
+    assert_eq!(
+        r.poll_event(),
+        Some(RequesterEvent::Failed {
+            xid: Xid(2),
+            error: ReplyError::PullFailed.into()
+        })
+    );
+    assert_eq!(r.credits().outstanding(), 0);
+}
+
+#[test]
+fn rr_s4_1_3_read_chunk_reply_without_the_feature_gets_done_and_fails() {
+    let mut r = v2_reliable_requester();
+    // The responder refused the option.
+    r.handle_receive(words(&[1, 2, 64, 4, 3]));
+    assert!(!r.reliable_reply_on());
+    assert_eq!(r.credits().outstanding(), 0);
+    r.start_call(Xid(2), null_call(2)).unwrap();
+    let _ = sent(&mut r);
+    r.handle_receive(words(&[2, 2, 64, 1, 1, 0, 0x77, 5000, 0, 0, 0, 0, 0]));
+    assert_eq!(sent(&mut r), words(&[2, 2, 128, 3]));
+    assert_eq!(
+        r.poll_event(),
+        Some(RequesterEvent::Failed {
+            xid: Xid(2),
+            error: HeaderError::ReadListInReply.into()
         })
     );
 }

@@ -391,6 +391,9 @@ fn s7_backward_call_failed_by_rdma_error_or_disconnect() {
         },
     )
     .unwrap();
+    // §7.3.1: the client's upper layer said it takes backward Calls.
+    r.handle_peer_backward_ready();
+    assert_eq!(r.poll_action(), Some(Action::PostBackwardReceives(4)));
     r.start_backward_call(Xid(0x900), nfs_call(0x900, 0, &[], None))
         .unwrap();
     let _ = r.poll_action();

@@ -1,0 +1,551 @@
+//! Pair scenarios: Version Two on the wire, responder-provided Read chunks, and the
+//! backward direction, end to end through both state machines.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+
+use super::*;
+use crate::chunks::ChunkLists;
+use crate::header::{Body, Header};
+use crate::options::ReliableReplyInfo;
+use crate::requester::RequesterConfig;
+use crate::responder::{ReliableReplyConfig, ResponderConfig};
+use crate::testutil::{nfs_call, rpc_reply};
+use crate::validate::Policy;
+use crate::version::Negotiation;
+use crate::wire::Version;
+use crate::Limits;
+
+const CREDITS: u32 = 16;
+
+fn ulb() -> TestUlb {
+    // The largest reply this "procedure" may produce is huge: a Version One requester
+    // must offer a 32 MiB Reply chunk for it (§5.3.3), a reliable-reply one offers none.
+    TestUlb {
+        max_reply: 32 << 20,
+        ..TestUlb::default()
+    }
+}
+
+fn client_config(prefer: Version, reliable: bool) -> RequesterConfig {
+    RequesterConfig {
+        prefer,
+        credits: 32,
+        reliable_reply: reliable.then_some(ReliableReplyInfo {
+            remote_invalidate: true,
+        }),
+        backward_credits: Some(8),
+        ..RequesterConfig::default()
+    }
+}
+
+fn server_config(policy: Policy, reliable: bool) -> ResponderConfig {
+    ResponderConfig {
+        policy,
+        credits: CREDITS,
+        reliable_reply: reliable.then(|| ReliableReplyConfig {
+            pull_timeout: Duration::from_secs(5),
+            remote_invalidate: true,
+        }),
+        backward_credits: Some(4),
+        ..ResponderConfig::default()
+    }
+}
+
+fn pair(client: RequesterConfig, server: ResponderConfig) -> Pair {
+    Pair::new(
+        Requester::new(ulb(), client),
+        Responder::new(ulb(), server).unwrap(),
+        CREDITS,
+    )
+}
+
+fn v2_pair() -> Pair {
+    pair(
+        client_config(Version::TWO, true),
+        server_config(Policy::default(), true),
+    )
+}
+
+fn header(w: &Wire) -> Header {
+    Header::parse(&w.bytes, &Limits::default()).unwrap().header
+}
+
+/// A NULL-like call with `words` extra argument words.
+fn call(xid: u32, words: usize) -> XdrStream {
+    nfs_call(xid, 0, &vec![7; words], None)
+}
+
+fn reply_data(xid: u32, len: usize) -> Bytes {
+    (0..len)
+        .map(|i| (i as u32).wrapping_mul(2_654_435_761).wrapping_add(xid) as u8)
+        .collect::<Vec<u8>>()
+        .into()
+}
+
+/// Runs one Call to completion and returns the client's event.
+fn exchange(p: &mut Pair, xid: u32, words: usize) -> RequesterEvent {
+    p.client.start_call(Xid(xid), call(xid, words)).unwrap();
+    p.run();
+    p.client_outcome(Xid(xid)).cloned().expect("no outcome")
+}
+
+fn reply_payload(ev: &RequesterEvent) -> Bytes {
+    match ev {
+        RequesterEvent::Reply {
+            inline,
+            reply_chunk_len: None,
+            ..
+        } => inline.clone(),
+        other => panic!("{other:?}"),
+    }
+}
+
+// ---- Version Two on the wire ----
+
+#[test]
+fn v2_s5_v2_client_and_v2_server_settle_on_v2_4096_and_reliable_reply() {
+    let mut p = v2_pair();
+    // The probe: a v2 Call no larger than 1024 bytes.
+    let ev = exchange(&mut p, 1, 100);
+    assert!(matches!(ev, RequesterEvent::Reply { .. }), "{ev:?}");
+    let probe = &p.sent_by_client[0];
+    assert_eq!(header(probe).version, Version::TWO);
+    assert!(probe.bytes.len() <= 1024);
+    assert_eq!(header(&p.sent_by_server[0]).version, Version::TWO);
+    // v2 §5.1: "both peers use the default inline threshold value for RPC-over-RDMA
+    // Version Two connections (4096 bytes)."
+    assert_eq!(p.client.negotiation(), Negotiation::Settled(Version::TWO));
+    assert_eq!(p.client.send_threshold(), 4096);
+    // The option exchange followed the first Reply.
+    assert_eq!(p.sent_by_client[1].msg_type(), Some(MsgType::RDMA_OPTIONAL));
+    assert_eq!(p.sent_by_server[1].msg_type(), Some(MsgType::RDMA_OPTIONAL));
+    assert!(p.client.reliable_reply_on());
+    assert!(p.server.reliable_reply_peer().is_some());
+    assert_eq!(
+        p.client.credits().outstanding(),
+        0,
+        "the option's credit returned"
+    );
+    // A 3000-byte Call now goes Short in one Send (it would be Long under 1024).
+    let before = p.sent_by_client.len();
+    let ev = exchange(&mut p, 2, 740);
+    assert!(matches!(ev, RequesterEvent::Reply { .. }));
+    let sent = &p.sent_by_client[before];
+    assert!(sent.bytes.len() > 2900 && sent.bytes.len() <= 4096);
+    assert_eq!(header(sent).chunks(), Some(&ChunkLists::empty()));
+    assert!(p.broken.is_none() && !p.closed);
+}
+
+#[test]
+fn v2_s5_2_v2_client_to_v1_only_server_falls_back_and_does_not_loop_on_reconnect() {
+    let mut p = pair(
+        client_config(Version::TWO, true),
+        server_config(Policy::v1_only(), true),
+    );
+    let ev = exchange(&mut p, 1, 10);
+    assert!(matches!(ev, RequesterEvent::Reply { .. }), "{ev:?}");
+    // ERR_VERS for the probe, then the same Call again in v1, answered in v1.
+    let err = header(&p.sent_by_server[0]);
+    assert_eq!(err.msg_type(), MsgType::RDMA_ERROR);
+    assert_eq!(header(&p.sent_by_client[1]).version, Version::ONE);
+    assert_eq!(header(&p.sent_by_server[1]).version, Version::ONE);
+    assert_eq!(p.client.negotiation(), Negotiation::Settled(Version::ONE));
+    assert_eq!(p.client.send_threshold(), 1024);
+    assert!(!p.client.reliable_reply_on(), "no option exchange at v1");
+    assert!(p
+        .sent_by_client
+        .iter()
+        .all(|w| w.msg_type() != Some(MsgType::RDMA_OPTIONAL)));
+
+    // The connection is lost; the transport keeps what the requester learned.
+    p.client.handle_disconnect();
+    let memo = p.client.next_connection();
+    assert_eq!(memo, Negotiation::Settled(Version::ONE));
+    let mut q = Pair::new(
+        Requester::resume(ulb(), client_config(Version::TWO, true), memo),
+        Responder::new(ulb(), server_config(Policy::v1_only(), true)).unwrap(),
+        CREDITS,
+    );
+    let ev = exchange(&mut q, 2, 10);
+    assert!(matches!(ev, RequesterEvent::Reply { .. }));
+    assert_eq!(
+        header(&q.sent_by_client[0]).version,
+        Version::ONE,
+        "no probe"
+    );
+    assert!(
+        q.sent_by_server
+            .iter()
+            .all(|w| w.msg_type() != Some(MsgType::RDMA_ERROR)),
+        "no ERR_VERS on the new connection"
+    );
+}
+
+#[test]
+fn v2_s5_3_v1_client_to_v2_server_is_answered_in_v1() {
+    let mut p = pair(
+        client_config(Version::ONE, true),
+        server_config(Policy::default(), true),
+    );
+    let data = reply_data(1, 10 << 10);
+    let d = data.clone();
+    p.server_ulp = Box::new(move |xid, _| Some(rpc_reply(xid.0, &[], Some(d.clone()))));
+    let ev = exchange(&mut p, 1, 10);
+    // v1: the requester offered a Reply chunk (§5.3.3) and the reply came through it.
+    let RequesterEvent::Reply {
+        reply_chunk_len: Some(n),
+        ..
+    } = ev
+    else {
+        panic!("{ev:?}")
+    };
+    assert_eq!(n as usize, rpc_reply(1, &[], Some(data)).to_bytes().len());
+    assert!(p
+        .sent_by_server
+        .iter()
+        .all(|w| header(w).version == Version::ONE));
+    assert!(
+        p.sent_by_client
+            .iter()
+            .all(|w| header(w).version == Version::ONE
+                && w.msg_type() != Some(MsgType::RDMA_OPTIONAL))
+    );
+    assert!(p.server.reliable_reply_peer().is_none());
+}
+
+#[test]
+fn v2_s3_1_server_without_the_feature_answers_err_inval_option_and_reply_chunks_stay() {
+    let mut p = pair(
+        client_config(Version::TWO, true),
+        server_config(Policy::default(), false),
+    );
+    exchange(&mut p, 1, 10);
+    let refusal = header(&p.sent_by_server[1]);
+    assert_eq!(
+        refusal.body,
+        Body::Error(crate::header::ErrorBody::InvalOption)
+    );
+    assert!(!p.client.reliable_reply_on());
+    assert_eq!(p.client.credits().outstanding(), 0);
+    // Without the feature, a big reply needs the Reply chunk, which is offered again.
+    let data = reply_data(2, 10 << 10);
+    let d = data.clone();
+    p.server_ulp = Box::new(move |xid, _| Some(rpc_reply(xid.0, &[], Some(d.clone()))));
+    let ev = exchange(&mut p, 2, 10);
+    assert!(
+        matches!(
+            ev,
+            RequesterEvent::Reply {
+                reply_chunk_len: Some(_),
+                ..
+            }
+        ),
+        "{ev:?}"
+    );
+}
+
+// ---- responder-provided Read chunks ----
+
+fn settle(p: &mut Pair) {
+    let ev = exchange(p, 0x100, 1);
+    assert!(matches!(ev, RequesterEvent::Reply { .. }));
+    assert!(p.client.reliable_reply_on());
+}
+
+fn big_replies(p: &mut Pair, len: usize) {
+    p.server_ulp =
+        Box::new(move |xid, _| Some(rpc_reply(xid.0, &[], Some(reply_data(xid.0, len)))));
+}
+
+#[test]
+fn rr_s4_1_1_replies_of_10k_1m_16m_without_reply_chunk_come_through_read_chunks() {
+    let mut p = v2_pair();
+    settle(&mut p);
+    for (xid, len) in [(10u32, 10usize << 10), (11, 1 << 20), (12, 16 << 20)] {
+        big_replies(&mut p, len);
+        let before_c = p.sent_by_client.len();
+        let before_s = p.sent_by_server.len();
+        let ev = exchange(&mut p, xid, 4);
+        // The Call offered no Reply chunk although the reply may be 32 MiB
+        // (reliable-reply §5.3.1).
+        let call_hdr = header(&p.sent_by_client[before_c]);
+        assert_eq!(call_hdr.chunks().unwrap().reply, None);
+        // The Reply: RDMA_NOMSG with one Position Zero Read chunk.
+        let reply_hdr = header(&p.sent_by_server[before_s]);
+        let Body::NoMsg(chunks) = &reply_hdr.body else {
+            panic!("{reply_hdr:?}")
+        };
+        assert_eq!(chunks.reads.len(), 1);
+        assert!(chunks.reads[0].is_position_zero());
+        let expected = rpc_reply(xid, &[], Some(reply_data(xid, len))).to_bytes();
+        assert_eq!(chunks.reads[0].len(), expected.len() as u64);
+        assert_eq!(reply_payload(&ev), expected, "bytes match for {len}");
+        // Pull completion: RDMA_DONE by Send With Invalidate of the one STag.
+        let done = p.sent_by_client.last().unwrap();
+        assert_eq!(done.msg_type(), Some(MsgType::RDMA_DONE));
+        assert_eq!(done.bytes.len(), 16);
+        assert_eq!(done.invalidate, Some(chunks.reads[0].segments[0].handle));
+        assert_eq!(p.server.pending_pulls(), 0);
+        assert!(p.server_mem.regions.is_empty(), "nothing left exposed");
+    }
+    assert!(p.broken.is_none() && !p.closed, "{:?}", p.broken);
+    assert_eq!(p.server.credits().reserved_for_done(), 0);
+}
+
+#[test]
+fn rr_s4_1_4_without_remote_invalidation_done_is_a_plain_send_and_server_invalidates() {
+    let mut c = client_config(Version::TWO, true);
+    c.reliable_reply = Some(ReliableReplyInfo {
+        remote_invalidate: false,
+    });
+    let mut p = pair(c, server_config(Policy::default(), true));
+    settle(&mut p);
+    big_replies(&mut p, 100 << 10);
+    exchange(&mut p, 5, 1);
+    let done = p.sent_by_client.last().unwrap();
+    assert_eq!(done.msg_type(), Some(MsgType::RDMA_DONE));
+    assert_eq!(done.invalidate, None);
+    assert!(p.server_mem.regions.is_empty());
+}
+
+#[test]
+fn rr_s4_1_3_lost_done_is_invalidated_by_the_timeout_and_late_done_dropped() {
+    let mut p = v2_pair();
+    settle(&mut p);
+    big_replies(&mut p, 64 << 10);
+    p.drop_to_server = Box::new(|w| w.msg_type() == Some(MsgType::RDMA_DONE));
+    let ev = exchange(&mut p, 20, 1);
+    assert_eq!(reply_payload(&ev).len(), 64 * 1024 + 28);
+    let lost = p.sent_by_client.last().unwrap().clone();
+    assert_eq!(lost.msg_type(), Some(MsgType::RDMA_DONE));
+    // Still exposed; one Receive is held back for the DONE (§5.2.3, our choice).
+    assert_eq!(p.server.pending_pulls(), 1);
+    assert_eq!(p.server_mem.regions.len(), 1);
+    assert_eq!(p.server.credits().reserved_for_done(), 1);
+    assert_eq!(p.server.credits().advertised(), CREDITS - 1);
+    let deadline = p.server.poll_timeout().unwrap();
+    assert_eq!(deadline, p.now + Duration::from_secs(5));
+    // Not yet.
+    p.server.handle_timeout(p.now + Duration::from_secs(4));
+    assert_eq!(p.server.poll_action(), None);
+    // The timeout invalidates it.
+    p.now = deadline;
+    p.server.handle_timeout(p.now);
+    assert!(matches!(
+        p.server.poll_action(),
+        Some(Action::Invalidate { xid: Xid(20), .. })
+    ));
+    assert_eq!(p.server.pending_pulls(), 0);
+    assert_eq!(p.server.poll_timeout(), None);
+    assert_eq!(p.server.credits().reserved_for_done(), 0);
+    // The late RDMA_DONE (and a repeat) are dropped silently.
+    p.server.handle_receive(lost.bytes.clone());
+    p.server.handle_receive(lost.bytes);
+    assert_eq!(p.server.poll_action(), None);
+    assert_eq!(p.server.poll_event(), None);
+    // The next Reply carries the whole grant again.
+    p.drop_to_server = Box::new(|_| false);
+    p.server_ulp = Box::new(|xid, _| Some(rpc_reply(xid.0, &[], None)));
+    exchange(&mut p, 21, 1);
+    assert_eq!(p.server.credits().advertised(), CREDITS);
+    assert!(p.broken.is_none() && !p.closed);
+}
+
+#[test]
+fn rr_s4_1_3_unknown_done_is_dropped_silently() {
+    let mut p = v2_pair();
+    settle(&mut p);
+    let done = Header {
+        xid: Xid(0xdead),
+        version: Version::TWO,
+        credits: 32,
+        body: Body::Done,
+    };
+    p.server.handle_receive(done.to_bytes());
+    assert_eq!(p.server.poll_action(), None);
+    assert_eq!(p.server.poll_event(), None);
+}
+
+#[test]
+fn rr_s5_1_3_aborted_call_still_gets_done_and_the_connection_survives() {
+    let mut p = v2_pair();
+    settle(&mut p);
+    big_replies(&mut p, 256 << 10);
+    // The server's upper layer holds the Call while the client gives up on it.
+    let hold = std::rc::Rc::new(std::cell::Cell::new(true));
+    let h = hold.clone();
+    p.server_ulp = Box::new(move |xid, _| {
+        (!h.get()).then(|| rpc_reply(xid.0, &[], Some(reply_data(xid.0, 256 << 10))))
+    });
+    p.client.start_call(Xid(30), call(30, 1)).unwrap();
+    p.run();
+    assert_eq!(p.server.pending_calls(), 1);
+    assert!(p.client.abort_call(Xid(30)));
+    assert_eq!(p.client.credits().outstanding(), 0);
+    // Now the reply is sent: RDMA_NOMSG with a Read chunk for an XID the client forgot.
+    hold.set(false);
+    p.server
+        .send_reply(Xid(30), rpc_reply(30, &[], Some(reply_data(30, 256 << 10))))
+        .unwrap();
+    p.run();
+    assert_eq!(
+        p.client_outcome(Xid(30)),
+        None,
+        "no event for an aborted call"
+    );
+    let done = p.sent_by_client.last().unwrap();
+    assert_eq!(done.msg_type(), Some(MsgType::RDMA_DONE));
+    assert_eq!(header(done).xid, Xid(30));
+    assert_eq!(p.server.pending_pulls(), 0);
+    assert!(p.server_mem.regions.is_empty());
+    // The connection is intact: the next call works.
+    let ev = exchange(&mut p, 31, 1);
+    assert_eq!(reply_payload(&ev).len(), 256 * 1024 + 28);
+    assert!(p.broken.is_none() && !p.closed, "{:?}", p.broken);
+}
+
+#[test]
+fn rr_s5_4_3_disconnect_invalidates_exposed_read_chunks() {
+    let mut p = v2_pair();
+    settle(&mut p);
+    big_replies(&mut p, 8 << 10);
+    p.drop_to_server = Box::new(|w| w.msg_type() == Some(MsgType::RDMA_DONE));
+    exchange(&mut p, 40, 1);
+    assert_eq!(p.server_mem.regions.len(), 1);
+    p.server.handle_disconnect();
+    assert!(matches!(
+        p.server.poll_action(),
+        Some(Action::Invalidate { xid: Xid(40), .. })
+    ));
+    assert_eq!(p.server.pending_pulls(), 0);
+    assert_eq!(p.server.credits().reserved_for_done(), 0);
+}
+
+#[test]
+fn rr_s5_2_3_pulls_never_overrun_the_servers_receives() {
+    // Many large replies at once with RDMA_DONEs in flight: Calls + DONEs queued at the
+    // server never exceed its Receives (the harness breaks the connection if they do).
+    let mut p = v2_pair();
+    settle(&mut p);
+    big_replies(&mut p, 6000);
+    let mut next = 1000u32;
+    while next < 1200 {
+        while next < 1200 && p.client.start_call(Xid(next), call(next, 1)).is_ok() {
+            next += 1;
+        }
+        p.step();
+    }
+    p.run();
+    for x in 1000..1200 {
+        assert_eq!(reply_payload(p.client_outcome(Xid(x)).unwrap()).len(), 6028);
+    }
+    assert!(p.broken.is_none(), "{:?}", p.broken);
+    assert!(p.max_forward_in_flight <= CREDITS as usize);
+    assert_eq!(p.server.pending_pulls(), 0);
+}
+
+// ---- the backward direction ----
+
+#[test]
+fn s7_3_1_no_backward_call_before_the_peer_says_it_is_ready() {
+    let mut p = v2_pair();
+    assert_eq!(
+        p.server
+            .start_backward_call(Xid(1), nfs_call(1, 0, &[], None)),
+        Err(crate::MarshalError::BackwardNotReady.into())
+    );
+    p.client.open_backward_channel();
+    p.server.handle_peer_backward_ready();
+    p.run();
+    assert_eq!(p.client_backward_receives, 8);
+    assert_eq!(p.server_backward_receives, 4);
+    p.server
+        .start_backward_call(Xid(1), nfs_call(1, 0, &[], None))
+        .unwrap();
+    p.run();
+    assert!(matches!(
+        p.server_events.last(),
+        Some(ResponderEvent::BackwardReply { xid: Xid(1), .. })
+    ));
+}
+
+#[test]
+fn s7_1000_backward_calls_interleaved_with_1000_forward_calls() {
+    let mut p = v2_pair();
+    // Both upper layers answer with the XID and a direction marker in the results, so
+    // a Reply matched to the wrong Call would show.
+    p.server_ulp = Box::new(|xid, call| {
+        assert_eq!(rpc::msg_type(&call), Some(rpc::CALL));
+        Some(rpc_reply(xid.0, &[0xf0f0, xid.0], None))
+    });
+    p.client_ulp = Box::new(|xid, call| {
+        assert_eq!(rpc::msg_type(&call), Some(rpc::CALL));
+        rpc_reply(xid.0, &[0xb0b0, xid.0], None)
+    });
+    p.client.open_backward_channel();
+    p.server.handle_peer_backward_ready();
+    p.run();
+    // The same XID values in both directions (§7.1.4: "independent xid spaces").
+    let (mut fwd, mut bwd) = (1u32, 1u32);
+    while fwd <= 1000 || bwd <= 1000 {
+        while fwd <= 1000 && p.client.start_call(Xid(fwd), call(fwd, 2)).is_ok() {
+            fwd += 1;
+        }
+        while bwd <= 1000
+            && p.server
+                .start_backward_call(Xid(bwd), nfs_call(bwd, 0, &[bwd], None))
+                .is_ok()
+        {
+            bwd += 1;
+        }
+        assert!(p.step(), "stalled at fwd {fwd} bwd {bwd}");
+    }
+    p.run();
+    assert!(p.broken.is_none(), "{:?}", p.broken);
+    for x in 1..=1000u32 {
+        let fwd_reply = reply_payload(p.client_outcome(Xid(x)).unwrap());
+        assert_eq!(fwd_reply, rpc_reply(x, &[0xf0f0, x], None).to_bytes());
+    }
+    let backward: Vec<_> = p
+        .server_events
+        .iter()
+        .filter_map(|e| match e {
+            ResponderEvent::BackwardReply { xid, payload } => Some((*xid, payload.clone())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(backward.len(), 1000);
+    for (xid, payload) in backward {
+        assert_eq!(payload, rpc_reply(xid.0, &[0xb0b0, xid.0], None).to_bytes());
+    }
+    let calls_seen = p
+        .client_events
+        .iter()
+        .filter(|e| matches!(e, RequesterEvent::BackwardCall { .. }))
+        .count();
+    assert_eq!(calls_seen, 1000);
+    // Credits: each direction within its own grant, nothing left outstanding.
+    assert!(p.max_forward_in_flight <= CREDITS as usize);
+    assert!(
+        p.max_backward_in_flight <= 4,
+        "server asked for 4 backward credits"
+    );
+    assert!(
+        p.max_backward_in_flight > 1,
+        "backward calls ran concurrently"
+    );
+    assert!(
+        p.max_forward_in_flight > 1,
+        "forward calls ran concurrently"
+    );
+    assert_eq!(p.client.credits().outstanding(), 0);
+    assert_eq!(p.client.credits().limit(), CREDITS);
+    let b = p.server.backward_credits().unwrap();
+    assert_eq!((b.outstanding(), b.limit()), (0, 4));
+    assert!(!p.server_events.iter().any(|e| matches!(
+        e,
+        ResponderEvent::Refused { .. } | ResponderEvent::BackwardFailed { .. }
+    )));
+}
