@@ -3,8 +3,14 @@
 //! Two Calls are outstanding (one with a Write chunk and a Reply chunk, registered as
 //! fixed segments); the input is a sequence of received messages (2-byte big-endian
 //! length prefix each). Properties: nothing panics; every event completes a Call we
-//! made or is a backward Call; at most our two Calls are ever outstanding (a Reply
-//! cannot complete a Call twice or one we never made).
+//! made or is a backward Call; at most our two Calls (plus the reliable-reply
+//! advertisement) are ever outstanding (a Reply cannot complete a Call twice or one we
+//! never made).
+//!
+//! Reliable reply is configured, so once a v2 Reply settles the version the requester
+//! advertises it, and an RDMA_OPTIONAL answer in the input turns it on: RDMA_NOMSG
+//! with a Position Zero Read chunk is then pulled ("RDMA Read" returns zeros, or fails
+//! above 1 MiB) and every RDMA_DONE we send must be a 16-byte v2 header.
 #![no_main]
 
 use bytes::Bytes;
@@ -13,7 +19,9 @@ use rpcrdma::action::Action;
 use rpcrdma::requester::{Requester, RequesterConfig, RequesterEvent};
 use rpcrdma::rpc::ProcId;
 use rpcrdma::ulb::{ReplySizing, UpperLayerBinding};
-use rpcrdma::{Segment, Version, Xid};
+use rpcrdma::header::{Body, Header};
+use rpcrdma::options::ReliableReplyInfo;
+use rpcrdma::{Limits, Segment, Version, Xid};
 
 struct Ulb;
 
@@ -49,6 +57,28 @@ fn call(xid: u32, proc_num: u32) -> xdr::XdrStream {
 
 fn drain(r: &mut Requester<Ulb>) {
     while let Some(a) = r.poll_action() {
+        if let Action::RdmaRead {
+            xid,
+            chunk,
+            segments,
+        } = &a
+        {
+            let len: u64 = segments.iter().map(|s| u64::from(s.length)).sum();
+            if len > 1 << 20 {
+                r.handle_read_failed(*xid);
+            } else {
+                r.handle_read_done(*xid, *chunk, Bytes::from(vec![0u8; len as usize]));
+            }
+            continue;
+        }
+        if let Action::Send { send, .. } = &a {
+            let h = Header::parse(&send[0], &Limits::default()).expect("our header parses");
+            if h.header.body == Body::Done {
+                assert_eq!(h.header.version, Version::TWO);
+                assert_eq!(send.iter().map(Bytes::len).sum::<usize>(), 16);
+            }
+            continue;
+        }
         if let Action::Register { xid, registrations } = a {
             let segs = registrations
                 .iter()
@@ -76,6 +106,9 @@ fuzz_target!(|data: &[u8]| {
                 Version::ONE
             },
             backward_credits: Some(2),
+            reliable_reply: Some(ReliableReplyInfo {
+                remote_invalidate: data.first().is_some_and(|b| b & 2 == 2),
+            }),
             ..RequesterConfig::default()
         },
     );
@@ -105,7 +138,7 @@ fuzz_target!(|data: &[u8]| {
             }
         }
         let c = r.credits();
-        assert!(c.outstanding() <= 2);
+        assert!(c.outstanding() <= 3);
         if !started_second && c.available() > 0 {
             started_second = r.start_call(Xid(2), call(2, 1)).is_ok();
             drain(&mut r);

@@ -5,6 +5,11 @@
 //! reply carrying a DDP-eligible item, so marshal_reply runs against peer-chosen Write
 //! and Reply chunks. Properties: nothing panics; every Send we emit parses back as a
 //! header, and fits the requester's inline threshold.
+//!
+//! Reliable reply is negotiated before the fuzzed message (a valid v2 RDMA_OPTIONAL),
+//! so v2 Calls whose reply outgrows the threshold go through a responder-provided Read
+//! chunk, and a fuzzed RDMA_DONE reaches the pull table. After the message, time runs
+//! past the pull timeout; then nothing may stay exposed and no Receive reserved.
 #![no_main]
 
 use bytes::Bytes;
@@ -14,7 +19,11 @@ use rpcrdma::reassembly::ReassemblyOptions;
 use rpcrdma::responder::{Responder, ResponderConfig, ResponderEvent};
 use rpcrdma::rpc::ProcId;
 use rpcrdma::ulb::{ReplySizing, UpperLayerBinding};
-use rpcrdma::{Header, Limits, PeerLimits, Policy};
+use rpcrdma::header::Body;
+use rpcrdma::options::{ReliableReplyInfo, RELIABLE_REPLY};
+use rpcrdma::responder::ReliableReplyConfig;
+use rpcrdma::{Header, Limits, PeerLimits, Policy, Segment, Version, Xid};
+use std::time::Instant;
 
 struct Ulb;
 
@@ -32,7 +41,7 @@ impl UpperLayerBinding for Ulb {
 
 const THRESHOLD: u32 = 4096;
 
-fn check_actions(r: &mut Responder<Ulb>, extra: &[u8], at: &mut usize) {
+fn check_actions(r: &mut Responder<Ulb>, extra: &[u8], at: &mut usize, now: Instant) {
     while let Some(a) = r.poll_action() {
         match a {
             Action::RdmaRead {
@@ -56,6 +65,13 @@ fn check_actions(r: &mut Responder<Ulb>, extra: &[u8], at: &mut usize) {
                 let total: usize = send.iter().map(Bytes::len).sum();
                 assert!(total <= THRESHOLD as usize);
                 Header::parse(&send[0], &Limits::default()).expect("our header parses");
+            }
+            Action::Register { xid, registrations } => {
+                let segs = registrations
+                    .iter()
+                    .map(|reg| vec![Segment::new(0x5000, reg.len() as u32, 0)])
+                    .collect();
+                let _ = r.handle_registered(now, xid, segs);
             }
             _ => {}
         }
@@ -86,12 +102,26 @@ fuzz_target!(|data: &[u8]| {
             check_counts: true,
             max_len: 65_536,
         },
+        reliable_reply: Some(ReliableReplyConfig::default()),
         ..ResponderConfig::default()
     };
     let mut r = Responder::new(Ulb, config).expect("64 credits");
     let mut at = 0;
+    let now = Instant::now();
+    let offer = Header {
+        xid: Xid(0xffff_0000),
+        version: Version::TWO,
+        credits: 32,
+        body: Body::Optional {
+            opttype: RELIABLE_REPLY,
+            optinfo: ReliableReplyInfo::default().to_bytes(),
+        },
+    };
+    r.handle_receive(offer.to_bytes());
+    check_actions(&mut r, extra, &mut at, now);
+    assert!(r.reliable_reply_peer().is_some());
     r.handle_receive(Bytes::copy_from_slice(msg));
-    check_actions(&mut r, extra, &mut at);
+    check_actions(&mut r, extra, &mut at, now);
     while let Some(ev) = r.poll_event() {
         if let ResponderEvent::Call { xid, payload, .. } = ev {
             let _ = payload.to_bytes();
@@ -102,7 +132,17 @@ fuzz_target!(|data: &[u8]| {
             e.ddp_opaque(Bytes::from(vec![7u8; extra.len() % 9000]));
             e.u32(0xfeed);
             let _ = r.send_reply(xid, e.finish());
-            check_actions(&mut r, extra, &mut at);
+            check_actions(&mut r, extra, &mut at, now);
         }
     }
+    // A second copy of the message: a repeated RDMA_DONE must be dropped silently.
+    r.handle_receive(Bytes::copy_from_slice(msg));
+    check_actions(&mut r, extra, &mut at, now);
+    while r.poll_event().is_some() {}
+    if let Some(t) = r.poll_timeout() {
+        r.handle_timeout(t);
+        check_actions(&mut r, extra, &mut at, t);
+    }
+    assert_eq!(r.poll_timeout(), None);
+    assert_eq!(r.credits().reserved_for_done(), 0);
 });
