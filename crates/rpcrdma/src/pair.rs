@@ -33,6 +33,8 @@ pub(crate) struct Memory {
     tag: u32,
     /// Largest segment a registration produces (several segments, one STag).
     pub(crate) max_segment: u32,
+    /// What invalidated regions held when they were fenced (for assertions).
+    pub(crate) fenced: HashMap<u32, Vec<u8>>,
 }
 
 impl Memory {
@@ -221,7 +223,9 @@ impl Pair {
                 },
                 Action::Invalidate { handles, .. } => {
                     for h in handles {
-                        self.client_mem.regions.remove(&h);
+                        if let Some((data, _)) = self.client_mem.regions.remove(&h) {
+                            self.client_mem.fenced.insert(h, data);
+                        }
                     }
                 }
                 Action::PostBackwardReceives(n) => self.client_backward_receives += n,

@@ -549,3 +549,55 @@ fn s7_1000_backward_calls_interleaved_with_1000_forward_calls() {
         ResponderEvent::Refused { .. } | ResponderEvent::BackwardFailed { .. }
     )));
 }
+
+#[test]
+fn rr_s4_1_write_chunks_are_still_used_beside_the_read_chunk() {
+    // An NFS READ-like reply: 5000 bytes of DDP-eligible data for the Write chunk, and
+    // 40 KB of other results that fit no inline Send: the data is RDMA-Written, the
+    // rest is pulled (RR §4.1: "a responder must still make use of Write chunks").
+    let ulb = TestUlb {
+        max_reply: 1 << 20,
+        ddp_results: vec![8192],
+        call_ddp: 0,
+    };
+    let mut p = Pair::new(
+        Requester::new(ulb.clone(), client_config(Version::TWO, true)),
+        Responder::new(ulb, server_config(Policy::default(), true)).unwrap(),
+        CREDITS,
+    );
+    settle(&mut p);
+    let file = reply_data(50, 5000);
+    let f = file.clone();
+    p.server_ulp =
+        Box::new(move |xid, _| Some(rpc_reply(xid.0, &vec![9; 10_000], Some(f.clone()))));
+    let before = p.sent_by_server.len();
+    let c0 = p.sent_by_client.len();
+    let ev = exchange(&mut p, 50, 1);
+    let RequesterEvent::Reply {
+        inline,
+        write_lengths,
+        reply_chunk_len: None,
+        ..
+    } = ev
+    else {
+        panic!("{ev:?}")
+    };
+    assert_eq!(write_lengths, vec![5000]);
+    let Body::NoMsg(chunks) = header(&p.sent_by_server[before]).body else {
+        panic!()
+    };
+    assert!(chunks.reads[0].is_position_zero());
+    assert_eq!(chunks.writes[0].len(), 5000);
+    // The pulled stream is the reduced one; with the Write chunk data put back at its
+    // position it is the whole reply.
+    let position = 24 + 40_000 + 4;
+    let ours = header(&p.sent_by_client[c0]).chunks().unwrap().writes[0].segments[0];
+    assert_eq!(ours.length, 8192);
+    let placed = Bytes::from(p.client_mem.fenced[&ours.handle][..5000].to_vec());
+    assert_eq!(placed, file, "the RDMA Write placed the data");
+    let full = crate::reassembly::reassemble_reply(inline, &[position], vec![placed])
+        .unwrap()
+        .to_bytes();
+    assert_eq!(full, rpc_reply(50, &vec![9; 10_000], Some(file)).to_bytes());
+    assert!(p.server_mem.regions.is_empty() && p.broken.is_none());
+}
