@@ -195,9 +195,9 @@ fn run(a: RunArgs) -> Result<(), grid::BenchError> {
     let results = grid::run(&plan, a.quiet)?;
     machine.finish();
     let mut notes = vec![
-        "server: child process `nfsbench serve` = the nfsd library (nfsd::server::Bound on \
-         TCP) plus NFS over rpcrdma-transport's RdmaServer on the iwarp provider, from one \
-         NfsServer (the nfsd binary does not serve RDMA yet)"
+        "server: child process `nfsbench serve` = the nfsd library composed as the nfsd \
+         binary does (Bound on TCP + Bound::listen_rdma: rpcrdma-transport on the iwarp \
+         provider, default RdmaOptions), no rpcbind, squash none"
             .to_string(),
         "client: this process, nfsclient::Mount (pipelined FileReader/FileWriter), tokio \
          multi-thread runtime with 2 workers; READ data dropped on arrival"

@@ -1,19 +1,19 @@
 //! `nfsbench serve`: the server under test, run as a child process of the bench.
 //!
-//! It is our `nfsd` library as the `nfsd` binary composes it (exports opened,
-//! NFS + MOUNT on TCP via [`nfsd::server::Bound`]), plus NFS over RPC-over-RDMA on the
-//! userspace iWARP provider from the same [`nfsd::NfsServer`] state, composed as the
-//! `nfsclient` RDMA tests do: an NFS-only [`oncrpc::Dispatcher`] fed by
-//! [`rpcrdma_transport::RdmaServer`] with the NFSv3 Upper Layer Binding. (The `nfsd`
-//! binary does not serve RDMA yet; once it does, the bench can run it instead.)
+//! It is our `nfsd` composed exactly as the `nfsd` binary composes it (its `run`):
+//! exports opened, NFS + MOUNT on TCP via [`nfsd::server::Bound`], NFS over
+//! RPC-over-RDMA (userspace iWARP) via [`nfsd::server::Bound::listen_rdma`] with the
+//! default [`nfsd::rdma::RdmaOptions`], no rpcbind, identities as the caller
+//! (`--squash none`). Being part of this binary keeps the bench self-contained (an
+//! integration test cannot build another package's binary).
 //!
 //! On start it prints one line, `nfsbench-serve nfs=ADDR mount=ADDR rdma=ADDR|none`,
 //! then `ready`, and serves until SIGTERM or SIGINT or until its stdin closes.
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::IpAddr;
 use std::path::PathBuf;
-use std::sync::Arc;
 
+use nfsd::rdma::RdmaOptions;
 use nfsd::server::{Bound, Config, RpcbindMode};
 use nfsd::Squash;
 
@@ -56,52 +56,20 @@ async fn serve(opts: &ServeOptions) -> std::io::Result<()> {
         anon_uid: 65534,
         anon_gid: 65534,
     };
-    let bound = Bound::new(&config).await?;
+    let mut bound = Bound::new(&config).await?;
+    if let Some(port) = opts.rdma_port {
+        bound
+            .listen_rdma(&RdmaOptions::new((opts.bind, port).into()))
+            .await?;
+    }
     let nfs = bound.nfs_addr()?;
     let mount = bound.mount_addr()?;
-    let rdma = match opts.rdma_port {
-        Some(port) => Some(start_rdma(bound.server().clone(), (opts.bind, port).into()).await?),
-        None => None,
-    };
-    let rdma_addr = rdma
-        .as_ref()
-        .map_or_else(|| "none".to_string(), |(a, _)| a.to_string());
+    let rdma_addr = bound
+        .rdma_addr()
+        .map_or_else(|| "none".to_string(), |a| a.to_string());
     println!("{ANNOUNCE} nfs={nfs} mount={mount} rdma={rdma_addr}");
     println!("ready");
-    bound.serve(stop_signal()).await?;
-    if let Some((_, task)) = rdma {
-        task.abort();
-    }
-    Ok(())
-}
-
-/// NFS (only: RFC 8267 binds no MOUNT) over RPC-over-RDMA at `addr`.
-async fn start_rdma(
-    server: Arc<nfsd::NfsServer>,
-    addr: SocketAddr,
-) -> std::io::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
-    let mut d = oncrpc::Dispatcher::new();
-    d.register(
-        nfsclient::nfs3::NFS_PROGRAM,
-        [nfsclient::nfs3::NFS_V3],
-        Arc::new(nfsd::NfsService::new(server)),
-    )
-    .map_err(|e| std::io::Error::other(format!("dispatcher: {e:?}")))?;
-    let provider = iwarp::IwarpProvider::new(iwarp::IwarpConfig::default());
-    let rs = rpcrdma_transport::RdmaServer::new(
-        provider,
-        Arc::new(d),
-        Arc::new(nfsclient::rdma::Nfs3RdmaBinding),
-        rpcrdma_transport::RdmaConfig::default(),
-    );
-    let listener = rs.bind(addr).await?;
-    let local = rdma::Listener::local_addr(&listener)?;
-    let task = tokio::spawn(async move {
-        if let Err(e) = rs.serve(listener).await {
-            eprintln!("nfsbench serve: RDMA listener: {e}");
-        }
-    });
-    Ok((local, task))
+    bound.serve(stop_signal()).await
 }
 
 /// SIGTERM, SIGINT, or EOF on stdin.
