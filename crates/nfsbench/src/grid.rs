@@ -87,7 +87,7 @@ impl Plan {
         let reads = (self.read_sizes.len() * self.depths.len()) as u64 * t;
         let writes = self.write_sizes.len() as u64 * t;
         let rpc = 2 * self.rpc_inflight.len() as u64 * t;
-        let peer = if peers { 2 } else { 0 };
+        let peer = if peers { 3 } else { 1 };
         reps * (reads + writes + rpc + peer)
     }
 
@@ -169,6 +169,16 @@ pub fn run(plan: &Plan, quiet: bool) -> Result<Results, BenchError> {
     rt.block_on(our_runs(plan, &export, &server, &pb, &mut results))?;
     drop(rt);
     server.stop();
+
+    // The ceiling, in the same session: one loopback TCP stream, reps times.
+    for rep in 0..plan.reps {
+        pb.set_message(format!("one loopback TCP stream rep {rep}"));
+        let s = crate::baseline::tcp_stream(plan.file_size)?;
+        results
+            .peers
+            .push(Transfer::new("tcp-stream", 0, 0, rep, &s));
+        pb.inc(1);
+    }
 
     match peers_why_not {
         None => peer_runs(plan, &export, &pb, &mut results)?,

@@ -10,7 +10,7 @@
 //!        │              │                                   │ nfsclient::Mount
 //!        │         server (child process: `nfsbench serve`, nfsd library on TCP + RDMA)
 //!        │         peers (network namespace: rpcbind, ganesha, our server, nfs-cat)
-//!        │         cpu (getrusage, /proc/PID/stat)
+//!        │         baseline (one loopback TCP stream)   cpu (getrusage, /proc/PID/stat)
 //!        └── report (JSON, table, medians, ratios) ── charts (SVG, figures 15/16/17)
 //! ```
 //!
@@ -21,6 +21,7 @@
 //! qemu lab variant, or tune the crates it measures.
 #![warn(missing_docs, unreachable_pub)]
 
+pub mod baseline;
 pub mod charts;
 pub mod cpu;
 pub mod grid;

@@ -213,6 +213,7 @@ fn run(a: RunArgs) -> Result<(), grid::BenchError> {
     let report = Report {
         tool: env!("CARGO_PKG_VERSION").into(),
         command,
+        source_commit: nfsbench::report::source_commit(),
         started_utc: started,
         finished_utc: utc_now(),
         machine,

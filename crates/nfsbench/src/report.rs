@@ -179,6 +179,10 @@ pub struct Report {
     pub tool: String,
     /// The command line that produced this report.
     pub command: String,
+    /// `git rev-parse HEAD` of the working directory the bench ran in (the code
+    /// measured, when run from the checkout it was built from), plus `-dirty` if
+    /// `git status --porcelain` lists changes.
+    pub source_commit: Option<String>,
     /// Start time, UTC (RFC 3339).
     pub started_utc: String,
     /// End time, UTC.
@@ -195,7 +199,8 @@ pub struct Report {
     pub writes: Vec<Transfer>,
     /// Small-RPC rate runs.
     pub rpc_rates: Vec<RpcRate>,
-    /// Peer comparison runs (`nfs-cat`; transport = server name).
+    /// Peer comparison runs (`nfs-cat`; transport = server name) and the one-stream
+    /// TCP ceiling (transport `tcp-stream`).
     pub peers: Vec<Transfer>,
     /// Medians and ratios.
     pub summary: Summary,
@@ -380,6 +385,23 @@ fn goal(name: &str, target: f64, measured: Option<f64>, why_not: &str) -> Goal {
     }
 }
 
+/// The commit of the current directory's git checkout, if any.
+pub fn source_commit() -> Option<String> {
+    let git = |args: &[&str]| {
+        std::process::Command::new("git")
+            .args(args)
+            .stderr(std::process::Stdio::null())
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+    };
+    let head = git(&["rev-parse", "HEAD"])?;
+    let dirty =
+        git(&["status", "--porcelain", "--untracked-files=no"]).is_some_and(|s| !s.is_empty());
+    Some(if dirty { format!("{head}-dirty") } else { head })
+}
+
 /// The tables printed at the end of a run (and saved as `report.txt`).
 pub fn tables(r: &Report) -> String {
     let mut o = String::new();
@@ -399,6 +421,9 @@ pub fn tables(r: &Report) -> String {
         r.machine.loadavg_end[0]
     );
     let _ = writeln!(o, "command: {}", r.command);
+    if let Some(c) = &r.source_commit {
+        let _ = writeln!(o, "source: {c}");
+    }
     for n in &r.notes {
         let _ = writeln!(o, "note: {n}");
     }
@@ -476,7 +501,7 @@ pub fn tables(r: &Report) -> String {
     }
     section(
         &mut o,
-        "Peers: nfs-cat of the test file, NFSv3/TCP",
+        "Peers: nfs-cat of the test file over NFSv3/TCP; tcp-stream = one loopback TCP stream (the ceiling)",
         &r.summary.peers,
     );
     if let Some(x) = &r.summary.ours_over_ganesha {
