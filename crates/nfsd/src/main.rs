@@ -40,11 +40,16 @@ struct Cli {
     #[arg(long, default_value_t = nfs3::ulb::NFS_RDMA_PORT)]
     rdma_port: u16,
     /// Do not serve NFS over RDMA.
-    #[arg(long, conflicts_with_all = ["rdma_port", "rdma_crc"])]
+    #[arg(long, conflicts_with_all = ["rdma_port", "rdma_crc", "rdma_max_ulpdu"])]
     no_rdma: bool,
     /// Ask RDMA peers for MPA CRC32c (RFC 5044; off unless asked, as Linux siw).
     #[arg(long)]
     rdma_crc: bool,
+    /// Largest ULPDU per FPDU on RDMA connections (RFC 5044 MULPDU; default 65516).
+    /// A value that fits one TCP segment (e.g. 1400) keeps tshark's MPA dissector,
+    /// which assumes FPDU alignment, in step with the stream.
+    #[arg(long, value_parser = clap::value_parser!(u16).range(64..))]
+    rdma_max_ulpdu: Option<u16>,
     /// MOUNT port (TCP); the same as --nfs-port serves both on one port.
     #[arg(long, default_value_t = 20048)]
     mount_port: u16,
@@ -123,6 +128,7 @@ fn main() -> std::process::ExitCode {
     };
     let rdma = (!cli.no_rdma).then(|| RdmaOptions {
         crc: cli.rdma_crc,
+        max_ulpdu: cli.rdma_max_ulpdu.map(usize::from),
         ..RdmaOptions::new((cli.bind, cli.rdma_port).into())
     });
     match runtime.block_on(run(config, rdma)) {

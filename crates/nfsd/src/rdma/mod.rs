@@ -47,6 +47,11 @@ pub struct RdmaOptions {
     /// Ask for MPA CRC32c on every connection (RFC 5044 §7.2.3; Linux siw turns it
     /// on both ways when asked, FACTS.md). Off by default, as siw.
     pub crc: bool,
+    /// Largest ULPDU we put in one FPDU (RFC 5044 MULPDU); `None` for the provider's
+    /// default (65,516: fewest headers per byte). Peers accept any size; an FPDU that
+    /// fits one TCP segment keeps packet analysers that assume FPDU alignment
+    /// (tshark 4.0's MPA dissector) in step.
+    pub max_ulpdu: Option<usize>,
     /// Transport settings (inline thresholds, credits, message limits).
     pub transport: RdmaConfig,
 }
@@ -57,6 +62,7 @@ impl RdmaOptions {
         RdmaOptions {
             addr,
             crc: false,
+            max_ulpdu: None,
             transport: RdmaConfig::default(),
         }
     }
@@ -84,10 +90,14 @@ impl RdmaListener {
         let mut d = Dispatcher::new();
         d.register(NFS_PROGRAM, [NFS_V3], Arc::new(NfsService::new(nfs)))
             .map_err(io::Error::other)?;
-        let provider = IwarpProvider::new(IwarpConfig {
+        let mut iwarp = IwarpConfig {
             crc: opts.crc,
             ..IwarpConfig::default()
-        });
+        };
+        if let Some(n) = opts.max_ulpdu {
+            iwarp.limits.max_ulpdu = n;
+        }
+        let provider = IwarpProvider::new(iwarp);
         let server = RdmaServer::new(
             provider,
             Arc::new(d),
