@@ -31,6 +31,7 @@ mod host;
 mod outcome;
 mod paths;
 mod qemu;
+pub mod realign;
 mod run;
 mod script;
 pub mod tshark;
