@@ -45,9 +45,9 @@
 //!    Read chunks remotely". A responder that does not answers ERR_INVAL_OPTION (v2
 //!    §3.1), which also returns the credit; the feature is then off.
 //! 3. Both peers now know. Pull completion is the Version Two `RDMA_DONE` message
-//!    (`rdma_proc` 3, void body, reserved by the v2 base XDR), 16 bytes, sent by Send
-//!    With Invalidate of the reply chunk's one STag when both sides set
-//!    `RR_F_REMOTE_INVALIDATE` (reliable-reply §4.1.4), else by Send. Without the
+//!    (`rdma_proc` 3, void body, reserved by the v2 base XDR), 16 bytes, sent by Send With
+//!    Invalidate of the reply chunk's one STag when both sides set `RR_F_REMOTE_INVALIDATE`
+//!    (draft-cel-nfsv4-rpcrdma-reliable-reply-05 §4.1.4), else by Send. Without the
 //!    feature, RDMA_DONE stays refused with ERR_BADHEADER (v1 §5.6.2).
 
 use bytes::{BufMut, Bytes, BytesMut};

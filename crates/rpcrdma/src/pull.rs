@@ -2,12 +2,12 @@
 //!
 //! Specs: draft-cel-nfsv4-rpcrdma-reliable-reply-05 §4.1.3, §5.4.3.
 //!
-//! §5.4.3: "In order for a responder to match incoming RDMA_DONE messages to reply
-//! buffers waiting to be invalidated, it might keep references to these buffers in a
-//! data structure searchable by XID." The same table serves the housekeeping the draft
-//! lists: "Invalidating waiting buffers after a timeout, in case the requester never
-//! sends RDMA_DONE; Ignoring retransmitted or garbage RDMA_DONE requests; Explicitly
-//! invalidating waiting Read chunks after a connection loss".
+//! draft-cel-nfsv4-rpcrdma-reliable-reply-05 §5.4.3: "In order for a responder to match
+//! incoming RDMA_DONE messages to reply buffers waiting to be invalidated, it might keep
+//! references to these buffers in a data structure searchable by XID." The same table
+//! serves the housekeeping the draft lists: "Invalidating waiting buffers after a timeout,
+//! in case the requester never sends RDMA_DONE; Ignoring retransmitted or garbage RDMA_DONE
+//! requests; Explicitly invalidating waiting Read chunks after a connection loss".
 //!
 //! Pure bookkeeping: no clock is read, `now` is an argument. DoS bound: one entry per
 //! Reply sent through a Read chunk, and the responder refuses a new one when it cannot
@@ -47,9 +47,9 @@ impl PullTable {
     }
 
     /// RDMA_DONE for `xid`: the handles to invalidate, or `None` when nothing waits
-    /// (§4.1.3: "Whenever a responder receives a pull completion notification for an
-    /// XID for which there is no Read chunk waiting to be invalidated, the responder
-    /// MUST silently drop the notification.").
+    /// (draft-cel-nfsv4-rpcrdma-reliable-reply-05 §4.1.3: "Whenever a responder receives a
+    /// pull completion notification for an XID for which there is no Read chunk waiting to
+    /// be invalidated, the responder MUST silently drop the notification.").
     pub fn complete(&mut self, xid: Xid) -> Option<Vec<u32>> {
         self.pulls.remove(&xid).map(|p| p.handles)
     }

@@ -403,9 +403,10 @@ impl<B: UpperLayerBinding> Responder<B> {
     /// our backward Calls fail and backward credits return to the initial state
     /// (§7.3.2: the server waits for the client to reconnect before retransmitting).
     ///
-    /// Read chunks exposed for replies are invalidated (reliable-reply §5.4.3:
-    /// "Explicitly invalidating waiting Read chunks after a connection loss"), and the
-    /// peer must say again that it takes backward Calls (§7.3.1).
+    /// Read chunks exposed for replies are invalidated
+    /// (draft-cel-nfsv4-rpcrdma-reliable-reply-05 §5.4.3: "Explicitly invalidating waiting
+    /// Read chunks after a connection loss"), and the peer must say again that it takes
+    /// backward Calls (§7.3.1).
     pub fn handle_disconnect(&mut self) {
         self.calls.clear();
         self.invalidate_all_pulls();
@@ -589,14 +590,13 @@ impl<B: UpperLayerBinding> Responder<B> {
                 Ok(())
             }
             Err(
-                e @ (MarshalError::NoReplyChunk { .. }
+                MarshalError::NoReplyChunk { .. }
                 | MarshalError::ReplyChunkTooSmall { .. }
-                | MarshalError::HeaderTooLarge { .. }),
+                | MarshalError::HeaderTooLarge { .. },
             ) if self.reliable_reply_on(call.prefix.version) => {
-                // reliable-reply §4.1.1: "A responder MUST send a Position Zero Read
-                // chunk when the actual size of the RPC Reply's Payload stream exceeds
-                // all requester-provided reply resources".
-                let _ = e;
+                // draft-cel-nfsv4-rpcrdma-reliable-reply-05 §4.1.1: "A responder MUST send
+                // a Position Zero Read chunk when the actual size of the RPC Reply's
+                // Payload stream exceeds all requester-provided reply resources".
                 self.reply_through_read_chunk(call.prefix, &call.chunks, &stream)
             }
             Err(e) => {

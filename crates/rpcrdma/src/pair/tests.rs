@@ -269,7 +269,7 @@ fn rr_s4_1_1_replies_of_10k_1m_16m_without_reply_chunk_come_through_read_chunks(
         let before_s = p.sent_by_server.len();
         let ev = exchange(&mut p, xid, 4);
         // The Call offered no Reply chunk although the reply may be 32 MiB
-        // (reliable-reply §5.3.1).
+        // (draft-cel-nfsv4-rpcrdma-reliable-reply-05 §5.3.1).
         let call_hdr = header(&p.sent_by_client[before_c]);
         assert_eq!(call_hdr.chunks().unwrap().reply, None);
         // The Reply: RDMA_NOMSG with one Position Zero Read chunk.
@@ -552,9 +552,10 @@ fn s7_1000_backward_calls_interleaved_with_1000_forward_calls() {
 
 #[test]
 fn rr_s4_1_write_chunks_are_still_used_beside_the_read_chunk() {
-    // An NFS READ-like reply: 5000 bytes of DDP-eligible data for the Write chunk, and
-    // 40 KB of other results that fit no inline Send: the data is RDMA-Written, the
-    // rest is pulled (RR §4.1: "a responder must still make use of Write chunks").
+    // An NFS READ-like reply: 5000 bytes of DDP-eligible data for the Write chunk, and 40
+    // KB of other results that fit no inline Send: the data is RDMA-Written, the rest is
+    // pulled (draft-cel-nfsv4-rpcrdma-reliable-reply-05 §4.1: "a responder must still make
+    // use of Write chunks").
     let ulb = TestUlb {
         max_reply: 1 << 20,
         ddp_results: vec![8192],

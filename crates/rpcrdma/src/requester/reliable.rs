@@ -184,14 +184,14 @@ impl<B: UpperLayerBinding> Requester<B> {
         }
     }
 
-    /// Sends pull completion for `xid` (reliable-reply §4.1.3): Version Two
-    /// RDMA_DONE, 16 bytes, no credit taken (the responder reserved a Receive for it,
-    /// see `ResponderCredits::reserve_for_done`).
+    /// Sends pull completion for `xid` (draft-cel-nfsv4-rpcrdma-reliable-reply-05 §4.1.3):
+    /// Version Two RDMA_DONE, 16 bytes, no credit taken (the responder reserved a Receive
+    /// for it, see `ResponderCredits::reserve_for_done`).
     ///
-    /// §4.1.4: "If Remote Invalidation support is indicated by both peers, messages
-    /// carrying pull completion messages SHOULD be transmitted using RDMA Send With
-    /// Invalidate." and "the requester MUST present only that R_key": used only when
-    /// the chunk has exactly one STag.
+    /// draft-cel-nfsv4-rpcrdma-reliable-reply-05 §4.1.4: "If Remote Invalidation support is
+    /// indicated by both peers, messages carrying pull completion messages SHOULD be
+    /// transmitted using RDMA Send With Invalidate." and "the requester MUST present only
+    /// that R_key": used only when the chunk has exactly one STag.
     fn send_done(&mut self, xid: Xid, handles: &[u32]) {
         let both = self
             .config
@@ -229,16 +229,17 @@ impl<B: UpperLayerBinding> Requester<B> {
             return false;
         }
         if !matches!(self.reliable, ReliableState::On { .. }) {
-            // §4.1.3: "If a requester receives an RPC Reply via a responder-provided
-            // Read chunk, but does not support such chunks, it MUST inform the
-            // responder of pull completion and terminate the RPC transaction."
+            // draft-cel-nfsv4-rpcrdma-reliable-reply-05 §4.1.3: "If a requester receives an
+            // RPC Reply via a responder-provided Read chunk, but does not support such
+            // chunks, it MUST inform the responder of pull completion and terminate the RPC
+            // transaction."
             self.send_done(xid, &handles);
             return false;
         }
         let Some(call) = self.calls.get(&xid) else {
-            // §4.1.3: "If a requester receives a reply bearing a Position Zero Read
-            // chunk and does not recognize the XID, the requester MUST notify the
-            // responder of pull completion."
+            // draft-cel-nfsv4-rpcrdma-reliable-reply-05 §4.1.3: "If a requester receives a
+            // reply bearing a Position Zero Read chunk and does not recognize the XID, the
+            // requester MUST notify the responder of pull completion."
             self.send_done(xid, &handles);
             return true;
         };
@@ -275,9 +276,9 @@ impl<B: UpperLayerBinding> Requester<B> {
                 write_lengths,
             },
         );
-        // §4.1.2: "Upon receipt of an RDMA_NOMSG message containing a Position Zero
-        // Read chunk, the requester pulls the RPC Reply's Payload stream from the
-        // responder."
+        // draft-cel-nfsv4-rpcrdma-reliable-reply-05 §4.1.2: "Upon receipt of an RDMA_NOMSG
+        // message containing a Position Zero Read chunk, the requester pulls the RPC
+        // Reply's Payload stream from the responder."
         self.actions.push_back(Action::RdmaRead {
             xid,
             chunk: 0,
@@ -294,9 +295,10 @@ impl<B: UpperLayerBinding> Requester<B> {
         let Some(pull) = self.pulls.remove(&xid) else {
             return;
         };
-        // §4.1.2: "After RDMA Read operations have completed (successfully or in
-        // error), the requester MUST inform the responder that it may invalidate the
-        // Read chunk containing the RPC Reply message."
+        // draft-cel-nfsv4-rpcrdma-reliable-reply-05 §4.1.2: "After RDMA Read operations
+        // have completed (successfully or in error), the requester MUST inform the
+        // responder that it may invalidate the Read chunk containing the RPC Reply
+        // message."
         self.send_done(xid, &pull.handles);
         if !self.calls.contains_key(&xid) {
             return;
@@ -321,8 +323,9 @@ impl<B: UpperLayerBinding> Requester<B> {
         );
     }
 
-    /// The RDMA Read of a responder-provided Read chunk failed: pull completion is
-    /// still sent (§4.1.2, "successfully or in error") and the Call fails.
+    /// The RDMA Read of a responder-provided Read chunk failed: pull completion is still
+    /// sent (draft-cel-nfsv4-rpcrdma-reliable-reply-05 §4.1.2, "successfully or in error")
+    /// and the Call fails.
     pub fn handle_read_failed(&mut self, xid: Xid) {
         let Some(pull) = self.pulls.remove(&xid) else {
             return;
@@ -339,17 +342,19 @@ impl<B: UpperLayerBinding> Requester<B> {
         }
     }
 
-    /// The upper layer gives up on Call `xid` (the application went away): the Call
-    /// is forgotten, its credit returns and its own registrations are invalidated; no
-    /// event follows. A Reply that comes later is discarded, and one that comes in a
-    /// responder-provided Read chunk still gets its RDMA_DONE (reliable-reply §4.1.3),
-    /// so the connection survives (§5.1.3: "The transport connection is preserved
-    /// because no memory protection violation can occur"). Returns false if no such
-    /// Call was outstanding.
+    /// The upper layer gives up on Call `xid` (the application went away): the Call is
+    /// forgotten, its credit returns and its own registrations are invalidated; no event
+    /// follows. A Reply that comes later is discarded, and one that comes in a
+    /// responder-provided Read chunk still gets its RDMA_DONE
+    /// (draft-cel-nfsv4-rpcrdma-reliable-reply-05 §4.1.3), so the connection survives
+    /// (draft-cel-nfsv4-rpcrdma-reliable-reply-05 §5.1.3: "The transport connection is
+    /// preserved because no memory protection violation can occur"). Returns false if no
+    /// such Call was outstanding.
     ///
-    /// A Call that offered Write or Reply chunks loses them now; a responder writing
-    /// into them afterwards hits an invalid STag, which costs the connection: that is
-    /// the case §5.1.3 says responder-provided Read chunks avoid.
+    /// A Call that offered Write or Reply chunks loses them now; a responder writing into
+    /// them afterwards hits an invalid STag, which costs the connection: that is the case
+    /// draft-cel-nfsv4-rpcrdma-reliable-reply-05 §5.1.3 says responder-provided Read chunks
+    /// avoid.
     pub fn abort_call(&mut self, xid: Xid) -> bool {
         let Some(call) = self.calls.remove(&xid) else {
             return false;

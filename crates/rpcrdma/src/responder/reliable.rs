@@ -44,10 +44,10 @@ fn distinct_handles(segments: &[Segment]) -> Vec<u32> {
 }
 
 impl<B: UpperLayerBinding> Responder<B> {
-    /// True when a Reply to a Call of `version` may use a responder-provided Read
-    /// chunk: we offer the feature, the requester advertised it, and the Call is in
-    /// Version Two (reliable-reply §6: "MUST be used only when both peers support
-    /// them").
+    /// True when a Reply to a Call of `version` may use a responder-provided Read chunk: we
+    /// offer the feature, the requester advertised it, and the Call is in Version Two
+    /// (draft-cel-nfsv4-rpcrdma-reliable-reply-05 §6: "MUST be used only when both peers
+    /// support them").
     pub(super) fn reliable_reply_on(&self, version: Version) -> bool {
         version == Version::TWO
             && self.config.reliable_reply.is_some()
@@ -77,19 +77,20 @@ impl<B: UpperLayerBinding> Responder<B> {
             return;
         };
         let xid = view.xid();
-        // reliable-reply §4.1.3: "Whenever a responder receives a pull completion
-        // notification for an XID for which there is no Read chunk waiting to be
-        // invalidated, the responder MUST silently drop the notification."
+        // draft-cel-nfsv4-rpcrdma-reliable-reply-05 §4.1.3: "Whenever a responder receives
+        // a pull completion notification for an XID for which there is no Read chunk
+        // waiting to be invalidated, the responder MUST silently drop the notification."
         let Some(handles) = self.pulls.complete(xid) else {
             return;
         };
-        // §5.2.3 (our choice, see `ResponderCredits::reserve_for_done`): the RDMA_DONE
-        // used the Receive reserved for it; it goes back into the grant.
+        // draft-cel-nfsv4-rpcrdma-reliable-reply-05 §5.2.3 (our choice, see
+        // `ResponderCredits::reserve_for_done`): the RDMA_DONE used the Receive reserved
+        // for it; it goes back into the grant.
         self.end_reservation();
-        // §5.4.3: "the responder matches the XID in the message to a waiting reply
-        // buffer, invalidates that buffer, and removes the XID from the data
-        // structure." An STag the requester invalidated with Send With Invalidate is
-        // skipped by the driver (see `Action::Invalidate`).
+        // draft-cel-nfsv4-rpcrdma-reliable-reply-05 §5.4.3: "the responder matches the XID
+        // in the message to a waiting reply buffer, invalidates that buffer, and removes
+        // the XID from the data structure." An STag the requester invalidated with Send
+        // With Invalidate is skipped by the driver (see `Action::Invalidate`).
         self.actions.push_back(Action::Invalidate { xid, handles });
     }
 
@@ -145,7 +146,8 @@ impl<B: UpperLayerBinding> Responder<B> {
         });
     }
 
-    /// reliable-reply §4.1.1: the Reply exceeds every reply resource; expose it.
+    /// draft-cel-nfsv4-rpcrdma-reliable-reply-05 §4.1.1: the Reply exceeds every reply
+    /// resource; expose it.
     pub(super) fn reply_through_read_chunk(
         &mut self,
         prefix: Prefix,
@@ -169,8 +171,9 @@ impl<B: UpperLayerBinding> Responder<B> {
                 return Ok(());
             }
             // Fewer than two Receives posted: a Read chunk can never be afforded.
-            // §4.1.1: "If a responder does not support responder-provided Read chunks
-            // in this case, it MUST return an appropriate permanent transport error".
+            // draft-cel-nfsv4-rpcrdma-reliable-reply-05 §4.1.1: "If a responder does not
+            // support responder-provided Read chunks in this case, it MUST return an
+            // appropriate permanent transport error".
             self.bad_header(&prefix);
             return Err(MarshalError::PullsExhausted.into());
         }
@@ -264,12 +267,12 @@ impl<B: UpperLayerBinding> Responder<B> {
         self.pulls.poll_timeout()
     }
 
-    /// Time passed: Read chunks whose pull completion did not come in time are
-    /// invalidated (reliable-reply §4.1.3: "To prevent exhaustion of responder
-    /// resources, a responder can choose to invalidate its Read chunks after waiting
-    /// for a short period. If the requester attempts additional RDMA Read operations
-    /// against that Read chunk, a remote access error occurs and the connection is
-    /// lost."). A late RDMA_DONE for them is then dropped silently.
+    /// Time passed: Read chunks whose pull completion did not come in time are invalidated
+    /// (draft-cel-nfsv4-rpcrdma-reliable-reply-05 §4.1.3: "To prevent exhaustion of
+    /// responder resources, a responder can choose to invalidate its Read chunks after
+    /// waiting for a short period. If the requester attempts additional RDMA Read
+    /// operations against that Read chunk, a remote access error occurs and the connection
+    /// is lost."). A late RDMA_DONE for them is then dropped silently.
     pub fn handle_timeout(&mut self, now: Instant) {
         for (xid, handles) in self.pulls.expire(now) {
             self.end_reservation();
