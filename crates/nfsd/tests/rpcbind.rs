@@ -67,9 +67,11 @@ echo "== while serving"
 rpcinfo -p 127.0.0.1
 rpcinfo -t 127.0.0.1 100003 3
 rpcinfo -t 127.0.0.1 100005 3
+rpcinfo 127.0.0.1
 kill -TERM $NP; wait $NP
 echo "== after shutdown"
 rpcinfo -p 127.0.0.1
+rpcinfo 127.0.0.1
 cat /tmp/nfsd-reg-$$.out; rm -f /tmp/nfsd-reg-$$.out
 "#,
         ex = ex.display()
@@ -93,8 +95,21 @@ cat /tmp/nfsd-reg-$$.out; rm -f /tmp/nfsd-reg-$$.out
         "{out}"
     );
     assert!(
-        out.contains("registering NFS and MOUNT (tcp) with rpcbind"),
+        out.contains("registering NFS and MOUNT (tcp), NFS (rdma) with rpcbind"),
         "{out}"
+    );
+    // rfc5666bis §11: NFS/RDMA under netid "rdma" at port 20049 (= 78.81).
+    assert!(
+        serving
+            .lines()
+            .any(|l| l.contains("100003") && l.contains("rdma") && l.contains("127.0.0.1.78.81")),
+        "{out}"
+    );
+    assert!(
+        !after
+            .lines()
+            .any(|l| l.contains("100003") && l.contains("rdma")),
+        "rdma still registered after shutdown: {out}"
     );
     assert!(
         !after.contains(" 100003 "),
@@ -132,6 +147,12 @@ cat /tmp/nfsd-pmap-$$.out; rm -f /tmp/nfsd-pmap-$$.out
     // RPCBIND v4 DUMP: universal addresses (2049 = 8.1, 20048 = 78.80).
     assert!(out.contains("127.0.0.1.8.1"), "{out}");
     assert!(out.contains("127.0.0.1.78.80"), "{out}");
+    // Our portmapper lists NFS/RDMA too (netid "rdma", 20049 = 78.81).
+    assert!(
+        out.lines()
+            .any(|l| l.contains("100003") && l.contains("rdma") && l.contains("127.0.0.1.78.81")),
+        "{out}"
+    );
     // GETADDR / GETPORT lookups by rpcinfo -t.
     assert!(
         out.contains("program 100003 version 3 ready and waiting"),
