@@ -17,14 +17,18 @@
 //! The server always runs as a child process, so its CPU time is separable from the
 //! client's (the bench process itself).
 //!
-//! This crate does not: assert performance goals (it reports against them), run the
-//! qemu lab variant, or tune the crates it measures.
+//! `nfsbench lab` ([`labrun`]) is the qemu-guest variant: the Linux kernel client reads
+//! from knfsd over siw and from our `nfsd` in the guest over its own iWARP.
+//!
+//! This crate does not assert performance goals (it reports against them) or tune
+//! the crates it measures.
 #![warn(missing_docs, unreachable_pub)]
 
 pub mod baseline;
 pub mod charts;
 pub mod cpu;
 pub mod grid;
+pub mod labrun;
 pub mod machine;
 pub mod peers;
 pub mod report;

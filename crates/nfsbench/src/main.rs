@@ -5,6 +5,7 @@
 //! nfsbench run --out docs/bench                 # the full default grid (a few minutes)
 //! nfsbench run --file-size 16M --read-sizes 64K --depths 4 --reps 1 --out /tmp/b
 //! nfsbench serve --export DIR --rdma-port 0      # the server child (used by `run`)
+//! nfsbench lab --out docs/bench                 # the qemu-guest variant (lab/setup first)
 //! ```
 
 use std::path::PathBuf;
@@ -31,6 +32,29 @@ enum Command {
     Run(RunArgs),
     /// Serve an export over NFSv3 on TCP (and RDMA): the server child of `run`.
     Serve(ServeArgs),
+    /// The qemu-lab variant: the guest kernel client reads from knfsd (siw) and from
+    /// our nfsd in the guest (userspace iWARP); needs `lab/setup` and root.
+    Lab(LabArgs),
+}
+
+#[derive(Debug, Args)]
+struct LabArgs {
+    /// Our nfsd binary to ship into the guest (default: `nfsd` next to this binary;
+    /// build it with `cargo build --release -p nfsd`).
+    #[arg(long)]
+    nfsd: Option<PathBuf>,
+    /// The lab directory (`lab/`, with its cache); default: $LAB_DIR or the checkout's.
+    #[arg(long)]
+    lab_dir: Option<PathBuf>,
+    /// Size of the file read in the guest, in MiB.
+    #[arg(long, default_value_t = 64)]
+    mib: u32,
+    /// Repetitions (interleaved knfsd / ours).
+    #[arg(long, default_value_t = 3)]
+    reps: u32,
+    /// Output directory for lab.json and lab.txt.
+    #[arg(long, default_value = "nfsbench-report")]
+    out: PathBuf,
 }
 
 #[derive(Debug, Args)]
@@ -161,6 +185,13 @@ fn main() -> ExitCode {
                 }
             }
         }
+        Command::Lab(a) => match lab(a) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("nfsbench lab: {e}");
+                ExitCode::FAILURE
+            }
+        },
         Command::Run(a) => match run(a) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
@@ -169,6 +200,44 @@ fn main() -> ExitCode {
             }
         },
     }
+}
+
+fn lab(a: LabArgs) -> Result<(), grid::BenchError> {
+    let nfsd = match a.nfsd {
+        Some(p) => p,
+        None => std::env::current_exe()?
+            .parent()
+            .ok_or("no directory for this executable")?
+            .join("nfsd"),
+    };
+    if !nfsd.exists() {
+        return Err(format!(
+            "{} not found (cargo build --release -p nfsd, or --nfsd PATH)",
+            nfsd.display()
+        )
+        .into());
+    }
+    let command = std::env::args().collect::<Vec<_>>().join(" ");
+    let started = utc_now();
+    let r = nfsbench::labrun::run(&nfsd, a.lab_dir.as_deref(), a.mib, a.reps.max(1))?;
+    let text = format!(
+        "command: {command}\nstarted: {started}, finished: {}\n{}",
+        utc_now(),
+        nfsbench::labrun::text(&r)
+    );
+    print!("{text}");
+    std::fs::create_dir_all(&a.out)?;
+    std::fs::write(a.out.join("lab.txt"), &text)?;
+    let json = serde_json::json!({
+        "command": command,
+        "started_utc": started,
+        "finished_utc": utc_now(),
+        "source_commit": nfsbench::report::source_commit(),
+        "host_loadavg_end": nfsbench::machine::loadavg(),
+        "lab": r,
+    });
+    std::fs::write(a.out.join("lab.json"), serde_json::to_string_pretty(&json)?)?;
+    Ok(())
 }
 
 fn run(a: RunArgs) -> Result<(), grid::BenchError> {
