@@ -25,6 +25,15 @@
 //!   Malformation above RPC-over-RDMA (NFS) can be tolerated: tshark 4.0 shows
 //!   "[Malformed Packet]" for NFSv3 READ replies whose data went in a Write
 //!   chunk, even from Linux knfsd.
+//!
+//! tshark 4.0's MPA dissector (no markers) follows the stream well only when
+//! FPDUs are aligned with TCP segments, one FPDU per segment and no FPDU
+//! larger than a segment, as RFC 5044 recommends and Linux siw does. Seen
+//! with an unaligned sender: a second FPDU in the same segment gets no
+//! RPC-over-RDMA decode, and a ~28 KB FPDU spanning 20 segments made tshark
+//! lose the framing for the rest of the capture (garbage opcodes, "CRC"
+//! values, Terminates). Those show up here as problems, and rightly: a
+//! sender whose FPDUs a passive observer cannot frame is not aligned.
 
 use std::collections::BTreeMap;
 use std::fmt;
