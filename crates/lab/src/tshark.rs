@@ -28,12 +28,13 @@
 //!
 //! tshark 4.0's MPA dissector (no markers) follows the stream well only when
 //! FPDUs are aligned with TCP segments, one FPDU per segment and no FPDU
-//! larger than a segment, as RFC 5044 recommends and Linux siw does. Seen
+//! larger than a segment, as Linux siw sends them (RFC 5044's FPDU alignment
+//! section is the reference; check its exact requirement level there). Seen
 //! with an unaligned sender: a second FPDU in the same segment gets no
 //! RPC-over-RDMA decode, and a ~28 KB FPDU spanning 20 segments made tshark
 //! lose the framing for the rest of the capture (garbage opcodes, "CRC"
-//! values, Terminates). Those show up here as problems, and rightly: a
-//! sender whose FPDUs a passive observer cannot frame is not aligned.
+//! values, Terminates). Those show up here as problems: fix the sender's
+//! alignment rather than loosen the check.
 
 use std::collections::BTreeMap;
 use std::fmt;
