@@ -40,7 +40,7 @@ fn word(b: &[u8], i: usize) -> Option<u32> {
 /// read list, the write list and the reply chunk.
 fn rpcrdma_header_len(b: &[u8]) -> Option<usize> {
     let mut i = 4; // word index
-    // Read list: (present, position, handle, length, offset hi, offset lo)*
+                   // Read list: (present, position, handle, length, offset hi, offset lo)*
     while word(b, i)? != 0 {
         i += 6;
     }
@@ -68,7 +68,10 @@ async fn serve(mut listener: iwarp::IwarpListener, crc: bool) -> Result<String, 
         .map_err(|e| format!("accept: {e}"))?;
     let peer = req.peer().clone();
     if peer.private_data.get(..4) != Some(&RPCRDMA_CM_PRIVATE[..4]) {
-        return Err(format!("no RFC 8797 private data: {:02x?}", peer.private_data));
+        return Err(format!(
+            "no RFC 8797 private data: {:02x?}",
+            peer.private_data
+        ));
     }
     let pd = ProtectionDomain::new();
     let rx = pd.register(BytesMut::zeroed(8 * 4096), Access::LOCAL_WRITE);
@@ -109,14 +112,19 @@ async fn serve(mut listener: iwarp::IwarpListener, crc: bool) -> Result<String, 
             }
             if c.opcode == WcOpcode::Recv {
                 let off = c.wr_id as usize * 4096;
-                return rx.read(off, c.byte_len).ok_or_else(|| "bad length".to_string());
+                return rx
+                    .read(off, c.byte_len)
+                    .ok_or_else(|| "bad length".to_string());
             }
         }
     };
     let call = recv().await?;
     let xid = word(&call, 0).ok_or("empty Send")?;
     if word(&call, 1) != Some(1) {
-        return Err(format!("not RPC-over-RDMA v1: {:02x?}", &call[..call.len().min(16)]));
+        return Err(format!(
+            "not RPC-over-RDMA v1: {:02x?}",
+            &call[..call.len().min(16)]
+        ));
     }
     let off = rpcrdma_header_len(&call).ok_or("truncated RPC-over-RDMA header")?;
     let rpc: Vec<u32> = (0..6).filter_map(|i| word(&call[off..], i)).collect();
@@ -167,12 +175,18 @@ fn run(crc: bool) {
         crc,
         ..IwarpConfig::default()
     });
-    let addr = format!("127.0.0.1:{}", lab::ports::HOST_SERVER_RDMA).parse().unwrap();
+    let addr = format!("127.0.0.1:{}", lab::ports::HOST_SERVER_RDMA)
+        .parse()
+        .unwrap();
     let listener = rt
         .block_on(provider.listen(addr))
         .unwrap_or_else(|e| panic!("listen on {addr}: {e}"));
     let server = rt.spawn(serve(listener, crc));
-    let name = if crc { "kclient-to-iwarp-crc" } else { "kclient-to-iwarp" };
+    let name = if crc {
+        "kclient-to-iwarp-crc"
+    } else {
+        "kclient-to-iwarp"
+    };
     let guest = lab
         .guest(GuestScript::inline(name, GUEST))
         .run_name(name)
