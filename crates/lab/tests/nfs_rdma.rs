@@ -142,9 +142,22 @@ fn build_nfsd() -> PathBuf {
 #[test]
 #[ignore = "kernel lab: run by lab/test"]
 fn kernel_nfsv3_rdma_client_to_our_host_server() {
+    scenario("nfs-rdma", false, &SIZES);
+}
+
+/// The same with MPA CRC32c: our passive side asks for it in the MPA Reply and
+/// stock siw then uses it both ways (specs/FACTS.md); tshark checks every CRC.
+/// (Without the 64 MiB file: tshark's per-CRC check reads verbose output.)
+#[test]
+#[ignore = "kernel lab: run by lab/test"]
+fn kernel_nfsv3_rdma_client_to_our_host_server_with_mpa_crc() {
+    scenario("nfs-rdma-crc", true, &SIZES[..4]);
+}
+
+fn scenario(run_name: &str, crc: bool, sizes_in: &[u64]) {
     let lab = Lab::open().unwrap_or_else(|e| panic!("{e}"));
     let nfsd = build_nfsd();
-    let export = std::env::temp_dir().join(format!("lab-nfs-rdma-{}", std::process::id()));
+    let export = std::env::temp_dir().join(format!("lab-{run_name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&export);
     std::fs::create_dir_all(&export).unwrap();
     {
@@ -153,13 +166,13 @@ fn kernel_nfsv3_rdma_client_to_our_host_server() {
         std::fs::set_permissions(&export, std::fs::Permissions::from_mode(0o777)).unwrap();
     }
     let mut host_md5 = Vec::new();
-    for (i, n) in SIZES.iter().enumerate() {
+    for (i, n) in sizes_in.iter().enumerate() {
         let p = export.join(format!("from-host-{n}"));
         std::fs::write(&p, pattern(*n, i as u64 + 1)).unwrap();
         host_md5.push(md5(&p));
     }
-    let sizes: Vec<String> = SIZES.iter().map(u64::to_string).collect();
-    let script = GuestScript::inline("nfs-rdma", GUEST)
+    let sizes: Vec<String> = sizes_in.iter().map(u64::to_string).collect();
+    let script = GuestScript::inline(run_name, GUEST)
         .env("LAB_NFS_PORT", RDMA_PORT.to_string())
         .env("LAB_MOUNT_PORT", MOUNT_PORT.to_string())
         .env("LAB_EXPORT", export.display().to_string())
@@ -180,9 +193,14 @@ fn kernel_nfsv3_rdma_client_to_our_host_server() {
         "off".to_string(),
         export.display().to_string(),
     ]);
+    let server = if crc {
+        server.arg("--rdma-crc")
+    } else {
+        server
+    };
     let mut o: Outcome = lab
         .guest(script)
-        .run_name("nfs-rdma")
+        .run_name(run_name)
         .host_process(server.env("RUST_LOG", "info"))
         .capture_host_side()
         .timeout(Duration::from_secs(900))
@@ -197,7 +215,7 @@ fn kernel_nfsv3_rdma_client_to_our_host_server() {
     }) {
         eprintln!("mountstats after the run: {x}");
     }
-    for n in SIZES {
+    for n in sizes_in {
         eprintln!(
             "{n} B: copy in {} s, copy out {} s",
             o.value(&format!("secs_in:{n}")).unwrap_or("?"),
@@ -205,7 +223,7 @@ fn kernel_nfsv3_rdma_client_to_our_host_server() {
         );
     }
     o.host_step("copies_out_match_host_md5", |o| {
-        for (n, want) in SIZES.iter().zip(&host_md5) {
+        for (n, want) in sizes_in.iter().zip(&host_md5) {
             let got = o.value(&format!("out:{n}")).unwrap_or("missing");
             if got != want {
                 return Err(format!("from-host-{n}: guest md5 {got}, host {want}"));
@@ -214,7 +232,7 @@ fn kernel_nfsv3_rdma_client_to_our_host_server() {
         Ok(())
     });
     o.host_step("copies_in_match_on_host", |o| {
-        for n in SIZES {
+        for &n in sizes_in {
             let guest = o.value(&format!("md5:/tmp/f{n}")).unwrap_or("missing");
             // in-1 was renamed and removed by the script; the others stay.
             if n == 1 {
@@ -240,7 +258,7 @@ fn kernel_nfsv3_rdma_client_to_our_host_server() {
             .collect::<Result<_, _>>()
             .map_err(|e| e.to_string())?;
         left.sort();
-        let mut want: Vec<String> = SIZES
+        let mut want: Vec<String> = sizes_in
             .iter()
             .flat_map(|n| [format!("from-host-{n}"), format!("in-{n}")])
             .filter(|f| f != "in-1")
@@ -275,8 +293,8 @@ fn kernel_nfsv3_rdma_client_to_our_host_server() {
         let check = CaptureCheck {
             ports: vec![RDMA_PORT],
             min_rpcordma: 1000,
-            // Linux siw: CRC off unless the peer asks (specs/FACTS.md); we do not ask.
-            crc: Some(false),
+            // Linux siw: CRC off unless the peer asks, then on both ways (FACTS.md).
+            crc: Some(crc),
             ..CaptureCheck::nfs_rdma()
         };
         let r = analyze_capture(lab.tshark(), &aligned, &check).map_err(|e| e.to_string())?;
