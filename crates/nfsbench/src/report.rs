@@ -365,7 +365,7 @@ impl Summary {
             "ours vs knfsd in the qemu guest",
             1.0,
             None,
-            "not measured: the lab variant is not implemented in nfsbench yet",
+            "measured by `nfsbench lab` (lab.txt / lab.json beside this report), not by `run`",
         ));
         s
     }
