@@ -353,6 +353,26 @@ mod tests {
     }
 
     #[test]
+    fn rr_s5_2_3_receives_reserved_for_rdma_done_are_left_out_of_the_grant() {
+        let mut r = ResponderCredits::new(4).unwrap();
+        r.reserve_for_done().unwrap();
+        r.reserve_for_done().unwrap();
+        assert_eq!(r.grant(), 2, "4 posted, 2 held for RDMA_DONEs");
+        r.reserve_for_done().unwrap();
+        assert_eq!(r.grant(), 1);
+        // Never the last Receive: a Call must still fit.
+        assert!(r.reserve_for_done().is_err());
+        assert_eq!(r.reserved_for_done(), 3);
+        r.release_done_reservation();
+        assert_eq!(r.grant(), 2);
+        // A single posted Receive can never be reserved.
+        assert!(ResponderCredits::new(1)
+            .unwrap()
+            .reserve_for_done()
+            .is_err());
+    }
+
+    #[test]
     fn s7_2_1_forward_and_backward_credits_are_accounted_separately() {
         let mut book = CreditBook {
             ours: RequesterCredits::new(128),

@@ -420,3 +420,37 @@ fn backward_reply_for_unknown_xid_is_dropped() {
     assert_eq!(r.poll_event(), None);
     assert_eq!(r.poll_action(), None);
 }
+
+#[test]
+fn rr_s5_4_3_registration_finishing_after_disconnect_is_invalidated_at_once() {
+    let mut r = responder(0);
+    r.handle_disconnect();
+    let segs = vec![vec![crate::chunks::Segment::new(0x5000_0001, 100, 0)]];
+    assert!(r
+        .handle_registered(std::time::Instant::now(), Xid(9), segs)
+        .is_err());
+    assert_eq!(
+        r.poll_action(),
+        Some(Action::Invalidate {
+            xid: Xid(9),
+            handles: vec![0x5000_0001]
+        })
+    );
+}
+
+#[test]
+fn rr_s6_rdma_done_without_the_feature_still_gets_err_badheader() {
+    // Version Two RDMA_DONE from a requester that never advertised reliable reply, to a
+    // responder that offers it: v1 §5.6.2 still applies.
+    let mut r = Responder::new(
+        TestUlb::default(),
+        ResponderConfig {
+            reliable_reply: Some(crate::responder::ReliableReplyConfig::default()),
+            ..ResponderConfig::default()
+        },
+    )
+    .unwrap();
+    r.handle_receive(words(&[0x42, 2, 32, 3]));
+    let (sent, _) = sent(&mut r);
+    assert_eq!(sent, words(&[0x42, 2, 64, 4, 2]));
+}
