@@ -121,6 +121,7 @@ impl IwarpProvider {
         Ok(IwarpListener {
             listener: TcpListener::bind(addr).await?,
             cfg: self.cfg.clone(),
+            pending: tokio::task::JoinSet::new(),
         })
     }
 }
@@ -143,11 +144,18 @@ impl ConnectionManager for IwarpProvider {
     }
 }
 
+/// Most MPA Requests read at once per listener; further TCP connections wait in the
+/// kernel's backlog until one of these completes or times out.
+const MAX_PENDING_HANDSHAKES: usize = 64;
+
 /// A listening socket that yields MPA connection requests.
 #[derive(Debug)]
 pub struct IwarpListener {
     listener: TcpListener,
     cfg: IwarpConfig,
+    /// MPA Requests being read, one task each, so that a slow or silent peer (up to
+    /// `setup_timeout`) holds up nobody else.
+    pending: tokio::task::JoinSet<Option<IwarpConnectRequest>>,
 }
 
 impl IwarpListener {
@@ -158,46 +166,78 @@ impl IwarpListener {
 
     /// Waits for the next peer that completes TCP setup and sends a valid MPA
     /// Request. Peers that send garbage or ask for markers are dropped (markers with an
-    /// MPA reject) and the wait goes on.
+    /// MPA reject) and the wait goes on. Requests are read concurrently (at most
+    /// `MAX_PENDING_HANDSHAKES` at once), each within `setup_timeout`. Cancel safe.
     pub async fn accept(&mut self) -> io::Result<IwarpConnectRequest> {
         loop {
-            let (mut stream, peer_addr) = self.listener.accept().await?;
-            stream.set_nodelay(true)?;
-            let read_req = async {
-                let mut buf = BytesMut::with_capacity(1024);
-                loop {
-                    match Responder::handle_request(&mut buf) {
-                        Ok(Some(r)) => return Ok((r, buf)),
-                        Ok(None) => {}
-                        Err(e) => return Err(io::Error::new(io::ErrorKind::InvalidData, e)),
-                    }
-                    if stream.read_buf(&mut buf).await? == 0 {
-                        return Err(io::ErrorKind::UnexpectedEof.into());
+            tokio::select! {
+                Some(done) = self.pending.join_next(), if !self.pending.is_empty() => {
+                    if let Ok(Some(req)) = done {
+                        return Ok(req);
                     }
                 }
-            };
-            match tokio::time::timeout(self.cfg.setup_timeout, read_req).await {
-                Ok(Ok((req, buf))) => {
-                    if req.wants_markers() {
-                        let mut out = Vec::new();
-                        req.reject(&[], &mut out);
-                        let _ = stream.write_all(&out).await;
-                        tracing::debug!(%peer_addr, "rejected MPA request asking for markers");
-                        continue;
-                    }
-                    let mut peer = req.peer.clone();
-                    peer.addr = Some(peer_addr);
-                    return Ok(IwarpConnectRequest {
-                        stream,
-                        req,
-                        buf,
-                        peer,
-                        cfg: self.cfg.clone(),
-                    });
+                accepted = self.listener.accept(),
+                    if self.pending.len() < MAX_PENDING_HANDSHAKES =>
+                {
+                    let (stream, peer_addr) = accepted?;
+                    self.pending
+                        .spawn(read_request(stream, peer_addr, self.cfg.clone()));
                 }
-                Ok(Err(e)) => tracing::debug!(%peer_addr, error = %e, "bad MPA request"),
-                Err(_) => tracing::debug!(%peer_addr, "MPA request timed out"),
             }
+        }
+    }
+}
+
+/// Reads one peer's MPA Request (within `cfg.setup_timeout`); `None` if the peer
+/// sent garbage, asked for markers (answered with an MPA reject), or timed out.
+async fn read_request(
+    mut stream: TcpStream,
+    peer_addr: SocketAddr,
+    cfg: IwarpConfig,
+) -> Option<IwarpConnectRequest> {
+    if let Err(e) = stream.set_nodelay(true) {
+        tracing::debug!(%peer_addr, error = %e, "TCP_NODELAY failed");
+        return None;
+    }
+    let read_req = async {
+        let mut buf = BytesMut::with_capacity(1024);
+        loop {
+            match Responder::handle_request(&mut buf) {
+                Ok(Some(r)) => return Ok((r, buf)),
+                Ok(None) => {}
+                Err(e) => return Err(io::Error::new(io::ErrorKind::InvalidData, e)),
+            }
+            if stream.read_buf(&mut buf).await? == 0 {
+                return Err(io::ErrorKind::UnexpectedEof.into());
+            }
+        }
+    };
+    match tokio::time::timeout(cfg.setup_timeout, read_req).await {
+        Ok(Ok((req, buf))) => {
+            if req.wants_markers() {
+                let mut out = Vec::new();
+                req.reject(&[], &mut out);
+                let _ = stream.write_all(&out).await;
+                tracing::debug!(%peer_addr, "rejected MPA request asking for markers");
+                return None;
+            }
+            let mut peer = req.peer.clone();
+            peer.addr = Some(peer_addr);
+            Some(IwarpConnectRequest {
+                stream,
+                req,
+                buf,
+                peer,
+                cfg,
+            })
+        }
+        Ok(Err(e)) => {
+            tracing::debug!(%peer_addr, error = %e, "bad MPA request");
+            None
+        }
+        Err(_) => {
+            tracing::debug!(%peer_addr, "MPA request timed out");
+            None
         }
     }
 }

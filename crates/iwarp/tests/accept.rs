@@ -1,0 +1,55 @@
+//! The listener reads MPA Requests concurrently: a peer that connects and stays
+//! silent (or sends garbage) holds up no other peer's connection setup.
+
+use std::time::Duration;
+
+use iwarp::{IwarpConfig, IwarpProvider};
+use rdma::{ConnectParams, ProtectionDomain};
+use tokio::io::AsyncWriteExt;
+
+fn params() -> ConnectParams {
+    ConnectParams {
+        ird: 8,
+        ord: 8,
+        ..Default::default()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_peer_does_not_hold_up_the_next_connection() {
+    let cfg = IwarpConfig {
+        first_send_delay: Duration::ZERO,
+        setup_timeout: Duration::from_secs(30),
+        ..IwarpConfig::default()
+    };
+    let server = IwarpProvider::new(cfg.clone());
+    let mut l = server.listen("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let addr = l.local_addr().unwrap();
+    // First in the backlog: one peer that says nothing, one that sends half an MPA
+    // Request and stops.
+    let _silent = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let mut half = tokio::net::TcpStream::connect(addr).await.unwrap();
+    half.write_all(b"MPA ID Req").await.unwrap();
+    let accept = tokio::spawn(async move {
+        let req = l.accept().await.unwrap();
+        req.accept(&ProtectionDomain::new(), params())
+            .await
+            .unwrap();
+        l
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let pd = ProtectionDomain::new();
+    let connected = tokio::time::timeout(
+        Duration::from_secs(5),
+        IwarpProvider::new(cfg).connect(addr, &pd, params()),
+    )
+    .await;
+    assert!(
+        matches!(connected, Ok(Ok(_))),
+        "a real peer waited behind silent ones (setup_timeout 30 s)"
+    );
+    tokio::time::timeout(Duration::from_secs(5), accept)
+        .await
+        .expect("accept returned")
+        .unwrap();
+}
