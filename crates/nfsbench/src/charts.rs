@@ -2,9 +2,11 @@
 //! - `read-throughput-<transport>.svg`: MB/s vs read size, one line per reads in
 //!   flight (the paper's figures 15 and 16);
 //! - `read-throughput-all.svg`: both transports at the largest depth;
-//! - `cpu-vs-throughput.svg`: CPU (client + server cores busy) vs MB/s, one point per
-//!   grid cell and transport (figure 17);
-//! - `cpu-per-gib.svg`: CPU s/GiB vs read size per transport at the largest depth.
+//! - `cpu-vs-throughput.svg`: CPU (client + server cores busy) vs MB/s at 4 reads in
+//!   flight (or the nearest depth run), one line per transport through the read sizes
+//!   (figure 17, which used 4 reads-ahead);
+//! - `cpu-per-gib.svg`: client and server CPU s/GiB vs read size at 1 read in flight
+//!   (or the smallest depth run), per transport (figure 18, "no read-ahead").
 
 use std::path::{Path, PathBuf};
 
@@ -18,8 +20,9 @@ fn err<E: std::fmt::Display>(e: E) -> String {
     e.to_string()
 }
 
+/// The x coordinate of a read size: log2 of KiB (the axis is labelled in KiB).
 fn kib(size: u32) -> f64 {
-    f64::from(size) / 1024.0
+    (f64::from(size) / 1024.0).log2()
 }
 
 struct Series {
@@ -46,16 +49,21 @@ fn size_chart(path: &Path, title: &str, y_desc: &str, series: &[Series]) -> Char
         .margin(12)
         .x_label_area_size(45)
         .y_label_area_size(70)
-        .build_cartesian_2d(
-            ((xmin / 1.2)..(xmax * 1.2)).log_scale(),
-            0.0..ymax.max(1e-9),
-        )
+        .build_cartesian_2d((xmin - 0.3)..(xmax + 0.3), 0.0..ymax.max(1e-9))
         .map_err(err)?;
     chart
         .configure_mesh()
         .x_desc("read size (KiB, log scale)")
         .y_desc(y_desc)
-        .x_label_formatter(&|x| format!("{x:.0}"))
+        .x_labels(((xmax - xmin).round() as usize + 1).max(2))
+        .x_label_formatter(&|x| {
+            let k = 2f64.powf(x.round());
+            if (x - x.round()).abs() < 0.05 {
+                format!("{k:.0}")
+            } else {
+                String::new()
+            }
+        })
         .draw()
         .map_err(err)?;
     for (i, s) in series.iter().enumerate() {
@@ -79,7 +87,13 @@ fn size_chart(path: &Path, title: &str, y_desc: &str, series: &[Series]) -> Char
     root.present().map_err(err)
 }
 
-fn cpu_chart(path: &Path, reads: &[TransferMedian], transports: &[String]) -> ChartResult {
+fn cpu_chart(
+    path: &Path,
+    all: &[TransferMedian],
+    transports: &[String],
+    depth: usize,
+) -> ChartResult {
+    let reads: Vec<&TransferMedian> = all.iter().filter(|m| m.depth == depth).collect();
     let xmax = reads.iter().map(|m| m.mb_s).fold(0.0f64, f64::max) * 1.1;
     let ymax = reads
         .iter()
@@ -94,7 +108,7 @@ fn cpu_chart(path: &Path, reads: &[TransferMedian], transports: &[String]) -> Ch
     root.fill(&WHITE).map_err(err)?;
     let mut chart = ChartBuilder::on(&root)
         .caption(
-            "CPU vs throughput, sequential READ (cf. paper fig. 17)",
+            format!("CPU vs throughput, sequential READ, {depth} in flight (cf. paper fig. 17)"),
             ("sans-serif", 20),
         )
         .margin(12)
@@ -116,10 +130,13 @@ fn cpu_chart(path: &Path, reads: &[TransferMedian], transports: &[String]) -> Ch
             .map(|m| (m.mb_s, m.cpu_busy))
             .collect();
         chart
-            .draw_series(pts.iter().map(|&p| Circle::new(p, 4, color.filled())))
+            .draw_series(LineSeries::new(pts.clone(), color.stroke_width(2)))
             .map_err(err)?
-            .label(t.clone())
-            .legend(move |(x, y)| Circle::new((x + 10, y), 4, color.filled()));
+            .label(format!("{t} (points: read sizes, small to large)"))
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color));
+        chart
+            .draw_series(pts.iter().map(|&p| Circle::new(p, 4, color.filled())))
+            .map_err(err)?;
     }
     chart
         .configure_series_labels()
@@ -179,20 +196,41 @@ pub fn draw(report: &Report, dir: &Path) -> Result<Vec<PathBuf>, String> {
         &all,
     )?;
     out.push(p);
-    let cpu: Vec<Series> = transports
-        .iter()
-        .map(|t| at_max(t, &|m| m.cpu_s_per_gib))
-        .collect();
+    let min_depth = depths.first().copied().unwrap_or(1);
+    let mut cpu: Vec<Series> = Vec::new();
+    for t in &transports {
+        for (who, f) in [
+            (
+                "client",
+                &(|m: &TransferMedian| m.client_cpu_s_per_gib) as &dyn Fn(&TransferMedian) -> f64,
+            ),
+            ("server", &|m: &TransferMedian| m.server_cpu_s_per_gib),
+        ] {
+            cpu.push(Series {
+                label: format!("{t} {who}"),
+                points: reads
+                    .iter()
+                    .filter(|m| &m.transport == t && m.depth == min_depth)
+                    .map(|m| (kib(m.size), f(m)))
+                    .collect(),
+            });
+        }
+    }
     let p = dir.join("cpu-per-gib.svg");
     size_chart(
         &p,
-        "CPU per GiB read (client + server)",
+        &format!("CPU per GiB read, {min_depth} in flight (cf. paper fig. 18)"),
         "CPU seconds per GiB",
         &cpu,
     )?;
     out.push(p);
     let p = dir.join("cpu-vs-throughput.svg");
-    cpu_chart(&p, reads, &transports)?;
+    let fig17_depth = depths
+        .iter()
+        .copied()
+        .min_by_key(|d| d.abs_diff(4))
+        .unwrap_or(1);
+    cpu_chart(&p, reads, &transports, fig17_depth)?;
     out.push(p);
     Ok(out)
 }
