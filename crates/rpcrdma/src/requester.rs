@@ -89,13 +89,16 @@ impl Default for RequesterConfig {
 /// What the requester tells its upper layer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RequesterEvent {
-    /// The Reply to `xid` arrived. The Payload stream is `inline` (RDMA_MSG) or the
-    /// first `reply_chunk_len` bytes of our Reply chunk buffer (RDMA_NOMSG); the data of
-    /// DDP-eligible results is in our Write chunk buffers, `write_lengths` bytes each.
+    /// The Reply to `xid` arrived. The Payload stream is `inline` (RDMA_MSG, or pulled
+    /// from a responder-provided Read chunk) or the first `reply_chunk_len` bytes of our
+    /// Reply chunk buffer (RDMA_NOMSG with our Reply chunk); the data of DDP-eligible
+    /// results is in our Write chunk buffers, `write_lengths` bytes each.
     Reply {
         /// The XID.
         xid: Xid,
-        /// Inline reduced Payload stream (empty for RDMA_NOMSG).
+        /// Reduced Payload stream: inline, or the bytes pulled from the responder's
+        /// Read chunk (draft-cel-nfsv4-rpcrdma-reliable-reply-05); empty when it is in
+        /// our Reply chunk.
         inline: Bytes,
         /// Bytes the responder wrote into our Reply chunk, if it used it.
         reply_chunk_len: Option<u64>,
