@@ -17,12 +17,9 @@ use bytes::Bytes;
 use iwarp::IwarpProvider;
 use lab::tshark::{check_capture, CaptureCheck};
 use lab::{GuestScript, Lab};
-use nfs3::NfsProc3;
+use nfs3::rdma::Nfs3Binding;
 use oncrpc::{AuthSysParms, Client, ClientConfig, OpaqueAuth, TcpTransport};
-use rpcrdma::rpc::ProcId;
-use rpcrdma::ulb::{ReplySizing, UpperLayerBinding};
-use rpcrdma_transport::binding::results_offset;
-use rpcrdma_transport::{Counter, RdmaBinding, RdmaConfig, RdmaTransport};
+use rpcrdma_transport::{Counter, RdmaConfig, RdmaTransport};
 use xdr::{Decoder, Encoder, XdrStream};
 
 const NFS_PROG: u32 = 100_003;
@@ -33,77 +30,7 @@ const LOOKUP: u32 = 3;
 const READ: u32 = 6;
 const WRITE: u32 = 7;
 const FSINFO: u32 = 19;
-/// RFC 5531 reply header with an AUTH_NONE verifier (what knfsd sends).
-const RPC_REPLY_HDR: u32 = 24;
 const ONE_MIB: usize = 1 << 20;
-
-/// The NFSv3 Upper Layer Binding (RFC 8267) as the transport needs it, on top of the
-/// `nfs3` crate's reply bounds.
-struct Nfs3Binding;
-
-/// READ3args `count` (after the RPC call header, the file handle and the offset).
-fn read_count(call: &XdrStream) -> u32 {
-    let mut dec = Decoder::new(call.inline.clone());
-    let parsed = (|| {
-        oncrpc::CallHeader::decode(&mut dec).ok()?;
-        dec.opaque(64).ok()?;
-        dec.u64().ok()?;
-        dec.u32().ok()
-    })();
-    parsed.unwrap_or(0)
-}
-
-impl UpperLayerBinding for Nfs3Binding {
-    fn binds(&self, prog: u32, vers: u32) -> bool {
-        prog == NFS_PROG && vers == 3
-    }
-
-    fn reply_sizing(&self, p: ProcId, call: &XdrStream) -> ReplySizing {
-        let proc = NfsProc3(p.proc_num);
-        match p.proc_num {
-            READ => {
-                let count = read_count(call);
-                ReplySizing {
-                    max_reply: RPC_REPLY_HDR
-                        + nfs3::ulb::max_reply_size(proc, count).unwrap_or(0) as u32,
-                    ddp_results: vec![count],
-                }
-            }
-            _ => ReplySizing {
-                max_reply: RPC_REPLY_HDR
-                    + nfs3::ulb::max_reply_size(proc, 0).unwrap_or(64 * 1024) as u32,
-                ddp_results: vec![],
-            },
-        }
-    }
-
-    fn call_ddp_arguments(&self, p: ProcId) -> usize {
-        usize::from(nfs3::ulb::call_has_ddp_item(NfsProc3(p.proc_num)))
-    }
-}
-
-impl RdmaBinding for Nfs3Binding {
-    fn reply_ddp_offsets(&self, p: ProcId, reply: &Bytes) -> Option<Vec<usize>> {
-        let Some(at) = results_offset(reply) else {
-            return Some(Vec::new());
-        };
-        if p.proc_num != READ {
-            return Some(Vec::new());
-        }
-        // READ3res: status; READ3resok: post_op_attr, count, eof, opaque data<>.
-        let mut dec = Decoder::new(reply.slice(at..));
-        if dec.u32().ok()? != 0 {
-            return Some(Vec::new());
-        }
-        if dec.bool().ok()? {
-            dec.opaque_fixed(84).ok()?;
-        }
-        dec.u32().ok()?;
-        dec.bool().ok()?;
-        dec.u32().ok()?;
-        Some(vec![at + dec.position()])
-    }
-}
 
 fn root_cred() -> OpaqueAuth {
     AuthSysParms {

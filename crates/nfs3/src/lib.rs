@@ -27,6 +27,8 @@ pub mod dir;
 pub mod fs;
 pub mod io;
 pub mod mount;
+#[cfg(feature = "rdma")]
+pub mod rdma;
 pub mod readdir;
 mod types;
 pub mod ulb;

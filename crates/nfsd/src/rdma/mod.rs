@@ -35,9 +35,7 @@ use rpcrdma_transport::{RdmaConfig, RdmaServer, StatsRegistry};
 
 use crate::{NfsServer, NfsService};
 
-mod binding;
-
-pub use binding::{Nfs3Binding, NFS_ACL_PROGRAM};
+pub use nfs3::rdma::{Nfs3Binding, NFS_ACL_PROGRAM};
 
 /// How to serve NFS over RDMA.
 #[derive(Debug, Clone)]

@@ -1,17 +1,20 @@
-//! The NFSv3 Upper Layer Binding as the responder uses it (RFC 8267).
+//! The NFSv3 Upper Layer Binding for RPC-over-RDMA (RFC 8267), for both roles: one
+//! binding shared by the server (`nfsd`), the client (`nfsclient`) and the lab's tests.
 //!
 //! Specs: RFC 8267 §4.1 (DDP-eligible items), §4.2 (reply size);
 //! rpcrdma-v1-draft-ietf-nfsv4-rfc5666bis-04 §8 (what a ULB provides), §8.1.1
-//! (DDP-eligibility violations).
+//! (DDP-eligibility violations). Built with the `rdma` feature.
 //!
-//! The responder asks two things of a binding: whether it covers a program
-//! (`binds`: NFS version 3, and NFS_ACL version 3 as Linux uses it, see below; MOUNT
-//! is not bound, RFC 8267 §5 / FACTS.md) and how
-//! many DDP-eligible arguments a Call may carry in Read chunks (`call_ddp_arguments`:
-//! WRITE's data and SYMLINK's path). The DDP-eligible *results* (READ data,
-//! READLINK path) are already marked by the encoders of `nfs3`
-//! ([`xdr::Encoder::ddp_opaque`]), so the reply marshaler moves them into the
-//! client's Write chunk with no help from here.
+//! - Responder: whether a program is bound (`binds`: NFS version 3, and NFS_ACL
+//!   version 3 as Linux uses it, see below; MOUNT is not bound, RFC 8267 §5) and how
+//!   many DDP-eligible arguments a Call may carry in Read chunks
+//!   (`call_ddp_arguments`: WRITE's data and SYMLINK's path). DDP-eligible *results*
+//!   (READ data, READLINK path) are already marked by this crate's encoders
+//!   ([`xdr::Encoder::ddp_opaque`]), so the reply marshaler needs no help for them.
+//! - Requester (choices as Linux xprtrdma makes them): a Write chunk is offered only
+//!   for READ data; READLINK's path comes back inline or in the Reply chunk, which
+//!   `reply_sizing` sizes from the procedure's bound (READ/READDIR counts).
+//!   `reply_ddp_offsets` says where placed READ data goes back into the reply.
 //!
 //! # NFS_ACL
 //! The Linux NFSv3 client sends an NFS_ACL (program 100227) version 3 NULL on the NFS
@@ -22,13 +25,9 @@
 //! item and small replies, i.e. a trivial binding; we treat it as bound so the
 //! dispatcher answers PROG_UNAVAIL (we do not implement NFS_ACL), exactly as over
 //! TCP, and the client goes on without ACLs.
-//!
-//! The requester-side questions (`reply_sizing`, `reply_ddp_offsets`) are answered
-//! too, from the same `nfs3::ulb` tables the client's binding (`nfsclient::rdma`)
-//! uses, so the trait is implemented honestly; our responder never asks them.
 
-use nfs3::ulb::{call_has_ddp_item, max_reply_size};
-use nfs3::{NfsProc3, NFS_PROGRAM, NFS_V3};
+use crate::ulb::{call_has_ddp_item, max_reply_size};
+use crate::{NfsProc3, NFS_PROGRAM, NFS_V3};
 use rpcrdma::rpc::ProcId;
 use rpcrdma::ulb::{ReplySizing, UpperLayerBinding};
 use rpcrdma_transport::RdmaBinding;
@@ -58,7 +57,7 @@ fn bounding_count(proc: NfsProc3, call: &XdrStream) -> Option<u32> {
         a.u32().ok()?;
         a.opaque(400).ok()?;
     }
-    a.opaque(nfs3::NFS3_FHSIZE).ok()?;
+    a.opaque(crate::NFS3_FHSIZE).ok()?;
     match proc {
         NfsProc3::READ => {
             a.u64().ok()?;
@@ -66,12 +65,12 @@ fn bounding_count(proc: NfsProc3, call: &XdrStream) -> Option<u32> {
         }
         NfsProc3::READDIR => {
             a.u64().ok()?;
-            a.opaque_fixed(nfs3::NFS3_COOKIEVERFSIZE).ok()?;
+            a.opaque_fixed(crate::NFS3_COOKIEVERFSIZE).ok()?;
             a.u32().ok()
         }
         NfsProc3::READDIRPLUS => {
             a.u64().ok()?;
-            a.opaque_fixed(nfs3::NFS3_COOKIEVERFSIZE).ok()?;
+            a.opaque_fixed(crate::NFS3_COOKIEVERFSIZE).ok()?;
             a.u32().ok()?;
             a.u32().ok()
         }
@@ -132,11 +131,11 @@ impl RdmaBinding for Nfs3Binding {
         };
         let mut dec = Decoder::new(reply.clone());
         dec.opaque_fixed(at).ok()?;
-        if dec.u32().ok()? != nfs3::NfsStat3::NFS3_OK.0 {
+        if dec.u32().ok()? != crate::NfsStat3::NFS3_OK.0 {
             return Some(Vec::new());
         }
         if dec.bool().ok()? {
-            dec.opaque_fixed(nfs3::Fattr3::SIZE).ok()?;
+            dec.opaque_fixed(crate::Fattr3::SIZE).ok()?;
         }
         dec.u32().ok()?; // count
         dec.bool().ok()?; // eof
@@ -148,7 +147,18 @@ impl RdmaBinding for Nfs3Binding {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use nfs3::MOUNT_PROGRAM;
+    use crate::io::{Read3Args, Read3ResOk};
+    use crate::{DdpData, NfsFh3, NfsResult, NfsStat3, MOUNT_PROGRAM};
+    use oncrpc::message::{CallHeader, Xid};
+    use oncrpc::{OpaqueAuth, ReplyBody};
+    use xdr::{Encode, Encoder};
+
+    fn call(proc: NfsProc3, args: &impl Encode) -> XdrStream {
+        let mut enc = Encoder::new();
+        CallHeader::new(Xid(7), NFS_PROGRAM, NFS_V3, proc.0, OpaqueAuth::none()).encode(&mut enc);
+        args.encode(&mut enc);
+        enc.finish()
+    }
 
     fn id(proc: NfsProc3) -> ProcId {
         ProcId {
@@ -156,6 +166,90 @@ mod tests {
             vers: NFS_V3,
             proc_num: proc.0,
         }
+    }
+
+    #[test]
+    fn read_gets_one_write_chunk_of_its_count() {
+        let args = Read3Args {
+            file: NfsFh3(Bytes::from_static(&[1; 32])),
+            offset: 1 << 40,
+            count: 65536,
+        };
+        let s = Nfs3Binding.reply_sizing(id(NfsProc3::READ), &call(NfsProc3::READ, &args));
+        assert_eq!(s.ddp_results, vec![65536]);
+        assert!(s.max_reply as usize >= 65536 + 4 + 88 + 12);
+    }
+
+    #[test]
+    fn other_procedures_get_no_write_chunk_and_bounded_replies() {
+        let args = crate::attr::GetAttr3Args {
+            object: NfsFh3(Bytes::from_static(&[1; 8])),
+        };
+        let s = Nfs3Binding.reply_sizing(id(NfsProc3::GETATTR), &call(NfsProc3::GETATTR, &args));
+        assert!(s.ddp_results.is_empty());
+        assert_eq!(s.max_reply as usize, RPC_REPLY_HEADER_MAX + 4 + 84);
+        // READDIRPLUS is sized by maxcount.
+        let rdp = crate::readdir::ReadDirPlus3Args {
+            dir: NfsFh3(Bytes::from_static(&[1; 8])),
+            cookie: 0,
+            cookieverf: [0; 8],
+            dircount: 1024,
+            maxcount: 32768,
+        };
+        let s = Nfs3Binding.reply_sizing(
+            id(NfsProc3::READDIRPLUS),
+            &call(NfsProc3::READDIRPLUS, &rdp),
+        );
+        assert_eq!(s.max_reply as usize, RPC_REPLY_HEADER_MAX + 4 + 32768);
+    }
+
+    #[test]
+    fn only_write_and_symlink_carry_ddp_arguments() {
+        for p in 0..22 {
+            let n = Nfs3Binding.call_ddp_arguments(id(NfsProc3(p)));
+            let want = usize::from(p == 7 || p == 10);
+            assert_eq!(n, want, "procedure {p}");
+        }
+    }
+
+    #[test]
+    fn read_reply_data_goes_after_its_length_word() {
+        // A reduced READ reply: the data was placed in the Write chunk, its length
+        // word stays inline.
+        let mut enc = Encoder::new();
+        oncrpc::message::ReplyHeader {
+            xid: Xid(7),
+            body: ReplyBody::accepted(oncrpc::AcceptStat::SUCCESS),
+        }
+        .encode(&mut enc);
+        let header_len = enc.inline_len();
+        let res: NfsResult<Read3ResOk, crate::attr::ObjAttrFail> = NfsResult::Ok(Read3ResOk {
+            file_attributes: None,
+            count: 5,
+            eof: true,
+            data: DdpData(Bytes::new()),
+        });
+        res.encode(&mut enc);
+        let reply = enc.finish().to_bytes();
+        let offs = Nfs3Binding
+            .reply_ddp_offsets(id(NfsProc3::READ), &reply)
+            .unwrap();
+        // status, post_op_attr (absent), count, eof, length word.
+        assert_eq!(offs, vec![header_len + 5 * 4]);
+        // A failed READ: nothing to put back.
+        let mut enc = Encoder::new();
+        oncrpc::message::ReplyHeader {
+            xid: Xid(7),
+            body: ReplyBody::accepted(oncrpc::AcceptStat::SUCCESS),
+        }
+        .encode(&mut enc);
+        NfsStat3::NFS3ERR_IO.encode(&mut enc);
+        enc.bool(false);
+        let failed = enc.finish().to_bytes();
+        assert_eq!(
+            Nfs3Binding.reply_ddp_offsets(id(NfsProc3::READ), &failed),
+            Some(vec![])
+        );
     }
 
     #[test]
@@ -176,18 +270,6 @@ mod tests {
                 proc_num: p,
             };
             assert_eq!(Nfs3Binding.call_ddp_arguments(id), 0);
-        }
-    }
-
-    #[test]
-    fn only_write_and_symlink_arguments_may_come_in_read_chunks() {
-        for p in 0..22u32 {
-            let want = usize::from(p == NfsProc3::WRITE.0 || p == NfsProc3::SYMLINK.0);
-            assert_eq!(
-                Nfs3Binding.call_ddp_arguments(id(NfsProc3(p))),
-                want,
-                "proc {p}"
-            );
         }
     }
 }
