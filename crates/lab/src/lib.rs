@@ -35,6 +35,7 @@ pub mod realign;
 mod run;
 mod script;
 pub mod tshark;
+pub mod workspace;
 
 pub use error::LabError;
 pub use host::{HostExit, HostProcess};

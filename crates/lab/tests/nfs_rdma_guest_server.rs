@@ -7,10 +7,9 @@
 //! No host port and no slirp are involved: both ends are in the guest (siw on the
 //! guest's loopback device `siw_lo`, our iWARP on a TCP socket).
 
-use std::path::PathBuf;
-use std::process::Command;
 use std::time::Duration;
 
+use lab::workspace::build_binary;
 use lab::{GuestScript, Lab};
 
 const GUEST: &str = r#". /share/lib.sh
@@ -38,42 +37,11 @@ step umount umount $M
 exit 0
 "#;
 
-/// Builds the `nfsd` binary and returns its path.
-fn build_nfsd() -> PathBuf {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let out = Command::new(cargo)
-        .args([
-            "build",
-            "-p",
-            "nfsd",
-            "--bin",
-            "nfsd",
-            "--message-format=json",
-        ])
-        .output()
-        .expect("cargo build -p nfsd");
-    assert!(
-        out.status.success(),
-        "cargo build -p nfsd failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let text = String::from_utf8_lossy(&out.stdout);
-    let exe = text
-        .lines()
-        .filter(|l| l.contains("\"name\":\"nfsd\"") && l.contains("\"executable\":\""))
-        .find_map(|l| {
-            let rest = &l[l.find("\"executable\":\"")? + 14..];
-            Some(rest[..rest.find('"')?].to_string())
-        })
-        .expect("nfsd executable path in cargo's output");
-    PathBuf::from(exe)
-}
-
 #[test]
 #[ignore = "kernel lab: run by lab/test"]
 fn kernel_nfsv3_rdma_client_to_our_server_in_the_guest() {
     let lab = Lab::open().unwrap_or_else(|e| panic!("{e}"));
-    let nfsd = build_nfsd();
+    let nfsd = build_binary("nfsd", "nfsd");
     let script = GuestScript::inline("nfs-rdma-guest-server", GUEST)
         .binary("nfsd", &nfsd)
         .env("LAB_STEP_TIMEOUT", "180");

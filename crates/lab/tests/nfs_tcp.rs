@@ -8,10 +8,9 @@
 //!   2,000 entries, removes it all, and unmounts cleanly;
 //! - mountstats shows the TCP transport.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::Duration;
 
+use lab::workspace::{build_binary, md5_file, pattern};
 use lab::{GuestScript, HostProcess, Lab, Outcome};
 
 const NFS_PORT: u16 = 32049;
@@ -52,63 +51,11 @@ step umount umount $M
 exit 0
 "#;
 
-fn pattern(len: u64, seed: u64) -> Vec<u8> {
-    let mut x = seed | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
-
-fn md5(path: &Path) -> String {
-    let out = Command::new("md5sum").arg(path).output().expect("md5sum");
-    String::from_utf8_lossy(&out.stdout)
-        .split_whitespace()
-        .next()
-        .unwrap_or("")
-        .to_string()
-}
-
-/// Builds the `nfsd` binary and returns its path.
-fn build_nfsd() -> PathBuf {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let out = Command::new(cargo)
-        .args([
-            "build",
-            "-p",
-            "nfsd",
-            "--bin",
-            "nfsd",
-            "--message-format=json",
-        ])
-        .output()
-        .expect("cargo build -p nfsd");
-    assert!(
-        out.status.success(),
-        "cargo build -p nfsd failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let text = String::from_utf8_lossy(&out.stdout);
-    let exe = text
-        .lines()
-        .filter(|l| l.contains("\"name\":\"nfsd\"") && l.contains("\"executable\":\""))
-        .find_map(|l| {
-            let rest = &l[l.find("\"executable\":\"")? + 14..];
-            Some(rest[..rest.find('"')?].to_string())
-        })
-        .expect("nfsd executable path in cargo's output");
-    PathBuf::from(exe)
-}
-
 #[test]
 #[ignore = "kernel lab: run by lab/test"]
 fn kernel_nfsv3_tcp_client_to_our_host_server() {
     let lab = Lab::open().unwrap_or_else(|e| panic!("{e}"));
-    let nfsd = build_nfsd();
+    let nfsd = build_binary("nfsd", "nfsd");
     let export = std::env::temp_dir().join(format!("lab-nfs-tcp-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&export);
     std::fs::create_dir_all(&export).unwrap();
@@ -121,7 +68,7 @@ fn kernel_nfsv3_tcp_client_to_our_host_server() {
     for (i, n) in SIZES.iter().enumerate() {
         let p = export.join(format!("from-host-{n}"));
         std::fs::write(&p, pattern(*n, i as u64 + 1)).unwrap();
-        host_md5.push(md5(&p));
+        host_md5.push(md5_file(&p));
     }
     let sizes: Vec<String> = SIZES.iter().map(u64::to_string).collect();
     let script = GuestScript::inline("nfs-tcp", GUEST)
@@ -171,7 +118,7 @@ fn kernel_nfsv3_tcp_client_to_our_host_server() {
             if n == 1 {
                 continue;
             }
-            let host = md5(&export.join(format!("in-{n}")));
+            let host = md5_file(&export.join(format!("in-{n}")));
             if guest != host {
                 return Err(format!("in-{n}: guest wrote md5 {guest}, host has {host}"));
             }
