@@ -38,6 +38,7 @@ use rpcrdma::private_data::PeerLimits;
 use rpcrdma::reassembly::{reassemble_reply, reply_chunk_length, written_lengths};
 use rpcrdma::rpc::{self, ProcId};
 use rpcrdma::validate::{receive, Policy, Received};
+use rpcrdma::version::{Negotiation, NegotiationOutcome, PROBE_LIMIT};
 use rpcrdma::{Version, WriteChunk, Xid};
 use tokio::sync::{mpsc, Notify};
 use xdr::XdrStream;
@@ -56,6 +57,8 @@ pub struct RdmaTransport<P> {
     config: RdmaConfig,
     binding: Arc<dyn RdmaBinding>,
     stats: StatsRegistry,
+    /// What the last connection learned about this server's version (v2 §5.2).
+    negotiation: Arc<Mutex<Option<Negotiation>>>,
 }
 
 impl<P> std::fmt::Debug for RdmaTransport<P> {
@@ -82,7 +85,15 @@ impl<P: ConnectionManager + 'static> RdmaTransport<P> {
             config,
             binding,
             stats: StatsRegistry::default(),
+            negotiation: Arc::new(Mutex::new(None)),
         }
+    }
+
+    /// The version state the next connection starts from: `None` before the first
+    /// connection ended; `Settled(ONE)` once this server answered ERR_VERS (or a
+    /// Version Two probe was lost with its connection), so it is not probed again.
+    pub fn negotiation(&self) -> Option<Negotiation> {
+        *self.negotiation.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// The counters of every connection this transport made (keep a clone before
@@ -140,7 +151,15 @@ impl<P: ConnectionManager + 'static> RdmaTransport<P> {
                 credits: RequesterCredits::new(self.config.credits),
                 calls: HashMap::new(),
                 closed: false,
+                negotiation: self.negotiation().unwrap_or(Negotiation::new(
+                    if self.config.version_two {
+                        Version::TWO
+                    } else {
+                        Version::ONE
+                    },
+                )),
             }),
+            negotiation: self.negotiation.clone(),
             credit_wait: Notify::new(),
         });
         tokio::spawn(completions(conn.clone(), pool));
@@ -168,12 +187,16 @@ struct PendingCall {
     /// The Write list and Reply chunk as we advertised them.
     writes: Vec<WriteChunk>,
     reply: Option<WriteChunk>,
+    /// The Call, kept to send it again in Version One after ERR_VERS (v2 §5.2).
+    msg: XdrStream,
 }
 
 struct State {
     credits: RequesterCredits,
     calls: HashMap<Xid, PendingCall>,
     closed: bool,
+    /// Version Two negotiation (v2 §5): the version of the next Call.
+    negotiation: Negotiation,
 }
 
 struct Conn<Q> {
@@ -190,6 +213,8 @@ struct Conn<Q> {
     stats: Arc<ConnStats>,
     state: Mutex<State>,
     credit_wait: Notify,
+    /// Where the negotiation outcome goes when the connection ends.
+    negotiation: Arc<Mutex<Option<Negotiation>>>,
 }
 
 impl<Q> Conn<Q> {
@@ -277,7 +302,7 @@ impl<Q: QueuePair + 'static> RdmaSender<Q> {
             }
             notified.await;
         };
-        let result = self.marshal_and_post(xid, proc_id, requested, msg);
+        let result = marshal_and_post(conn, xid, proc_id, requested, msg);
         if result.is_err() {
             let mut st = conn.lock();
             if let Some(call) = st.calls.remove(&xid) {
@@ -289,22 +314,33 @@ impl<Q: QueuePair + 'static> RdmaSender<Q> {
         }
         result
     }
+}
 
-    fn marshal_and_post(
-        &self,
-        xid: Xid,
-        proc_id: ProcId,
-        requested: u32,
-        msg: &XdrStream,
-    ) -> Result<(), TransportError> {
-        let conn = &self.conn;
+/// Plans, registers and posts Call `xid` in the connection's current version.
+fn marshal_and_post<Q: QueuePair>(
+    conn: &Conn<Q>,
+    xid: Xid,
+    proc_id: ProcId,
+    requested: u32,
+    msg: &XdrStream,
+) -> Result<(), TransportError> {
+    {
         let sizing = conn.binding.reply_sizing(proc_id, msg);
+        let negotiation = conn.lock().negotiation;
+        // v2 §5: the first message "can be no larger than the Version One default
+        // inline threshold of 1024 bytes" (the responder may speak only Version One).
+        let send_threshold = match negotiation {
+            Negotiation::Settled(_) => conn.limits.send_threshold,
+            _ => conn.limits.send_threshold.min(PROBE_LIMIT),
+        };
         let limits = CallLimits {
-            send_threshold: conn.limits.send_threshold,
+            send_threshold,
             recv_threshold: conn.limits.recv_threshold,
             max_segments_per_registration: 1,
         };
-        let plan = plan_call(xid, Version::ONE, requested, msg, &sizing, limits)?;
+        let version = negotiation.version();
+        conn.stats.set(Counter::Version, u64::from(version.0));
+        let plan = plan_call(xid, version, requested, msg, &sizing, limits)?;
         let mut regions = Vec::with_capacity(plan.registrations.len());
         let (mut write_regions, mut reply_region) = (Vec::new(), None);
         for (i, reg) in plan.registrations.iter().enumerate() {
@@ -342,8 +378,10 @@ impl<Q: QueuePair + 'static> RdmaSender<Q> {
                     reply_region,
                     writes: chunks.writes,
                     reply: chunks.reply,
+                    msg: msg.clone(),
                 },
             );
+            st.negotiation = st.negotiation.on_send(xid);
         }
         // The header from the send pool, then the Payload stream slices, gathered: no
         // copy of the payload here.
@@ -445,6 +483,9 @@ async fn completions<Q: QueuePair + 'static>(conn: Arc<Conn<Q>>, pool: RecvPool)
     for call in calls {
         fence(call, None, &conn.stats);
     }
+    // v2 §5.2: what this server speaks, for the next connection (no probing loop).
+    let next = conn.lock().negotiation.next_connection();
+    *conn.negotiation.lock().unwrap_or_else(|e| e.into_inner()) = Some(next);
     conn.credit_wait.notify_waiters();
     conn.end_replies();
     crate::server::record_close_reason(&conn.qp, &conn.stats).await;
@@ -452,7 +493,7 @@ async fn completions<Q: QueuePair + 'static>(conn: Arc<Conn<Q>>, pool: RecvPool)
 }
 
 /// Completes the Call a received message answers; returns the RPC reply to deliver.
-fn handle_reply<Q>(conn: &Conn<Q>, buf: Bytes, c: &Completion) -> Option<Bytes> {
+fn handle_reply<Q: QueuePair>(conn: &Conn<Q>, buf: Bytes, c: &Completion) -> Option<Bytes> {
     let stats = &conn.stats;
     let received = match receive(&buf, &conn.policy) {
         Ok(r) => r,
@@ -476,6 +517,30 @@ fn handle_reply<Q>(conn: &Conn<Q>, buf: Bytes, c: &Completion) -> Option<Bytes> 
             tracing::debug!(target: "rpcrdma_transport", xid = xid.0, ?body, "RDMA_ERROR");
             let mut st = conn.lock();
             let call = st.calls.remove(&xid)?;
+            let (n, outcome) = st.negotiation.handle_reply(xid, Some(&body));
+            st.negotiation = n;
+            if let NegotiationOutcome::Retry { version, .. } = outcome {
+                // v2 §5.2: "the requester selects a protocol version in the range of
+                // responder-supported versions for subsequent messages": the same
+                // Call again, same XID, keeping its credit.
+                let requested = st.credits.requested();
+                drop(st);
+                stats.inc(Counter::VersionFallbacks);
+                tracing::debug!(target: "rpcrdma_transport", xid = xid.0, ?version, "ERR_VERS: sending the call again");
+                let (proc_id, msg) = (call.proc_id, call.msg.clone());
+                fence(call, c.invalidated, stats);
+                if marshal_and_post(conn, xid, proc_id, requested, &msg).is_ok() {
+                    return None;
+                }
+                let mut st = conn.lock();
+                if let Some(call) = st.calls.remove(&xid) {
+                    fence(call, None, stats);
+                }
+                let _ = st.credits.release();
+                drop(st);
+                conn.credit_wait.notify_waiters();
+                return Some(system_err_reply(xid));
+            }
             // An RDMA_ERROR carries no grant to trust (v2 draft §5): release only.
             let _ = st.credits.release();
             drop(st);
@@ -497,6 +562,9 @@ fn handle_reply<Q>(conn: &Conn<Q>, buf: Bytes, c: &Completion) -> Option<Bytes> 
         };
         // §4.3.1: a valid Reply returns the Call's credit and carries the new grant.
         let _ = st.credits.handle_reply(credits);
+        // v2 §5.1: a non-error Reply to the probe settles the version.
+        let (n, _) = st.negotiation.handle_reply(xid, None);
+        st.negotiation = n;
         stats.set(Counter::CreditsGranted, u64::from(credits));
         call
     };

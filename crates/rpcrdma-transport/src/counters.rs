@@ -79,6 +79,11 @@ counters! {
     CreditsRequested = "credits_requested",
     /// The last credit grant (received or sent): a gauge.
     CreditsGranted = "credits_granted",
+    /// RPC-over-RDMA version of the last Call sent (requester) or received
+    /// (responder): a gauge.
+    Version = "rpcrdma_version",
+    /// Calls sent again in another version after ERR_VERS (requester, v2 §5.2).
+    VersionFallbacks = "version_fallbacks",
     /// Times a Call waited for a credit (requester).
     CreditWaits = "credit_waits",
     /// The peer's IRD at connection setup: a gauge.

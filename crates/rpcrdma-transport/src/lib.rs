@@ -35,8 +35,10 @@
 //! (`plan_call`/`finish`, `marshal_reply`, `reassemble_call`/`reassemble_reply`,
 //! `validate::receive`, `error_reply_for`, the credit types); this crate keeps the
 //! per-connection table of Calls and executes the result on the provider. It speaks
-//! Version One only (no Version Two, no backward-direction calls), and keeps no
-//! duplicate request cache.
+//! Version One, and Version Two on the wire with [`RdmaConfig::version_two`] (probe, ERR_VERS fallback remembered per server, replies
+//! in the caller's version); not yet responder-provided Read chunks or backward-direction
+//! calls (the core has both: `rpcrdma::Requester`/`Responder`, docs/rpcrdma-v2.md). It
+//! keeps no duplicate request cache.
 //!
 //! # Resource bounds (per connection)
 //! - Receives: `credits` buffers of the receive threshold, posted with the connection

@@ -674,6 +674,10 @@ impl<Q: QueuePair + 'static> ServerConn<Q> {
         let xid = prefix.xid;
         let grant = self.credits.grant();
         self.stats.set(Counter::CreditsGranted, u64::from(grant));
+        // v2 §5.3: "a responder MUST send Replies with the same RPC-over-RDMA protocol
+        // version that the requester uses to send its Calls" (prefix.version below).
+        self.stats
+            .set(Counter::Version, u64::from(prefix.version.0));
         let out = match marshal_reply(
             xid,
             prefix.version,

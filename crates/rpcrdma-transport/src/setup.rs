@@ -36,6 +36,13 @@ pub struct RdmaConfig {
     /// (a single Call may still use up to `max_message`). With the receive buffers
     /// (`credits` × `max_recv`) this bounds a connection's memory.
     pub max_read_in_flight: u64,
+    /// RPC-over-RDMA Version Two (rpcrdma-v2-draft-cel-nfsv4-rpcrdma-version-two-00).
+    /// Requester: open each connection with a Version Two Call (at most 1024 bytes,
+    /// v2 §5), fall back to Version One on ERR_VERS and remember that for this server
+    /// so a reconnect does not probe again (v2 §5.2). Responder: accept both versions
+    /// and answer each Call in its own (v2 §5.3). Off: Version One only (a responder
+    /// answers a Version Two message with ERR_VERS 1-1).
+    pub version_two: bool,
 }
 
 impl Default for RdmaConfig {
@@ -52,6 +59,7 @@ impl Default for RdmaConfig {
             limits: rpcrdma::Limits::default(),
             max_message: 16 << 20,
             max_read_in_flight: 64 << 20,
+            version_two: false,
         }
     }
 }
@@ -94,11 +102,17 @@ impl RdmaConfig {
         PeerLimits::negotiate(&self.private_data(), theirs.as_ref())
     }
 
-    /// The header validation policy: Version One only.
+    /// The header validation policy: Version One only, or One and Two with
+    /// [`RdmaConfig::version_two`].
     pub(crate) fn policy(&self) -> Policy {
+        let base = if self.version_two {
+            Policy::default()
+        } else {
+            Policy::v1_only()
+        };
         Policy {
             limits: self.limits,
-            ..Policy::v1_only()
+            ..base
         }
     }
 
