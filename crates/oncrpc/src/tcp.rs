@@ -23,8 +23,11 @@ const READ_CHUNK: usize = 64 * 1024;
 
 /// Default largest record accepted: 4 MiB of payload plus headers and slack.
 pub const DEFAULT_MAX_RECORD: usize = 4 * 1024 * 1024 + 64 * 1024;
-/// Default largest fragment sent.
-pub const DEFAULT_MAX_FRAGMENT: usize = 1024 * 1024;
+/// Default largest fragment sent: a whole default-size record, so a message goes out
+/// as one fragment (as Linux's RPC layer sends them). A 1 MiB limit split every 1 MiB
+/// READ reply in two, which cost the receiver a join copy per byte (our client) or
+/// much worse (libnfs reallocates per fragment): `docs/bench/README.md`.
+pub const DEFAULT_MAX_FRAGMENT: usize = DEFAULT_MAX_RECORD;
 
 /// Reads one record from `r`. `Ok(None)` at a clean end of stream (between records).
 /// A broken record stream is an `InvalidData` error whose inner error is the
