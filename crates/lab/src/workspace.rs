@@ -4,6 +4,8 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use crate::Outcome;
+
 /// Builds binary `bin` of workspace package `package` (debug profile, the same cargo
 /// that runs the tests) and returns the executable's path.
 ///
@@ -67,6 +69,53 @@ pub fn md5_file(path: &Path) -> String {
         .next()
         .unwrap_or("")
         .to_string()
+}
+
+/// The host-side checks shared by the NFS copy scenarios (`nfs_tcp`, `nfs_rdma`), whose
+/// guest scripts copy `in-<n>` files into the export, rename and remove `in-1`, make a
+/// symlink to `d1moved/d2/renamed` and list a 2,000-entry directory, then clean up:
+/// each guest-written file matches on the host, the symlink and listing were seen, and
+/// the export holds exactly the host's and the guest's files.
+pub fn check_nfs_copy_tree(o: &mut Outcome, export: &Path, sizes: &[u64]) {
+    o.host_step("copies_in_match_on_host", |o| {
+        for &n in sizes {
+            let guest = o.value(&format!("md5:/tmp/f{n}")).unwrap_or("missing");
+            // in-1 was renamed and removed by the script; the others stay.
+            if n == 1 {
+                continue;
+            }
+            let host = md5_file(&export.join(format!("in-{n}")));
+            if guest != host {
+                return Err(format!("in-{n}: guest wrote md5 {guest}, host has {host}"));
+            }
+        }
+        Ok(())
+    });
+    o.host_step("symlink_and_listing", |o| {
+        match (o.value("readlink"), o.value("many")) {
+            (Some("d1moved/d2/renamed"), Some("2000")) => Ok(()),
+            other => Err(format!("readlink / ls count: {other:?}")),
+        }
+    });
+    o.host_step("tree_cleaned_up", |_| {
+        let mut left: Vec<String> = std::fs::read_dir(export)
+            .map_err(|e| e.to_string())?
+            .map(|e| e.map(|e| e.file_name().to_string_lossy().into_owned()))
+            .collect::<Result<_, _>>()
+            .map_err(|e| e.to_string())?;
+        left.sort();
+        let mut want: Vec<String> = sizes
+            .iter()
+            .flat_map(|n| [format!("from-host-{n}"), format!("in-{n}")])
+            .filter(|f| f != "in-1")
+            .collect();
+        want.sort();
+        if left == want {
+            Ok(())
+        } else {
+            Err(format!("export holds {left:?}, expected {want:?}"))
+        }
+    });
 }
 
 #[cfg(test)]

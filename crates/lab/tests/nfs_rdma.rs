@@ -35,7 +35,7 @@
 use std::time::{Duration, Instant};
 
 use lab::tshark::{analyze_capture, CaptureCheck};
-use lab::workspace::{build_binary, md5_file, pattern};
+use lab::workspace::{build_binary, check_nfs_copy_tree, md5_file, pattern};
 use lab::{GuestScript, HostProcess, Lab, Outcome};
 
 const RDMA_PORT: u16 = lab::ports::HOST_SERVER_RDMA;
@@ -179,45 +179,7 @@ fn scenario(run_name: &str, crc: bool, sizes_in: &[u64]) {
         }
         Ok(())
     });
-    o.host_step("copies_in_match_on_host", |o| {
-        for &n in sizes_in {
-            let guest = o.value(&format!("md5:/tmp/f{n}")).unwrap_or("missing");
-            // in-1 was renamed and removed by the script; the others stay.
-            if n == 1 {
-                continue;
-            }
-            let host = md5_file(&export.join(format!("in-{n}")));
-            if guest != host {
-                return Err(format!("in-{n}: guest wrote md5 {guest}, host has {host}"));
-            }
-        }
-        Ok(())
-    });
-    o.host_step("symlink_and_listing", |o| {
-        match (o.value("readlink"), o.value("many")) {
-            (Some("d1moved/d2/renamed"), Some("2000")) => Ok(()),
-            other => Err(format!("readlink / ls count: {other:?}")),
-        }
-    });
-    o.host_step("tree_cleaned_up", |_| {
-        let mut left: Vec<String> = std::fs::read_dir(&export)
-            .map_err(|e| e.to_string())?
-            .map(|e| e.map(|e| e.file_name().to_string_lossy().into_owned()))
-            .collect::<Result<_, _>>()
-            .map_err(|e| e.to_string())?;
-        left.sort();
-        let mut want: Vec<String> = sizes_in
-            .iter()
-            .flat_map(|n| [format!("from-host-{n}"), format!("in-{n}")])
-            .filter(|f| f != "in-1")
-            .collect();
-        want.sort();
-        if left == want {
-            Ok(())
-        } else {
-            Err(format!("export holds {left:?}, expected {want:?}"))
-        }
-    });
+    check_nfs_copy_tree(&mut o, &export, sizes_in);
     o.host_step("server_log_says_rdma", |o| {
         let log = std::fs::read_to_string(o.out_dir.join("host-nfsd.log"))
             .map_err(|e| format!("host-nfsd.log: {e}"))?;
