@@ -27,13 +27,13 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use bytes::Bytes;
-use oncrpc::{RecordReceiver, RecordSender, Transport};
+use oncrpc::{Dispatcher, RecordReceiver, RecordSender, Transport};
 use rdma::{
     Completion, ConnectionManager, ProtectionDomain, QueuePair, QueuePairExt, STag, SendOp,
     WcOpcode, WcStatus,
 };
 use rpcrdma::credits::RequesterCredits;
-use rpcrdma::marshal::{plan_call, CallLimits, Registration, Shape};
+use rpcrdma::marshal::{plan_call, plan_call_without_reply_chunk, CallLimits, Registration, Shape};
 use rpcrdma::private_data::PeerLimits;
 use rpcrdma::reassembly::{reassemble_reply, reply_chunk_length, written_lengths};
 use rpcrdma::rpc::{self, ProcId};
@@ -59,6 +59,8 @@ pub struct RdmaTransport<P> {
     stats: StatsRegistry,
     /// What the last connection learned about this server's version (v2 §5.2).
     negotiation: Arc<Mutex<Option<Negotiation>>>,
+    /// Serves the server's backward-direction Calls (§7), if set.
+    backward: Option<Arc<Dispatcher>>,
 }
 
 impl<P> std::fmt::Debug for RdmaTransport<P> {
@@ -86,7 +88,24 @@ impl<P: ConnectionManager + 'static> RdmaTransport<P> {
             binding,
             stats: StatsRegistry::default(),
             negotiation: Arc::new(Mutex::new(None)),
+            backward: None,
         }
+    }
+
+    /// Serves backward-direction Calls from the server with `dispatcher`
+    /// (rpcrdma-v1-draft-ietf-nfsv4-rfc5666bis-04 §7), on every connection made from
+    /// now on: [`RdmaConfig::backward_credits`] more Receives are posted with each
+    /// connection (§7.2.2.1: "an RPC-over-RDMA client endpoint must pre-post enough
+    /// additional receive buffers to match its advertised backward direction credit
+    /// value") and the backward Replies grant that many. Without it, or with
+    /// `backward_credits` 0, backward Calls are dropped.
+    ///
+    /// The server sends none before its upper layer says this client is prepared
+    /// (§7.3.1, [`crate::BackwardChannel::set_peer_ready`]); telling it is the upper
+    /// layer protocol's business (NFSv4.1: CREATE_SESSION with a back channel).
+    pub fn serve_backward(mut self, dispatcher: Arc<Dispatcher>) -> Self {
+        self.backward = Some(dispatcher);
+        self
     }
 
     /// The version state the next connection starts from: `None` before the first
@@ -108,9 +127,18 @@ impl<P: ConnectionManager + 'static> RdmaTransport<P> {
         let pd = ProtectionDomain::new();
         // §4.3.1: the requested credits are Receives we must have posted, since each
         // granted Call may be answered at once; they go up with the connection.
+        let backward = self
+            .backward
+            .clone()
+            .filter(|_| self.config.backward_credits > 0)
+            .map(|dispatcher| backward::ClientBackward {
+                dispatcher,
+                grant: self.config.backward_credits,
+            });
+        let backward_recvs = backward.as_ref().map_or(0, |b| b.grant);
         let pool = RecvPool::new(
             &pd,
-            self.config.credits.max(1),
+            self.config.credits.max(1) + backward_recvs,
             self.config.recv_buffer_len(),
         );
         let qp = self
@@ -147,9 +175,18 @@ impl<P: ConnectionManager + 'static> RdmaTransport<P> {
             policy: self.config.policy(),
             binding: self.binding.clone(),
             stats,
+            reliable: self
+                .config
+                .reliable_reply_offered()
+                .then(|| self.config.reliable_reply_info()),
+            skip_done: self.config.fault_skip_rdma_done,
+            max_message: self.config.max_message,
+            backward,
             state: Mutex::new(State {
                 credits: RequesterCredits::new(self.config.credits),
                 calls: HashMap::new(),
+                pulls: HashMap::new(),
+                reliable: reliable::ReliableState::NotYet,
                 closed: false,
                 negotiation: self.negotiation().unwrap_or(Negotiation::new(
                     if self.config.version_two {
@@ -189,11 +226,18 @@ struct PendingCall {
     reply: Option<WriteChunk>,
     /// The Call, kept to send it again in Version One after ERR_VERS (v2 §5.2).
     msg: XdrStream,
+    /// The upper layer gave up on it ([`RdmaSender::abort`]): its regions are fenced
+    /// and its Reply, when it comes, only returns the credit.
+    aborted: bool,
 }
 
 struct State {
     credits: RequesterCredits,
     calls: HashMap<Xid, PendingCall>,
+    /// Replies being pulled from responder-provided Read chunks.
+    pulls: HashMap<Xid, reliable::Pull>,
+    /// Where the reliable-reply exchange stands.
+    reliable: reliable::ReliableState,
     closed: bool,
     /// Version Two negotiation (v2 §5): the version of the next Call.
     negotiation: Negotiation,
@@ -211,6 +255,14 @@ struct Conn<Q> {
     policy: Policy,
     binding: Arc<dyn RdmaBinding>,
     stats: Arc<ConnStats>,
+    /// What we advertise for reliable reply, if we take part in it.
+    reliable: Option<rpcrdma::options::ReliableReplyInfo>,
+    /// Test hook: never send RDMA_DONE.
+    skip_done: bool,
+    /// Largest Reply we accept (bounds what we pull).
+    max_message: u64,
+    /// Backward-direction service, if configured.
+    backward: Option<backward::ClientBackward>,
     state: Mutex<State>,
     credit_wait: Notify,
     /// Where the negotiation outcome goes when the connection ends.
@@ -340,7 +392,15 @@ fn marshal_and_post<Q: QueuePair>(
         };
         let version = negotiation.version();
         conn.stats.set(Counter::Version, u64::from(version.0));
-        let plan = plan_call(xid, version, requested, msg, &sizing, limits)?;
+        // reliable-reply §4.1.1: with responder-provided Read chunks agreed, a Reply
+        // that does not fit inline comes in one; no Reply chunk is offered.
+        let plan_fn =
+            if conn.lock().reliable.is_on() && negotiation == Negotiation::Settled(Version::TWO) {
+                plan_call_without_reply_chunk
+            } else {
+                plan_call
+            };
+        let plan = plan_fn(xid, version, requested, msg, &sizing, limits)?;
         let mut regions = Vec::with_capacity(plan.registrations.len());
         let (mut write_regions, mut reply_region) = (Vec::new(), None);
         for (i, reg) in plan.registrations.iter().enumerate() {
@@ -379,6 +439,7 @@ fn marshal_and_post<Q: QueuePair>(
                     writes: chunks.writes,
                     reply: chunks.reply,
                     msg: msg.clone(),
+                    aborted: false,
                 },
             );
             st.negotiation = st.negotiation.on_send(xid);
@@ -390,6 +451,49 @@ fn marshal_and_post<Q: QueuePair>(
             stats.inc(Counter::SendPoolFallbacks);
         }
         Ok(())
+    }
+}
+
+impl<Q: QueuePair + 'static> RdmaSender<Q> {
+    /// The upper layer gives up on Call `xid` (its caller went away). Its registered
+    /// regions are fenced now, so the responder can no longer write into them; its
+    /// credit stays taken until the Reply (or RDMA_ERROR) comes, because the
+    /// responder still holds the Receive the Call used (§4.3.1). That Reply is then
+    /// dropped, and one that comes in a responder-provided Read chunk gets its
+    /// RDMA_DONE without being pulled (draft-cel-nfsv4-rpcrdma-reliable-reply-05
+    /// §4.1.3), so the connection survives (§5.1.3: "The transport connection is
+    /// preserved because no memory protection violation can occur").
+    ///
+    /// A responder that writes into a fenced Write or Reply chunk meets an invalid
+    /// STag and the connection is lost: the case §5.1.3 says responder-provided Read
+    /// chunks avoid. Returns false if no such Call is outstanding.
+    pub fn abort(&self, xid: u32) -> bool {
+        let xid = Xid(xid);
+        let regions = {
+            let mut st = self.conn.lock();
+            if let Some(call) = st.calls.get_mut(&xid) {
+                if call.aborted {
+                    return false;
+                }
+                call.aborted = true;
+                call.write_regions.clear();
+                call.reply_region = None;
+                std::mem::take(&mut call.regions)
+            } else if let Some(call) = st.pulls.get_mut(&xid).map(reliable::Pull::call_mut) {
+                if call.aborted {
+                    return false;
+                }
+                call.aborted = true;
+                Vec::new()
+            } else {
+                return false;
+            }
+        };
+        self.conn.stats.inc(Counter::CallsAborted);
+        for r in regions {
+            r.fence(None, &self.conn.stats);
+        }
+        true
     }
 }
 
@@ -455,6 +559,16 @@ async fn completions<Q: QueuePair + 'static>(conn: Arc<Conn<Q>>, pool: RecvPool)
             conn.qp.disconnect();
             continue;
         }
+        if c.opcode == WcOpcode::RdmaRead && c.wr_id & wr_kind::MASK == wr_kind::READ {
+            let xid = Xid((c.wr_id & !wr_kind::MASK) as u32);
+            if let Some(reply) = reliable::handle_pull_read_done(&conn, xid) {
+                conn.stats.inc(Counter::Replies);
+                if !conn.deliver(reply) {
+                    conn.qp.disconnect();
+                }
+            }
+            continue;
+        }
         if c.opcode != WcOpcode::Recv || c.wr_id & wr_kind::MASK != wr_kind::RECV {
             continue;
         }
@@ -478,7 +592,8 @@ async fn completions<Q: QueuePair + 'static>(conn: Arc<Conn<Q>>, pool: RecvPool)
     let calls: Vec<PendingCall> = {
         let mut st = conn.lock();
         st.closed = true;
-        st.calls.drain().map(|(_, c)| c).collect()
+        let pulled: Vec<PendingCall> = st.pulls.drain().map(|(_, p)| p.into_call()).collect();
+        st.calls.drain().map(|(_, c)| c).chain(pulled).collect()
     };
     for call in calls {
         fence(call, None, &conn.stats);
@@ -493,7 +608,11 @@ async fn completions<Q: QueuePair + 'static>(conn: Arc<Conn<Q>>, pool: RecvPool)
 }
 
 /// Completes the Call a received message answers; returns the RPC reply to deliver.
-fn handle_reply<Q: QueuePair>(conn: &Conn<Q>, buf: Bytes, c: &Completion) -> Option<Bytes> {
+fn handle_reply<Q: QueuePair + 'static>(
+    conn: &Arc<Conn<Q>>,
+    buf: Bytes,
+    c: &Completion,
+) -> Option<Bytes> {
     let stats = &conn.stats;
     let received = match receive(&buf, &conn.policy) {
         Ok(r) => r,
@@ -509,14 +628,38 @@ fn handle_reply<Q: QueuePair>(conn: &Conn<Q>, buf: Bytes, c: &Completion) -> Opt
     let credits = received.prefix().credits;
     let (base, chunks) = match received {
         Received::Msg {
-            chunks, payload, ..
-        } => (Some(payload), chunks),
-        Received::NoMsg { chunks, .. } => (None, chunks),
-        Received::Error { body, .. } => {
+            prefix,
+            chunks,
+            payload,
+        } => {
+            if rpc::msg_type(&payload) == Some(rpc::CALL) {
+                // §7.3.4: a backward-direction Call from the server.
+                backward::handle_call(conn, prefix, &chunks, payload);
+                return None;
+            }
+            (Some(payload), chunks)
+        }
+        Received::NoMsg { prefix, chunks } => {
+            if prefix.version == Version::TWO && chunks.position_zero().is_some() {
+                // reliable-reply §4.1.2: a Reply in a responder-provided Read chunk.
+                return reliable::handle_read_chunk_reply(conn, prefix, &chunks);
+            }
+            (None, chunks)
+        }
+        Received::Error { prefix, body } => {
             stats.inc(Counter::ErrRdmaErrorReceived);
             tracing::debug!(target: "rpcrdma_transport", xid = xid.0, ?body, "RDMA_ERROR");
+            if reliable::option_refused(conn, &prefix, &body) {
+                return None;
+            }
             let mut st = conn.lock();
             let call = st.calls.remove(&xid)?;
+            if call.aborted {
+                let _ = st.credits.release();
+                drop(st);
+                conn.credit_wait.notify_waiters();
+                return None;
+            }
             let (n, outcome) = st.negotiation.handle_reply(xid, Some(&body));
             st.negotiation = n;
             if let NegotiationOutcome::Retry { version, .. } = outcome {
@@ -548,12 +691,17 @@ fn handle_reply<Q: QueuePair>(conn: &Conn<Q>, buf: Bytes, c: &Completion) -> Opt
             fence(call, c.invalidated, stats);
             return Some(system_err_reply(xid));
         }
-        Received::Optional { .. } => {
-            stats.inc(Counter::ErrDiscarded);
+        Received::Optional {
+            prefix,
+            opttype,
+            optinfo,
+            ..
+        } => {
+            reliable::handle_optional(conn, &prefix, opttype, &optinfo);
             return None;
         }
     };
-    let call = {
+    let (call, advert) = {
         let mut st = conn.lock();
         let Some(call) = st.calls.remove(&xid) else {
             drop(st);
@@ -566,9 +714,17 @@ fn handle_reply<Q: QueuePair>(conn: &Conn<Q>, buf: Bytes, c: &Completion) -> Opt
         let (n, _) = st.negotiation.handle_reply(xid, None);
         st.negotiation = n;
         stats.set(Counter::CreditsGranted, u64::from(credits));
-        call
+        let advert = reliable::advertisement_due(conn, &mut st, xid);
+        (call, advert)
     };
     conn.credit_wait.notify_waiters();
+    if let Some(h) = advert {
+        reliable::post_header(conn, xid, h, SendOp::Send);
+    }
+    if call.aborted {
+        // The upper layer gave up on it: the credit is back, nothing to deliver.
+        return None;
+    }
     let proc_id = call.proc_id;
     match complete(conn, call, base, &chunks, c.invalidated) {
         Ok(reply) => Some(reply),
@@ -580,8 +736,7 @@ fn handle_reply<Q: QueuePair>(conn: &Conn<Q>, buf: Bytes, c: &Completion) -> Opt
     }
 }
 
-/// Checks a Reply against its Call, fences the Call's regions (§5.4.1: before the
-/// upper layer sees the reply) and rebuilds the Payload stream.
+/// Checks a Reply against its Call, then [`finish_reply`].
 fn complete<Q>(
     conn: &Conn<Q>,
     call: PendingCall,
@@ -589,7 +744,6 @@ fn complete<Q>(
     chunks: &rpcrdma::ChunkLists,
     remote: Option<STag>,
 ) -> Result<Bytes, &'static str> {
-    let stats = &conn.stats;
     // Checks first, fence always (the regions go whatever the verdict).
     let checked = (|| {
         if !chunks.reads.is_empty() {
@@ -605,6 +759,20 @@ fn complete<Q>(
         };
         Ok((written, reply_len))
     })();
+    finish_reply(conn, call, inline, checked, remote)
+}
+
+/// Fences the Call's regions (§5.4.1: before the upper layer sees the reply) and
+/// rebuilds the Payload stream from `inline` (or the Reply chunk, `reply_len` bytes)
+/// and the Write chunks (`written` bytes each), if `checked` holds them.
+fn finish_reply<Q>(
+    conn: &Conn<Q>,
+    call: PendingCall,
+    inline: Option<Bytes>,
+    checked: Result<(Vec<u64>, Option<u64>), &'static str>,
+    remote: Option<STag>,
+) -> Result<Bytes, &'static str> {
+    let stats = &conn.stats;
     let write_regions = call.write_regions.clone();
     let reply_region = call.reply_region;
     let proc_id = call.proc_id;
@@ -643,3 +811,6 @@ fn complete<Q>(
     let full = reassemble_reply(base, &offsets[..n], data).map_err(|_| "reassembly")?;
     Ok(full.to_bytes())
 }
+
+mod backward;
+mod reliable;

@@ -120,6 +120,37 @@ counters! {
     ErrCompletion = "err_completion",
     /// Work requests flushed by a disconnect.
     Flushed = "flushed",
+    /// 1 once both peers agreed to reliable reply (RDMA_OPTIONAL `RELIABLE_REPLY`
+    /// exchanged): a gauge.
+    ReliableReply = "reliable_reply",
+    /// Replies sent (responder) or received (requester) through a responder-provided
+    /// Read chunk (draft-cel-nfsv4-rpcrdma-reliable-reply-05 §4.1).
+    PulledReplies = "pulled_replies",
+    /// RDMA_DONE sent (requester) or received for a waiting Read chunk (responder).
+    RdmaDone = "rdma_done",
+    /// RDMA_DONE sent for an XID with no Call waiting (an aborted Call; requester,
+    /// reliable-reply §4.1.3), nothing pulled.
+    RdmaDoneUnknownXid = "rdma_done_unknown_xid",
+    /// RDMA_DONE for no waiting Read chunk, dropped silently (responder, §4.1.3).
+    RdmaDoneDropped = "rdma_done_dropped",
+    /// RDMA_DONE left unsent by the test hook `fault_skip_rdma_done` (requester).
+    RdmaDoneSkipped = "rdma_done_skipped",
+    /// Reply Read chunks invalidated by the pull timeout (responder, §4.1.3).
+    PullTimeouts = "pull_timeouts",
+    /// Reply Read chunks invalidated because the connection ended (responder, §5.4.3).
+    PullsInvalidatedOnClose = "pulls_closed",
+    /// Replies that waited for a Receive to reserve for their RDMA_DONE (responder).
+    PullsDeferred = "pulls_deferred",
+    /// Calls abandoned by the upper layer before their Reply ([`crate::RdmaSender::abort`]).
+    CallsAborted = "calls_aborted",
+    /// Backward-direction Calls sent (responder) or received (requester), v1 §7.
+    BackwardCalls = "backward_calls",
+    /// Backward-direction Replies received (responder) or sent (requester).
+    BackwardReplies = "backward_replies",
+    /// Backward Calls that waited for a backward credit (responder).
+    BackwardCreditWaits = "backward_credit_waits",
+    /// Backward Calls refused or dropped (not ready, no channel, RDMA_ERROR, lost).
+    BackwardFailed = "backward_failed",
 }
 
 const N: usize = Counter::ALL.len();

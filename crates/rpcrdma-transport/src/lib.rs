@@ -70,6 +70,7 @@
 //! Each copy in this crate carries a `// COPY:` comment.
 #![warn(missing_docs, unreachable_pub)]
 
+pub mod backward;
 pub mod binding;
 pub mod client;
 pub mod counters;
@@ -79,6 +80,7 @@ mod registration;
 pub mod server;
 pub mod setup;
 
+pub use backward::{BackwardChannel, BackwardError};
 pub use binding::RdmaBinding;
 pub use client::{RdmaReceiver, RdmaSender, RdmaTransport};
 pub use counters::{ConnStats, Counter, Snapshot, StatsRegistry};

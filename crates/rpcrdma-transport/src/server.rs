@@ -23,7 +23,8 @@
 use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use bytes::Bytes;
 use oncrpc::Dispatcher;
@@ -33,15 +34,16 @@ use rdma::{
 };
 use rpcrdma::credits::ResponderCredits;
 use rpcrdma::header::{ErrorBody, Header, PrefixView};
-use rpcrdma::marshal::{marshal_reply, Shape};
+use rpcrdma::marshal::{marshal_reply, RdmaWrite, Shape};
 use rpcrdma::private_data::PeerLimits;
 use rpcrdma::reassembly::reassemble_call;
 use rpcrdma::rpc;
 use rpcrdma::validate::{error_reply_for, receive, Policy, Received};
-use rpcrdma::{ArgsError, ChunkLists, ErrCode, HeaderError, MarshalError, Prefix, Xid};
+use rpcrdma::{ArgsError, ChunkLists, ErrCode, HeaderError, MarshalError, Prefix, Version, Xid};
 use tokio::sync::{mpsc, watch};
 use xdr::XdrStream;
 
+use crate::backward::{BackwardChannel, BackwardRequest};
 use crate::binding::RdmaBinding;
 use crate::counters::{ConnStats, Counter, StatsRegistry};
 use crate::error::TransportError;
@@ -57,6 +59,8 @@ pub struct RdmaServer<P> {
     config: RdmaConfig,
     stats: StatsRegistry,
     shutdown: watch::Sender<bool>,
+    /// Where each new connection's [`BackwardChannel`] goes, once someone asked.
+    backward: Mutex<Option<mpsc::UnboundedSender<BackwardChannel>>>,
 }
 
 impl<P> std::fmt::Debug for RdmaServer<P> {
@@ -82,7 +86,18 @@ impl<P: ConnectionManager + 'static> RdmaServer<P> {
             config,
             stats: StatsRegistry::default(),
             shutdown: watch::channel(false).0,
+            backward: Mutex::new(None),
         }
+    }
+
+    /// The backward direction of every connection accepted from now on, one
+    /// [`BackwardChannel`] each (rpcrdma-v1-draft-ietf-nfsv4-rfc5666bis-04 §7). Empty
+    /// unless [`RdmaConfig::backward_credits`] is non-zero. A second call replaces the
+    /// first receiver.
+    pub fn backward_channels(&self) -> mpsc::UnboundedReceiver<BackwardChannel> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        *self.backward.lock().unwrap_or_else(|e| e.into_inner()) = Some(tx);
+        rx
     }
 
     /// Disconnects every connection (those accepted later too): a server restart, as
@@ -128,9 +143,10 @@ impl<P: ConnectionManager + 'static> RdmaServer<P> {
             let pd = ProtectionDomain::new();
             // §4.3.1: the Receives for the credits we grant go up with the connection,
             // before the requester can send its first Call.
+            // §7.2.2.2: and one more per backward credit, for backward Replies.
             let pool = RecvPool::new(
                 &pd,
-                self.config.credits.max(1),
+                self.config.credits.max(1) + self.config.backward_credits,
                 self.config.recv_buffer_len(),
             );
             let qp = match req
@@ -149,6 +165,23 @@ impl<P: ConnectionManager + 'static> RdmaServer<P> {
             stats.set(Counter::RecvThreshold, u64::from(limits.recv_threshold));
             stats.set(Counter::CreditsRequested, u64::from(self.config.credits));
             self.stats.add(stats.clone());
+            let (backward, backward_rx) = if self.config.backward_credits > 0 {
+                let (tx, rx) = mpsc::unbounded_channel();
+                let channel = BackwardChannel {
+                    tx,
+                    peer: peer.addr,
+                    stats: stats.clone(),
+                };
+                if let Some(to) = &*self.backward.lock().unwrap_or_else(|e| e.into_inner()) {
+                    let _ = to.send(channel);
+                }
+                (
+                    Some(backward::Backward::new(self.config.backward_credits)),
+                    Some(rx),
+                )
+            } else {
+                (None, None)
+            };
             let conn = ServerConn {
                 qp: Arc::new(qp),
                 pd: pd.clone(),
@@ -176,6 +209,10 @@ impl<P: ConnectionManager + 'static> RdmaServer<P> {
                 reading_bytes: 0,
                 waiting: VecDeque::new(),
                 shutdown: self.shutdown.subscribe(),
+                reliable: reliable::Exposed::default(),
+                backward,
+                backward_rx,
+                version: Version::ONE,
             };
             tokio::spawn(conn.run());
         }
@@ -217,6 +254,14 @@ struct ServerConn<Q> {
     /// Calls waiting for read budget, oldest first.
     waiting: VecDeque<Xid>,
     shutdown: watch::Receiver<bool>,
+    /// Reliable reply: the peer's advertisement, Read chunks exposed.
+    reliable: reliable::Exposed,
+    /// Backward direction, if configured.
+    backward: Option<backward::Backward>,
+    /// Requests from this connection's [`BackwardChannel`]s (taken by `run`).
+    backward_rx: Option<mpsc::UnboundedReceiver<BackwardRequest>>,
+    /// Version of the last Call received (backward Calls go in it).
+    version: Version,
 }
 
 /// Why a connection must close.
@@ -240,11 +285,20 @@ impl<Q: QueuePair + 'static> ServerConn<Q> {
         let qp = self.qp.clone();
         let mut shutdown = self.shutdown.clone();
         let mut stopping = false;
+        let mut backward_rx = self.backward_rx.take();
         loop {
             if !stopping && *shutdown.borrow_and_update() {
                 stopping = true;
                 self.qp.disconnect();
             }
+            // reliable-reply §4.1.3: the pull timer, armed for the earliest deadline.
+            let deadline = self.reliable.poll_timeout();
+            let timer = async move {
+                match deadline {
+                    Some(d) => tokio::time::sleep_until(d.into()).await,
+                    None => std::future::pending().await,
+                }
+            };
             let step = tokio::select! {
                 _ = shutdown.changed(), if !stopping => Ok(()),
                 c = qp.completion() => match c {
@@ -252,12 +306,22 @@ impl<Q: QueuePair + 'static> ServerConn<Q> {
                     Some(c) => self.handle_completion(c, &tx),
                 },
                 Some((xid, reply)) = rx.recv() => self.handle_reply(xid, reply),
+                _ = timer => self.handle_pull_timeout(Instant::now()),
+                req = recv_backward(&mut backward_rx) => match req {
+                    Some(req) => self.handle_backward_request(req),
+                    None => {
+                        backward_rx = None;
+                        Ok(())
+                    }
+                },
             };
             if step.is_err() {
                 // §5.5.3, §5.5.4: the connection closes; calls in service are dropped.
                 self.qp.disconnect();
             }
         }
+        self.invalidate_all_pulls();
+        self.fail_all_backward();
         record_close_reason(&*self.qp, &self.stats).await;
         self.stats.close();
     }
@@ -293,7 +357,7 @@ impl<Q: QueuePair + 'static> ServerConn<Q> {
                 };
                 self.stats.inc(Counter::Recvs);
                 self.stats.add(Counter::RecvBytes, buf.len() as u64);
-                self.handle_receive(index, buf, tx)
+                self.handle_receive(index, buf, c.invalidated, tx)
             }
             (WcOpcode::RdmaRead, wr_kind::READ) => self.handle_read_done(id, tx),
             _ => Ok(()),
@@ -359,14 +423,24 @@ impl<Q: QueuePair + 'static> ServerConn<Q> {
         &mut self,
         index: usize,
         buf: Bytes,
+        invalidated: Option<STag>,
         tx: &mpsc::UnboundedSender<(Xid, Option<XdrStream>)>,
     ) -> Result<(), Fatal> {
+        if let Some(xid) = self.pull_completion(&buf) {
+            return self.handle_done(index, xid, invalidated);
+        }
         let (prefix, chunks, inline) = match receive(&buf, &self.policy) {
             Ok(Received::Msg {
                 prefix,
                 chunks,
                 payload,
-            }) => (prefix, chunks, payload),
+            }) => {
+                if rpc::msg_type(&payload) == Some(rpc::REPLY) {
+                    // §7.3.5: the Reply to one of our backward Calls.
+                    return self.handle_backward_reply(index, prefix, &chunks, payload);
+                }
+                (prefix, chunks, payload)
+            }
             Ok(Received::NoMsg { prefix, chunks }) => {
                 // §4.5.3: a Long Call carries its Payload stream in a Position Zero
                 // Read chunk.
@@ -375,11 +449,16 @@ impl<Q: QueuePair + 'static> ServerConn<Q> {
                 }
                 (prefix, chunks, Bytes::new())
             }
-            // A responder has no Calls of its own to complete.
-            Ok(Received::Error { .. } | Received::Optional { .. }) => {
-                self.stats.inc(Counter::ErrDiscarded);
-                return self.repost(index);
+            // A responder's only Calls are backward ones.
+            Ok(Received::Error { prefix, .. }) => {
+                return self.handle_backward_error(index, prefix.xid);
             }
+            Ok(Received::Optional {
+                prefix,
+                opttype,
+                optinfo,
+                ..
+            }) => return self.handle_optional(index, prefix, opttype, optinfo),
             Err(e) => {
                 let prefix = PrefixView::new_checked(buf.as_ref())
                     .ok()
@@ -388,6 +467,7 @@ impl<Q: QueuePair + 'static> ServerConn<Q> {
             }
         };
         self.stats.inc(Counter::Calls);
+        self.version = prefix.version;
         if self.calls.contains_key(&prefix.xid) {
             // A retransmission while the first copy is in service.
             self.stats.inc(Counter::ErrDiscarded);
@@ -688,6 +768,15 @@ impl<Q: QueuePair + 'static> ServerConn<Q> {
             self.limits.remote_invalidate,
         ) {
             Ok(out) => out,
+            Err(
+                MarshalError::NoReplyChunk { .. }
+                | MarshalError::ReplyChunkTooSmall { .. }
+                | MarshalError::HeaderTooLarge { .. },
+            ) if self.reliable_reply_on(prefix.version) => {
+                // reliable-reply §4.1.1: the Reply exceeds every requester-provided
+                // reply resource: it goes through a Read chunk of ours.
+                return self.reply_through_read_chunk(recv, prefix, chunks, stream);
+            }
             Err(e) => {
                 // §5.5.3: "If the requester-provided Reply chunk is too small to
                 // accommodate a large RPC Reply ... A responder can detect this problem
@@ -719,8 +808,20 @@ impl<Q: QueuePair + 'static> ServerConn<Q> {
         if out.send.shape == Shape::Long {
             self.stats.inc(Counter::ReplyChunks);
         }
-        // §3.2.2 (ordering): RDMA Writes posted before the Send are placed before it.
-        for w in out.writes {
+        self.post_writes(xid, out.writes)?;
+        // §4.3.1: "the responder needs to ensure that a credit increase is effected
+        // (i.e. RDMA Receives are posted) before the next reply is sent."
+        self.repost(recv)?;
+        self.stats.inc(Counter::Replies);
+        self.post_send(xid, out.send.send, out.invalidate)
+    }
+}
+
+impl<Q: QueuePair + 'static> ServerConn<Q> {
+    /// Posts the RDMA Writes of a Reply. §3.2.2 (ordering): RDMA Writes posted before
+    /// the Send are placed before it.
+    fn post_writes(&self, xid: Xid, writes: Vec<RdmaWrite>) -> Result<(), Fatal> {
+        for w in writes {
             self.stats.inc(Counter::RdmaWrites);
             self.stats.add(Counter::RdmaWriteBytes, w.len());
             self.qp
@@ -735,13 +836,22 @@ impl<Q: QueuePair + 'static> ServerConn<Q> {
                 })
                 .map_err(|_| Fatal)?;
         }
-        // §4.3.1: "the responder needs to ensure that a credit increase is effected
-        // (i.e. RDMA Receives are posted) before the next reply is sent."
-        self.repost(recv)?;
-        self.stats.inc(Counter::Replies);
-        self.post_send(xid, out.send.send, out.invalidate)
+        Ok(())
     }
 }
+
+/// The next request of a connection's backward channel; pending forever without one.
+async fn recv_backward(
+    rx: &mut Option<mpsc::UnboundedReceiver<BackwardRequest>>,
+) -> Option<BackwardRequest> {
+    match rx {
+        Some(rx) => rx.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
+mod backward;
+mod reliable;
 
 fn h_code(h: &Header) -> ErrCode {
     match &h.body {

@@ -5,6 +5,8 @@
 //! (inline thresholds, "senders MUST assume a receiver's inline threshold is 1024
 //! bytes" without such a mechanism).
 
+use std::time::Duration;
+
 use bytes::Bytes;
 use rdma::{ConnectParams, PeerParams, RecvWr};
 use rpcrdma::private_data::{PeerLimits, PrivateData};
@@ -43,6 +45,30 @@ pub struct RdmaConfig {
     /// and answer each Call in its own (v2 §5.3). Off: Version One only (a responder
     /// answers a Version Two message with ERR_VERS 1-1).
     pub version_two: bool,
+    /// Responder-provided Read chunks ("reliable reply",
+    /// draft-cel-nfsv4-rpcrdma-reliable-reply-05), a Version Two optional feature
+    /// advertised with RDMA_OPTIONAL `RELIABLE_REPLY` (docs/rpcrdma-v2.md). Needs
+    /// [`RdmaConfig::version_two`] and a peer that agrees; Version One peers (Linux)
+    /// never see it. Requester: advertise once Version Two is settled, then offer no
+    /// Reply chunk and pull Replies sent in a Read chunk. Responder: accept the
+    /// advertisement, and send a Reply that fits no requester-provided resource
+    /// through a read-only region of its own. Off by default.
+    pub reliable_reply: bool,
+    /// Responder: how long a Reply stays exposed through a Read chunk without
+    /// RDMA_DONE before it is invalidated (reliable-reply §4.1.3).
+    pub pull_timeout: Duration,
+    /// Backward-direction credits (rpcrdma-v1-draft-ietf-nfsv4-rfc5666bis-04 §7.2):
+    /// Requester: backward Calls it serves at once, with that many extra Receives
+    /// posted per connection once a backward dispatcher is set
+    /// ([`crate::RdmaTransport::serve_backward`]). Responder: backward Calls it sends
+    /// at once, with that many extra Receives for their Replies. 0: no backward
+    /// channel.
+    pub backward_credits: u32,
+    /// Fault injection for tests: a requester that never sends RDMA_DONE after pulling
+    /// a Reply, so that the responder's pull timeout is exercised. Never set it in
+    /// production.
+    #[doc(hidden)]
+    pub fault_skip_rdma_done: bool,
 }
 
 impl Default for RdmaConfig {
@@ -60,6 +86,10 @@ impl Default for RdmaConfig {
             max_message: 16 << 20,
             max_read_in_flight: 64 << 20,
             version_two: false,
+            reliable_reply: false,
+            pull_timeout: rpcrdma::pull::DEFAULT_PULL_TIMEOUT,
+            backward_credits: 0,
+            fault_skip_rdma_done: false,
         }
     }
 }
@@ -110,9 +140,31 @@ impl RdmaConfig {
         } else {
             Policy::v1_only()
         };
+        let mut options = base.options.clone();
+        if self.reliable_reply_offered() {
+            // v2 §3.1: the opttype we implement; any other stays ERR_INVAL_OPTION.
+            options.push(rpcrdma::options::RELIABLE_REPLY);
+        }
         Policy {
             limits: self.limits,
+            options,
             ..base
+        }
+    }
+
+    /// True when we take part in the reliable-reply exchange (it is a Version Two
+    /// option, so it needs Version Two).
+    pub(crate) fn reliable_reply_offered(&self) -> bool {
+        self.version_two && self.reliable_reply
+    }
+
+    /// What we say in our `rpcrdma2_reliable_reply` (requester or responder): whether
+    /// the peer may use Send With Invalidate on the reply Read chunk (responder) or
+    /// whether we can send RDMA_DONE that way (requester). Follows
+    /// [`RdmaConfig::remote_invalidate`].
+    pub(crate) fn reliable_reply_info(&self) -> rpcrdma::options::ReliableReplyInfo {
+        rpcrdma::options::ReliableReplyInfo {
+            remote_invalidate: self.remote_invalidate,
         }
     }
 
