@@ -28,6 +28,9 @@ pub const SINK: u32 = 3;
 pub const BIG: u32 = 4;
 /// SLOW(opaque data<>) -> opaque data<>, after 400 ms (keeps a credit in service).
 pub const SLOW: u32 = 5;
+/// GATED(unsigned n, opaque pad<>) -> opaque data<n>, nothing DDP-eligible, answered
+/// only once the test opens [`GATE`] (one permit per call).
+pub const GATED: u32 = 6;
 /// Not bound to RDMA: a program the binding does not cover.
 pub const UNBOUND_PROG: u32 = 0x2000_5152;
 
@@ -49,6 +52,9 @@ pub fn checksum(b: &[u8]) -> u32 {
 
 pub struct TestProgram;
 
+/// Holds GATED calls until the test adds permits.
+pub static GATE: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(0);
+
 impl Service for TestProgram {
     async fn call(&self, mut req: Request) -> Result<XdrStream, ServiceError> {
         let mut enc = Encoder::new();
@@ -68,6 +74,15 @@ impl Service for TestProgram {
                 let data = req.args.opaque(u32::MAX)?;
                 req.args.finish()?;
                 enc.u32(data.len() as u32).u32(checksum(&data));
+            }
+            GATED => {
+                let n = req.args.u32()?;
+                let _pad = req.args.opaque(u32::MAX)?;
+                req.args.finish()?;
+                if let Ok(p) = GATE.acquire().await {
+                    p.forget();
+                }
+                enc.opaque(&pattern(n as usize, 9));
             }
             BIG => {
                 let n = req.args.u32()?;
@@ -123,7 +138,7 @@ impl UpperLayerBinding for TestBinding {
                 max_reply: REPLY_HDR + 8,
                 ddp_results: vec![],
             },
-            BIG => ReplySizing {
+            BIG | GATED => ReplySizing {
                 max_reply: REPLY_HDR + 4 + padded_len(first_arg_u32(call) as usize) as u32,
                 ddp_results: vec![],
             },
@@ -237,4 +252,47 @@ pub async fn echo(c: &Client, data: Bytes) -> Bytes {
     let out = r.results.opaque(u32::MAX).unwrap();
     r.results.finish().unwrap();
     out
+}
+
+/// A whole RPC Call message (AUTH_NONE) for `prog`/`vers`/`proc_` with arguments
+/// encoded by `args`, for tests that drive `RdmaSender` directly with their own XIDs.
+pub fn call_msg(xid: u32, prog: u32, proc_: u32, args: impl FnOnce(&mut Encoder)) -> XdrStream {
+    use xdr::Encode;
+    let mut enc = Encoder::new();
+    oncrpc::message::CallHeader::new(
+        oncrpc::message::Xid(xid),
+        prog,
+        VERS,
+        proc_,
+        oncrpc::OpaqueAuth::none(),
+    )
+    .encode(&mut enc);
+    args(&mut enc);
+    enc.finish()
+}
+
+/// The XID of an RPC Reply and its first result, an `opaque<>`.
+pub fn reply_opaque(reply: Bytes) -> (u32, Bytes) {
+    let mut dec = Decoder::new(reply);
+    let h = oncrpc::message::ReplyHeader::decode(&mut dec).expect("reply header");
+    assert!(
+        matches!(
+            h.body,
+            oncrpc::message::ReplyBody::Accepted {
+                status: oncrpc::message::AcceptedStatus::Success,
+                ..
+            }
+        ),
+        "reply not SUCCESS: {:?}",
+        h.body
+    );
+    (h.xid.0, dec.opaque(u32::MAX).expect("opaque result"))
+}
+
+/// Waits until `cond` holds (tests wait for events, never for a time; the test
+/// harness's own timeout bounds a hang).
+pub async fn until(mut cond: impl FnMut() -> bool) {
+    while !cond() {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
 }
