@@ -164,9 +164,11 @@ impl<P: ConnectionManager + 'static> RdmaTransport<P> {
         let (tx, rx) = mpsc::unbounded_channel();
         let conn = Arc::new(Conn {
             replies: Mutex::new(Some(tx)),
+            // One header buffer per Call we may have outstanding, and one per backward
+            // Reply we may owe.
             sends: SendPool::new(
                 &pd,
-                self.config.credits.clamp(1, 1024) as usize,
+                (self.config.credits.clamp(1, 1024) + backward_recvs.min(1024)) as usize,
                 limits.send_threshold as usize,
             ),
             qp,
