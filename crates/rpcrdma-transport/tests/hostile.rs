@@ -432,3 +432,107 @@ async fn random_headers_never_stop_the_server() {
     eprintln!("{answered} of 200 random messages answered");
     assert!(answered > 0);
 }
+
+fn v2_header(xid: u32, body: Body) -> Bytes {
+    Header {
+        xid: Xid(xid),
+        version: Version::TWO,
+        credits: 8,
+        body,
+    }
+    .to_bytes()
+}
+
+fn v2_msg(xid: u32, payload: &[u8]) -> Bytes {
+    let mut b = BytesMut::from(&v2_header(xid, Body::Msg(ChunkLists::empty()))[..]);
+    b.put_slice(payload);
+    b.freeze()
+}
+
+fn reliable_reply_server() -> RdmaConfig {
+    RdmaConfig {
+        version_two: true,
+        reliable_reply: true,
+        ..RdmaConfig::default()
+    }
+}
+
+/// A Version Two NULL on `raw`, answered in Version Two.
+async fn v2_null_works(raw: &Raw, xid: u32) {
+    assert!(raw.send(v2_msg(xid, &rpc_call(xid, PROG, NULL, |_| {}))));
+    match receive(&raw.recv().await.expect("no answer"), &Policy::default()).unwrap() {
+        Received::Msg { prefix, .. } => {
+            assert_eq!((prefix.xid, prefix.version), (Xid(xid), Version::TWO))
+        }
+        other => panic!("expected RDMA_MSG, got {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rr_s4_1_3_unknown_and_repeated_rdma_done_are_dropped_silently() {
+    use rpcrdma::options::RELIABLE_REPLY;
+    init_tracing();
+    let server = start_server(reliable_reply_server()).await;
+    let raw = Raw::connect(server.addr).await;
+    v2_null_works(&raw, 1).await;
+    // Our option exchange (docs/rpcrdma-v2.md §3.1), without remote invalidation.
+    assert!(raw.send(v2_header(
+        1,
+        Body::Optional {
+            opttype: RELIABLE_REPLY,
+            optinfo: Bytes::from_static(&[0, 0, 0, 0]),
+        },
+    )));
+    let policy = Policy {
+        options: vec![RELIABLE_REPLY],
+        ..Policy::default()
+    };
+    match receive(&raw.recv().await.expect("no answer"), &policy).unwrap() {
+        Received::Optional {
+            prefix, opttype, ..
+        } => assert_eq!((prefix.xid, opttype), (Xid(1), RELIABLE_REPLY)),
+        other => panic!("expected RDMA_OPTIONAL, got {other:?}"),
+    }
+    // An RDMA_DONE for nothing: no answer at all, so the next message we get is the
+    // Reply to the next Call (reliable-reply §4.1.3: "MUST silently drop").
+    assert!(raw.send(v2_header(0x99, Body::Done)));
+    let n = 20_000u32;
+    assert!(raw.send(v2_msg(
+        2,
+        &rpc_call(2, PROG, BIG, |e| {
+            e.u32(n).opaque(&[]);
+        })
+    )));
+    match receive(&raw.recv().await.expect("no answer"), &policy).unwrap() {
+        Received::NoMsg { prefix, chunks } => {
+            assert_eq!(prefix.xid, Xid(2));
+            let p0 = chunks.position_zero().expect("position zero read chunk");
+            assert!(p0.len() > u64::from(n));
+        }
+        other => panic!("expected RDMA_NOMSG, got {other:?}"),
+    }
+    // Pull completion, then the same again: the second finds nothing waiting.
+    assert!(raw.send(v2_header(2, Body::Done)));
+    assert!(raw.send(v2_header(2, Body::Done)));
+    v2_null_works(&raw, 3).await;
+    let ss = server.stats.latest().unwrap();
+    eprintln!("{ss}");
+    assert_eq!(ss.get(Counter::RdmaDone), 1);
+    assert_eq!(ss.get(Counter::RdmaDoneDropped), 2);
+    assert_eq!(ss.get(Counter::ErrRdmaErrorSent), 0);
+    // Plain Send: the server invalidated its chunk itself.
+    assert_eq!(ss.get(Counter::LocalInvalidations), 1);
+    assert!(ss.open);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rr_rdma_done_without_the_option_gets_err_badheader() {
+    init_tracing();
+    let server = start_server(reliable_reply_server()).await;
+    let raw = Raw::connect(server.addr).await;
+    v2_null_works(&raw, 1).await;
+    // v1 §5.6.2 still holds until both peers exchanged RELIABLE_REPLY.
+    assert!(raw.send(v2_header(5, Body::Done)));
+    assert_eq!(expect_error(raw.recv().await, 5), ErrorBody::BadHeader);
+    v2_null_works(&raw, 6).await;
+}
