@@ -13,6 +13,11 @@
 //!     Receive ──► validate ──► match XID ──► check Write list / Reply chunk
 //!             ──► fence every region ──► reassemble ──► credits ──► RdmaReceiver
 //! ```
+//! With reliable reply agreed (`client/reliable.rs`) Calls offer no Reply chunk, and
+//! an RDMA_NOMSG with a Position Zero Read chunk is pulled with RDMA Read (whose
+//! completion comes to the same task), answered with RDMA_DONE, then delivered. An
+//! RDMA_MSG carrying an RPC Call is a backward Call (`client/backward.rs`).
+//!
 //! `oncrpc::Client` reconnects when [`RdmaReceiver`] ends and sends every outstanding
 //! Call again with its XID; each retransmission is planned and registered afresh on
 //! the new connection. The regions of the lost connection are fenced when it ends.

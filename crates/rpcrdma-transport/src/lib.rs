@@ -3,8 +3,10 @@
 //!
 //! Specs: rpcrdma-v1-draft-ietf-nfsv4-rfc5666bis-04 (Version One; §4.3 credits and
 //! inline thresholds, §4.4-§4.5 chunks and message shapes, §5.4 memory registration,
-//! §5.5 errors, §8 Upper Layer Bindings, §11 netids), RFC 8797 (connection private
-//! data).
+//! §5.5 errors, §7 backward direction, §8 Upper Layer Bindings, §11 netids), RFC 8797
+//! (connection private data), rpcrdma-v2-draft-cel-nfsv4-rpcrdma-version-two-00
+//! (Version Two), draft-cel-nfsv4-rpcrdma-reliable-reply-05 (responder-provided Read
+//! chunks); what goes on the wire: docs/rpcrdma-v2.md.
 //!
 //! ```text
 //!   oncrpc::Client ──Transport──► client (requester)      server (responder) ◄── accept
@@ -23,8 +25,13 @@
 //!   connection;
 //! - `registration`: chunk regions registered per call and invalidated before the call
 //!   completes;
-//! - [`client`]: the requester, an [`oncrpc::Transport`];
-//! - [`server`]: the responder, feeding an [`oncrpc::Dispatcher`];
+//! - [`client`]: the requester, an [`oncrpc::Transport`] (`client/reliable.rs`: pulling
+//!   Replies from responder-provided Read chunks; `client/backward.rs`: serving
+//!   backward Calls);
+//! - [`server`]: the responder, feeding an [`oncrpc::Dispatcher`] (`server/reliable.rs`:
+//!   Replies through Read chunks of its own, RDMA_DONE, the pull timer;
+//!   `server/backward.rs`: sending backward Calls);
+//! - [`backward`]: the service-facing backward-direction API ([`BackwardChannel`]);
 //! - [`counters`]: per-connection counters, logged on close;
 //! - [`binding`]: what the transport needs from an Upper Layer Binding;
 //! - [`error`]: the crate's error type.
@@ -35,10 +42,16 @@
 //! (`plan_call`/`finish`, `marshal_reply`, `reassemble_call`/`reassemble_reply`,
 //! `validate::receive`, `error_reply_for`, the credit types); this crate keeps the
 //! per-connection table of Calls and executes the result on the provider. It speaks
-//! Version One, and Version Two on the wire with [`RdmaConfig::version_two`] (probe, ERR_VERS fallback remembered per server, replies
-//! in the caller's version); not yet responder-provided Read chunks or backward-direction
-//! calls (the core has both: `rpcrdma::Requester`/`Responder`, docs/rpcrdma-v2.md). It
-//! keeps no duplicate request cache.
+//! Version One, and Version Two on the wire with [`RdmaConfig::version_two`] (probe,
+//! ERR_VERS fallback remembered per server, replies in the caller's version). Between
+//! two Version Two peers with [`RdmaConfig::reliable_reply`], Replies that fit no
+//! requester-provided resource come through responder-provided Read chunks (the
+//! core's `options`, `pull::PullTable`, `plan_reply_read_chunk` and
+//! `ResponderCredits::reserve_for_done`). With [`RdmaConfig::backward_credits`] the
+//! server calls the client on its connection ([`RdmaServer::backward_channels`],
+//! [`RdmaTransport::serve_backward`]; the core's `marshal_backward` and credit types).
+//! It does not drive the core's `Requester`/`Responder` state machines (known debt,
+//! ARCHITECTURE.md). It keeps no duplicate request cache.
 //!
 //! # Resource bounds (per connection)
 //! - Receives: `credits` buffers of the receive threshold, posted with the connection
@@ -49,6 +62,14 @@
 //!   up to `max_message`); Calls beyond wait, holding their credit.
 //! - Requester chunk regions: those of the Calls in flight (at most the credit limit),
 //!   fenced when the Reply arrives or the connection ends.
+//! - Responder reply Read chunks: one region per Reply waiting for RDMA_DONE, each
+//!   holding one reserved Receive, so at most `credits` - 1; invalidated on RDMA_DONE,
+//!   after `pull_timeout`, or when the connection ends.
+//! - Requester pull sinks: one per Reply being pulled (at most the credit limit), each
+//!   at most `max_message` bytes.
+//! - Backward direction: `backward_credits` more Receives on each side; a server's
+//!   backward Calls beyond its backward credits wait in a queue (unbounded: the
+//!   service's own calls).
 //!
 //! # Copies per byte (userspace; the iWARP provider's own copies are listed in `iwarp`)
 //! - Call, Short or Chunked inline part: 0 on the requester (header and XDR slices go
@@ -66,6 +87,11 @@
 //! - Transport headers: 1 each way (into a registered send buffer; out of the
 //!   receive buffer), tens of bytes.
 //! - Long messages (Position Zero Read chunk, Reply chunk): as the DDP-eligible rows.
+//! - Reply through a responder-provided Read chunk: 1 on the responder (the Payload
+//!   stream into its registered read-only region, `registration`); 0 on the requester
+//!   beyond the provider's placement into the pull sink (the pulled bytes are the
+//!   reply), then 1 if Write chunk data must be joined to it.
+//! - Backward Calls and Replies: as inline Calls and Replies.
 //!
 //! Each copy in this crate carries a `// COPY:` comment.
 #![warn(missing_docs, unreachable_pub)]

@@ -15,6 +15,14 @@
 //!  reply ─► marshal_reply ─┬─ fits the chunks ─► RDMA Writes, re-post, Send (With Inv.)
 //!                          └─ Reply/Write chunk too small ─► RDMA_ERROR, nothing written
 //! ```
+//! With reliable reply agreed (`server/reliable.rs`), a Reply that fits no reply
+//! resource goes as RDMA_NOMSG with a Position Zero Read chunk over a read-only region
+//! of ours, invalidated on RDMA_DONE, by the pull timer (a `select!` arm armed for
+//! `PullTable::poll_timeout`) or when the connection ends. Backward Calls
+//! (`server/backward.rs`) come from [`crate::BackwardChannel`]s through a channel into
+//! the connection task; Receives that bring RDMA_DONE, RDMA_OPTIONAL, backward Replies
+//! or RDMA_ERROR are re-posted at once.
+//!
 //! A Receive is re-posted only once its Call is answered, so at most `credits` Calls
 //! are in service: a requester that sends past its grant finds no Receive and the
 //! provider ends that connection (§4.3.1: "the RDMA layer may signal an error,
