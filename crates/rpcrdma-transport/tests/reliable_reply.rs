@@ -243,3 +243,83 @@ async fn rr_v2_s3_1_v2_server_without_the_option_answers_err_inval_option() {
     assert_eq!(ss.get(Counter::ErrRdmaErrorSent), 1);
     assert_eq!(ss.get(Counter::PulledReplies), 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rr_s5_4_3_a_disconnect_invalidates_the_reply_chunks_still_exposed() {
+    init_tracing();
+    let server = start_server(RdmaConfig {
+        pull_timeout: Duration::from_secs(3600),
+        ..rr()
+    })
+    .await;
+    let t = RdmaTransport::new(
+        iwarp(),
+        server.addr,
+        RdmaConfig {
+            fault_skip_rdma_done: true,
+            ..rr()
+        },
+        Arc::new(TestBinding),
+    );
+    let (mut tx, mut rx) = t.connect_once().await.unwrap();
+    let stats = tx.stats();
+    tx.send(&call_msg(1, PROG, NULL, |_| {})).await.unwrap();
+    rx.recv().await.unwrap().unwrap();
+    until(|| stats.get(Counter::ReliableReply) == 1).await;
+    for xid in 2..=3 {
+        tx.send(&call_msg(xid, PROG, BIG, |e| {
+            e.u32(30_000).opaque(&[]);
+        }))
+        .await
+        .unwrap();
+        let (x, data) = reply_opaque(rx.recv().await.unwrap().unwrap());
+        assert_eq!(x, xid);
+        assert!(data == pattern(30_000, 9));
+    }
+    assert_eq!(stats.get(Counter::RdmaDoneSkipped), 2);
+    // Two Read chunks stay exposed (no RDMA_DONE, no timeout) until the connection goes.
+    drop(tx);
+    drop(rx);
+    until(|| server.stats.latest().is_some_and(|s| !s.open)).await;
+    let ss = server.stats.latest().unwrap();
+    eprintln!("{ss}");
+    assert_eq!(ss.get(Counter::PulledReplies), 2);
+    assert_eq!(ss.get(Counter::PullsInvalidatedOnClose), 2);
+    assert_eq!(ss.get(Counter::PullTimeouts), 0);
+    assert_eq!(ss.get(Counter::LocalInvalidations), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rr_s5_2_3_pulls_under_a_small_grant_never_overrun_the_servers_receives() {
+    init_tracing();
+    // Three Receives: at most two Read chunks exposed at once (one Receive is always
+    // left for a Call), and the grant drops by one per pull in progress.
+    let server = start_server(RdmaConfig { credits: 3, ..rr() }).await;
+    let (c, cstats) = client(server.addr, rr());
+    c.call(PROG, VERS, NULL, u32_arg(0)).await.unwrap();
+    agreed(&cstats).await;
+    let mut calls = Vec::new();
+    for i in 0..40usize {
+        let c = c.clone();
+        calls.push(tokio::spawn(async move {
+            let n = 5000 + 997 * i;
+            assert!(big(&c, n).await == pattern(n, 9), "reply {i}");
+        }));
+    }
+    for call in calls {
+        call.await.unwrap();
+    }
+    until(|| server.stats.total(Counter::RdmaDone) == 40).await;
+    let s = cstats.latest().unwrap();
+    let ss = server.stats.latest().unwrap();
+    eprintln!("{s}\n{ss}");
+    assert_eq!(cstats.snapshots().len(), 1, "one connection throughout");
+    assert_eq!(s.get(Counter::PulledReplies), 40);
+    assert_eq!(ss.get(Counter::PulledReplies), 40);
+    assert_eq!(
+        s.get(Counter::ErrCompletion) + ss.get(Counter::ErrCompletion),
+        0
+    );
+    assert_eq!(ss.get(Counter::ErrRdmaErrorSent), 0);
+    assert!(s.open && ss.open);
+}
