@@ -661,14 +661,16 @@ fn handle_reply<Q: QueuePair + 'static>(
             }
             let mut st = conn.lock();
             let call = st.calls.remove(&xid)?;
+            let (n, outcome) = st.negotiation.handle_reply(xid, Some(&body));
+            st.negotiation = n;
             if call.aborted {
+                // Abandoned (its regions are already fenced): not sent again, nothing
+                // delivered; only the credit returns.
                 let _ = st.credits.release();
                 drop(st);
                 conn.credit_wait.notify_waiters();
                 return None;
             }
-            let (n, outcome) = st.negotiation.handle_reply(xid, Some(&body));
-            st.negotiation = n;
             if let NegotiationOutcome::Retry { version, .. } = outcome {
                 // v2 §5.2: "the requester selects a protocol version in the range of
                 // responder-supported versions for subsequent messages": the same
