@@ -335,6 +335,28 @@ impl Connection {
         self.events.pop_front()
     }
 
+    /// True when [`Connection::poll_completion`] has something.
+    pub fn has_completions(&self) -> bool {
+        !self.completions.is_empty()
+    }
+
+    /// True when [`Connection::poll_event`] has something.
+    pub fn has_events(&self) -> bool {
+        !self.events.is_empty()
+    }
+
+    /// True when [`Connection::poll_transmit`] may have something to do: work is
+    /// queued or in progress, a Terminate is pending, or the connection ended (the
+    /// driver then flushes and closes). False means a driver need not wake its
+    /// transmit side.
+    pub fn wants_transmit(&self) -> bool {
+        !self.is_open()
+            || self.terminate.is_some()
+            || self.cur.is_some()
+            || !self.responses.is_empty()
+            || !self.sq.is_empty()
+    }
+
     // ---------------------------------------------------------------- closing
 
     fn complete_seq(&mut self, seq: u64, status: WcStatus, len: Option<usize>) {

@@ -7,13 +7,13 @@
 //! IO happens outside the lock. Reading and writing independently means two peers that
 //! both push large transfers at each other cannot deadlock on full TCP buffers.
 
-use std::io::{self, IoSlice};
+use std::io::{self, IoSlice, IoSliceMut};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
-use bytes::{Bytes, BytesMut};
+use bytes::{BufMut, Bytes, BytesMut};
 use rdma::{
     BoxFuture, Completion, ConnectError, ConnectParams, ConnectRequest, ConnectionManager,
     Listener, PeerParams, PostError, ProtectionDomain, QpEvent, QueuePair, RecvWr, SendWr,
@@ -333,12 +333,19 @@ struct Inner {
 }
 
 impl Inner {
+    /// Wakes the completion and event pollers that have something to find (every
+    /// spurious wakeup is a task switch, often a thread handoff).
     fn wake(&mut self) {
-        if let Some(w) = self.cq_waker.take() {
-            w.wake();
+        let open = self.conn.is_open();
+        if !open || self.conn.has_completions() {
+            if let Some(w) = self.cq_waker.take() {
+                w.wake();
+            }
         }
-        if let Some(w) = self.ev_waker.take() {
-            w.wake();
+        if !open || self.conn.has_events() {
+            if let Some(w) = self.ev_waker.take() {
+                w.wake();
+            }
         }
     }
 }
@@ -398,78 +405,114 @@ fn spawn_qp(
     })
 }
 
+/// During a direct placement, stream bytes read behind the segment's payload (in the
+/// same vectored read) into the receive buffer: room for the FPDU's pad and CRC field
+/// and the next FPDU's header, so that a large segment that follows is placed
+/// directly too, with one read per segment and next to nothing copied.
+const DIRECT_TAIL: usize = 64;
+
 async fn reader_task(shared: Arc<Shared>, mut rd: OwnedReadHalf, mut buf: BytesMut) {
     const READ_CHUNK: usize = 256 * 1024;
     // Bytes that arrived with the MPA frame.
-    if !buf.is_empty() {
+    let mut direct = {
         let mut g = shared.lock();
         g.conn.handle_input(&mut buf);
-        g.wake();
-        drop(g);
-        shared.tx_wake.notify_one();
-    }
+        let d = g.conn.poll_direct(&mut buf);
+        after_input(&shared, g);
+        d
+    };
+    // After a direct placement the stream is likely in a run of large segments (a
+    // large Write ends with a short one): read only what completes the pending FPDU
+    // plus the next header, rather than swallowing (and copying) the segments behind.
+    // `missing`: that bound, while streaming.
+    let mut streaming = false;
+    let mut missing = 0;
     loop {
-        let direct = shared.lock().conn.poll_direct(&mut buf);
-        if let Some(d) = direct {
-            let r = read_direct(&mut rd, &d).await;
-            let mut g = shared.lock();
-            match r {
-                Ok(()) => g.conn.direct_done(),
-                Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => g.conn.handle_eof(),
-                Err(e) => g.conn.handle_transport_error(e.kind()),
+        let r = match &direct {
+            Some(d) => read_direct(&mut rd, d, &mut buf)
+                .await
+                .map(|()| d.len.max(1)),
+            None if streaming => {
+                buf.reserve(missing);
+                rd.read_buf(&mut (&mut buf).limit(missing)).await
             }
-            let open = g.conn.is_open();
-            g.wake();
-            drop(g);
-            shared.tx_wake.notify_one();
-            if !open {
-                return;
-            }
-            continue;
-        }
-        // COPY (partial): when the buffer is reclaimed, `reserve` moves the tail of a
-        // partial FPDU (under 64 KiB per read) to the front of the allocation.
-        buf.reserve(READ_CHUNK);
-        let r = rd.read_buf(&mut buf).await;
-        let mut g = shared.lock();
-        let open = match r {
-            Ok(0) => {
-                g.conn.handle_eof();
-                false
-            }
-            Ok(_) => {
-                g.conn.handle_input(&mut buf);
-                g.conn.is_open()
-            }
-            Err(e) => {
-                g.conn.handle_transport_error(e.kind());
-                false
+            None => {
+                // COPY (partial): when the buffer is reclaimed, `reserve` moves the
+                // tail of a partial FPDU (under 64 KiB per read) to the front of the
+                // allocation.
+                buf.reserve(READ_CHUNK);
+                rd.read_buf(&mut buf).await
             }
         };
-        g.wake();
-        drop(g);
-        shared.tx_wake.notify_one();
+        // One lock per read: finish the placement, take the FPDUs that are complete,
+        // and offer the next large segment for direct placement.
+        // A bounded read that got all it asked for and found no large segment: the
+        // run is over, back to large reads.
+        let short = matches!(r, Ok(n) if n < missing);
+        streaming = direct.is_some() || (streaming && short);
+        let mut g = shared.lock();
+        match r {
+            Ok(0) => g.conn.handle_eof(),
+            Ok(_) => {
+                if direct.is_some() {
+                    g.conn.direct_done();
+                }
+                g.conn.handle_input(&mut buf);
+            }
+            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => g.conn.handle_eof(),
+            Err(e) => g.conn.handle_transport_error(e.kind()),
+        }
+        direct = g.conn.poll_direct(&mut buf);
+        if direct.is_none() {
+            missing = g.conn.missing_fpdu_bytes(&buf) + DIRECT_TAIL;
+        }
+        let open = g.conn.is_open();
+        after_input(&shared, g);
         if !open {
             return;
         }
     }
 }
 
-/// Reads exactly `d.len` bytes from the socket into the region (no userspace copy).
-async fn read_direct(rd: &mut OwnedReadHalf, d: &DirectPlacement) -> io::Result<()> {
+/// After input: wakes the pollers with something to find and the writer only when it
+/// has work (a Read Response, a Terminate, a send queue that a Read Response
+/// unblocked, the end of the connection).
+fn after_input(shared: &Shared, mut g: MutexGuard<'_, Inner>) {
+    g.wake();
+    let tx = g.conn.wants_transmit();
+    drop(g);
+    if tx {
+        shared.tx_wake.notify_one();
+    }
+}
+
+/// Reads exactly `d.len` bytes from the socket into the region (no userspace copy)
+/// and, in the same vectored read once those are in, up to [`DIRECT_TAIL`] bytes
+/// that follow into `buf`.
+async fn read_direct(
+    rd: &mut OwnedReadHalf,
+    d: &DirectPlacement,
+    buf: &mut BytesMut,
+) -> io::Result<()> {
     let mut done = 0usize;
+    let mut tail = [0u8; DIRECT_TAIL];
     while done < d.len {
         rd.readable().await?;
         let at = d.offset + done as u64;
-        match d
-            .region
-            .with_range_mut(at, d.len - done, |dst| rd.try_read(dst))
-        {
+        let want = d.len - done;
+        match d.region.with_range_mut(at, want, |dst| {
+            rd.try_read_vectored(&mut [IoSliceMut::new(dst), IoSliceMut::new(&mut tail)])
+        }) {
             Err(_) => {
                 // Deregistered under us: the ULP broke its registration.
                 return Err(io::Error::other("target region shrank during placement"));
             }
             Ok(Ok(0)) => return Err(io::ErrorKind::UnexpectedEof.into()),
+            Ok(Ok(n)) if n > want => {
+                // COPY: the few bytes behind the payload (trailer, next header).
+                buf.extend_from_slice(&tail[..n - want]);
+                done = d.len;
+            }
             Ok(Ok(n)) => done += n,
             Ok(Err(e)) if e.kind() == io::ErrorKind::WouldBlock => {}
             Ok(Err(e)) => return Err(e),

@@ -25,9 +25,10 @@
 //! - **RDMA Write** from [`rdma::Sge::Bytes`]: 0 on the sender (the payload `Bytes`
 //!   go straight into `writev`). On the receiver, with CRC off, 0 for the part of each
 //!   segment not yet buffered when its header arrives (direct placement: the socket
-//!   is read straight into the target region, `conn::direct`; in practice nearly every
-//!   byte of a large Write); 1 for the rest and whenever CRC is on (receive buffer →
-//!   region, `ResolvedRegion::place`).
+//!   is read straight into the target region, `conn::direct`, one vectored read per
+//!   segment that also fetches the next FPDU's header; in practice every byte of a
+//!   large Write but the few dozen read behind each header); 1 for the rest and
+//!   whenever CRC is on (receive buffer → region, `ResolvedRegion::place`).
 //! - **Send**: 0 on the sender; 1 on the receiver (receive buffer → posted receive
 //!   buffer). From [`rdma::Sge::Local`]: +1 on the sender (region → FPDU scratch).
 //! - **RDMA Read**: 1 at the data source (region → FPDU scratch, because the region is

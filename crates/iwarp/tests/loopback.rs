@@ -252,6 +252,52 @@ async fn many_operations_in_flight_complete_in_order() {
     }
 }
 
+/// Runs of large Writes (placed straight from the socket, one read per segment) with
+/// small Sends and Writes between them: every byte lands where it belongs and the
+/// Sends arrive in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_write_runs_with_small_messages_between_them() {
+    let (a, b) = pair(false).await;
+    const N: usize = 24;
+    let big = |i: usize| 150_000 + i * 7_919;
+    let total: usize = (0..N).map(big).sum();
+    let target = region(&b.pd, total + N * 100, Access::REMOTE_WRITE);
+    let rx = region(&b.pd, N * 64, Access::LOCAL_WRITE);
+    for i in 0..N {
+        b.qp.post_recv(recv_wr(&rx, i as u64, i * 64, 64)).unwrap();
+    }
+    let mut at = 0;
+    let mut expect = vec![0u8; total + N * 100];
+    for i in 0..N {
+        let data = pattern(big(i), i as u8);
+        expect[at..at + data.len()].copy_from_slice(&data);
+        a.qp.post_send(write(3 * i as u64, target.stag(), at as u64, data))
+            .unwrap();
+        at += big(i);
+        a.qp.post_send(send(3 * i as u64 + 1, pattern(1 + i, 100 + i as u8)))
+            .unwrap();
+        let small = pattern(100, 200 + i as u8);
+        let off = total + i * 100;
+        expect[off..off + 100].copy_from_slice(&small);
+        a.qp.post_send(write(3 * i as u64 + 2, target.stag(), off as u64, small))
+            .unwrap();
+    }
+    for i in 0..3 * N {
+        let c = next_completion(&a.qp).await;
+        assert_eq!((c.wr_id, c.status), (i as u64, WcStatus::Success));
+    }
+    for i in 0..N {
+        let c = next_completion(&b.qp).await;
+        assert_eq!(
+            (c.wr_id, c.status, c.byte_len),
+            (i as u64, WcStatus::Success, 1 + i)
+        );
+        assert!(rx.with(|m| m[i * 64..i * 64 + 1 + i] == pattern(1 + i, 100 + i as u8)[..]));
+    }
+    // The last Send arrived behind every Write: all are placed.
+    assert!(target.with(|m| m[..] == expect[..]));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connect_exchanges_private_data_and_ird_ord_and_initial_receives_catch_first_sends() {
     let server = IwarpProvider::new(cfg(false));

@@ -355,7 +355,17 @@ fn direct_placement_reads_payload_into_the_region_and_skips_the_trailer() {
         .with_range_mut(d.offset, d.len, |dst| dst.copy_from_slice(rest))
         .unwrap();
     c.direct_done();
-    let mut buf = BytesMut::from(&f[2 + 14 + 40_000..]);
+    // What the driver may read next without running past the next header: the
+    // trailer (no pad here, 4 CRC bytes), then the rest of a partial FPDU.
+    assert_eq!(c.missing_fpdu_bytes(&[]), 4);
+    let second = 2 + 14 + 4 + 4;
+    let mut buf = BytesMut::from(&f[2 + 14 + 40_000..2 + 14 + 40_000 + 4 + 1]);
+    c.handle_input(&mut buf);
+    assert_eq!(c.missing_fpdu_bytes(&buf), 0, "length field incomplete");
+    buf.extend_from_slice(&f[2 + 14 + 40_000 + 5..2 + 14 + 40_000 + 4 + 10]);
+    c.handle_input(&mut buf);
+    assert_eq!(c.missing_fpdu_bytes(&buf), second - 10);
+    buf.extend_from_slice(&f[2 + 14 + 40_000 + 4 + 10..]);
     c.handle_input(&mut buf);
     assert!(c.is_open());
     assert!(buf.is_empty());

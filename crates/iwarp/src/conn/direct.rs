@@ -101,6 +101,22 @@ impl Connection {
         })
     }
 
+    /// Stream bytes that complete what [`Connection::handle_input`] left pending: the
+    /// pad and CRC field of a directly placed FPDU, or the rest of the partial FPDU at
+    /// the front of `buf` (0 when even its length field is incomplete). A driver that
+    /// reads no more than this plus a header's worth keeps a run of large segments on
+    /// the direct path instead of buffering (and copying) the segments behind.
+    pub fn missing_fpdu_bytes(&self, buf: &[u8]) -> usize {
+        if self.skip_trailer > 0 {
+            return self.skip_trailer;
+        }
+        if buf.len() < FPDU_HEADER_LEN {
+            return 0;
+        }
+        let ulpdu_len = u16::from_be_bytes([buf[0], buf[1]]) as usize;
+        mpa::fpdu_len(ulpdu_len).saturating_sub(buf.len())
+    }
+
     /// The driver placed all bytes of the last [`DirectPlacement`].
     pub fn direct_done(&mut self) {
         let Some(d) = self.direct.take() else {
