@@ -147,6 +147,38 @@ fn tcp_stream(size: usize, total: usize) -> f64 {
     t
 }
 
+/// Plain TCP through tokio (the same runtime as the iwarp side): the cost of the
+/// async readiness model alone, for reading the iwarp numbers.
+async fn tcp_stream_tokio(size: usize, total: usize) -> f64 {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    let reader = tokio::spawn(async move {
+        let (mut s, _) = l.accept().await.unwrap();
+        s.set_nodelay(true).unwrap();
+        let mut buf = vec![0u8; size.max(256 * 1024)];
+        let mut got = 0;
+        while got < total {
+            let n = s.read(&mut buf).await.unwrap();
+            assert!(n > 0);
+            got += n;
+        }
+        s.write_all(&[1]).await.unwrap();
+    });
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.set_nodelay(true).unwrap();
+    let data = vec![0xa5u8; size];
+    let start = Instant::now();
+    for _ in 0..total / size {
+        s.write_all(&data).await.unwrap();
+    }
+    let mut ack = [0u8; 1];
+    s.read_exact(&mut ack).await.unwrap();
+    let t = start.elapsed().as_secs_f64();
+    reader.await.unwrap();
+    t
+}
+
 /// `count` Sends of `size` bytes, `depth` outstanding; returns seconds.
 async fn send_recv(size: usize, count: usize, depth: usize) -> f64 {
     let (a, b, _pa, pb) = pair(false).await;
@@ -264,14 +296,20 @@ fn measured(f: &mut impl FnMut() -> f64) -> (f64, f64) {
 /// so load changes on a shared machine hit both alike.
 fn best_pair(
     runs: usize,
+    (iwarp_only, tcp_only): (bool, bool),
     mut a: impl FnMut() -> f64,
     mut b: impl FnMut() -> f64,
 ) -> ((f64, f64), (f64, f64)) {
     let mut best_a = (f64::INFINITY, f64::INFINITY);
     let mut best_b = (f64::INFINITY, f64::INFINITY);
     for _ in 0..runs {
-        let (w, c) = measured(&mut a);
-        best_a = (best_a.0.min(w), best_a.1.min(c));
+        if !tcp_only {
+            let (w, c) = measured(&mut a);
+            best_a = (best_a.0.min(w), best_a.1.min(c));
+        }
+        if iwarp_only {
+            continue;
+        }
         let (w, c) = measured(&mut b);
         best_b = (best_b.0.min(w), best_b.1.min(c));
     }
@@ -279,14 +317,61 @@ fn best_pair(
 }
 
 fn main() {
-    let quick = std::env::args().any(|a| a == "--quick");
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let quick = args.iter().any(|a| a == "--quick");
+    // `--iwarp-only` / `--tcp-only`: run one side (for profiling).
+    let only = (
+        args.iter().any(|a| a == "--iwarp-only"),
+        args.iter().any(|a| a == "--tcp-only"),
+    );
+    // `--runs N` overrides best-of-N; any other argument not starting with `--`
+    // selects the cases whose name contains it (`=name`: exactly that case).
+    let runs_arg = args
+        .iter()
+        .position(|a| a == "--runs")
+        .and_then(|i| args.get(i + 1))
+        .and_then(|v| v.parse::<usize>().ok());
+    let filters: Vec<&String> = args
+        .iter()
+        .enumerate()
+        .filter(|(i, a)| {
+            !a.starts_with("--")
+                && !(*i > 0 && (args[i - 1] == "--runs" || args[i - 1] == "--runtime"))
+        })
+        .map(|(_, a)| a)
+        .collect();
+    let selected = |name: &str| {
+        filters.is_empty()
+            || filters.iter().any(|f| match f.strip_prefix('=') {
+                Some(exact) => name == exact,
+                None => name.contains(f.as_str()),
+            })
+    };
+    // `--runtime current` / `--runtime multi1` / `--runtime multi2` (default).
+    let flavour = args
+        .iter()
+        .position(|a| a == "--runtime")
+        .and_then(|i| args.get(i + 1))
+        .map(String::as_str)
+        .unwrap_or("multi2");
+    let rt = match flavour {
+        "current" => tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap(),
+        "multi1" => tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap(),
+        _ => tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap(),
+    };
     let gib = if quick { 256 << 20 } else { 1usize << 30 };
-    let runs = if quick { 1 } else { 5 };
+    let runs = runs_arg.unwrap_or(if quick { 1 } else { 5 });
     println!(
         "iwarp loopback benchmark (best of {runs}; {} MiB per throughput run)",
         gib >> 20
@@ -302,8 +387,18 @@ fn main() {
         (64 << 10, false, true),
     ];
     for &(size, crc, direct) in &cases {
+        let name = format!(
+            "RDMA Write {} KiB{}{}",
+            size >> 10,
+            if crc { " +CRC" } else { "" },
+            if direct { "" } else { " no-direct" }
+        );
+        if !selected(&name) {
+            continue;
+        }
         let ((t_rdma, c_rdma), (t_tcp, c_tcp)) = best_pair(
             runs,
+            only,
             || rt.block_on(rdma_write(size, gib, 8, crc, direct)),
             || tcp_stream(size, gib),
         );
@@ -311,12 +406,7 @@ fn main() {
         let per_gib = |c: f64| c / (gib as f64 / (1u64 << 30) as f64);
         println!(
             "{:<28} {:>6.0} MB/s {:>6.0} MB/s {:>6.3} | {:>6.3} s/G {:>6.3} s/G {:>6.3}",
-            format!(
-                "RDMA Write {} KiB{}{}",
-                size >> 10,
-                if crc { " +CRC" } else { "" },
-                if direct { "" } else { " no-direct" }
-            ),
+            name,
             mbs(t_rdma),
             mbs(t_tcp),
             t_tcp / t_rdma,
@@ -325,17 +415,47 @@ fn main() {
             c_tcp / c_rdma
         );
     }
+    // Reference row: the same plain TCP stream through tokio on the runtime the iwarp
+    // side uses (in the "iwarp" columns), against the std-thread baseline: what the
+    // async readiness model costs by itself.
+    let name = "(ref) tokio TCP 1024 KiB";
+    if selected(name) {
+        let size = 1 << 20;
+        let ((t_tok, c_tok), (t_tcp, c_tcp)) = best_pair(
+            runs,
+            only,
+            || rt.block_on(tcp_stream_tokio(size, gib)),
+            || tcp_stream(size, gib),
+        );
+        let mbs = |t: f64| gib as f64 / t / 1e6;
+        let per_gib = |c: f64| c / (gib as f64 / (1u64 << 30) as f64);
+        println!(
+            "{:<28} {:>6.0} MB/s {:>6.0} MB/s {:>6.3} | {:>6.3} s/G {:>6.3} s/G {:>6.3}",
+            name,
+            mbs(t_tok),
+            mbs(t_tcp),
+            t_tcp / t_tok,
+            per_gib(c_tok),
+            per_gib(c_tcp),
+            c_tcp / c_tok
+        );
+    }
     let count = if quick { 50_000 } else { 300_000 };
     for &size in &[64usize, 4096] {
+        let name = format!("Send/Recv {size} B msgs");
+        if !selected(&name) {
+            continue;
+        }
         let ((t_rdma, c_rdma), (t_tcp, c_tcp)) = best_pair(
             runs,
+            only,
             || rt.block_on(send_recv(size, count, 64)),
             || tcp_messages(size, count),
         );
         let rate = |t: f64| count as f64 / t / 1e3;
         println!(
             "{:<28} {:>7.0} k/s {:>7.0} k/s {:>6.3} | {:>6.2} us {:>7.2} us {:>6.3}",
-            format!("Send/Recv {size} B msgs"),
+            name,
             rate(t_rdma),
             rate(t_tcp),
             t_tcp / t_rdma,
