@@ -289,10 +289,15 @@ pub fn reply_opaque(reply: Bytes) -> (u32, Bytes) {
     (h.xid.0, dec.opaque(u32::MAX).expect("opaque result"))
 }
 
-/// Waits until `cond` holds (tests wait for events, never for a time; the test
-/// harness's own timeout bounds a hang).
+/// Waits until `cond` holds: tests wait for events, not for a time. The 60 s bound
+/// only turns a hang (an event that never comes) into a failure.
 pub async fn until(mut cond: impl FnMut() -> bool) {
+    let give_up = tokio::time::Instant::now() + Duration::from_secs(60);
     while !cond() {
+        assert!(
+            tokio::time::Instant::now() < give_up,
+            "the awaited condition never held"
+        );
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
 }
