@@ -1,14 +1,15 @@
 //! NFSv3 over RPC-over-RDMA (userspace iWARP provider on loopback): MOUNT over TCP,
 //! then every kind of NFS exchange over RDMA: READ data through Write chunks, WRITE
 //! data through Read chunks, large READDIRPLUS replies through the Reply chunk, and
-//! error statuses; plus the CLI with `--transport rdma`.
+//! error statuses; plus the CLI with `--transport rdma`, and a Version Two client
+//! whose large replies come through responder-provided Read chunks.
 
 mod common;
 
 use common::{pattern, TempDir, TestServer};
 use nfsclient::nfs3::{Ftype3, NfsStat3, Sattr3, StableHow};
 use nfsclient::{IoOptions, MountOptions, TransportKind};
-use rpcrdma_transport::Counter;
+use rpcrdma_transport::{Counter, RdmaConfig};
 use xdr::Bytes;
 
 fn rdma_options(s: &TestServer) -> MountOptions {
@@ -122,6 +123,7 @@ async fn cli_put_and_get_over_rdma() {
             // -v reports the rate and the RDMA counters.
             assert!(err.contains(" bytes in "), "{err}");
             assert!(err.contains("nfs: rdma calls="), "{err}");
+            err
         }
     };
     run(vec![
@@ -138,4 +140,87 @@ async fn cli_put_and_get_over_rdma() {
     .await;
     assert_eq!(std::fs::read(s.local("f.bin")).unwrap(), data);
     assert_eq!(std::fs::read(&back).unwrap(), data);
+    // Version One by default; `--rdma-version 2` settles on Version Two.
+    let err = run(vec![
+        "get".into(),
+        format!("127.0.0.1:{export}/f.bin"),
+        back.to_str().unwrap().into(),
+    ])
+    .await;
+    assert!(err.contains("rpcrdma_version=1"), "{err}");
+    let err = run(vec![
+        "--rdma-version".into(),
+        "2".into(),
+        "get".into(),
+        format!("127.0.0.1:{export}/f.bin"),
+        back.to_str().unwrap().into(),
+    ])
+    .await;
+    assert!(err.contains("rpcrdma_version=2"), "{err}");
+    assert_eq!(std::fs::read(&back).unwrap(), data);
+}
+
+/// A Version Two client with reliable reply (what `nfs --rdma-version 2` runs) against
+/// the server's defaults: the connection settles on Version Two, READ data still
+/// comes by RDMA Write into the client's Write chunks, and READDIRPLUS replies too
+/// large for the inline threshold, for which the client now offers no Reply chunk,
+/// are pulled from the server's memory (RDMA_NOMSG + Position Zero Read chunk, then
+/// RDMA_DONE).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn version_two_client_pulls_large_replies_from_the_server() {
+    let s = TestServer::start_rdma("rdma-v2").await;
+    let opts = MountOptions {
+        rdma: RdmaConfig {
+            version_two: true,
+            reliable_reply: true,
+            ..RdmaConfig::default()
+        },
+        ..rdma_options(&s)
+    };
+    let mut m = s.mount_with(&opts).await;
+    for i in 0..300 {
+        std::fs::write(s.local(&format!("entry-{i:03}")), b"").unwrap();
+    }
+    // The option exchange follows the first Version Two Reply; until the server's
+    // answer arrives, Calls still carry Reply chunks, so list until one is pulled.
+    let ours = m.rdma_stats().expect("an RDMA mount has counters").clone();
+    let mut listings = 0;
+    while ours.total(Counter::PulledReplies) == 0 && listings < 20 {
+        let all = m.read_dir(m.root(), true).collect_all().await.unwrap();
+        let files = all.iter().filter(|e| e.name.starts_with(b"entry-"));
+        assert_eq!(files.count(), 300);
+        listings += 1;
+    }
+    let data = pattern(300_001, 5);
+    std::fs::write(s.local("f"), &data).unwrap();
+    let (fh, _) = m.lookup_path("f").await.unwrap();
+    m.set_io_options(IoOptions {
+        rsize: 65536,
+        depth: 4,
+        ..IoOptions::default()
+    });
+    assert_eq!(m.read_all(&fh).await.unwrap(), data);
+
+    let c = ours.latest().unwrap();
+    eprintln!("after {listings} listing(s): {c}");
+    assert_eq!(c.get(Counter::Version), 2, "{c}");
+    assert_eq!(c.get(Counter::ReliableReply), 1, "{c}");
+    assert!(c.get(Counter::PulledReplies) > 0, "{c}");
+    assert!(
+        c.get(Counter::WriteChunks) > 0,
+        "READ data in Write chunks: {c}"
+    );
+    assert_eq!(c.get(Counter::ErrRdmaErrorReceived), 0, "{c}");
+    let server = s.rdma_stats.as_ref().unwrap();
+    let pulled = c.get(Counter::PulledReplies);
+    // The RDMA_DONE of the last pulled reply may still be on its way.
+    for _ in 0..1000 {
+        if server.total(Counter::RdmaDone) == pulled {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert_eq!(server.total(Counter::PulledReplies), pulled);
+    assert_eq!(server.total(Counter::RdmaDone), pulled);
+    assert_eq!(server.total(Counter::PullTimeouts), 0);
 }

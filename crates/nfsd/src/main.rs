@@ -5,6 +5,7 @@
 //! nfsd [OPTIONS] <DIR>...
 //! nfsd /srv/export                         # NFS on tcp 2049 and rdma 20049, MOUNT on 20048
 //! nfsd --rdma-port 30049 /srv/export       # NFS/RDMA on another port
+//! nfsd --rdma-version 1 /srv/export        # RPC-over-RDMA Version One only
 //! nfsd --no-rdma --nfs-port 12049 --mount-port 12048 --read-only /srv/a /srv/b
 //! ```
 //! Clients: `mount -t nfs -o vers=3,proto=tcp,port=2049,mountport=20048,mountproto=tcp,nolock host:/srv/export /mnt`,
@@ -40,8 +41,13 @@ struct Cli {
     #[arg(long, default_value_t = nfs3::ulb::NFS_RDMA_PORT)]
     rdma_port: u16,
     /// Do not serve NFS over RDMA.
-    #[arg(long, conflicts_with_all = ["rdma_port", "rdma_crc", "rdma_max_ulpdu"])]
+    #[arg(long, conflicts_with_all = ["rdma_port", "rdma_crc", "rdma_max_ulpdu", "rdma_version"])]
     no_rdma: bool,
+    /// Highest RPC-over-RDMA version accepted: 2 serves Version One and Version Two
+    /// clients (each answered in its own version; Version Two clients may use
+    /// responder-provided Read chunks); 1 answers Version Two with ERR_VERS.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=2))]
+    rdma_version: u32,
     /// Ask RDMA peers for MPA CRC32c (RFC 5044; off unless asked, as Linux siw).
     #[arg(long)]
     rdma_crc: bool,
@@ -129,6 +135,7 @@ fn main() -> std::process::ExitCode {
     let rdma = (!cli.no_rdma).then(|| RdmaOptions {
         crc: cli.rdma_crc,
         max_ulpdu: cli.rdma_max_ulpdu.map(usize::from),
+        transport: RdmaOptions::server_transport(cli.rdma_version == 2),
         ..RdmaOptions::new((cli.bind, cli.rdma_port).into())
     });
     match runtime.block_on(run(config, rdma)) {

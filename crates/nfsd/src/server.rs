@@ -173,9 +173,11 @@ impl Bound {
         if let Ok(a) = self.mount_addr() {
             lines.push(format!("MOUNT v3 listening on tcp {a}"));
         }
-        match self.rdma_addr() {
-            Some(a) => lines.push(format!(
-                "NFS v3 listening on rdma {a} (RPC-over-RDMA Version One, userspace iWARP)"
+        match &self.rdma {
+            Some(r) => lines.push(format!(
+                "NFS v3 listening on rdma {} ({}, userspace iWARP)",
+                r.local_addr(),
+                r.versions()
             )),
             None => lines.push("NFS/RDMA: off".to_string()),
         }

@@ -2,7 +2,8 @@
 //! client over the userspace iWARP provider on loopback mounts (MOUNT over TCP, RFC
 //! 8267 binds no MOUNT), writes and reads 1 MiB + 1 byte-exact, and the transport
 //! counters show READ data went by RDMA Write and WRITE data by RDMA Read; the
-//! `nfsd` binary announces its RDMA listener and `--no-rdma` turns it off.
+//! `nfsd` binary announces its RDMA listener (both versions unless `--rdma-version 1`)
+//! and `--no-rdma` turns it off.
 
 mod common;
 
@@ -56,7 +57,7 @@ async fn bound_serves_nfs_over_rdma_read_by_rdma_write_write_by_rdma_read() {
     let rdma = bound.rdma_addr().expect("RDMA listener");
     assert!(
         bound.describe().contains(&format!(
-            "NFS v3 listening on rdma {rdma} (RPC-over-RDMA Version One, userspace iWARP)"
+            "NFS v3 listening on rdma {rdma} (RPC-over-RDMA Versions One and Two, userspace iWARP)"
         )),
         "{:?}",
         bound.describe()
@@ -155,6 +156,12 @@ fn binary_announces_rdma_and_no_rdma_turns_it_off() {
         on.iter()
             .any(|l| l.starts_with("nfsd: NFS v3 listening on rdma 127.0.0.1:")),
         "{on:?}"
+    );
+    let v1 = run(&["--rdma-port", "0", "--rdma-version", "1"]);
+    assert!(
+        v1.iter()
+            .any(|l| l.ends_with("(RPC-over-RDMA Version One, userspace iWARP)")),
+        "{v1:?}"
     );
     let off = run(&["--no-rdma"]);
     assert!(off.iter().any(|l| l == "nfsd: NFS/RDMA: off"), "{off:?}");

@@ -183,7 +183,8 @@ async fn serve_rdma(
         provider,
         Arc::new(d),
         Arc::new(nfsclient::rdma::Nfs3RdmaBinding),
-        rpcrdma_transport::RdmaConfig::default(),
+        // What `nfsd` runs by default: both versions, reliable reply offered.
+        nfsd::rdma::RdmaOptions::server_transport(true),
     );
     let listener = rs.bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
     let addr = rdma::Listener::local_addr(&listener).unwrap();

@@ -19,8 +19,8 @@
 //! a slice (see the crate's copy count).
 //!
 //! # What this module does not do
-//! It runs only the userspace iWARP provider (no rdma-core verbs yet), and serves
-//! RPC-over-RDMA Version One only (the transport's limit).
+//! It runs only the userspace iWARP provider (no rdma-core verbs yet). It issues no
+//! backward-direction calls: NFSv3 has no callback program.
 
 use std::future::Future;
 use std::io;
@@ -50,18 +50,33 @@ pub struct RdmaOptions {
     /// fits one TCP segment keeps packet analysers that assume FPDU alignment
     /// (tshark 4.0's MPA dissector) in step.
     pub max_ulpdu: Option<usize>,
-    /// Transport settings (inline thresholds, credits, message limits).
+    /// Transport settings (inline thresholds, credits, message limits, versions).
     pub transport: RdmaConfig,
 }
 
 impl RdmaOptions {
-    /// Defaults at `addr`: no CRC, 4 KiB inline both ways, 128 credits.
+    /// Defaults at `addr`: no CRC, 4 KiB inline both ways, 128 credits, both
+    /// RPC-over-RDMA versions (see [`RdmaOptions::server_transport`]).
     pub fn new(addr: SocketAddr) -> Self {
         RdmaOptions {
             addr,
             crc: false,
             max_ulpdu: None,
-            transport: RdmaConfig::default(),
+            transport: RdmaOptions::server_transport(true),
+        }
+    }
+
+    /// The transport settings of a server that accepts Version One only
+    /// (`version_two: false`: a Version Two Call gets ERR_VERS 1-1), or both
+    /// versions, answering each Call in its own and offering responder-provided Read
+    /// chunks to Version Two clients that ask for them (rpcrdma-v2 §5.3,
+    /// draft-cel-nfsv4-rpcrdma-reliable-reply-05). Accepting Version Two changes
+    /// nothing for a Version One client such as Linux: it never sends one.
+    pub fn server_transport(version_two: bool) -> RdmaConfig {
+        RdmaConfig {
+            version_two,
+            reliable_reply: version_two,
+            ..RdmaConfig::default()
         }
     }
 }
@@ -71,6 +86,7 @@ pub struct RdmaListener {
     server: RdmaServer<IwarpProvider>,
     listener: IwarpListener,
     addr: SocketAddr,
+    version_two: bool,
 }
 
 impl std::fmt::Debug for RdmaListener {
@@ -110,12 +126,22 @@ impl RdmaListener {
             server,
             listener,
             addr,
+            version_two: opts.transport.version_two,
         })
     }
 
     /// The bound address.
     pub fn local_addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// The RPC-over-RDMA versions served, for startup lines.
+    pub fn versions(&self) -> &'static str {
+        if self.version_two {
+            "RPC-over-RDMA Versions One and Two"
+        } else {
+            "RPC-over-RDMA Version One"
+        }
     }
 
     /// Every connection's transport counters (RDMA Reads and Writes, chunks, errors).
@@ -136,6 +162,7 @@ impl RdmaListener {
             server,
             listener,
             addr,
+            version_two: _,
         } = self;
         if let Some(r) = &registrar {
             server

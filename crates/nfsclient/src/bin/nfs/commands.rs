@@ -309,14 +309,19 @@ fn report(m: &Mount, what: &str, bytes: u64, took: std::time::Duration) {
             Counter::ReadChunks,
             Counter::WriteChunks,
             Counter::ReplyChunks,
+            Counter::PulledReplies,
             Counter::ChunkBytesReceived,
             Counter::SendBytes,
             Counter::CreditWaits,
         ];
-        let line: Vec<String> = counters
+        let mut line: Vec<String> = counters
             .iter()
             .map(|c| format!("{}={}", c.name(), stats.total(*c)))
             .collect();
+        if let Some(latest) = stats.latest() {
+            let version = Counter::Version;
+            line.push(format!("{}={}", version.name(), latest.get(version)));
+        }
         eprintln!("nfs: rdma {}", line.join(" "));
     }
 }

@@ -11,7 +11,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
-use nfsclient::{auth_sys_self, MountOptions, Target, TransportKind};
+use nfsclient::{auth_sys_self, MountOptions, RdmaConfig, Target, TransportKind};
 
 mod commands;
 mod format;
@@ -70,6 +70,11 @@ struct Global {
     /// After a transfer, print its rate (and the RDMA counters) on standard error.
     #[arg(short, long, global = true)]
     verbose: bool,
+    /// RPC-over-RDMA version to open connections with: 2 probes Version Two (and
+    /// asks for responder-provided Read chunks), falling back to Version One when the
+    /// server answers ERR_VERS (Linux knfsd does); 1 speaks Version One only.
+    #[arg(long, global = true, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=2))]
+    rdma_version: u32,
 }
 
 #[derive(Debug, Subcommand)]
@@ -157,6 +162,11 @@ impl Global {
             rsize: self.rsize,
             wsize: self.wsize,
             depth: self.depth.max(1),
+            rdma: RdmaConfig {
+                version_two: self.rdma_version == 2,
+                reliable_reply: self.rdma_version == 2,
+                ..RdmaConfig::default()
+            },
             ..MountOptions::default()
         })
     }
