@@ -167,7 +167,6 @@ impl Global {
                 reliable_reply: self.rdma_version == 2,
                 ..RdmaConfig::default()
             },
-            ..MountOptions::default()
         })
     }
 }
