@@ -410,9 +410,10 @@ fn spawn_qp(
 }
 
 /// During a direct placement, stream bytes read behind the segment's payload (in the
-/// same vectored read) into the receive buffer: room for the FPDU's pad and CRC field
-/// and the next FPDU's header, so that a large segment that follows is placed
-/// directly too, with one read per segment and next to nothing copied.
+/// same vectored read) into the receive buffer: room for the FPDU's pad and CRC field,
+/// the short segment that ends a large message (1 MiB = 16 x 65,502 + 544 bytes) and
+/// the next FPDU's header, so that a large segment that follows is placed directly
+/// too: one read per segment, at most this much copied.
 const DIRECT_TAIL: usize = 1024;
 
 async fn reader_task(shared: Arc<Shared>, mut rd: OwnedReadHalf, mut buf: BytesMut) {
