@@ -5,14 +5,21 @@
 # outcome the host turns into test results, and the usual guest setup
 # (siw, knfsd with its RDMA listener, captures, host handshakes).
 #
-# Results go to /share/results, one record per line:
+# A guest boot runs one scenario script (/share/guest.sh), or, in a shared boot
+# (GuestConfig::shared_boot), several in turn: lab_serve_runs below runs each
+# from /share/runs/<name>/ with LAB_RUN_DIR set to that directory, where its
+# results, handshake files, logs and captures then go. LAB_RUN_DIR is /share
+# for a scenario that has the boot to itself.
+#
+# Results go to $LAB_RUN_DIR/results, one record per line:
 #   BEGIN <step> <uptime>         a step started
 #   PASS <step> <uptime>          it succeeded
 #   FAIL <step> rc=<n> <uptime>   it failed; the script stops here
 #   VALUE <key> <text>            a measured value (e.g. the mountstats xprt line)
 # A step with a BEGIN and no end is the one that hung when the harness timed out.
 
-RESULTS=/share/results
+LAB_RUN_DIR=${LAB_RUN_DIR:-/share}
+RESULTS=$LAB_RUN_DIR/results
 : "${LAB_STEP_TIMEOUT:=60}"
 LAB_CLEANUPS=""
 
@@ -62,13 +69,13 @@ record() {
 }
 
 # lab_ready: tell the host the guest is ready for host-side work.
-lab_ready() { lab_uptime >/share/ready; lab_log "ready"; }
+lab_ready() { lab_uptime >"$LAB_RUN_DIR/ready"; lab_log "ready"; }
 
-# lab_wait_for FILE SECS: wait for the host to create /share/FILE.
+# lab_wait_for FILE SECS: wait for the host to create $LAB_RUN_DIR/FILE.
 lab_wait_for() {
   local i=0 n=$(($2 * 5))
-  while [ ! -e "/share/$1" ]; do
-    [ $i -ge $n ] && { lab_log "no /share/$1 after $2 s"; return 1; }
+  while [ ! -e "$LAB_RUN_DIR/$1" ]; do
+    [ $i -ge $n ] && { lab_log "no $LAB_RUN_DIR/$1 after $2 s"; return 1; }
     sleep 0.2
     i=$((i + 1))
   done
@@ -77,8 +84,16 @@ lab_wait_for() {
 # lab_rdma_up: load siw and the NFS/RDMA modules, and create siw devices on
 # eth0 and lo. LAB_SIW picks the siw build: stock (default), patched (the
 # accept-race fix, lab/patches/), crc (asks for MPA CRC on every connection).
+# Once per boot: in a shared boot a later scenario finds it done (and fails if
+# it wants another siw build than the one loaded).
 lab_rdma_up() {
   local m
+  if [ -e /run/lab-rdma-up ]; then
+    record siw "$(cat /run/lab-rdma-up)"
+    [ "$(cat /run/lab-rdma-up)" = "${LAB_SIW:-stock}" ] && lab_log "rdma already up in this boot" && return 0
+    lab_log "siw $(cat /run/lab-rdma-up) is loaded in this boot, not ${LAB_SIW:-stock}"
+    return 1
+  fi
   case ${LAB_SIW:-stock} in
     stock) modprobe siw || return 1 ;;
     patched | crc)
@@ -91,11 +106,18 @@ lab_rdma_up() {
   rdma link add siw0 type siw netdev eth0 || return 1
   rdma link add siw_lo type siw netdev lo || return 1
   rdma link show
+  echo "${LAB_SIW:-stock}" >/run/lab-rdma-up
 }
 
 # lab_knfsd_up: knfsd exporting a tmpfs /export, with the RDMA listener on
 # port ${LAB_NFSD_RDMA_PORT:-20049}. MOUNT is served over TCP by rpc.mountd.
+# Once per boot, like lab_rdma_up.
 lab_knfsd_up() {
+  if [ -e /run/lab-knfsd-up ]; then
+    [ "$(cat /run/lab-knfsd-up)" = "${LAB_NFSD_RDMA_PORT:-20049}" ] && lab_log "knfsd already up in this boot" && return 0
+    lab_log "knfsd is up with RDMA port $(cat /run/lab-knfsd-up) in this boot, not ${LAB_NFSD_RDMA_PORT:-20049}"
+    return 1
+  fi
   mkdir -p /export /run/rpcbind /var/lib/nfs/rpc_pipefs || return 1
   mount -t tmpfs -o size=256m tmpfs /export || return 1
   echo "hello from guest knfsd" >/export/hello.txt
@@ -111,11 +133,12 @@ lab_knfsd_up() {
   echo "rdma ${LAB_NFSD_RDMA_PORT:-20049}" >/proc/fs/nfsd/portlist || return 1
   lab_log "portlist: $(tr '\n' ' ' </proc/fs/nfsd/portlist)"
   grep -q "rdma ${LAB_NFSD_RDMA_PORT:-20049}" /proc/fs/nfsd/portlist || return 1
-  lab_wait_listen "${LAB_NFSD_RDMA_PORT:-20049}" 10
+  lab_wait_listen "${LAB_NFSD_RDMA_PORT:-20049}" 10 || return 1
+  echo "${LAB_NFSD_RDMA_PORT:-20049}" >/run/lab-knfsd-up
 }
 
 # lab_capture_start IFACE FILE [FILTER...]: tcpdump in the guest (for traffic
-# the host cannot see, e.g. guest loopback). FILE is relative to /share. The
+# the host cannot see, e.g. guest loopback). FILE is relative to $LAB_RUN_DIR. The
 # capture is written to the guest's tmpfs (9p under TCG is too slow for
 # tcpdump to keep up) and copied to the share by lab_capture_stop, which
 # also runs at exit.
@@ -152,7 +175,7 @@ lab_capture_stop() {
   LAB_TCPDUMP=""
   cat /tmp/tcpdump.err
   record "capture:$LAB_CAPTURE" "$(grep -E 'captured|received|dropped' /tmp/tcpdump.err | tr '\n' ' ')"
-  cp "$f" "/share/$LAB_CAPTURE" && sync
+  cp "$f" "$LAB_RUN_DIR/$LAB_CAPTURE" && sync
 }
 
 # lab_xprt MOUNTPOINT: the "xprt:" line of /proc/self/mountstats for it.
@@ -194,11 +217,47 @@ lab_wait_listen() {
 
 # lab_run_binary NAME [ARGS...]: run a host binary the harness copied into
 # /share/bin (GuestScript::binary) in the background, output to
-# /share/NAME.log; its pid is in LAB_PID_<NAME>. Stopped at exit.
+# $LAB_RUN_DIR/NAME.log; its pid is in LAB_PID_<NAME>. Stopped at exit.
 lab_run_binary() {
   local name=$1
   shift
-  "/share/bin/$name" "$@" >"/share/$name.log" 2>&1 &
+  "/share/bin/$name" "$@" >"$LAB_RUN_DIR/$name.log" 2>&1 &
   eval "LAB_PID_$(echo "$name" | tr -c 'A-Za-z0-9_\n' _)=$!"
   lab_on_exit "kill $! 2>/dev/null"
+}
+
+# lab_serve_runs: the script of a shared boot (GuestConfig::shared_boot). Runs
+# the scenario scripts the host queues, one at a time, in order: the host
+# writes /share/runs/<name>/{guest.sh,env.sh}, then /share/runs/queue-<n>
+# holding <name>. Each runs in its own shell with LAB_RUN_DIR=/share/runs/<name>
+# (output to guest.log there); then its dmesg.txt and syslog.txt are saved and
+# exit-status written, which tells the host it ended. A scenario's failing step
+# ends only that scenario. Returns (and the guest powers off) after
+# LAB_IDLE_SECS (default 900) with nothing queued; normally the host ends the
+# boot first.
+lab_serve_runs() {
+  local n=1 i name d rc
+  while :; do
+    i=0
+    while [ ! -e "/share/runs/queue-$n" ]; do
+      [ $i -ge $((${LAB_IDLE_SECS:-900} * 5)) ] && { lab_log "nothing queued for ${LAB_IDLE_SECS:-900} s"; return 0; }
+      sleep 0.2
+      i=$((i + 1))
+    done
+    name=$(cat "/share/runs/queue-$n")
+    d=/share/runs/$name
+    lab_log "run $n: $name"
+    (
+      export LAB_RUN_DIR="$d"
+      [ -f "$d/env.sh" ] && . "$d/env.sh"
+      cd /share && exec sh "$d/guest.sh"
+    ) >"$d/guest.log" 2>&1
+    rc=$?
+    lab_log "run $n: $name exited rc=$rc"
+    dmesg >"$d/dmesg.txt" 2>&1
+    cp /tmp/syslog "$d/syslog.txt" 2>/dev/null
+    echo $rc >"$d/exit-status.tmp" && mv "$d/exit-status.tmp" "$d/exit-status"
+    sync
+    n=$((n + 1))
+  done
 }

@@ -8,6 +8,10 @@
 
 step rdma_up lab_rdma_up
 step knfsd_up lab_knfsd_up
+# knfsd's counters before and after the host's work: in a shared boot they
+# also hold earlier scenarios' calls, so a test checks the difference.
+record nfsd_rpc_before "$(grep '^rpc' /proc/net/rpc/nfsd)"
+record nfsd_proc3_before "$(grep '^proc3' /proc/net/rpc/nfsd)"
 lab_ready
 step wait_for_host lab_wait_for done "${LAB_HOLD_SECS:-120}"
 # Evidence for the host test: what knfsd saw while the host drove it.

@@ -75,8 +75,11 @@ pub struct Outcome {
     pub boot_attempts: u32,
     /// Seconds from qemu start to the share being mounted.
     pub boot_secs: f64,
-    /// Wall time from boot to collection.
+    /// Wall time from boot (or, in a shared boot, from this scenario's start)
+    /// to collection.
     pub wall: Duration,
+    /// In a shared boot: which one, and this scenario's place in it.
+    pub shared_boot: Option<String>,
     host_logs: Vec<(String, PathBuf)>,
 }
 
@@ -106,6 +109,7 @@ impl Outcome {
             boot_attempts,
             boot_secs,
             wall,
+            shared_boot: None,
             host_logs,
         }
     }
@@ -205,11 +209,14 @@ impl Outcome {
             None => "PASSED".to_string(),
             Some(f) => format!("FAILED: {f}"),
         };
+        let boot = match (&self.shared_boot, self.boot_attempts) {
+            (Some(s), 0) => s.clone(),
+            (Some(s), n) => format!("{s} in {:.1} s ({n} attempt(s))", self.boot_secs),
+            (None, n) => format!("boot {:.1} s ({n} attempt(s))", self.boot_secs),
+        };
         r += &format!(
-            "lab run `{}`: {verdict}\n  boot {:.1} s ({} attempt(s)), wall {:.1} s, out {}\n",
+            "lab run `{}`: {verdict}\n  {boot}, wall {:.1} s, out {}\n",
             self.name,
-            self.boot_secs,
-            self.boot_attempts,
             self.wall.as_secs_f64(),
             self.out_dir.display()
         );
@@ -350,6 +357,7 @@ mod tests {
             boot_attempts: 1,
             boot_secs: 1.0,
             wall: Duration::from_secs(2),
+            shared_boot: None,
             host_logs: vec![],
         }
     }

@@ -42,6 +42,8 @@ pub struct GuestConfig {
     pub(crate) timeout: Duration,
     pub(crate) boot_timeout: Duration,
     pub(crate) boot_attempts: u32,
+    /// `Some(name)`: run in the shared boot `name` (see [`GuestConfig::shared_boot`]).
+    pub(crate) shared: Option<String>,
 }
 
 impl GuestConfig {
@@ -58,6 +60,7 @@ impl GuestConfig {
             timeout: Duration::from_secs(300),
             boot_timeout: Duration::from_secs(120),
             boot_attempts: 2,
+            shared: None,
         }
     }
 
@@ -96,10 +99,43 @@ impl GuestConfig {
         self
     }
 
-    /// Whole-run limit from boot to power-off (default 300 s).
+    /// Whole-run limit from boot to power-off (default 300 s); in a shared boot,
+    /// from the moment this scenario is handed to the guest to its end.
     pub fn timeout(mut self, t: Duration) -> Self {
         self.timeout = t;
         self
+    }
+
+    /// Run this scenario in the shared boot `name` instead of a guest of its own:
+    /// one boot (and one siw/knfsd setup, which `lab_rdma_up` and `lab_knfsd_up`
+    /// do once per boot) serves every scenario of this test process that asks
+    /// for the same `name`, port forwards and `LAB_SIW`, one after another. Each
+    /// scenario keeps its own `lab/out/<run>/` (its `share/` is its directory in
+    /// the boot's share), its own results, logs, host processes and host-side
+    /// capture (added and removed through QMP), and its own [`Outcome`]: the
+    /// guest's `lab_serve_runs` runs its script in a fresh shell, and a failing
+    /// step ends only that scenario.
+    ///
+    /// The boot is booted by the first such scenario and lives until a scenario
+    /// needs another boot, a scenario overruns or is abandoned (then it is killed
+    /// and the next one boots afresh), or the test process exits (qemu runs
+    /// under a watchdog that kills it when the process is gone). Only scenarios of
+    /// the same test binary can share, so scenarios that share a guest setup live
+    /// in one test binary (`tests/<group>/main.rs`).
+    pub fn shared_boot(mut self, name: &str) -> Self {
+        self.shared = Some(name.to_string());
+        self
+    }
+
+    /// What must match for two scenarios to share a boot.
+    pub(crate) fn boot_key(&self) -> Option<String> {
+        let name = self.shared.as_ref()?;
+        let siw = self
+            .script
+            .env
+            .get("LAB_SIW")
+            .map_or("stock", String::as_str);
+        Some(format!("{name} siw={siw} forwards={:?}", self.forwards))
     }
 
     /// Boot the guest and return once its init has mounted the share. A
@@ -114,8 +150,10 @@ impl GuestConfig {
         self.boot()?.finish()
     }
 
-    /// The qemu command for this configuration, writing into `out`.
-    pub(crate) fn qemu_command(&self, out: &Path) -> Command {
+    /// The qemu command for this configuration, writing into `out`: `capture` puts the host-side capture on the command line;
+    /// `qmp` adds a QMP socket at `<out>/qmp.sock` (shared boots add and remove
+    /// captures per scenario through it).
+    pub(crate) fn qemu_command(&self, out: &Path, capture: bool, qmp: bool) -> Command {
         let mut netdev = "user,id=n0".to_string();
         for f in &self.forwards {
             netdev.push_str(&format!(",hostfwd=tcp:127.0.0.1:{}-:{}", f.host, f.guest));
@@ -139,7 +177,13 @@ impl GuestConfig {
                 "local,path={},mount_tag=host0,security_model=none,id=host0",
                 out.join("share").display()
             ));
-        if self.host_capture {
+        if qmp {
+            cmd.arg("-qmp").arg(format!(
+                "unix:{},server=on,wait=off",
+                out.join("qmp.sock").display()
+            ));
+        }
+        if capture {
             cmd.arg("-object").arg(format!(
                 "filter-dump,id=f0,netdev=n0,file={}",
                 out.join("host.pcap").display()

@@ -1,9 +1,13 @@
 //! A booted guest: handshakes through the share, host processes beside it,
-//! and the bounded wait for power-off.
+//! and the bounded wait for power-off; and shared boots, where one guest runs
+//! several scenarios in turn.
 
 use std::fs::{self, File};
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::process::Child;
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use crate::host::{HostExit, Spawned};
@@ -14,26 +18,248 @@ use crate::{GuestConfig, HostProcess, LabError};
 /// a verdict: waits end on an event or on a generous limit).
 const POLL: Duration = Duration::from_millis(100);
 
+/// The shared boot of this test process, if one is up (see
+/// [`GuestConfig::shared_boot`]). Held by the scenario using it.
+static SHARED: Mutex<Option<Boot>> = Mutex::new(None);
+
+/// A qemu guest: the machine, its share, and the machine-wide lock.
+#[derive(Debug)]
+struct Boot {
+    /// `lab/out/<run>` (own boot) or `lab/out/boot-<name>` (shared boot).
+    out: PathBuf,
+    share: PathBuf,
+    qemu: Option<Child>,
+    /// Shared boots run qemu under a watchdog shell that kills it when this pipe
+    /// closes: when the boot is dropped, or when the test process is gone.
+    watchdog: Option<ChildStdin>,
+    attempts: u32,
+    secs: f64,
+    /// What a scenario must match to use this boot (shared boots only).
+    key: Option<String>,
+    /// Scenarios queued so far (shared boots only).
+    runs: u32,
+    /// Held for the boot's whole life: one guest at a time on this machine.
+    _lock: File,
+}
+
+/// Runs qemu ("$@") and kills it when stdin reaches end of file (the test
+/// process closed the pipe, or exited): a shared boot outlives each scenario,
+/// and nothing else would stop it when the process ends. Kills only the pid it
+/// started.
+const WATCHDOG: &str = r#"exec 3<&0 0</dev/null
+"$@" &
+q=$!
+{ read -r _ <&3; kill $q 2>/dev/null; } &
+w=$!
+wait $q
+rc=$?
+kill $w 2>/dev/null
+exit $rc"#;
+
+impl Boot {
+    /// Boot until the guest's init writes `/share/booted`; retry only that.
+    fn start(cfg: &GuestConfig, out: PathBuf, lock: File, shared: bool) -> Result<Boot, LabError> {
+        let mut boot = Boot {
+            share: out.join("share"),
+            out,
+            qemu: None,
+            watchdog: None,
+            attempts: 0,
+            secs: 0.0,
+            key: cfg.boot_key().filter(|_| shared),
+            runs: 0,
+            _lock: lock,
+        };
+        loop {
+            boot.attempts += 1;
+            let _ = fs::remove_file(boot.share.join("booted"));
+            let t0 = Instant::now();
+            let qemu = cfg.qemu_command(&boot.out, cfg.host_capture && !shared, shared);
+            let mut cmd = if shared {
+                let mut c = Command::new("sh");
+                c.arg("-c")
+                    .arg(WATCHDOG)
+                    .arg("lab-qemu-watchdog")
+                    .arg(qemu.get_program())
+                    .args(qemu.get_args())
+                    .stdin(Stdio::piped());
+                c
+            } else {
+                let mut c = qemu;
+                c.stdin(Stdio::null());
+                c
+            };
+            let qlog =
+                File::create(boot.out.join("qemu.log")).map_err(|e| LabError::io("qemu.log", e))?;
+            cmd.stdout(qlog.try_clone().map_err(|e| LabError::io("qemu.log", e))?)
+                .stderr(qlog);
+            let mut child = cmd
+                .spawn()
+                .map_err(|e| LabError::io(format!("spawn {:?}", cfg.lab.qemu), e))?;
+            boot.watchdog = child.stdin.take();
+            boot.qemu = Some(child);
+            match boot.wait_for(&boot.share.join("booted"), cfg.boot_timeout) {
+                Ok(()) => {
+                    boot.secs = t0.elapsed().as_secs_f64();
+                    return Ok(boot);
+                }
+                Err(_) => {
+                    boot.kill();
+                    let console = boot.out.join("console.log");
+                    // qemu's own complaints (e.g. a hostfwd port already in
+                    // use) come first: they explain an empty console.
+                    let tail = format!(
+                        "{}\n{}",
+                        tail_file(&boot.out.join("qemu.log"), 10),
+                        tail_file(&console, 30)
+                    );
+                    let kept = boot
+                        .out
+                        .join(format!("console-boot-attempt-{}.log", boot.attempts));
+                    let _ = fs::rename(&console, &kept);
+                    if boot.attempts >= cfg.boot_attempts {
+                        return Err(LabError::BootFailed {
+                            attempts: boot.attempts,
+                            console_tail: tail,
+                        });
+                    }
+                    eprintln!(
+                        "lab: guest did not boot (attempt {}), retrying",
+                        boot.attempts
+                    );
+                }
+            }
+        }
+    }
+
+    /// Wait for `path` to exist; fails if qemu exits first or after `limit`.
+    fn wait_for(&mut self, path: &Path, limit: Duration) -> Result<(), LabError> {
+        let end = Instant::now() + limit;
+        let rel = path
+            .strip_prefix(&self.share)
+            .unwrap_or(path)
+            .display()
+            .to_string();
+        loop {
+            if path.exists() {
+                return Ok(());
+            }
+            if self.exited() {
+                return Err(LabError::GuestGone(rel));
+            }
+            if Instant::now() >= end {
+                return Err(LabError::WaitTimeout {
+                    file: rel,
+                    secs: limit.as_secs(),
+                });
+            }
+            std::thread::sleep(POLL);
+        }
+    }
+
+    fn exited(&mut self) -> bool {
+        match self.qemu.as_mut() {
+            Some(c) => !matches!(c.try_wait(), Ok(None)),
+            None => true,
+        }
+    }
+
+    fn kill(&mut self) {
+        // Under the watchdog, closing its pipe makes it kill qemu and exit.
+        let watched = self.watchdog.take().is_some();
+        if let Some(mut c) = self.qemu.take() {
+            if watched {
+                let end = Instant::now() + Duration::from_secs(10);
+                while matches!(c.try_wait(), Ok(None)) && Instant::now() < end {
+                    std::thread::sleep(POLL);
+                }
+            }
+            if let Ok(None) = c.try_wait() {
+                let _ = c.kill();
+            }
+            let _ = c.wait();
+        }
+    }
+
+    /// Ask qemu, through its QMP socket, to run `command` (a JSON object).
+    fn qmp(&self, command: &str) -> Result<(), LabError> {
+        let sock = self.out.join("qmp.sock");
+        let what = |e| LabError::io(format!("QMP {}", sock.display()), e);
+        let s = UnixStream::connect(&sock).map_err(what)?;
+        s.set_read_timeout(Some(Duration::from_secs(20)))
+            .map_err(what)?;
+        let mut r = BufReader::new(s.try_clone().map_err(what)?);
+        let mut w = s;
+        let answer = |r: &mut BufReader<UnixStream>| -> Result<String, LabError> {
+            loop {
+                let mut line = String::new();
+                if r.read_line(&mut line).map_err(what)? == 0 {
+                    return Err(LabError::GuestGone("a QMP answer".into()));
+                }
+                // Skip the greeting and asynchronous events.
+                if line.contains("\"return\"") || line.contains("\"error\"") {
+                    return Ok(line);
+                }
+            }
+        };
+        w.write_all(b"{\"execute\":\"qmp_capabilities\"}\n")
+            .map_err(what)?;
+        answer(&mut r)?;
+        w.write_all(command.as_bytes()).map_err(what)?;
+        w.write_all(b"\n").map_err(what)?;
+        let a = answer(&mut r)?;
+        if a.contains("\"error\"") {
+            return Err(LabError::io(
+                format!("QMP {command}"),
+                std::io::Error::other(a.trim().to_string()),
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Boot {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Which guest a scenario runs in.
+#[derive(Debug)]
+enum BootRef {
+    /// A boot of its own, powered off when its script ends.
+    Own(Boot),
+    /// The process's shared boot (`None` once it was killed).
+    Shared(MutexGuard<'static, Option<Boot>>),
+}
+
 /// A guest that has booted and is running its script.
 ///
 /// Dropping it without [`RunningGuest::finish`] kills qemu and the host
-/// processes (so a panicking test leaves nothing behind).
+/// processes (so a panicking test leaves nothing behind); in a shared boot it
+/// kills the shared guest, and the next scenario boots a fresh one.
 #[derive(Debug)]
 pub struct RunningGuest {
     cfg: GuestConfig,
     out: PathBuf,
+    /// This scenario's share directory: the boot's share, or its directory
+    /// in the shared boot's share.
     share: PathBuf,
-    qemu: Option<Child>,
+    boot: BootRef,
     hosts: Vec<Spawned>,
     started: Instant,
-    boot_attempts: u32,
-    boot_secs: f64,
-    /// Held for the whole run: one guest at a time on this machine.
-    _lock: File,
+    /// The QMP id of this scenario's host-side capture (shared boots).
+    capture: Option<String>,
+    /// This scenario booted the guest (always, unless shared).
+    booted_here: bool,
+    finished: bool,
 }
 
 impl RunningGuest {
     pub(crate) fn boot(cfg: GuestConfig) -> Result<RunningGuest, LabError> {
+        if cfg.shared.is_some() {
+            return Self::boot_shared(cfg);
+        }
         let lock = lock_machine()?;
         let out = cfg.lab.out_root().join(&cfg.run_name);
         fs::create_dir_all(cfg.lab.out_root()).map_err(|e| LabError::io("create lab/out", e))?;
@@ -43,74 +269,110 @@ impl RunningGuest {
         for p in &cfg.host_processes {
             hosts.push(p.spawn(&out)?);
         }
-        let mut run = RunningGuest {
-            cfg,
+        let boot = match Boot::start(&cfg, out.clone(), lock, false) {
+            Ok(b) => b,
+            Err(e) => {
+                for h in &mut hosts {
+                    h.stop();
+                }
+                return Err(e);
+            }
+        };
+        Ok(RunningGuest {
             share: out.join("share"),
             out,
-            qemu: None,
+            boot: BootRef::Own(boot),
             hosts,
             started,
-            boot_attempts: 0,
-            boot_secs: 0.0,
-            _lock: lock,
-        };
-        run.boot_with_retry()?;
-        Ok(run)
+            capture: None,
+            booted_here: true,
+            finished: false,
+            cfg,
+        })
     }
 
-    /// Boot until the guest's init writes `/share/booted`; retry only that.
-    fn boot_with_retry(&mut self) -> Result<(), LabError> {
-        let share = self.share.clone();
-        loop {
-            self.boot_attempts += 1;
-            let _ = fs::remove_file(share.join("booted"));
-            let t0 = Instant::now();
-            let mut cmd = self.cfg.qemu_command(&self.out);
-            let qlog = self.out.join("qemu.log");
-            let qlog = File::create(&qlog).map_err(|e| LabError::io("qemu.log", e))?;
-            cmd.stdin(std::process::Stdio::null())
-                .stdout(qlog.try_clone().map_err(|e| LabError::io("qemu.log", e))?)
-                .stderr(qlog);
-            let child = cmd
-                .spawn()
-                .map_err(|e| LabError::io(format!("spawn {:?}", self.cfg.lab.qemu), e))?;
-            self.qemu = Some(child);
-            match self.wait_for_file("booted", self.cfg.boot_timeout) {
-                Ok(_) => {
-                    self.boot_secs = t0.elapsed().as_secs_f64();
-                    return Ok(());
-                }
-                Err(_) => {
-                    self.kill_qemu();
-                    let console = self.out.join("console.log");
-                    // qemu's own complaints (e.g. a hostfwd port already in
-                    // use) come first: they explain an empty console.
-                    let tail = format!(
-                        "{}\n{}",
-                        tail_file(&self.out.join("qemu.log"), 10),
-                        tail_file(&console, 30)
-                    );
-                    let kept = self
-                        .out
-                        .join(format!("console-boot-attempt-{}.log", self.boot_attempts));
-                    let _ = fs::rename(&console, &kept);
-                    if self.boot_attempts >= self.cfg.boot_attempts {
-                        self.stop_hosts();
-                        return Err(LabError::BootFailed {
-                            attempts: self.boot_attempts,
-                            console_tail: tail,
-                        });
-                    }
-                    eprintln!(
-                        "lab: guest did not boot (attempt {}), retrying",
-                        self.boot_attempts
-                    );
-                }
+    /// Hand the scenario to the shared boot (booting it first if needed).
+    fn boot_shared(cfg: GuestConfig) -> Result<RunningGuest, LabError> {
+        let key = cfg.boot_key();
+        let name = cfg.shared.clone().unwrap_or_default();
+        let mut slot = SHARED.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(b) = slot.as_mut() {
+            if b.key != key || b.exited() {
+                *slot = None; // dropping it kills it
             }
+        }
+        let mut booted_here = false;
+        if slot.is_none() {
+            let lock = lock_machine()?;
+            let bout = cfg.lab.out_root().join(format!("boot-{name}"));
+            prepare_boot_out(&bout, cfg.lab.dir())?;
+            *slot = Some(Boot::start(&cfg, bout, lock, true)?);
+            booted_here = true;
+        }
+        let boot = slot.as_mut().expect("a shared boot is up");
+        boot.runs += 1;
+        let n = boot.runs;
+        let out = cfg.lab.out_root().join(&cfg.run_name);
+        let share = boot.share.join("runs").join(&cfg.run_name);
+        prepare_run(&out, &share, boot, &cfg)?;
+        let started = Instant::now();
+        let mut guest = RunningGuest {
+            out,
+            share,
+            boot: BootRef::Shared(slot),
+            hosts: Vec::new(),
+            started,
+            capture: None,
+            booted_here,
+            finished: false,
+            cfg,
+        };
+        for p in guest.cfg.host_processes.clone() {
+            let s = p.spawn(&guest.out)?;
+            guest.hosts.push(s);
+        }
+        if guest.cfg.host_capture {
+            let id = format!("capture{n}");
+            let file = guest.out.join("host.pcap");
+            let cmd = format!(
+                "{{\"execute\":\"object-add\",\"arguments\":{{\"qom-type\":\"filter-dump\",\
+                 \"id\":\"{id}\",\"netdev\":\"n0\",\"file\":\"{}\"}}}}",
+                json_escape(&file.display().to_string())
+            );
+            guest.boot_mut().expect("shared boot").qmp(&cmd)?;
+            guest.capture = Some(id);
+        }
+        // Queue it: the guest's lab_serve_runs picks up queue-<n> (renamed into
+        // place, so it is never seen half written).
+        let runs = guest.boot_mut().expect("shared boot").share.join("runs");
+        let q = runs.join(format!("queue-{n}"));
+        let tmp = runs.join(format!(".queue-{n}"));
+        fs::write(&tmp, &guest.cfg.run_name).map_err(|e| LabError::io("queue a run", e))?;
+        fs::rename(&tmp, &q).map_err(|e| LabError::io("queue a run", e))?;
+        Ok(guest)
+    }
+
+    fn boot_mut(&mut self) -> Option<&mut Boot> {
+        match &mut self.boot {
+            BootRef::Own(b) => Some(b),
+            BootRef::Shared(g) => g.as_mut(),
         }
     }
 
-    /// The host directory the guest sees as `/share`.
+    /// Kill the guest (in a shared boot: the shared guest, for everyone).
+    fn kill_boot(&mut self) {
+        match &mut self.boot {
+            BootRef::Own(b) => b.kill(),
+            BootRef::Shared(g) => **g = None,
+        }
+    }
+
+    fn exited(&mut self) -> bool {
+        self.boot_mut().is_none_or(|b| b.exited())
+    }
+
+    /// The host directory the guest sees as `/share` (in a shared boot: the
+    /// scenario's `LAB_RUN_DIR`, where its handshake files and results go).
     pub fn share(&self) -> &Path {
         &self.share
     }
@@ -120,7 +382,7 @@ impl RunningGuest {
         &self.out
     }
 
-    /// Wait until the guest creates `/share/<rel>`; returns its contents.
+    /// Wait until the guest creates `<share>/<rel>`; returns its contents.
     /// Fails early if the guest powers off first.
     pub fn wait_for_file(&mut self, rel: &str, limit: Duration) -> Result<String, LabError> {
         let path = self.share.join(rel);
@@ -129,7 +391,7 @@ impl RunningGuest {
             if path.exists() {
                 return fs::read_to_string(&path).map_err(|e| LabError::io(rel, e));
             }
-            if self.qemu_exited() {
+            if self.exited() {
                 return Err(LabError::GuestGone(rel.to_string()));
             }
             if Instant::now() >= end {
@@ -142,12 +404,12 @@ impl RunningGuest {
         }
     }
 
-    /// Wait for the guest script's `lab_ready` (`/share/ready`).
+    /// Wait for the guest script's `lab_ready` (`ready` in its share).
     pub fn wait_ready(&mut self, limit: Duration) -> Result<(), LabError> {
         self.wait_for_file("ready", limit).map(|_| ())
     }
 
-    /// Create `/share/<rel>` for the guest's `lab_wait_for <rel>`.
+    /// Create `<share>/<rel>` for the guest's `lab_wait_for <rel>`.
     pub fn signal(&self, rel: &str) -> Result<(), LabError> {
         let path = self.share.join(rel);
         fs::write(&path, b"1\n").map_err(|e| LabError::io(format!("{}", path.display()), e))
@@ -170,18 +432,45 @@ impl RunningGuest {
         Ok(HostExit { status, log })
     }
 
-    /// Wait (bounded by the run's timeout) for the guest to power off, stop
-    /// the host processes, and collect everything into an [`Outcome`].
-    pub fn finish(mut self) -> Result<Outcome, LabError> {
+    /// Wait (bounded by the run's timeout) for the guest script to end (its
+    /// own guest powers off; a shared one stays up for the next scenario),
+    /// stop the host processes, and collect everything into an [`Outcome`].
+    pub fn finish(self) -> Result<Outcome, LabError> {
         let end = self.started + self.cfg.timeout;
+        self.finish_by(end)
+    }
+
+    /// Like [`RunningGuest::finish`], but give the script at most `limit` from
+    /// now (a scenario that expects the guest to hang).
+    pub fn finish_within(self, limit: Duration) -> Result<Outcome, LabError> {
+        let end = (self.started + self.cfg.timeout).min(Instant::now() + limit);
+        self.finish_by(end)
+    }
+
+    fn finish_by(mut self, end: Instant) -> Result<Outcome, LabError> {
+        self.finished = true;
+        let done = self.share.join("exit-status");
+        let shared = matches!(self.boot, BootRef::Shared(_));
         let mut timed_out = false;
-        while !self.qemu_exited() {
+        loop {
+            if self.exited() || (shared && done.exists()) {
+                break;
+            }
             if Instant::now() >= end {
                 timed_out = true;
-                self.kill_qemu();
+                self.kill_boot();
                 break;
             }
             std::thread::sleep(POLL);
+        }
+        if let Some(id) = self.capture.take() {
+            if let Some(b) = self.boot_mut() {
+                let cmd =
+                    format!("{{\"execute\":\"object-del\",\"arguments\":{{\"id\":\"{id}\"}}}}");
+                if let Err(e) = b.qmp(&cmd) {
+                    eprintln!("lab: could not stop this scenario's capture: {e}");
+                }
+            }
         }
         self.stop_hosts();
         let host_logs = self
@@ -189,31 +478,36 @@ impl RunningGuest {
             .iter()
             .map(|h| (h.name.clone(), h.log.clone()))
             .collect();
-        Ok(Outcome::collect(
+        let timeout = self
+            .cfg
+            .timeout
+            .min(end.saturating_duration_since(self.started));
+        let (attempts, secs, shared_note) = match &self.boot {
+            BootRef::Own(b) => (b.attempts, b.secs, None),
+            BootRef::Shared(g) => {
+                let (attempts, secs, runs) = g
+                    .as_ref()
+                    .map_or((0, 0.0, 0), |b| (b.attempts, b.secs, b.runs));
+                let name = self.cfg.shared.clone().unwrap_or_default();
+                let note = if self.booted_here {
+                    format!("shared boot `boot-{name}`, scenario {runs}, booted by this one")
+                } else {
+                    format!("shared boot `boot-{name}`, scenario {runs}")
+                };
+                (attempts, secs, Some(note))
+            }
+        };
+        let mut outcome = Outcome::collect(
             &self.cfg.run_name,
             &self.out,
-            timed_out.then_some(self.cfg.timeout),
-            self.boot_attempts,
-            self.boot_secs,
+            timed_out.then_some(timeout),
+            if self.booted_here { attempts } else { 0 },
+            if self.booted_here { secs } else { 0.0 },
             self.started.elapsed(),
             host_logs,
-        ))
-    }
-
-    fn qemu_exited(&mut self) -> bool {
-        match self.qemu.as_mut() {
-            Some(c) => !matches!(c.try_wait(), Ok(None)),
-            None => true,
-        }
-    }
-
-    fn kill_qemu(&mut self) {
-        if let Some(mut c) = self.qemu.take() {
-            if let Ok(None) = c.try_wait() {
-                let _ = c.kill();
-            }
-            let _ = c.wait();
-        }
+        );
+        outcome.shared_boot = shared_note;
+        Ok(outcome)
     }
 
     fn stop_hosts(&mut self) {
@@ -225,7 +519,12 @@ impl RunningGuest {
 
 impl Drop for RunningGuest {
     fn drop(&mut self) {
-        self.kill_qemu();
+        match &mut self.boot {
+            BootRef::Own(b) => b.kill(),
+            // Abandoned mid-scenario: its script may still run; start afresh.
+            BootRef::Shared(g) if !self.finished => **g = None,
+            BootRef::Shared(_) => {}
+        }
         self.stop_hosts();
     }
 }
@@ -267,6 +566,12 @@ fn prepare_out(out: &Path, cfg: &GuestConfig) -> Result<(), LabError> {
     fs::copy(&lib, share.join("lib.sh")).map_err(|e| io("copy lib.sh", e))?;
     fs::write(share.join("guest.sh"), &cfg.script.body).map_err(|e| io("write guest.sh", e))?;
     fs::write(share.join("env.sh"), cfg.script.env_sh()).map_err(|e| io("write env.sh", e))?;
+    copy_payload(&share, cfg)
+}
+
+/// The script's binaries into `<share>/bin`, its files into `<share>`.
+fn copy_payload(share: &Path, cfg: &GuestConfig) -> Result<(), LabError> {
+    let io = |what: &str, e| LabError::io(format!("{what} in {}", share.display()), e);
     for (name, src) in &cfg.script.binaries {
         if !src.exists() {
             return Err(LabError::NotFound(src.clone()));
@@ -284,6 +589,52 @@ fn prepare_out(out: &Path, cfg: &GuestConfig) -> Result<(), LabError> {
         fs::write(&p, contents).map_err(|e| io("write file", e))?;
     }
     Ok(())
+}
+
+/// Fresh `lab/out/boot-<name>/share` whose script serves queued scenarios.
+fn prepare_boot_out(out: &Path, lab_dir: &Path) -> Result<(), LabError> {
+    let io = |what: &str, e| LabError::io(format!("{what} in {}", out.display()), e);
+    if out.exists() {
+        fs::remove_dir_all(out).map_err(|e| io("clear", e))?;
+    }
+    let share = out.join("share");
+    fs::create_dir_all(share.join("bin")).map_err(|e| io("create share", e))?;
+    fs::create_dir_all(share.join("runs")).map_err(|e| io("create share", e))?;
+    fs::copy(lab_dir.join("guest/lib.sh"), share.join("lib.sh"))
+        .map_err(|e| io("copy lib.sh", e))?;
+    fs::write(share.join("guest.sh"), ". /share/lib.sh\nlab_serve_runs\n")
+        .map_err(|e| io("write guest.sh", e))?;
+    fs::write(share.join("env.sh"), "").map_err(|e| io("write env.sh", e))
+}
+
+/// A scenario's directories in a shared boot: `<boot share>/runs/<run>` (its
+/// script, env, results, logs), and `lab/out/<run>` with `share` linking to the
+/// former, as an own boot would have it, plus links to the boot's console and
+/// live kernel log.
+fn prepare_run(out: &Path, share: &Path, boot: &Boot, cfg: &GuestConfig) -> Result<(), LabError> {
+    let io = |what: &str, e| LabError::io(format!("{what} for run {}", cfg.run_name), e);
+    if out.symlink_metadata().is_ok() {
+        fs::remove_dir_all(out).map_err(|e| io("clear lab/out/<run>", e))?;
+    }
+    if share.exists() {
+        fs::remove_dir_all(share).map_err(|e| io("clear its share", e))?;
+    }
+    fs::create_dir_all(out).map_err(|e| io("create lab/out/<run>", e))?;
+    fs::create_dir_all(share).map_err(|e| io("create its share", e))?;
+    fs::write(share.join("guest.sh"), &cfg.script.body).map_err(|e| io("write guest.sh", e))?;
+    fs::write(share.join("env.sh"), cfg.script.env_sh()).map_err(|e| io("write env.sh", e))?;
+    copy_payload(&boot.share, cfg)?;
+    let link = |target: &Path, at: &Path| {
+        std::os::unix::fs::symlink(target, at).map_err(|e| io("link", e))
+    };
+    link(share, &out.join("share"))?;
+    link(&boot.out.join("console.log"), &out.join("console.log"))?;
+    link(&boot.share.join("kmsg.txt"), &share.join("kmsg.txt"))
+}
+
+/// `s` as the inside of a JSON string.
+fn json_escape(s: &str) -> String {
+    s.replace('\\', "\\\\").replace('"', "\\\"")
 }
 
 /// The last `n` lines of a file ("" if unreadable).

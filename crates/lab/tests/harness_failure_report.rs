@@ -84,13 +84,21 @@ fn hanging_step_is_killed_named_and_kernel_log_kept() {
     let lab = Lab::open().unwrap_or_else(|e| panic!("{e}"));
     let script = GuestScript::inline(
         "harness-hang",
-        ". /share/lib.sh\nstep quick true\nstep hangs sleep 1000\n",
+        ". /share/lib.sh\nstep quick true\nlab_ready\nstep hangs sleep 1000\n",
     )
     .env("LAB_STEP_TIMEOUT", "2000");
-    let outcome = lab
+    let mut guest = lab
         .guest(script)
-        .timeout(std::time::Duration::from_secs(45))
-        .run()
+        .timeout(std::time::Duration::from_secs(300))
+        .boot()
+        .unwrap_or_else(|e| panic!("{e}"));
+    guest
+        .wait_ready(std::time::Duration::from_secs(120))
+        .unwrap_or_else(|e| panic!("{e}"));
+    // The script is now entering its endless step: give it 10 s more, then the
+    // harness must kill the guest and name that step.
+    let outcome = guest
+        .finish_within(std::time::Duration::from_secs(10))
         .unwrap_or_else(|e| panic!("{e}"));
     let failure = outcome.failure().expect("the run must fail");
     assert_eq!(
