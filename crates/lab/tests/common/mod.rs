@@ -4,6 +4,32 @@
 //! drive them; project scenarios use the real provider instead.
 #![allow(dead_code)] // each test binary uses a different subset
 
+pub(crate) mod loopback;
+
+/// knfsd's NFSv3 per-procedure counts (`/proc/net/rpc/nfsd` "proc3 22 null getattr
+/// ..."; index 0 is NULL) that this scenario caused: knfsd-hold.sh records them
+/// before (`nfsd_proc3_before`) and after (`nfsd_proc3`) the host's work, and in a
+/// shared boot other scenarios' calls are in both.
+pub(crate) fn proc3_delta(o: &lab::Outcome) -> Result<Vec<u64>, String> {
+    let counts = |key: &str| -> Result<Vec<u64>, String> {
+        let line = o.value(key).ok_or(format!("no {key} recorded"))?;
+        Ok(line
+            .split_whitespace()
+            .skip(2)
+            .filter_map(|n| n.parse().ok())
+            .collect())
+    };
+    let (before, after) = (counts("nfsd_proc3_before")?, counts("nfsd_proc3")?);
+    if before.len() != after.len() || after.is_empty() {
+        return Err(format!("proc3 counts before {before:?}, after {after:?}"));
+    }
+    Ok(after
+        .iter()
+        .zip(&before)
+        .map(|(a, b)| a.saturating_sub(*b))
+        .collect())
+}
+
 use std::io::{Read, Write};
 use std::net::TcpStream;
 

@@ -25,6 +25,7 @@ mount.nfs 10.0.2.2:/ /mnt/h -n -o vers=4.1,proto=rdma,port=30049,soft,timeo=50,r
   >/share/mount.log 2>&1 &
 step wait_for_host lab_wait_for done 150
 kill $! 2>/dev/null
+umount -l /mnt/h 2>/dev/null
 exit 0
 "#;
 
@@ -191,6 +192,7 @@ fn run(crc: bool) {
         .guest(GuestScript::inline(name, GUEST))
         .run_name(name)
         .capture_host_side()
+        .shared_boot("kclient")
         .boot()
         .unwrap_or_else(|e| panic!("{e}"));
     let exchange = rt

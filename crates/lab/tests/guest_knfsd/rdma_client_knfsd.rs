@@ -22,17 +22,19 @@ use oncrpc::{AuthSysParms, Client, ClientConfig, OpaqueAuth, TcpTransport};
 use rpcrdma_transport::{Counter, RdmaConfig, RdmaTransport};
 use xdr::{Decoder, Encoder, XdrStream};
 
-const NFS_PROG: u32 = 100_003;
+use crate::common::proc3_delta;
+
+pub(crate) const NFS_PROG: u32 = 100_003;
 const MOUNT_PROG: u32 = 100_005;
-const NULL: u32 = 0;
-const GETATTR: u32 = 1;
-const LOOKUP: u32 = 3;
-const READ: u32 = 6;
-const WRITE: u32 = 7;
+pub(crate) const NULL: u32 = 0;
+pub(crate) const GETATTR: u32 = 1;
+pub(crate) const LOOKUP: u32 = 3;
+pub(crate) const READ: u32 = 6;
+pub(crate) const WRITE: u32 = 7;
 const FSINFO: u32 = 19;
 const ONE_MIB: usize = 1 << 20;
 
-fn root_cred() -> OpaqueAuth {
+pub(crate) fn root_cred() -> OpaqueAuth {
     AuthSysParms {
         stamp: 1,
         machinename: Bytes::from_static(b"rpcrdma-rs-lab"),
@@ -43,13 +45,13 @@ fn root_cred() -> OpaqueAuth {
     .to_opaque_auth()
 }
 
-fn fh_arg(fh: &Bytes) -> Encoder {
+pub(crate) fn fh_arg(fh: &Bytes) -> Encoder {
     let mut e = Encoder::new();
     e.opaque(fh);
     e
 }
 
-async fn nfs_call(c: &Client, proc_: u32, args: XdrStream) -> Result<Decoder, String> {
+pub(crate) async fn nfs_call(c: &Client, proc_: u32, args: XdrStream) -> Result<Decoder, String> {
     let mut r = c
         .call(NFS_PROG, 3, proc_, args)
         .await
@@ -61,7 +63,7 @@ async fn nfs_call(c: &Client, proc_: u32, args: XdrStream) -> Result<Decoder, St
     Ok(r.results)
 }
 
-fn skip_post_op_attr(d: &mut Decoder) -> Result<(), String> {
+pub(crate) fn skip_post_op_attr(d: &mut Decoder) -> Result<(), String> {
     if d.bool().map_err(|e| e.to_string())? {
         d.opaque_fixed(84).map_err(|e| e.to_string())?;
     }
@@ -69,7 +71,7 @@ fn skip_post_op_attr(d: &mut Decoder) -> Result<(), String> {
 }
 
 /// MOUNT v3 MNT "/export" over TCP: the root file handle.
-async fn mount_root() -> Result<Bytes, String> {
+pub(crate) async fn mount_root() -> Result<Bytes, String> {
     let addr: SocketAddr = format!("127.0.0.1:{}", lab::ports::MOUNTD).parse().unwrap();
     let c = Client::new(
         TcpTransport::new(addr),
@@ -215,6 +217,7 @@ fn rdma_client_drives_guest_knfsd() {
         .run_name("rdma-client-knfsd")
         .forward_knfsd()
         .capture_host_side()
+        .shared_boot("knfsd")
         .boot()
         .unwrap_or_else(|e| panic!("{e}"));
     let ready = guest.wait_ready(Duration::from_secs(120));
@@ -237,16 +240,12 @@ fn rdma_client_drives_guest_knfsd() {
         exchange.clone().map(|_| ())
     });
     outcome.host_step("knfsd_counted_read_and_write", |o| {
-        // "proc3 22 null getattr setattr lookup access readlink read write ..."
-        let line = o.value("nfsd_proc3").unwrap_or_default();
-        let f: Vec<u64> = line
-            .split_whitespace()
-            .skip(2)
-            .filter_map(|n| n.parse().ok())
-            .collect();
+        // null getattr setattr lookup access readlink read write ...: this
+        // scenario's READs and WRITEs.
+        let f = proc3_delta(o)?;
         match (f.get(6), f.get(7)) {
             (Some(&r), Some(&w)) if r >= 1 && w >= 1 => Ok(()),
-            _ => Err(format!("knfsd's counts: {line}")),
+            _ => Err(format!("knfsd's counts of our calls: {f:?}")),
         }
     });
     let pcap = outcome.out_dir.join("host.pcap");

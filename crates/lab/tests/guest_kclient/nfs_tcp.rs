@@ -94,6 +94,7 @@ fn kernel_nfsv3_tcp_client_to_our_host_server() {
         .guest(script)
         .run_name("nfs-tcp")
         .host_process(server)
+        .shared_boot("kclient")
         .timeout(Duration::from_secs(900))
         .run()
         .unwrap_or_else(|e| panic!("{e}"));

@@ -151,6 +151,7 @@ fn scenario(run_name: &str, crc: bool, sizes_in: &[u64]) {
         .run_name(run_name)
         .host_process(server.env("RUST_LOG", "info"))
         .capture_host_side()
+        .shared_boot("kclient")
         .timeout(Duration::from_secs(900))
         .run()
         .unwrap_or_else(|e| panic!("{e}"));

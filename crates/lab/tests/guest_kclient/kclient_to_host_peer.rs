@@ -8,8 +8,6 @@
 //! replaces it with the project's NFS server as a `HostProcess` and runs
 //! lab/scenarios/kclient-mount.sh (see lab/README.md).
 
-mod common;
-
 use std::net::{TcpListener, TcpStream};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -17,7 +15,7 @@ use std::time::{Duration, Instant};
 use lab::tshark::{check_capture, CaptureCheck};
 use lab::{GuestScript, Lab};
 
-use common::*;
+use crate::common::*;
 
 /// NFSv4.1 needs no MOUNT service, so the kernel connects straight to the
 /// RDMA port (v3 would first ask MOUNT over TCP, which the tiny peer lacks).
@@ -28,6 +26,7 @@ mount.nfs 10.0.2.2:/ /mnt/h -n -o vers=4.1,proto=rdma,port=30049,soft,timeo=50,r
   >/share/mount.log 2>&1 &
 step wait_for_host lab_wait_for done 150
 kill $! 2>/dev/null
+umount -l /mnt/h 2>/dev/null
 exit 0
 "#;
 
@@ -41,6 +40,7 @@ fn guest_kernel_client_reaches_a_host_rdma_peer() {
     let guest = lab
         .guest(GuestScript::inline("kclient-to-host-peer", GUEST))
         .capture_host_side()
+        .shared_boot("kclient")
         .boot()
         .unwrap_or_else(|e| panic!("{e}"));
     let exchange = peer

@@ -48,6 +48,7 @@ fn kernel_nfsv3_rdma_client_to_our_server_in_the_guest() {
     let mut o = lab
         .guest(script)
         .run_name("nfs-rdma-guest-server")
+        .shared_boot("kclient")
         .timeout(Duration::from_secs(600))
         .run()
         .unwrap_or_else(|e| panic!("{e}"));

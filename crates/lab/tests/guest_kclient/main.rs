@@ -1,0 +1,14 @@
+//! The scenarios where the guest's kernel NFS client (or our server inside the
+//! guest) is the guest's part and no knfsd runs: siw stock, no port forwards. One
+//! shared boot (`GuestConfig::shared_boot("kclient")`) runs each scenario's
+//! script in turn; each is still its own test with its own `lab/out/<run>/`,
+//! results, host processes, capture and verdict.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod kclient_to_host_peer;
+mod kclient_to_iwarp;
+mod nfs_rdma;
+mod nfs_rdma_guest_server;
+mod nfs_tcp;
