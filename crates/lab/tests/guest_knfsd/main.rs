@@ -11,3 +11,4 @@ mod iwarp_to_knfsd;
 mod knfsd_loopback;
 mod knfsd_via_hostfwd;
 mod rdma_client_knfsd;
+mod version_two_knfsd;
