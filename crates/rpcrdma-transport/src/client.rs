@@ -38,6 +38,7 @@ use rdma::{
     WcOpcode, WcStatus,
 };
 use rpcrdma::credits::RequesterCredits;
+use rpcrdma::error::HeaderError;
 use rpcrdma::marshal::{plan_call, plan_call_without_reply_chunk, CallLimits, Registration, Shape};
 use rpcrdma::private_data::PeerLimits;
 use rpcrdma::reassembly::{reassemble_reply, reply_chunk_length, written_lengths};
@@ -623,9 +624,13 @@ fn handle_reply<Q: QueuePair + 'static>(
     let stats = &conn.stats;
     let received = match receive(&buf, &conn.policy) {
         Ok(r) => r,
+        Err(e @ HeaderError::UnknownOption(_)) => {
+            reliable::refuse_option(conn, &buf, &e);
+            return None;
+        }
         Err(e) => {
-            // A requester answers no RDMA_ERROR; a bad Reply is dropped (its Call is
-            // retried by the RPC layer or times out).
+            // Otherwise a requester answers no RDMA_ERROR; a bad Reply is dropped (its
+            // Call is retried by the RPC layer or times out).
             tracing::debug!(target: "rpcrdma_transport", error = %e, "bad reply header");
             stats.inc(Counter::ErrDiscarded);
             return None;

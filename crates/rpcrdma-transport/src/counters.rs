@@ -92,7 +92,7 @@ counters! {
     SendThreshold = "send_threshold",
     /// Our receive inline threshold after negotiation: a gauge.
     RecvThreshold = "recv_threshold",
-    /// RDMA_ERROR sent (responder).
+    /// RDMA_ERROR sent (responder; a requester sends only ERR_INVAL_OPTION, v2 §3.1).
     ErrRdmaErrorSent = "err_rdma_error_sent",
     /// RDMA_ERROR received (requester).
     ErrRdmaErrorReceived = "err_rdma_error_rcvd",

@@ -150,6 +150,35 @@ pub(super) fn handle_optional<Q>(
     conn.credit_wait.notify_waiters();
 }
 
+/// A received RDMA_OPTIONAL whose `rdma_opttype` we do not support (`err`, from
+/// `validate::receive`): rpcrdma-v2-draft-cel-nfsv4-rpcrdma-version-two-00 §3.1, "When
+/// an implementation does not recognize or support the value contained in the
+/// rdma_opttype field, it MUST send an RPC-over-RDMA message with the rdma_xid field set
+/// to the same value as the erroneous message, the rdma_proc field set to RDMA_ERROR,
+/// and the rdma_err field set to RDMA_ERR_INVAL_OPTION." That binds either peer, so the
+/// requester answers too (as the core's `Requester` does). The answer is in the
+/// message's version (Two: the only one with RDMA_OPTIONAL), carries our requested
+/// credits (a requester's `rdma_credit`, §4.3.1 of Version One) and takes none: it is
+/// not a Call, and nothing is owed for the message it answers (no Call of ours is
+/// completed, so no credit returns either).
+pub(super) fn refuse_option<Q: QueuePair>(
+    conn: &Conn<Q>,
+    buf: &Bytes,
+    err: &rpcrdma::error::HeaderError,
+) {
+    let Ok(view) = rpcrdma::header::PrefixView::new_checked(&buf[..]) else {
+        return;
+    };
+    let prefix = view.prefix();
+    let requested = conn.lock().credits.requested();
+    let Some(h) = rpcrdma::validate::error_reply_for(&prefix, err, requested, &conn.policy) else {
+        return;
+    };
+    tracing::debug!(target: "rpcrdma_transport", xid = prefix.xid.0, %err, "RDMA_OPTIONAL refused");
+    conn.stats.inc(Counter::ErrRdmaErrorSent);
+    post_header(conn, prefix.xid, h, SendOp::Send);
+}
+
 /// An RDMA_ERROR that answers our advertisement (v2 §3.1: ERR_INVAL_OPTION from a
 /// responder without the feature): the feature stays off. True if it was that.
 pub(super) fn option_refused<Q>(conn: &Conn<Q>, prefix: &Prefix, body: &ErrorBody) -> bool {
