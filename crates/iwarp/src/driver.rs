@@ -514,7 +514,8 @@ async fn read_direct(
             }
             Ok(Ok(0)) => return Err(io::ErrorKind::UnexpectedEof.into()),
             Ok(Ok(n)) if n > want => {
-                // COPY: the few bytes behind the payload (trailer, next header).
+                // COPY: what follows the payload (trailer, a short segment, the next
+                // header; at most DIRECT_TAIL bytes).
                 buf.extend_from_slice(&tail[..n - want]);
                 done = d.len;
             }

@@ -27,8 +27,9 @@
 //!   segment not yet buffered when its header arrives (direct placement: the socket
 //!   is read straight into the target region, `conn::direct`, one vectored read per
 //!   segment that also fetches the next FPDU's header; in practice every byte of a
-//!   large Write but the few dozen read behind each header); 1 for the rest and
-//!   whenever CRC is on (receive buffer → region, `ResolvedRegion::place`).
+//!   large Write but at most 1 KiB per 64 KiB segment read behind each payload); 1
+//!   for the rest and whenever CRC is on (receive buffer → region,
+//!   `ResolvedRegion::place`).
 //! - **Send**: 0 on the sender; 1 on the receiver (receive buffer → posted receive
 //!   buffer). From [`rdma::Sge::Local`]: +1 on the sender (region → FPDU scratch).
 //! - **RDMA Read**: 1 at the data source (region → FPDU scratch, because the region is
