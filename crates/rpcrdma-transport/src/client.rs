@@ -53,7 +53,7 @@ use crate::binding::RdmaBinding;
 use crate::counters::{ConnStats, Counter, StatsRegistry};
 use crate::error::TransportError;
 use crate::pool::{wr_kind, RecvPool, SendPool};
-use crate::registration::ChunkRegion;
+use crate::registration::{join_in_place, ChunkRegion, Room};
 use crate::setup::RdmaConfig;
 
 /// An RPC-over-RDMA client transport to one server address, for [`oncrpc::Client`].
@@ -376,6 +376,11 @@ impl<Q: QueuePair + 'static> RdmaSender<Q> {
     }
 }
 
+/// Room after a Write chunk's data in its region for what follows the data in the
+/// Reply: XDR padding (up to 3 bytes) and the rest of the results (nothing for an NFSv3
+/// READ; a few short results for an NFSv4 COMPOUND). A longer tail is joined by a copy.
+const WRITE_CHUNK_TAIL_ROOM: usize = 256;
+
 /// Plans, registers and posts Call `xid` in the connection's current version.
 fn marshal_and_post<Q: QueuePair>(
     conn: &Conn<Q>,
@@ -417,7 +422,19 @@ fn marshal_and_post<Q: QueuePair>(
                 Registration::Reply { .. } => reply_region = Some(i),
                 Registration::Read { .. } => {}
             }
-            regions.push(ChunkRegion::register(&conn.pd, reg, &conn.stats));
+            // A Write chunk's region leaves room for the rest of the Reply around the
+            // data (`registration::join_in_place`): before it, at most the inline part
+            // (our receive threshold); after it, XDR padding and a short tail.
+            let room = Room {
+                head: conn.limits.recv_threshold as usize,
+                tail: WRITE_CHUNK_TAIL_ROOM,
+            };
+            regions.push(ChunkRegion::register_with_room(
+                &conn.pd,
+                reg,
+                room,
+                &conn.stats,
+            ));
         }
         let segments = regions.iter().map(|r| vec![r.segment()]).collect();
         let shape = plan.shape;
@@ -790,6 +807,7 @@ fn finish_reply<Q>(
     let write_regions = call.write_regions.clone();
     let reply_region = call.reply_region;
     let proc_id = call.proc_id;
+    let ats: Vec<usize> = call.regions.iter().map(ChunkRegion::at).collect();
     let mut bufs: Vec<Option<Bytes>> = fence(call, remote, stats).into_iter().map(Some).collect();
     let (written, reply_len) = checked?;
     let base = match (inline, reply_len) {
@@ -803,14 +821,19 @@ fn finish_reply<Q>(
         }
         (None, None) => return Err("no payload"),
     };
+    // Each Write chunk's region, whole, and where its data starts; the data handed up
+    // is at most the length the responder returned (checked against what we offered).
+    let mut wholes = Vec::with_capacity(written.len());
     let mut data = Vec::with_capacity(written.len());
     for (k, &len) in written.iter().enumerate() {
-        let buf = write_regions
+        let (buf, at) = write_regions
             .get(k)
-            .and_then(|&i| bufs.get_mut(i)?.take())
+            .and_then(|&i| Some((bufs.get_mut(i)?.take()?, *ats.get(i)?)))
             .ok_or("write chunk")?;
         stats.add(Counter::ChunkBytesReceived, len);
-        data.push(buf.slice(..(len as usize).min(buf.len())));
+        let at = at.min(buf.len());
+        data.push(buf.slice(at..at + (len as usize).min(buf.len() - at)));
+        wholes.push((buf, at));
     }
     if data.iter().all(Bytes::is_empty) {
         // Nothing was placed: the stream is complete as it is.
@@ -823,6 +846,21 @@ fn finish_reply<Q>(
     let n = offsets.len().min(data.len());
     data.truncate(n);
     let full = reassemble_reply(base, &offsets[..n], data).map_err(|_| "reassembly")?;
+    // One chunk with data (an NFS READ): the Reply is made contiguous in that chunk's
+    // region, around the data, without copying the data.
+    let full = if full.chunk_ranges.len() == 1 && !wholes.is_empty() {
+        let (whole, at) = wholes.swap_remove(0);
+        drop(wholes);
+        match join_in_place(full, whole, at) {
+            Ok(reply) => {
+                stats.inc(Counter::RepliesJoinedInPlace);
+                return Ok(reply);
+            }
+            Err((full, _)) => full,
+        }
+    } else {
+        full
+    };
     Ok(full.to_bytes())
 }
 

@@ -67,6 +67,9 @@ counters! {
     RdmaWriteBytes = "rdma_write_bytes",
     /// Bytes the peer placed in our Write and Reply chunks (requester).
     ChunkBytesReceived = "chunk_bytes_rx",
+    /// Replies made contiguous around their Write chunk data in its own region, the
+    /// data not copied (requester).
+    RepliesJoinedInPlace = "replies_joined_in_place",
     /// Regions registered for chunks.
     Registrations = "registrations",
     /// Regions invalidated locally.

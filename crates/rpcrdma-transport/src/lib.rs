@@ -79,18 +79,27 @@
 //!   placement into the sink region, then 1 if the call has several pieces and must be
 //!   made contiguous for `Dispatcher::dispatch` (`Reassembled::to_bytes`).
 //! - Reply, DDP-eligible result (Write chunk): 0 on the responder (the result's `Bytes`
-//!   are the RDMA Write's gather list); on the requester the provider places it into
-//!   the registered Write chunk and the region is handed back without a copy, then 1
-//!   to make the reply contiguous for `oncrpc`'s `RecordReceiver` (`Bytes` only).
-//! - Reply, inline: 1 on the requester (receive buffer → reply buffer), 2 when the
-//!   reply also had Write chunk data and is made contiguous.
+//!   are the RDMA Write's gather list); 0 on the requester beyond the provider's
+//!   placement into the registered Write chunk when the Reply has one chunk with data
+//!   (an NFS READ): the region leaves room around the chunk and the Reply is made
+//!   contiguous there, for `oncrpc`'s `RecordReceiver` (`Bytes` only), by copying the
+//!   inline pieces around the data (`registration::join_in_place`); 1 with several
+//!   such chunks or a tail longer than the room (`Reassembled::to_bytes`). Not a copy
+//!   but a pass over the bytes: each Write chunk region is zero-filled when registered
+//!   (`register_zeroed`), since the `rdma` API registers initialized memory only and
+//!   cannot tell which bytes the peer placed (a responder may return a length larger
+//!   than it wrote; what is handed up is bounded by that returned length).
+//! - Reply, inline: 1 on the requester (receive buffer → reply buffer), 2 for the
+//!   inline pieces of a Reply with Write chunk data (into the region's room, or the
+//!   joining copy).
 //! - Transport headers: 1 each way (into a registered send buffer; out of the
 //!   receive buffer), tens of bytes.
 //! - Long messages (Position Zero Read chunk, Reply chunk): as the DDP-eligible rows.
 //! - Reply through a responder-provided Read chunk: 1 on the responder (the Payload
 //!   stream into its registered read-only region, `registration`); 0 on the requester
 //!   beyond the provider's placement into the pull sink (the pulled bytes are the
-//!   reply), then 1 if Write chunk data must be joined to it.
+//!   reply); Write chunk data is joined to it as above (its pieces into the Write
+//!   chunk's room when they fit, else 1 copy of everything).
 //! - Backward Calls and Replies: as inline Calls and Replies.
 //!
 //! Each copy in this crate carries a `// COPY:` comment.

@@ -16,6 +16,7 @@
 use bytes::{BufMut, Bytes, BytesMut};
 use rdma::{Access, MemoryRegion, ProtectionDomain, STag};
 use rpcrdma::marshal::Registration;
+use rpcrdma::reassembly::Reassembled;
 use rpcrdma::Segment;
 
 use crate::counters::{ConnStats, Counter};
@@ -25,11 +26,41 @@ use crate::counters::{ConnStats, Counter};
 pub(crate) struct ChunkRegion {
     mr: MemoryRegion,
     len: u32,
+    /// Where the chunk starts in the region (its segment's tagged offset): room
+    /// before it, and after it to the region's end, for the requester to make a
+    /// Reply contiguous around the chunk's data without copying that data
+    /// ([`join_in_place`]).
+    at: usize,
+}
+
+/// Room a requester leaves around a Write chunk in its region: `head` bytes before
+/// (what precedes the DDP-eligible result in the Reply: at most the inline part, so
+/// the receive inline threshold), `tail` after (XDR padding and what follows it).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Room {
+    pub(crate) head: usize,
+    pub(crate) tail: usize,
 }
 
 impl ChunkRegion {
     /// Registers what `reg` asks for.
     pub(crate) fn register(pd: &ProtectionDomain, reg: &Registration, stats: &ConnStats) -> Self {
+        Self::register_with_room(pd, reg, Room::default(), stats)
+    }
+
+    /// Registers what `reg` asks for; a Write chunk gets `room` around it (in the
+    /// same registration: the `rdma` API registers whole buffers, so the peer could
+    /// write into the room too, which only touches bytes we overwrite or never hand
+    /// up). The whole region is zero-filled: the `rdma` API registers initialized
+    /// memory only and cannot tell which bytes the peer placed, so a region recycled
+    /// or left uninitialized could hand a previous call's bytes to this one whenever
+    /// a responder returns a length larger than what it wrote.
+    pub(crate) fn register_with_room(
+        pd: &ProtectionDomain,
+        reg: &Registration,
+        room: Room,
+        stats: &ConnStats,
+    ) -> Self {
         stats.inc(Counter::Registrations);
         let len = u32::try_from(reg.len()).unwrap_or(u32::MAX);
         let mr = match reg {
@@ -43,23 +74,37 @@ impl ChunkRegion {
                 }
                 pd.register(buf, Access::REMOTE_READ)
             }
-            Registration::Write { len } | Registration::Reply { len } => {
+            Registration::Write { len } => {
+                let at = room.head;
+                let mr = pd.register_zeroed(
+                    at + *len as usize + room.tail,
+                    Access::LOCAL_WRITE | Access::REMOTE_WRITE,
+                );
+                return ChunkRegion { mr, len: *len, at };
+            }
+            Registration::Reply { len } => {
                 pd.register_zeroed(*len as usize, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
             }
         };
-        ChunkRegion { mr, len }
+        ChunkRegion { mr, len, at: 0 }
     }
 
-    /// The one segment describing this region (tagged offsets start at 0).
+    /// The one segment describing this region's chunk (tagged offsets start at 0 at
+    /// the region's first byte; the chunk at [`ChunkRegion::at`]).
     pub(crate) fn segment(&self) -> Segment {
         Segment {
             handle: self.mr.stag().0,
             length: self.len,
-            offset: 0,
+            offset: self.at as u64,
         }
     }
 
-    /// Fences the region and returns its bytes. `remote` is the STag the peer
+    /// Where the chunk starts in the bytes [`ChunkRegion::fence`] returns.
+    pub(crate) fn at(&self) -> usize {
+        self.at
+    }
+
+    /// Fences the region and returns its bytes (the whole region, room included). `remote` is the STag the peer
     /// invalidated with Send With Invalidate, if any.
     pub(crate) fn fence(self, remote: Option<STag>, stats: &ConnStats) -> Bytes {
         if remote == Some(self.mr.stag()) {
@@ -93,5 +138,207 @@ impl ReadSink {
     /// The data, once every Read completed.
     pub(crate) fn into_bytes(self) -> Bytes {
         self.mr.deregister().freeze()
+    }
+}
+
+/// Makes `full`, a Reply rebuilt around one chunk's data, contiguous in that chunk's
+/// own region `whole` (the data at `at`, as [`ChunkRegion::fence`] returned it):
+/// the pieces before the data are copied into the room in front of it, the pieces
+/// after (XDR padding, the rest of the inline part) behind it, and the Reply is a
+/// slice of the region. Only the bytes the peer returned as written (`full`'s chunk
+/// range) come from the region; the rest of the region is never handed up.
+///
+/// `None` (and `full` back) when `full` is not one chunk, the pieces do not fit the
+/// room, or the region is still shared: the caller copies as before.
+pub(crate) fn join_in_place(
+    full: Reassembled,
+    whole: Bytes,
+    at: usize,
+) -> Result<Bytes, (Reassembled, Bytes)> {
+    let [(pos, len)] = full.chunk_ranges[..] else {
+        return Err((full, whole));
+    };
+    let (pos, len) = (pos as usize, len as usize);
+    // The data piece: the one starting at `pos`, `len` bytes, a slice of `whole` at
+    // `at`.
+    let mut offset = 0usize;
+    let mut index = None;
+    for (i, p) in full.parts.iter().enumerate() {
+        if offset == pos
+            && p.len() == len
+            && len > 0
+            && whole.get(at..).map(<[u8]>::as_ptr) == Some(p.as_ptr())
+        {
+            index = Some(i);
+            break;
+        }
+        offset += p.len();
+    }
+    let Some(i) = index else {
+        return Err((full, whole));
+    };
+    let head = pos;
+    let tail = full.len() - pos - len;
+    if head > at || at + len + tail > whole.len() {
+        return Err((full, whole));
+    }
+    let Reassembled {
+        mut parts,
+        chunk_ranges,
+    } = full;
+    let after = parts.split_off(i + 1);
+    parts.truncate(i); // drops our reference to the data piece
+    let mut region = match whole.try_into_mut() {
+        Ok(m) => m,
+        Err(whole) => {
+            parts.push(whole.slice(at..at + len));
+            parts.extend(after);
+            return Err((
+                Reassembled {
+                    parts,
+                    chunk_ranges,
+                },
+                whole,
+            ));
+        }
+    };
+    let mut o = at - head;
+    for p in &parts {
+        // COPY: the Reply's pieces before a Write chunk's data (the inline part up to
+        // the DDP-eligible result: tens to hundreds of bytes) into the room in front
+        // of the data, so the data itself is not copied.
+        region[o..o + p.len()].copy_from_slice(p);
+        o += p.len();
+    }
+    let mut o = at + len;
+    for p in &after {
+        // COPY: the pieces after the data (XDR padding, the rest of the inline part).
+        region[o..o + p.len()].copy_from_slice(p);
+        o += p.len();
+    }
+    Ok(region.freeze().slice(at - head..at + len + tail))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rpcrdma::reassembly::reassemble_reply;
+
+    fn stats() -> std::sync::Arc<ConnStats> {
+        ConnStats::new("client", None)
+    }
+
+    /// A Write chunk region of `len` bytes with `room`, the peer's `placed` bytes at
+    /// the chunk's start; fenced: (whole region, where the chunk starts).
+    fn placed_region(len: u32, room: Room, placed: &[u8]) -> (Bytes, usize) {
+        let pd = ProtectionDomain::new();
+        let s = stats();
+        let r = ChunkRegion::register_with_room(&pd, &Registration::Write { len }, room, &s);
+        assert_eq!(r.segment().offset, room.head as u64);
+        assert_eq!(r.segment().length, len);
+        assert!(r.mr.write(r.at(), placed));
+        let at = r.at();
+        (r.fence(None, &s), at)
+    }
+
+    /// An NFSv3-READ-like reduced reply: `head` bytes ending with the count word
+    /// `count`, then `tail`.
+    fn reduced(head_len: usize, count: u32, tail: &[u8]) -> (Bytes, usize) {
+        let mut b: Vec<u8> = (0..head_len - 4).map(|i| i as u8 | 0x80).collect();
+        b.extend_from_slice(&count.to_be_bytes());
+        b.extend_from_slice(tail);
+        (Bytes::from(b), head_len)
+    }
+
+    #[test]
+    fn the_reply_is_joined_around_the_data_in_its_own_region() {
+        let data: Vec<u8> = (0..5001u32).map(|i| (i * 7) as u8).collect();
+        let room = Room {
+            head: 1024,
+            tail: 64,
+        };
+        let (whole, at) = placed_region(8192, room, &data);
+        let region_start = whole.as_ptr() as usize;
+        let (base, off) = reduced(132, 5001, b"tail");
+        let full = reassemble_reply(base, &[off], vec![whole.slice(at..at + 5001)]).unwrap();
+        let expected = full.to_bytes();
+        let reply = join_in_place(full, whole, at)
+            .map_err(|_| "not joined")
+            .unwrap();
+        assert_eq!(reply, expected);
+        // No copy of the data: the Reply is a slice of the region, the data in place.
+        assert_eq!(reply.as_ptr() as usize, region_start + at - 132);
+        assert_eq!(&reply[132..132 + 5001], &data[..]);
+        assert_eq!(&reply[132 + 5001..], b"\0\0\0tail");
+    }
+
+    /// The responder placed 3000 bytes but returned 1000: exactly 1000 come up, the
+    /// rest of what it wrote (and the rest of the region) is never handed up.
+    #[test]
+    fn only_the_returned_length_is_handed_up() {
+        let data = vec![0xabu8; 3000];
+        let (whole, at) = placed_region(
+            4096,
+            Room {
+                head: 256,
+                tail: 16,
+            },
+            &data,
+        );
+        let (base, off) = reduced(40, 1000, b"");
+        let full = reassemble_reply(base, &[off], vec![whole.slice(at..at + 1000)]).unwrap();
+        let reply = join_in_place(full, whole, at)
+            .map_err(|_| "not joined")
+            .unwrap();
+        assert_eq!(reply.len(), 40 + 1000);
+        assert!(reply[40..].iter().all(|&b| b == 0xab));
+    }
+
+    /// The responder returned 2000 but placed only 500: the other 1500 bytes are the
+    /// region's zero fill, never anything from before this Call.
+    #[test]
+    fn bytes_the_peer_did_not_write_are_zero() {
+        let (whole, at) = placed_region(
+            4096,
+            Room {
+                head: 256,
+                tail: 16,
+            },
+            &[0x5a; 500],
+        );
+        let (base, off) = reduced(40, 2000, b"");
+        let full = reassemble_reply(base, &[off], vec![whole.slice(at..at + 2000)]).unwrap();
+        let reply = join_in_place(full, whole, at)
+            .map_err(|_| "not joined")
+            .unwrap();
+        assert_eq!(reply.len(), 40 + 2000);
+        assert!(reply[40..540].iter().all(|&b| b == 0x5a));
+        assert!(reply[540..].iter().all(|&b| b == 0));
+    }
+
+    #[test]
+    fn without_room_or_while_shared_the_caller_copies() {
+        // No room in front.
+        let (whole, at) = placed_region(100, Room::default(), &[1; 100]);
+        let (base, off) = reduced(40, 100, b"");
+        let full = reassemble_reply(base.clone(), &[off], vec![whole.slice(at..at + 100)]).unwrap();
+        let expected = full.to_bytes();
+        let (full, _) = join_in_place(full, whole, at).unwrap_err();
+        assert_eq!(full.to_bytes(), expected);
+        // Tail longer than the room behind.
+        let (whole, at) = placed_region(100, Room { head: 64, tail: 2 }, &[1; 100]);
+        let (base2, off2) = reduced(40, 100, b"more than two");
+        let full = reassemble_reply(base2, &[off2], vec![whole.slice(at..at + 100)]).unwrap();
+        let expected = full.to_bytes();
+        let (full, _) = join_in_place(full, whole, at).unwrap_err();
+        assert_eq!(full.to_bytes(), expected);
+        // Someone else still holds the region: it is not written to.
+        let (whole, at) = placed_region(100, Room { head: 64, tail: 8 }, &[1; 100]);
+        let other = whole.clone();
+        let full = reassemble_reply(base, &[off], vec![whole.slice(at..at + 100)]).unwrap();
+        let expected = full.to_bytes();
+        let (full, _) = join_in_place(full, whole, at).unwrap_err();
+        assert_eq!(full.to_bytes(), expected);
+        assert!(other[..at].iter().all(|&b| b == 0), "room untouched");
     }
 }

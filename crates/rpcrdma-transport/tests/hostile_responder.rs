@@ -21,24 +21,121 @@ use tokio::sync::mpsc;
 
 const BUF: usize = 65536;
 
-fn v2_header(xid: u32, body: Body) -> Bytes {
+fn header(xid: u32, version: Version, body: Body) -> Bytes {
     Header {
         xid: Xid(xid),
-        version: Version::TWO,
+        version,
         credits: 8,
         body,
     }
     .to_bytes()
 }
 
-/// RDMA_MSG (Version Two) carrying an RPC reply `xid, REPLY, MSG_ACCEPTED, AUTH_NONE,
-/// SUCCESS` with no results: the answer to NULL.
-fn null_reply(xid: u32) -> Bytes {
-    let mut b = BytesMut::from(&v2_header(xid, Body::Msg(ChunkLists::empty()))[..]);
-    for w in [xid, 1, 0, 0, 0, 0] {
+fn v2_header(xid: u32, body: Body) -> Bytes {
+    header(xid, Version::TWO, body)
+}
+
+/// RDMA_MSG carrying an RPC reply `xid, REPLY, MSG_ACCEPTED, AUTH_NONE, SUCCESS` then
+/// `results` words: with none, the answer to NULL.
+fn reply(xid: u32, version: Version, chunks: ChunkLists, results: &[u32]) -> Bytes {
+    let mut b = BytesMut::from(&header(xid, version, Body::Msg(chunks))[..]);
+    for &w in [xid, 1, 0, 0, 0, 0].iter().chain(results) {
         b.put_u32(w);
     }
     b.freeze()
+}
+
+fn null_reply(xid: u32) -> Bytes {
+    reply(xid, Version::TWO, ChunkLists::empty(), &[])
+}
+
+/// A responder by hand that answers GEN(n) Calls through their Write chunk: call `i`
+/// places `places(i).0` bytes of `pattern(n, 7)` into the chunk and returns the length
+/// `places(i).1` in the Write list and in the count word (no data inline, as a DDP
+/// reduced reply). NULL Calls get their reply.
+async fn raw_write_responder(places: fn(usize) -> (usize, u32)) -> std::net::SocketAddr {
+    let provider = iwarp();
+    let mut listener = provider
+        .listen("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        let _provider = provider;
+        let req = listener.accept().await.unwrap();
+        let pd = ProtectionDomain::new();
+        let bufs: Vec<MemoryRegion> = (0..16)
+            .map(|_| pd.register_zeroed(BUF, Access::LOCAL_WRITE))
+            .collect();
+        let recv = |i: usize| RecvWr {
+            wr_id: i as u64,
+            sgl: vec![LocalSge {
+                mr: bufs[i].clone(),
+                offset: 0,
+                len: BUF,
+            }],
+        };
+        let recvs = (0..bufs.len()).map(recv).collect();
+        let qp = req
+            .accept(&pd, RdmaConfig::default().connect_params(recvs))
+            .await
+            .unwrap();
+        let mut gens = 0;
+        while let Some(c) = qp.completion().await {
+            if c.opcode != WcOpcode::Recv || c.status != WcStatus::Success {
+                continue;
+            }
+            let i = c.wr_id as usize;
+            let msg = bufs[i].read(0, c.byte_len).unwrap();
+            if qp.post_recv(recv(i)).is_err() {
+                break;
+            }
+            let Ok(Received::Msg {
+                prefix,
+                chunks,
+                payload,
+            }) = receive(&msg, &Policy::default())
+            else {
+                continue;
+            };
+            let xid = prefix.xid.0;
+            // xid, CALL, rpcvers, prog, vers, proc, AUTH_NONE cred and verf: 40 bytes.
+            let word = |at: usize| u32::from_be_bytes(payload[at..at + 4].try_into().unwrap());
+            let out = if word(20) == GEN {
+                let n = word(40) as usize;
+                let (placed, returned) = places(gens);
+                gens += 1;
+                let seg = chunks.writes[0].segments[0];
+                let data = pattern(n, 7).slice(..placed);
+                qp.post_send(SendWr {
+                    wr_id: 2 << 40,
+                    op: SendOp::RdmaWrite(rdma::RemoteAddr {
+                        stag: rdma::STag(seg.handle),
+                        offset: seg.offset,
+                    }),
+                    sgl: vec![Sge::Bytes(data)],
+                })
+                .unwrap();
+                let mut returned_chunks = chunks.clone();
+                returned_chunks.writes[0].segments[0].length = returned;
+                returned_chunks.writes.truncate(1);
+                reply(xid, prefix.version, returned_chunks, &[returned])
+            } else {
+                reply(xid, prefix.version, ChunkLists::empty(), &[])
+            };
+            if qp
+                .post_send(SendWr {
+                    wr_id: 1 << 40,
+                    op: SendOp::Send,
+                    sgl: vec![Sge::Bytes(out)],
+                })
+                .is_err()
+            {
+                break;
+            }
+        }
+    });
+    addr
 }
 
 /// What the raw responder saw that was not a Call.
@@ -187,4 +284,56 @@ async fn v2_s3_1_unknown_opttype_from_the_responder_gets_err_inval_option() {
     assert!(snaps[0].open);
     assert_eq!(snaps[0].get(Counter::ErrRdmaErrorSent), 1);
     assert!(seen.try_recv().is_err(), "nothing else sent");
+}
+
+async fn gen(c: &oncrpc::Client, n: u32) -> Bytes {
+    let mut r = c.call(PROG, VERS, GEN, u32_arg(n)).await.unwrap();
+    let out = r.results.opaque(u32::MAX).unwrap();
+    r.results.finish().unwrap();
+    out
+}
+
+/// What the client hands up from a Write chunk is bounded by the length the responder
+/// returned (rpcrdma-v1-draft-ietf-nfsv4-rfc5666bis-04 §4.4.6: the responder updates
+/// the segment lengths to what it wrote), whatever it placed: bytes it placed beyond
+/// that length never come up, and bytes it claims but did not place are zeros, never
+/// a previous Call's data (the region is zero-filled). The Reply is made contiguous in
+/// the Write chunk's own region (`replies_joined_in_place`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn write_chunk_data_handed_up_is_bounded_by_the_returned_length() {
+    init_tracing();
+    let n = 8192;
+    let addr = raw_write_responder(|i| match i {
+        // Honest, then placed more than returned, then returned more than placed.
+        0 => (8192, 8192),
+        1 => (8192, 3001),
+        _ => (1000, 3000),
+    })
+    .await;
+    let t = RdmaTransport::new(iwarp(), addr, RdmaConfig::default(), Arc::new(TestBinding));
+    let stats = t.stats();
+    let c = oncrpc::Client::new(
+        t,
+        oncrpc::ClientConfig {
+            timeout: Duration::from_secs(60),
+            ..oncrpc::ClientConfig::default()
+        },
+    );
+    let full = pattern(n, 7);
+    assert!(gen(&c, n as u32).await == full);
+    let got = gen(&c, n as u32).await;
+    assert_eq!(got.len(), 3001);
+    assert!(got == full.slice(..3001));
+    let got = gen(&c, n as u32).await;
+    assert_eq!(got.len(), 3000);
+    assert!(got[..1000] == full[..1000]);
+    assert!(
+        got[1000..].iter().all(|&b| b == 0),
+        "unwritten bytes are zeros"
+    );
+    null(&c).await;
+    let snaps = stats.snapshots();
+    assert_eq!(snaps.len(), 1, "one connection");
+    assert_eq!(snaps[0].get(Counter::RepliesJoinedInPlace), 3);
+    assert_eq!(snaps[0].get(Counter::ErrBadReply), 0);
 }
