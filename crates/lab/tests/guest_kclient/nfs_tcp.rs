@@ -112,7 +112,7 @@ fn kernel_nfsv3_tcp_client_to_our_host_server() {
         }
         Ok(())
     });
-    check_nfs_copy_tree(&mut o, &export, &SIZES);
+    check_nfs_copy_tree(&mut o, &export, &SIZES, 2000);
     let passed = o.passed();
     if passed {
         let _ = std::fs::remove_dir_all(&export);
