@@ -422,7 +422,7 @@ fn marshal_and_post<Q: QueuePair>(
                 Registration::Reply { .. } => reply_region = Some(i),
                 Registration::Read { .. } => {}
             }
-            // A Write chunk's region leaves room for the rest of the Reply around the
+            // A Write chunk is registered out of a buffer with room for the rest of the
             // data (`registration::join_in_place`): before it, at most the inline part
             // (our receive threshold); after it, XDR padding and a short tail.
             let room = Room {

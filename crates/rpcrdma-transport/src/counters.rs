@@ -67,7 +67,7 @@ counters! {
     RdmaWriteBytes = "rdma_write_bytes",
     /// Bytes the peer placed in our Write and Reply chunks (requester).
     ChunkBytesReceived = "chunk_bytes_rx",
-    /// Replies made contiguous around their Write chunk data in its own region, the
+    /// Replies made contiguous around their Write chunk data in the buffer it was cut from, the
     /// data not copied (requester).
     RepliesJoinedInPlace = "replies_joined_in_place",
     /// Regions registered for chunks.

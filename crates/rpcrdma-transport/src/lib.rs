@@ -81,17 +81,18 @@
 //! - Reply, DDP-eligible result (Write chunk): 0 on the responder (the result's `Bytes`
 //!   are the RDMA Write's gather list); 0 on the requester beyond the provider's
 //!   placement into the registered Write chunk when the Reply has one chunk with data
-//!   (an NFS READ): the region leaves room around the chunk and the Reply is made
-//!   contiguous there, for `oncrpc`'s `RecordReceiver` (`Bytes` only), by copying the
-//!   inline pieces around the data (`registration::join_in_place`); 1 with several
-//!   such chunks or a tail longer than the room (`Reassembled::to_bytes`). Not a copy
-//!   but a pass over the bytes: each Write chunk region is zero-filled when registered
-//!   (`register_zeroed`), since the `rdma` API registers initialized memory only and
-//!   cannot tell which bytes the peer placed (a responder may return a length larger
-//!   than it wrote; what is handed up is bounded by that returned length).
+//!   (an NFS READ): the chunk is registered out of a buffer with room around it (only
+//!   the chunk is reachable by the peer), and the Reply is made contiguous there for
+//!   `oncrpc`'s `RecordReceiver` (`Bytes` only) by copying the inline pieces around
+//!   the data (`registration::join_in_place`); 1 with several such chunks or a tail
+//!   longer than the room (`Reassembled::to_bytes`). Not a copy but a pass over the
+//!   bytes: each Write chunk buffer is zero-filled when registered, since the `rdma`
+//!   API registers initialized memory only and cannot tell which bytes the peer
+//!   placed (a responder may return a length larger than it wrote; what is handed up
+//!   is bounded by that returned length).
 //! - Reply, inline: 1 on the requester (receive buffer → reply buffer), 2 for the
-//!   inline pieces of a Reply with Write chunk data (into the region's room, or the
-//!   joining copy).
+//!   inline pieces of a Reply with Write chunk data (into the room around the chunk,
+//!   or the joining copy).
 //! - Transport headers: 1 each way (into a registered send buffer; out of the
 //!   receive buffer), tens of bytes.
 //! - Long messages (Position Zero Read chunk, Reply chunk): as the DDP-eligible rows.

@@ -26,16 +26,16 @@ use crate::counters::{ConnStats, Counter};
 pub(crate) struct ChunkRegion {
     mr: MemoryRegion,
     len: u32,
-    /// Where the chunk starts in the region (its segment's tagged offset): room
-    /// before it, and after it to the region's end, for the requester to make a
+    /// Room around a requester's Write chunk, unregistered: the bytes before and
+    /// after the registered chunk in the same allocation, for the requester to make a
     /// Reply contiguous around the chunk's data without copying that data
     /// ([`join_in_place`]).
-    at: usize,
+    room: Option<(BytesMut, BytesMut)>,
 }
 
-/// Room a requester leaves around a Write chunk in its region: `head` bytes before
-/// (what precedes the DDP-eligible result in the Reply: at most the inline part, so
-/// the receive inline threshold), `tail` after (XDR padding and what follows it).
+/// Room a requester leaves around a Write chunk: `head` bytes before (what precedes
+/// the DDP-eligible result in the Reply: at most the inline part, so the receive
+/// inline threshold), `tail` after (XDR padding and what follows it).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct Room {
     pub(crate) head: usize,
@@ -48,13 +48,13 @@ impl ChunkRegion {
         Self::register_with_room(pd, reg, Room::default(), stats)
     }
 
-    /// Registers what `reg` asks for; a Write chunk gets `room` around it (in the
-    /// same registration: the `rdma` API registers whole buffers, so the peer could
-    /// write into the room too, which only touches bytes we overwrite or never hand
-    /// up). The whole region is zero-filled: the `rdma` API registers initialized
-    /// memory only and cannot tell which bytes the peer placed, so a region recycled
-    /// or left uninitialized could hand a previous call's bytes to this one whenever
-    /// a responder returns a length larger than what it wrote.
+    /// Registers what `reg` asks for; a Write chunk is cut out of a buffer with
+    /// `room` around it, and only the chunk is registered (the peer reaches nothing
+    /// else; its segment's tagged offsets start at 0 as before). The buffer is
+    /// zero-filled: the `rdma` API registers initialized memory only and cannot tell
+    /// which bytes the peer placed, so a region recycled or left uninitialized could
+    /// hand a previous call's bytes to this one whenever a responder returns a length
+    /// larger than what it wrote.
     pub(crate) fn register_with_room(
         pd: &ProtectionDomain,
         reg: &Registration,
@@ -74,37 +74,45 @@ impl ChunkRegion {
                 }
                 pd.register(buf, Access::REMOTE_READ)
             }
-            Registration::Write { len } => {
-                let at = room.head;
-                let mr = pd.register_zeroed(
-                    at + *len as usize + room.tail,
-                    Access::LOCAL_WRITE | Access::REMOTE_WRITE,
-                );
-                return ChunkRegion { mr, len: *len, at };
+            Registration::Write { len } if room != Room::default() => {
+                // One allocation, split without a copy; `fence` joins it again.
+                let mut head = BytesMut::zeroed(room.head + *len as usize + room.tail);
+                let mut chunk = head.split_off(room.head);
+                let tail = chunk.split_off(*len as usize);
+                let mr = pd.register(chunk, Access::LOCAL_WRITE | Access::REMOTE_WRITE);
+                return ChunkRegion {
+                    mr,
+                    len: *len,
+                    room: Some((head, tail)),
+                };
             }
-            Registration::Reply { len } => {
+            Registration::Write { len } | Registration::Reply { len } => {
                 pd.register_zeroed(*len as usize, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
             }
         };
-        ChunkRegion { mr, len, at: 0 }
+        ChunkRegion {
+            mr,
+            len,
+            room: None,
+        }
     }
 
-    /// The one segment describing this region's chunk (tagged offsets start at 0 at
-    /// the region's first byte; the chunk at [`ChunkRegion::at`]).
+    /// The one segment describing this region (tagged offsets start at 0).
     pub(crate) fn segment(&self) -> Segment {
         Segment {
             handle: self.mr.stag().0,
             length: self.len,
-            offset: self.at as u64,
+            offset: 0,
         }
     }
 
     /// Where the chunk starts in the bytes [`ChunkRegion::fence`] returns.
     pub(crate) fn at(&self) -> usize {
-        self.at
+        self.room.as_ref().map_or(0, |(head, _)| head.len())
     }
 
-    /// Fences the region and returns its bytes (the whole region, room included). `remote` is the STag the peer
+    /// Fences the region and returns its bytes, with the room around them if it has
+    /// some (the chunk at [`ChunkRegion::at`]). `remote` is the STag the peer
     /// invalidated with Send With Invalidate, if any.
     pub(crate) fn fence(self, remote: Option<STag>, stats: &ConnStats) -> Bytes {
         if remote == Some(self.mr.stag()) {
@@ -113,7 +121,17 @@ impl ChunkRegion {
             self.mr.invalidate();
             stats.inc(Counter::LocalInvalidations);
         }
-        self.mr.deregister().freeze()
+        let chunk = self.mr.deregister();
+        match self.room {
+            None => chunk.freeze(),
+            Some((mut head, tail)) => {
+                // Adjacent pieces of one allocation: joined without a copy (`unsplit`
+                // copies only if the provider handed back other memory).
+                head.unsplit(chunk);
+                head.unsplit(tail);
+                head.freeze()
+            }
+        }
     }
 }
 
@@ -142,7 +160,7 @@ impl ReadSink {
 }
 
 /// Makes `full`, a Reply rebuilt around one chunk's data, contiguous in that chunk's
-/// own region `whole` (the data at `at`, as [`ChunkRegion::fence`] returned it):
+/// own buffer `whole` (the data at `at`, as [`ChunkRegion::fence`] returned it):
 /// the pieces before the data are copied into the room in front of it, the pieces
 /// after (XDR padding, the rest of the inline part) behind it, and the Reply is a
 /// slice of the region. Only the bytes the peer returned as written (`full`'s chunk
@@ -234,11 +252,19 @@ mod tests {
         let pd = ProtectionDomain::new();
         let s = stats();
         let r = ChunkRegion::register_with_room(&pd, &Registration::Write { len }, room, &s);
-        assert_eq!(r.segment().offset, room.head as u64);
+        // Only the chunk is registered: the peer reaches no byte of the room.
+        assert_eq!(r.segment().offset, 0);
         assert_eq!(r.segment().length, len);
-        assert!(r.mr.write(r.at(), placed));
+        assert_eq!(r.mr.len(), len as usize);
+        assert!(r.mr.write(0, placed));
+        let chunk_start = r.mr.with(|b| b.as_ptr() as usize);
         let at = r.at();
-        (r.fence(None, &s), at)
+        assert_eq!(at, room.head);
+        let whole = r.fence(None, &s);
+        assert_eq!(whole.len(), room.head + len as usize + room.tail);
+        // Joined without a copy: the chunk is where the peer placed it.
+        assert_eq!(whole.as_ptr() as usize + at, chunk_start);
+        (whole, at)
     }
 
     /// An NFSv3-READ-like reduced reply: `head` bytes ending with the count word
