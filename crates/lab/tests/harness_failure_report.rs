@@ -95,10 +95,19 @@ fn hanging_step_is_killed_named_and_kernel_log_kept() {
     guest
         .wait_ready(std::time::Duration::from_secs(120))
         .unwrap_or_else(|e| panic!("{e}"));
-    // The script is now entering its endless step: give it 10 s more, then the
-    // harness must kill the guest and name that step.
+    // Once the endless step has begun, the harness must kill the guest (here
+    // after 1 s more) and name that step.
+    let results = guest.share().join("results");
+    let end = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !std::fs::read_to_string(&results).is_ok_and(|r| r.contains("BEGIN hangs")) {
+        assert!(
+            std::time::Instant::now() < end,
+            "the step `hangs` did not begin"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
     let outcome = guest
-        .finish_within(std::time::Duration::from_secs(10))
+        .finish_within(std::time::Duration::from_secs(1))
         .unwrap_or_else(|e| panic!("{e}"));
     let failure = outcome.failure().expect("the run must fail");
     assert_eq!(
