@@ -6,6 +6,11 @@
 //! behind a mutex held only for protocol work and the one copy of placement; socket
 //! IO happens outside the lock. Reading and writing independently means two peers that
 //! both push large transfers at each other cannot deadlock on full TCP buffers.
+//!
+//! Transmit fast path: a `post_send` that finds nobody on the socket encodes and
+//! writes (non-blocking) on the posting thread, and hands the writer task only what
+//! the socket does not take. A busy flag under the lock keeps one writer at a time,
+//! so FPDUs go out in the same order and with the same bytes as through the task.
 
 use std::io::{self, IoSlice, IoSliceMut};
 use std::net::SocketAddr;
@@ -16,7 +21,7 @@ use std::time::{Duration, Instant};
 use bytes::{BufMut, Bytes, BytesMut};
 use rdma::{
     BoxFuture, Completion, ConnectError, ConnectParams, ConnectRequest, ConnectionManager,
-    Listener, PeerParams, PostError, ProtectionDomain, QpEvent, QueuePair, RecvWr, SendWr,
+    Listener, PeerParams, PostError, ProtectionDomain, QpEvent, QueuePair, RecvWr, SendWr, Sge,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
@@ -334,6 +339,16 @@ struct Inner {
     conn: Connection,
     cq_waker: Option<Waker>,
     ev_waker: Option<Waker>,
+    /// Someone is encoding or writing FPDUs: the writer task, or a poster on the
+    /// transmit fast path. One at a time, so FPDU bytes never interleave.
+    tx_busy: bool,
+    /// A poster's batch that the socket did not take whole (`WouldBlock`), with the
+    /// bytes already written: the writer task writes the rest before anything else.
+    tx_pending: Option<(TxBatch, usize)>,
+    /// A batch for the fast path, kept for its allocations.
+    tx_spare: Option<TxBatch>,
+    /// The socket's write half for the fast path; `None` once the writer has ended.
+    tx_sock: Option<Arc<OwnedWriteHalf>>,
 }
 
 impl Inner {
@@ -357,6 +372,8 @@ impl Inner {
 struct Shared {
     inner: Mutex<Inner>,
     tx_wake: Notify,
+    /// Bytes per transmit batch (`IwarpConfig::write_batch`).
+    budget: usize,
     pd: ProtectionDomain,
     peer: PeerParams,
 }
@@ -389,19 +406,25 @@ fn spawn_qp(
             ConnectError::InvalidParams("an initial receive failed its local check")
         })?;
     }
+    let (rd, wr) = stream.into_split();
+    let wr = Arc::new(wr);
     let shared = Arc::new(Shared {
         inner: Mutex::new(Inner {
             conn,
             cq_waker: None,
             ev_waker: None,
+            tx_busy: false,
+            tx_pending: None,
+            tx_spare: None,
+            tx_sock: Some(wr.clone()),
         }),
         tx_wake: Notify::new(),
+        budget: cfg.write_batch,
         pd,
         peer: neg.peer.clone(),
     });
-    let (rd, wr) = stream.into_split();
     let reader = tokio::spawn(reader_task(shared.clone(), rd, buf));
-    tokio::spawn(writer_task(shared.clone(), wr, reader, cfg.write_batch));
+    tokio::spawn(writer_task(shared.clone(), wr, reader));
     Ok(IwarpQp {
         shared,
         crc: neg.crc,
@@ -529,21 +552,41 @@ async fn read_direct(
 
 async fn writer_task(
     shared: Arc<Shared>,
-    mut wr: OwnedWriteHalf,
+    wr: Arc<OwnedWriteHalf>,
     reader: tokio::task::JoinHandle<()>,
-    budget: usize,
 ) {
     let mut batch = TxBatch::new();
+    // `tx_busy` is ours (set by this task, not by a poster).
+    let mut mine = false;
     loop {
         batch.clear();
+        let mut skip = 0;
         let (produced, finished, timeout) = {
             let mut g = shared.lock();
-            let p = g.conn.poll_transmit(Instant::now(), &mut batch, budget);
-            g.wake();
-            (p, g.conn.is_finished(), g.conn.poll_timeout())
+            if let Some((b, done)) = g.tx_pending.take() {
+                // A poster's remainder: it goes first, and the socket is ours.
+                g.tx_busy = true;
+                mine = true;
+                let old = std::mem::replace(&mut batch, b);
+                g.tx_spare.get_or_insert(old);
+                skip = done;
+                (true, false, None)
+            } else if g.tx_busy && !mine {
+                // A poster is writing; it wakes us if it leaves work behind.
+                (false, g.conn.is_finished(), g.conn.poll_timeout())
+            } else {
+                g.tx_busy = true;
+                let p = g
+                    .conn
+                    .poll_transmit(Instant::now(), &mut batch, shared.budget);
+                g.wake();
+                mine = !batch.is_empty();
+                g.tx_busy = mine;
+                (p, g.conn.is_finished(), g.conn.poll_timeout())
+            }
         };
-        if !batch.is_empty() {
-            if let Err(e) = write_batch(&mut wr, &batch).await {
+        if batch.len() > skip {
+            if let Err(e) = write_batch(&wr, &batch, skip).await {
                 let mut g = shared.lock();
                 g.conn.handle_transport_error(e.kind());
                 g.wake();
@@ -553,7 +596,8 @@ async fn writer_task(
         if produced {
             continue;
         }
-        if finished {
+        // Leave only when no poster is on the socket (it wakes us when it leaves).
+        if finished && (mine || !shared.lock().tx_busy) {
             break;
         }
         match timeout {
@@ -566,7 +610,21 @@ async fn writer_task(
             None => shared.tx_wake.notified().await,
         }
     }
-    let _ = wr.shutdown().await;
+    // Take the socket from the fast path for good (waiting out a poster that is on it).
+    loop {
+        {
+            let mut g = shared.lock();
+            if mine || !g.tx_busy {
+                g.tx_busy = true;
+                g.tx_sock = None;
+                break;
+            }
+        }
+        shared.tx_wake.notified().await;
+    }
+    if let Ok(mut wr) = Arc::try_unwrap(wr) {
+        let _ = wr.shutdown().await;
+    }
     // Give the peer a moment to close its side, then stop reading.
     if tokio::time::timeout(Duration::from_secs(2), async {
         while !reader.is_finished() {
@@ -583,17 +641,38 @@ async fn writer_task(
     }
 }
 
-async fn write_batch(wr: &mut OwnedWriteHalf, batch: &TxBatch) -> io::Result<()> {
+/// Writes `batch` from byte `skip` on, waiting for the socket as needed.
+async fn write_batch(wr: &OwnedWriteHalf, batch: &TxBatch, mut skip: usize) -> io::Result<()> {
+    loop {
+        skip += try_write_batch(wr, batch, skip)?;
+        if skip >= batch.len() {
+            return Ok(());
+        }
+        wr.writable().await?;
+    }
+}
+
+/// Writes `batch` from byte `skip` on without waiting: until it is all written or the
+/// socket would block. Returns the bytes written by this call.
+fn try_write_batch(wr: &OwnedWriteHalf, batch: &TxBatch, skip: usize) -> io::Result<usize> {
     let slices: Vec<&[u8]> = batch.slices().filter(|s| !s.is_empty()).collect();
-    let (mut i, mut off) = (0usize, 0usize);
+    let (mut i, mut off) = (0usize, skip);
+    while i < slices.len() && off >= slices[i].len() {
+        off -= slices[i].len();
+        i += 1;
+    }
+    let mut written = 0;
     while i < slices.len() {
         let iov: Vec<IoSlice<'_>> = std::iter::once(IoSlice::new(&slices[i][off..]))
             .chain(slices[i + 1..].iter().take(511).map(|s| IoSlice::new(s)))
             .collect();
-        let mut n = wr.write_vectored(&iov).await?;
-        if n == 0 {
-            return Err(io::ErrorKind::WriteZero.into());
-        }
+        let mut n = match wr.try_write_vectored(&iov) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(written),
+            Err(e) => return Err(e),
+        };
+        written += n;
         while n > 0 && i < slices.len() {
             let rem = slices[i].len() - off;
             if n >= rem {
@@ -606,8 +685,12 @@ async fn write_batch(wr: &mut OwnedWriteHalf, batch: &TxBatch) -> io::Result<()>
             }
         }
     }
-    Ok(())
+    Ok(written)
 }
+
+/// Payload bytes from which `post_send` takes the transmit fast path (one maximum
+/// FPDU): below it a syscall per message costs more than the handoff it saves.
+const FAST_PATH_MIN: usize = 64 * 1024;
 
 /// A connected iWARP queue pair. Dropping it disconnects.
 pub struct IwarpQp {
@@ -645,8 +728,57 @@ impl IwarpQp {
 
 impl QueuePair for IwarpQp {
     fn post_send(&self, wr: SendWr) -> Result<(), PostError> {
-        self.shared.lock().conn.post_send(wr)?;
-        self.shared.tx_wake.notify_one();
+        let shared = &*self.shared;
+        let large = wr.sgl.iter().map(Sge::len).sum::<usize>() >= FAST_PATH_MIN;
+        let mut g = shared.lock();
+        g.conn.post_send(wr)?;
+        // Transmit fast path for large messages: with nobody on the socket and nothing
+        // handed over, this thread encodes and writes (without blocking) what the
+        // writer task would have, and hands it only what the socket does not take.
+        // Saves a thread handoff per post. Small messages go to the writer task, which
+        // gathers many into one `writev`.
+        let sock = match &g.tx_sock {
+            Some(s) if large && !g.tx_busy && g.tx_pending.is_none() => s.clone(),
+            _ => {
+                drop(g);
+                shared.tx_wake.notify_one();
+                return Ok(());
+            }
+        };
+        g.tx_busy = true;
+        let mut batch = g.tx_spare.take().unwrap_or_default();
+        batch.clear();
+        g.conn
+            .poll_transmit(Instant::now(), &mut batch, shared.budget);
+        g.wake();
+        drop(g);
+        let r = if batch.is_empty() {
+            Ok(0)
+        } else {
+            try_write_batch(&sock, &batch, 0)
+        };
+        drop(sock);
+        let mut g = shared.lock();
+        let notify = match r {
+            Ok(n) if n >= batch.len() => {
+                g.tx_spare = Some(batch);
+                g.conn.wants_transmit()
+            }
+            Ok(n) => {
+                g.tx_pending = Some((batch, n));
+                true
+            }
+            Err(e) => {
+                g.conn.handle_transport_error(e.kind());
+                g.wake();
+                true
+            }
+        };
+        g.tx_busy = false;
+        drop(g);
+        if notify {
+            shared.tx_wake.notify_one();
+        }
         Ok(())
     }
 
