@@ -14,7 +14,7 @@
 //! which hands the buffer back without a copy.
 
 use bytes::{BufMut, Bytes, BytesMut};
-use rdma::{Access, MemoryRegion, ProtectionDomain, STag};
+use rdma::{Access, LocalSge, MemoryRegion, ProtectionDomain, RemoteAddr, STag, SendOp, SendWr};
 use rpcrdma::marshal::Registration;
 use rpcrdma::reassembly::Reassembled;
 use rpcrdma::Segment;
@@ -150,6 +150,25 @@ impl ReadSink {
         ReadSink {
             mr: pd.register_zeroed(len, Access::LOCAL_WRITE),
             outstanding: 0,
+        }
+    }
+
+    /// The RDMA Read that pulls the peer's segment `seg` into this sink at `at`.
+    pub(crate) fn read_wr(&self, wr_id: u64, seg: &Segment, at: usize) -> SendWr {
+        SendWr {
+            wr_id,
+            op: SendOp::RdmaRead {
+                remote: RemoteAddr {
+                    stag: STag(seg.handle),
+                    offset: seg.offset,
+                },
+                sink: LocalSge {
+                    mr: self.mr.clone(),
+                    offset: at,
+                    len: seg.length as usize,
+                },
+            },
+            sgl: Vec::new(),
         }
     }
 

@@ -37,7 +37,7 @@ use std::time::Instant;
 use bytes::Bytes;
 use oncrpc::Dispatcher;
 use rdma::{
-    Completion, ConnectRequest, ConnectionManager, Listener, LocalSge, ProtectionDomain, QueuePair,
+    Completion, ConnectRequest, ConnectionManager, Listener, ProtectionDomain, QueuePair,
     QueuePairExt, RemoteAddr, STag, SendOp, SendWr, Sge, WcOpcode, WcStatus,
 };
 use rpcrdma::credits::ResponderCredits;
@@ -548,21 +548,7 @@ impl<Q: QueuePair + 'static> ServerConn<Q> {
                 self.stats.inc(Counter::RdmaReads);
                 self.stats.add(Counter::RdmaReadBytes, len as u64);
                 self.qp
-                    .post_send(SendWr {
-                        wr_id: wr_kind::READ | id,
-                        op: SendOp::RdmaRead {
-                            remote: RemoteAddr {
-                                stag: STag(seg.handle),
-                                offset: seg.offset,
-                            },
-                            sink: LocalSge {
-                                mr: sink.mr.clone(),
-                                offset: at,
-                                len,
-                            },
-                        },
-                        sgl: Vec::new(),
-                    })
+                    .post_send(sink.read_wr(wr_kind::READ | id, seg, at))
                     .map_err(|_| Fatal)?;
                 sink.outstanding += 1;
                 at += len;

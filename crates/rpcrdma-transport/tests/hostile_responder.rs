@@ -49,47 +49,83 @@ fn null_reply(xid: u32) -> Bytes {
     reply(xid, Version::TWO, ChunkLists::empty(), &[])
 }
 
+/// The raw side of a connection: 16 receive buffers of [`BUF`] bytes, posted with
+/// the accept and re-posted as each message is taken.
+struct RawResponder {
+    qp: Arc<dyn QueuePair>,
+    bufs: Vec<MemoryRegion>,
+}
+
+impl RawResponder {
+    /// Listens on 127.0.0.1; the future accepts the first connection.
+    async fn listen() -> (
+        std::net::SocketAddr,
+        impl std::future::Future<Output = RawResponder>,
+    ) {
+        let provider = iwarp();
+        let mut listener = provider
+            .listen("127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap();
+        let addr = listener.local_addr().unwrap();
+        let accept = async move {
+            let _provider = provider;
+            let req = listener.accept().await.unwrap();
+            let pd = ProtectionDomain::new();
+            let bufs: Vec<MemoryRegion> = (0..16)
+                .map(|_| pd.register_zeroed(BUF, Access::LOCAL_WRITE))
+                .collect();
+            let recvs = (0..bufs.len()).map(|i| recv_wr(&bufs, i)).collect();
+            let qp = req
+                .accept(&pd, RdmaConfig::default().connect_params(recvs))
+                .await
+                .unwrap();
+            RawResponder {
+                qp: Arc::new(qp),
+                bufs,
+            }
+        };
+        (addr, accept)
+    }
+
+    /// The next message received, its buffer posted again; `None` when the
+    /// connection is gone.
+    async fn next_message(&mut self) -> Option<Bytes> {
+        while let Some(c) = self.qp.completion().await {
+            if c.opcode != WcOpcode::Recv || c.status != WcStatus::Success {
+                continue;
+            }
+            let i = c.wr_id as usize;
+            let msg = self.bufs[i].read(0, c.byte_len).unwrap();
+            self.qp.post_recv(recv_wr(&self.bufs, i)).ok()?;
+            return Some(msg);
+        }
+        None
+    }
+}
+
+fn recv_wr(bufs: &[MemoryRegion], i: usize) -> RecvWr {
+    RecvWr {
+        wr_id: i as u64,
+        sgl: vec![LocalSge {
+            mr: bufs[i].clone(),
+            offset: 0,
+            len: BUF,
+        }],
+    }
+}
+
 /// A responder by hand that answers GEN(n) Calls through their Write chunk: call `i`
 /// places `places(i).0` bytes of `pattern(n, 7)` into the chunk and returns the length
 /// `places(i).1` in the Write list and in the count word (no data inline, as a DDP
 /// reduced reply). NULL Calls get their reply.
 async fn raw_write_responder(places: fn(usize) -> (usize, u32)) -> std::net::SocketAddr {
-    let provider = iwarp();
-    let mut listener = provider
-        .listen("127.0.0.1:0".parse().unwrap())
-        .await
-        .unwrap();
-    let addr = listener.local_addr().unwrap();
+    let (addr, accept) = RawResponder::listen().await;
     tokio::spawn(async move {
-        let _provider = provider;
-        let req = listener.accept().await.unwrap();
-        let pd = ProtectionDomain::new();
-        let bufs: Vec<MemoryRegion> = (0..16)
-            .map(|_| pd.register_zeroed(BUF, Access::LOCAL_WRITE))
-            .collect();
-        let recv = |i: usize| RecvWr {
-            wr_id: i as u64,
-            sgl: vec![LocalSge {
-                mr: bufs[i].clone(),
-                offset: 0,
-                len: BUF,
-            }],
-        };
-        let recvs = (0..bufs.len()).map(recv).collect();
-        let qp = req
-            .accept(&pd, RdmaConfig::default().connect_params(recvs))
-            .await
-            .unwrap();
+        let mut peer = accept.await;
+        let qp = peer.qp.clone();
         let mut gens = 0;
-        while let Some(c) = qp.completion().await {
-            if c.opcode != WcOpcode::Recv || c.status != WcStatus::Success {
-                continue;
-            }
-            let i = c.wr_id as usize;
-            let msg = bufs[i].read(0, c.byte_len).unwrap();
-            if qp.post_recv(recv(i)).is_err() {
-                break;
-            }
+        while let Some(msg) = peer.next_message().await {
             let Ok(Received::Msg {
                 prefix,
                 chunks,
@@ -153,33 +189,11 @@ async fn raw_responder(
     opttype: OptType,
     opt_xid: u32,
 ) -> (std::net::SocketAddr, mpsc::UnboundedReceiver<Seen>) {
-    let provider = iwarp();
-    let mut listener = provider
-        .listen("127.0.0.1:0".parse().unwrap())
-        .await
-        .unwrap();
-    let addr = listener.local_addr().unwrap();
+    let (addr, accept) = RawResponder::listen().await;
     let (tx, rx) = mpsc::unbounded_channel();
     tokio::spawn(async move {
-        let _provider = provider;
-        let req = listener.accept().await.unwrap();
-        let pd = ProtectionDomain::new();
-        let bufs: Vec<MemoryRegion> = (0..16)
-            .map(|_| pd.register_zeroed(BUF, Access::LOCAL_WRITE))
-            .collect();
-        let recv = |i: usize| RecvWr {
-            wr_id: i as u64,
-            sgl: vec![LocalSge {
-                mr: bufs[i].clone(),
-                offset: 0,
-                len: BUF,
-            }],
-        };
-        let recvs = (0..bufs.len()).map(recv).collect();
-        let qp = req
-            .accept(&pd, RdmaConfig::default().connect_params(recvs))
-            .await
-            .unwrap();
+        let mut peer = accept.await;
+        let qp = peer.qp.clone();
         let send = |msg: Bytes| {
             qp.post_send(SendWr {
                 wr_id: 1 << 40,
@@ -189,15 +203,7 @@ async fn raw_responder(
             .is_ok()
         };
         let mut calls = 0;
-        while let Some(c) = qp.completion().await {
-            if c.opcode != WcOpcode::Recv || c.status != WcStatus::Success {
-                continue;
-            }
-            let i = c.wr_id as usize;
-            let msg = bufs[i].read(0, c.byte_len).unwrap();
-            if qp.post_recv(recv(i)).is_err() {
-                break;
-            }
+        while let Some(msg) = peer.next_message().await {
             match receive(&msg, &Policy::default()) {
                 Ok(Received::Msg {
                     prefix, payload, ..

@@ -18,7 +18,7 @@
 //! (§5.2.3; `rpcrdma::credits::ResponderCredits::reserve_for_done`).
 
 use bytes::Bytes;
-use rdma::{LocalSge, QueuePair, RemoteAddr, STag, SendOp, SendWr};
+use rdma::{QueuePair, STag, SendOp};
 use rpcrdma::header::{Body, Header};
 use rpcrdma::options::{ReliableReplyInfo, RELIABLE_REPLY};
 use rpcrdma::reassembly::written_lengths;
@@ -299,24 +299,7 @@ pub(super) fn handle_read_chunk_reply<Q: QueuePair>(
     let mut at = 0usize;
     for seg in p0.segments.iter().filter(|s| s.length > 0) {
         let len = seg.length as usize;
-        reads.push((
-            len,
-            SendWr {
-                wr_id: wr_kind::READ | u64::from(xid.0),
-                op: SendOp::RdmaRead {
-                    remote: RemoteAddr {
-                        stag: STag(seg.handle),
-                        offset: seg.offset,
-                    },
-                    sink: LocalSge {
-                        mr: sink.mr.clone(),
-                        offset: at,
-                        len,
-                    },
-                },
-                sgl: Vec::new(),
-            },
-        ));
+        reads.push((len, sink.read_wr(wr_kind::READ | u64::from(xid.0), seg, at)));
         at += len;
     }
     let mut pull = Pull {
