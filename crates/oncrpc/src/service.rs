@@ -164,6 +164,14 @@ impl Dispatcher {
         out
     }
 
+    /// True when `prog` is registered at version `vers`: a call for anything else is
+    /// answered PROG_UNAVAIL or PROG_MISMATCH by [`Dispatcher::dispatch`].
+    pub fn serves(&self, prog: u32, vers: u32) -> bool {
+        self.programs
+            .get(&prog)
+            .is_some_and(|versions| versions.contains_key(&vers))
+    }
+
     /// Serves one call message and returns the reply message, or `None` when the
     /// message earns no reply (it is not a decodable call header; RFC 5531 gives no
     /// way to answer it). The reply keeps the handler's DDP-eligible items.

@@ -110,8 +110,12 @@ counters! {
     ErrWriteChunkTooSmall = "err_write_chunk_too_small",
     /// GARBAGE_ARGS replies sent (§5.5.2, §8.1.1).
     ErrGarbageArgs = "err_garbage_args",
-    /// Calls for programs with no Upper Layer Binding, dropped unanswered (§8).
+    /// Calls for programs served without an Upper Layer Binding, dropped unanswered
+    /// (§8).
     ErrNoBinding = "err_no_binding",
+    /// Calls for a program or version not served, answered PROG_UNAVAIL or
+    /// PROG_MISMATCH (RFC 5531 §9).
+    UnservedCalls = "unserved_calls",
     /// Messages discarded (too short, unknown XID, duplicate, unparsable reply).
     ErrDiscarded = "err_discarded",
     /// Calls that could not be built or sent (no binding, cannot marshal), failed at

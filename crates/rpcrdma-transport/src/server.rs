@@ -673,9 +673,18 @@ impl<Q: QueuePair + 'static> ServerConn<Q> {
             }
         }
         if let Some(proc_id) = rpc::call_proc(&whole) {
+            // RFC 5531 §9: a program or version this server does not serve gets
+            // PROG_UNAVAIL or PROG_MISMATCH (with the versions served), over RDMA as
+            // over TCP; the dispatcher answers it. A Linux client's mount over RDMA
+            // probes NFSv4 first and waits for that answer before trying version 3.
+            let served = self.dispatcher.serves(proc_id.prog, proc_id.vers);
+            if !served {
+                self.stats.inc(Counter::UnservedCalls);
+            }
             // §8: "Responders MUST NOT reply to RPC-over-RDMA messages for Upper Layer
-            // Protocols that do not have a Upper Layer Binding."
-            if !self.binding.binds(proc_id.prog, proc_id.vers) {
+            // Protocols that do not have a Upper Layer Binding": a program we serve
+            // without a binding (MOUNT, RFC 8267 §6) gets nothing.
+            if served && !self.binding.binds(proc_id.prog, proc_id.vers) {
                 self.stats.inc(Counter::ErrNoBinding);
                 let Some(call) = self.calls.remove(&xid) else {
                     return Ok(());
@@ -685,7 +694,7 @@ impl<Q: QueuePair + 'static> ServerConn<Q> {
             // §8.1.1: "A DDP-eligibility violation occurs when a requester forms a Call
             // message with a non-DDP-eligible data item in a Read chunk ... a responder
             // MUST NOT process the Call message." Answered per §5.5.2.
-            if reads_not_p0 > self.binding.call_ddp_arguments(proc_id) {
+            if served && reads_not_p0 > self.binding.call_ddp_arguments(proc_id) {
                 let Some(call) = self.calls.remove(&xid) else {
                     return Ok(());
                 };

@@ -395,6 +395,42 @@ async fn unbound_program_gets_no_reply_over_rdma() {
     );
 }
 
+/// An RPC Call header for `prog`/`vers`/NULL with AUTH_NONE.
+fn rpc_call_vers(xid: u32, prog: u32, vers: u32) -> Bytes {
+    let mut e = Encoder::new();
+    CallHeader::new(RpcXid(xid), prog, vers, NULL, OpaqueAuth::none()).encode(&mut e);
+    e.finish().to_bytes()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unserved_program_or_version_gets_prog_unavail_or_prog_mismatch_over_rdma() {
+    init_tracing();
+    let server = start_server(RdmaConfig::default()).await;
+    let raw = Raw::connect(server.addr).await;
+    // RFC 5531 §9: PROG_UNAVAIL (1) for a program nobody serves.
+    let xid = 0x5100;
+    let call = rpc_call_vers(xid, 0x2000_7777, 1);
+    assert!(raw.send(msg(xid, ChunkLists::empty(), &call)));
+    assert_eq!(accept_stat(raw.recv().await, xid), 1, "PROG_UNAVAIL");
+    // PROG_MISMATCH (2) with the lowest and highest version served (1, 1): what a Linux
+    // mount that probes NFSv4 first needs to settle on version 3.
+    let xid = 0x5101;
+    let call = rpc_call_vers(xid, PROG, VERS + 3);
+    assert!(raw.send(msg(xid, ChunkLists::empty(), &call)));
+    let reply = raw.recv().await.expect("no answer to an unserved version");
+    let Received::Msg { payload, .. } = receive(&reply, &Policy::default()).unwrap() else {
+        panic!("expected RDMA_MSG");
+    };
+    let words: Vec<u32> = payload
+        .chunks(4)
+        .map(|w| u32::from_be_bytes(w.try_into().unwrap()))
+        .collect();
+    assert_eq!(words, [xid, 1, 0, 0, 0, 2, VERS, VERS], "PROG_MISMATCH 1-1");
+    null_works(&raw, 0x5102).await;
+    assert_eq!(server.stats.total(Counter::UnservedCalls), 2);
+    assert_eq!(server.stats.total(Counter::ErrNoBinding), 0);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn random_headers_never_stop_the_server() {
     use rand::{Rng, SeedableRng};
