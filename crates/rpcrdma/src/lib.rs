@@ -53,6 +53,7 @@
 //! - [`requester`], [`responder`]: per-connection state machines driven by `handle_*`
 //!   events, yielding [`Action`]s from `poll_action` and upper-layer events from
 //!   `poll_event`.
+//! - [`stats`]: the per-connection counters and the sink they go to.
 //! - [`action`]: the provider-neutral work items (Send, RDMA Read/Write, register,
 //!   invalidate, post Receives, close).
 #![warn(missing_docs, unreachable_pub)]
@@ -70,6 +71,7 @@ pub mod reassembly;
 pub mod requester;
 pub mod responder;
 pub mod rpc;
+pub mod stats;
 pub mod ulb;
 pub mod validate;
 pub mod version;

@@ -136,6 +136,10 @@ pub(crate) struct Pair {
     pub(crate) server_receives: u32,
     pub(crate) server_backward_receives: u32,
     pub(crate) client_backward_receives: u32,
+    /// Receives posted on the server now (forward and backward): each message the
+    /// server receives takes one, `Responder::poll_reposts` gives them back. A message
+    /// arriving with none posted breaks the connection, as on a real provider.
+    pub(crate) server_posted: u32,
     /// Most client messages (other than backward Replies) ever queued at the server
     /// at once, and most backward Calls queued at the client.
     pub(crate) max_forward_in_flight: usize,
@@ -171,6 +175,7 @@ impl Pair {
             server_receives: credits,
             server_backward_receives: 0,
             client_backward_receives: 0,
+            server_posted: credits,
             max_forward_in_flight: 0,
             max_backward_in_flight: 0,
         }
@@ -247,7 +252,11 @@ impl Pair {
 
     fn drain_server(&mut self) -> bool {
         let mut moved = false;
-        while let Some(a) = self.server.poll_action() {
+        loop {
+            self.server_posted += self.server.poll_reposts();
+            let Some(a) = self.server.poll_action() else {
+                break;
+            };
             moved = true;
             match a {
                 Action::Register { xid, registrations } => {
@@ -297,9 +306,13 @@ impl Pair {
                 }
                 Action::PostReceives(n) => {
                     self.server_receives += n;
+                    self.server_posted += n;
                     self.server.handle_receives_posted(n);
                 }
-                Action::PostBackwardReceives(n) => self.server_backward_receives += n,
+                Action::PostBackwardReceives(n) => {
+                    self.server_backward_receives += n;
+                    self.server_posted += n;
+                }
                 Action::Close => self.closed = true,
             }
         }
@@ -354,6 +367,11 @@ impl Pair {
                 // Send With Invalidate: the STag is gone before the message arrives.
                 self.server_mem.regions.remove(&h);
             }
+            if self.server_posted == 0 {
+                self.break_with("a client message found no server Receive posted".into());
+                continue;
+            }
+            self.server_posted -= 1;
             self.server.handle_receive(w.bytes);
         }
         while let Some(w) = self.to_client.pop_front() {

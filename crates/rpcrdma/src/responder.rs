@@ -22,7 +22,13 @@
 //! Backward Calls (`start_backward_call`) go only after
 //! `handle_peer_backward_ready` (v1 §7.3.1).
 //!
-//! After each `handle_*` or `send_reply` call, drain `poll_action` then `poll_event`.
+//! After each `handle_*` or `send_reply` call, post the Receives [`Responder::poll_reposts`]
+//! gives back, then drain `poll_action`, then `poll_event`. A Receive is given back only
+//! when the message it brought is finished with: at once for RDMA_DONE, RDMA_OPTIONAL,
+//! RDMA_ERROR, backward Replies and refused messages, and for a Call only when its
+//! Reply (or error) is queued or the upper layer drops it. So at most the grant of
+//! Calls is ever in service, and a requester that sends past its grant finds no
+//! Receive and loses only its own connection (§4.3.1).
 //! A bad header is answered here (RDMA_ERROR), bad arguments too (GARBAGE_ARGS); the
 //! upper layer only ever sees Calls that passed both.
 //!
@@ -30,6 +36,7 @@
 //! Reply is sent.
 
 use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -40,16 +47,16 @@ use crate::chunks::ChunkLists;
 use crate::credits::{RequesterCredits, ResponderCredits};
 use crate::error::{ArgsError, CreditError, Error, HeaderError, MarshalError, WireAnswer};
 use crate::header::{ErrorBody, Header, Prefix};
-use crate::marshal::{marshal_backward, marshal_reply, ReadChunkReply};
+use crate::marshal::{marshal_backward, marshal_reply, ReadChunkReply, Shape};
 use crate::options::{ReliableReplyInfo, RELIABLE_REPLY};
 use crate::private_data::PeerLimits;
 use crate::pull::{PullTable, DEFAULT_PULL_TIMEOUT};
 use crate::reassembly::{reassemble_call, Reassembled, ReassemblyOptions};
 use crate::rpc;
+use crate::stats::{Counter, CounterSink, NoCounters};
 use crate::ulb::UpperLayerBinding;
 use crate::validate::{error_reply_for, receive, Policy, Received};
-use crate::version::default_inline_threshold;
-use crate::wire::{ErrCode, Version, Xid};
+use crate::wire::{Version, Xid};
 
 /// Configuration of a responder connection.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -71,6 +78,16 @@ pub struct ResponderConfig {
     /// requester that advertises them. `None`: the option is refused with
     /// ERR_INVAL_OPTION and too-large replies get ERR_BADHEADER as in Version One.
     pub reliable_reply: Option<ReliableReplyConfig>,
+    /// DoS bound: most bytes of Read chunks being pulled at once on this connection
+    /// (one Call alone may still pull up to `reassembly.max_len`). Later Calls wait,
+    /// each still holding its Receive.
+    pub max_read_in_flight: u64,
+    /// The (program, version) pairs the upper layer serves. A Call for one of them
+    /// that the binding does not cover is dropped unanswered (§8); a Call for
+    /// anything else is handed up, so that RPC answers it PROG_UNAVAIL or
+    /// PROG_MISMATCH (RFC 5531 §9). Empty: nothing is known, every unbound Call is
+    /// handed up.
+    pub served: Vec<(u32, u32)>,
 }
 
 /// Our side of the reliable-reply feature (draft-cel-nfsv4-rpcrdma-reliable-reply-05).
@@ -103,6 +120,8 @@ impl Default for ResponderConfig {
             reassembly: ReassemblyOptions::default(),
             backward_credits: None,
             reliable_reply: None,
+            max_read_in_flight: 64 << 20,
+            served: Vec::new(),
         }
     }
 }
@@ -126,11 +145,12 @@ pub enum ResponderEvent {
         /// The RPC Reply.
         payload: Bytes,
     },
-    /// Our backward-direction Call `xid` failed (the client answered RDMA_ERROR, or
-    /// the connection was lost).
+    /// Our backward-direction Call `xid` failed.
     BackwardFailed {
         /// The XID.
         xid: Xid,
+        /// Why.
+        reason: BackwardFailure,
     },
     /// A Call was refused; the peer has been answered (`answer`).
     Refused {
@@ -143,12 +163,23 @@ pub enum ResponderEvent {
     },
 }
 
+/// Why a backward-direction Call failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BackwardFailure {
+    /// The client answered RDMA_ERROR (§5.5: it "completes the RPC transaction").
+    Refused,
+    /// The connection was lost before the Reply (§7.3.2).
+    ConnectionLost,
+}
+
 #[derive(Debug)]
 struct PendingCall {
     prefix: Prefix,
     chunks: ChunkLists,
     inline: Bytes,
     data: Vec<Option<Bytes>>,
+    /// Bytes of its Read chunks (charged to the read budget while they are pulled).
+    read_len: u64,
 }
 
 /// One responder connection.
@@ -175,6 +206,17 @@ pub struct Responder<B> {
     /// Replies that need a Read chunk while every spare Receive is reserved for an
     /// RDMA_DONE: sent, in order, as reservations end.
     waiting_replies: VecDeque<(Prefix, ChunkLists, XdrStream)>,
+    /// Read chunks invalidated by the pull timeout whose RDMA_DONE may still come: each
+    /// keeps its reserved Receive until it does (or the connection ends), so a late
+    /// RDMA_DONE never lands in a Receive the grant promised to a Call.
+    expired_pulls: HashSet<Xid>,
+    /// Receives whose message is finished with, to be posted again.
+    reposts: u32,
+    /// Bytes of Read chunks being pulled now.
+    reading_bytes: u64,
+    /// Calls waiting for the read budget, oldest first.
+    deferred_reads: VecDeque<Xid>,
+    counters: Arc<dyn CounterSink>,
 }
 
 impl<B: UpperLayerBinding> Responder<B> {
@@ -201,7 +243,26 @@ impl<B: UpperLayerBinding> Responder<B> {
             registering: HashMap::new(),
             pulls: PullTable::default(),
             waiting_replies: VecDeque::new(),
+            expired_pulls: HashSet::new(),
+            reposts: 0,
+            reading_bytes: 0,
+            deferred_reads: VecDeque::new(),
+            counters: Arc::new(NoCounters),
         })
+    }
+
+    /// Counts into `counters` from now on (by default nothing is counted).
+    pub fn with_counters(mut self, counters: Arc<dyn CounterSink>) -> Self {
+        self.counters = counters;
+        self
+    }
+
+    /// How many Receives to post again, before executing the next actions: one for
+    /// each received message now finished with (§4.3.1: "the responder needs to
+    /// ensure that a credit increase is effected (i.e. RDMA Receives are posted)
+    /// before the next reply is sent").
+    pub fn poll_reposts(&mut self) -> u32 {
+        std::mem::take(&mut self.reposts)
     }
 
     /// The next action for the driver.
@@ -242,20 +303,37 @@ impl<B: UpperLayerBinding> Responder<B> {
         self.calls.len()
     }
 
+    /// Answers a message whose header did not pass: RDMA_ERROR when the core's table
+    /// says so (§5.5.1, §5.5.2, v2 §3.1), else silence. Its Receive goes back.
     fn refuse_header(&mut self, buf: &[u8], err: HeaderError) {
-        let answer = WireAnswer::from(&err);
+        self.reposts += 1;
         let prefix = crate::header::PrefixView::new_checked(buf)
             .ok()
             .map(|v| v.prefix());
-        if let Some(p) = &prefix {
-            let grant = self.credits.grant();
-            if let Some(h) = error_reply_for(p, &err, grant, &self.config.policy) {
+        self.refuse(prefix, err);
+    }
+
+    /// The RDMA_ERROR (or silence) for `err`, counted, and the Refused event. The
+    /// caller gives the message's Receive back.
+    fn refuse(&mut self, prefix: Option<Prefix>, err: HeaderError) {
+        let answer = WireAnswer::from(&err);
+        let grant = self.credits.grant();
+        match prefix.and_then(|p| error_reply_for(&p, &err, grant, &self.config.policy)) {
+            Some(h) => {
+                self.counters.inc(Counter::ErrRdmaErrorSent);
+                match &h.body {
+                    crate::header::Body::Error(ErrorBody::Vers { .. }) => {
+                        self.counters.inc(Counter::ErrVers)
+                    }
+                    _ => self.counters.inc(Counter::ErrBadHeader),
+                }
                 self.actions.push_back(Action::Send {
-                    xid: p.xid,
+                    xid: h.xid,
                     send: vec![h.to_bytes()],
                     invalidate: None,
                 });
             }
+            None => self.counters.inc(Counter::ErrDiscarded),
         }
         self.events.push_back(ResponderEvent::Refused {
             xid: prefix.map(|p| p.xid),
@@ -264,7 +342,8 @@ impl<B: UpperLayerBinding> Responder<B> {
         });
     }
 
-    /// A Receive completed with `buf` (one Send from the requester).
+    /// A Receive completed with `buf` (one Send from the requester). The Receive is
+    /// the connection's until [`Responder::poll_reposts`] gives it back.
     pub fn handle_receive(&mut self, buf: Bytes) {
         if self.is_pull_completion(&buf) {
             return self.handle_done(&buf);
@@ -282,7 +361,6 @@ impl<B: UpperLayerBinding> Responder<B> {
                 if rpc::msg_type(&payload) == Some(rpc::REPLY) {
                     return self.handle_backward_reply(prefix, chunks, payload);
                 }
-                self.version = prefix.version;
                 self.start_call(prefix, chunks, payload)
             }
             Received::NoMsg { prefix, chunks } => {
@@ -293,14 +371,21 @@ impl<B: UpperLayerBinding> Responder<B> {
                 }
                 self.start_call(prefix, chunks, Bytes::new())
             }
-            // An RDMA_ERROR can only concern one of our backward Calls.
+            // An RDMA_ERROR can only concern one of our backward Calls (§5.5: "Receipt
+            // of this procedure completes the RPC transaction associated with XID").
             Received::Error { prefix, .. } => {
+                self.reposts += 1;
                 if self.backward_calls.remove(&prefix.xid) {
                     if let Some(b) = self.backward.as_mut() {
                         let _ = b.release();
                     }
-                    self.events
-                        .push_back(ResponderEvent::BackwardFailed { xid: prefix.xid });
+                    self.counters.inc(Counter::BackwardFailed);
+                    self.events.push_back(ResponderEvent::BackwardFailed {
+                        xid: prefix.xid,
+                        reason: BackwardFailure::Refused,
+                    });
+                } else {
+                    self.counters.inc(Counter::ErrDiscarded);
                 }
             }
             Received::Optional {
@@ -313,24 +398,26 @@ impl<B: UpperLayerBinding> Responder<B> {
     }
 
     fn start_call(&mut self, prefix: Prefix, chunks: ChunkLists, inline: Bytes) {
+        self.counters.inc(Counter::Calls);
+        self.version = prefix.version;
         if self.calls.contains_key(&prefix.xid) {
             // A retransmission while the first copy is being served: drop it.
+            self.reposts += 1;
+            self.counters.inc(Counter::ErrDiscarded);
             return;
         }
+        let read_len = chunks.reads.iter().map(|c| c.len()).sum::<u64>();
         // DoS bound: never RDMA Read more than a reassembled Call may hold.
-        let total = chunks.reads.iter().map(|c| c.len()).sum::<u64>() + inline.len() as u64;
+        let total = read_len + inline.len() as u64;
         let too_large = total > self.config.reassembly.max_len;
         let n = chunks.reads.len();
-        let reads: Vec<Action> = chunks
-            .reads
-            .iter()
-            .enumerate()
-            .map(|(i, c)| Action::RdmaRead {
-                xid: prefix.xid,
-                chunk: i,
-                segments: c.segments.clone(),
-            })
-            .collect();
+        if chunks.position_zero().is_some() {
+            self.counters.inc(Counter::PositionZeroReadChunks);
+        } else if n > 0 {
+            self.counters.inc(Counter::ReadChunks);
+        } else {
+            self.counters.inc(Counter::ShortCalls);
+        }
         self.calls.insert(
             prefix.xid,
             PendingCall {
@@ -338,25 +425,72 @@ impl<B: UpperLayerBinding> Responder<B> {
                 chunks,
                 inline,
                 data: vec![None; n],
+                read_len,
             },
         );
         if too_large {
             return self.garbage_args(prefix, ArgsError::TooLarge(total));
         }
-        self.actions.extend(reads);
         if n == 0 {
-            self.finish_call(prefix.xid);
+            return self.finish_call(prefix.xid);
+        }
+        // DoS bound: Read chunks of at most `max_read_in_flight` bytes are pulled at once
+        // (one Call alone may exceed it). Later Calls wait, holding their Receive.
+        if self.reading_bytes == 0
+            || self.reading_bytes + read_len <= self.config.max_read_in_flight
+        {
+            self.start_reads(prefix.xid);
+        } else {
+            self.counters.inc(Counter::ReadsDeferred);
+            self.deferred_reads.push_back(prefix.xid);
+        }
+    }
+
+    /// §4.4.5: one RDMA Read action per Read chunk of Call `xid`.
+    fn start_reads(&mut self, xid: Xid) {
+        let Some(call) = self.calls.get(&xid) else {
+            return;
+        };
+        self.reading_bytes += call.read_len;
+        for (i, c) in call.chunks.reads.iter().enumerate() {
+            self.actions.push_back(Action::RdmaRead {
+                xid,
+                chunk: i,
+                segments: c.segments.clone(),
+            });
+        }
+    }
+
+    /// Call `xid` has all its Read data (or is gone): its share of the read budget
+    /// returns, and Calls that waited for it start.
+    fn end_reads(&mut self, read_len: u64) {
+        self.reading_bytes = self.reading_bytes.saturating_sub(read_len);
+        while let Some(&next) = self.deferred_reads.front() {
+            let Some(len) = self.calls.get(&next).map(|c| c.read_len) else {
+                self.deferred_reads.pop_front();
+                continue;
+            };
+            if self.reading_bytes != 0 && self.reading_bytes + len > self.config.max_read_in_flight
+            {
+                break;
+            }
+            self.deferred_reads.pop_front();
+            self.start_reads(next);
         }
     }
 
     fn handle_backward_reply(&mut self, prefix: Prefix, chunks: ChunkLists, payload: Bytes) {
+        self.reposts += 1;
         // §7.3.5: a backward Reply is RDMA_MSG with "All three chunk lists ... empty".
-        if !chunks.is_empty() || !self.backward_calls.remove(&prefix.xid) {
+        if self.backward.is_none() || !chunks.is_empty() || !self.backward_calls.remove(&prefix.xid)
+        {
+            self.counters.inc(Counter::ErrDiscarded);
             return;
         }
         if let Some(b) = self.backward.as_mut() {
             let _ = b.handle_reply(prefix.credits);
         }
+        self.counters.inc(Counter::BackwardReplies);
         self.events.push_back(ResponderEvent::BackwardReply {
             xid: prefix.xid,
             payload,
@@ -367,6 +501,7 @@ impl<B: UpperLayerBinding> Responder<B> {
     /// (accounted apart from the forward grant, §7.2.1); fails if there is no backward
     /// channel or no credit, or if the Call does not fit inline (§7.4: no reduction).
     pub fn start_backward_call(&mut self, xid: Xid, stream: XdrStream) -> Result<(), Error> {
+        let threshold = self.send_threshold_for(self.version);
         let Some(b) = self.backward.as_mut() else {
             return Err(MarshalError::NoBackwardChannel.into());
         };
@@ -378,13 +513,13 @@ impl<B: UpperLayerBinding> Responder<B> {
         }
         b.try_acquire()?;
         let requested = b.requested();
-        let threshold = self
-            .config
-            .peer
-            .map_or(default_inline_threshold(self.version), |p| p.send_threshold);
+        // §7.3.4: "The rdma_proc field in the RPC-over-RDMA header MUST contain the value
+        // RDMA_MSG. All three chunk lists MUST be empty." In the version the client last
+        // used for its Calls.
         match marshal_backward(xid, self.version, requested, &stream, threshold) {
             Ok(out) => {
                 self.backward_calls.insert(xid);
+                self.counters.inc(Counter::BackwardCalls);
                 self.actions.push_back(Action::Send {
                     xid,
                     send: out.send,
@@ -409,11 +544,18 @@ impl<B: UpperLayerBinding> Responder<B> {
     /// backward Calls (§7.3.1).
     pub fn handle_disconnect(&mut self) {
         self.calls.clear();
+        self.deferred_reads.clear();
+        self.reading_bytes = 0;
+        self.reposts = 0;
         self.invalidate_all_pulls();
         self.backward_ready = false;
+        let lost = self.backward_calls.len() as u64;
+        self.counters.add(Counter::BackwardFailed, lost);
         for xid in self.backward_calls.drain() {
-            self.events
-                .push_back(ResponderEvent::BackwardFailed { xid });
+            self.events.push_back(ResponderEvent::BackwardFailed {
+                xid,
+                reason: BackwardFailure::ConnectionLost,
+            });
         }
         if let Some(b) = self.backward.as_mut() {
             b.reset();
@@ -434,7 +576,9 @@ impl<B: UpperLayerBinding> Responder<B> {
             *slot = Some(data);
         }
         if call.data.iter().all(Option::is_some) {
+            let read_len = call.read_len;
             self.finish_call(xid);
+            self.end_reads(read_len);
         }
     }
 
@@ -475,18 +619,20 @@ impl<B: UpperLayerBinding> Responder<B> {
             Ok(p) => p,
             Err(e) => return self.garbage_args(prefix, e),
         };
-        let whole = payload.to_bytes();
-        // For a Long Call the XID is checked only now (§5.2.1).
+        // The RPC words the checks read (XID, message type, program, version,
+        // procedure) are the first 24 bytes.
+        let head = payload_head(&payload);
+        // For a Long Call the XID is checked only now (§5.2.1: "This XID MUST be the
+        // same as the XID in the RPC message").
         if call.chunks.position_zero().is_some() {
-            if let Some(px) = rpc::xid(&whole) {
-                if px != xid {
-                    self.calls.remove(&xid);
-                    let err = HeaderError::XidMismatch {
-                        header: xid,
-                        payload: px,
-                    };
-                    return self.refuse_prefix(prefix, err);
-                }
+            if let Some(px) = rpc::xid(&head).filter(|&px| px != xid) {
+                self.calls.remove(&xid);
+                self.reposts += 1;
+                let err = HeaderError::XidMismatch {
+                    header: xid,
+                    payload: px,
+                };
+                return self.refuse(Some(prefix), err);
             }
         }
         let reads_not_p0 = call
@@ -495,22 +641,40 @@ impl<B: UpperLayerBinding> Responder<B> {
             .iter()
             .filter(|c| !c.is_position_zero())
             .count();
-        if let Some(proc_id) = rpc::call_proc(&whole) {
-            // §8: "Responders MUST NOT reply to RPC-over-RDMA messages for Upper Layer
-            // Protocols that do not have a Upper Layer Binding." Only reduction needs the
-            // binding; an unbound program with no chunks is left to RPC (PROG_UNAVAIL).
+        let first_ddp_position = call
+            .chunks
+            .reads
+            .iter()
+            .find(|c| !c.is_position_zero())
+            .map_or(0, |c| c.position);
+        if let Some(proc_id) = rpc::call_proc(&head) {
+            // RFC 5531 §9: a program or version not served gets PROG_UNAVAIL or
+            // PROG_MISMATCH from RPC, over RDMA as over TCP (a Linux mount over RDMA
+            // probes NFSv4 first and waits for that answer).
+            let served = self.config.served.is_empty()
+                || self.config.served.contains(&(proc_id.prog, proc_id.vers));
+            if !self.config.served.is_empty() && !served {
+                self.counters.inc(Counter::UnservedCalls);
+            }
             let bound = self.ulb.binds(proc_id.prog, proc_id.vers);
+            // §8: "Responders MUST NOT reply to RPC-over-RDMA messages for Upper Layer
+            // Protocols that do not have a Upper Layer Binding": a program served
+            // without a binding (MOUNT, RFC 8267 §6) gets nothing.
+            if served && !bound && !self.config.served.is_empty() {
+                self.counters.inc(Counter::ErrNoBinding);
+                return self.drop_call(xid);
+            }
             // §8.1.1: "A DDP-eligibility violation occurs when a requester forms a Call
             // message with a non-DDP-eligible data item in a Read chunk ... a responder
             // MUST NOT process the Call message." Reported per §5.5.2: GARBAGE_ARGS.
-            if reads_not_p0 > 0 && (!bound || reads_not_p0 > self.ulb.call_ddp_arguments(proc_id)) {
-                let position = call
-                    .chunks
-                    .reads
-                    .iter()
-                    .find(|c| !c.is_position_zero())
-                    .map_or(0, |c| c.position);
-                return self.garbage_args(prefix, ArgsError::NotDdpEligible { position });
+            if served
+                && reads_not_p0 > 0
+                && (!bound || reads_not_p0 > self.ulb.call_ddp_arguments(proc_id))
+            {
+                let err = ArgsError::NotDdpEligible {
+                    position: first_ddp_position,
+                };
+                return self.garbage_args(prefix, err);
             }
         }
         self.events.push_back(ResponderEvent::Call {
@@ -521,25 +685,13 @@ impl<B: UpperLayerBinding> Responder<B> {
     }
 
     fn refuse_prefix(&mut self, prefix: Prefix, err: HeaderError) {
-        let answer = WireAnswer::from(&err);
-        let grant = self.credits.grant();
-        if let Some(h) = error_reply_for(&prefix, &err, grant, &self.config.policy) {
-            self.actions.push_back(Action::Send {
-                xid: prefix.xid,
-                send: vec![h.to_bytes()],
-                invalidate: None,
-            });
-        }
-        self.events.push_back(ResponderEvent::Refused {
-            xid: Some(prefix.xid),
-            error: err.into(),
-            answer,
-        });
+        self.refuse(Some(prefix), err);
     }
 
     fn garbage_args(&mut self, prefix: Prefix, err: ArgsError) {
         // §5.5.2: "the responder SHOULD return a RPC_GARBAGEARGS reply, using an
         // RDMA_MSG procedure."
+        self.counters.inc(Counter::ErrGarbageArgs);
         let reply = XdrStream::inline_only(rpc::garbage_args_reply(prefix.xid));
         let _ = self.send_reply(prefix.xid, reply);
         self.events.push_back(ResponderEvent::Refused {
@@ -550,25 +702,24 @@ impl<B: UpperLayerBinding> Responder<B> {
     }
 
     /// Sends the Reply to Call `xid`: RDMA Writes for its Write chunks (and Reply
-    /// chunk), then the Send, granting credits.
+    /// chunk), then the Send, granting credits; the Call's Receive goes back first.
     ///
     /// v2 draft §5.3: "a responder MUST send Replies with the same RPC-over-RDMA protocol
     /// version that the requester uses to send its Calls." If the reply cannot be sent
-    /// (§5.5.3: a Reply chunk too small, none at all), RDMA_ERROR/ERR_BADHEADER goes
-    /// instead and the error is returned.
+    /// (§5.5.3: a Reply chunk too small, none at all, a result larger than its Write
+    /// chunk), RDMA_ERROR/ERR_BADHEADER goes instead, "to indicate that no RPC-level
+    /// reply is possible for that XID", and the error is returned. Nothing is written.
     pub fn send_reply(&mut self, xid: Xid, stream: XdrStream) -> Result<(), Error> {
         let Some(call) = self.calls.remove(&xid) else {
             return Err(HeaderError::UnknownXid(xid).into());
         };
         let grant = self.credits.grant();
+        self.counters.set(Counter::CreditsGranted, u64::from(grant));
+        self.counters
+            .set(Counter::Version, u64::from(call.prefix.version.0));
         // v1 §4.3.3 / v2 §2.3: without a discovery mechanism, assume the version's
         // default inline threshold.
-        let send_threshold = self
-            .config
-            .peer
-            .map_or(default_inline_threshold(call.prefix.version), |p| {
-                p.send_threshold
-            });
+        let send_threshold = self.send_threshold_for(call.prefix.version);
         match marshal_reply(
             xid,
             call.prefix.version,
@@ -579,9 +730,18 @@ impl<B: UpperLayerBinding> Responder<B> {
             self.config.peer.is_some_and(|p| p.remote_invalidate),
         ) {
             Ok(out) => {
+                if let Some(ch) = out.send.chunks() {
+                    let used = ch.writes.iter().filter(|w| !w.is_empty()).count();
+                    self.counters.add(Counter::WriteChunks, used as u64);
+                }
+                if out.send.shape == Shape::Long {
+                    self.counters.inc(Counter::ReplyChunks);
+                }
                 for w in out.writes {
                     self.actions.push_back(Action::RdmaWrite { xid, write: w });
                 }
+                self.reposts += 1;
+                self.counters.inc(Counter::Replies);
                 self.actions.push_back(Action::Send {
                     xid,
                     send: out.send.send,
@@ -600,22 +760,62 @@ impl<B: UpperLayerBinding> Responder<B> {
                 self.reply_through_read_chunk(call.prefix, &call.chunks, &stream)
             }
             Err(e) => {
-                if let WireAnswer::RdmaError(ErrCode::ERR_BADHEADER) = WireAnswer::from(&e) {
-                    let h = Header::error_reply(&call.prefix, grant, ErrorBody::BadHeader);
-                    self.actions.push_back(Action::Send {
-                        xid,
-                        send: vec![h.to_bytes()],
-                        invalidate: None,
-                    });
+                match e {
+                    MarshalError::ReplyChunkTooSmall { .. } | MarshalError::NoReplyChunk { .. } => {
+                        self.counters.inc(Counter::ErrReplyChunkTooSmall)
+                    }
+                    MarshalError::WriteChunkTooSmall { .. } => {
+                        self.counters.inc(Counter::ErrWriteChunkTooSmall)
+                    }
+                    _ => {}
                 }
+                self.no_reply_possible(&call.prefix);
                 Err(e.into())
             }
         }
     }
 
-    /// Gives up on Call `xid` without replying (the upper layer dropped it).
+    /// v1 §5.5.3: "RDMA_ERROR ... RDMA_ERR_BADHEADER to indicate that no RPC-level
+    /// reply is possible for that XID". The Call's Receive goes back.
+    fn no_reply_possible(&mut self, prefix: &Prefix) {
+        self.counters.inc(Counter::ErrRdmaErrorSent);
+        self.counters.inc(Counter::ErrBadHeader);
+        self.reposts += 1;
+        let h = Header::error_reply(prefix, self.credits.grant(), ErrorBody::BadHeader);
+        self.actions.push_back(Action::Send {
+            xid: prefix.xid,
+            send: vec![h.to_bytes()],
+            invalidate: None,
+        });
+    }
+
+    /// Gives up on Call `xid` without replying (the upper layer dropped it, or §8):
+    /// its Receive goes back.
     pub fn drop_call(&mut self, xid: Xid) {
-        self.calls.remove(&xid);
+        if self.calls.remove(&xid).is_some() {
+            self.reposts += 1;
+            self.counters.inc(Counter::ErrDiscarded);
+        }
+    }
+}
+
+/// The first 24 bytes of a Payload stream (fewer if it is shorter): the RPC words the
+/// responder reads.
+fn payload_head(payload: &Reassembled) -> Bytes {
+    match payload.parts.first() {
+        Some(p) if p.len() >= 24 || payload.parts.len() == 1 => p.clone(),
+        _ => {
+            // COPY: at most 24 bytes, when the RPC header straddles pieces.
+            let mut head = Vec::with_capacity(24);
+            for p in &payload.parts {
+                let need = 24 - head.len();
+                head.extend_from_slice(&p[..need.min(p.len())]);
+                if head.len() == 24 {
+                    break;
+                }
+            }
+            Bytes::from(head)
+        }
     }
 }
 

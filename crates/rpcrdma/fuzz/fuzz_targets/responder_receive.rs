@@ -144,5 +144,12 @@ fuzz_target!(|data: &[u8]| {
         check_actions(&mut r, extra, &mut at, t);
     }
     assert_eq!(r.poll_timeout(), None);
+    // Three messages were received: never more than three Receives given back.
+    assert!(r.poll_reposts() <= 3);
+    // A pull that timed out keeps its Receive reserved for a late RDMA_DONE until the
+    // connection ends.
+    assert!(r.credits().reserved_for_done() <= 1);
+    r.handle_disconnect();
+    check_actions(&mut r, extra, &mut at, now);
     assert_eq!(r.credits().reserved_for_done(), 0);
 });

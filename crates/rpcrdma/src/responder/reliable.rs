@@ -26,9 +26,10 @@ use super::Responder;
 use crate::action::Action;
 use crate::chunks::{ChunkLists, Segment};
 use crate::error::{Error, HeaderError, MarshalError};
-use crate::header::{Body, ErrorBody, Header, Prefix, PrefixView};
+use crate::header::{Body, Header, Prefix, PrefixView};
 use crate::marshal::plan_reply_read_chunk;
 use crate::options::{lookup, Feature, ReliableReplyInfo, RELIABLE_REPLY};
+use crate::stats::Counter;
 use crate::ulb::UpperLayerBinding;
 use crate::version::default_inline_threshold;
 use crate::wire::{MsgType, OptType, Version, Xid};
@@ -73,6 +74,9 @@ impl<B: UpperLayerBinding> Responder<B> {
     }
 
     pub(super) fn handle_done(&mut self, buf: &Bytes) {
+        // §5.2.3 (our choice, see `ResponderCredits::reserve_for_done`): the RDMA_DONE
+        // used a Receive reserved for it, which goes back at once.
+        self.reposts += 1;
         let Ok(view) = PrefixView::new_checked(&buf[..]) else {
             return;
         };
@@ -81,11 +85,17 @@ impl<B: UpperLayerBinding> Responder<B> {
         // a pull completion notification for an XID for which there is no Read chunk
         // waiting to be invalidated, the responder MUST silently drop the notification."
         let Some(handles) = self.pulls.complete(xid) else {
+            self.counters.inc(Counter::RdmaDoneDropped);
+            if self.expired_pulls.remove(&xid) {
+                // Late, after the pull timeout invalidated the chunk: the Receive held
+                // for it is free again.
+                self.end_reservation();
+            }
             return;
         };
-        // draft-cel-nfsv4-rpcrdma-reliable-reply-05 §5.2.3 (our choice, see
-        // `ResponderCredits::reserve_for_done`): the RDMA_DONE used the Receive reserved
-        // for it; it goes back into the grant.
+        self.counters.inc(Counter::RdmaDone);
+        // The reservation made for this RDMA_DONE ends: its Receive goes back into
+        // the grant.
         self.end_reservation();
         // draft-cel-nfsv4-rpcrdma-reliable-reply-05 §5.4.3: "the responder matches the XID
         // in the message to a waiting reply buffer, invalidates that buffer, and removes
@@ -102,7 +112,11 @@ impl<B: UpperLayerBinding> Responder<B> {
                     self.config.reliable_reply,
                     ReliableReplyInfo::parse(&optinfo),
                 ) {
+                    // The advertisement took a Receive like a Call: it goes back before
+                    // the answer carries the grant.
+                    self.reposts += 1;
                     self.reliable_peer = Some(theirs);
+                    self.counters.set(Counter::ReliableReply, 1);
                     let grant = self.credits.grant();
                     let answer = Header {
                         xid: prefix.xid,
@@ -128,22 +142,14 @@ impl<B: UpperLayerBinding> Responder<B> {
         }
         // v2 §3.1: "When an implementation does not recognize or support the value
         // contained in the rdma_opttype field, it MUST send ... RDMA_ERR_INVAL_OPTION."
+        self.reposts += 1;
         self.refuse_prefix(prefix, HeaderError::UnknownOption(opttype));
     }
 
-    fn send_threshold_for(&self, version: Version) -> u32 {
+    pub(super) fn send_threshold_for(&self, version: Version) -> u32 {
         self.config
             .peer
             .map_or(default_inline_threshold(version), |p| p.send_threshold)
-    }
-
-    fn bad_header(&mut self, prefix: &Prefix) {
-        let h = Header::error_reply(prefix, self.credits.grant(), ErrorBody::BadHeader);
-        self.actions.push_back(Action::Send {
-            xid: prefix.xid,
-            send: vec![h.to_bytes()],
-            invalidate: None,
-        });
     }
 
     /// draft-cel-nfsv4-rpcrdma-reliable-reply-05 §4.1.1: the Reply exceeds every reply
@@ -158,14 +164,16 @@ impl<B: UpperLayerBinding> Responder<B> {
         let plan = match plan_reply_read_chunk(xid, prefix.version, stream, call_chunks) {
             Ok(p) => p,
             Err(e) => {
-                self.bad_header(&prefix);
+                self.no_reply_possible(&prefix);
                 return Err(e.into());
             }
         };
         if self.credits.reserve_for_done().is_err() {
             if !self.pulls.is_empty() || !self.registering.is_empty() {
                 // Every spare Receive is held for an RDMA_DONE still to come; that
-                // RDMA_DONE (or the timeout) frees one, and this Reply goes then.
+                // RDMA_DONE (or the timeout) frees one, and this Reply goes then. Its
+                // Call keeps its own Receive meanwhile.
+                self.counters.inc(Counter::PullsDeferred);
                 self.waiting_replies
                     .push_back((prefix, call_chunks.clone(), stream.clone()));
                 return Ok(());
@@ -174,7 +182,7 @@ impl<B: UpperLayerBinding> Responder<B> {
             // draft-cel-nfsv4-rpcrdma-reliable-reply-05 §4.1.1: "If a responder does not
             // support responder-provided Read chunks in this case, it MUST return an
             // appropriate permanent transport error".
-            self.bad_header(&prefix);
+            self.no_reply_possible(&prefix);
             return Err(MarshalError::PullsExhausted.into());
         }
         for w in &plan.writes {
@@ -214,6 +222,7 @@ impl<B: UpperLayerBinding> Responder<B> {
         };
         // The grant goes out lowered by the reservation made for this RDMA_DONE.
         let grant = self.credits.grant();
+        self.counters.set(Counter::CreditsGranted, u64::from(grant));
         let threshold = self.send_threshold_for(prefix.version);
         match plan.finish(grant, segments, threshold) {
             Ok(out) => {
@@ -225,6 +234,11 @@ impl<B: UpperLayerBinding> Responder<B> {
                     self.actions
                         .push_back(Action::Invalidate { xid, handles: old });
                 }
+                self.counters.inc(Counter::PulledReplies);
+                self.counters.inc(Counter::PositionZeroReadChunks);
+                self.counters.inc(Counter::Replies);
+                // The Call's Receive goes back before the RDMA_NOMSG carries the grant.
+                self.reposts += 1;
                 self.actions.push_back(Action::Send {
                     xid,
                     send: out.send,
@@ -237,7 +251,7 @@ impl<B: UpperLayerBinding> Responder<B> {
                 if !handles.is_empty() {
                     self.actions.push_back(Action::Invalidate { xid, handles });
                 }
-                self.bad_header(&prefix);
+                self.no_reply_possible(&prefix);
                 Err(e.into())
             }
         }
@@ -274,9 +288,21 @@ impl<B: UpperLayerBinding> Responder<B> {
     /// operations against that Read chunk, a remote access error occurs and the connection
     /// is lost."). A late RDMA_DONE for them is then dropped silently.
     pub fn handle_timeout(&mut self, now: Instant) {
-        for (xid, handles) in self.pulls.expire(now) {
-            self.end_reservation();
+        let expired = self.pulls.expire(now);
+        for (xid, handles) in expired {
+            self.counters.inc(Counter::PullTimeouts);
+            // The Receive reserved for this RDMA_DONE stays reserved: the RDMA_DONE may
+            // still come (the requester may have pulled just in time), and it must not
+            // land in a Receive the grant promised to a Call. It ends with that
+            // RDMA_DONE or the connection.
+            self.expired_pulls.insert(xid);
             self.actions.push_back(Action::Invalidate { xid, handles });
+        }
+        // Replies that waited for a reservation try again: they wait on for a pull
+        // still exposed, or, with none left, get ERR_BADHEADER (no Receive to spare).
+        let waiting: Vec<_> = self.waiting_replies.drain(..).collect();
+        for (prefix, chunks, stream) in waiting {
+            let _ = self.reply_through_read_chunk(prefix, &chunks, &stream);
         }
     }
 
@@ -284,11 +310,14 @@ impl<B: UpperLayerBinding> Responder<B> {
         self.waiting_replies.clear();
         for (xid, handles) in self.pulls.drain() {
             self.credits.release_done_reservation();
+            self.counters.inc(Counter::PullsInvalidatedOnClose);
             self.actions.push_back(Action::Invalidate { xid, handles });
+        }
+        for _ in self.expired_pulls.drain() {
+            self.credits.release_done_reservation();
         }
         // Registrations still in progress are invalidated when they complete
         // (`handle_registered` no longer knows the XID).
-        self.waiting_replies.clear();
         for _ in 0..self.registering.len() {
             self.credits.release_done_reservation();
         }

@@ -3,6 +3,7 @@
 use super::*;
 use crate::error::MarshalError;
 use crate::testutil::{hex, nfs_call, rpc_reply, vectors::*, words, TestUlb};
+use crate::wire::ErrCode;
 
 fn responder(call_ddp: usize) -> Responder<TestUlb> {
     Responder::new(
@@ -400,7 +401,10 @@ fn s7_backward_call_failed_by_rdma_error_or_disconnect() {
     r.handle_receive(words(&[0x900, 1, 1, 4, 2]));
     assert_eq!(
         r.poll_event(),
-        Some(ResponderEvent::BackwardFailed { xid: Xid(0x900) })
+        Some(ResponderEvent::BackwardFailed {
+            xid: Xid(0x900),
+            reason: BackwardFailure::Refused
+        })
     );
     assert_eq!(r.backward_credits().unwrap().outstanding(), 0);
     r.start_backward_call(Xid(0x901), nfs_call(0x901, 0, &[], None))
@@ -408,7 +412,10 @@ fn s7_backward_call_failed_by_rdma_error_or_disconnect() {
     r.handle_disconnect();
     assert_eq!(
         r.poll_event(),
-        Some(ResponderEvent::BackwardFailed { xid: Xid(0x901) })
+        Some(ResponderEvent::BackwardFailed {
+            xid: Xid(0x901),
+            reason: BackwardFailure::ConnectionLost
+        })
     );
 }
 
