@@ -15,13 +15,13 @@
 //!  reply ─► marshal_reply ─┬─ fits the chunks ─► RDMA Writes, re-post, Send (With Inv.)
 //!                          └─ Reply/Write chunk too small ─► RDMA_ERROR, nothing written
 //! ```
-//! With reliable reply agreed (`server/reliable.rs`), a Reply that fits no reply
-//! resource goes as RDMA_NOMSG with a Position Zero Read chunk over a read-only region
-//! of ours, invalidated on RDMA_DONE, by the pull timer (a `select!` arm armed for
-//! `PullTable::poll_timeout`) or when the connection ends. Backward Calls
-//! (`server/backward.rs`) come from [`crate::BackwardChannel`]s through a channel into
-//! the connection task; Receives that bring RDMA_DONE, RDMA_OPTIONAL, backward Replies
-//! or RDMA_ERROR are re-posted at once.
+//! The connection task is a thin driver around the protocol core's per-connection
+//! [`Responder`]: completions, the dispatcher's replies, the pull timer and
+//! [`BackwardChannel`] requests go in through its `handle_*` methods; the Receives it
+//! gives back, the actions it returns (Sends, RDMA Reads and Writes, registrations,
+//! invalidations) and its events (Calls for the dispatcher, backward Replies) are
+//! executed here. Every protocol rule (validation, RDMA_ERROR, GARBAGE_ARGS, §8,
+//! credits, the read budget, reliable reply, the backward direction) is the core's.
 //!
 //! A Receive is re-posted only once its Call is answered, so at most `credits` Calls
 //! are in service: a requester that sends past its grant finds no Receive and the
@@ -40,23 +40,21 @@ use rdma::{
     Completion, ConnectRequest, ConnectionManager, Listener, ProtectionDomain, QueuePair,
     QueuePairExt, RemoteAddr, STag, SendOp, SendWr, Sge, WcOpcode, WcStatus,
 };
-use rpcrdma::credits::ResponderCredits;
-use rpcrdma::header::{ErrorBody, Header, PrefixView};
-use rpcrdma::marshal::{marshal_reply, RdmaWrite, Shape};
-use rpcrdma::private_data::PeerLimits;
-use rpcrdma::reassembly::reassemble_call;
-use rpcrdma::rpc;
-use rpcrdma::validate::{error_reply_for, receive, Policy, Received};
-use rpcrdma::{ArgsError, ChunkLists, ErrCode, HeaderError, MarshalError, Prefix, Version, Xid};
-use tokio::sync::{mpsc, watch};
+use rpcrdma::marshal::RdmaWrite;
+use rpcrdma::private_data::PrivateData;
+use rpcrdma::responder::{BackwardFailure, ReliableReplyConfig};
+use rpcrdma::rpc::{self, ProcId};
+use rpcrdma::ulb::{ReplySizing, UpperLayerBinding};
+use rpcrdma::{Action, MarshalError, Responder, ResponderConfig, ResponderEvent, Segment, Xid};
+use tokio::sync::{mpsc, oneshot, watch};
 use xdr::XdrStream;
 
-use crate::backward::{BackwardChannel, BackwardRequest};
+use crate::backward::{BackwardChannel, BackwardError, BackwardRequest};
 use crate::binding::RdmaBinding;
 use crate::counters::{ConnStats, Counter, StatsRegistry};
 use crate::error::TransportError;
 use crate::pool::{wr_kind, RecvPool, SendPool};
-use crate::registration::ReadSink;
+use crate::registration::{ChunkRegion, ReadSink};
 use crate::setup::RdmaConfig;
 
 /// An RPC-over-RDMA server for the programs of one dispatcher.
@@ -149,18 +147,20 @@ impl<P: ConnectionManager + 'static> RdmaServer<P> {
             let peer = req.peer().clone();
             let limits = self.config.negotiate(&peer);
             let pd = ProtectionDomain::new();
+            let credits = self.config.credits.max(1);
+            let backward_credits = self.config.backward_credits;
             // §4.3.1: the Receives for the credits we grant go up with the connection,
-            // before the requester can send its first Call.
-            // §7.2.2.2: and one more per backward credit, for backward Replies.
+            // before the requester can send its first Call. §7.2.2.2: one more per
+            // backward credit, posted when the peer is ready for backward Calls.
             let pool = RecvPool::new(
                 &pd,
-                self.config.credits.max(1) + self.config.backward_credits,
+                credits + backward_credits,
                 self.config.recv_buffer_len(),
             );
-            let qp = match req
-                .accept(&pd, self.config.connect_params(pool.initial()))
-                .await
-            {
+            let mut recvs = pool.initial();
+            let free_recvs: Vec<usize> = (credits as usize..recvs.len()).rev().collect();
+            recvs.truncate(credits as usize);
+            let qp = match req.accept(&pd, self.config.connect_params(recvs)).await {
                 Ok(qp) => qp,
                 Err(e) => {
                     tracing::debug!(target: "rpcrdma_transport", error = %e, "accept failed");
@@ -173,7 +173,32 @@ impl<P: ConnectionManager + 'static> RdmaServer<P> {
             stats.set(Counter::RecvThreshold, u64::from(limits.recv_threshold));
             stats.set(Counter::CreditsRequested, u64::from(self.config.credits));
             self.stats.add(stats.clone());
-            let (backward, backward_rx) = if self.config.backward_credits > 0 {
+            let core = Responder::new(
+                Binding(self.binding.clone()),
+                ResponderConfig {
+                    policy: self.config.policy(),
+                    credits,
+                    // RFC 8797: without the peer's private data, each Reply assumes the
+                    // default threshold of its Call's version (v1 §4.3.3: 1024; v2
+                    // §2.3: 4096).
+                    peer: PrivateData::parse(&peer.private_data).map(|_| limits),
+                    reassembly: self.config.reassembly(),
+                    backward_credits: (backward_credits > 0).then_some(backward_credits),
+                    reliable_reply: self.config.reliable_reply_offered().then_some(
+                        ReliableReplyConfig {
+                            pull_timeout: self.config.pull_timeout,
+                            remote_invalidate: self.config.remote_invalidate,
+                        },
+                    ),
+                    max_read_in_flight: self.config.max_read_in_flight,
+                    served: self.dispatcher.registrations(),
+                },
+            );
+            let core = match core {
+                Ok(c) => c.with_counters(stats.clone()),
+                Err(_) => continue,
+            };
+            let backward_rx = if backward_credits > 0 {
                 let (tx, rx) = mpsc::unbounded_channel();
                 let channel = BackwardChannel {
                     tx,
@@ -183,97 +208,139 @@ impl<P: ConnectionManager + 'static> RdmaServer<P> {
                 if let Some(to) = &*self.backward.lock().unwrap_or_else(|e| e.into_inner()) {
                     let _ = to.send(channel);
                 }
-                (
-                    Some(backward::Backward::new(self.config.backward_credits)),
-                    Some(rx),
-                )
+                Some(rx)
             } else {
-                (None, None)
+                None
             };
+            let (replies, replies_rx) = mpsc::unbounded_channel();
             let conn = ServerConn {
                 qp: Arc::new(qp),
                 pd: pd.clone(),
-                limits,
-                policy: self.config.policy(),
-                config: self.config.clone(),
+                core,
                 dispatcher: self.dispatcher.clone(),
-                binding: self.binding.clone(),
                 stats,
-                credits: match ResponderCredits::new(self.config.credits.max(1)) {
-                    Ok(c) => c,
-                    Err(_) => continue,
-                },
                 pool,
+                free_recvs,
                 // Replies are at most one per credit; RDMA_ERRORs and GARBAGE_ARGS
-                // answers fall back to caller bytes if they find the pool empty.
+                // answers fall back to caller bytes if they find the pool empty. A
+                // Version Two peer without private data gets Sends of up to 4096.
                 sends: SendPool::new(
                     &pd,
                     self.config.credits.clamp(1, 1024) as usize + 8,
-                    limits.send_threshold as usize,
+                    limits.send_threshold.max(4096) as usize,
                 ),
-                calls: HashMap::new(),
+                pulls: HashMap::new(),
                 reads: HashMap::new(),
-                next_read: 0,
-                reading_bytes: 0,
-                waiting: VecDeque::new(),
+                next_id: 0,
+                regions: HashMap::new(),
                 shutdown: self.shutdown.subscribe(),
-                reliable: reliable::Exposed::default(),
-                backward,
+                replies,
                 backward_rx,
-                version: Version::ONE,
+                backward_waiters: HashMap::new(),
+                backward_queue: VecDeque::new(),
+                has_backward: backward_credits > 0,
+                closing: None,
             };
-            tokio::spawn(conn.run());
+            tokio::spawn(conn.run(replies_rx));
         }
     }
 }
 
-/// A Call being served.
-struct Call {
-    prefix: Prefix,
-    chunks: ChunkLists,
-    inline: Bytes,
-    /// The pool index of the Receive that brought the Call, re-posted once answered.
-    recv: usize,
-    /// Sum of the Read chunk lengths.
-    read_len: u64,
-    /// One sink per Read chunk while its RDMA Reads run; then its data.
-    sinks: Vec<Option<ReadSink>>,
-    data: Vec<Option<Bytes>>,
+/// Why the transport closed a connection (logged, and kept in its counters'
+/// close reason).
+#[derive(Debug)]
+enum CloseReason {
+    /// The server is shutting down.
+    Shutdown,
+    /// The provider refused a work request.
+    Post(&'static str, rdma::PostError),
+    /// A work request completed in error (§5.5.3: "RDMA operational errors are
+    /// typically fatal to the connection").
+    Completion(Completion),
+    /// The protocol core asked for it (§5.5.4: no Reply or error could be sent).
+    Core,
+    /// The provider reported a Receive we cannot read (unknown buffer, bad length).
+    BadReceive(Completion),
 }
 
+impl std::fmt::Display for CloseReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CloseReason::Shutdown => f.write_str("server shutdown"),
+            CloseReason::Post(what, e) => write!(f, "posting {what} failed: {e}"),
+            CloseReason::Completion(c) => {
+                write!(f, "{:?} completed with {:?}", c.opcode, c.status)
+            }
+            CloseReason::Core => f.write_str("protocol error: no reply possible"),
+            CloseReason::BadReceive(c) => {
+                write!(
+                    f,
+                    "Receive {:#x} of {} bytes is unreadable",
+                    c.wr_id, c.byte_len
+                )
+            }
+        }
+    }
+}
+
+/// One RDMA Read chunk being pulled into its sink.
+struct Pull {
+    xid: Xid,
+    chunk: usize,
+    sink: ReadSink,
+}
+
+/// One server connection: the core's [`Responder`] and what executing its actions
+/// needs (buffers, work requests in flight, registered regions, the upper layer's
+/// reply and backward-call channels). No protocol state lives here.
 struct ServerConn<Q> {
     qp: Arc<Q>,
     pd: ProtectionDomain,
-    limits: PeerLimits,
-    policy: Policy,
-    config: RdmaConfig,
+    core: Responder<Binding>,
     dispatcher: Arc<Dispatcher>,
-    binding: Arc<dyn RdmaBinding>,
     stats: Arc<ConnStats>,
-    credits: ResponderCredits,
     pool: RecvPool,
+    /// Receive buffers not posted: taken by a completion, or never posted yet
+    /// (backward Receives before the peer is ready).
+    free_recvs: Vec<usize>,
     sends: SendPool,
-    calls: HashMap<Xid, Call>,
-    /// Outstanding RDMA Reads: id → (XID, Read chunk index).
-    reads: HashMap<u64, (Xid, usize)>,
-    next_read: u64,
-    /// Bytes of Read sinks registered now.
-    reading_bytes: u64,
-    /// Calls waiting for read budget, oldest first.
-    waiting: VecDeque<Xid>,
+    /// Read chunks being pulled, by sink id; RDMA Reads in flight, by work request id.
+    pulls: HashMap<u64, Pull>,
+    reads: HashMap<u64, u64>,
+    next_id: u64,
+    /// Our regions exposed to the peer (responder-provided Read chunks), by STag.
+    regions: HashMap<u32, ChunkRegion>,
     shutdown: watch::Receiver<bool>,
-    /// Reliable reply: the peer's advertisement, Read chunks exposed.
-    reliable: reliable::Exposed,
-    /// Backward direction, if configured.
-    backward: Option<backward::Backward>,
+    /// Replies from the dispatcher.
+    replies: mpsc::UnboundedSender<(Xid, Option<XdrStream>)>,
     /// Requests from this connection's [`BackwardChannel`]s (taken by `run`).
     backward_rx: Option<mpsc::UnboundedReceiver<BackwardRequest>>,
-    /// Version of the last Call received (backward Calls go in it).
-    version: Version,
+    /// Backward Calls sent, waiting for their Reply; and those waiting for a backward
+    /// credit, oldest first.
+    backward_waiters: HashMap<Xid, Waiter>,
+    backward_queue: VecDeque<(Xid, XdrStream, Waiter)>,
+    has_backward: bool,
+    closing: Option<CloseReason>,
 }
 
-/// Why a connection must close.
-struct Fatal;
+type Waiter = oneshot::Sender<Result<Bytes, BackwardError>>;
+
+/// The transport's binding as the core's [`UpperLayerBinding`].
+struct Binding(Arc<dyn RdmaBinding>);
+
+impl UpperLayerBinding for Binding {
+    fn binds(&self, prog: u32, vers: u32) -> bool {
+        self.0.binds(prog, vers)
+    }
+
+    fn reply_sizing(&self, proc_id: ProcId, call: &XdrStream) -> ReplySizing {
+        self.0.reply_sizing(proc_id, call)
+    }
+
+    fn call_ddp_arguments(&self, proc_id: ProcId) -> usize {
+        self.0.call_ddp_arguments(proc_id)
+    }
+}
 
 /// Records the provider's disconnect reason, if it has one ready.
 pub(crate) async fn record_close_reason(qp: &dyn QueuePair, stats: &ConnStats) {
@@ -288,57 +355,188 @@ pub(crate) async fn record_close_reason(qp: &dyn QueuePair, stats: &ConnStats) {
 }
 
 impl<Q: QueuePair + 'static> ServerConn<Q> {
-    async fn run(mut self) {
-        let (tx, mut rx) = mpsc::unbounded_channel::<(Xid, Option<XdrStream>)>();
+    async fn run(mut self, mut replies: mpsc::UnboundedReceiver<(Xid, Option<XdrStream>)>) {
         let qp = self.qp.clone();
         let mut shutdown = self.shutdown.clone();
-        let mut stopping = false;
         let mut backward_rx = self.backward_rx.take();
         loop {
-            if !stopping && *shutdown.borrow_and_update() {
-                stopping = true;
-                self.qp.disconnect();
+            if self.closing.is_none() && *shutdown.borrow_and_update() {
+                self.close(CloseReason::Shutdown);
             }
-            // reliable-reply §4.1.3: the pull timer, armed for the earliest deadline.
-            let deadline = self.reliable.poll_timeout();
+            // reliable-reply §4.1.3: the pull timer, armed for the core's deadline.
+            let deadline = self.core.poll_timeout();
             let timer = async move {
                 match deadline {
                     Some(d) => tokio::time::sleep_until(d.into()).await,
                     None => std::future::pending().await,
                 }
             };
-            let step = tokio::select! {
-                _ = shutdown.changed(), if !stopping => Ok(()),
+            let mut remote = None;
+            tokio::select! {
+                _ = shutdown.changed(), if self.closing.is_none() => {}
                 c = qp.completion() => match c {
                     None => break,
-                    Some(c) => self.handle_completion(c, &tx),
+                    Some(c) => remote = self.handle_completion(c),
                 },
-                Some((xid, reply)) = rx.recv() => self.handle_reply(xid, reply),
-                _ = timer => self.handle_pull_timeout(Instant::now()),
+                Some((xid, reply)) = replies.recv() => match reply {
+                    Some(stream) => {
+                        let _ = self.core.send_reply(xid, stream);
+                    }
+                    // The dispatcher earns the Call no reply.
+                    None => self.core.drop_call(xid),
+                },
+                _ = timer => self.core.handle_timeout(Instant::now()),
                 req = recv_backward(&mut backward_rx) => match req {
                     Some(req) => self.handle_backward_request(req),
-                    None => {
-                        backward_rx = None;
-                        Ok(())
-                    }
+                    None => backward_rx = None,
                 },
-            };
-            if step.is_err() {
-                // §5.5.3, §5.5.4: the connection closes; calls in service are dropped.
-                self.qp.disconnect();
             }
+            self.drive(remote);
         }
-        self.invalidate_all_pulls();
-        self.fail_all_backward();
+        // The connection is gone: the core invalidates what it exposed (reliable-reply
+        // §5.4.3) and fails our backward Calls (§7.3.2).
+        self.core.handle_disconnect();
+        self.drive(None);
+        for (_, w) in self.backward_waiters.drain() {
+            let _ = w.send(Err(BackwardError::ConnectionLost));
+        }
+        let queued = self.backward_queue.len() as u64;
+        for (_, _, w) in self.backward_queue.drain(..) {
+            let _ = w.send(Err(BackwardError::ConnectionLost));
+        }
+        self.stats.add(Counter::BackwardFailed, queued);
         record_close_reason(&*self.qp, &self.stats).await;
+        if let Some(why) = &self.closing {
+            self.stats.set_close_reason(why.to_string());
+        }
         self.stats.close();
     }
 
-    fn handle_completion(
-        &mut self,
-        c: Completion,
-        tx: &mpsc::UnboundedSender<(Xid, Option<XdrStream>)>,
-    ) -> Result<(), Fatal> {
+    /// Disconnects, once, saying why.
+    fn close(&mut self, why: CloseReason) {
+        if self.closing.is_some() {
+            return;
+        }
+        tracing::debug!(target: "rpcrdma_transport", conn = self.stats.id, reason = %why, "closing connection");
+        self.stats.inc(Counter::ClosedByUs);
+        self.closing = Some(why);
+        self.qp.disconnect();
+    }
+
+    /// Executes everything the core asked for: Receives back first (§4.3.1: "a credit
+    /// increase is effected (i.e. RDMA Receives are posted) before the next reply is
+    /// sent"), then its actions in order, then its events. `remote` is the STag the
+    /// peer invalidated with the Send With Invalidate just received.
+    fn drive(&mut self, remote: Option<STag>) {
+        loop {
+            let n = self.core.poll_reposts();
+            self.post_recvs(n);
+            if let Some(a) = self.core.poll_action() {
+                self.execute(a, remote);
+                continue;
+            }
+            let Some(ev) = self.core.poll_event() else {
+                break;
+            };
+            self.handle_event(ev);
+        }
+    }
+
+    fn post_recvs(&mut self, n: u32) {
+        for _ in 0..n {
+            let Some(i) = self.free_recvs.pop() else {
+                // Cannot happen: each Receive given back was taken by a completion.
+                tracing::warn!(target: "rpcrdma_transport", "no receive buffer to post");
+                return;
+            };
+            if let Err(e) = self.pool.post(&*self.qp, i) {
+                self.free_recvs.push(i);
+                return self.close(CloseReason::Post("a Receive", e));
+            }
+        }
+    }
+
+    fn execute(&mut self, action: Action, remote: Option<STag>) {
+        match action {
+            Action::Send {
+                xid,
+                send,
+                invalidate,
+            } => self.post_send(xid, send, invalidate),
+            Action::RdmaWrite { xid, write } => self.post_write(xid, write),
+            Action::RdmaRead {
+                xid,
+                chunk,
+                segments,
+            } => self.post_reads(xid, chunk, &segments),
+            Action::Register { xid, registrations } => {
+                // COPY: a Reply's Payload stream into its registered region (see
+                // `registration`), registered for remote read only.
+                let segments = registrations
+                    .iter()
+                    .map(|reg| {
+                        let region = ChunkRegion::register(&self.pd, reg, &self.stats);
+                        let seg = region.segment();
+                        self.regions.insert(seg.handle, region);
+                        vec![seg]
+                    })
+                    .collect();
+                let _ = self.core.handle_registered(Instant::now(), xid, segments);
+            }
+            Action::Invalidate { handles, .. } => {
+                for h in handles {
+                    if let Some(region) = self.regions.remove(&h) {
+                        region.fence(remote.filter(|r| r.0 == h), &self.stats);
+                    }
+                }
+            }
+            Action::PostReceives(n) => {
+                self.post_recvs(n);
+                self.core.handle_receives_posted(n);
+            }
+            // §7.2.2.2: "an RPC-over-RDMA server endpoint must pre-post a receive
+            // buffer for each backward direction Call it sends".
+            Action::PostBackwardReceives(n) => self.post_recvs(n),
+            Action::Close => self.close(CloseReason::Core),
+        }
+    }
+
+    fn handle_event(&mut self, ev: ResponderEvent) {
+        match ev {
+            ResponderEvent::Call { xid, payload, .. } => {
+                // COPY: a Call of several pieces (inline part and Read chunk data) is
+                // made contiguous for `Dispatcher::dispatch`, which takes one `Bytes`.
+                let whole = payload.to_bytes();
+                let dispatcher = self.dispatcher.clone();
+                let tx = self.replies.clone();
+                tokio::spawn(async move {
+                    let reply = dispatcher.dispatch(whole).await;
+                    let _ = tx.send((xid, reply));
+                });
+            }
+            ResponderEvent::Refused { xid, error, answer } => {
+                tracing::debug!(target: "rpcrdma_transport", xid = ?xid.map(|x| x.0), %error, ?answer, "refused");
+            }
+            ResponderEvent::BackwardReply { xid, payload } => {
+                if let Some(w) = self.backward_waiters.remove(&xid) {
+                    let _ = w.send(Ok(payload));
+                }
+                self.pump_backward();
+            }
+            ResponderEvent::BackwardFailed { xid, reason } => {
+                if let Some(w) = self.backward_waiters.remove(&xid) {
+                    let _ = w.send(Err(match reason {
+                        BackwardFailure::Refused => BackwardError::Refused,
+                        BackwardFailure::ConnectionLost => BackwardError::ConnectionLost,
+                    }));
+                }
+                self.pump_backward();
+            }
+        }
+    }
+
+    /// A completion; returns the STag a received Send With Invalidate took.
+    fn handle_completion(&mut self, c: Completion) -> Option<STag> {
         if c.wr_id & wr_kind::MASK == wr_kind::SEND {
             self.sends.complete(c.wr_id);
         }
@@ -346,14 +544,12 @@ impl<Q: QueuePair + 'static> ServerConn<Q> {
             WcStatus::Success => {}
             WcStatus::Flushed => {
                 self.stats.inc(Counter::Flushed);
-                return Ok(());
+                return None;
             }
             _ => {
-                // §5.5.3: "RDMA operational errors are typically fatal to the
-                // connection" (an invalid STag in a chunk, for one).
                 self.stats.inc(Counter::ErrCompletion);
-                tracing::debug!(target: "rpcrdma_transport", ?c, "completion error");
-                return Err(Fatal);
+                self.close(CloseReason::Completion(c));
+                return None;
             }
         }
         let id = c.wr_id & !wr_kind::MASK;
@@ -361,23 +557,67 @@ impl<Q: QueuePair + 'static> ServerConn<Q> {
             (WcOpcode::Recv, wr_kind::RECV) => {
                 let index = id as usize;
                 let Some(buf) = self.pool.take(index, c.byte_len) else {
-                    return Err(Fatal);
+                    self.close(CloseReason::BadReceive(c));
+                    return None;
                 };
+                self.free_recvs.push(index);
                 self.stats.inc(Counter::Recvs);
                 self.stats.add(Counter::RecvBytes, buf.len() as u64);
-                self.handle_receive(index, buf, c.invalidated, tx)
+                self.core.handle_receive(buf);
+                c.invalidated
             }
-            (WcOpcode::RdmaRead, wr_kind::READ) => self.handle_read_done(id, tx),
-            _ => Ok(()),
+            (WcOpcode::RdmaRead, wr_kind::READ) => {
+                let pull_id = self.reads.remove(&id)?;
+                let done = self.pulls.get_mut(&pull_id).is_some_and(|p| {
+                    p.sink.outstanding = p.sink.outstanding.saturating_sub(1);
+                    p.sink.outstanding == 0
+                });
+                if done {
+                    if let Some(p) = self.pulls.remove(&pull_id) {
+                        self.core
+                            .handle_read_done(p.xid, p.chunk, p.sink.into_bytes());
+                    }
+                }
+                None
+            }
+            _ => None,
         }
     }
 
-    /// A credit's Receive goes back on the queue (its Call is answered or dropped).
-    fn repost(&mut self, index: usize) -> Result<(), Fatal> {
-        self.pool.post(&*self.qp, index).map_err(|_| Fatal)
+    fn take_id(&mut self) -> u64 {
+        let id = self.next_id;
+        self.next_id = (self.next_id + 1) & !wr_kind::MASK;
+        id
     }
 
-    fn post_send(&self, xid: Xid, send: Vec<Bytes>, invalidate: Option<u32>) -> Result<(), Fatal> {
+    /// §4.4.5: pulls Read chunk `chunk` of Call `xid` with one RDMA Read per segment
+    /// into one sink. The provider holds Reads beyond the peer's IRD (our ORD) until
+    /// earlier ones complete.
+    fn post_reads(&mut self, xid: Xid, chunk: usize, segments: &[Segment]) {
+        let len: u64 = segments.iter().map(|s| u64::from(s.length)).sum();
+        let mut sink = ReadSink::new(&self.pd, len as usize);
+        let pull_id = self.take_id();
+        let mut at = 0usize;
+        for seg in segments.iter().filter(|s| s.length > 0) {
+            let id = self.take_id();
+            self.stats.inc(Counter::RdmaReads);
+            self.stats
+                .add(Counter::RdmaReadBytes, u64::from(seg.length));
+            if let Err(e) = self.qp.post_send(sink.read_wr(wr_kind::READ | id, seg, at)) {
+                return self.close(CloseReason::Post("an RDMA Read", e));
+            }
+            self.reads.insert(id, pull_id);
+            sink.outstanding += 1;
+            at += seg.length as usize;
+        }
+        if sink.outstanding == 0 {
+            self.core.handle_read_done(xid, chunk, sink.into_bytes());
+        } else {
+            self.pulls.insert(pull_id, Pull { xid, chunk, sink });
+        }
+    }
+
+    fn post_send(&mut self, xid: Xid, send: Vec<Bytes>, invalidate: Option<u32>) {
         let len: usize = send.iter().map(Bytes::len).sum();
         self.stats.inc(Counter::Sends);
         self.stats.add(Counter::SendBytes, len as u64);
@@ -389,457 +629,114 @@ impl<Q: QueuePair + 'static> ServerConn<Q> {
             None => SendOp::Send,
         };
         let wr_id = wr_kind::SEND | u64::from(xid.0);
-        if !self
-            .sends
-            .post(&*self.qp, wr_id, op, send)
-            .map_err(|_| Fatal)?
-        {
-            self.stats.inc(Counter::SendPoolFallbacks);
+        match self.sends.post(&*self.qp, wr_id, op, send) {
+            Ok(true) => {}
+            Ok(false) => self.stats.inc(Counter::SendPoolFallbacks),
+            Err(e) => self.close(CloseReason::Post("a Send", e)),
         }
-        Ok(())
     }
 
-    /// Answers a bad header with the RDMA_ERROR the core chooses (or silence).
-    fn refuse(
-        &mut self,
-        index: usize,
-        prefix: Option<Prefix>,
-        err: HeaderError,
-    ) -> Result<(), Fatal> {
-        tracing::debug!(target: "rpcrdma_transport", error = %err, "refusing message");
-        self.repost(index)?;
-        let grant = self.credits.grant();
-        match prefix.and_then(|p| error_reply_for(&p, &err, grant, &self.policy)) {
-            Some(h) => {
-                self.stats.inc(Counter::ErrRdmaErrorSent);
-                match &h.body {
-                    rpcrdma::Body::Error(ErrorBody::Vers { .. }) => {
-                        self.stats.inc(Counter::ErrVers)
+    /// An RDMA Write of a Reply. §3.2.2 (ordering): RDMA Writes posted before the Send
+    /// are placed before it.
+    fn post_write(&mut self, xid: Xid, w: RdmaWrite) {
+        self.stats.inc(Counter::RdmaWrites);
+        self.stats.add(Counter::RdmaWriteBytes, w.len());
+        let wr = SendWr {
+            wr_id: wr_kind::WRITE | u64::from(xid.0),
+            op: SendOp::RdmaWrite(RemoteAddr {
+                stag: STag(w.handle),
+                offset: w.offset,
+            }),
+            // The result's own buffers: no copy.
+            sgl: w.data.into_iter().map(Sge::Bytes).collect(),
+        };
+        if let Err(e) = self.qp.post_send(wr) {
+            self.close(CloseReason::Post("an RDMA Write", e));
+        }
+    }
+
+    /// A request from a [`BackwardChannel`] (v1 §7).
+    fn handle_backward_request(&mut self, req: BackwardRequest) {
+        match req {
+            BackwardRequest::Ready => self.core.handle_peer_backward_ready(),
+            BackwardRequest::Call { msg, reply } => {
+                if !self.has_backward {
+                    let _ = reply.send(Err(BackwardError::ConnectionLost));
+                    return;
+                }
+                // §7.3.1: "An Upper Layer Protocol consumer MUST NOT perform backward
+                // direction ONC RPC operations unless the peer consumer has indicated
+                // it is prepared to handle them."
+                if !self.core.backward_ready() {
+                    self.stats.inc(Counter::BackwardFailed);
+                    let _ = reply.send(Err(BackwardError::NotReady));
+                    return;
+                }
+                let xid = match rpc::xid(&msg.inline) {
+                    Some(x) if rpc::msg_type(&msg.inline) == Some(rpc::CALL) => x,
+                    _ => {
+                        let _ = reply.send(Err(BackwardError::NotACall));
+                        return;
                     }
-                    _ => self.stats.inc(Counter::ErrBadHeader),
+                };
+                if self.backward_waiters.contains_key(&xid)
+                    || self.backward_queue.iter().any(|(x, _, _)| *x == xid)
+                {
+                    let _ = reply.send(Err(BackwardError::DuplicateXid(xid.0)));
+                    return;
                 }
-                self.post_send(h.xid, vec![h.to_bytes()], None)
-            }
-            None => {
-                self.stats.inc(Counter::ErrDiscarded);
-                Ok(())
+                if !self.backward_queue.is_empty() {
+                    self.stats.inc(Counter::BackwardCreditWaits);
+                    self.backward_queue.push_back((xid, msg, reply));
+                    return;
+                }
+                if let Some((xid, msg, reply)) = self.start_backward(xid, msg, reply) {
+                    self.stats.inc(Counter::BackwardCreditWaits);
+                    self.backward_queue.push_back((xid, msg, reply));
+                }
             }
         }
     }
 
-    fn handle_receive(
-        &mut self,
-        index: usize,
-        buf: Bytes,
-        invalidated: Option<STag>,
-        tx: &mpsc::UnboundedSender<(Xid, Option<XdrStream>)>,
-    ) -> Result<(), Fatal> {
-        if let Some(xid) = self.pull_completion(&buf) {
-            return self.handle_done(index, xid, invalidated);
-        }
-        let (prefix, chunks, inline) = match receive(&buf, &self.policy) {
-            Ok(Received::Msg {
-                prefix,
-                chunks,
-                payload,
-            }) => {
-                if rpc::msg_type(&payload) == Some(rpc::REPLY) {
-                    // §7.3.5: the Reply to one of our backward Calls.
-                    return self.handle_backward_reply(index, prefix, &chunks, payload);
-                }
-                (prefix, chunks, payload)
-            }
-            Ok(Received::NoMsg { prefix, chunks }) => {
-                // §4.5.3: a Long Call carries its Payload stream in a Position Zero
-                // Read chunk.
-                if chunks.position_zero().is_none() {
-                    return self.refuse(index, Some(prefix), HeaderError::NoPayloadChunk);
-                }
-                (prefix, chunks, Bytes::new())
-            }
-            // A responder's only Calls are backward ones.
-            Ok(Received::Error { prefix, .. }) => {
-                return self.handle_backward_error(index, prefix.xid);
-            }
-            Ok(Received::Optional {
-                prefix,
-                opttype,
-                optinfo,
-                ..
-            }) => return self.handle_optional(index, prefix, opttype, optinfo),
-            Err(e) => {
-                let prefix = PrefixView::new_checked(buf.as_ref())
-                    .ok()
-                    .map(|v| v.prefix());
-                return self.refuse(index, prefix, e);
-            }
-        };
-        self.stats.inc(Counter::Calls);
-        self.version = prefix.version;
-        if self.calls.contains_key(&prefix.xid) {
-            // A retransmission while the first copy is in service.
-            self.stats.inc(Counter::ErrDiscarded);
-            return self.repost(index);
-        }
-        let total: u64 = chunks.reads.iter().map(|c| c.len()).sum();
-        if total > self.config.max_message {
-            let err = ArgsError::TooLarge(total);
-            return self.garbage_args(index, prefix, &chunks, err);
-        }
-        if chunks.position_zero().is_some() {
-            self.stats.inc(Counter::PositionZeroReadChunks);
-        } else if !chunks.reads.is_empty() {
-            self.stats.inc(Counter::ReadChunks);
-        } else {
-            self.stats.inc(Counter::ShortCalls);
-        }
-        let n = chunks.reads.len();
-        let read_len = total;
-        let call = Call {
-            prefix,
-            chunks,
-            inline,
-            recv: index,
-            read_len,
-            sinks: Vec::with_capacity(n),
-            data: vec![None; n],
-        };
-        self.calls.insert(prefix.xid, call);
-        if n == 0 {
-            return self.finish_call(prefix.xid, tx);
-        }
-        // DoS bound: RDMA Read sinks of at most `max_read_in_flight` bytes at once per
-        // connection (one Call alone may exceed it, up to `max_message`). Later Calls
-        // wait, still holding their credit.
-        if self.reading_bytes == 0
-            || self.reading_bytes + read_len <= self.config.max_read_in_flight
-        {
-            self.start_reads(prefix.xid, tx)
-        } else {
-            self.stats.inc(Counter::ReadsDeferred);
-            self.waiting.push_back(prefix.xid);
-            Ok(())
-        }
-    }
-
-    /// §4.4.5: pulls each Read chunk of Call `xid` with RDMA Read, one Read per
-    /// segment, into one sink per chunk. The provider holds Reads beyond the peer's IRD
-    /// (our ORD) until earlier ones complete.
-    fn start_reads(
+    /// Hands backward Call `xid` to the core; gives it back if no credit is free.
+    fn start_backward(
         &mut self,
         xid: Xid,
-        tx: &mpsc::UnboundedSender<(Xid, Option<XdrStream>)>,
-    ) -> Result<(), Fatal> {
-        let Some(mut call) = self.calls.remove(&xid) else {
-            return Ok(());
-        };
-        self.reading_bytes += call.read_len;
-        for (k, chunk) in call.chunks.reads.iter().enumerate() {
-            let mut sink = ReadSink::new(&self.pd, chunk.len() as usize);
-            let mut at = 0usize;
-            for seg in &chunk.segments {
-                let len = seg.length as usize;
-                if len == 0 {
-                    continue;
-                }
-                let id = self.next_read;
-                self.next_read = (self.next_read + 1) & !wr_kind::MASK;
-                self.reads.insert(id, (xid, k));
-                self.stats.inc(Counter::RdmaReads);
-                self.stats.add(Counter::RdmaReadBytes, len as u64);
-                self.qp
-                    .post_send(sink.read_wr(wr_kind::READ | id, seg, at))
-                    .map_err(|_| Fatal)?;
-                sink.outstanding += 1;
-                at += len;
+        msg: XdrStream,
+        reply: Waiter,
+    ) -> Option<(Xid, XdrStream, Waiter)> {
+        match self.core.start_backward_call(xid, msg.clone()) {
+            Ok(()) => {
+                self.backward_waiters.insert(xid, reply);
+                None
             }
-            if sink.outstanding == 0 {
-                call.data[k] = Some(sink.into_bytes());
-                call.sinks.push(None);
-            } else {
-                call.sinks.push(Some(sink));
-            }
-        }
-        let ready = call.data.iter().all(Option::is_some);
-        self.calls.insert(xid, call);
-        if ready {
-            self.reads_finished(xid, tx)?;
-        }
-        Ok(())
-    }
-
-    /// Call `xid` has all its Read data: release its share of the read budget, serve
-    /// it, and start the Calls that waited for the budget.
-    fn reads_finished(
-        &mut self,
-        xid: Xid,
-        tx: &mpsc::UnboundedSender<(Xid, Option<XdrStream>)>,
-    ) -> Result<(), Fatal> {
-        let len = self.calls.get(&xid).map_or(0, |c| c.read_len);
-        self.reading_bytes = self.reading_bytes.saturating_sub(len);
-        self.finish_call(xid, tx)?;
-        while let Some(&next) = self.waiting.front() {
-            let Some(len) = self.calls.get(&next).map(|c| c.read_len) else {
-                self.waiting.pop_front();
-                continue;
-            };
-            if self.reading_bytes != 0 && self.reading_bytes + len > self.config.max_read_in_flight
-            {
-                break;
-            }
-            self.waiting.pop_front();
-            self.start_reads(next, tx)?;
-        }
-        Ok(())
-    }
-
-    fn handle_read_done(
-        &mut self,
-        id: u64,
-        tx: &mpsc::UnboundedSender<(Xid, Option<XdrStream>)>,
-    ) -> Result<(), Fatal> {
-        let Some((xid, k)) = self.reads.remove(&id) else {
-            return Ok(());
-        };
-        let Some(call) = self.calls.get_mut(&xid) else {
-            return Ok(());
-        };
-        let (Some(slot), Some(data)) = (call.sinks.get_mut(k), call.data.get_mut(k)) else {
-            return Ok(());
-        };
-        if let Some(sink) = slot {
-            sink.outstanding = sink.outstanding.saturating_sub(1);
-            if sink.outstanding == 0 {
-                *data = slot.take().map(ReadSink::into_bytes);
-            }
-        }
-        if call.data.iter().all(Option::is_some) {
-            self.reads_finished(xid, tx)?;
-        }
-        Ok(())
-    }
-
-    /// Every Read chunk is in: rebuild the Call, check it, hand it to the dispatcher.
-    fn finish_call(
-        &mut self,
-        xid: Xid,
-        tx: &mpsc::UnboundedSender<(Xid, Option<XdrStream>)>,
-    ) -> Result<(), Fatal> {
-        let Some(call) = self.calls.get_mut(&xid) else {
-            return Ok(());
-        };
-        let data: Vec<Bytes> = call
-            .data
-            .iter_mut()
-            .map(|d| d.take().unwrap_or_default())
-            .collect();
-        let result = reassemble_call(
-            call.inline.clone(),
-            &call.chunks.reads,
-            data,
-            &self.config.reassembly(),
-        );
-        let payload = match result {
-            Ok(p) => p,
+            Err(rpcrdma::Error::Credit(_)) => Some((xid, msg, reply)),
             Err(e) => {
-                let Some(call) = self.calls.remove(&xid) else {
-                    return Ok(());
-                };
-                return self.garbage_args(call.recv, call.prefix, &call.chunks, e);
-            }
-        };
-        // COPY: a Call of several pieces (inline part and Read chunk data) is made
-        // contiguous for `Dispatcher::dispatch`, which takes one `Bytes`.
-        let whole = payload.to_bytes();
-        let pos0 = call.chunks.position_zero().is_some();
-        let reads_not_p0 = call
-            .chunks
-            .reads
-            .iter()
-            .filter(|c| !c.is_position_zero())
-            .count();
-        if pos0 {
-            // §5.2.1: "This XID MUST be the same as the XID in the RPC message"; for a
-            // Long Call it can only be checked now.
-            if let Some(px) = rpc::xid(&whole).filter(|&px| px != xid) {
-                let Some(call) = self.calls.remove(&xid) else {
-                    return Ok(());
-                };
-                let err = HeaderError::XidMismatch {
-                    header: xid,
-                    payload: px,
-                };
-                return self.refuse(call.recv, Some(call.prefix), err);
-            }
-        }
-        if let Some(proc_id) = rpc::call_proc(&whole) {
-            // RFC 5531 §9: a program or version this server does not serve gets
-            // PROG_UNAVAIL or PROG_MISMATCH (with the versions served), over RDMA as
-            // over TCP; the dispatcher answers it. A Linux client's mount over RDMA
-            // probes NFSv4 first and waits for that answer before trying version 3.
-            let served = self.dispatcher.serves(proc_id.prog, proc_id.vers);
-            if !served {
-                self.stats.inc(Counter::UnservedCalls);
-            }
-            // §8: "Responders MUST NOT reply to RPC-over-RDMA messages for Upper Layer
-            // Protocols that do not have a Upper Layer Binding": a program we serve
-            // without a binding (MOUNT, RFC 8267 §6) gets nothing.
-            if served && !self.binding.binds(proc_id.prog, proc_id.vers) {
-                self.stats.inc(Counter::ErrNoBinding);
-                let Some(call) = self.calls.remove(&xid) else {
-                    return Ok(());
-                };
-                return self.repost(call.recv);
-            }
-            // §8.1.1: "A DDP-eligibility violation occurs when a requester forms a Call
-            // message with a non-DDP-eligible data item in a Read chunk ... a responder
-            // MUST NOT process the Call message." Answered per §5.5.2.
-            if served && reads_not_p0 > self.binding.call_ddp_arguments(proc_id) {
-                let Some(call) = self.calls.remove(&xid) else {
-                    return Ok(());
-                };
-                let position = call
-                    .chunks
-                    .reads
-                    .iter()
-                    .find(|c| !c.is_position_zero())
-                    .map_or(0, |c| c.position);
-                let err = ArgsError::NotDdpEligible { position };
-                return self.garbage_args(call.recv, call.prefix, &call.chunks, err);
-            }
-        }
-        let dispatcher = self.dispatcher.clone();
-        let tx = tx.clone();
-        tokio::spawn(async move {
-            let reply = dispatcher.dispatch(whole).await;
-            let _ = tx.send((xid, reply));
-        });
-        Ok(())
-    }
-
-    /// §5.5.2: "the responder SHOULD return a RPC_GARBAGEARGS reply, using an
-    /// RDMA_MSG procedure."
-    fn garbage_args(
-        &mut self,
-        recv: usize,
-        prefix: Prefix,
-        chunks: &ChunkLists,
-        err: ArgsError,
-    ) -> Result<(), Fatal> {
-        tracing::debug!(target: "rpcrdma_transport", xid = prefix.xid.0, error = %err, "GARBAGE_ARGS");
-        self.stats.inc(Counter::ErrGarbageArgs);
-        let stream = XdrStream::inline_only(rpc::garbage_args_reply(prefix.xid));
-        self.send_reply(recv, &prefix, chunks, &stream)
-    }
-
-    /// The dispatcher answered Call `xid` (`None`: it earns no reply).
-    fn handle_reply(&mut self, xid: Xid, reply: Option<XdrStream>) -> Result<(), Fatal> {
-        let Some(call) = self.calls.remove(&xid) else {
-            return Ok(());
-        };
-        match reply {
-            Some(stream) => self.send_reply(call.recv, &call.prefix, &call.chunks, &stream),
-            None => {
-                self.stats.inc(Counter::ErrDiscarded);
-                self.repost(call.recv)
-            }
-        }
-    }
-
-    /// Marshals and posts a Reply: RDMA Writes, the Receive back, then the Send.
-    fn send_reply(
-        &mut self,
-        recv: usize,
-        prefix: &Prefix,
-        chunks: &ChunkLists,
-        stream: &XdrStream,
-    ) -> Result<(), Fatal> {
-        let xid = prefix.xid;
-        let grant = self.credits.grant();
-        self.stats.set(Counter::CreditsGranted, u64::from(grant));
-        // v2 §5.3: "a responder MUST send Replies with the same RPC-over-RDMA protocol
-        // version that the requester uses to send its Calls" (prefix.version below).
-        self.stats
-            .set(Counter::Version, u64::from(prefix.version.0));
-        let out = match marshal_reply(
-            xid,
-            prefix.version,
-            grant,
-            stream,
-            chunks,
-            self.limits.send_threshold,
-            self.limits.remote_invalidate,
-        ) {
-            Ok(out) => out,
-            Err(
-                MarshalError::NoReplyChunk { .. }
-                | MarshalError::ReplyChunkTooSmall { .. }
-                | MarshalError::HeaderTooLarge { .. },
-            ) if self.reliable_reply_on(prefix.version) => {
-                // reliable-reply §4.1.1: the Reply exceeds every requester-provided
-                // reply resource: it goes through a Read chunk of ours.
-                return self.reply_through_read_chunk(recv, prefix, chunks, stream);
-            }
-            Err(e) => {
-                // §5.5.3: "If the requester-provided Reply chunk is too small to
-                // accommodate a large RPC Reply ... A responder can detect this problem
-                // before attempting to write past the end of the Reply chunk", and
-                // answers "RDMA_ERROR ... RDMA_ERR_BADHEADER to indicate that no
-                // RPC-level reply is possible for that XID." Nothing was written.
-                tracing::debug!(target: "rpcrdma_transport", xid = xid.0, error = %e, "no reply possible");
-                match e {
-                    MarshalError::ReplyChunkTooSmall { .. } | MarshalError::NoReplyChunk { .. } => {
-                        self.stats.inc(Counter::ErrReplyChunkTooSmall)
+                self.stats.inc(Counter::BackwardFailed);
+                let err = match e {
+                    // §7.4: backward messages are never reduced.
+                    rpcrdma::Error::Marshal(MarshalError::HeaderTooLarge { len, threshold }) => {
+                        BackwardError::TooLarge { len, threshold }
                     }
-                    MarshalError::WriteChunkTooSmall { .. } => {
-                        self.stats.inc(Counter::ErrWriteChunkTooSmall)
+                    rpcrdma::Error::Marshal(MarshalError::BackwardNotReady) => {
+                        BackwardError::NotReady
                     }
-                    _ => {}
-                }
-                self.stats.inc(Counter::ErrRdmaErrorSent);
-                self.stats.inc(Counter::ErrBadHeader);
-                self.repost(recv)?;
-                let h = Header::error_reply(prefix, grant, ErrorBody::BadHeader);
-                debug_assert_eq!(ErrCode::ERR_BADHEADER, h_code(&h));
-                return self.post_send(xid, vec![h.to_bytes()], None);
+                    _ => BackwardError::ConnectionLost,
+                };
+                let _ = reply.send(Err(err));
+                None
             }
-        };
-        if let Some(ch) = out.send.chunks() {
-            let used = ch.writes.iter().filter(|w| !w.is_empty()).count();
-            self.stats.add(Counter::WriteChunks, used as u64);
         }
-        if out.send.shape == Shape::Long {
-            self.stats.inc(Counter::ReplyChunks);
-        }
-        self.post_writes(xid, out.writes)?;
-        // §4.3.1: "the responder needs to ensure that a credit increase is effected
-        // (i.e. RDMA Receives are posted) before the next reply is sent."
-        self.repost(recv)?;
-        self.stats.inc(Counter::Replies);
-        self.post_send(xid, out.send.send, out.invalidate)
     }
-}
 
-impl<Q: QueuePair + 'static> ServerConn<Q> {
-    /// Posts the RDMA Writes of a Reply. §3.2.2 (ordering): RDMA Writes posted before
-    /// the Send are placed before it.
-    fn post_writes(&self, xid: Xid, writes: Vec<RdmaWrite>) -> Result<(), Fatal> {
-        for w in writes {
-            self.stats.inc(Counter::RdmaWrites);
-            self.stats.add(Counter::RdmaWriteBytes, w.len());
-            self.qp
-                .post_send(SendWr {
-                    wr_id: wr_kind::WRITE | u64::from(xid.0),
-                    op: SendOp::RdmaWrite(RemoteAddr {
-                        stag: STag(w.handle),
-                        offset: w.offset,
-                    }),
-                    // The result's own buffers: no copy.
-                    sgl: w.data.into_iter().map(Sge::Bytes).collect(),
-                })
-                .map_err(|_| Fatal)?;
+    /// Sends queued backward Calls while backward credits allow.
+    fn pump_backward(&mut self) {
+        while let Some((xid, msg, reply)) = self.backward_queue.pop_front() {
+            if let Some(back) = self.start_backward(xid, msg, reply) {
+                self.backward_queue.push_front(back);
+                return;
+            }
         }
-        Ok(())
     }
 }
 
@@ -850,15 +747,5 @@ async fn recv_backward(
     match rx {
         Some(rx) => rx.recv().await,
         None => std::future::pending().await,
-    }
-}
-
-mod backward;
-mod reliable;
-
-fn h_code(h: &Header) -> ErrCode {
-    match &h.body {
-        rpcrdma::Body::Error(b) => b.code(),
-        _ => ErrCode(0),
     }
 }

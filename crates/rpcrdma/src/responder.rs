@@ -662,7 +662,10 @@ impl<B: UpperLayerBinding> Responder<B> {
             // without a binding (MOUNT, RFC 8267 §6) gets nothing.
             if served && !bound && !self.config.served.is_empty() {
                 self.counters.inc(Counter::ErrNoBinding);
-                return self.drop_call(xid);
+                if self.calls.remove(&xid).is_some() {
+                    self.reposts += 1;
+                }
+                return;
             }
             // §8.1.1: "A DDP-eligibility violation occurs when a requester forms a Call
             // message with a non-DDP-eligible data item in a Read chunk ... a responder

@@ -128,6 +128,8 @@ counters! {
     ErrCompletion = "err_completion",
     /// Work requests flushed by a disconnect.
     Flushed = "flushed",
+    /// Connections we closed (the reason is in the close line).
+    ClosedByUs = "closed_by_us",
     /// 1 once both peers agreed to reliable reply (RDMA_OPTIONAL `RELIABLE_REPLY`
     /// exchanged): a gauge.
     ReliableReply = "reliable_reply",
