@@ -28,9 +28,9 @@
 //! - [`client`]: the requester, an [`oncrpc::Transport`] (`client/reliable.rs`: pulling
 //!   Replies from responder-provided Read chunks; `client/backward.rs`: serving
 //!   backward Calls);
-//! - [`server`]: the responder, feeding an [`oncrpc::Dispatcher`] (`server/reliable.rs`:
-//!   Replies through Read chunks of its own, RDMA_DONE, the pull timer;
-//!   `server/backward.rs`: sending backward Calls);
+//! - [`server`]: the driver of the core's `Responder`, feeding an
+//!   [`oncrpc::Dispatcher`] (reliable reply and backward Calls included: the core
+//!   decides, the driver registers, posts and invalidates);
 //! - [`backward`]: the service-facing backward-direction API ([`BackwardChannel`]);
 //! - [`counters`]: per-connection counters, logged on close;
 //! - [`binding`]: what the transport needs from an Upper Layer Binding;
@@ -50,8 +50,8 @@
 //! `ResponderCredits::reserve_for_done`). With [`RdmaConfig::backward_credits`] the
 //! server calls the client on its connection ([`RdmaServer::backward_channels`],
 //! [`RdmaTransport::serve_backward`]; the core's `marshal_backward` and credit types).
-//! It does not drive the core's `Requester`/`Responder` state machines (known debt,
-//! ARCHITECTURE.md). It keeps no duplicate request cache.
+//! The server drives the core's `Responder` state machine; the client does not yet
+//! drive its `Requester` (known debt, ARCHITECTURE.md). It keeps no duplicate request cache.
 //!
 //! # Resource bounds (per connection)
 //! - Receives: `credits` buffers of the receive threshold, posted with the connection
