@@ -173,6 +173,13 @@ impl<P: ConnectionManager + 'static> RdmaServer<P> {
             stats.set(Counter::RecvThreshold, u64::from(limits.recv_threshold));
             stats.set(Counter::CreditsRequested, u64::from(self.config.credits));
             self.stats.add(stats.clone());
+            let private_data = PrivateData::parse(&peer.private_data);
+            // A Version Two peer without private data gets Sends of up to 4096 bytes
+            // (v2 §2.3), a Version One peer 1024 (v1 §4.3.3).
+            let send_buffer_len = match private_data {
+                None if self.config.version_two => 4096,
+                _ => limits.send_threshold,
+            };
             let core = Responder::new(
                 Binding(self.binding.clone()),
                 ResponderConfig {
@@ -181,7 +188,7 @@ impl<P: ConnectionManager + 'static> RdmaServer<P> {
                     // RFC 8797: without the peer's private data, each Reply assumes the
                     // default threshold of its Call's version (v1 §4.3.3: 1024; v2
                     // §2.3: 4096).
-                    peer: PrivateData::parse(&peer.private_data).map(|_| limits),
+                    peer: private_data.map(|_| limits),
                     reassembly: self.config.reassembly(),
                     backward_credits: (backward_credits > 0).then_some(backward_credits),
                     reliable_reply: self.config.reliable_reply_offered().then_some(
@@ -222,12 +229,11 @@ impl<P: ConnectionManager + 'static> RdmaServer<P> {
                 pool,
                 free_recvs,
                 // Replies are at most one per credit; RDMA_ERRORs and GARBAGE_ARGS
-                // answers fall back to caller bytes if they find the pool empty. A
-                // Version Two peer without private data gets Sends of up to 4096.
+                // answers fall back to caller bytes if they find the pool empty.
                 sends: SendPool::new(
                     &pd,
                     self.config.credits.clamp(1, 1024) as usize + 8,
-                    limits.send_threshold.max(4096) as usize,
+                    send_buffer_len as usize,
                 ),
                 pulls: HashMap::new(),
                 reads: HashMap::new(),

@@ -29,6 +29,11 @@ struct Raw {
 
 impl Raw {
     async fn connect(addr: SocketAddr) -> Raw {
+        Raw::connect_with(addr, RdmaConfig::default().private_data().emit().to_vec()).await
+    }
+
+    /// Connects offering `private_data` (empty: none, as a peer without RFC 8797).
+    async fn connect_with(addr: SocketAddr, private_data: Vec<u8>) -> Raw {
         let pd = ProtectionDomain::new();
         let bufs: Vec<MemoryRegion> = (0..16)
             .map(|_| pd.register_zeroed(65536, Access::LOCAL_WRITE))
@@ -46,7 +51,14 @@ impl Raw {
             })
             .collect();
         let qp = iwarp()
-            .connect(addr, &pd, RdmaConfig::default().connect_params(recvs))
+            .connect(
+                addr,
+                &pd,
+                rdma::ConnectParams {
+                    private_data: Bytes::from(private_data),
+                    ..RdmaConfig::default().connect_params(recvs)
+                },
+            )
             .await
             .unwrap();
         Raw { qp, pd, bufs }
@@ -571,4 +583,43 @@ async fn rr_rdma_done_without_the_option_gets_err_badheader() {
     assert!(raw.send(v2_header(5, Body::Done)));
     assert_eq!(expect_error(raw.recv().await, 5), ErrorBody::BadHeader);
     v2_null_works(&raw, 6).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn v2_s2_3_a_version_two_peer_without_private_data_gets_4k_replies_inline() {
+    init_tracing();
+    let server = start_server(RdmaConfig {
+        version_two: true,
+        ..RdmaConfig::default()
+    })
+    .await;
+    // No RFC 8797 private data: the Version Two default inline threshold is 4096
+    // (v2 §2.3), where Version One assumes 1024 (v1 §4.3.3).
+    let raw = Raw::connect_with(server.addr, Vec::new()).await;
+    let xid = 0x7100;
+    let call = rpc_call(xid, PROG, BIG, |e| {
+        e.u32(3000).u32(0);
+    });
+    assert!(raw.send(v2_msg(xid, &call)));
+    let reply = raw.recv().await.expect("no reply");
+    match receive(&reply, &Policy::default()).unwrap() {
+        Received::Msg {
+            prefix,
+            chunks,
+            payload,
+        } => {
+            assert_eq!((prefix.xid, prefix.version), (Xid(xid), Version::TWO));
+            assert!(chunks.is_empty());
+            assert_eq!(payload.len(), 24 + 4 + 3000, "3000 bytes inline");
+        }
+        other => panic!("expected a Short Reply, got {other:?}"),
+    }
+    // The same in Version One exceeds 1024: no reply is possible without a Reply
+    // chunk (§5.5.3, ERR_BADHEADER).
+    let xid = 0x7101;
+    let call = rpc_call(xid, PROG, BIG, |e| {
+        e.u32(3000).u32(0);
+    });
+    assert!(raw.send(msg(xid, ChunkLists::empty(), &call)));
+    assert_eq!(expect_error(raw.recv().await, xid), ErrorBody::BadHeader);
 }
