@@ -72,8 +72,8 @@ pub struct RdmaConfig {
 }
 
 impl Default for RdmaConfig {
-    /// 4 KiB both ways and 128 credits, as the Linux client offers (specs/FACTS.md);
-    /// 16 MiB messages.
+    /// 4 KiB both ways and 128 credits, as the Linux client offers
+    /// (docs/linux-facts.md, "Seen from Linux (6.1)"); 16 MiB messages.
     fn default() -> Self {
         RdmaConfig {
             max_send: 4096,
@@ -198,7 +198,7 @@ mod tests {
 
     #[test]
     fn knfsd_private_data_gives_4k() {
-        // Linux knfsd 6.1 (specs/FACTS.md): flags 0x00, sizes 3/3.
+        // Linux knfsd 6.1 (docs/linux-facts.md): flags 0x00, sizes 3/3.
         let peer = PeerParams {
             private_data: Bytes::from_static(&[0xf6, 0xab, 0x0e, 0x18, 1, 0, 3, 3]),
             ..PeerParams::default()

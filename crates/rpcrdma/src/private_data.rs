@@ -1,7 +1,8 @@
 //! RDMA-CM connection private data for RPC-over-RDMA Version One (RFC 8797).
 //!
-//! Specs: RFC 8797 (summarised in specs/FACTS.md); rpcrdma-v1-draft-ietf-nfsv4-rfc5666bis-04
-//! §4.3.3 (the 1024-byte default when no such mechanism is used).
+//! Specs: RFC 8797 (summarised in docs/linux-facts.md, "RFC 8797 private data");
+//! rpcrdma-v1-draft-ietf-nfsv4-rfc5666bis-04 §4.3.3 (the 1024-byte default when no
+//! such mechanism is used).
 //!
 //! ```text
 //!  0                   1                   2                   3
