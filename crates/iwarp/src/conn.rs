@@ -187,7 +187,7 @@ impl Connection {
     /// A connection in the data-transfer phase.
     ///
     /// `first_send_delay`: when we are the active side, hold every FPDU until `now +
-    /// delay` (works around the siw accept race, FACTS.md).
+    /// delay` (works around the siw accept race, docs/linux-facts.md).
     pub fn new(
         pd: ProtectionDomain,
         neg: &Negotiated,

@@ -40,7 +40,7 @@ pub struct IwarpConfig {
     /// Queue depths and the maximum ULPDU.
     pub limits: Limits,
     /// Active side: pause before the first FPDU after the MPA Reply. Linux siw as the
-    /// passive side needs about 50 ms (FACTS.md, "siw accept race").
+    /// passive side needs about 50 ms (docs/linux-facts.md, "siw accept race").
     pub first_send_delay: Duration,
     /// Limit for TCP connect plus MPA setup.
     pub setup_timeout: Duration,

@@ -49,8 +49,8 @@
 //!   TCP segments, so the tshark test uses 16,000.
 //! - As the active side we hold our first FPDU for [`IwarpConfig::first_send_delay`]
 //!   (50 ms) after the MPA Reply: stock Linux siw may not read an FPDU that arrives
-//!   before it has hooked up its receive path (FACTS.md). Set it to zero between two
-//!   endpoints of this crate.
+//!   before it has hooked up its receive path (docs/linux-facts.md, "siw accept
+//!   race"). Set it to zero between two endpoints of this crate.
 //! - Receives can (and for a server, should) be posted before the connection carries
 //!   data: [`rdma::ConnectParams::recvs`].
 //! - RDMAP does not order a Read Response against Writes the requester posted after

@@ -30,7 +30,6 @@ use crate::ulb::{call_has_ddp_item, max_reply_size};
 use crate::{NfsProc3, NFS_PROGRAM, NFS_V3};
 use rpcrdma::rpc::ProcId;
 use rpcrdma::ulb::{ReplySizing, UpperLayerBinding};
-use rpcrdma_transport::RdmaBinding;
 use xdr::{Bytes, Decoder, XdrStream};
 
 /// RPC reply header before the results (RFC 5531 §9), with the largest verifier
@@ -116,9 +115,7 @@ impl UpperLayerBinding for Nfs3Binding {
         }
         usize::from(call_has_ddp_item(NfsProc3(proc_id.proc_num)))
     }
-}
 
-impl RdmaBinding for Nfs3Binding {
     /// A requester's question; the responder never asks it. Answered for READ (the
     /// one result a Write chunk is offered for): right after the `data` length word
     /// of READ3resok.
@@ -126,7 +123,7 @@ impl RdmaBinding for Nfs3Binding {
         if proc_id.prog != NFS_PROGRAM || NfsProc3(proc_id.proc_num) != NfsProc3::READ {
             return Some(Vec::new());
         }
-        let Some(at) = rpcrdma_transport::binding::results_offset(reply) else {
+        let Some(at) = rpcrdma::rpc::results_offset(reply) else {
             return Some(Vec::new());
         };
         let mut dec = Decoder::new(reply.clone());
@@ -250,6 +247,54 @@ mod tests {
             Nfs3Binding.reply_ddp_offsets(id(NfsProc3::READ), &failed),
             Some(vec![])
         );
+    }
+
+    #[test]
+    fn read_reply_offsets_skip_a_non_empty_verifier() {
+        // RPCSEC_GSS-style verifier (flavor 6, 37 bytes, padded to 40).
+        let mut enc = Encoder::new();
+        oncrpc::message::ReplyHeader {
+            xid: Xid(8),
+            body: ReplyBody::Accepted {
+                verf: OpaqueAuth {
+                    flavor: oncrpc::AuthFlavor::RPCSEC_GSS,
+                    body: Bytes::from_static(&[9; 37]),
+                },
+                status: oncrpc::AcceptedStatus::Success,
+            },
+        }
+        .encode(&mut enc);
+        let header_len = enc.inline_len();
+        assert_eq!(header_len, 24 + 40);
+        let res: NfsResult<Read3ResOk, crate::attr::ObjAttrFail> = NfsResult::Ok(Read3ResOk {
+            file_attributes: None,
+            count: 5,
+            eof: true,
+            data: DdpData(Bytes::new()),
+        });
+        res.encode(&mut enc);
+        let reply = enc.finish().to_bytes();
+        assert_eq!(
+            Nfs3Binding.reply_ddp_offsets(id(NfsProc3::READ), &reply),
+            Some(vec![header_len + 5 * 4])
+        );
+        // Cut anywhere inside the results: no offset, no panic.
+        for n in header_len..reply.len() {
+            assert_eq!(
+                Nfs3Binding.reply_ddp_offsets(id(NfsProc3::READ), &reply.slice(..n)),
+                None,
+                "{n} bytes"
+            );
+        }
+    }
+
+    /// ARCHITECTURE.md: the NFSv3 binding is written against the protocol core
+    /// (`rpcrdma`), not the transport that runs it (issue item 6, layering).
+    #[test]
+    fn layering_the_binding_depends_on_the_core_only() {
+        let manifest = include_str!("../Cargo.toml");
+        assert!(manifest.contains("rdma = [\"dep:rpcrdma\"]"), "{manifest}");
+        assert!(!manifest.contains("rpcrdma-transport"), "{manifest}");
     }
 
     #[test]

@@ -234,6 +234,9 @@ struct PendingCall {
     reply: Option<WriteChunk>,
     /// The Call, kept to send it again in Version One after ERR_VERS (v2 §5.2).
     msg: XdrStream,
+    /// The RPC-over-RDMA version the Call went out in; its Reply must be in the same
+    /// (v2 §5.3).
+    version: Version,
     /// The upper layer gave up on it ([`RdmaSender::abort`]): its regions are fenced
     /// and its Reply, when it comes, only returns the credit.
     aborted: bool,
@@ -464,6 +467,7 @@ fn marshal_and_post<Q: QueuePair>(
                     writes: chunks.writes,
                     reply: chunks.reply,
                     msg: msg.clone(),
+                    version,
                     aborted: false,
                 },
             );
@@ -645,6 +649,24 @@ fn handle_reply<Q: QueuePair + 'static>(
             reliable::refuse_option(conn, &buf, &e);
             return None;
         }
+        Err(HeaderError::UnsupportedVersion(version)) => {
+            // A Reply in a version we do not speak is in another version than its
+            // Call: v2 §5.3, as in any other version.
+            let prefix = rpcrdma::PrefixView::new_checked(&buf[..]).ok()?.prefix();
+            let is_reply = matches!(
+                prefix.msg_type,
+                rpcrdma::MsgType::RDMA_MSG | rpcrdma::MsgType::RDMA_NOMSG
+            );
+            let call = is_reply
+                .then(|| conn.lock().calls.remove(&prefix.xid))
+                .flatten();
+            let Some(call) = call else {
+                tracing::debug!(target: "rpcrdma_transport", ?version, "message in an unsupported version");
+                stats.inc(Counter::ErrDiscarded);
+                return None;
+            };
+            return reply_in_another_version(conn, prefix.xid, call, version, c.invalidated);
+        }
         Err(e) => {
             // Otherwise a requester answers no RDMA_ERROR; a bad Reply is dropped (its
             // Call is retried by the RPC layer or times out).
@@ -655,6 +677,7 @@ fn handle_reply<Q: QueuePair + 'static>(
     };
     let xid = received.prefix().xid;
     let credits = received.prefix().credits;
+    let version = received.prefix().version;
     let (base, chunks) = match received {
         Received::Msg {
             prefix,
@@ -739,6 +762,10 @@ fn handle_reply<Q: QueuePair + 'static>(
             stats.inc(Counter::ErrDiscarded);
             return None;
         };
+        if version != call.version {
+            drop(st);
+            return reply_in_another_version(conn, xid, call, version, c.invalidated);
+        }
         // §4.3.1: a valid Reply returns the Call's credit and carries the new grant.
         let _ = st.credits.handle_reply(credits);
         // v2 §5.1: a non-error Reply to the probe settles the version.
@@ -765,6 +792,48 @@ fn handle_reply<Q: QueuePair + 'static>(
             Some(system_err_reply(xid))
         }
     }
+}
+
+/// A Reply (RDMA_MSG or RDMA_NOMSG, possibly with a responder-provided Read chunk) for
+/// `call` in `version`, which is not the version the Call went out in.
+///
+/// rpcrdma-v2-draft-cel-nfsv4-rpcrdma-version-two-00 §5.3: "[I-D.ietf-nfsv4-rfc5666bis]
+/// REQUIRES that a responder MUST send Replies with the same RPC-over-RDMA protocol
+/// version that the requester uses to send its Calls." Such a message is not accepted
+/// as the Call's Reply, and the Call fails (SYSTEM_ERR, as any Reply that does not
+/// match its Call) rather than waiting: the responder considers the Call answered and
+/// holds nothing more for it, so a dropped Reply would leave the Call to oncrpc's
+/// timeout with its regions still exposed and its credit taken. This is also what the
+/// core's `Requester` does (`HeaderError::UnsupportedVersion`). The message's
+/// `rdma_credit` is not adopted (the message breaks the version rules, so its header
+/// is not trusted, as for RDMA_ERROR): the Call's credit is only released; nor does
+/// it settle a Version Two probe (v2 §5.1 asks for "a valid non-error response"), so a
+/// responder answering the probe in Version One leaves it unsettled and the next
+/// connection starts in Version One. RDMA_ERROR is not checked here: ERR_VERS comes
+/// in the responder's version by nature (v2 §5.2), and any RDMA_ERROR completes its
+/// Call anyway.
+fn reply_in_another_version<Q>(
+    conn: &Conn<Q>,
+    xid: Xid,
+    call: PendingCall,
+    version: Version,
+    remote: Option<STag>,
+) -> Option<Bytes> {
+    let stats = &conn.stats;
+    let _ = conn.lock().credits.release();
+    conn.credit_wait.notify_waiters();
+    stats.inc(Counter::ErrBadReply);
+    stats.inc(Counter::ErrReplyVersion);
+    tracing::debug!(
+        target: "rpcrdma_transport",
+        xid = xid.0,
+        ?version,
+        call_version = ?call.version,
+        "reply in another version than its call"
+    );
+    let aborted = call.aborted;
+    fence(call, remote, stats);
+    (!aborted).then(|| system_err_reply(xid))
 }
 
 /// Checks a Reply against its Call, then [`finish_reply`].

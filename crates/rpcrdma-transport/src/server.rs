@@ -346,6 +346,10 @@ impl UpperLayerBinding for Binding {
     fn call_ddp_arguments(&self, proc_id: ProcId) -> usize {
         self.0.call_ddp_arguments(proc_id)
     }
+
+    fn reply_ddp_offsets(&self, proc_id: ProcId, reply: &Bytes) -> Option<Vec<usize>> {
+        self.0.reply_ddp_offsets(proc_id, reply)
+    }
 }
 
 /// Records the provider's disconnect reason, if it has one ready.

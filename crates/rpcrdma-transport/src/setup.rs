@@ -17,9 +17,13 @@ use rpcrdma::validate::Policy;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RdmaConfig {
     /// Our inline send threshold (largest Send we post), advertised in private data.
-    /// A multiple of 1024 from 1 KiB to 256 KiB (RFC 8797 encodes KiB - 1).
+    /// RFC 8797 can say only a multiple of 1024 from 1 KiB to 256 KiB (it encodes
+    /// KiB - 1): another value is advertised rounded down to a whole KiB and clamped to
+    /// that range, and that advertised value is the one in force
+    /// ([`RdmaConfig::private_data`]).
     pub max_send: u32,
-    /// Our inline receive threshold: the size of each posted receive buffer.
+    /// Our inline receive threshold: the size of each posted receive buffer. Rounded
+    /// and clamped as [`RdmaConfig::max_send`] is.
     pub max_recv: u32,
     /// Requester: credits asked for (and Receives posted). Responder: credits granted
     /// (and Receives posted). §4.3.1.
@@ -72,8 +76,8 @@ pub struct RdmaConfig {
 }
 
 impl Default for RdmaConfig {
-    /// 4 KiB both ways and 128 credits, as the Linux client offers (specs/FACTS.md);
-    /// 16 MiB messages.
+    /// 4 KiB both ways and 128 credits, as the Linux client offers
+    /// (docs/linux-facts.md, "Seen from Linux (6.1)"); 16 MiB messages.
     fn default() -> Self {
         RdmaConfig {
             max_send: 4096,
@@ -104,13 +108,18 @@ impl RdmaConfig {
         }
     }
 
-    /// Our RFC 8797 private data.
+    /// Our RFC 8797 private data, with the sizes as it can state them
+    /// ([`PrivateData::advertised`]: whole KiB, 1 KiB-256 KiB). Every limit we derive
+    /// comes from these, never from the raw `max_send`/`max_recv`: the peer sizes its
+    /// Receives from what we advertised, so `max_send: 5000` means at most 4096 bytes
+    /// inline.
     pub fn private_data(&self) -> PrivateData {
         PrivateData {
             remote_invalidate: self.remote_invalidate,
             max_send: self.max_send,
             max_recv: self.max_recv,
         }
+        .advertised()
     }
 
     /// What we offer at connection setup, with the Receives to post before the
@@ -124,9 +133,10 @@ impl RdmaConfig {
         }
     }
 
-    /// The thresholds in force with a peer that offered `peer`. RFC 8797: absent or
-    /// foreign private data means the Version One default of 1024 bytes each way.
-    /// Our receive buffers are `max_recv` long whatever the peer says.
+    /// The thresholds in force with a peer that offered `peer`, from our sizes as
+    /// advertised ([`RdmaConfig::private_data`]). RFC 8797: absent or foreign private
+    /// data means the Version One default of 1024 bytes each way. Our receive buffers
+    /// are [`RdmaConfig::recv_buffer_len`] long whatever the peer says.
     pub fn negotiate(&self, peer: &PeerParams) -> PeerLimits {
         let theirs = PrivateData::parse(&peer.private_data);
         PeerLimits::negotiate(&self.private_data(), theirs.as_ref())
@@ -179,8 +189,7 @@ impl RdmaConfig {
     /// Receive buffer length: our advertised receive threshold, rounded down to what
     /// RFC 8797 can say (so that we never accept less than we announced).
     pub(crate) fn recv_buffer_len(&self) -> usize {
-        rpcrdma::private_data::decode_size(rpcrdma::private_data::encode_size(self.max_recv))
-            as usize
+        self.private_data().max_recv as usize
     }
 }
 
@@ -198,7 +207,7 @@ mod tests {
 
     #[test]
     fn knfsd_private_data_gives_4k() {
-        // Linux knfsd 6.1 (specs/FACTS.md): flags 0x00, sizes 3/3.
+        // Linux knfsd 6.1 (docs/linux-facts.md): flags 0x00, sizes 3/3.
         let peer = PeerParams {
             private_data: Bytes::from_static(&[0xf6, 0xab, 0x0e, 0x18, 1, 0, 3, 3]),
             ..PeerParams::default()
@@ -206,6 +215,56 @@ mod tests {
         let l = RdmaConfig::with_inline(65536).negotiate(&peer);
         assert_eq!((l.send_threshold, l.recv_threshold), (4096, 4096));
         assert!(!l.remote_invalidate);
+    }
+
+    /// A peer that advertises 256 KiB both ways, so that our own sizes decide.
+    fn big_peer() -> PeerParams {
+        PeerParams {
+            private_data: Bytes::from_static(&[0xf6, 0xab, 0x0e, 0x18, 1, 1, 255, 255]),
+            ..PeerParams::default()
+        }
+    }
+
+    #[test]
+    fn rfc8797_limits_come_from_sizes_as_advertised_not_multiples_of_1024() {
+        let cfg = RdmaConfig {
+            max_send: 5000,
+            max_recv: 6000,
+            ..RdmaConfig::default()
+        };
+        // 5000 -> 4 KiB (code 3), 6000 -> 5 KiB (code 4).
+        let p = cfg.connect_params(Vec::new());
+        assert_eq!(&p.private_data[6..], &[3, 4]);
+        assert_eq!(
+            (cfg.private_data().max_send, cfg.private_data().max_recv),
+            (4096, 5120)
+        );
+        let l = cfg.negotiate(&big_peer());
+        assert_eq!(l.send_threshold, 4096, "never more than 4096 inline");
+        assert_eq!(l.recv_threshold, 5120);
+        assert_eq!(cfg.recv_buffer_len(), 5120);
+        // One byte short of a KiB multiple rounds down a whole KiB.
+        let cfg = RdmaConfig::with_inline(4095);
+        assert_eq!(&cfg.connect_params(Vec::new()).private_data[6..], &[2, 2]);
+        let l = cfg.negotiate(&big_peer());
+        assert_eq!((l.send_threshold, l.recv_threshold), (3072, 3072));
+    }
+
+    #[test]
+    fn rfc8797_limits_above_256k_are_the_256k_advertised() {
+        let cfg = RdmaConfig::with_inline(1 << 20);
+        assert_eq!(
+            &cfg.connect_params(Vec::new()).private_data[6..],
+            &[255, 255]
+        );
+        let l = cfg.negotiate(&big_peer());
+        assert_eq!((l.send_threshold, l.recv_threshold), (262_144, 262_144));
+        assert_eq!(cfg.recv_buffer_len(), 262_144);
+        // Below 1 KiB: 1 KiB is the least the private data can say.
+        let cfg = RdmaConfig::with_inline(512);
+        let l = cfg.negotiate(&big_peer());
+        assert_eq!((l.send_threshold, l.recv_threshold), (1024, 1024));
+        assert_eq!(cfg.recv_buffer_len(), 1024);
     }
 
     #[test]

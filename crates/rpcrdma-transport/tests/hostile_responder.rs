@@ -343,3 +343,195 @@ async fn write_chunk_data_handed_up_is_bounded_by_the_returned_length() {
     assert_eq!(snaps[0].get(Counter::RepliesJoinedInPlace), 3);
     assert_eq!(snaps[0].get(Counter::ErrBadReply), 0);
 }
+
+/// How [`raw_version_responder`] answers the `i`-th Call, which came in `version`.
+#[derive(Debug, Clone, Copy)]
+enum Answer {
+    /// The NULL reply, RDMA_MSG in this version.
+    Reply(Version),
+    /// RDMA_ERROR ERR_VERS, range 1-1, with this version in its header.
+    ErrVers(Version),
+}
+
+/// A responder by hand that answers every NULL Call as `answer(i, version)` says. The
+/// versions of the Calls it received go to the returned channel.
+async fn raw_version_responder(
+    answer: fn(usize, Version) -> Answer,
+) -> (std::net::SocketAddr, mpsc::UnboundedReceiver<Version>) {
+    let (addr, accept) = RawResponder::listen().await;
+    let (tx, rx) = mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        let mut peer = accept.await;
+        let qp = peer.qp.clone();
+        let mut calls = 0;
+        // The raw responder answers in Version Two as well as One.
+        while let Some(msg) = peer.next_message().await {
+            let Ok(Received::Msg {
+                prefix, payload, ..
+            }) = receive(&msg, &Policy::default())
+            else {
+                continue;
+            };
+            if rpc_msg_type(&payload) != Some(0) {
+                continue;
+            }
+            let _ = tx.send(prefix.version);
+            let xid = prefix.xid.0;
+            let out = match answer(calls, prefix.version) {
+                Answer::Reply(v) => reply(xid, v, ChunkLists::empty(), &[]),
+                Answer::ErrVers(v) => header(
+                    xid,
+                    v,
+                    Body::Error(ErrorBody::Vers {
+                        low: Version::ONE,
+                        high: Version::ONE,
+                    }),
+                ),
+            };
+            calls += 1;
+            if qp
+                .post_send(SendWr {
+                    wr_id: 1 << 40,
+                    op: SendOp::Send,
+                    sgl: vec![Sge::Bytes(out)],
+                })
+                .is_err()
+            {
+                break;
+            }
+        }
+    });
+    (addr, rx)
+}
+
+fn v2_client(addr: std::net::SocketAddr) -> (oncrpc::Client, rpcrdma_transport::StatsRegistry) {
+    let config = RdmaConfig {
+        version_two: true,
+        ..RdmaConfig::default()
+    };
+    let t = RdmaTransport::new(iwarp(), addr, config, Arc::new(TestBinding));
+    let stats = t.stats();
+    let c = oncrpc::Client::new(
+        t,
+        oncrpc::ClientConfig {
+            timeout: Duration::from_secs(60),
+            ..oncrpc::ClientConfig::default()
+        },
+    );
+    (c, stats)
+}
+
+/// rpcrdma-v2-draft-cel-nfsv4-rpcrdma-version-two-00 §5.3: "a responder MUST send
+/// Replies with the same RPC-over-RDMA protocol version that the requester uses to
+/// send its Calls". A Reply in another version is not that Call's Reply: the Call
+/// fails with SYSTEM_ERR (counted), its credit returns, the probe is not settled by it,
+/// and the connection carries on (the next Call, answered in its own version, works).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn v2_s5_3_a_reply_in_another_version_than_its_call_fails_that_call() {
+    init_tracing();
+    // The Version Two probe is answered in Version One; later Calls in their version.
+    let (addr, mut versions) = raw_version_responder(|i, v| match i {
+        0 => Answer::Reply(Version::ONE),
+        _ => Answer::Reply(v),
+    })
+    .await;
+    let (c, stats) = v2_client(addr);
+    let r = c
+        .call(PROG, VERS, NULL, xdr::XdrStream::default())
+        .await
+        .map(|_| ());
+    assert!(
+        matches!(
+            r,
+            Err(oncrpc::ClientError::Accepted(oncrpc::AcceptedStatus::Void(
+                oncrpc::AcceptStat::SYSTEM_ERR
+            )))
+        ),
+        "{r:?}"
+    );
+    for _ in 0..3 {
+        null(&c).await;
+    }
+    let seen: Vec<Version> = std::iter::from_fn(|| versions.try_recv().ok()).collect();
+    assert_eq!(seen, vec![Version::TWO; 4], "every Call in Version Two");
+    let snaps = stats.snapshots();
+    assert_eq!(snaps.len(), 1, "one connection");
+    assert!(snaps[0].open);
+    assert_eq!(snaps[0].get(Counter::ErrReplyVersion), 1);
+    assert_eq!(snaps[0].get(Counter::ErrBadReply), 1);
+    // Three Replies and the failed Call's local SYSTEM_ERR.
+    assert_eq!(snaps[0].get(Counter::Replies), 4);
+}
+
+/// The ERR_VERS fallback is not a Reply in another version: an RDMA_ERROR ERR_VERS in a
+/// Version One header answering the Version Two probe (v2 §5.2) makes the client send
+/// the Call again in Version One, and it completes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn v2_s5_2_err_vers_in_version_one_still_falls_back() {
+    init_tracing();
+    let (addr, mut versions) = raw_version_responder(|_, v| {
+        if v == Version::TWO {
+            Answer::ErrVers(Version::ONE)
+        } else {
+            Answer::Reply(v)
+        }
+    })
+    .await;
+    let (c, stats) = v2_client(addr);
+    for _ in 0..3 {
+        null(&c).await;
+    }
+    let seen: Vec<Version> = std::iter::from_fn(|| versions.try_recv().ok()).collect();
+    assert_eq!(
+        seen,
+        vec![Version::TWO, Version::ONE, Version::ONE, Version::ONE]
+    );
+    let snaps = stats.snapshots();
+    assert_eq!(snaps.len(), 1, "one connection");
+    assert_eq!(snaps[0].get(Counter::VersionFallbacks), 1);
+    assert_eq!(snaps[0].get(Counter::ErrReplyVersion), 0);
+    assert_eq!(snaps[0].get(Counter::ErrBadReply), 0);
+}
+
+/// v2 §5.3 for a client that speaks Version One only: a Reply in Version Two (which it
+/// does not parse) is in another version than its Call, and fails that Call rather
+/// than leaving it to time out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn v2_s5_3_a_version_one_client_fails_a_call_answered_in_version_two() {
+    init_tracing();
+    let (addr, mut versions) = raw_version_responder(|i, v| match i {
+        1 => Answer::Reply(Version::TWO),
+        _ => Answer::Reply(v),
+    })
+    .await;
+    let t = RdmaTransport::new(iwarp(), addr, RdmaConfig::default(), Arc::new(TestBinding));
+    let stats = t.stats();
+    let c = oncrpc::Client::new(
+        t,
+        oncrpc::ClientConfig {
+            timeout: Duration::from_secs(60),
+            ..oncrpc::ClientConfig::default()
+        },
+    );
+    null(&c).await;
+    let r = c
+        .call(PROG, VERS, NULL, xdr::XdrStream::default())
+        .await
+        .map(|_| ());
+    assert!(
+        matches!(
+            r,
+            Err(oncrpc::ClientError::Accepted(oncrpc::AcceptedStatus::Void(
+                oncrpc::AcceptStat::SYSTEM_ERR
+            )))
+        ),
+        "{r:?}"
+    );
+    null(&c).await;
+    let seen: Vec<Version> = std::iter::from_fn(|| versions.try_recv().ok()).collect();
+    assert_eq!(seen, vec![Version::ONE; 3]);
+    let snaps = stats.snapshots();
+    assert_eq!(snaps.len(), 1, "one connection");
+    assert_eq!(snaps[0].get(Counter::ErrReplyVersion), 1);
+    assert_eq!(snaps[0].get(Counter::ErrDiscarded), 0);
+}

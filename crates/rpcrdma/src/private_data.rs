@@ -1,7 +1,8 @@
 //! RDMA-CM connection private data for RPC-over-RDMA Version One (RFC 8797).
 //!
-//! Specs: RFC 8797 (summarised in specs/FACTS.md); rpcrdma-v1-draft-ietf-nfsv4-rfc5666bis-04
-//! §4.3.3 (the 1024-byte default when no such mechanism is used).
+//! Specs: RFC 8797 (summarised in docs/linux-facts.md, "RFC 8797 private data");
+//! rpcrdma-v1-draft-ietf-nfsv4-rfc5666bis-04 §4.3.3 (the 1024-byte default when no
+//! such mechanism is used).
 //!
 //! ```text
 //!  0                   1                   2                   3
@@ -69,6 +70,19 @@ impl PrivateData {
         })
     }
 
+    /// The thresholds as [`PrivateData::emit`] states them: each rounded down to a
+    /// whole KiB and clamped to 1 KiB-256 KiB, the sizes RFC 8797 can express
+    /// (docs/linux-facts.md, "RFC 8797 private data": "(bytes / 1024) - 1, so 0 means
+    /// 1 KiB and 255 means 256 KiB"). The peer learns these, not our raw
+    /// configuration, so the limits we derive must come from them too.
+    pub fn advertised(&self) -> PrivateData {
+        PrivateData {
+            remote_invalidate: self.remote_invalidate,
+            max_send: decode_size(encode_size(self.max_send)),
+            max_recv: decode_size(encode_size(self.max_recv)),
+        }
+    }
+
     /// The 8-byte encoding. Reserved flag bits are zero.
     pub fn emit(&self) -> [u8; LEN] {
         let m = MAGIC.to_be_bytes();
@@ -106,7 +120,13 @@ impl PeerLimits {
     /// Combines our own advertised values with what the peer sent. Like Linux, each
     /// direction uses the minimum of the two sides; absent or foreign peer data means
     /// the 1024-byte default.
+    ///
+    /// `own` counts as sent ([`PrivateData::advertised`]): a configured send size of
+    /// 5000 bytes goes out as 4 KiB, and the peer, which sized its Receives from that,
+    /// must never get a Send of more than 4096 bytes from us; a receive size over
+    /// 256 KiB goes out as 256 KiB, and the peer sends us no more than that.
     pub fn negotiate(own: &PrivateData, peer: Option<&PrivateData>) -> PeerLimits {
+        let own = own.advertised();
         match peer {
             Some(p) => PeerLimits {
                 send_threshold: own.max_send.min(p.max_recv),
@@ -210,6 +230,66 @@ mod tests {
         let mut padded = [0u8; 56];
         padded[..8].copy_from_slice(&LINUX_CLIENT);
         assert!(PrivateData::parse(&padded).is_some());
+    }
+
+    /// A peer that advertises the RFC 8797 maximum both ways, 256 KiB.
+    const BIG_PEER: PrivateData = PrivateData {
+        remote_invalidate: true,
+        max_send: MAX_INLINE,
+        max_recv: MAX_INLINE,
+    };
+
+    #[test]
+    fn rfc8797_own_sizes_count_as_advertised_not_as_configured() {
+        // Not multiples of 1024: rounded down, as emitted.
+        let own = PrivateData {
+            remote_invalidate: false,
+            max_send: 5000,
+            max_recv: 6143,
+        };
+        assert_eq!(own.emit()[6..], [3, 4]);
+        assert_eq!(
+            (own.advertised().max_send, own.advertised().max_recv),
+            (4096, 5120)
+        );
+        let l = PeerLimits::negotiate(&own, Some(&BIG_PEER));
+        assert_eq!((l.send_threshold, l.recv_threshold), (4096, 5120));
+        // Above the 256 KiB maximum: clamped, as emitted.
+        let own = PrivateData {
+            remote_invalidate: false,
+            max_send: 1 << 20,
+            max_recv: u32::MAX,
+        };
+        assert_eq!(own.emit()[6..], [255, 255]);
+        let l = PeerLimits::negotiate(&own, Some(&BIG_PEER));
+        assert_eq!(
+            (l.send_threshold, l.recv_threshold),
+            (MAX_INLINE, MAX_INLINE)
+        );
+        // Below 1 KiB: the least RFC 8797 can say, 1 KiB, both with and without peer
+        // private data.
+        let own = PrivateData {
+            remote_invalidate: false,
+            max_send: 100,
+            max_recv: 1023,
+        };
+        assert_eq!(own.emit()[6..], [0, 0]);
+        let l = PeerLimits::negotiate(&own, Some(&BIG_PEER));
+        assert_eq!((l.send_threshold, l.recv_threshold), (1024, 1024));
+        let l = PeerLimits::negotiate(&own, None);
+        assert_eq!((l.send_threshold, l.recv_threshold), (1024, 1024));
+        // Whatever we configure, we derive what the peer decodes from our bytes.
+        for (send, recv) in [(0, 0), (1025, 2047), (4096, 65537), (262_145, 9999)] {
+            let own = PrivateData {
+                remote_invalidate: true,
+                max_send: send,
+                max_recv: recv,
+            };
+            let decoded = PrivateData::parse(&own.emit()).unwrap();
+            let l = PeerLimits::negotiate(&own, Some(&BIG_PEER));
+            assert_eq!(l.send_threshold, decoded.max_send, "send {send}");
+            assert_eq!(l.recv_threshold, decoded.max_recv, "recv {recv}");
+        }
     }
 
     #[test]

@@ -445,7 +445,14 @@ impl<B: UpperLayerBinding> Requester<B> {
             // No Call outstanding (a late duplicate): discard.
             return;
         };
-        // v2 §5.3: Replies come in the version of the Call.
+        // rpcrdma-v2-draft-cel-nfsv4-rpcrdma-version-two-00 §5.3:
+        // "[I-D.ietf-nfsv4-rfc5666bis] REQUIRES that a responder MUST send Replies with
+        // the same RPC-over-RDMA protocol version that the requester uses to send its
+        // Calls." Another version is not this Call's Reply; the Call fails rather than
+        // waiting (the responder holds nothing more for it), its credit is released
+        // without adopting the message's grant, and a probe is not settled by it. The
+        // transport's client does the same (`reply_in_another_version`). RDMA_ERROR is
+        // exempt (`handle_error`): ERR_VERS comes in the responder's version.
         if prefix.version != call.version {
             return self.fail(xid, HeaderError::UnsupportedVersion(prefix.version).into());
         }

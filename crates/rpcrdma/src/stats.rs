@@ -124,6 +124,9 @@ counters! {
     ErrCallFailedLocally = "err_call_failed_locally",
     /// Replies that did not match their Call (Write list, Reply chunk, positions).
     ErrBadReply = "err_bad_reply",
+    /// Replies in another RPC-over-RDMA version than their Call (v2 §5.3), which fail
+    /// that Call (requester; also counted in `err_bad_reply`).
+    ErrReplyVersion = "err_reply_version",
     /// Work requests that completed in error (not flushes).
     ErrCompletion = "err_completion",
     /// Work requests flushed by a disconnect.

@@ -8,10 +8,12 @@
 //! program. On the sending side it marks DDP-eligible items itself, with
 //! [`xdr::Encoder::ddp_opaque`]; this trait answers what the transport must know about
 //! the *other* message of the exchange: how big a reply can be and which of its
-//! results are DDP-eligible (for the requester's Write list and Reply chunk), and how
-//! many DDP-eligible arguments a received Call may carry (for the responder's
-//! §8.1.1 check).
+//! results are DDP-eligible (for the requester's Write list and Reply chunk), where
+//! the data of those results goes back into the reduced Reply (for the requester's
+//! reassembly), and how many DDP-eligible arguments a received Call may carry (for the
+//! responder's §8.1.1 check).
 
+use bytes::Bytes;
 use xdr::XdrStream;
 
 use crate::rpc::ProcId;
@@ -42,4 +44,44 @@ pub trait UpperLayerBinding {
     /// chunks (other than a Position Zero Read chunk) carries a non-DDP-eligible item
     /// in a Read chunk and is refused (§8.1.1).
     fn call_ddp_arguments(&self, proc_id: ProcId) -> usize;
+
+    /// Requester: where the data of each DDP-eligible result goes back into a Reply.
+    ///
+    /// §4.4.6: the responder moves the data of each DDP-eligible result it places in a
+    /// Write chunk out of the Payload stream ("consumes one entry in the Write list"),
+    /// and the requester must put it back at the result's position to hand its upper
+    /// layer the whole message (Linux has the upper layer's XDR decoder do it,
+    /// `rpcrdma_inline_fixup`). `reply` is that reduced RPC reply message, from its XID,
+    /// with each such result's data left out and its length word kept; the answer is
+    /// the offset in `reply` just after the length word of each DDP-eligible result, in
+    /// order. Empty when the reply has no such result (an error status: see
+    /// [`crate::rpc::results_offset`] for where the results start); `None` when `reply`
+    /// does not parse. Never asked by a responder.
+    ///
+    /// The default answers `None`: a binding that never asks for Write chunks
+    /// (`reply_sizing` gives no `ddp_results`) need not implement it, and one that does
+    /// but forgets gets its Calls failed rather than Replies put together wrongly.
+    fn reply_ddp_offsets(&self, proc_id: ProcId, reply: &Bytes) -> Option<Vec<usize>> {
+        let _ = (proc_id, reply);
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testutil::{rpc_reply, TestUlb};
+
+    #[test]
+    fn reply_ddp_offsets_defaults_to_does_not_parse() {
+        // A binding that does not say where placed data goes gets no guess: the
+        // requester then fails the Call instead of misplacing the data.
+        let reply = rpc_reply(1, &[0, 5], None).to_bytes();
+        let id = ProcId {
+            prog: 100_003,
+            vers: 3,
+            proc_num: 6,
+        };
+        assert_eq!(TestUlb::default().reply_ddp_offsets(id, &reply), None);
+    }
 }

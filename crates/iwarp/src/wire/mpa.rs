@@ -189,7 +189,8 @@ pub fn fpdu_len(ulpdu_len: usize) -> usize {
 /// The CRC field value as it goes on the wire.
 ///
 /// RFC 5044 §6 computes CRC32c over length, ULPDU and pad. Linux siw and Wireshark put
-/// the CRC value in little-endian byte order (FACTS.md), so we do too.
+/// the CRC value in little-endian byte order (docs/linux-facts.md, "siw CRC byte
+/// order"), so we do too.
 pub fn crc_field(crc: u32) -> [u8; 4] {
     crc.to_le_bytes()
 }

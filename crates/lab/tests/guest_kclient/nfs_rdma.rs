@@ -24,10 +24,10 @@
 //!   at 16,000 bytes of ULPDU so each fits one IPv4 packet of that copy.
 //!   Malformation above RPC-over-RDMA (NFS) is tolerated: tshark 4.0 marks NFSv3 READ
 //!   replies whose data went in a Write chunk "[Malformed Packet]" even from Linux
-//!   knfsd (specs/FACTS.md), because its NFS dissector expects the data inline. The
-//!   number of such frames is printed and may be at most half the Sends (only
-//!   replies can be such frames); in our runs it was 0 (tshark decoded every NFS
-//!   frame of the realigned copy).
+//!   knfsd (docs/linux-facts.md, "Wireshark / tshark 4.0"), because its NFS
+//!   dissector expects the data inline. The number of such frames is printed and
+//!   may be at most half the Sends (only replies can be such frames); in our runs
+//!   it was 0 (tshark decoded every NFS frame of the realigned copy).
 //!
 //! Port 20049 on the host is not used: `forward_knfsd()` scenarios put a hostfwd
 //! there (lab/README.md), so the server under test takes `lab::ports::HOST_SERVER_RDMA`.
@@ -94,7 +94,8 @@ fn kernel_nfsv3_rdma_client_to_our_host_server() {
 }
 
 /// The same with MPA CRC32c: our passive side asks for it in the MPA Reply and
-/// stock siw then uses it both ways (specs/FACTS.md); tshark checks every CRC.
+/// stock siw then uses it both ways (docs/linux-facts.md, "siw MPA negotiation");
+/// tshark checks every CRC.
 /// (Without the 64 MiB file: tshark's per-CRC check reads verbose output. With a
 /// directory of 200 entries, not 2,000: its READDIRPLUS replies still exceed the
 /// inline threshold and go in Reply chunks, now with CRC, and the 2,000-entry
@@ -227,7 +228,7 @@ fn scenario(run_name: &str, crc: bool, sizes_in: &[u64], entries: usize) {
         let check = CaptureCheck {
             ports: vec![RDMA_PORT],
             min_rpcordma: 1000,
-            // Linux siw: CRC off unless the peer asks, then on both ways (FACTS.md).
+            // Linux siw: CRC off unless asked, then on both ways (docs/linux-facts.md).
             crc: Some(crc),
             ..CaptureCheck::nfs_rdma()
         };

@@ -3,7 +3,7 @@
 //! guest's knfsd RDMA listener on Linux siw, completes MPA revision 2 (RFC 6581
 //! IRD/ORD, RFC 8797 private data), and exchanges one RPC-over-RDMA Version One
 //! NFSv3 NULL call and reply, with MPA CRC off and on. Stock siw: the provider's
-//! first-send delay (FACTS.md, siw accept race) must be enough.
+//! first-send delay (docs/linux-facts.md, "siw accept race") must be enough.
 //!
 //! A second NULL goes as RDMA_NOMSG with a position-zero Read chunk: knfsd pulls the
 //! call out of our registered region with an RDMA Read Request that our side serves.

@@ -113,7 +113,7 @@ fn mpa_then_nfs3_null(port: u16) -> Result<(), String> {
     if rep.flags & 0x40 != 0 {
         return Err("knfsd's siw turned on CRC, which we did not ask for".into());
     }
-    // Stock siw's accept race (specs/FACTS.md): pause before the first Send.
+    // Stock siw's accept race (docs/linux-facts.md): pause before the first Send.
     std::thread::sleep(Duration::from_millis(100));
 
     let mut msg = rpcrdma_msg(XID);

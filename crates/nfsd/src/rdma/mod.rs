@@ -43,7 +43,7 @@ pub struct RdmaOptions {
     /// Where to listen (port 20049 by default, RFC 8267 §5).
     pub addr: SocketAddr,
     /// Ask for MPA CRC32c on every connection (RFC 5044 §7.2.3; Linux siw turns it
-    /// on both ways when asked, FACTS.md). Off by default, as siw.
+    /// on both ways when asked, docs/linux-facts.md). Off by default, as siw.
     pub crc: bool,
     /// Largest ULPDU we put in one FPDU (RFC 5044 MULPDU); `None` for the provider's
     /// default (65,516: fewest headers per byte). Peers accept any size; an FPDU that

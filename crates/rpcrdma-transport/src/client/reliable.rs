@@ -24,7 +24,9 @@ use rpcrdma::options::{ReliableReplyInfo, RELIABLE_REPLY};
 use rpcrdma::reassembly::written_lengths;
 use rpcrdma::{ChunkLists, ErrorBody, OptType, Prefix, Segment, Version, Xid};
 
-use super::{fence, finish_reply, system_err_reply, Conn, PendingCall, State};
+use super::{
+    fence, finish_reply, reply_in_another_version, system_err_reply, Conn, PendingCall, State,
+};
 use crate::counters::Counter;
 use crate::pool::wr_kind;
 use crate::registration::ReadSink;
@@ -254,6 +256,16 @@ pub(super) fn handle_read_chunk_reply<Q: QueuePair>(
         send_done(conn, xid, &handles);
         return None;
     };
+    if prefix.version != call.version {
+        drop(st);
+        // v2 §5.3: Replies come in the version of their Call; this one does not answer
+        // it (`reply_in_another_version` says why the Call fails). The chunk is still
+        // exposed: §4.1.3 asks for pull completion even from a requester that does not
+        // take the Reply ("it MUST inform the responder of pull completion and
+        // terminate the RPC transaction").
+        send_done(conn, xid, &handles);
+        return reply_in_another_version(conn, xid, call, prefix.version, None);
+    }
     // The RDMA_NOMSG is the Reply: its credit grant counts now (v1 §4.3.1).
     let _ = st.credits.handle_reply(prefix.credits);
     let (n, _) = st.negotiation.handle_reply(xid, None);

@@ -9,10 +9,9 @@ use std::time::Duration;
 use bytes::Bytes;
 use iwarp::{IwarpConfig, IwarpProvider};
 use oncrpc::{Client, ClientConfig, Dispatcher, Request, Service, ServiceError};
-use rpcrdma::rpc::ProcId;
+use rpcrdma::rpc::{results_offset, ProcId};
 use rpcrdma::ulb::{ReplySizing, UpperLayerBinding};
-use rpcrdma_transport::binding::results_offset;
-use rpcrdma_transport::{RdmaBinding, RdmaConfig, RdmaServer, RdmaTransport, StatsRegistry};
+use rpcrdma_transport::{RdmaConfig, RdmaServer, RdmaTransport, StatsRegistry};
 use xdr::{padded_len, Decoder, Encoder, XdrStream};
 
 pub const PROG: u32 = 0x2000_5151;
@@ -152,9 +151,7 @@ impl UpperLayerBinding for TestBinding {
     fn call_ddp_arguments(&self, proc_id: ProcId) -> usize {
         usize::from(matches!(proc_id.proc_num, ECHO | SINK | SLOW))
     }
-}
 
-impl RdmaBinding for TestBinding {
     fn reply_ddp_offsets(&self, proc_id: ProcId, reply: &Bytes) -> Option<Vec<usize>> {
         let Some(at) = results_offset(reply) else {
             return Some(Vec::new());

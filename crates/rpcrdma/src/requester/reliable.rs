@@ -248,9 +248,15 @@ impl<B: UpperLayerBinding> Requester<B> {
             self.fail(xid, ReplyError::PullTooLarge(p0.len()).into());
             return true;
         }
-        let malformed = chunks.reads.len() != 1
-            || chunks.reply.as_ref().is_some_and(|c| !c.is_empty())
-            || call.version != prefix.version;
+        if call.version != prefix.version {
+            // v2 §5.3: Replies come in the version of their Call (see `handle_reply`);
+            // pull completion is still owed for the exposed chunk (§4.1.3).
+            self.send_done(xid, &handles);
+            self.fail(xid, HeaderError::UnsupportedVersion(prefix.version).into());
+            return true;
+        }
+        let malformed =
+            chunks.reads.len() != 1 || chunks.reply.as_ref().is_some_and(|c| !c.is_empty());
         let write_lengths = match written_lengths(&call.chunks.writes, &chunks.writes) {
             Ok(l) if !malformed => l,
             Ok(_) => {

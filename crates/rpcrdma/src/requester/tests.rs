@@ -132,6 +132,74 @@ fn v2_s5_1_probe_answered_in_v2_settles_on_4096() {
 }
 
 #[test]
+fn v2_s5_3_reply_in_another_version_fails_its_call() {
+    // A Version One Call answered in Version Two.
+    let mut r = requester(small(), Version::ONE);
+    r.start_call(Xid(4), null_call(4)).unwrap();
+    let _ = sent(&mut r);
+    r.handle_receive(concat(&[
+        words(&[4, 2, 64, 0, 0, 0, 0]),
+        rpc_reply(4, &[], None).to_bytes(),
+    ]));
+    assert_eq!(
+        r.poll_event(),
+        Some(RequesterEvent::Failed {
+            xid: Xid(4),
+            error: HeaderError::UnsupportedVersion(Version::TWO).into()
+        })
+    );
+    // The credit is back, the message's grant of 64 not taken.
+    assert_eq!((r.credits().limit(), r.credits().outstanding()), (1, 0));
+    // The connection goes on: the next Call answered in its version completes.
+    r.start_call(Xid(5), null_call(5)).unwrap();
+    let _ = sent(&mut r);
+    r.handle_receive(concat(&[
+        words(&[5, 1, 64, 0, 0, 0, 0]),
+        rpc_reply(5, &[], None).to_bytes(),
+    ]));
+    assert!(matches!(r.poll_event(), Some(RequesterEvent::Reply { .. })));
+}
+
+#[test]
+fn v2_s5_3_probe_answered_in_version_one_fails_and_settles_nothing() {
+    let mut r = requester(small(), Version::TWO);
+    r.start_call(Xid(6), null_call(6)).unwrap();
+    let _ = sent(&mut r);
+    r.handle_receive(concat(&[
+        words(&[6, 1, 64, 0, 0, 0, 0]),
+        rpc_reply(6, &[], None).to_bytes(),
+    ]));
+    assert_eq!(
+        r.poll_event(),
+        Some(RequesterEvent::Failed {
+            xid: Xid(6),
+            error: HeaderError::UnsupportedVersion(Version::ONE).into()
+        })
+    );
+    assert_eq!(r.negotiation(), Negotiation::Probing { xid: Xid(6) });
+    // v2 §5.2: the next connection assumes Version One.
+    assert_eq!(r.next_connection(), Negotiation::Settled(Version::ONE));
+}
+
+#[test]
+fn v2_s5_2_err_vers_in_a_version_one_header_is_not_a_reply_in_another_version() {
+    let mut r = requester(small(), Version::TWO);
+    r.start_call(Xid(7), null_call(7)).unwrap();
+    let _ = sent(&mut r);
+    // RDMA_ERROR ERR_VERS 1-1 in a Version One header.
+    r.handle_receive(words(&[7, 1, 64, 4, 1, 1, 1]));
+    let again = sent(&mut r);
+    assert_eq!(&again[4..8], &[0, 0, 0, 1], "sent again in Version One");
+    assert_eq!(r.poll_event(), None);
+    r.handle_receive(concat(&[
+        words(&[7, 1, 64, 0, 0, 0, 0]),
+        rpc_reply(7, &[], None).to_bytes(),
+    ]));
+    assert!(matches!(r.poll_event(), Some(RequesterEvent::Reply { .. })));
+    assert_eq!(r.negotiation(), Negotiation::Settled(Version::ONE));
+}
+
+#[test]
 fn v2_s5_probe_larger_than_1024_becomes_a_long_call() {
     let mut r = requester(small(), Version::TWO);
     r.start_call(Xid(3), nfs_call(3, 1, &[0; 400], None))
