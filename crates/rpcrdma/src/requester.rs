@@ -24,6 +24,7 @@
 //! invalidated first.
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
 
 use bytes::Bytes;
 use xdr::XdrStream;
@@ -34,12 +35,13 @@ use crate::credits::{RequesterCredits, ResponderCredits};
 use crate::error::{Error, HeaderError, MarshalError, ReplyError};
 use crate::header::{ErrorBody, Prefix};
 use crate::marshal::{
-    marshal_backward, plan_call, plan_call_without_reply_chunk, CallLimits, CallPlan,
+    marshal_backward, plan_call, plan_call_without_reply_chunk, CallLimits, CallPlan, Shape,
 };
 use crate::options::{ReliableReplyInfo, RELIABLE_REPLY};
 use crate::private_data::PeerLimits;
 use crate::reassembly::{reply_chunk_length, written_lengths};
 use crate::rpc;
+use crate::stats::{Counter, CounterSink, NoCounters};
 use crate::ulb::{ReplySizing, UpperLayerBinding};
 use crate::validate::{receive, Policy, Received};
 use crate::version::{default_inline_threshold, Negotiation, NegotiationOutcome};
@@ -69,6 +71,10 @@ pub struct RequesterConfig {
     /// DoS bound: the largest Reply we RDMA Read from a responder-provided Read chunk
     /// (the responder chooses its length). Larger ones fail the Call, after RDMA_DONE.
     pub max_pulled_reply: u64,
+    /// Fault injection for tests: never send RDMA_DONE after pulling a Reply, so that
+    /// the responder's pull timeout is exercised. Never set it in production.
+    #[doc(hidden)]
+    pub fault_skip_rdma_done: bool,
 }
 
 impl Default for RequesterConfig {
@@ -82,6 +88,7 @@ impl Default for RequesterConfig {
             backward_credits: None,
             reliable_reply: None,
             max_pulled_reply: 64 << 20,
+            fault_skip_rdma_done: false,
         }
     }
 }
@@ -127,6 +134,9 @@ struct OutstandingCall {
     stream: XdrStream,
     plan: Option<CallPlan>,
     chunks: ChunkLists,
+    /// The upper layer gave up on it ([`Requester::abort_call`]): its registrations
+    /// are fenced, and its Reply, when it comes, only returns the credit.
+    aborted: bool,
 }
 
 /// One requester connection.
@@ -145,6 +155,7 @@ pub struct Requester<B> {
     reliable: ReliableState,
     /// Replies being pulled from responder-provided Read chunks.
     pulls: HashMap<Xid, PendingPull>,
+    counters: Arc<dyn CounterSink>,
 }
 
 impl<B: UpperLayerBinding> Requester<B> {
@@ -169,7 +180,14 @@ impl<B: UpperLayerBinding> Requester<B> {
             events: VecDeque::new(),
             reliable: ReliableState::NotYet,
             pulls: HashMap::new(),
+            counters: Arc::new(NoCounters),
         }
+    }
+
+    /// Counts into `counters` from now on (by default nothing is counted).
+    pub fn with_counters(mut self, counters: Arc<dyn CounterSink>) -> Self {
+        self.counters = counters;
+        self
     }
 
     /// The next action for the driver.
@@ -269,8 +287,16 @@ impl<B: UpperLayerBinding> Requester<B> {
             stream: stream.clone(),
             plan: None,
             chunks: ChunkLists::empty(),
+            aborted: false,
         };
         self.calls.insert(xid, call);
+        self.counters.inc(Counter::Calls);
+        self.counters.set(Counter::Version, u64::from(version.0));
+        self.counters.inc(match plan.shape {
+            Shape::Short => Counter::ShortCalls,
+            Shape::Chunked => Counter::ReadChunks,
+            Shape::Long => Counter::PositionZeroReadChunks,
+        });
         if plan.registrations.is_empty() {
             self.send_planned(xid, plan, Vec::new())
         } else {
@@ -292,8 +318,13 @@ impl<B: UpperLayerBinding> Requester<B> {
         segments: Vec<Vec<Segment>>,
     ) -> Result<(), Error> {
         let out = plan.finish(segments)?;
+        let chunks = out.chunks().cloned().unwrap_or_default();
+        self.counters
+            .add(Counter::WriteChunks, chunks.writes.len() as u64);
+        self.counters
+            .add(Counter::ReplyChunks, u64::from(chunks.reply.is_some()));
         if let Some(c) = self.calls.get_mut(&xid) {
-            c.chunks = out.chunks().cloned().unwrap_or_default();
+            c.chunks = chunks;
         }
         self.actions.push_back(Action::Send {
             xid,
@@ -335,6 +366,33 @@ impl<B: UpperLayerBinding> Requester<B> {
         self.complete(xid, RequesterEvent::Failed { xid, error });
     }
 
+    /// A Reply (or RDMA_ERROR) for `xid` that does not complete a Call: none is
+    /// outstanding, or it was aborted. True if it was handled here. An aborted Call's
+    /// credit returns now (the responder had held our Call's Receive until it
+    /// answered); `grant` is the Reply's, `None` for an RDMA_ERROR.
+    fn not_for_a_call(&mut self, xid: Xid, grant: Option<u32>) -> bool {
+        match self.calls.get(&xid) {
+            None => {
+                // No Call outstanding (a late duplicate): discard.
+                self.counters.inc(Counter::ErrDiscarded);
+                true
+            }
+            Some(c) if c.aborted => {
+                self.calls.remove(&xid);
+                match grant {
+                    Some(g) => {
+                        let _ = self.credits.handle_reply(g);
+                    }
+                    None => {
+                        let _ = self.credits.release();
+                    }
+                }
+                true
+            }
+            Some(_) => false,
+        }
+    }
+
     /// A Receive completed with `buf` (one Send from the responder).
     pub fn handle_receive(&mut self, buf: Bytes) {
         let received = match receive(&buf, &self.config.policy) {
@@ -352,8 +410,16 @@ impl<B: UpperLayerBinding> Requester<B> {
                 let xid = crate::header::PrefixView::new_checked(&buf[..])
                     .ok()
                     .map(|v| v.xid());
-                if let Some(xid) = xid.filter(|x| self.calls.contains_key(x)) {
-                    self.fail(xid, e.into());
+                self.counters.inc(Counter::ErrDiscarded);
+                match xid.and_then(|x| self.calls.get(&x).map(|c| (x, c.aborted))) {
+                    Some((xid, false)) => {
+                        self.counters.inc(Counter::ErrBadReply);
+                        self.fail(xid, e.into());
+                    }
+                    Some((xid, true)) => {
+                        self.not_for_a_call(xid, None);
+                    }
+                    None => {}
                 }
                 return;
             }
@@ -366,16 +432,7 @@ impl<B: UpperLayerBinding> Requester<B> {
                 payload,
             } => {
                 if rpc::msg_type(&payload) == Some(rpc::CALL) {
-                    // §7.3.4: a backward Call is RDMA_MSG with empty chunk lists. Without
-                    // a backward channel it is dropped (§7.3.1).
-                    if chunks.is_empty() && self.backward.is_some() {
-                        self.backward_calls.insert(prefix.xid, prefix.version);
-                        self.events.push_back(RequesterEvent::BackwardCall {
-                            xid: prefix.xid,
-                            payload,
-                        });
-                    }
-                    return;
+                    return self.handle_backward_call(prefix, chunks, payload);
                 }
                 self.handle_reply(prefix, chunks, payload, false);
             }
@@ -397,10 +454,11 @@ impl<B: UpperLayerBinding> Requester<B> {
 
     fn handle_error(&mut self, prefix: Prefix, body: ErrorBody) {
         let xid = prefix.xid;
+        self.counters.inc(Counter::ErrRdmaErrorReceived);
         if self.handle_option_refused(&prefix, &body) {
             return;
         }
-        if !self.calls.contains_key(&xid) {
+        if self.not_for_a_call(xid, None) {
             return;
         }
         let (n, outcome) = self.negotiation.handle_reply(xid, Some(&body));
@@ -409,6 +467,7 @@ impl<B: UpperLayerBinding> Requester<B> {
             NegotiationOutcome::Retry { .. } => {
                 // v2 §5.2: send the Call again in the version the responder supports.
                 // The credit stays taken by the retried Call.
+                self.counters.inc(Counter::VersionFallbacks);
                 if let Some(call) = self.calls.remove(&xid) {
                     if !call.chunks.handles().is_empty() {
                         self.actions.push_back(Action::Invalidate {
@@ -441,8 +500,12 @@ impl<B: UpperLayerBinding> Requester<B> {
 
     fn handle_reply(&mut self, prefix: Prefix, chunks: ChunkLists, inline: Bytes, nomsg: bool) {
         let xid = prefix.xid;
+        let grant = (prefix.version == self.calls.get(&xid).map_or(prefix.version, |c| c.version))
+            .then_some(prefix.credits);
+        if self.not_for_a_call(xid, grant) {
+            return;
+        }
         let Some(call) = self.calls.get(&xid) else {
-            // No Call outstanding (a late duplicate): discard.
             return;
         };
         // rpcrdma-v2-draft-cel-nfsv4-rpcrdma-version-two-00 §5.3:
@@ -454,32 +517,36 @@ impl<B: UpperLayerBinding> Requester<B> {
         // transport's client does the same (`reply_in_another_version`). RDMA_ERROR is
         // exempt (`handle_error`): ERR_VERS comes in the responder's version.
         if prefix.version != call.version {
-            return self.fail(xid, HeaderError::UnsupportedVersion(prefix.version).into());
+            self.counters.inc(Counter::ErrReplyVersion);
+            return self.bad_reply(xid, HeaderError::UnsupportedVersion(prefix.version).into());
         }
         if !chunks.reads.is_empty() {
-            return self.fail(xid, HeaderError::ReadListInReply.into());
+            return self.bad_reply(xid, HeaderError::ReadListInReply.into());
         }
         let write_lengths = match written_lengths(&call.chunks.writes, &chunks.writes) {
             Ok(l) => l,
-            Err(e) => return self.fail(xid, e.into()),
+            Err(e) => return self.bad_reply(xid, e.into()),
         };
         // A Short or Chunked Reply does not use the Reply chunk; one echoed with data in
         // it is contradictory (Linux's client refuses it too).
         if !nomsg && chunks.reply.as_ref().is_some_and(|c| !c.is_empty()) {
-            return self.fail(xid, HeaderError::ChunkOverrun.into());
+            return self.bad_reply(xid, HeaderError::ChunkOverrun.into());
         }
         let reply_chunk_len = if nomsg {
             match (&call.chunks.reply, &chunks.reply) {
                 (Some(p), Some(r)) => match reply_chunk_length(p, r) {
                     Ok(l) => Some(l),
-                    Err(e) => return self.fail(xid, e.into()),
+                    Err(e) => return self.bad_reply(xid, e.into()),
                 },
-                _ => return self.fail(xid, HeaderError::NoPayloadChunk.into()),
+                _ => return self.bad_reply(xid, HeaderError::NoPayloadChunk.into()),
             }
         } else {
             None
         };
         let _ = self.credits.handle_reply(prefix.credits);
+        self.counters
+            .set(Counter::CreditsGranted, u64::from(prefix.credits));
+        self.counters.inc(Counter::Replies);
         let (n, _) = self.negotiation.handle_reply(xid, None);
         self.negotiation = n;
         self.maybe_advertise(xid);
@@ -492,6 +559,40 @@ impl<B: UpperLayerBinding> Requester<B> {
                 write_lengths,
             },
         );
+    }
+
+    /// A Reply that does not match its Call: the Call fails.
+    fn bad_reply(&mut self, xid: Xid, error: Error) {
+        self.counters.inc(Counter::ErrBadReply);
+        self.fail(xid, error);
+    }
+
+    /// §7.3.4: a backward Call is RDMA_MSG with empty chunk lists. Without a backward
+    /// channel it is dropped (§7.3.1); with chunks it gets ERR_BADHEADER ("All three
+    /// chunk lists MUST be empty").
+    fn handle_backward_call(&mut self, prefix: Prefix, chunks: ChunkLists, payload: Bytes) {
+        let Some(credits) = self.backward.as_mut() else {
+            self.counters.inc(Counter::ErrDiscarded);
+            return;
+        };
+        self.counters.inc(Counter::BackwardCalls);
+        if !chunks.is_empty() {
+            let grant = credits.grant();
+            self.counters.inc(Counter::BackwardFailed);
+            self.counters.inc(Counter::ErrRdmaErrorSent);
+            let h = crate::header::Header::error_reply(&prefix, grant, ErrorBody::BadHeader);
+            self.actions.push_back(Action::Send {
+                xid: prefix.xid,
+                send: vec![h.to_bytes()],
+                invalidate: None,
+            });
+            return;
+        }
+        self.backward_calls.insert(prefix.xid, prefix.version);
+        self.events.push_back(RequesterEvent::BackwardCall {
+            xid: prefix.xid,
+            payload,
+        });
     }
 
     /// Answers the backward-direction Call `xid` (§7.3.5): RDMA_MSG, empty chunk lists,
@@ -507,13 +608,36 @@ impl<B: UpperLayerBinding> Requester<B> {
             .config
             .peer
             .map_or(default_inline_threshold(version), |p| p.send_threshold);
-        let out = marshal_backward(xid, version, grant, &stream, threshold)?;
-        self.actions.push_back(Action::Send {
-            xid,
-            send: out.send,
-            invalidate: None,
-        });
-        Ok(())
+        match marshal_backward(xid, version, grant, &stream, threshold) {
+            Ok(out) => {
+                self.counters.inc(Counter::BackwardReplies);
+                self.actions.push_back(Action::Send {
+                    xid,
+                    send: out.send,
+                    invalidate: None,
+                });
+                Ok(())
+            }
+            Err(e) => {
+                // §7.4: backward messages are never reduced; one that does not fit gets
+                // ERR_BADHEADER, "no RPC-level reply is possible" (§5.5.3).
+                self.counters.inc(Counter::BackwardFailed);
+                self.counters.inc(Counter::ErrRdmaErrorSent);
+                let prefix = Prefix {
+                    xid,
+                    version,
+                    credits: grant,
+                    msg_type: crate::wire::MsgType::RDMA_MSG,
+                };
+                let h = crate::header::Header::error_reply(&prefix, grant, ErrorBody::BadHeader);
+                self.actions.push_back(Action::Send {
+                    xid,
+                    send: vec![h.to_bytes()],
+                    invalidate: None,
+                });
+                Err(e.into())
+            }
+        }
     }
 
     /// Invalidating our registrations for `xid` failed.
@@ -532,11 +656,15 @@ impl<B: UpperLayerBinding> Requester<B> {
         self.reliable = ReliableState::NotYet;
         let xids: Vec<Xid> = self.calls.keys().copied().collect();
         for xid in xids {
-            self.calls.remove(&xid);
-            self.events.push_back(RequesterEvent::Failed {
-                xid,
-                error: ReplyError::ConnectionLost.into(),
-            });
+            let Some(call) = self.calls.remove(&xid) else {
+                continue;
+            };
+            if !call.aborted {
+                self.events.push_back(RequesterEvent::Failed {
+                    xid,
+                    error: ReplyError::ConnectionLost.into(),
+                });
+            }
         }
         self.credits.reset();
         self.negotiation = self.negotiation.next_connection();

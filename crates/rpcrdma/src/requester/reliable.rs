@@ -23,6 +23,7 @@ use crate::error::{HeaderError, ReplyError};
 use crate::header::{Body, ErrorBody, Header, Prefix, PrefixView};
 use crate::options::{ReliableReplyInfo, RELIABLE_REPLY};
 use crate::reassembly::written_lengths;
+use crate::stats::Counter;
 use crate::ulb::UpperLayerBinding;
 use crate::validate::error_reply_for;
 use crate::version::Negotiation;
@@ -135,14 +136,17 @@ impl<B: UpperLayerBinding> Requester<B> {
     pub(super) fn handle_optional(&mut self, prefix: Prefix, opttype: OptType, optinfo: Bytes) {
         let ReliableState::Advertising { xid } = self.reliable else {
             // Unsolicited: nothing to do with it.
+            self.counters.inc(Counter::ErrDiscarded);
             return;
         };
         if opttype != RELIABLE_REPLY || prefix.xid != xid || prefix.version != Version::TWO {
+            self.counters.inc(Counter::ErrDiscarded);
             return;
         }
         match ReliableReplyInfo::parse(&optinfo) {
             Some(peer) => {
                 self.reliable = ReliableState::On { peer };
+                self.counters.set(Counter::ReliableReply, 1);
                 let _ = self.credits.handle_reply(prefix.credits);
             }
             None => {
@@ -176,6 +180,7 @@ impl<B: UpperLayerBinding> Requester<B> {
         if let Some(h) =
             error_reply_for(&prefix, err, self.credits.requested(), &self.config.policy)
         {
+            self.counters.inc(Counter::ErrRdmaErrorSent);
             self.actions.push_back(Action::Send {
                 xid: prefix.xid,
                 send: vec![h.to_bytes()],
@@ -193,6 +198,11 @@ impl<B: UpperLayerBinding> Requester<B> {
     /// transmitted using RDMA Send With Invalidate." and "the requester MUST present only
     /// that R_key": used only when the chunk has exactly one STag.
     fn send_done(&mut self, xid: Xid, handles: &[u32]) {
+        if self.config.fault_skip_rdma_done {
+            self.counters.inc(Counter::RdmaDoneSkipped);
+            return;
+        }
+        self.counters.inc(Counter::RdmaDone);
         let both = self
             .config
             .reliable_reply
@@ -240,19 +250,30 @@ impl<B: UpperLayerBinding> Requester<B> {
             // draft-cel-nfsv4-rpcrdma-reliable-reply-05 §4.1.3: "If a requester receives a
             // reply bearing a Position Zero Read chunk and does not recognize the XID, the
             // requester MUST notify the responder of pull completion."
+            self.counters.inc(Counter::RdmaDoneUnknownXid);
             self.send_done(xid, &handles);
             return true;
         };
+        if call.aborted {
+            // The same for a Call the upper layer gave up on: nothing is read, and its
+            // credit returns with the grant this Reply carries.
+            self.calls.remove(&xid);
+            let _ = self.credits.handle_reply(prefix.credits);
+            self.counters.inc(Counter::RdmaDoneUnknownXid);
+            self.send_done(xid, &handles);
+            return true;
+        }
         if p0.len() > self.config.max_pulled_reply {
             self.send_done(xid, &handles);
-            self.fail(xid, ReplyError::PullTooLarge(p0.len()).into());
+            self.bad_reply(xid, ReplyError::PullTooLarge(p0.len()).into());
             return true;
         }
         if call.version != prefix.version {
             // v2 §5.3: Replies come in the version of their Call (see `handle_reply`);
             // pull completion is still owed for the exposed chunk (§4.1.3).
             self.send_done(xid, &handles);
-            self.fail(xid, HeaderError::UnsupportedVersion(prefix.version).into());
+            self.counters.inc(Counter::ErrReplyVersion);
+            self.bad_reply(xid, HeaderError::UnsupportedVersion(prefix.version).into());
             return true;
         }
         let malformed =
@@ -261,17 +282,19 @@ impl<B: UpperLayerBinding> Requester<B> {
             Ok(l) if !malformed => l,
             Ok(_) => {
                 self.send_done(xid, &handles);
-                self.fail(xid, HeaderError::ReadListInReply.into());
+                self.bad_reply(xid, HeaderError::ReadListInReply.into());
                 return true;
             }
             Err(e) => {
                 self.send_done(xid, &handles);
-                self.fail(xid, e.into());
+                self.bad_reply(xid, e.into());
                 return true;
             }
         };
         // The RDMA_NOMSG is the Reply: its credit grant counts now (v1 §4.3.1).
         let _ = self.credits.handle_reply(prefix.credits);
+        self.counters
+            .set(Counter::CreditsGranted, u64::from(prefix.credits));
         let (n, _) = self.negotiation.handle_reply(xid, None);
         self.negotiation = n;
         self.pulls.insert(
@@ -310,6 +333,7 @@ impl<B: UpperLayerBinding> Requester<B> {
             return;
         }
         if data.len() as u64 != pull.len {
+            self.counters.inc(Counter::ErrBadReply);
             return self.complete(
                 xid,
                 RequesterEvent::Failed {
@@ -318,6 +342,8 @@ impl<B: UpperLayerBinding> Requester<B> {
                 },
             );
         }
+        self.counters.inc(Counter::PulledReplies);
+        self.counters.inc(Counter::Replies);
         self.complete(
             xid,
             RequesterEvent::Reply {
@@ -348,28 +374,34 @@ impl<B: UpperLayerBinding> Requester<B> {
         }
     }
 
-    /// The upper layer gives up on Call `xid` (the application went away): the Call is
-    /// forgotten, its credit returns and its own registrations are invalidated; no event
-    /// follows. A Reply that comes later is discarded, and one that comes in a
-    /// responder-provided Read chunk still gets its RDMA_DONE
+    /// The upper layer gives up on Call `xid` (the application went away): its own
+    /// registrations are invalidated now and no event follows. Its credit stays taken
+    /// until the Reply (or RDMA_ERROR) comes, because the responder holds the Receive the
+    /// Call used until it answers (§4.3.1); that Reply then only returns the credit, and
+    /// one that comes in a responder-provided Read chunk still gets its RDMA_DONE, unread
     /// (draft-cel-nfsv4-rpcrdma-reliable-reply-05 §4.1.3), so the connection survives
     /// (draft-cel-nfsv4-rpcrdma-reliable-reply-05 §5.1.3: "The transport connection is
     /// preserved because no memory protection violation can occur"). Returns false if no
-    /// such Call was outstanding.
+    /// such Call was outstanding (or it was aborted already).
     ///
     /// A Call that offered Write or Reply chunks loses them now; a responder writing into
     /// them afterwards hits an invalid STag, which costs the connection: that is the case
     /// draft-cel-nfsv4-rpcrdma-reliable-reply-05 §5.1.3 says responder-provided Read chunks
     /// avoid.
     pub fn abort_call(&mut self, xid: Xid) -> bool {
-        let Some(call) = self.calls.remove(&xid) else {
+        let being_pulled = self.pulls.contains_key(&xid);
+        let Some(call) = self.calls.get_mut(&xid).filter(|c| !c.aborted) else {
             return false;
         };
-        if !self.pulls.contains_key(&xid) {
-            // A Call being pulled already had its credit back with the RDMA_NOMSG.
-            let _ = self.credits.release();
+        self.counters.inc(Counter::CallsAborted);
+        let handles = std::mem::take(&mut call.chunks).handles();
+        if being_pulled {
+            // Its credit came back with the RDMA_NOMSG; the pull finishes (and sends
+            // RDMA_DONE) with nothing delivered.
+            self.calls.remove(&xid);
+        } else {
+            call.aborted = true;
         }
-        let handles = call.chunks.handles();
         if !handles.is_empty() {
             self.actions.push_back(Action::Invalidate { xid, handles });
         }
