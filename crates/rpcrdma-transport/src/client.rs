@@ -3,20 +3,27 @@
 //!
 //! Specs: rpcrdma-v1-draft-ietf-nfsv4-rfc5666bis-04 §4.3 (credits), §4.5 (shapes),
 //! §5.3.2-§5.3.3 (Write list, Reply chunk), §5.4.1 (invalidate before completion),
-//! §8 (bindings); RFC 8797.
+//! §7 (backward direction), §8 (bindings); RFC 8797;
+//! draft-cel-nfsv4-rpcrdma-reliable-reply-05 (Replies pulled from Read chunks).
 //!
 //! # Driving
+//! Each connection is a thin driver around the protocol core's per-connection
+//! [`Requester`]:
 //! ```text
-//!  oncrpc driver ──send(XdrStream)──► RdmaSender: take a credit (wait if none),
-//!                                     plan_call, register chunks, finish, post Send
-//!  completion task (one per connection):
-//!     Receive ──► validate ──► match XID ──► check Write list / Reply chunk
-//!             ──► fence every region ──► reassemble ──► credits ──► RdmaReceiver
+//!  oncrpc driver ──send(XdrStream)──► start_call (wait for a credit if none)
+//!  completion task (one per connection): Receive ──► handle_receive
+//!                                        RDMA Read done ──► handle_read_done
+//!  every step: the core's actions are executed in order (register chunk regions and
+//!  hand the segments back, post Sends, RDMA Read a pulled Reply, fence regions,
+//!  post backward Receives), then its events: a Reply is put back together from the
+//!  fenced regions and handed to [`RdmaReceiver`]; a backward Call goes to the
+//!  dispatcher given to [`RdmaTransport::serve_backward`].
 //! ```
-//! With reliable reply agreed (`client/reliable.rs`) Calls offer no Reply chunk, and
-//! an RDMA_NOMSG with a Position Zero Read chunk is pulled with RDMA Read (whose
-//! completion comes to the same task), answered with RDMA_DONE, then delivered. An
-//! RDMA_MSG carrying an RPC Call is a backward Call (`client/backward.rs`).
+//! Message shapes, chunks, credits, version negotiation (ERR_VERS fallback), the
+//! reliable-reply exchange, RDMA_DONE, aborted Calls and the backward direction are the
+//! core's; this module keeps only what execution needs: the regions it registered per
+//! Call, pull sinks in flight, receive buffers, and the procedure of each Call (its
+//! binding says where placed data goes back into the Reply).
 //!
 //! `oncrpc::Client` reconnects when [`RdmaReceiver`] ends and sends every outstanding
 //! Call again with its XID; each retransmission is planned and registered afresh on
@@ -37,15 +44,15 @@ use rdma::{
     Completion, ConnectionManager, ProtectionDomain, QueuePair, QueuePairExt, STag, SendOp,
     WcOpcode, WcStatus,
 };
-use rpcrdma::credits::RequesterCredits;
-use rpcrdma::error::HeaderError;
-use rpcrdma::marshal::{plan_call, plan_call_without_reply_chunk, CallLimits, Registration, Shape};
-use rpcrdma::private_data::PeerLimits;
-use rpcrdma::reassembly::{reassemble_reply, reply_chunk_length, written_lengths};
+use rpcrdma::marshal::Registration;
+use rpcrdma::private_data::PrivateData;
+use rpcrdma::reassembly::reassemble_reply;
 use rpcrdma::rpc::{self, ProcId};
-use rpcrdma::validate::{receive, Policy, Received};
-use rpcrdma::version::{Negotiation, NegotiationOutcome, PROBE_LIMIT};
-use rpcrdma::{Version, WriteChunk, Xid};
+use rpcrdma::ulb::{ReplySizing, UpperLayerBinding};
+use rpcrdma::version::Negotiation;
+use rpcrdma::{
+    Action, Error, ReplyError, Requester, RequesterConfig, RequesterEvent, Segment, Version, Xid,
+};
 use tokio::sync::{mpsc, Notify};
 use xdr::XdrStream;
 
@@ -53,7 +60,7 @@ use crate::binding::RdmaBinding;
 use crate::counters::{ConnStats, Counter, StatsRegistry};
 use crate::error::TransportError;
 use crate::pool::{wr_kind, RecvPool, SendPool};
-use crate::registration::{join_in_place, ChunkRegion, Room};
+use crate::registration::{join_in_place, ChunkRegion, ReadSink, Room};
 use crate::setup::RdmaConfig;
 
 /// An RPC-over-RDMA client transport to one server address, for [`oncrpc::Client`].
@@ -131,25 +138,26 @@ impl<P: ConnectionManager + 'static> RdmaTransport<P> {
     /// we ask for, the completion task started.
     pub async fn connect_once(&self) -> Result<(RdmaSender<P::Qp>, RdmaReceiver), TransportError> {
         let pd = ProtectionDomain::new();
-        // §4.3.1: the requested credits are Receives we must have posted, since each
-        // granted Call may be answered at once; they go up with the connection.
         let backward = self
             .backward
             .clone()
-            .filter(|_| self.config.backward_credits > 0)
-            .map(|dispatcher| backward::ClientBackward {
-                dispatcher,
-                grant: self.config.backward_credits,
-            });
-        let backward_recvs = backward.as_ref().map_or(0, |b| b.grant);
-        let pool = RecvPool::new(
-            &pd,
-            self.config.credits.max(1) + backward_recvs,
-            self.config.recv_buffer_len(),
-        );
+            .filter(|_| self.config.backward_credits > 0);
+        let backward_recvs = if backward.is_some() {
+            self.config.backward_credits
+        } else {
+            0
+        };
+        // §4.3.1: the requested credits are Receives we must have posted, since each
+        // granted Call may be answered at once; they go up with the connection. The
+        // backward ones are posted when the core opens the backward channel.
+        let credits = self.config.credits.max(1);
+        let pool = RecvPool::new(&pd, credits + backward_recvs, self.config.recv_buffer_len());
+        let mut recvs = pool.initial();
+        let unposted: Vec<usize> = (credits as usize..recvs.len()).rev().collect();
+        recvs.truncate(credits as usize);
         let qp = self
             .provider
-            .connect(self.addr, &pd, self.config.connect_params(pool.initial()))
+            .connect(self.addr, &pd, self.config.connect_params(recvs))
             .await?;
         let limits = self.config.negotiate(qp.peer());
         let stats = ConnStats::new("client", Some(self.addr));
@@ -167,47 +175,66 @@ impl<P: ConnectionManager + 'static> RdmaTransport<P> {
             peer_ird = qp.peer().ird,
             "connected"
         );
+        let prefer = if self.config.version_two {
+            Version::TWO
+        } else {
+            Version::ONE
+        };
+        let core = Requester::resume(
+            Binding(self.binding.clone()),
+            RequesterConfig {
+                policy: self.config.policy(),
+                credits: self.config.credits,
+                prefer,
+                // RFC 8797: without the server's private data, the version's default
+                // thresholds (v1 §4.3.3: 1024; v2 §2.3: 4096).
+                peer: PrivateData::parse(&qp.peer().private_data).map(|_| limits),
+                max_segments_per_registration: 1,
+                backward_credits: (backward_recvs > 0).then_some(backward_recvs),
+                reliable_reply: self
+                    .config
+                    .reliable_reply_offered()
+                    .then(|| self.config.reliable_reply_info()),
+                max_pulled_reply: self.config.max_message,
+                fault_skip_rdma_done: self.config.fault_skip_rdma_done,
+            },
+            self.negotiation().unwrap_or(Negotiation::new(prefer)),
+        )
+        .with_counters(stats.clone());
         let (tx, rx) = mpsc::unbounded_channel();
         let conn = Arc::new(Conn {
             replies: Mutex::new(Some(tx)),
             // One header buffer per Call we may have outstanding, and one per backward
-            // Reply we may owe.
+            // Reply we may owe. A Version Two server without private data takes Sends
+            // of up to 4096 bytes.
             sends: SendPool::new(
                 &pd,
                 (self.config.credits.clamp(1, 1024) + backward_recvs.min(1024)) as usize,
-                limits.send_threshold as usize,
+                limits.send_threshold.max(4096) as usize,
             ),
             qp,
             pd,
-            limits,
-            policy: self.config.policy(),
+            room_head: limits.recv_threshold as usize,
             binding: self.binding.clone(),
             stats,
-            reliable: self
-                .config
-                .reliable_reply_offered()
-                .then(|| self.config.reliable_reply_info()),
-            skip_done: self.config.fault_skip_rdma_done,
-            max_message: self.config.max_message,
             backward,
             state: Mutex::new(State {
-                credits: RequesterCredits::new(self.config.credits),
-                calls: HashMap::new(),
+                core,
+                regions: HashMap::new(),
+                procs: HashMap::new(),
                 pulls: HashMap::new(),
-                reliable: reliable::ReliableState::NotYet,
+                next_pull: 0,
                 closed: false,
-                negotiation: self.negotiation().unwrap_or(Negotiation::new(
-                    if self.config.version_two {
-                        Version::TWO
-                    } else {
-                        Version::ONE
-                    },
-                )),
             }),
+            pool,
+            unposted: Mutex::new(unposted),
             negotiation: self.negotiation.clone(),
             credit_wait: Notify::new(),
         });
-        tokio::spawn(completions(conn.clone(), pool));
+        // §7.2.2.1: the Receives for backward Calls, before the server may send one.
+        let work = conn.step(|core| core.open_backward_channel());
+        conn.execute(work.1, None);
+        tokio::spawn(completions(conn.clone()));
         Ok((RdmaSender { conn }, RdmaReceiver { rx }))
     }
 }
@@ -221,38 +248,64 @@ impl<P: ConnectionManager + 'static> Transport for RdmaTransport<P> {
     }
 }
 
-/// One outstanding Call on a connection.
-struct PendingCall {
-    proc_id: ProcId,
-    /// Regions in registration order: Read chunks, Write chunks, Reply chunk.
+/// The transport's binding as the core's [`UpperLayerBinding`].
+struct Binding(Arc<dyn RdmaBinding>);
+
+impl UpperLayerBinding for Binding {
+    fn binds(&self, prog: u32, vers: u32) -> bool {
+        self.0.binds(prog, vers)
+    }
+
+    fn reply_sizing(&self, proc_id: ProcId, call: &XdrStream) -> ReplySizing {
+        self.0.reply_sizing(proc_id, call)
+    }
+
+    fn call_ddp_arguments(&self, proc_id: ProcId) -> usize {
+        self.0.call_ddp_arguments(proc_id)
+    }
+
+    fn reply_ddp_offsets(&self, proc_id: ProcId, reply: &Bytes) -> Option<Vec<usize>> {
+        self.0.reply_ddp_offsets(proc_id, reply)
+    }
+}
+
+/// The regions registered for one Call, in the core's registration order (Read
+/// chunks, Write chunks, Reply chunk).
+struct CallRegions {
     regions: Vec<ChunkRegion>,
     /// Index in `regions` of each Write chunk, and of the Reply chunk.
-    write_regions: Vec<usize>,
-    reply_region: Option<usize>,
-    /// The Write list and Reply chunk as we advertised them.
-    writes: Vec<WriteChunk>,
-    reply: Option<WriteChunk>,
-    /// The Call, kept to send it again in Version One after ERR_VERS (v2 §5.2).
-    msg: XdrStream,
-    /// The RPC-over-RDMA version the Call went out in; its Reply must be in the same
-    /// (v2 §5.3).
-    version: Version,
-    /// The upper layer gave up on it ([`RdmaSender::abort`]): its regions are fenced
-    /// and its Reply, when it comes, only returns the credit.
-    aborted: bool,
+    write: Vec<usize>,
+    reply: Option<usize>,
+}
+
+/// A Call's regions after fencing: each buffer whole, with where its chunk starts.
+struct Fenced {
+    bufs: Vec<Option<Bytes>>,
+    ats: Vec<usize>,
+    write: Vec<usize>,
+    reply: Option<usize>,
+}
+
+/// A Reply being pulled from a responder-provided Read chunk.
+struct Pull {
+    xid: Xid,
+    sink: ReadSink,
 }
 
 struct State {
-    credits: RequesterCredits,
-    calls: HashMap<Xid, PendingCall>,
-    /// Replies being pulled from responder-provided Read chunks.
-    pulls: HashMap<Xid, reliable::Pull>,
-    /// Where the reliable-reply exchange stands.
-    reliable: reliable::ReliableState,
+    core: Requester<Binding>,
+    regions: HashMap<Xid, CallRegions>,
+    /// The procedure of each Call in flight (where placed data goes back, `Binding`).
+    procs: HashMap<Xid, ProcId>,
+    /// Pulls in flight, by pull id (the low bits of their RDMA Reads' `wr_id`).
+    pulls: HashMap<u64, Pull>,
+    next_pull: u64,
     closed: bool,
-    /// Version Two negotiation (v2 §5): the version of the next Call.
-    negotiation: Negotiation,
 }
+
+/// What one step of the core asked for, taken while the state was locked and executed
+/// after it was released.
+type Work = (Vec<Action>, Vec<RequesterEvent>);
 
 struct Conn<Q> {
     /// Where whole replies go ([`RdmaReceiver`]); `None` once the connection ended,
@@ -262,28 +315,51 @@ struct Conn<Q> {
     sends: SendPool,
     qp: Q,
     pd: ProtectionDomain,
-    limits: PeerLimits,
-    policy: Policy,
+    /// Room before a Write chunk's data in its buffer: at most the inline part of the
+    /// Reply, so our receive threshold.
+    room_head: usize,
     binding: Arc<dyn RdmaBinding>,
     stats: Arc<ConnStats>,
-    /// What we advertise for reliable reply, if we take part in it.
-    reliable: Option<rpcrdma::options::ReliableReplyInfo>,
-    /// Test hook: never send RDMA_DONE.
-    skip_done: bool,
-    /// Largest Reply we accept (bounds what we pull).
-    max_message: u64,
-    /// Backward-direction service, if configured.
-    backward: Option<backward::ClientBackward>,
+    /// Serves backward Calls, if configured.
+    backward: Option<Arc<Dispatcher>>,
     state: Mutex<State>,
+    pool: RecvPool,
+    /// Receive buffers not posted yet (the backward ones until the channel opens).
+    unposted: Mutex<Vec<usize>>,
     credit_wait: Notify,
     /// Where the negotiation outcome goes when the connection ends.
     negotiation: Arc<Mutex<Option<Negotiation>>>,
 }
 
-impl<Q> Conn<Q> {
+/// Room after a Write chunk's data in its region for what follows the data in the
+/// Reply: XDR padding (up to 3 bytes) and the rest of the results (nothing for an NFSv3
+/// READ; a few short results for an NFSv4 COMPOUND). A longer tail is joined by a copy.
+const WRITE_CHUNK_TAIL_ROOM: usize = 256;
+
+impl<Q: QueuePair + 'static> Conn<Q> {
     fn lock(&self) -> MutexGuard<'_, State> {
-        // Poisoning means a panic elsewhere; the table itself stays consistent.
+        // Poisoning means a panic elsewhere; the state itself stays consistent.
         self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Runs `f` on the core and takes the work it produced, under the lock. Every
+    /// step drains the core, so its queues are empty between steps and no work is
+    /// taken by another task.
+    fn step<R>(&self, f: impl FnOnce(&mut Requester<Binding>) -> R) -> (R, Work) {
+        let mut st = self.lock();
+        let r = f(&mut st.core);
+        let work = drain(&mut st.core);
+        drop(st);
+        (r, work)
+    }
+
+    /// A step on something the responder sent (a Reply, an RDMA_ERROR, an answer to
+    /// our RDMA_OPTIONAL, a pulled Reply), which may have freed a credit: Calls
+    /// waiting for one try again.
+    fn step_received<R>(&self, f: impl FnOnce(&mut Requester<Binding>) -> R) -> (R, Work) {
+        let out = self.step(f);
+        self.credit_wait.notify_waiters();
+        out
     }
 
     /// Hands a whole reply to the receiver; false once the connection has ended.
@@ -299,6 +375,345 @@ impl<Q> Conn<Q> {
             .unwrap_or_else(|e| e.into_inner())
             .take();
     }
+
+    fn close(&self, why: &str) {
+        tracing::debug!(target: "rpcrdma_transport", conn = self.stats.id, reason = why, "closing connection");
+        self.stats.inc(Counter::ClosedByUs);
+        self.stats.set_close_reason(why.to_string());
+        self.qp.disconnect();
+    }
+
+    /// Executes the core's actions in order, then its events. `remote` is the STag the
+    /// responder invalidated with the Send With Invalidate just received.
+    fn execute(self: &Arc<Self>, work: Work, remote: Option<STag>) {
+        let (actions, events) = work;
+        // Regions fenced by this work's Invalidate actions, for its Reply events.
+        let mut fenced: HashMap<Xid, Fenced> = HashMap::new();
+        for a in actions {
+            match a {
+                Action::Send {
+                    xid,
+                    send,
+                    invalidate,
+                } => self.post_send(xid, send, invalidate),
+                Action::Register { xid, registrations } => {
+                    let work = self.register(xid, &registrations);
+                    self.execute(work, remote);
+                }
+                Action::RdmaRead { xid, segments, .. } => self.pull(xid, &segments),
+                Action::Invalidate { xid, .. } => {
+                    let regions = self.lock().regions.remove(&xid);
+                    if let Some(r) = regions {
+                        fenced.insert(xid, self.fence(r, remote));
+                    }
+                }
+                Action::PostBackwardReceives(n) | Action::PostReceives(n) => self.post_unposted(n),
+                // A requester writes nothing into the responder's memory.
+                Action::RdmaWrite { .. } => {
+                    self.close("the core asked a requester for an RDMA Write")
+                }
+                Action::Close => self.close("protocol: the core closed the connection"),
+            }
+        }
+        for ev in events {
+            match ev {
+                RequesterEvent::Reply {
+                    xid,
+                    inline,
+                    reply_chunk_len,
+                    write_lengths,
+                } => {
+                    let proc_id = self.lock().procs.remove(&xid);
+                    let reply = match self.assemble(
+                        proc_id,
+                        inline,
+                        reply_chunk_len,
+                        &write_lengths,
+                        fenced.remove(&xid),
+                    ) {
+                        Ok(reply) => reply,
+                        Err(why) => {
+                            self.stats.inc(Counter::ErrBadReply);
+                            tracing::debug!(target: "rpcrdma_transport", xid = xid.0, ?proc_id, why, "bad reply");
+                            system_err_reply(xid)
+                        }
+                    };
+                    if !self.deliver(reply) {
+                        self.close("the receiver is gone");
+                    }
+                }
+                RequesterEvent::Failed { xid, error } => {
+                    self.lock().procs.remove(&xid);
+                    if let Error::Reply(ReplyError::ConnectionLost) = error {
+                        // oncrpc sends it again on the next connection.
+                        continue;
+                    }
+                    tracing::debug!(target: "rpcrdma_transport", xid = xid.0, %error, "call failed");
+                    if !self.deliver(system_err_reply(xid)) {
+                        self.close("the receiver is gone");
+                    }
+                }
+                RequesterEvent::BackwardCall { xid, payload } => self.serve_backward(xid, payload),
+            }
+        }
+    }
+
+    /// Registers what the core asked for and hands the segments back; returns the
+    /// work that produced (the Send of the Call).
+    fn register(self: &Arc<Self>, xid: Xid, registrations: &[Registration]) -> Work {
+        let mut regions = Vec::with_capacity(registrations.len());
+        let (mut write, mut reply) = (Vec::new(), None);
+        for (i, reg) in registrations.iter().enumerate() {
+            match reg {
+                Registration::Write { .. } => write.push(i),
+                Registration::Reply { .. } => reply = Some(i),
+                Registration::Read { .. } => {}
+            }
+            // A Write chunk is registered out of a buffer with room for the rest of the
+            // Reply (`registration::join_in_place`): before it, at most the inline part
+            // (our receive threshold); after it, XDR padding and a short tail.
+            let room = Room {
+                head: self.room_head,
+                tail: WRITE_CHUNK_TAIL_ROOM,
+            };
+            // COPY: a Read chunk's data into its registered region (`registration`).
+            regions.push(ChunkRegion::register_with_room(
+                &self.pd,
+                reg,
+                room,
+                &self.stats,
+            ));
+        }
+        let segments = regions.iter().map(|r| vec![r.segment()]).collect();
+        let mut st = self.lock();
+        // Known before the Send is posted: the Reply may overtake this task.
+        st.regions.insert(
+            xid,
+            CallRegions {
+                regions,
+                write,
+                reply,
+            },
+        );
+        let r = st.core.handle_registered(xid, segments);
+        let work = drain(&mut st.core);
+        drop(st);
+        if let Err(e) = r {
+            // The Call was planned but cannot be finished: the core has forgotten
+            // nothing, so it fails here, its regions with it.
+            tracing::debug!(target: "rpcrdma_transport", xid = xid.0, error = %e, "registered call not sent");
+        }
+        work
+    }
+
+    /// §5.4.1: "The requester endpoint must ensure that memory segments associated
+    /// with each RPC transaction are properly fenced from responders before allowing
+    /// Upper Layer access to the data".
+    fn fence(&self, r: CallRegions, remote: Option<STag>) -> Fenced {
+        let ats = r.regions.iter().map(ChunkRegion::at).collect();
+        let bufs = r
+            .regions
+            .into_iter()
+            .map(|region| Some(region.fence(remote, &self.stats)))
+            .collect();
+        Fenced {
+            bufs,
+            ats,
+            write: r.write,
+            reply: r.reply,
+        }
+    }
+
+    /// Rebuilds the RPC reply: the Payload stream is `inline` (or the first
+    /// `reply_chunk_len` bytes of our Reply chunk), and each Write chunk holds
+    /// `write_lengths` bytes of data that go back in at the offsets the binding gives.
+    fn assemble(
+        &self,
+        proc_id: Option<ProcId>,
+        inline: Bytes,
+        reply_chunk_len: Option<u64>,
+        write_lengths: &[u64],
+        fenced: Option<Fenced>,
+    ) -> Result<Bytes, &'static str> {
+        let stats = &self.stats;
+        let Some(mut f) = fenced else {
+            return match reply_chunk_len {
+                None if write_lengths.iter().all(|&l| l == 0) => Ok(inline),
+                _ => Err("chunks without registered regions"),
+            };
+        };
+        let base = match reply_chunk_len {
+            None => inline,
+            Some(len) => {
+                stats.add(Counter::ChunkBytesReceived, len);
+                let buf = f
+                    .reply
+                    .and_then(|i| f.bufs.get_mut(i)?.take())
+                    .ok_or("reply chunk")?;
+                buf.slice(..(len as usize).min(buf.len()))
+            }
+        };
+        // Each Write chunk's region, whole, and where its data starts; the data handed
+        // up is at most the length the responder returned (checked against what we
+        // offered, by the core).
+        let mut wholes = Vec::with_capacity(write_lengths.len());
+        let mut data = Vec::with_capacity(write_lengths.len());
+        for (k, &len) in write_lengths.iter().enumerate() {
+            let i = *f.write.get(k).ok_or("write chunk")?;
+            let buf = f
+                .bufs
+                .get_mut(i)
+                .and_then(Option::take)
+                .ok_or("write chunk")?;
+            let at = f.ats.get(i).copied().unwrap_or(0).min(buf.len());
+            stats.add(Counter::ChunkBytesReceived, len);
+            data.push(buf.slice(at..at + (len as usize).min(buf.len() - at)));
+            wholes.push((buf, at));
+        }
+        if data.iter().all(Bytes::is_empty) {
+            // Nothing was placed: the stream is complete as it is.
+            return Ok(base);
+        }
+        let proc_id = proc_id.ok_or("no procedure for the call")?;
+        let offsets = self
+            .binding
+            .reply_ddp_offsets(proc_id, &base)
+            .ok_or("reply does not parse")?;
+        let n = offsets.len().min(data.len());
+        data.truncate(n);
+        let full = reassemble_reply(base, &offsets[..n], data).map_err(|_| "reassembly")?;
+        // One chunk with data (an NFS READ): the Reply is made contiguous in that
+        // chunk's region, around the data, without copying the data.
+        let full = if full.chunk_ranges.len() == 1 && !wholes.is_empty() {
+            let (whole, at) = wholes.swap_remove(0);
+            drop(wholes);
+            match join_in_place(full, whole, at) {
+                Ok(reply) => {
+                    stats.inc(Counter::RepliesJoinedInPlace);
+                    return Ok(reply);
+                }
+                Err((full, _)) => full,
+            }
+        } else {
+            full
+        };
+        // COPY: a Reply with several chunks of data (or a long tail) is made contiguous
+        // for `oncrpc`'s `RecordReceiver`, which takes one `Bytes`.
+        Ok(full.to_bytes())
+    }
+
+    /// reliable-reply §4.1.2: pulls a Reply from the responder's Read chunk, one RDMA
+    /// Read per segment, into one sink.
+    fn pull(self: &Arc<Self>, xid: Xid, segments: &[Segment]) {
+        let len: u64 = segments.iter().map(|s| u64::from(s.length)).sum();
+        let mut sink = ReadSink::new(&self.pd, len as usize);
+        let mut wrs = Vec::with_capacity(segments.len());
+        let mut at = 0usize;
+        let id = {
+            let mut st = self.lock();
+            let id = st.next_pull;
+            st.next_pull = (st.next_pull + 1) & !wr_kind::MASK;
+            id
+        };
+        for seg in segments.iter().filter(|s| s.length > 0) {
+            wrs.push(sink.read_wr(wr_kind::READ | id, seg, at));
+            at += seg.length as usize;
+        }
+        sink.outstanding = wrs.len();
+        if wrs.is_empty() {
+            let work = self.step_received(|core| core.handle_read_done(xid, 0, sink.into_bytes()));
+            return self.execute(work.1, None);
+        }
+        self.lock().pulls.insert(id, Pull { xid, sink });
+        for wr in wrs {
+            self.stats.inc(Counter::RdmaReads);
+            self.stats.add(Counter::RdmaReadBytes, wr_len(&wr));
+            if let Err(e) = self.qp.post_send(wr) {
+                tracing::debug!(target: "rpcrdma_transport", error = %e, "RDMA Read not posted");
+                return self.close("posting an RDMA Read failed");
+            }
+        }
+    }
+
+    fn post_send(&self, xid: Xid, send: Vec<Bytes>, invalidate: Option<u32>) {
+        let len: usize = send.iter().map(Bytes::len).sum();
+        self.stats.inc(Counter::Sends);
+        self.stats.add(Counter::SendBytes, len as u64);
+        let op = match invalidate {
+            Some(h) => SendOp::SendWithInvalidate(STag(h)),
+            None => SendOp::Send,
+        };
+        // The header from the send pool, then the Payload stream slices, gathered: no
+        // copy of the payload here.
+        match self
+            .sends
+            .post(&self.qp, wr_kind::SEND | u64::from(xid.0), op, send)
+        {
+            Ok(true) => {}
+            Ok(false) => self.stats.inc(Counter::SendPoolFallbacks),
+            Err(e) => {
+                tracing::debug!(target: "rpcrdma_transport", error = %e, "Send not posted");
+                self.close("posting a Send failed");
+            }
+        }
+    }
+
+    /// Posts `n` Receive buffers that are not posted yet (§7.2.2.1).
+    fn post_unposted(&self, n: u32) {
+        for _ in 0..n {
+            let Some(i) = self
+                .unposted
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .pop()
+            else {
+                tracing::warn!(target: "rpcrdma_transport", "no receive buffer left to post");
+                return;
+            };
+            if self.pool.post(&self.qp, i).is_err() {
+                return self.close("posting a Receive failed");
+            }
+        }
+    }
+
+    /// A backward-direction Call (§7.3.4) for the dispatcher; its Reply goes back
+    /// through the core (§7.3.5).
+    fn serve_backward(self: &Arc<Self>, xid: Xid, payload: Bytes) {
+        let Some(dispatcher) = self.backward.clone() else {
+            return;
+        };
+        let conn = self.clone();
+        tokio::spawn(async move {
+            let Some(reply) = dispatcher.dispatch(payload).await else {
+                return;
+            };
+            let (r, work) = conn.step(|core| core.send_backward_reply(xid, reply));
+            if let Err(e) = r {
+                tracing::debug!(target: "rpcrdma_transport", xid = xid.0, error = %e, "backward reply not sent");
+            }
+            conn.execute(work, None);
+        });
+    }
+}
+
+fn wr_len(wr: &rdma::SendWr) -> u64 {
+    match &wr.op {
+        SendOp::RdmaRead { sink, .. } => sink.len as u64,
+        _ => 0,
+    }
+}
+
+/// Everything the core queued.
+fn drain(core: &mut Requester<Binding>) -> Work {
+    let mut actions = Vec::new();
+    while let Some(a) = core.poll_action() {
+        actions.push(a);
+    }
+    let mut events = Vec::new();
+    while let Some(e) = core.poll_event() {
+        events.push(e);
+    }
+    (actions, events)
 }
 
 /// The sending half of a client connection. Dropping it disconnects.
@@ -313,177 +728,48 @@ impl<Q: QueuePair + 'static> RdmaSender<Q> {
     }
 
     async fn send_call(&self, msg: &XdrStream) -> Result<(), TransportError> {
+        let conn = &self.conn;
         let Some(xid) = rpc::xid(&msg.inline) else {
             return Err(TransportError::NotACall);
         };
-        match self.try_send_call(xid, msg).await {
-            Err(
-                e @ (TransportError::NoBinding { .. }
-                | TransportError::NotACall
-                | TransportError::Marshal(_)),
-            ) => {
-                // §5.5.4: "if a requester is unable to construct and transmit a Call
-                // message, the associated RPC transaction fails immediately." Failing
-                // the connection instead would make oncrpc reconnect and retry it.
-                tracing::debug!(target: "rpcrdma_transport", xid = xid.0, error = %e, "call failed locally");
-                self.conn.stats.inc(Counter::ErrCallFailedLocally);
-                self.conn.deliver(system_err_reply(xid));
-                Ok(())
-            }
-            other => other,
-        }
-    }
-
-    async fn try_send_call(&self, xid: Xid, msg: &XdrStream) -> Result<(), TransportError> {
-        let conn = &self.conn;
-        let Some(proc_id) = rpc::call_proc(&msg.inline) else {
-            return Err(TransportError::NotACall);
-        };
-        if !conn.binding.binds(proc_id.prog, proc_id.vers) {
-            return Err(TransportError::NoBinding {
-                prog: proc_id.prog,
-                vers: proc_id.vers,
-            });
+        if let Some(p) = rpc::call_proc(&msg.inline) {
+            conn.lock().procs.insert(xid, p);
         }
         // §4.3.1: "The requester MUST NOT send unacknowledged requests in excess of
-        // this granted responder credit limit."
+        // this granted responder credit limit": the core refuses a Call past the
+        // limit, and it waits for a Reply to free a credit.
         let mut waited = false;
-        let requested = loop {
+        loop {
             let notified = conn.credit_wait.notified();
-            {
-                let mut st = conn.lock();
-                if st.closed {
-                    return Err(TransportError::NotConnected);
+            if conn.lock().closed {
+                return Err(TransportError::NotConnected);
+            }
+            let (r, work) = conn.step(|core| core.start_call(xid, msg.clone()));
+            conn.execute(work, None);
+            match r {
+                Ok(()) => return Ok(()),
+                Err(Error::Credit(_)) => {
+                    if !waited {
+                        conn.stats.inc(Counter::CreditWaits);
+                        waited = true;
+                    }
+                    notified.await;
                 }
-                if st.credits.try_acquire().is_ok() {
-                    break st.credits.requested();
+                Err(e) => {
+                    // §5.5.4: "if a requester is unable to construct and transmit a
+                    // Call message, the associated RPC transaction fails immediately."
+                    // Failing the connection instead would make oncrpc reconnect and
+                    // retry it.
+                    conn.lock().procs.remove(&xid);
+                    tracing::debug!(target: "rpcrdma_transport", xid = xid.0, error = %e, "call failed locally");
+                    conn.stats.inc(Counter::ErrCallFailedLocally);
+                    conn.deliver(system_err_reply(xid));
+                    return Ok(());
                 }
             }
-            if !waited {
-                conn.stats.inc(Counter::CreditWaits);
-                waited = true;
-            }
-            notified.await;
-        };
-        let result = marshal_and_post(conn, xid, proc_id, requested, msg);
-        if result.is_err() {
-            let mut st = conn.lock();
-            if let Some(call) = st.calls.remove(&xid) {
-                fence(call, None, &conn.stats);
-            }
-            let _ = st.credits.release();
-            drop(st);
-            conn.credit_wait.notify_waiters();
         }
-        result
     }
-}
 
-/// Room after a Write chunk's data in its region for what follows the data in the
-/// Reply: XDR padding (up to 3 bytes) and the rest of the results (nothing for an NFSv3
-/// READ; a few short results for an NFSv4 COMPOUND). A longer tail is joined by a copy.
-const WRITE_CHUNK_TAIL_ROOM: usize = 256;
-
-/// Plans, registers and posts Call `xid` in the connection's current version.
-fn marshal_and_post<Q: QueuePair>(
-    conn: &Conn<Q>,
-    xid: Xid,
-    proc_id: ProcId,
-    requested: u32,
-    msg: &XdrStream,
-) -> Result<(), TransportError> {
-    {
-        let sizing = conn.binding.reply_sizing(proc_id, msg);
-        let negotiation = conn.lock().negotiation;
-        // v2 §5: the first message "can be no larger than the Version One default
-        // inline threshold of 1024 bytes" (the responder may speak only Version One).
-        let send_threshold = match negotiation {
-            Negotiation::Settled(_) => conn.limits.send_threshold,
-            _ => conn.limits.send_threshold.min(PROBE_LIMIT),
-        };
-        let limits = CallLimits {
-            send_threshold,
-            recv_threshold: conn.limits.recv_threshold,
-            max_segments_per_registration: 1,
-        };
-        let version = negotiation.version();
-        conn.stats.set(Counter::Version, u64::from(version.0));
-        // reliable-reply §4.1.1: with responder-provided Read chunks agreed, a Reply
-        // that does not fit inline comes in one; no Reply chunk is offered.
-        let plan_fn =
-            if conn.lock().reliable.is_on() && negotiation == Negotiation::Settled(Version::TWO) {
-                plan_call_without_reply_chunk
-            } else {
-                plan_call
-            };
-        let plan = plan_fn(xid, version, requested, msg, &sizing, limits)?;
-        let mut regions = Vec::with_capacity(plan.registrations.len());
-        let (mut write_regions, mut reply_region) = (Vec::new(), None);
-        for (i, reg) in plan.registrations.iter().enumerate() {
-            match reg {
-                Registration::Write { .. } => write_regions.push(i),
-                Registration::Reply { .. } => reply_region = Some(i),
-                Registration::Read { .. } => {}
-            }
-            // A Write chunk is registered out of a buffer with room for the rest of the
-            // data (`registration::join_in_place`): before it, at most the inline part
-            // (our receive threshold); after it, XDR padding and a short tail.
-            let room = Room {
-                head: conn.limits.recv_threshold as usize,
-                tail: WRITE_CHUNK_TAIL_ROOM,
-            };
-            regions.push(ChunkRegion::register_with_room(
-                &conn.pd,
-                reg,
-                room,
-                &conn.stats,
-            ));
-        }
-        let segments = regions.iter().map(|r| vec![r.segment()]).collect();
-        let shape = plan.shape;
-        let out = plan.finish(segments)?;
-        let chunks = out.chunks().cloned().unwrap_or_default();
-        let stats = &conn.stats;
-        stats.inc(Counter::Calls);
-        match shape {
-            Shape::Short => stats.inc(Counter::ShortCalls),
-            Shape::Chunked => stats.inc(Counter::ReadChunks),
-            Shape::Long => stats.inc(Counter::PositionZeroReadChunks),
-        }
-        stats.add(Counter::WriteChunks, chunks.writes.len() as u64);
-        stats.add(Counter::ReplyChunks, u64::from(chunks.reply.is_some()));
-        stats.inc(Counter::Sends);
-        stats.add(Counter::SendBytes, out.send_len as u64);
-        {
-            // Registered before the Send is posted: the Reply may overtake this task.
-            let mut st = conn.lock();
-            st.calls.insert(
-                xid,
-                PendingCall {
-                    proc_id,
-                    regions,
-                    write_regions,
-                    reply_region,
-                    writes: chunks.writes,
-                    reply: chunks.reply,
-                    msg: msg.clone(),
-                    version,
-                    aborted: false,
-                },
-            );
-            st.negotiation = st.negotiation.on_send(xid);
-        }
-        // The header from the send pool, then the Payload stream slices, gathered: no
-        // copy of the payload here.
-        let wr_id = wr_kind::SEND | u64::from(xid.0);
-        if !conn.sends.post(&conn.qp, wr_id, SendOp::Send, out.send)? {
-            stats.inc(Counter::SendPoolFallbacks);
-        }
-        Ok(())
-    }
-}
-
-impl<Q: QueuePair + 'static> RdmaSender<Q> {
     /// The upper layer gives up on Call `xid` (its caller went away). Its registered
     /// regions are fenced now, so the responder can no longer write into them; its
     /// credit stays taken until the Reply (or RDMA_ERROR) comes, because the
@@ -491,38 +777,20 @@ impl<Q: QueuePair + 'static> RdmaSender<Q> {
     /// dropped, and one that comes in a responder-provided Read chunk gets its
     /// RDMA_DONE without being pulled (draft-cel-nfsv4-rpcrdma-reliable-reply-05
     /// §4.1.3), so the connection survives (§5.1.3: "The transport connection is
-    /// preserved because no memory protection violation can occur").
+    /// preserved because no memory protection violation can occur"). The core's
+    /// `Requester::abort_call`.
     ///
     /// A responder that writes into a fenced Write or Reply chunk meets an invalid
     /// STag and the connection is lost: the case §5.1.3 says responder-provided Read
     /// chunks avoid. Returns false if no such Call is outstanding.
     pub fn abort(&self, xid: u32) -> bool {
         let xid = Xid(xid);
-        let regions = {
-            let mut st = self.conn.lock();
-            if let Some(call) = st.calls.get_mut(&xid) {
-                if call.aborted {
-                    return false;
-                }
-                call.aborted = true;
-                call.write_regions.clear();
-                call.reply_region = None;
-                std::mem::take(&mut call.regions)
-            } else if let Some(call) = st.pulls.get_mut(&xid).map(reliable::Pull::call_mut) {
-                if call.aborted {
-                    return false;
-                }
-                call.aborted = true;
-                Vec::new()
-            } else {
-                return false;
-            }
-        };
-        self.conn.stats.inc(Counter::CallsAborted);
-        for r in regions {
-            r.fence(None, &self.conn.stats);
+        let (aborted, work) = self.conn.step(|core| core.abort_call(xid));
+        if aborted {
+            self.conn.lock().procs.remove(&xid);
         }
-        true
+        self.conn.execute(work, None);
+        aborted
     }
 }
 
@@ -550,14 +818,6 @@ impl RecordReceiver for RdmaReceiver {
     }
 }
 
-/// Fences every region of `call`.
-fn fence(call: PendingCall, remote: Option<STag>, stats: &ConnStats) -> Vec<Bytes> {
-    call.regions
-        .into_iter()
-        .map(|r| r.fence(remote, stats))
-        .collect()
-}
-
 /// RFC 5531 reply `xid, REPLY, MSG_ACCEPTED, AUTH_NONE, SYSTEM_ERR`: how a Call that
 /// the transport cannot complete fails through `oncrpc`'s message-only interface.
 fn system_err_reply(xid: Xid) -> Bytes {
@@ -572,7 +832,7 @@ fn system_err_reply(xid: Xid) -> Bytes {
 }
 
 /// The completion task of one client connection.
-async fn completions<Q: QueuePair + 'static>(conn: Arc<Conn<Q>>, pool: RecvPool) {
+async fn completions<Q: QueuePair + 'static>(conn: Arc<Conn<Q>>) {
     while let Some(c) = conn.qp.completion().await {
         if c.wr_id & wr_kind::MASK == wr_kind::SEND {
             conn.sends.complete(c.wr_id);
@@ -585,50 +845,53 @@ async fn completions<Q: QueuePair + 'static>(conn: Arc<Conn<Q>>, pool: RecvPool)
             // §5.5.5: transport errors end the connection; the RPC layer retransmits.
             conn.stats.inc(Counter::ErrCompletion);
             tracing::debug!(target: "rpcrdma_transport", ?c, "completion error");
-            conn.qp.disconnect();
-            continue;
-        }
-        if c.opcode == WcOpcode::RdmaRead && c.wr_id & wr_kind::MASK == wr_kind::READ {
-            let xid = Xid((c.wr_id & !wr_kind::MASK) as u32);
-            if let Some(reply) = reliable::handle_pull_read_done(&conn, xid) {
-                conn.stats.inc(Counter::Replies);
-                if !conn.deliver(reply) {
-                    conn.qp.disconnect();
+            if c.wr_id & wr_kind::MASK == wr_kind::READ {
+                // reliable-reply §4.1.2: "After RDMA Read operations have completed
+                // (successfully or in error), the requester MUST inform the responder
+                // that it may invalidate the Read chunk".
+                let pull = conn.lock().pulls.remove(&(c.wr_id & !wr_kind::MASK));
+                if let Some(p) = pull {
+                    let work = conn.step_received(|core| core.handle_read_failed(p.xid));
+                    conn.execute(work.1, None);
                 }
             }
+            conn.close("a work request completed in error");
             continue;
         }
-        if c.opcode != WcOpcode::Recv || c.wr_id & wr_kind::MASK != wr_kind::RECV {
-            continue;
-        }
-        let index = (c.wr_id & !wr_kind::MASK) as usize;
-        let buf = pool.take(index, c.byte_len);
-        if pool.post(&conn.qp, index).is_err() {
-            conn.qp.disconnect();
-        }
-        let Some(buf) = buf else { continue };
-        conn.stats.inc(Counter::Recvs);
-        conn.stats.add(Counter::RecvBytes, buf.len() as u64);
-        if let Some(reply) = handle_reply(&conn, buf, &c) {
-            conn.stats.inc(Counter::Replies);
-            if !conn.deliver(reply) {
-                conn.qp.disconnect();
+        match (c.opcode, c.wr_id & wr_kind::MASK) {
+            (WcOpcode::RdmaRead, wr_kind::READ) => handle_pull_read(&conn, &c),
+            (WcOpcode::Recv, wr_kind::RECV) => {
+                let index = (c.wr_id & !wr_kind::MASK) as usize;
+                let buf = conn.pool.take(index, c.byte_len);
+                // The message is copied out: its buffer goes back at once.
+                if conn.pool.post(&conn.qp, index).is_err() {
+                    conn.close("posting a Receive failed");
+                }
+                let Some(buf) = buf else { continue };
+                conn.stats.inc(Counter::Recvs);
+                conn.stats.add(Counter::RecvBytes, buf.len() as u64);
+                let work = conn.step_received(|core| core.handle_receive(buf));
+                conn.execute(work.1, c.invalidated);
             }
+            _ => {}
         }
     }
     // The connection is gone: fence every region still registered (§5.4.1), wake
     // every Call waiting for a credit, and let oncrpc reconnect and retransmit.
-    let calls: Vec<PendingCall> = {
+    let (regions, next) = {
         let mut st = conn.lock();
         st.closed = true;
-        let pulled: Vec<PendingCall> = st.pulls.drain().map(|(_, p)| p.into_call()).collect();
-        st.calls.drain().map(|(_, c)| c).chain(pulled).collect()
+        st.core.handle_disconnect();
+        let _ = drain(&mut st.core);
+        st.pulls.clear();
+        st.procs.clear();
+        let regions: Vec<CallRegions> = st.regions.drain().map(|(_, r)| r).collect();
+        (regions, st.core.next_connection())
     };
-    for call in calls {
-        fence(call, None, &conn.stats);
+    for r in regions {
+        conn.fence(r, None);
     }
     // v2 §5.2: what this server speaks, for the next connection (no probing loop).
-    let next = conn.lock().negotiation.next_connection();
     *conn.negotiation.lock().unwrap_or_else(|e| e.into_inner()) = Some(next);
     conn.credit_wait.notify_waiters();
     conn.end_replies();
@@ -636,302 +899,24 @@ async fn completions<Q: QueuePair + 'static>(conn: Arc<Conn<Q>>, pool: RecvPool)
     conn.stats.close();
 }
 
-/// Completes the Call a received message answers; returns the RPC reply to deliver.
-fn handle_reply<Q: QueuePair + 'static>(
-    conn: &Arc<Conn<Q>>,
-    buf: Bytes,
-    c: &Completion,
-) -> Option<Bytes> {
-    let stats = &conn.stats;
-    let received = match receive(&buf, &conn.policy) {
-        Ok(r) => r,
-        Err(e @ HeaderError::UnknownOption(_)) => {
-            reliable::refuse_option(conn, &buf, &e);
-            return None;
-        }
-        Err(HeaderError::UnsupportedVersion(version)) => {
-            // A Reply in a version we do not speak is in another version than its
-            // Call: v2 §5.3, as in any other version.
-            let prefix = rpcrdma::PrefixView::new_checked(&buf[..]).ok()?.prefix();
-            let is_reply = matches!(
-                prefix.msg_type,
-                rpcrdma::MsgType::RDMA_MSG | rpcrdma::MsgType::RDMA_NOMSG
-            );
-            let call = is_reply
-                .then(|| conn.lock().calls.remove(&prefix.xid))
-                .flatten();
-            let Some(call) = call else {
-                tracing::debug!(target: "rpcrdma_transport", ?version, "message in an unsupported version");
-                stats.inc(Counter::ErrDiscarded);
-                return None;
-            };
-            return reply_in_another_version(conn, prefix.xid, call, version, c.invalidated);
-        }
-        Err(e) => {
-            // Otherwise a requester answers no RDMA_ERROR; a bad Reply is dropped (its
-            // Call is retried by the RPC layer or times out).
-            tracing::debug!(target: "rpcrdma_transport", error = %e, "bad reply header");
-            stats.inc(Counter::ErrDiscarded);
-            return None;
-        }
-    };
-    let xid = received.prefix().xid;
-    let credits = received.prefix().credits;
-    let version = received.prefix().version;
-    let (base, chunks) = match received {
-        Received::Msg {
-            prefix,
-            chunks,
-            payload,
-        } => {
-            if rpc::msg_type(&payload) == Some(rpc::CALL) {
-                // §7.3.4: a backward-direction Call from the server.
-                backward::handle_call(conn, prefix, &chunks, payload);
-                return None;
-            }
-            (Some(payload), chunks)
-        }
-        Received::NoMsg { prefix, chunks } => {
-            if prefix.version == Version::TWO && chunks.position_zero().is_some() {
-                // reliable-reply §4.1.2: a Reply in a responder-provided Read chunk.
-                return reliable::handle_read_chunk_reply(conn, prefix, &chunks);
-            }
-            (None, chunks)
-        }
-        Received::Error { prefix, body } => {
-            stats.inc(Counter::ErrRdmaErrorReceived);
-            tracing::debug!(target: "rpcrdma_transport", xid = xid.0, ?body, "RDMA_ERROR");
-            if reliable::option_refused(conn, &prefix, &body) {
-                return None;
-            }
-            let mut st = conn.lock();
-            let call = st.calls.remove(&xid)?;
-            let (n, outcome) = st.negotiation.handle_reply(xid, Some(&body));
-            st.negotiation = n;
-            if call.aborted {
-                // Abandoned (its regions are already fenced): not sent again, nothing
-                // delivered; only the credit returns.
-                let _ = st.credits.release();
-                drop(st);
-                conn.credit_wait.notify_waiters();
-                return None;
-            }
-            if let NegotiationOutcome::Retry { version, .. } = outcome {
-                // v2 §5.2: "the requester selects a protocol version in the range of
-                // responder-supported versions for subsequent messages": the same
-                // Call again, same XID, keeping its credit.
-                let requested = st.credits.requested();
-                drop(st);
-                stats.inc(Counter::VersionFallbacks);
-                tracing::debug!(target: "rpcrdma_transport", xid = xid.0, ?version, "ERR_VERS: sending the call again");
-                let (proc_id, msg) = (call.proc_id, call.msg.clone());
-                fence(call, c.invalidated, stats);
-                if marshal_and_post(conn, xid, proc_id, requested, &msg).is_ok() {
-                    return None;
-                }
-                let mut st = conn.lock();
-                if let Some(call) = st.calls.remove(&xid) {
-                    fence(call, None, stats);
-                }
-                let _ = st.credits.release();
-                drop(st);
-                conn.credit_wait.notify_waiters();
-                return Some(system_err_reply(xid));
-            }
-            // An RDMA_ERROR carries no grant to trust (v2 draft §5): release only.
-            let _ = st.credits.release();
-            drop(st);
-            conn.credit_wait.notify_waiters();
-            fence(call, c.invalidated, stats);
-            return Some(system_err_reply(xid));
-        }
-        Received::Optional {
-            prefix,
-            opttype,
-            optinfo,
-            ..
-        } => {
-            reliable::handle_optional(conn, &prefix, opttype, &optinfo);
-            return None;
-        }
-    };
-    let (call, advert) = {
+/// One RDMA Read of a pull completed; the last one hands the Reply to the core.
+fn handle_pull_read<Q: QueuePair + 'static>(conn: &Arc<Conn<Q>>, c: &Completion) {
+    let id = c.wr_id & !wr_kind::MASK;
+    let done = {
         let mut st = conn.lock();
-        let Some(call) = st.calls.remove(&xid) else {
-            drop(st);
-            stats.inc(Counter::ErrDiscarded);
-            return None;
+        let Some(p) = st.pulls.get_mut(&id) else {
+            return;
         };
-        if version != call.version {
-            drop(st);
-            return reply_in_another_version(conn, xid, call, version, c.invalidated);
+        p.sink.outstanding = p.sink.outstanding.saturating_sub(1);
+        if p.sink.outstanding > 0 {
+            return;
         }
-        // §4.3.1: a valid Reply returns the Call's credit and carries the new grant.
-        let _ = st.credits.handle_reply(credits);
-        // v2 §5.1: a non-error Reply to the probe settles the version.
-        let (n, _) = st.negotiation.handle_reply(xid, None);
-        st.negotiation = n;
-        stats.set(Counter::CreditsGranted, u64::from(credits));
-        let advert = reliable::advertisement_due(conn, &mut st, xid);
-        (call, advert)
+        st.pulls.remove(&id)
     };
-    conn.credit_wait.notify_waiters();
-    if let Some(h) = advert {
-        reliable::post_header(conn, xid, h, SendOp::Send);
-    }
-    if call.aborted {
-        // The upper layer gave up on it: the credit is back, nothing to deliver.
-        return None;
-    }
-    let proc_id = call.proc_id;
-    match complete(conn, call, base, &chunks, c.invalidated) {
-        Ok(reply) => Some(reply),
-        Err(why) => {
-            stats.inc(Counter::ErrBadReply);
-            tracing::debug!(target: "rpcrdma_transport", xid = xid.0, ?proc_id, why, "bad reply");
-            Some(system_err_reply(xid))
-        }
-    }
+    let Some(p) = done else { return };
+    let data = p.sink.into_bytes();
+    conn.stats
+        .add(Counter::ChunkBytesReceived, data.len() as u64);
+    let work = conn.step_received(|core| core.handle_read_done(p.xid, 0, data));
+    conn.execute(work.1, None);
 }
-
-/// A Reply (RDMA_MSG or RDMA_NOMSG, possibly with a responder-provided Read chunk) for
-/// `call` in `version`, which is not the version the Call went out in.
-///
-/// rpcrdma-v2-draft-cel-nfsv4-rpcrdma-version-two-00 §5.3: "[I-D.ietf-nfsv4-rfc5666bis]
-/// REQUIRES that a responder MUST send Replies with the same RPC-over-RDMA protocol
-/// version that the requester uses to send its Calls." Such a message is not accepted
-/// as the Call's Reply, and the Call fails (SYSTEM_ERR, as any Reply that does not
-/// match its Call) rather than waiting: the responder considers the Call answered and
-/// holds nothing more for it, so a dropped Reply would leave the Call to oncrpc's
-/// timeout with its regions still exposed and its credit taken. This is also what the
-/// core's `Requester` does (`HeaderError::UnsupportedVersion`). The message's
-/// `rdma_credit` is not adopted (the message breaks the version rules, so its header
-/// is not trusted, as for RDMA_ERROR): the Call's credit is only released; nor does
-/// it settle a Version Two probe (v2 §5.1 asks for "a valid non-error response"), so a
-/// responder answering the probe in Version One leaves it unsettled and the next
-/// connection starts in Version One. RDMA_ERROR is not checked here: ERR_VERS comes
-/// in the responder's version by nature (v2 §5.2), and any RDMA_ERROR completes its
-/// Call anyway.
-fn reply_in_another_version<Q>(
-    conn: &Conn<Q>,
-    xid: Xid,
-    call: PendingCall,
-    version: Version,
-    remote: Option<STag>,
-) -> Option<Bytes> {
-    let stats = &conn.stats;
-    let _ = conn.lock().credits.release();
-    conn.credit_wait.notify_waiters();
-    stats.inc(Counter::ErrBadReply);
-    stats.inc(Counter::ErrReplyVersion);
-    tracing::debug!(
-        target: "rpcrdma_transport",
-        xid = xid.0,
-        ?version,
-        call_version = ?call.version,
-        "reply in another version than its call"
-    );
-    let aborted = call.aborted;
-    fence(call, remote, stats);
-    (!aborted).then(|| system_err_reply(xid))
-}
-
-/// Checks a Reply against its Call, then [`finish_reply`].
-fn complete<Q>(
-    conn: &Conn<Q>,
-    call: PendingCall,
-    inline: Option<Bytes>,
-    chunks: &rpcrdma::ChunkLists,
-    remote: Option<STag>,
-) -> Result<Bytes, &'static str> {
-    // Checks first, fence always (the regions go whatever the verdict).
-    let checked = (|| {
-        if !chunks.reads.is_empty() {
-            return Err("read list in a reply");
-        }
-        let written = written_lengths(&call.writes, &chunks.writes).map_err(|_| "write list")?;
-        let reply_len = match (&inline, &call.reply, &chunks.reply) {
-            (None, Some(provided), Some(returned)) => {
-                Some(reply_chunk_length(provided, returned).map_err(|_| "reply chunk")?)
-            }
-            (None, _, _) => return Err("RDMA_NOMSG reply without our reply chunk"),
-            (Some(_), _, _) => None,
-        };
-        Ok((written, reply_len))
-    })();
-    finish_reply(conn, call, inline, checked, remote)
-}
-
-/// Fences the Call's regions (§5.4.1: before the upper layer sees the reply) and
-/// rebuilds the Payload stream from `inline` (or the Reply chunk, `reply_len` bytes)
-/// and the Write chunks (`written` bytes each), if `checked` holds them.
-fn finish_reply<Q>(
-    conn: &Conn<Q>,
-    call: PendingCall,
-    inline: Option<Bytes>,
-    checked: Result<(Vec<u64>, Option<u64>), &'static str>,
-    remote: Option<STag>,
-) -> Result<Bytes, &'static str> {
-    let stats = &conn.stats;
-    let write_regions = call.write_regions.clone();
-    let reply_region = call.reply_region;
-    let proc_id = call.proc_id;
-    let ats: Vec<usize> = call.regions.iter().map(ChunkRegion::at).collect();
-    let mut bufs: Vec<Option<Bytes>> = fence(call, remote, stats).into_iter().map(Some).collect();
-    let (written, reply_len) = checked?;
-    let base = match (inline, reply_len) {
-        (Some(b), _) => b,
-        (None, Some(len)) => {
-            stats.add(Counter::ChunkBytesReceived, len);
-            let buf = reply_region
-                .and_then(|i| bufs.get_mut(i)?.take())
-                .ok_or("reply chunk")?;
-            buf.slice(..(len as usize).min(buf.len()))
-        }
-        (None, None) => return Err("no payload"),
-    };
-    // Each Write chunk's region, whole, and where its data starts; the data handed up
-    // is at most the length the responder returned (checked against what we offered).
-    let mut wholes = Vec::with_capacity(written.len());
-    let mut data = Vec::with_capacity(written.len());
-    for (k, &len) in written.iter().enumerate() {
-        let (buf, at) = write_regions
-            .get(k)
-            .and_then(|&i| Some((bufs.get_mut(i)?.take()?, *ats.get(i)?)))
-            .ok_or("write chunk")?;
-        stats.add(Counter::ChunkBytesReceived, len);
-        let at = at.min(buf.len());
-        data.push(buf.slice(at..at + (len as usize).min(buf.len() - at)));
-        wholes.push((buf, at));
-    }
-    if data.iter().all(Bytes::is_empty) {
-        // Nothing was placed: the stream is complete as it is.
-        return Ok(base);
-    }
-    let offsets = conn
-        .binding
-        .reply_ddp_offsets(proc_id, &base)
-        .ok_or("reply does not parse")?;
-    let n = offsets.len().min(data.len());
-    data.truncate(n);
-    let full = reassemble_reply(base, &offsets[..n], data).map_err(|_| "reassembly")?;
-    // One chunk with data (an NFS READ): the Reply is made contiguous in that chunk's
-    // region, around the data, without copying the data.
-    let full = if full.chunk_ranges.len() == 1 && !wholes.is_empty() {
-        let (whole, at) = wholes.swap_remove(0);
-        drop(wholes);
-        match join_in_place(full, whole, at) {
-            Ok(reply) => {
-                stats.inc(Counter::RepliesJoinedInPlace);
-                return Ok(reply);
-            }
-            Err((full, _)) => full,
-        }
-    } else {
-        full
-    };
-    Ok(full.to_bytes())
-}
-
-mod backward;
-mod reliable;

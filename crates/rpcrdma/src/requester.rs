@@ -410,16 +410,18 @@ impl<B: UpperLayerBinding> Requester<B> {
                 let xid = crate::header::PrefixView::new_checked(&buf[..])
                     .ok()
                     .map(|v| v.xid());
-                self.counters.inc(Counter::ErrDiscarded);
                 match xid.and_then(|x| self.calls.get(&x).map(|c| (x, c.aborted))) {
                     Some((xid, false)) => {
-                        self.counters.inc(Counter::ErrBadReply);
-                        self.fail(xid, e.into());
+                        if let HeaderError::UnsupportedVersion(_) = e {
+                            // v2 §5.3: a Reply in another version than its Call.
+                            self.counters.inc(Counter::ErrReplyVersion);
+                        }
+                        self.bad_reply(xid, e.into());
                     }
                     Some((xid, true)) => {
                         self.not_for_a_call(xid, None);
                     }
-                    None => {}
+                    None => self.counters.inc(Counter::ErrDiscarded),
                 }
                 return;
             }
