@@ -577,6 +577,36 @@ async fn completions<Q: QueuePair + 'static>(conn: Arc<Conn<Q>>, pool: RecvPool)
         if c.wr_id & wr_kind::MASK == wr_kind::SEND {
             conn.sends.complete(c.wr_id);
         }
+        if c.wr_id & wr_kind::MASK == wr_kind::READ {
+            // An RDMA Read pulling a Reply (the client posts no other Reads).
+            let xid = Xid((c.wr_id & !wr_kind::MASK) as u32);
+            let reply = match c.status {
+                WcStatus::Success => reliable::pull_reads_completed(&conn, xid, 1, true),
+                WcStatus::Flushed => {
+                    conn.stats.inc(Counter::Flushed);
+                    reliable::pull_read_flushed(&conn, xid)
+                }
+                _ => {
+                    conn.stats.inc(Counter::ErrCompletion);
+                    tracing::debug!(target: "rpcrdma_transport", ?c, "RDMA Read of a reply failed");
+                    // reliable-reply §4.1.2: pull completion is owed "successfully or
+                    // in error"; it goes before the disconnect below.
+                    reliable::pull_reads_completed(&conn, xid, 1, false)
+                }
+            };
+            if let Some(reply) = reply {
+                conn.stats.inc(Counter::Replies);
+                if !conn.deliver(reply) {
+                    conn.qp.disconnect();
+                }
+            }
+            if !matches!(c.status, WcStatus::Success | WcStatus::Flushed) {
+                // §5.5.5: transport errors end the connection (on iWARP the Terminate
+                // already has; a verbs QP is in the error state).
+                conn.qp.disconnect();
+            }
+            continue;
+        }
         if c.status == WcStatus::Flushed {
             conn.stats.inc(Counter::Flushed);
             continue;
@@ -586,16 +616,6 @@ async fn completions<Q: QueuePair + 'static>(conn: Arc<Conn<Q>>, pool: RecvPool)
             conn.stats.inc(Counter::ErrCompletion);
             tracing::debug!(target: "rpcrdma_transport", ?c, "completion error");
             conn.qp.disconnect();
-            continue;
-        }
-        if c.opcode == WcOpcode::RdmaRead && c.wr_id & wr_kind::MASK == wr_kind::READ {
-            let xid = Xid((c.wr_id & !wr_kind::MASK) as u32);
-            if let Some(reply) = reliable::handle_pull_read_done(&conn, xid) {
-                conn.stats.inc(Counter::Replies);
-                if !conn.deliver(reply) {
-                    conn.qp.disconnect();
-                }
-            }
             continue;
         }
         if c.opcode != WcOpcode::Recv || c.wr_id & wr_kind::MASK != wr_kind::RECV {

@@ -138,6 +138,10 @@ counters! {
     PulledReplies = "pulled_replies",
     /// RDMA_DONE sent (requester) or received for a waiting Read chunk (responder).
     RdmaDone = "rdma_done",
+    /// Pulls of a Reply from a responder-provided Read chunk that failed: an RDMA Read
+    /// completed in error or could not be posted (requester). RDMA_DONE is still sent
+    /// if the connection can carry it (reliable-reply §4.1.2), and the Call fails.
+    PullsFailed = "pulls_failed",
     /// RDMA_DONE sent for an XID with no Call waiting (an aborted Call; requester,
     /// reliable-reply §4.1.3), nothing pulled.
     RdmaDoneUnknownXid = "rdma_done_unknown_xid",

@@ -12,8 +12,17 @@
 //! RDMA_NOMSG {read list: P0 chunk} ──► credit back ──► RDMA Read into a local sink
 //!   Read done ──► RDMA_DONE (Send With Invalidate when both allow) ──► fence our
 //!                 Write chunks ──► deliver the Reply
+//!   a Read failed (completed in error, or not posted) ──► once the others completed:
+//!                 RDMA_DONE ──► fence ──► the Call fails (SYSTEM_ERR)
 //!   no Call for the XID (aborted, unknown) ──► RDMA_DONE at once, nothing read
 //! ```
+//! On iWARP a Read that completes in error has ended the stream (RFC 5040 §7.1: the
+//! side that detects the error sends a Terminate "and terminate[s] the stream"; on
+//! InfiniBand the QP goes to the error state): the RDMA_DONE then cannot be posted and
+//! the disconnect itself tells the responder, which invalidates on disconnect
+//! (reliable-reply §4.1.3 foresees it: "a remote access error occurs and the
+//! connection is lost"). A Read that could not be posted leaves the connection up, and
+//! the RDMA_DONE goes out.
 //! RDMA_DONE takes no credit: the responder kept a Receive out of its grant for it
 //! (§5.2.3; `rpcrdma::credits::ResponderCredits::reserve_for_done`).
 
@@ -58,6 +67,8 @@ pub(super) struct Pull {
     sink: ReadSink,
     /// What the responder wrote into our Write chunks.
     written: Vec<u64>,
+    /// An RDMA Read of the pull completed in error or was not posted.
+    failed: bool,
 }
 
 impl Pull {
@@ -105,8 +116,9 @@ pub(super) fn advertisement_due<Q>(conn: &Conn<Q>, st: &mut State, xid: Xid) -> 
     })
 }
 
-/// Posts a header-only Send.
-pub(super) fn post_header<Q: QueuePair>(conn: &Conn<Q>, xid: Xid, h: Header, op: SendOp) {
+/// Posts a header-only Send; false if it could not be posted (the connection is then
+/// closed).
+pub(super) fn post_header<Q: QueuePair>(conn: &Conn<Q>, xid: Xid, h: Header, op: SendOp) -> bool {
     conn.stats.inc(Counter::Sends);
     let bytes = h.to_bytes();
     conn.stats.add(Counter::SendBytes, bytes.len() as u64);
@@ -114,9 +126,15 @@ pub(super) fn post_header<Q: QueuePair>(conn: &Conn<Q>, xid: Xid, h: Header, op:
         .sends
         .post(&conn.qp, wr_kind::SEND | u64::from(xid.0), op, vec![bytes])
     {
-        Ok(true) => {}
-        Ok(false) => conn.stats.inc(Counter::SendPoolFallbacks),
-        Err(_) => conn.qp.disconnect(),
+        Ok(true) => true,
+        Ok(false) => {
+            conn.stats.inc(Counter::SendPoolFallbacks);
+            true
+        }
+        Err(_) => {
+            conn.qp.disconnect();
+            false
+        }
     }
 }
 
@@ -178,7 +196,7 @@ pub(super) fn refuse_option<Q: QueuePair>(
     };
     tracing::debug!(target: "rpcrdma_transport", xid = prefix.xid.0, %err, "RDMA_OPTIONAL refused");
     conn.stats.inc(Counter::ErrRdmaErrorSent);
-    post_header(conn, prefix.xid, h, SendOp::Send);
+    let _ = post_header(conn, prefix.xid, h, SendOp::Send);
 }
 
 /// An RDMA_ERROR that answers our advertisement (v2 §3.1: ERR_INVAL_OPTION from a
@@ -204,7 +222,7 @@ pub(super) fn option_refused<Q>(conn: &Conn<Q>, prefix: &Prefix, body: &ErrorBod
 /// reliable-reply §4.1.4: "If Remote Invalidation support is indicated by both peers,
 /// messages carrying pull completion messages SHOULD be transmitted using RDMA Send
 /// With Invalidate", and "the requester MUST present only that R_key": used only when
-/// the chunk has exactly one STag.
+/// the chunk has exactly one STag. Counted in `rdma_done` once posted.
 fn send_done<Q: QueuePair>(conn: &Conn<Q>, xid: Xid, handles: &[u32]) {
     if conn.skip_done {
         conn.stats.inc(Counter::RdmaDoneSkipped);
@@ -224,14 +242,15 @@ fn send_done<Q: QueuePair>(conn: &Conn<Q>, xid: Xid, handles: &[u32]) {
         [only] if both => SendOp::SendWithInvalidate(STag(*only)),
         _ => SendOp::Send,
     };
-    conn.stats.inc(Counter::RdmaDone);
     let h = Header {
         xid,
         version: Version::TWO,
         credits: requested,
         body: Body::Done,
     };
-    post_header(conn, xid, h, op);
+    if post_header(conn, xid, h, op) {
+        conn.stats.inc(Counter::RdmaDone);
+    }
 }
 
 /// A Version Two RDMA_NOMSG with a Position Zero Read chunk: a Reply in a
@@ -319,36 +338,58 @@ pub(super) fn handle_read_chunk_reply<Q: QueuePair>(
         handles,
         sink,
         written,
+        failed: false,
     };
     pull.sink.outstanding = reads.len();
     if reads.is_empty() {
         return finish_pull(conn, xid, pull);
     }
     conn.lock().pulls.insert(xid, pull);
-    for (len, wr) in reads {
+    let total = reads.len();
+    for (k, (len, wr)) in reads.into_iter().enumerate() {
         stats.inc(Counter::RdmaReads);
         stats.add(Counter::RdmaReadBytes, len as u64);
-        if conn.qp.post_send(wr).is_err() {
-            // The connection is going; its end fences the Call.
-            conn.qp.disconnect();
-            return None;
+        if let Err(e) = conn.qp.post_send(wr) {
+            // The Reads not posted are done, in error; pull completion follows once the
+            // posted ones completed (reliable-reply §4.1.2, "successfully or in error").
+            // The connection itself is not at fault and stays.
+            tracing::debug!(target: "rpcrdma_transport", xid = xid.0, ?e, "RDMA Read of a reply not posted");
+            return pull_reads_completed(conn, xid, total - k, false);
         }
     }
     None
 }
 
-/// One RDMA Read of the pull for `xid` completed; the Reply once all did.
-pub(super) fn handle_pull_read_done<Q: QueuePair>(conn: &Conn<Q>, xid: Xid) -> Option<Bytes> {
+/// `n` RDMA Reads of the pull for `xid` completed, successfully (`ok`) or in error;
+/// once all did, pull completion and the Reply (or the failed Call's SYSTEM_ERR).
+pub(super) fn pull_reads_completed<Q: QueuePair>(
+    conn: &Conn<Q>,
+    xid: Xid,
+    n: usize,
+    ok: bool,
+) -> Option<Bytes> {
     let pull = {
         let mut st = conn.lock();
         let p = st.pulls.get_mut(&xid)?;
-        p.sink.outstanding = p.sink.outstanding.saturating_sub(1);
+        p.failed |= !ok;
+        p.sink.outstanding = p.sink.outstanding.saturating_sub(n);
         if p.sink.outstanding > 0 {
             return None;
         }
         st.pulls.remove(&xid)?
     };
     finish_pull(conn, xid, pull)
+}
+
+/// A Read of the pull for `xid` was flushed (the connection ended). Once a Read of it
+/// failed, flushes complete that pull; otherwise the pull is left to the end of the
+/// connection, which fences the Call for oncrpc to send again on the next connection,
+/// as it does for every Call whose Reply the connection lost.
+pub(super) fn pull_read_flushed<Q: QueuePair>(conn: &Conn<Q>, xid: Xid) -> Option<Bytes> {
+    if !conn.lock().pulls.get(&xid).is_some_and(|p| p.failed) {
+        return None;
+    }
+    pull_reads_completed(conn, xid, 1, false)
 }
 
 /// Every Read of `pull` is done: pull completion, then the Reply.
@@ -358,6 +399,19 @@ fn finish_pull<Q: QueuePair>(conn: &Conn<Q>, xid: Xid, pull: Pull) -> Option<Byt
     // or in error), the requester MUST inform the responder that it may invalidate the
     // Read chunk containing the RPC Reply message."
     send_done(conn, xid, &pull.handles);
+    if pull.failed {
+        // The Reply is lost. The Call fails rather than being sent again: a responder
+        // whose Read chunks cannot be read would otherwise cost a connection per
+        // retransmission (rfc5666bis-04 §5.5.3 warns of "a retransmission loop and
+        // repeated connection loss"); the core's `Requester::handle_read_failed` fails
+        // it the same way (`ReplyError::PullFailed`).
+        stats.inc(Counter::PullsFailed);
+        drop(pull.sink);
+        let aborted = pull.call.aborted;
+        fence(pull.call, None, stats);
+        tracing::debug!(target: "rpcrdma_transport", xid = xid.0, "pulling the reply failed");
+        return (!aborted).then(|| system_err_reply(xid));
+    }
     let data = pull.sink.into_bytes();
     if pull.call.aborted {
         fence(pull.call, None, stats);
