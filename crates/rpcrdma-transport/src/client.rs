@@ -23,8 +23,10 @@
 //! the new connection. The regions of the lost connection are fenced when it ends.
 //!
 //! `oncrpc`'s transport traits carry whole messages and no per-call error, so a Call
-//! answered with RDMA_ERROR, or whose Reply does not match its chunks, completes with
-//! a locally made RPC reply, MSG_ACCEPTED / SYSTEM_ERR (counted in the counters).
+//! answered with RDMA_ERROR, or whose Reply does not match its chunks, comes in another
+//! RPC-over-RDMA version than the Call (v2 §5.3) or cannot be pulled from its Read
+//! chunk, completes with a locally made RPC reply, MSG_ACCEPTED / SYSTEM_ERR (counted
+//! in the counters).
 
 use std::collections::HashMap;
 use std::io;
@@ -829,9 +831,10 @@ fn handle_reply<Q: QueuePair + 'static>(
 /// is not trusted, as for RDMA_ERROR): the Call's credit is only released; nor does
 /// it settle a Version Two probe (v2 §5.1 asks for "a valid non-error response"), so a
 /// responder answering the probe in Version One leaves it unsettled and the next
-/// connection starts in Version One. RDMA_ERROR is not checked here: ERR_VERS comes
-/// in the responder's version by nature (v2 §5.2), and any RDMA_ERROR completes its
-/// Call anyway.
+/// connection starts in Version One. RDMA_ERROR is not checked here: an ERR_VERS
+/// answering a Version Two probe may carry either version in its header (knfsd echoes
+/// the Call's, a Version One responder may put its own; v2 §5.2 falls back either way),
+/// and any RDMA_ERROR completes its Call anyway.
 fn reply_in_another_version<Q>(
     conn: &Conn<Q>,
     xid: Xid,
