@@ -629,8 +629,13 @@ impl<Q: QueuePair + 'static> Conn<Q> {
             self.stats.inc(Counter::RdmaReads);
             self.stats.add(Counter::RdmaReadBytes, wr_len(&wr));
             if let Err(e) = self.qp.post_send(wr) {
-                tracing::debug!(target: "rpcrdma_transport", error = %e, "RDMA Read not posted");
-                return self.close("posting an RDMA Read failed");
+                // reliable-reply §4.1.2: the pull is over "in error": RDMA_DONE still
+                // goes, the Call fails, the connection stays. Reads already posted
+                // complete into a sink nobody waits for.
+                tracing::debug!(target: "rpcrdma_transport", xid = xid.0, error = %e, "RDMA Read not posted");
+                self.lock().pulls.remove(&id);
+                let work = self.step_received(|core| core.handle_read_failed(xid));
+                return self.execute(work.1, None);
             }
         }
     }

@@ -13,10 +13,12 @@ use rdma::{
     Access, LocalSge, MemoryRegion, ProtectionDomain, QueuePair, QueuePairExt, RecvWr, SendOp,
     SendWr, Sge, WcOpcode, WcStatus,
 };
+use rpcrdma::error::HeaderError;
 use rpcrdma::header::{Body, ErrorBody, Header};
+use rpcrdma::options::{ReliableReplyInfo, RELIABLE_REPLY};
 use rpcrdma::validate::{receive, Policy, Received};
-use rpcrdma::{ChunkLists, OptType, Version, Xid};
-use rpcrdma_transport::{Counter, RdmaConfig, RdmaTransport};
+use rpcrdma::{ChunkLists, OptType, ReadChunk, Segment, Version, Xid};
+use rpcrdma_transport::{Counter, RdmaConfig, RdmaTransport, StatsRegistry};
 use tokio::sync::mpsc;
 
 const BUF: usize = 65536;
@@ -54,11 +56,24 @@ fn null_reply(xid: u32) -> Bytes {
 struct RawResponder {
     qp: Arc<dyn QueuePair>,
     bufs: Vec<MemoryRegion>,
+    /// The connection's protection domain, for regions the responder exposes.
+    pd: ProtectionDomain,
 }
 
 impl RawResponder {
     /// Listens on 127.0.0.1; the future accepts the first connection.
     async fn listen() -> (
+        std::net::SocketAddr,
+        impl std::future::Future<Output = RawResponder>,
+    ) {
+        Self::listen_with(RdmaConfig::default()).await
+    }
+
+    /// [`RawResponder::listen`], accepting with `config`'s connect parameters (IRD,
+    /// ORD, private data).
+    async fn listen_with(
+        config: RdmaConfig,
+    ) -> (
         std::net::SocketAddr,
         impl std::future::Future<Output = RawResponder>,
     ) {
@@ -76,13 +91,11 @@ impl RawResponder {
                 .map(|_| pd.register_zeroed(BUF, Access::LOCAL_WRITE))
                 .collect();
             let recvs = (0..bufs.len()).map(|i| recv_wr(&bufs, i)).collect();
-            let qp = req
-                .accept(&pd, RdmaConfig::default().connect_params(recvs))
-                .await
-                .unwrap();
+            let qp = req.accept(&pd, config.connect_params(recvs)).await.unwrap();
             RawResponder {
                 qp: Arc::new(qp),
                 bufs,
+                pd,
             }
         };
         (addr, accept)
@@ -404,7 +417,7 @@ async fn raw_version_responder(
     (addr, rx)
 }
 
-fn v2_client(addr: std::net::SocketAddr) -> (oncrpc::Client, rpcrdma_transport::StatsRegistry) {
+fn v2_client(addr: std::net::SocketAddr) -> (oncrpc::Client, StatsRegistry) {
     let config = RdmaConfig {
         version_two: true,
         ..RdmaConfig::default()
@@ -534,4 +547,206 @@ async fn v2_s5_3_a_version_one_client_fails_a_call_answered_in_version_two() {
     assert_eq!(snaps.len(), 1, "one connection");
     assert_eq!(snaps[0].get(Counter::ErrReplyVersion), 1);
     assert_eq!(snaps[0].get(Counter::ErrDiscarded), 0);
+}
+
+/// What [`raw_pull_responder`] saw besides Calls.
+#[derive(Debug, PartialEq, Eq)]
+enum PullSeen {
+    /// An RDMA_DONE for this XID (draft-cel-nfsv4-rpcrdma-reliable-reply-05 §4.1.3).
+    Done(Xid),
+    /// The connection ended.
+    Closed,
+}
+
+/// A reliable-reply responder by hand (draft-cel-nfsv4-rpcrdma-reliable-reply-05):
+/// answers NULL Calls in their version, agrees to the
+/// client's RDMA_OPTIONAL(RELIABLE_REPLY), and answers every BIG(n) Call with an
+/// RDMA_NOMSG whose Position Zero Read chunk exposes the Reply in a read-only region of
+/// its own, under that region's STag, or under an STag it never registered when
+/// `bad_stag`. RDMA_DONEs and the end of the connection go to the channel.
+async fn raw_pull_responder(
+    bad_stag: bool,
+) -> (std::net::SocketAddr, mpsc::UnboundedReceiver<PullSeen>) {
+    let (addr, accept) = RawResponder::listen().await;
+    let (tx, rx) = mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        let mut peer = accept.await;
+        let qp = peer.qp.clone();
+        let mut policy = Policy::default();
+        policy.options.push(RELIABLE_REPLY);
+        // Exposed Replies stay registered for the whole connection.
+        let mut exposed = Vec::new();
+        while let Some(msg) = peer.next_message().await {
+            let out = match receive(&msg, &policy) {
+                Ok(Received::Msg {
+                    prefix, payload, ..
+                }) if rpc_msg_type(&payload) == Some(0) => {
+                    let xid = prefix.xid.0;
+                    // xid, CALL, rpcvers, prog, vers, proc, AUTH_NONE cred and verf.
+                    let word =
+                        |at: usize| u32::from_be_bytes(payload[at..at + 4].try_into().unwrap());
+                    if word(20) != BIG {
+                        reply(xid, prefix.version, ChunkLists::empty(), &[])
+                    } else {
+                        let n = word(40) as usize;
+                        let mut rpc = BytesMut::new();
+                        for w in [xid, 1, 0, 0, 0, 0, n as u32] {
+                            rpc.put_u32(w);
+                        }
+                        rpc.extend_from_slice(&pattern(n, 3));
+                        rpc.resize(rpc.len() + (4 - n % 4) % 4, 0);
+                        let len = rpc.len() as u32;
+                        let mr = peer.pd.register(rpc, Access::REMOTE_READ);
+                        let handle = if bad_stag {
+                            mr.stag().0 ^ 0x00ff_f000
+                        } else {
+                            mr.stag().0
+                        };
+                        exposed.push(mr);
+                        let chunks = ChunkLists {
+                            reads: vec![ReadChunk {
+                                position: 0,
+                                segments: vec![Segment {
+                                    handle,
+                                    length: len,
+                                    offset: 0,
+                                }],
+                            }],
+                            ..ChunkLists::empty()
+                        };
+                        header(xid, Version::TWO, Body::NoMsg(chunks))
+                    }
+                }
+                Ok(Received::Optional {
+                    prefix, opttype, ..
+                }) if opttype == RELIABLE_REPLY => v2_header(
+                    prefix.xid.0,
+                    Body::Optional {
+                        opttype: RELIABLE_REPLY,
+                        optinfo: ReliableReplyInfo {
+                            remote_invalidate: false,
+                        }
+                        .to_bytes(),
+                    },
+                ),
+                Err(HeaderError::DoneReceived) => {
+                    let xid = rpcrdma::PrefixView::new_checked(&msg[..]).unwrap().xid();
+                    let _ = tx.send(PullSeen::Done(xid));
+                    continue;
+                }
+                _ => continue,
+            };
+            if qp
+                .post_send(SendWr {
+                    wr_id: 1 << 40,
+                    op: SendOp::Send,
+                    sgl: vec![Sge::Bytes(out)],
+                })
+                .is_err()
+            {
+                break;
+            }
+        }
+        let _ = tx.send(PullSeen::Closed);
+    });
+    (addr, rx)
+}
+
+/// A client that takes part in reliable reply, with RDMA Read depth `ord`, once it
+/// agreed with the responder.
+async fn reliable_client(addr: std::net::SocketAddr, ord: u16) -> (oncrpc::Client, StatsRegistry) {
+    let config = RdmaConfig {
+        version_two: true,
+        reliable_reply: true,
+        ord,
+        ..RdmaConfig::default()
+    };
+    let t = RdmaTransport::new(iwarp(), addr, config, Arc::new(TestBinding));
+    let stats = t.stats();
+    let c = oncrpc::Client::new(
+        t,
+        oncrpc::ClientConfig {
+            timeout: Duration::from_secs(60),
+            ..oncrpc::ClientConfig::default()
+        },
+    );
+    null(&c).await;
+    until(|| {
+        stats
+            .latest()
+            .is_some_and(|s| s.get(Counter::ReliableReply) == 1)
+    })
+    .await;
+    (c, stats)
+}
+
+async fn big_result(c: &oncrpc::Client, n: u32) -> Result<(), oncrpc::ClientError> {
+    c.call(PROG, VERS, BIG, big_arg(n, &[])).await.map(|_| ())
+}
+
+fn is_system_err(r: &Result<(), oncrpc::ClientError>) -> bool {
+    matches!(
+        r,
+        Err(oncrpc::ClientError::Accepted(oncrpc::AcceptedStatus::Void(
+            oncrpc::AcceptStat::SYSTEM_ERR
+        )))
+    )
+}
+
+/// draft-cel-nfsv4-rpcrdma-reliable-reply-05 §4.1.2: "After RDMA Read operations have
+/// completed (successfully or in error), the requester MUST inform the responder that
+/// it may invalidate the Read chunk". Here the provider refuses to post the Read (the
+/// client asked for an outbound Read depth of 0, a misconfiguration that stands for
+/// any Read the provider refuses): the connection is sound, the RDMA_DONE reaches the
+/// responder, the Call fails, and the next Calls work on the same connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rr_s4_1_2_a_read_that_cannot_be_posted_still_gets_rdma_done() {
+    init_tracing();
+    let (addr, mut seen) = raw_pull_responder(false).await;
+    let (c, stats) = reliable_client(addr, 0).await;
+    let r = big_result(&c, 10_000).await;
+    assert!(is_system_err(&r), "{r:?}");
+    let done = tokio::time::timeout(Duration::from_secs(60), seen.recv())
+        .await
+        .expect("no RDMA_DONE")
+        .expect("responder gone");
+    assert!(matches!(done, PullSeen::Done(_)), "{done:?}");
+    null(&c).await;
+    let snaps = stats.snapshots();
+    assert_eq!(snaps.len(), 1, "one connection");
+    assert!(snaps[0].open);
+    assert_eq!(snaps[0].get(Counter::PullsFailed), 1);
+    assert_eq!(snaps[0].get(Counter::RdmaDone), 1);
+    assert_eq!(snaps[0].get(Counter::PulledReplies), 0);
+    assert!(seen.try_recv().is_err(), "nothing else");
+}
+
+/// §4.1.2 with a Read that completes in error: the responder exposes an STag it never
+/// registered. On iWARP its RNIC answers the Read Request with a Terminate and ends the
+/// stream (RFC 5040 §7.1), so the connection is lost (§4.1.3: "a remote access error
+/// occurs and the connection is lost") and the RDMA_DONE the client owes can no longer
+/// be posted: the disconnect is the responder's notice. The client does not wait for
+/// a Reply that cannot come: the Call fails at once with SYSTEM_ERR (no
+/// retransmission loop against such a responder, rfc5666bis §5.5.3), and no RDMA_DONE
+/// ever reaches the responder on the lost connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rr_s4_1_2_a_read_that_fails_fails_the_call_and_ends_the_connection() {
+    init_tracing();
+    let (addr, mut seen) = raw_pull_responder(true).await;
+    let (c, stats) = reliable_client(addr, 32).await;
+    let r = tokio::time::timeout(Duration::from_secs(30), big_result(&c, 10_000))
+        .await
+        .expect("the call waited for a reply that cannot come");
+    assert!(is_system_err(&r), "{r:?}");
+    let end = tokio::time::timeout(Duration::from_secs(60), seen.recv())
+        .await
+        .expect("the connection stayed")
+        .expect("responder gone");
+    assert_eq!(end, PullSeen::Closed);
+    until(|| !stats.snapshots()[0].open).await;
+    let snaps = stats.snapshots();
+    let first = &snaps[0];
+    assert_eq!(first.get(Counter::PullsFailed), 1);
+    assert_eq!(first.get(Counter::ErrCompletion), 1);
+    assert_eq!(first.get(Counter::PulledReplies), 0);
 }

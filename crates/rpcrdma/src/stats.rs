@@ -148,6 +148,10 @@ counters! {
     RdmaDoneDropped = "rdma_done_dropped",
     /// RDMA_DONE left unsent by the test hook `fault_skip_rdma_done` (requester).
     RdmaDoneSkipped = "rdma_done_skipped",
+    /// Pulls of a Reply from a responder-provided Read chunk that failed: an RDMA Read
+    /// completed in error or could not be posted (requester). RDMA_DONE is still sent
+    /// if the connection can carry it (reliable-reply §4.1.2), and the Call fails.
+    PullsFailed = "pulls_failed",
     /// Reply Read chunks invalidated by the pull timeout (responder, §4.1.3).
     PullTimeouts = "pull_timeouts",
     /// Reply Read chunks invalidated because the connection ended (responder, §5.4.3).

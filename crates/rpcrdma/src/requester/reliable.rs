@@ -362,6 +362,7 @@ impl<B: UpperLayerBinding> Requester<B> {
         let Some(pull) = self.pulls.remove(&xid) else {
             return;
         };
+        self.counters.inc(Counter::PullsFailed);
         self.send_done(xid, &pull.handles);
         if self.calls.contains_key(&xid) {
             self.complete(
