@@ -178,11 +178,16 @@ lab_capture_stop() {
   cp "$f" "$LAB_RUN_DIR/$LAB_CAPTURE" && sync
 }
 
-# lab_xprt MOUNTPOINT: the "xprt:" line of /proc/self/mountstats for it.
-lab_xprt() {
-  awk -v mp="$1" '$1=="device" && $5==mp {f=1; next} $1=="device" {f=0} f && $1=="xprt:" {print; exit}' \
+# lab_mountstats MOUNTPOINT KEY: the first line of its /proc/self/mountstats
+# section that starts with KEY (e.g. "opts:", the mount options in force,
+# among them the NFS version the mount negotiated).
+lab_mountstats() {
+  awk -v mp="$1" -v k="$2" '$1=="device" && $5==mp {f=1; next} $1=="device" {f=0} f && $1==k {print; exit}' \
     /proc/self/mountstats
 }
+
+# lab_xprt MOUNTPOINT: the "xprt:" line of /proc/self/mountstats for it.
+lab_xprt() { lab_mountstats "$1" xprt:; }
 
 # lab_expect_xprt MOUNTPOINT PROTO: the mount really uses PROTO (e.g. rdma).
 lab_expect_xprt() {

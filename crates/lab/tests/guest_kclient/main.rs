@@ -11,4 +11,5 @@ mod kclient_to_host_peer;
 mod kclient_to_iwarp;
 mod nfs_rdma;
 mod nfs_rdma_guest_server;
+mod nfs_rdma_no_vers;
 mod nfs_tcp;
