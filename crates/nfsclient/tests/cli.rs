@@ -127,6 +127,17 @@ async fn mkdir_rm_and_errors() {
     // --export says where the export ends (no MNT probing).
     let o = nfs(&s, &["--export", &export, "ls", &at("a")]).await;
     assert_eq!(ok(&o), "d\nsl\n");
+
+    // ls -a adds the server's `.` and `..` first; -l gives them attributes.
+    assert_eq!(
+        ok(&nfs(&s, &["ls", "-a", &at("a")]).await),
+        ".\n..\nd\nsl\n"
+    );
+    let la = ok(&nfs(&s, &["ls", "-la", &at("a")]).await);
+    let la: Vec<&str> = la.lines().collect();
+    assert_eq!(la.len(), 4, "{la:?}");
+    assert!(la[0].starts_with('d') && la[0].ends_with(" ."), "{la:?}");
+    assert!(la[1].starts_with('d') && la[1].ends_with(" .."), "{la:?}");
     let o = nfs(&s, &["--export", "/elsewhere", "ls", &at("a")]).await;
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("is not inside the export"));

@@ -427,23 +427,33 @@ impl Export {
         if self.is_root(dir.meta.key) {
             return self.root_node();
         }
-        let parent_key = match self.links().get(&dir.meta.key) {
-            Some(l) => l.parent,
-            None => {
-                let fd = rustix::fs::openat(
-                    &dir.fd,
-                    "..",
-                    OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
-                    Mode::empty(),
-                )
-                .or_stat()?;
-                stat_fd(&fd)?.key
-            }
-        };
+        let parent_key = self.parent_key(dir)?;
         match self.walk(parent_key, 0) {
             Some(n) => Ok(n),
             None => self.search_and_walk(parent_key),
         }
+    }
+
+    /// The device and inode of directory `dir`'s parent, without opening it: the
+    /// root's for the root (as [`Export::parent`]), else the parent under which `dir`
+    /// was last seen (resolving `dir` just re-checked that name), else the kernel's
+    /// `..` of `dir`'s descriptor, which is only stat'ed, never walked from. (READDIR's
+    /// `..` entry: its fileid.)
+    pub fn parent_key(&self, dir: &Node) -> Result<Key, NfsStat3> {
+        if self.is_root(dir.meta.key) {
+            return Ok(self.root_meta.key);
+        }
+        if let Some(l) = self.links().get(&dir.meta.key) {
+            return Ok(l.parent);
+        }
+        let fd = rustix::fs::openat(
+            &dir.fd,
+            "..",
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .or_stat()?;
+        Ok(stat_fd(&fd)?.key)
     }
 
     /// Searches the export for `key` (one search at a time, and none within

@@ -196,6 +196,16 @@ fn libnfs_lists_reads_and_writes_byte_exact() {
     assert!(ls.contains("sub"), "nfs-ls: {ls}");
     let ls = String::from_utf8(run(&nfs_ls, &[&server.url(&export.join("sub/deeper"))])).unwrap();
     assert!(ls.contains("note.txt"), "nfs-ls sub/deeper: {ls}");
+    // nfs-ls -R: exactly the tree. Our listings start with `.` and `..`; nfs-ls skips
+    // them by name (utils/nfs-ls.c), so it neither prints nor recurses into them
+    // (the kernel lab's nfs_tcp scenario checks them as a kernel mount sees them).
+    let ls = String::from_utf8(run(&nfs_ls, &["-R", &server.url(&export)])).unwrap();
+    let mut listed: Vec<&str> = ls.lines().map(|l| l.rsplit(' ').next().unwrap()).collect();
+    listed.sort();
+    let mut want: Vec<String> = SIZES.iter().map(|s| format!("server-{s}.bin")).collect();
+    want.extend(["sub", "sub/deeper", "sub/deeper/note.txt"].map(String::from));
+    want.sort();
+    assert_eq!(listed, want, "nfs-ls -R: {ls}");
 
     // nfs-cat.
     let cat = run(

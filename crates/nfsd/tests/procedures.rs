@@ -833,15 +833,18 @@ fn readdir_pages_with_cookies_while_the_directory_changes() {
             for i in 0..20 {
                 std::fs::write(h.export.join("big").join(format!("new-{i}")), b"").unwrap();
             }
-            std::fs::remove_file(h.export.join("big").join(&seen[0])).unwrap();
+            std::fs::remove_file(h.export.join("big").join(&seen[2])).unwrap();
         }
         if ok.reply.eof {
             break;
         }
     }
     assert!(pages > 3);
+    // `.` and `..` first, once each.
+    assert_eq!(seen[..2], [".", ".."]);
+    assert!(!seen[2..].iter().any(|n| n == "." || n == ".."));
     // Every original entry except the removed one is listed exactly once.
-    let removed = seen[0].clone();
+    let removed = seen[2].clone();
     names.retain(|n| *n != removed);
     let mut listed: Vec<String> = seen
         .iter()
@@ -893,12 +896,17 @@ fn readdirplus_gives_usable_handles() {
         for e in &ok.reply.entries {
             let fh = e.name_handle.clone().unwrap();
             let name = String::from_utf8(e.name.0.to_vec()).unwrap();
+            assert_eq!(e.name_attributes.as_ref().unwrap().fileid, e.fileid);
+            cookie = e.cookie;
+            if name == "." || name == ".." {
+                // The root, both (tests below check them in detail).
+                assert_eq!(fh, root);
+                continue;
+            }
             let NfsResult::Ok(data) = read(&h, &fh, 0, 10) else {
                 panic!()
             };
             assert_eq!(&data.data.0[..], &name.as_bytes()[1..]);
-            assert_eq!(e.name_attributes.as_ref().unwrap().fileid, e.fileid);
-            cookie = e.cookie;
             count += 1;
         }
         if ok.reply.eof {
@@ -906,6 +914,291 @@ fn readdirplus_gives_usable_handles() {
         }
     }
     assert_eq!(count, 50);
+}
+
+/// One listed entry, from READDIR or READDIRPLUS.
+#[derive(Debug, Clone, PartialEq)]
+struct Listed {
+    name: String,
+    fileid: u64,
+    cookie: u64,
+    attrs: Option<Fattr3>,
+    handle: Option<NfsFh3>,
+}
+
+/// One READDIR (`plus` false: `count` is READDIR's count) or READDIRPLUS (`count`
+/// is dircount) page, or its failure status.
+fn page(
+    h: &Harness,
+    dir: &NfsFh3,
+    plus: bool,
+    cookie: u64,
+    verf: CookieVerf3,
+    count: u32,
+    maxcount: u32,
+) -> Result<(Vec<Listed>, CookieVerf3, bool), NfsStat3> {
+    if !plus {
+        return match readdir(h, dir, cookie, verf, count) {
+            NfsResult::Ok(ok) => {
+                assert!(ok.to_xdr().xdr_len() <= count as usize);
+                let l = ok.reply.entries.iter().map(|e| Listed {
+                    name: String::from_utf8(e.name.0.to_vec()).unwrap(),
+                    fileid: e.fileid,
+                    cookie: e.cookie,
+                    attrs: None,
+                    handle: None,
+                });
+                Ok((l.collect(), ok.cookieverf, ok.reply.eof))
+            }
+            NfsResult::Fail(s, _) => Err(s),
+        };
+    }
+    let r: ReadDirPlus3Res = h.nfs(
+        NfsProc3::READDIRPLUS,
+        &ReadDirPlus3Args {
+            dir: dir.clone(),
+            cookie,
+            cookieverf: verf,
+            dircount: count,
+            maxcount,
+        },
+    );
+    match r {
+        NfsResult::Ok(ok) => {
+            assert!(ok.to_xdr().xdr_len() <= maxcount as usize);
+            let dir_bytes: usize = ok
+                .reply
+                .entries
+                .iter()
+                .map(|e| entry3_size(e.name.0.len()))
+                .sum();
+            assert!(dir_bytes <= count as usize);
+            let l = ok.reply.entries.iter().map(|e| Listed {
+                name: String::from_utf8(e.name.0.to_vec()).unwrap(),
+                fileid: e.fileid,
+                cookie: e.cookie,
+                attrs: e.name_attributes.clone(),
+                handle: e.name_handle.clone(),
+            });
+            Ok((l.collect(), ok.cookieverf, ok.reply.eof))
+        }
+        NfsResult::Fail(s, _) => Err(s),
+    }
+}
+
+/// The rest of a listing after `cookie`, page by page; every page but an `eof` one
+/// must hold an entry. Returns the entries, the last verifier and the page count.
+fn list_after(
+    h: &Harness,
+    dir: &NfsFh3,
+    plus: bool,
+    mut cookie: u64,
+    mut verf: CookieVerf3,
+    count: u32,
+    maxcount: u32,
+) -> (Vec<Listed>, CookieVerf3, usize) {
+    let (mut all, mut pages) = (Vec::new(), 0);
+    loop {
+        let (l, v, eof) = page(h, dir, plus, cookie, verf, count, maxcount)
+            .unwrap_or_else(|s| panic!("listing after cookie {cookie}: {s:?}"));
+        pages += 1;
+        assert!(eof || !l.is_empty(), "no entry and no eof after {cookie}");
+        verf = v;
+        if let Some(last) = l.last() {
+            cookie = last.cookie;
+        }
+        all.extend(l);
+        if eof {
+            return (all, verf, pages);
+        }
+    }
+}
+
+fn list(h: &Harness, dir: &NfsFh3, plus: bool) -> Vec<Listed> {
+    list_after(h, dir, plus, 0, [0; 8], 4096, 65536).0
+}
+
+fn local_ino(p: &std::path::Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::symlink_metadata(p).unwrap().ino()
+}
+
+#[test]
+fn readdir_lists_dot_and_dotdot_first_with_their_fileids() {
+    let h = Harness::new();
+    let root = h.root();
+    let a = h.new_dir(&root, "a");
+    let b = h.new_dir(&a, "b");
+    h.new_file(&b, "f");
+    let (root_p, a_p, b_p) = (h.export.clone(), h.export.join("a"), h.export.join("a/b"));
+    for plus in [false, true] {
+        for (dir, path, parent_path) in [
+            (&root, &root_p, &root_p),
+            (&a, &a_p, &root_p),
+            (&b, &b_p, &a_p),
+        ] {
+            let l = list(&h, dir, plus);
+            let what = format!("plus={plus} {}", path.display());
+            assert_eq!(
+                (l[0].name.as_str(), l[0].fileid, l[0].cookie),
+                (".", local_ino(path), 1),
+                "{what}"
+            );
+            assert_eq!(
+                (l[1].name.as_str(), l[1].fileid, l[1].cookie),
+                ("..", local_ino(parent_path), 2),
+                "{what}"
+            );
+            assert_eq!(l[0].fileid, attrs(&h, dir).fileid, "{what}");
+            // The rest are the directory's entries, each once, no dots among them.
+            let mut rest: Vec<String> = l[2..].iter().map(|e| e.name.clone()).collect();
+            rest.sort();
+            let mut want: Vec<String> = std::fs::read_dir(path)
+                .unwrap()
+                .map(|e| e.unwrap().file_name().into_string().unwrap())
+                .collect();
+            want.sort();
+            assert_eq!(rest, want, "{what}");
+            for e in &l[2..] {
+                assert!(e.cookie >= 3, "{what}: {e:?}");
+            }
+        }
+    }
+    // The root's `..` is the root, never the directory the export sits in.
+    let l = list(&h, &root, false);
+    assert_ne!(l[1].fileid, local_ino(h.export.parent().unwrap()));
+    h.assert_outside_untouched();
+}
+
+#[test]
+fn readdirplus_handles_of_dot_and_dotdot_resolve() {
+    let h = Harness::new();
+    let root = h.root();
+    let a = h.new_dir(&root, "a");
+    let b = h.new_dir(&a, "b");
+    for (dir, parent, child_of_parent) in [
+        (&root, &root, None),
+        (&a, &root, Some("a")),
+        (&b, &a, Some("b")),
+    ] {
+        let l = list(&h, dir, true);
+        let (dot, dotdot) = (&l[0], &l[1]);
+        assert_eq!((dot.name.as_str(), dotdot.name.as_str()), (".", ".."));
+        // The very handles LOOKUP "." and ".." give.
+        assert_eq!(dot.handle.as_ref(), Some(dir));
+        assert_eq!(dotdot.handle.as_ref(), Some(parent));
+        assert_eq!(dot.handle, Some(h.fh(dir, ".")));
+        assert_eq!(dotdot.handle, Some(h.fh(dir, "..")));
+        // GETATTR with them: the fileids listed, directories, with the attributes
+        // READDIRPLUS gave.
+        for e in [dot, dotdot] {
+            let got = attrs(&h, e.handle.as_ref().unwrap());
+            assert_eq!(got.fileid, e.fileid, "{e:?}");
+            assert_eq!(got.ftype, Ftype3::NF3DIR);
+            let listed = e.attrs.as_ref().expect("attributes");
+            assert_eq!((listed.fileid, listed.ftype), (got.fileid, got.ftype));
+        }
+        // `..`'s handle works as a directory: looking `dir` up in it finds `dir`.
+        if let Some(name) = child_of_parent {
+            let again = h.fh(dotdot.handle.as_ref().unwrap(), name);
+            assert_eq!(attrs(&h, &again).fileid, dot.fileid);
+        }
+    }
+    // At the root, `..` is the root's own handle: nothing above the export.
+    let l = list(&h, &root, true);
+    assert_eq!(l[1].handle.as_ref(), Some(&root));
+    assert_eq!(l[1].fileid, l[0].fileid);
+    h.assert_outside_untouched();
+}
+
+#[test]
+fn readdir_and_readdirplus_resume_after_every_cookie() {
+    let h = Harness::new();
+    let root = h.root();
+    let d = h.new_dir(&root, "d");
+    for i in 0..40 {
+        let name = format!("{i}-{}", "n".repeat(i % 13));
+        std::fs::write(h.export.join("d").join(name), b"").unwrap();
+    }
+    for plus in [false, true] {
+        let (full, verf, _) = list_after(&h, &d, plus, 0, [0; 8], 65536, 1 << 20);
+        assert_eq!(full.len(), 42);
+        assert_eq!((full[0].name.as_str(), full[1].name.as_str()), (".", ".."));
+        let mut cookies: Vec<u64> = full.iter().map(|e| e.cookie).collect();
+        cookies.sort();
+        cookies.dedup();
+        assert_eq!(cookies.len(), full.len(), "cookies are distinct");
+        // From each entry's cookie (`.` and `..` included), the rest follows: nothing
+        // repeated, nothing lost; with our verifier and with zeros.
+        for (i, e) in full.iter().enumerate() {
+            for v in [verf, [0; 8]] {
+                let (rest, _, _) = list_after(&h, &d, plus, e.cookie, v, 65536, 1 << 20);
+                assert_eq!(rest, full[i + 1..], "plus={plus} after {e:?}");
+            }
+        }
+        // Small pages give the same listing.
+        let (paged, _, pages) = list_after(&h, &d, plus, 0, [0; 8], 200, 1200);
+        assert_eq!(paged, full, "plus={plus}");
+        assert!(pages > 5, "{pages} pages");
+    }
+    // Another verifier with a dot cookie, and a cookie we never made: BAD_COOKIE.
+    for cookie in [1, 2] {
+        let r = readdir(&h, &d, cookie, *b"wrongvrf", 4096);
+        assert_eq!(status(&r), NfsStat3::NFS3ERR_BAD_COOKIE);
+    }
+    let r = readdir(&h, &d, u64::MAX, [0; 8], 4096);
+    assert_eq!(status(&r), NfsStat3::NFS3ERR_BAD_COOKIE);
+}
+
+#[test]
+fn tiny_counts_list_one_entry_at_a_time() {
+    let h = Harness::new();
+    let root = h.root();
+    let t = h.new_dir(&root, "t");
+    // Names of 1 to 4 bytes: entries the size of `.` and `..` (names padded to 4).
+    for n in ["a", "bb", "ccc", "dddd"] {
+        std::fs::write(h.export.join("t").join(n), b"").unwrap();
+    }
+    let want = list(&h, &t, false);
+    let names = |l: &[Listed]| l.iter().map(|e| e.name.clone()).collect::<Vec<_>>();
+    assert_eq!(names(&want[..2]), [".", ".."]);
+    assert_eq!(want.len(), 6);
+
+    // READDIR: room for `.` and nothing more; one byte less is TOOSMALL.
+    let one = (RESOK_FIXED_SIZE + entry3_size(1)) as u32;
+    let (l, _, eof) = page(&h, &t, false, 0, [0; 8], one, 0).unwrap();
+    assert_eq!((names(&l), eof), (vec![".".to_string()], false));
+    assert_eq!(
+        page(&h, &t, false, 0, [0; 8], one - 1, 0).unwrap_err(),
+        NfsStat3::NFS3ERR_TOOSMALL
+    );
+    let (l, _, pages) = list_after(&h, &t, false, 0, [0; 8], one, 0);
+    assert_eq!((l, pages), (want.clone(), 6));
+
+    // READDIRPLUS: a dircount for one entry.
+    let (l, _, pages) = list_after(&h, &t, true, 0, [0; 8], entry3_size(4) as u32, 65536);
+    assert_eq!(names(&l), names(&want));
+    assert_eq!(pages, 6);
+    // A maxcount for `.` with its attributes and handle (every entry here is that
+    // size): one entry a page; one byte less is TOOSMALL.
+    let plus = list(&h, &t, true);
+    let sized = EntryPlus3 {
+        fileid: plus[0].fileid,
+        name: Filename3(Bytes::from_static(b".")),
+        cookie: plus[0].cookie,
+        name_attributes: plus[0].attrs.clone(),
+        name_handle: plus[0].handle.clone(),
+    };
+    let one = (RESOK_FIXED_SIZE + entryplus3_size(&sized)) as u32;
+    let (l, _, pages) = list_after(&h, &t, true, 0, [0; 8], 65536, one);
+    assert_eq!((l, pages), (plus.clone(), 6));
+    assert_eq!(
+        page(&h, &t, true, 0, [0; 8], 65536, one - 1).unwrap_err(),
+        NfsStat3::NFS3ERR_TOOSMALL
+    );
+    // Right after `.`, the same room holds `..`.
+    let (l, _, eof) = page(&h, &t, true, 1, [0; 8], 65536, one).unwrap();
+    assert_eq!((l, eof), (plus[1..2].to_vec(), false));
 }
 
 #[test]

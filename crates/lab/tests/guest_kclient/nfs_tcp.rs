@@ -4,6 +4,9 @@
 //! - copies files of 0 B, 1 B, 4095 B, 1 MiB + 1 and 64 MiB in; after dropping its
 //!   caches reads them back with matching md5, and the host sees the same bytes;
 //! - copies files the host made out, md5 matching the host's;
+//! - lists `.` and `..` (`ls -a`; getdents64 as strace shows it) in the mount root and
+//!   two directories the host made: their d_ino are the host's inode numbers of the
+//!   directory and its parent, and the mount root's `..` is the root itself;
 //! - makes directories, renames, makes and reads a symlink, lists a directory of
 //!   2,000 entries, removes it all, and unmounts cleanly;
 //! - mountstats shows the TCP transport.
@@ -25,6 +28,19 @@ step nfs_modules sh -c 'modprobe sunrpc && modprobe nfs && modprobe nfsv3'
 step mount mount.nfs "10.0.2.2:$LAB_EXPORT" $M -n -o "$OPTS"
 record xprt "$(lab_xprt $M)"
 step xprt_is_tcp lab_expect_xprt $M tcp
+# `.` and `..` as getdents64 hands them to ls: "name d_ino d_off" for each.
+dots() {
+  strace -qq -v -s 256 -e trace=getdents64 -o /tmp/dots.st ls -a "$1" >/dev/null &&
+    grep -o '{d_ino=[^}]*d_name="\.\.\?"}' /tmp/dots.st |
+    sed 's/^{d_ino=\([0-9]*\), d_off=\([0-9]*\),.*d_name="\(.*\)"}$/\3 \1 \2/' |
+    tr '\n' ' '
+}
+record "dots:root" "$(dots $M)"
+record "dots:dots" "$(dots $M/dots)"
+record "dots:sub" "$(dots $M/dots/sub)"
+record ls_a "$(ls -a $M/dots | tr '\n' ' ')"
+record ls_ai_root "$(ls -ai $M | head -2 | tr -s ' \n' '  ')"
+step rmdir_dots rmdir $M/dots/sub $M/dots
 for n in $LAB_SIZES; do
   step "make_$n" sh -c "head -c $n /dev/urandom > /tmp/f$n"
   step "copy_in_$n" cp /tmp/f$n $M/in-$n
@@ -63,6 +79,22 @@ fn kernel_nfsv3_tcp_client_to_our_host_server() {
         use std::os::unix::fs::PermissionsExt;
         // The guest's root is squashed to nobody (the default): let nobody write.
         std::fs::set_permissions(&export, std::fs::Permissions::from_mode(0o777)).unwrap();
+    }
+    // Directories whose `.` and `..` the guest lists (and then removes).
+    std::fs::create_dir_all(export.join("dots/sub")).unwrap();
+    let ino = |p: &std::path::Path| {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata(p).unwrap().ino()
+    };
+    let (root_ino, dots_ino, sub_ino) = (
+        ino(&export),
+        ino(&export.join("dots")),
+        ino(&export.join("dots/sub")),
+    );
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let all = std::fs::Permissions::from_mode(0o777);
+        std::fs::set_permissions(export.join("dots"), all).unwrap();
     }
     let mut host_md5 = Vec::new();
     for (i, n) in SIZES.iter().enumerate() {
@@ -111,6 +143,29 @@ fn kernel_nfsv3_tcp_client_to_our_host_server() {
             }
         }
         Ok(())
+    });
+    o.host_step("dot_entries_name_the_right_inodes", |o| {
+        // getdents64 d_ino is the fileid of our READDIR(PLUS) entry: `.` the
+        // directory, `..` its parent, and at the mount root the root again.
+        for (key, dot, dotdot) in [
+            ("dots:root", root_ino, root_ino),
+            ("dots:dots", dots_ino, root_ino),
+            ("dots:sub", sub_ino, dots_ino),
+        ] {
+            let got = o.value(key).unwrap_or("missing");
+            let f: Vec<&str> = got.split_whitespace().collect();
+            let ok = f.len() == 6
+                && (f[0], f[1], f[3], f[4]) == (".", &*dot.to_string(), "..", &*dotdot.to_string());
+            if !ok {
+                return Err(format!(
+                    "{key}: getdents64 gave {got:?}, want `. {dot} <off> .. {dotdot} <off>`"
+                ));
+            }
+        }
+        match o.value("ls_a") {
+            Some(l) if l.split_whitespace().eq([".", "..", "sub"]) => Ok(()),
+            other => Err(format!("ls -a of dots: {other:?}")),
+        }
     });
     check_nfs_copy_tree(&mut o, &export, &SIZES, 2000);
     let passed = o.passed();

@@ -84,7 +84,7 @@ async fn open(g: &Global, t: &Target, keep: usize) -> Result<(Mount, String)> {
 /// Runs one command.
 pub(crate) async fn run(g: Global, cmd: Command) -> Result<()> {
     match cmd {
-        Command::Ls { long, target } => ls(&g, &target, long).await,
+        Command::Ls { long, all, target } => ls(&g, &target, long, all).await,
         Command::Get { target, local } => get(&g, &target, local).await,
         Command::Put {
             local,
@@ -114,7 +114,9 @@ pub(crate) async fn run(g: Global, cmd: Command) -> Result<()> {
     }
 }
 
-async fn ls(g: &Global, target: &Target, long: bool) -> Result<()> {
+/// `nfs ls`: like `ls`, the entries sorted by name, `.` and `..` only with `all`
+/// (and then first, as `ls -a` shows them).
+async fn ls(g: &Global, target: &Target, long: bool, all: bool) -> Result<()> {
     let (m, path) = open(g, target, 0).await?;
     let (fh, attrs) = m.lookup_path(&path).await.on(target)?;
     let mut out = String::new();
@@ -126,8 +128,15 @@ async fn ls(g: &Global, target: &Target, long: bool) -> Result<()> {
         return Ok(());
     }
     let mut entries = m.read_dir(&fh, long).collect_all().await.on(target)?;
-    entries.retain(|e| &e.name[..] != b"." && &e.name[..] != b"..");
-    entries.sort_by(|a, b| a.name.cmp(&b.name));
+    let dot_rank = |name: &[u8]| match name {
+        b"." => 0,
+        b".." => 1,
+        _ => 2,
+    };
+    if !all {
+        entries.retain(|e| dot_rank(&e.name) == 2);
+    }
+    entries.sort_by(|a, b| (dot_rank(&a.name), &a.name).cmp(&(dot_rank(&b.name), &b.name)));
     for e in &entries {
         let mut name = String::from_utf8_lossy(&e.name).into_owned();
         if let Some(h) = &e.handle {

@@ -79,11 +79,14 @@ struct Global {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// List a directory (or show one file).
+    /// List a directory (or show one file), sorted by name; `.` and `..` only with -a.
     Ls {
         /// Long format: mode, links, owner, size, mtime (READDIRPLUS).
         #[arg(short, long)]
         long: bool,
+        /// Also `.` and `..`, first, as the server lists them (as `ls -a`).
+        #[arg(short, long)]
+        all: bool,
         /// host:/path or nfs://host[:port]/path.
         target: Target,
     },
