@@ -376,6 +376,9 @@ impl<Q: QueuePair + 'static> Conn<Q> {
             .take();
     }
 
+    /// Disconnects, saying why (the provider's own reason, if it has one when the
+    /// connection ends, replaces ours: a failed post is the consequence of a lost
+    /// connection, not its cause).
     fn close(&self, why: &str) {
         tracing::debug!(target: "rpcrdma_transport", conn = self.stats.id, reason = why, "closing connection");
         self.stats.inc(Counter::ClosedByUs);

@@ -415,9 +415,17 @@ impl<Q: QueuePair + 'static> ServerConn<Q> {
             let _ = w.send(Err(BackwardError::ConnectionLost));
         }
         self.stats.add(Counter::BackwardFailed, queued);
-        record_close_reason(&*self.qp, &self.stats).await;
-        if let Some(why) = &self.closing {
-            self.stats.set_close_reason(why.to_string());
+        // Why it closed: a failed post is the consequence of a connection the provider
+        // already lost, whose reason (a Terminate from the peer, say) is the cause; any
+        // other reason of ours is the cause itself.
+        match &self.closing {
+            Some(CloseReason::Post(..)) | None => {
+                if let Some(why) = &self.closing {
+                    self.stats.set_close_reason(why.to_string());
+                }
+                record_close_reason(&*self.qp, &self.stats).await;
+            }
+            Some(why) => self.stats.set_close_reason(why.to_string()),
         }
         self.stats.close();
     }
@@ -428,7 +436,9 @@ impl<Q: QueuePair + 'static> ServerConn<Q> {
             return;
         }
         tracing::debug!(target: "rpcrdma_transport", conn = self.stats.id, reason = %why, "closing connection");
-        self.stats.inc(Counter::ClosedByUs);
+        if !matches!(why, CloseReason::Post(..)) {
+            self.stats.inc(Counter::ClosedByUs);
+        }
         self.closing = Some(why);
         self.qp.disconnect();
     }
