@@ -28,7 +28,7 @@ use crate::message::{
 };
 use crate::service::prepend;
 use crate::transport::Transport;
-use crate::transport::{RecordReceiver, RecordSender};
+use crate::transport::{CallFailure, Incoming, RecordReceiver, RecordSender};
 
 /// Client settings.
 #[derive(Debug, Clone)]
@@ -73,6 +73,11 @@ pub enum ClientError {
     /// The reply header does not decode.
     #[error("malformed reply: {0}")]
     BadReply(#[from] HeaderError),
+    /// The transport failed the call (over RPC-over-RDMA: the server answered it with
+    /// RDMA_ERROR, its Reply did not match the call's chunks, or the call could not be
+    /// sent at all); the transport's typed error is inside.
+    #[error("transport: {0}")]
+    Transport(CallFailure),
 }
 
 /// Per-call settings for [`Client::call_with`]; `None` takes the client's default.
@@ -95,11 +100,14 @@ pub struct Reply {
     pub results: Decoder,
 }
 
+/// Where a call's reply (or its transport failure) goes.
+type Waiter = oneshot::Sender<Result<Bytes, CallFailure>>;
+
 enum Cmd {
     Call {
         xid: Xid,
         msg: XdrStream,
-        reply: oneshot::Sender<Bytes>,
+        reply: Waiter,
     },
     Cancel(Xid),
 }
@@ -190,7 +198,8 @@ impl Client {
             })
             .map_err(|_| ClientError::DriverGone)?;
         let bytes = match tokio::time::timeout(timeout, rx).await {
-            Ok(Ok(b)) => b,
+            Ok(Ok(Ok(b))) => b,
+            Ok(Ok(Err(failure))) => return Err(ClientError::Transport(failure)),
             Ok(Err(_)) => return Err(ClientError::DriverGone),
             Err(_) => {
                 let _ = self.cmds.send(Cmd::Cancel(xid));
@@ -229,7 +238,7 @@ struct Driver<T: Transport> {
     transport: T,
     cmds: mpsc::UnboundedReceiver<Cmd>,
     /// Outstanding calls: the encoded call (kept for retransmission) and the waiter.
-    pending: HashMap<Xid, (XdrStream, oneshot::Sender<Bytes>)>,
+    pending: HashMap<Xid, (XdrStream, Waiter)>,
     sender: Option<T::Sender>,
     /// Incremented at each connection, to ignore the end of stale readers.
     generation: u64,
@@ -240,6 +249,8 @@ struct Driver<T: Transport> {
 
 enum Event {
     Reply(Bytes),
+    /// The transport failed this call alone.
+    CallFailed(Xid, CallFailure),
     Closed(u64),
 }
 
@@ -276,6 +287,11 @@ impl<T: Transport> Driver<T> {
                 },
                 ev = ev_rx.recv() => match ev {
                     Some(Event::Reply(bytes)) => self.reply(bytes),
+                    Some(Event::CallFailed(xid, failure)) => {
+                        if let Some((_, waiter)) = self.pending.remove(&xid) {
+                            let _ = waiter.send(Err(failure));
+                        }
+                    }
                     Some(Event::Closed(g)) if g == self.generation => {
                         self.disconnect("connection closed");
                     }
@@ -290,7 +306,7 @@ impl<T: Transport> Driver<T> {
         match peek_xid_and_type(&bytes) {
             Some((xid, MsgType::REPLY)) => match self.pending.remove(&xid) {
                 Some((_, waiter)) => {
-                    let _ = waiter.send(bytes);
+                    let _ = waiter.send(Ok(bytes));
                 }
                 None => tracing::debug!(xid = xid.0, "reply to no outstanding call"),
             },
@@ -315,8 +331,14 @@ impl<T: Transport> Driver<T> {
                 tokio::spawn(async move {
                     loop {
                         match receiver.recv().await {
-                            Ok(Some(msg)) => {
-                                if ev_tx.send(Event::Reply(msg)).is_err() {
+                            Ok(Some(incoming)) => {
+                                let ev = match incoming {
+                                    Incoming::Message(msg) => Event::Reply(msg),
+                                    Incoming::CallFailed { xid, error } => {
+                                        Event::CallFailed(Xid(xid), error)
+                                    }
+                                };
+                                if ev_tx.send(ev).is_err() {
                                     return;
                                 }
                             }

@@ -54,4 +54,4 @@ pub use server::{Server, ServerConfig};
 pub use service::{Dispatcher, Request, Service, ServiceResult};
 #[cfg(feature = "tokio")]
 pub use tcp::TcpTransport;
-pub use transport::{RecordReceiver, RecordSender, Transport};
+pub use transport::{CallFailure, Incoming, RecordReceiver, RecordSender, Transport};

@@ -15,7 +15,7 @@ use tokio::net::TcpStream;
 use xdr::XdrStream;
 
 use crate::record::{frame, RecordDecoder};
-use crate::transport::{RecordReceiver, RecordSender, Transport};
+use crate::transport::{Incoming, RecordReceiver, RecordSender, Transport};
 
 /// Smallest buffer reservation for one read, so that small records do not cost one
 /// system call each.
@@ -160,8 +160,9 @@ impl RecordSender for TcpSender {
 }
 
 impl RecordReceiver for TcpReceiver {
-    async fn recv(&mut self) -> io::Result<Option<Bytes>> {
-        read_record(&mut self.r, &mut self.dec, &mut self.buf).await
+    async fn recv(&mut self) -> io::Result<Option<Incoming>> {
+        let record = read_record(&mut self.r, &mut self.dec, &mut self.buf).await?;
+        Ok(record.map(Incoming::Message))
     }
 }
 

@@ -29,9 +29,10 @@
 //! Call again with its XID; each retransmission is planned and registered afresh on
 //! the new connection. The regions of the lost connection are fenced when it ends.
 //!
-//! `oncrpc`'s transport traits carry whole messages and no per-call error, so a Call
-//! answered with RDMA_ERROR, or whose Reply does not match its chunks, completes with
-//! a locally made RPC reply, MSG_ACCEPTED / SYSTEM_ERR (counted in the counters).
+//! A Call the core fails (answered with RDMA_ERROR, a Reply that does not match its
+//! chunks or its version, a failed pull) or that cannot be sent at all completes with
+//! [`oncrpc::Incoming::CallFailed`] carrying a [`TransportError`], which the caller of
+//! `oncrpc::Client` sees as `ClientError::Transport` (counted in the counters).
 
 use std::collections::HashMap;
 use std::io;
@@ -39,7 +40,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use bytes::Bytes;
-use oncrpc::{Dispatcher, RecordReceiver, RecordSender, Transport};
+use oncrpc::{CallFailure, Dispatcher, Incoming, RecordReceiver, RecordSender, Transport};
 use rdma::{
     Completion, ConnectionManager, ProtectionDomain, QueuePair, QueuePairExt, STag, SendOp,
     WcOpcode, WcStatus,
@@ -51,7 +52,8 @@ use rpcrdma::rpc::{self, ProcId};
 use rpcrdma::ulb::{ReplySizing, UpperLayerBinding};
 use rpcrdma::version::Negotiation;
 use rpcrdma::{
-    Action, Error, ReplyError, Requester, RequesterConfig, RequesterEvent, Segment, Version, Xid,
+    Action, Error, MarshalError, ReplyError, Requester, RequesterConfig, RequesterEvent, Segment,
+    Version, Xid,
 };
 use tokio::sync::{mpsc, Notify};
 use xdr::XdrStream;
@@ -310,7 +312,7 @@ type Work = (Vec<Action>, Vec<RequesterEvent>);
 struct Conn<Q> {
     /// Where whole replies go ([`RdmaReceiver`]); `None` once the connection ended,
     /// which ends the receiver.
-    replies: Mutex<Option<mpsc::UnboundedSender<Bytes>>>,
+    replies: Mutex<Option<mpsc::UnboundedSender<Incoming>>>,
     /// Registered buffers for the headers of our Sends.
     sends: SendPool,
     qp: Q,
@@ -362,10 +364,22 @@ impl<Q: QueuePair + 'static> Conn<Q> {
         out
     }
 
-    /// Hands a whole reply to the receiver; false once the connection has ended.
-    fn deliver(&self, reply: Bytes) -> bool {
+    /// Hands a whole reply (or a call's failure) to the receiver; false once the
+    /// connection has ended.
+    fn deliver(&self, incoming: Incoming) -> bool {
         let g = self.replies.lock().unwrap_or_else(|e| e.into_inner());
-        g.as_ref().is_some_and(|tx| tx.send(reply).is_ok())
+        g.as_ref().is_some_and(|tx| tx.send(incoming).is_ok())
+    }
+
+    /// Fails call `xid` alone, saying why.
+    fn fail_call(&self, xid: Xid, error: TransportError) {
+        let failed = Incoming::CallFailed {
+            xid: xid.0,
+            error: CallFailure::new(error),
+        };
+        if !self.deliver(failed) {
+            self.close("the receiver is gone");
+        }
     }
 
     /// Ends the receiver.
@@ -427,22 +441,23 @@ impl<Q: QueuePair + 'static> Conn<Q> {
                     write_lengths,
                 } => {
                     let proc_id = self.lock().procs.remove(&xid);
-                    let reply = match self.assemble(
+                    match self.assemble(
                         proc_id,
                         inline,
                         reply_chunk_len,
                         &write_lengths,
                         fenced.remove(&xid),
                     ) {
-                        Ok(reply) => reply,
+                        Ok(reply) => {
+                            if !self.deliver(Incoming::Message(reply)) {
+                                self.close("the receiver is gone");
+                            }
+                        }
                         Err(why) => {
                             self.stats.inc(Counter::ErrBadReply);
                             tracing::debug!(target: "rpcrdma_transport", xid = xid.0, ?proc_id, why, "bad reply");
-                            system_err_reply(xid)
+                            self.fail_call(xid, TransportError::BadReply(why));
                         }
-                    };
-                    if !self.deliver(reply) {
-                        self.close("the receiver is gone");
                     }
                 }
                 RequesterEvent::Failed { xid, error } => {
@@ -452,9 +467,7 @@ impl<Q: QueuePair + 'static> Conn<Q> {
                         continue;
                     }
                     tracing::debug!(target: "rpcrdma_transport", xid = xid.0, %error, "call failed");
-                    if !self.deliver(system_err_reply(xid)) {
-                        self.close("the receiver is gone");
-                    }
+                    self.fail_call(xid, TransportError::Call(error));
                 }
                 RequesterEvent::BackwardCall { xid, payload } => self.serve_backward(xid, payload),
             }
@@ -768,10 +781,21 @@ impl<Q: QueuePair + 'static> RdmaSender<Q> {
                     // Call message, the associated RPC transaction fails immediately."
                     // Failing the connection instead would make oncrpc reconnect and
                     // retry it.
-                    conn.lock().procs.remove(&xid);
+                    let proc_id = conn.lock().procs.remove(&xid);
                     tracing::debug!(target: "rpcrdma_transport", xid = xid.0, error = %e, "call failed locally");
                     conn.stats.inc(Counter::ErrCallFailedLocally);
-                    conn.deliver(system_err_reply(xid));
+                    let error = match (e, proc_id) {
+                        // §8: "Requesters MUST NOT send RPC-over-RDMA messages for Upper
+                        // Layer Protocols that do not have a Upper Layer Binding."
+                        (Error::Marshal(MarshalError::NoUpperLayerBinding), Some(p)) => {
+                            TransportError::NoBinding {
+                                prog: p.prog,
+                                vers: p.vers,
+                            }
+                        }
+                        (e, _) => TransportError::Call(e),
+                    };
+                    conn.fail_call(xid, error);
                     return Ok(());
                 }
             }
@@ -814,29 +838,17 @@ impl<Q: QueuePair + 'static> Drop for RdmaSender<Q> {
     }
 }
 
-/// The receiving half of a client connection: whole RPC replies, reassembled.
+/// The receiving half of a client connection: whole RPC replies, reassembled, and the
+/// failures of single calls.
 #[derive(Debug)]
 pub struct RdmaReceiver {
-    rx: mpsc::UnboundedReceiver<Bytes>,
+    rx: mpsc::UnboundedReceiver<Incoming>,
 }
 
 impl RecordReceiver for RdmaReceiver {
-    async fn recv(&mut self) -> io::Result<Option<Bytes>> {
+    async fn recv(&mut self) -> io::Result<Option<Incoming>> {
         Ok(self.rx.recv().await)
     }
-}
-
-/// RFC 5531 reply `xid, REPLY, MSG_ACCEPTED, AUTH_NONE, SYSTEM_ERR`: how a Call that
-/// the transport cannot complete fails through `oncrpc`'s message-only interface.
-fn system_err_reply(xid: Xid) -> Bytes {
-    const SYSTEM_ERR: u32 = 5;
-    let words = [xid.0, rpc::REPLY, 0, 0, 0, SYSTEM_ERR];
-    Bytes::from(
-        words
-            .iter()
-            .flat_map(|w| w.to_be_bytes())
-            .collect::<Vec<u8>>(),
-    )
 }
 
 /// The completion task of one client connection.

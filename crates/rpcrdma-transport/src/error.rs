@@ -32,6 +32,15 @@ pub enum TransportError {
     /// The provider refused a work request.
     #[error("work request refused: {0}")]
     Post(#[from] rdma::PostError),
+    /// The protocol core failed the call: the server answered it with RDMA_ERROR
+    /// (`rpcrdma::ReplyError::PeerError`), or its Reply did not match the call (another
+    /// RPC-over-RDMA version, chunks other than those offered, a failed pull).
+    #[error("{0}")]
+    Call(#[from] rpcrdma::Error),
+    /// The Reply could not be put back together from its chunks (the binding cannot
+    /// parse it, a chunk is missing).
+    #[error("reply cannot be put together: {0}")]
+    BadReply(&'static str),
     /// Socket-level failure (listening).
     #[error("i/o: {0}")]
     Io(#[from] io::Error),
@@ -47,6 +56,7 @@ impl From<TransportError> for io::Error {
             TransportError::Connect(_) => io::ErrorKind::ConnectionRefused,
             TransportError::NoBinding { .. } => io::ErrorKind::Unsupported,
             TransportError::NotACall | TransportError::Marshal(_) => io::ErrorKind::InvalidInput,
+            TransportError::Call(_) | TransportError::BadReply(_) => io::ErrorKind::InvalidData,
         };
         io::Error::new(kind, e)
     }

@@ -95,7 +95,14 @@ async fn bc_s7_3_1_a_backward_call_before_ready_is_refused_with_not_ready() {
     );
     // Nothing went on the wire, and the forward direction is unaffected.
     s.tx.send(&echo_call(7, PROG, &data)).await.unwrap();
-    let (xid, got) = reply_opaque(s.rx.recv().await.unwrap().unwrap());
+    let (xid, got) = reply_opaque(
+        s.rx.recv()
+            .await
+            .unwrap()
+            .unwrap()
+            .into_message()
+            .expect("a reply"),
+    );
     assert_eq!((xid, got), (7, data.clone()));
     let ss = s.server_stats.latest().unwrap();
     assert_eq!(ss.get(Counter::BackwardCalls), 0);
@@ -131,7 +138,14 @@ async fn thousand_each_way(version_two: bool) {
     let replies = tokio::spawn(async move {
         let mut seen = HashSet::new();
         while seen.len() < N as usize {
-            let (xid, data) = reply_opaque(rx.recv().await.unwrap().unwrap());
+            let (xid, data) = reply_opaque(
+                rx.recv()
+                    .await
+                    .unwrap()
+                    .unwrap()
+                    .into_message()
+                    .expect("a reply"),
+            );
             assert!(
                 data == pattern(16 + (xid as usize % 300), xid as u8),
                 "forward {xid}"

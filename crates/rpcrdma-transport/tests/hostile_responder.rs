@@ -18,7 +18,7 @@ use rpcrdma::header::{Body, ErrorBody, Header};
 use rpcrdma::options::{ReliableReplyInfo, RELIABLE_REPLY};
 use rpcrdma::validate::{receive, Policy, Received};
 use rpcrdma::{ChunkLists, OptType, ReadChunk, Segment, Version, Xid};
-use rpcrdma_transport::{Counter, RdmaConfig, RdmaTransport, StatsRegistry};
+use rpcrdma_transport::{Counter, RdmaConfig, RdmaTransport, StatsRegistry, TransportError};
 use tokio::sync::mpsc;
 
 const BUF: usize = 65536;
@@ -437,7 +437,7 @@ fn v2_client(addr: std::net::SocketAddr) -> (oncrpc::Client, StatsRegistry) {
 /// rpcrdma-v2-draft-cel-nfsv4-rpcrdma-version-two-00 §5.3: "a responder MUST send
 /// Replies with the same RPC-over-RDMA protocol version that the requester uses to
 /// send its Calls". A Reply in another version is not that Call's Reply: the Call
-/// fails with SYSTEM_ERR (counted), its credit returns, the probe is not settled by it,
+/// fails with the core's error (counted), its credit returns, the probe is not settled by it,
 /// and the connection carries on (the next Call, answered in its own version, works).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn v2_s5_3_a_reply_in_another_version_than_its_call_fails_that_call() {
@@ -453,15 +453,7 @@ async fn v2_s5_3_a_reply_in_another_version_than_its_call_fails_that_call() {
         .call(PROG, VERS, NULL, xdr::XdrStream::default())
         .await
         .map(|_| ());
-    assert!(
-        matches!(
-            r,
-            Err(oncrpc::ClientError::Accepted(oncrpc::AcceptedStatus::Void(
-                oncrpc::AcceptStat::SYSTEM_ERR
-            )))
-        ),
-        "{r:?}"
-    );
+    assert!(is_wrong_version(&r), "{r:?}");
     for _ in 0..3 {
         null(&c).await;
     }
@@ -531,15 +523,7 @@ async fn v2_s5_3_a_version_one_client_fails_a_call_answered_in_version_two() {
         .call(PROG, VERS, NULL, xdr::XdrStream::default())
         .await
         .map(|_| ());
-    assert!(
-        matches!(
-            r,
-            Err(oncrpc::ClientError::Accepted(oncrpc::AcceptedStatus::Void(
-                oncrpc::AcceptStat::SYSTEM_ERR
-            )))
-        ),
-        "{r:?}"
-    );
+    assert!(is_wrong_version(&r), "{r:?}");
     null(&c).await;
     let seen: Vec<Version> = std::iter::from_fn(|| versions.try_recv().ok()).collect();
     assert_eq!(seen, vec![Version::ONE; 3]);
@@ -684,12 +668,31 @@ async fn big_result(c: &oncrpc::Client, n: u32) -> Result<(), oncrpc::ClientErro
     c.call(PROG, VERS, BIG, big_arg(n, &[])).await.map(|_| ())
 }
 
-fn is_system_err(r: &Result<(), oncrpc::ClientError>) -> bool {
+/// The core's error a call failed with (`ClientError::Transport` carrying
+/// `TransportError::Call`), if it did.
+fn core_error(r: &Result<(), oncrpc::ClientError>) -> Option<&rpcrdma::Error> {
+    match r {
+        Err(oncrpc::ClientError::Transport(f)) => match f.downcast_ref::<TransportError>() {
+            Some(TransportError::Call(e)) => Some(e),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// The call failed because its pull failed (reliable-reply §4.1.2).
+fn is_pull_failure(r: &Result<(), oncrpc::ClientError>) -> bool {
     matches!(
-        r,
-        Err(oncrpc::ClientError::Accepted(oncrpc::AcceptedStatus::Void(
-            oncrpc::AcceptStat::SYSTEM_ERR
-        )))
+        core_error(r),
+        Some(rpcrdma::Error::Reply(rpcrdma::ReplyError::PullFailed))
+    )
+}
+
+/// The call failed because its Reply came in another version (v2 §5.3).
+fn is_wrong_version(r: &Result<(), oncrpc::ClientError>) -> bool {
+    matches!(
+        core_error(r),
+        Some(rpcrdma::Error::Header(HeaderError::UnsupportedVersion(_)))
     )
 }
 
@@ -705,7 +708,7 @@ async fn rr_s4_1_2_a_read_that_cannot_be_posted_still_gets_rdma_done() {
     let (addr, mut seen) = raw_pull_responder(false).await;
     let (c, stats) = reliable_client(addr, 0).await;
     let r = big_result(&c, 10_000).await;
-    assert!(is_system_err(&r), "{r:?}");
+    assert!(is_pull_failure(&r), "{r:?}");
     let done = tokio::time::timeout(Duration::from_secs(60), seen.recv())
         .await
         .expect("no RDMA_DONE")
@@ -726,7 +729,7 @@ async fn rr_s4_1_2_a_read_that_cannot_be_posted_still_gets_rdma_done() {
 /// stream (RFC 5040 §7.1), so the connection is lost (§4.1.3: "a remote access error
 /// occurs and the connection is lost") and the RDMA_DONE the client owes can no longer
 /// be posted: the disconnect is the responder's notice. The client does not wait for
-/// a Reply that cannot come: the Call fails at once with SYSTEM_ERR (no
+/// a Reply that cannot come: the Call fails at once with the core's PullFailed (no
 /// retransmission loop against such a responder, rfc5666bis §5.5.3), and no RDMA_DONE
 /// ever reaches the responder on the lost connection.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -737,7 +740,7 @@ async fn rr_s4_1_2_a_read_that_fails_fails_the_call_and_ends_the_connection() {
     let r = tokio::time::timeout(Duration::from_secs(30), big_result(&c, 10_000))
         .await
         .expect("the call waited for a reply that cannot come");
-    assert!(is_system_err(&r), "{r:?}");
+    assert!(is_pull_failure(&r), "{r:?}");
     let end = tokio::time::timeout(Duration::from_secs(60), seen.recv())
         .await
         .expect("the connection stayed")

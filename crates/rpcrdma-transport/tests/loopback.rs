@@ -246,12 +246,19 @@ async fn unbound_program_is_refused_by_the_requester() {
             Duration::from_secs(10),
         )
         .await;
-    assert!(matches!(
-        r,
-        Err(oncrpc::ClientError::Accepted(oncrpc::AcceptedStatus::Void(
-            oncrpc::AcceptStat::SYSTEM_ERR
-        )))
-    ));
+    let Err(oncrpc::ClientError::Transport(failure)) = r else {
+        panic!("expected a transport failure, got {r:?}");
+    };
+    assert!(
+        matches!(
+            failure.downcast_ref::<rpcrdma_transport::TransportError>(),
+            Some(rpcrdma_transport::TransportError::NoBinding {
+                prog: UNBOUND_PROG,
+                vers: VERS
+            })
+        ),
+        "{failure}"
+    );
     let s = cstats.latest().unwrap();
     assert_eq!(s.get(Counter::ErrCallFailedLocally), 1);
     assert_eq!(s.get(Counter::Sends), 0);

@@ -120,7 +120,7 @@ counters! {
     /// Messages discarded (too short, unknown XID, duplicate, unparsable reply).
     ErrDiscarded = "err_discarded",
     /// Calls that could not be built or sent (no binding, cannot marshal), failed at
-    /// once with a local SYSTEM_ERR reply (§5.5.4; requester).
+    /// once with a typed transport error (§5.5.4; requester).
     ErrCallFailedLocally = "err_call_failed_locally",
     /// Replies that did not match their Call (Write list, Reply chunk, positions).
     ErrBadReply = "err_bad_reply",
