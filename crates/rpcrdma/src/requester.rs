@@ -75,6 +75,13 @@ pub struct RequesterConfig {
     /// the responder's pull timeout is exercised. Never set it in production.
     #[doc(hidden)]
     pub fault_skip_rdma_done: bool,
+    /// Invalidation is posted work (verbs LOCAL_INV) that completes later: the Reply
+    /// (or failure) of a Call with registered chunks is held until the driver reports
+    /// [`Requester::handle_invalidated`] for it (§5.4.1: memory is "fenced from
+    /// responders before allowing Upper Layer access to the data"). Off: the driver
+    /// fences each [`Action::Invalidate`] before it looks at the events that follow
+    /// (a software provider invalidates at once).
+    pub posted_invalidation: bool,
 }
 
 impl Default for RequesterConfig {
@@ -89,6 +96,7 @@ impl Default for RequesterConfig {
             reliable_reply: None,
             max_pulled_reply: 64 << 20,
             fault_skip_rdma_done: false,
+            posted_invalidation: false,
         }
     }
 }
@@ -155,6 +163,8 @@ pub struct Requester<B> {
     reliable: ReliableState,
     /// Replies being pulled from responder-provided Read chunks.
     pulls: HashMap<Xid, PendingPull>,
+    /// With posted invalidation: the event of each Call whose chunks are being fenced.
+    fencing: HashMap<Xid, RequesterEvent>,
     counters: Arc<dyn CounterSink>,
 }
 
@@ -180,6 +190,7 @@ impl<B: UpperLayerBinding> Requester<B> {
             events: VecDeque::new(),
             reliable: ReliableState::NotYet,
             pulls: HashMap::new(),
+            fencing: HashMap::new(),
             counters: Arc::new(NoCounters),
         }
     }
@@ -356,9 +367,22 @@ impl<B: UpperLayerBinding> Requester<B> {
                 // associated with each RPC transaction are properly fenced from
                 // responders before allowing Upper Layer access to the data".
                 self.actions.push_back(Action::Invalidate { xid, handles });
+                if self.config.posted_invalidation {
+                    self.fencing.insert(xid, event);
+                    return;
+                }
             }
         }
         self.events.push_back(event);
+    }
+
+    /// The driver's invalidation of Call `xid`'s chunks completed (posted
+    /// invalidation): the Call's Reply or failure is handed up now. Unknown XIDs (an
+    /// aborted Call, a retried one) are ignored.
+    pub fn handle_invalidated(&mut self, xid: Xid) {
+        if let Some(event) = self.fencing.remove(&xid) {
+            self.events.push_back(event);
+        }
     }
 
     fn fail(&mut self, xid: Xid, error: Error) {
@@ -655,6 +679,14 @@ impl<B: UpperLayerBinding> Requester<B> {
     /// retransmit on a new connection) and credits return to the initial state.
     pub fn handle_disconnect(&mut self) {
         self.pulls.clear();
+        // Replies whose chunks were still being fenced cannot be handed up: the
+        // memory's state is unknown once the connection is gone.
+        for (xid, _) in self.fencing.drain() {
+            self.events.push_back(RequesterEvent::Failed {
+                xid,
+                error: ReplyError::ConnectionLost.into(),
+            });
+        }
         self.reliable = ReliableState::NotYet;
         let xids: Vec<Xid> = self.calls.keys().copied().collect();
         for xid in xids {

@@ -793,3 +793,91 @@ fn rr_s4_1_3_read_chunk_reply_without_the_feature_gets_done_and_fails() {
         })
     );
 }
+
+#[test]
+fn s5_4_1_with_posted_invalidation_the_reply_waits_until_its_chunks_are_fenced() {
+    let mut r = Requester::new(
+        TestUlb {
+            max_reply: 4096 + 120,
+            ddp_results: vec![4096],
+            call_ddp: 0,
+        },
+        RequesterConfig {
+            posted_invalidation: true,
+            ..RequesterConfig::default()
+        },
+    );
+    let xid = Xid(0x0cc7_04b8);
+    r.start_call(xid, nfs_call(0x0cc7_04b8, 6, &[0; 16], None))
+        .unwrap();
+    let Some(Action::Register { .. }) = r.poll_action() else {
+        panic!()
+    };
+    r.handle_registered(
+        xid,
+        vec![vec![Segment::new(0x8cd1_cf01, 4096, 0x0cc7_04b8_c4d3_4000)]],
+    )
+    .unwrap();
+    let _ = sent(&mut r);
+    let inline = rpc_reply(0x0cc7_04b8, &[0; 14], Some(Bytes::from_static(b"x"))).inline;
+    r.handle_receive(concat(&[hex(READ_REPLY_WRITE_LIST), inline.clone()]));
+    assert_eq!(
+        r.poll_action(),
+        Some(Action::Invalidate {
+            xid,
+            handles: vec![0x8cd1_cf01]
+        })
+    );
+    // §5.4.1: not before the responder is fenced from the Write chunk.
+    assert_eq!(r.poll_event(), None, "the Reply waits for the LOCAL_INV");
+    r.handle_invalidated(Xid(0xdead));
+    assert_eq!(r.poll_event(), None, "another XID releases nothing");
+    r.handle_invalidated(xid);
+    assert_eq!(
+        r.poll_event(),
+        Some(RequesterEvent::Reply {
+            xid,
+            inline,
+            reply_chunk_len: None,
+            write_lengths: vec![23]
+        })
+    );
+}
+
+#[test]
+fn s5_4_1_a_reply_still_being_fenced_when_the_connection_goes_fails() {
+    let mut r = Requester::new(
+        TestUlb {
+            max_reply: 4096 + 120,
+            ddp_results: vec![4096],
+            call_ddp: 0,
+        },
+        RequesterConfig {
+            posted_invalidation: true,
+            ..RequesterConfig::default()
+        },
+    );
+    let xid = Xid(0x0cc7_04b8);
+    r.start_call(xid, nfs_call(0x0cc7_04b8, 6, &[0; 16], None))
+        .unwrap();
+    let _ = r.poll_action();
+    r.handle_registered(
+        xid,
+        vec![vec![Segment::new(0x8cd1_cf01, 4096, 0x0cc7_04b8_c4d3_4000)]],
+    )
+    .unwrap();
+    let _ = sent(&mut r);
+    let inline = rpc_reply(0x0cc7_04b8, &[0; 14], Some(Bytes::from_static(b"x"))).inline;
+    r.handle_receive(concat(&[hex(READ_REPLY_WRITE_LIST), inline]));
+    assert!(matches!(r.poll_action(), Some(Action::Invalidate { .. })));
+    r.handle_disconnect();
+    assert_eq!(
+        r.poll_event(),
+        Some(RequesterEvent::Failed {
+            xid,
+            error: ReplyError::ConnectionLost.into()
+        })
+    );
+    r.handle_invalidated(xid);
+    assert_eq!(r.poll_event(), None);
+}
