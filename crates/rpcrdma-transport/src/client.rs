@@ -199,6 +199,9 @@ impl<P: ConnectionManager + 'static> RdmaTransport<P> {
                     .then(|| self.config.reliable_reply_info()),
                 max_pulled_reply: self.config.max_message,
                 fault_skip_rdma_done: self.config.fault_skip_rdma_done,
+                // The provider API invalidates synchronously (`ChunkRegion::fence`):
+                // each Invalidate is done before the events that follow are handled.
+                posted_invalidation: false,
             },
             self.negotiation().unwrap_or(Negotiation::new(prefer)),
         )
