@@ -33,6 +33,8 @@ pub const GATED: u32 = 6;
 /// Not bound to RDMA: a program the binding does not cover.
 pub const UNBOUND_PROG: u32 = 0x2000_5152;
 
+pub mod mem_provider;
+
 /// RPC reply header with an AUTH_NONE verifier: xid, REPLY, ACCEPTED, flavor, len, stat.
 const REPLY_HDR: u32 = 24;
 

@@ -1,0 +1,413 @@
+//! A second RDMA provider for the tests: two queue pairs in one process joined in
+//! memory, with no wire format at all (no MPA, DDP or RDMAP, no socket). Sends land in
+//! the peer's posted Receives, RDMA Writes and Reads go straight to the peer's
+//! registered memory through its protection domain's checks, and everything happens at
+//! post time, in order. The transport runs on it unchanged: the proof that its drivers
+//! assume nothing of the iWARP provider beyond the `rdma` API.
+//!
+//! Semantics kept from verbs: a Send with no Receive posted at the peer is a fatal
+//! connection error (verbs RNR with no retry); a remote access error (bad STag, bounds,
+//! rights) ends the connection with a completion error on the initiator; a disconnect
+//! flushes every posted Receive and ends the completion stream.
+#![allow(dead_code, unreachable_pub, missing_docs)]
+
+use std::collections::{HashMap, VecDeque};
+use std::io;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU16, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll, Waker};
+
+use bytes::{Bytes, BytesMut};
+use rdma::{
+    Access, BoxFuture, Completion, ConnectError, ConnectParams, ConnectRequest, ConnectionManager,
+    DisconnectReason, Listener, PeerParams, PostError, ProtectionDomain, QpEvent, QueuePair,
+    RecvWr, SendOp, SendWr, Sge, WcOpcode, WcStatus,
+};
+use tokio::sync::{mpsc, oneshot};
+
+/// The provider: a registry of listeners by address.
+#[derive(Clone, Default)]
+pub struct MemProvider {
+    listeners: Arc<Mutex<HashMap<SocketAddr, mpsc::UnboundedSender<MemRequest>>>>,
+}
+
+static NEXT_PORT: AtomicU16 = AtomicU16::new(40_000);
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+#[derive(Default)]
+struct SideState {
+    recvs: VecDeque<RecvWr>,
+    cq: VecDeque<Completion>,
+    cq_waker: Option<Waker>,
+    events: VecDeque<QpEvent>,
+    ev_waker: Option<Waker>,
+    connected: bool,
+}
+
+struct Side {
+    pd: ProtectionDomain,
+    state: Mutex<SideState>,
+}
+
+impl Side {
+    fn new(pd: ProtectionDomain, recvs: Vec<RecvWr>) -> Arc<Side> {
+        Arc::new(Side {
+            pd,
+            state: Mutex::new(SideState {
+                recvs: recvs.into(),
+                connected: true,
+                ..SideState::default()
+            }),
+        })
+    }
+
+    fn complete(&self, c: Completion) {
+        let mut st = lock(&self.state);
+        st.cq.push_back(c);
+        if let Some(w) = st.cq_waker.take() {
+            w.wake();
+        }
+    }
+
+    /// Ends this side: every posted Receive flushes, the event says why.
+    fn end(&self, reason: DisconnectReason) {
+        let mut st = lock(&self.state);
+        if !st.connected {
+            return;
+        }
+        st.connected = false;
+        let flushed: Vec<RecvWr> = st.recvs.drain(..).collect();
+        for r in flushed {
+            st.cq.push_back(Completion::new(
+                r.wr_id,
+                WcOpcode::Recv,
+                WcStatus::Flushed,
+                0,
+            ));
+        }
+        st.events.push_back(QpEvent::Disconnected(reason));
+        if let Some(w) = st.cq_waker.take() {
+            w.wake();
+        }
+        if let Some(w) = st.ev_waker.take() {
+            w.wake();
+        }
+    }
+}
+
+/// One end of an in-memory connection.
+pub struct MemQp {
+    me: Arc<Side>,
+    peer: Arc<Side>,
+    peer_params: PeerParams,
+}
+
+impl MemQp {
+    fn gather(&self, sgl: &[Sge]) -> Option<Bytes> {
+        let mut out = BytesMut::new();
+        for sge in sgl {
+            match sge {
+                Sge::Bytes(b) => out.extend_from_slice(b),
+                Sge::Local(l) => out.extend_from_slice(&l.mr.read(l.offset, l.len)?),
+            }
+        }
+        Some(out.freeze())
+    }
+
+    /// A fatal error: both ends go, ours saying we detected it.
+    fn fail(&self) {
+        self.me.end(DisconnectReason::LocalError {
+            layer: 0,
+            etype: 1,
+            code: 0,
+        });
+        self.peer.end(DisconnectReason::RemoteError {
+            layer: 0,
+            etype: 1,
+            code: 0,
+        });
+    }
+
+    fn deliver_send(&self, data: &Bytes, invalidate: Option<rdma::STag>) -> bool {
+        let recv = {
+            let mut st = lock(&self.peer.state);
+            if !st.connected {
+                return false;
+            }
+            st.recvs.pop_front()
+        };
+        // verbs: a Send that finds no Receive posted is a fatal error (RNR, no retry).
+        let Some(recv) = recv else { return false };
+        if data.len() > recv.capacity() {
+            return false;
+        }
+        let mut at = 0;
+        for sge in &recv.sgl {
+            let n = sge.len.min(data.len() - at);
+            if n > 0 && !sge.mr.write(sge.offset, &data[at..at + n]) {
+                return false;
+            }
+            at += n;
+        }
+        let mut c = Completion::new(recv.wr_id, WcOpcode::Recv, WcStatus::Success, data.len());
+        if let Some(stag) = invalidate {
+            if self.peer.pd.invalidate(stag).is_err() {
+                return false;
+            }
+            c.invalidated = Some(stag);
+        }
+        self.peer.complete(c);
+        true
+    }
+}
+
+impl QueuePair for MemQp {
+    fn post_send(&self, wr: SendWr) -> Result<(), PostError> {
+        if !lock(&self.me.state).connected {
+            return Err(PostError::NotConnected);
+        }
+        let (opcode, ok, len) = match &wr.op {
+            SendOp::Send
+            | SendOp::SendWithSolicitedEvent
+            | SendOp::SendWithInvalidate(_)
+            | SendOp::SendWithSolicitedEventAndInvalidate(_) => {
+                let inv = match wr.op {
+                    SendOp::SendWithInvalidate(s)
+                    | SendOp::SendWithSolicitedEventAndInvalidate(s) => Some(s),
+                    _ => None,
+                };
+                let Some(data) = self.gather(&wr.sgl) else {
+                    return Err(PostError::LocalProtection);
+                };
+                (WcOpcode::Send, self.deliver_send(&data, inv), data.len())
+            }
+            SendOp::RdmaWrite(remote) => {
+                let Some(data) = self.gather(&wr.sgl) else {
+                    return Err(PostError::LocalProtection);
+                };
+                let placed = self
+                    .peer
+                    .pd
+                    .resolve(
+                        remote.stag,
+                        remote.offset,
+                        data.len() as u64,
+                        Access::REMOTE_WRITE,
+                    )
+                    .and_then(|r| r.place(remote.offset, &data));
+                (WcOpcode::RdmaWrite, placed.is_ok(), data.len())
+            }
+            SendOp::RdmaRead { remote, sink } => {
+                let mut out = Vec::new();
+                let read = self
+                    .peer
+                    .pd
+                    .resolve(
+                        remote.stag,
+                        remote.offset,
+                        sink.len as u64,
+                        Access::REMOTE_READ,
+                    )
+                    .and_then(|r| r.copy_out(remote.offset, sink.len, &mut out));
+                let ok = read.is_ok() && sink.mr.write(sink.offset, &out);
+                (WcOpcode::RdmaRead, ok, sink.len)
+            }
+        };
+        if ok {
+            self.me
+                .complete(Completion::new(wr.wr_id, opcode, WcStatus::Success, len));
+        } else {
+            self.me.complete(Completion::new(
+                wr.wr_id,
+                opcode,
+                WcStatus::RemoteAccessError,
+                0,
+            ));
+            self.fail();
+        }
+        Ok(())
+    }
+
+    fn post_recv(&self, wr: RecvWr) -> Result<(), PostError> {
+        let mut st = lock(&self.me.state);
+        if !st.connected {
+            return Err(PostError::NotConnected);
+        }
+        st.recvs.push_back(wr);
+        Ok(())
+    }
+
+    fn poll_completion(&self, cx: &mut Context<'_>) -> Poll<Option<Completion>> {
+        let mut st = lock(&self.me.state);
+        if let Some(c) = st.cq.pop_front() {
+            return Poll::Ready(Some(c));
+        }
+        if !st.connected {
+            return Poll::Ready(None);
+        }
+        st.cq_waker = Some(cx.waker().clone());
+        Poll::Pending
+    }
+
+    fn poll_event(&self, cx: &mut Context<'_>) -> Poll<Option<QpEvent>> {
+        let mut st = lock(&self.me.state);
+        if let Some(e) = st.events.pop_front() {
+            return Poll::Ready(Some(e));
+        }
+        st.ev_waker = Some(cx.waker().clone());
+        Poll::Pending
+    }
+
+    fn disconnect(&self) {
+        self.me.end(DisconnectReason::Local);
+        self.peer.end(DisconnectReason::PeerClosed);
+    }
+
+    fn peer(&self) -> &PeerParams {
+        &self.peer_params
+    }
+
+    fn pd(&self) -> &ProtectionDomain {
+        &self.me.pd
+    }
+}
+
+/// A connection request waiting at a listener.
+pub struct MemRequest {
+    peer: PeerParams,
+    /// The connecting side, and where the accepting side's answer goes.
+    client: Arc<Side>,
+    answer: oneshot::Sender<Result<(Arc<Side>, PeerParams), ConnectError>>,
+    client_params: PeerParams,
+}
+
+pub struct MemListener {
+    addr: SocketAddr,
+    rx: mpsc::UnboundedReceiver<MemRequest>,
+}
+
+impl Listener for MemListener {
+    type Qp = MemQp;
+    type Request = MemRequest;
+
+    fn accept(&mut self) -> BoxFuture<'_, io::Result<MemRequest>> {
+        Box::pin(async move {
+            self.rx
+                .recv()
+                .await
+                .ok_or_else(|| io::Error::from(io::ErrorKind::NotConnected))
+        })
+    }
+
+    fn local_addr(&self) -> io::Result<SocketAddr> {
+        Ok(self.addr)
+    }
+}
+
+impl ConnectRequest for MemRequest {
+    type Qp = MemQp;
+
+    fn peer(&self) -> &PeerParams {
+        &self.peer
+    }
+
+    fn accept(
+        self,
+        pd: &ProtectionDomain,
+        params: ConnectParams,
+    ) -> BoxFuture<'static, Result<MemQp, ConnectError>> {
+        let me = Side::new(pd.clone(), params.recvs);
+        let ours = PeerParams {
+            private_data: params.private_data,
+            ird: params.ird,
+            ord: params.ord,
+            addr: self.client_params.addr,
+        };
+        let qp = MemQp {
+            me: me.clone(),
+            peer: self.client.clone(),
+            peer_params: self.peer.clone(),
+        };
+        let sent = self.answer.send(Ok((me, ours)));
+        Box::pin(async move {
+            sent.map_err(|_| ConnectError::Io(io::ErrorKind::ConnectionAborted.into()))?;
+            Ok(qp)
+        })
+    }
+
+    fn reject(self, private_data: Bytes) -> BoxFuture<'static, io::Result<()>> {
+        let _ = self
+            .answer
+            .send(Err(ConnectError::Rejected { private_data }));
+        Box::pin(async { Ok(()) })
+    }
+}
+
+impl ConnectionManager for MemProvider {
+    type Qp = MemQp;
+    type Listener = MemListener;
+
+    fn connect<'a>(
+        &'a self,
+        addr: SocketAddr,
+        pd: &'a ProtectionDomain,
+        params: ConnectParams,
+    ) -> BoxFuture<'a, Result<MemQp, ConnectError>> {
+        Box::pin(async move {
+            let Some(tx) = lock(&self.listeners).get(&addr).cloned() else {
+                return Err(ConnectError::Io(io::ErrorKind::ConnectionRefused.into()));
+            };
+            let me = Side::new(pd.clone(), params.recvs);
+            let local: SocketAddr = "127.0.0.1:1".parse().unwrap_or(addr);
+            let (answer, answered) = oneshot::channel();
+            let request = MemRequest {
+                peer: PeerParams {
+                    private_data: params.private_data,
+                    ird: params.ird,
+                    ord: params.ord,
+                    addr: Some(local),
+                },
+                client: me.clone(),
+                answer,
+                client_params: PeerParams {
+                    addr: Some(local),
+                    ..PeerParams::default()
+                },
+            };
+            tx.send(request)
+                .map_err(|_| ConnectError::Io(io::ErrorKind::ConnectionRefused.into()))?;
+            let (server, server_params) = answered
+                .await
+                .map_err(|_| ConnectError::Io(io::ErrorKind::ConnectionAborted.into()))??;
+            Ok(MemQp {
+                me,
+                peer: server,
+                peer_params: PeerParams {
+                    addr: Some(addr),
+                    ..server_params
+                },
+            })
+        })
+    }
+
+    fn listen<'a>(&'a self, addr: SocketAddr) -> BoxFuture<'a, io::Result<MemListener>> {
+        Box::pin(async move {
+            let addr = if addr.port() == 0 {
+                SocketAddr::new(addr.ip(), NEXT_PORT.fetch_add(1, Ordering::Relaxed))
+            } else {
+                addr
+            };
+            let (tx, rx) = mpsc::unbounded_channel();
+            let mut l = lock(&self.listeners);
+            if l.contains_key(&addr) {
+                return Err(io::ErrorKind::AddrInUse.into());
+            }
+            l.insert(addr, tx);
+            Ok(MemListener { addr, rx })
+        })
+    }
+}
