@@ -9,14 +9,15 @@
 //! chunks); what goes on the wire: docs/rpcrdma-v2.md.
 //!
 //! ```text
-//!   oncrpc::Client ──Transport──► client (requester)      server (responder) ◄── accept
-//!        ▲  whole RPC replies          │ plan_call/finish        │ receive/reassemble
-//!        │                             ▼                         ▼ Dispatcher::dispatch
-//!        └──────────────── rpcrdma core (sans IO): marshal, reassembly, credits, errors
-//!                                      │ Sends, RDMA Reads/Writes, invalidations
+//!   oncrpc::Client ──Transport──► client: drives     server: drives ◄── accept
+//!        ▲  replies, call failures   rpcrdma::Requester   rpcrdma::Responder ──► Dispatcher
+//!        │                              │ handle_* in, actions and events out │
+//!        └──────────────────────────────┴──────────────────────────────────────┘
+//!                                      │ Sends, RDMA Reads/Writes, registrations,
+//!                                      │ invalidations, Receives
 //!   setup (RFC 8797) · pool (pre-registered Receives) · registration (chunk regions)
 //!                                      ▼
-//!                         rdma::QueuePair (iwarp, later verbs / shm)
+//!                 rdma::QueuePair (iwarp; the tests' in-memory provider; later verbs)
 //! ```
 //!
 //! Modules, one concern each (as Linux's `transport.c` / `verbs.c` / `frwr_ops.c`):
@@ -25,9 +26,9 @@
 //!   connection;
 //! - `registration`: chunk regions registered per call and invalidated before the call
 //!   completes;
-//! - [`client`]: the requester, an [`oncrpc::Transport`] (`client/reliable.rs`: pulling
-//!   Replies from responder-provided Read chunks; `client/backward.rs`: serving
-//!   backward Calls);
+//! - [`client`]: the driver of the core's `Requester`, an [`oncrpc::Transport`]
+//!   (pulled Replies and backward Calls included: the core decides, the driver
+//!   registers, reads, posts, fences and puts Replies together);
 //! - [`server`]: the driver of the core's `Responder`, feeding an
 //!   [`oncrpc::Dispatcher`] (reliable reply and backward Calls included: the core
 //!   decides, the driver registers, posts and invalidates);
@@ -37,21 +38,19 @@
 //! - [`error`]: the crate's error type.
 //!
 //! # What this crate does not do
-//! It makes no protocol decisions of its own: message shapes, chunk lists, credits,
-//! validation, reassembly and error answers come from `rpcrdma`'s functions
-//! (`plan_call`/`finish`, `marshal_reply`, `reassemble_call`/`reassemble_reply`,
-//! `validate::receive`, `error_reply_for`, the credit types); this crate keeps the
-//! per-connection table of Calls and executes the result on the provider. It speaks
+//! It makes no protocol decisions of its own: both roles drive the core's
+//! per-connection state machines (`rpcrdma::Requester`, `rpcrdma::Responder`), which
+//! choose message shapes, chunk lists, credits, validation, reassembly, error answers,
+//! version negotiation, reliable reply and the backward direction; this crate executes
+//! their actions on the provider and keeps only what execution needs (buffers, regions,
+//! work requests in flight, the upper layer's channels). It speaks
 //! Version One, and Version Two on the wire with [`RdmaConfig::version_two`] (probe,
 //! ERR_VERS fallback remembered per server, replies in the caller's version). Between
 //! two Version Two peers with [`RdmaConfig::reliable_reply`], Replies that fit no
-//! requester-provided resource come through responder-provided Read chunks (the
-//! core's `options`, `pull::PullTable`, `plan_reply_read_chunk` and
-//! `ResponderCredits::reserve_for_done`). With [`RdmaConfig::backward_credits`] the
-//! server calls the client on its connection ([`RdmaServer::backward_channels`],
-//! [`RdmaTransport::serve_backward`]; the core's `marshal_backward` and credit types).
-//! The server drives the core's `Responder` state machine; the client does not yet
-//! drive its `Requester` (known debt, ARCHITECTURE.md). It keeps no duplicate request cache.
+//! requester-provided resource come through responder-provided Read chunks. With
+//! [`RdmaConfig::backward_credits`] the server calls the client on its connection
+//! ([`RdmaServer::backward_channels`], [`RdmaTransport::serve_backward`]). It keeps no
+//! duplicate request cache.
 //!
 //! # Resource bounds (per connection)
 //! - Receives: `credits` buffers of the receive threshold, posted with the connection

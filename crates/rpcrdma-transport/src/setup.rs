@@ -136,7 +136,7 @@ impl RdmaConfig {
     /// The thresholds in force with a peer that offered `peer`, from our sizes as
     /// advertised ([`RdmaConfig::private_data`]). RFC 8797: absent or foreign private
     /// data means the Version One default of 1024 bytes each way. Our receive buffers
-    /// are [`RdmaConfig::recv_buffer_len`] long whatever the peer says.
+    /// are `RdmaConfig::recv_buffer_len` long whatever the peer says.
     pub fn negotiate(&self, peer: &PeerParams) -> PeerLimits {
         let theirs = PrivateData::parse(&peer.private_data);
         PeerLimits::negotiate(&self.private_data(), theirs.as_ref())
