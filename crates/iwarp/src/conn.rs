@@ -929,20 +929,31 @@ impl Connection {
             }
             Source::Region { region, offset } => {
                 let at = *offset + msg.sent as u64;
-                let s = batch.scratch_len();
-                let mut res = Ok(());
-                batch.push_scratch(|v| {
-                    let before = v.len();
-                    res = region.copy_out(at, n, v);
-                    if res.is_err() {
-                        // Region shrank under us (deregistered): send zeros rather
-                        // than stall; the ULP broke its own registration.
-                        v.truncate(before);
-                        v.resize(before + n, 0);
+                if let Ok(Some(piece)) = region.shared_range(at, n) {
+                    // A region registered from the consumer's bytes
+                    // (`ProtectionDomain::register_bytes`): sent from them, no copy.
+                    if crc_on {
+                        crc = crc32c::crc32c_append(crc, &piece);
                     }
-                });
-                if crc_on {
-                    crc = crc32c::crc32c_append(crc, batch.scratch(s..batch.scratch_len()));
+                    batch.push_data(piece);
+                } else {
+                    let s = batch.scratch_len();
+                    let mut res = Ok(());
+                    batch.push_scratch(|v| {
+                        let before = v.len();
+                        // COPY: region bytes into the FPDU (a Read Response from a
+                        // region of owned, mutable memory).
+                        res = region.copy_out(at, n, v);
+                        if res.is_err() {
+                            // Region shrank under us (deregistered): send zeros rather
+                            // than stall; the ULP broke its own registration.
+                            v.truncate(before);
+                            v.resize(before + n, 0);
+                        }
+                    });
+                    if crc_on {
+                        crc = crc32c::crc32c_append(crc, batch.scratch(s..batch.scratch_len()));
+                    }
                 }
             }
             Source::Gather { sgl, idx, off } => {

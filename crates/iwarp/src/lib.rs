@@ -32,9 +32,11 @@
 //!   `ResolvedRegion::place`).
 //! - **Send**: 0 on the sender; 1 on the receiver (receive buffer → posted receive
 //!   buffer). From [`rdma::Sge::Local`]: +1 on the sender (region → FPDU scratch).
-//! - **RDMA Read**: 1 at the data source (region → FPDU scratch, because the region is
-//!   mutable memory behind a lock); at the sink as for a Write (0 with direct
-//!   placement, else 1).
+//! - **RDMA Read**: at the data source 0 from a region registered from the consumer's
+//!   bytes ([`rdma::ProtectionDomain::register_bytes`]: the Read Response gathers
+//!   slices of them), else 1 (region → FPDU scratch, because the region is mutable
+//!   memory behind a lock); at the sink as for a Write (0 with direct placement, else
+//!   1).
 //! - CRC32c, when negotiated, reads each byte once more on each side (no copy).
 //!
 //! Each remaining copy carries a `// COPY:` comment. The receive buffer adds a

@@ -15,7 +15,9 @@
 //!
 //! Memory regions are backed by a [`bytes::BytesMut`] owned by the region, so that
 //! software providers (iWARP, shared memory) can place tagged data straight into the
-//! registered memory, and the buffer comes back to the owner on deregistration.
+//! registered memory, and the buffer comes back to the owner on deregistration. A
+//! region that peers only read can instead be the owner's immutable [`bytes::Bytes`]
+//! ([`ProtectionDomain::register_bytes`]), which a provider sends from without a copy.
 //! The registration table ([`ProtectionDomain`]) checks every remote access for
 //! STag validity, PD membership, bounds and rights ([`AccessError`]).
 #![warn(missing_docs, unreachable_pub)]

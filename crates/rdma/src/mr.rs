@@ -61,7 +61,49 @@ struct MrShared {
     stag: AtomicU32,
     valid: AtomicBool,
     /// Registered memory. Invariant: its length only changes on deregistration (to 0).
-    mem: Mutex<BytesMut>,
+    mem: Mutex<Mem>,
+}
+
+/// A region's memory: owned (and mutable), or bytes shared with the consumer
+/// ([`ProtectionDomain::register_bytes`]), immutable while shared.
+enum Mem {
+    Owned(BytesMut),
+    Shared(Bytes),
+}
+
+impl Mem {
+    fn len(&self) -> usize {
+        self.as_slice().len()
+    }
+
+    fn as_slice(&self) -> &[u8] {
+        match self {
+            Mem::Owned(b) => b,
+            Mem::Shared(b) => b,
+        }
+    }
+
+    /// The bytes, mutably. A shared region first takes its bytes over (without a copy
+    /// when no one else holds them, else with one), so a local write never reaches the
+    /// consumer's other handles to those bytes.
+    fn make_mut(&mut self) -> &mut BytesMut {
+        if let Mem::Shared(b) = self {
+            let b = std::mem::take(b);
+            // COPY: only when a shared region is written locally while its bytes are
+            // still held elsewhere (copy on write).
+            let owned = b.try_into_mut().unwrap_or_else(|b| BytesMut::from(&b[..]));
+            *self = Mem::Owned(owned);
+        }
+        match self {
+            Mem::Owned(b) => b,
+            Mem::Shared(_) => unreachable!("made owned above"),
+        }
+    }
+
+    /// Takes the bytes out, leaving an empty region.
+    fn take(&mut self) -> Mem {
+        std::mem::replace(self, Mem::Owned(BytesMut::new()))
+    }
 }
 
 impl Drop for MrShared {
@@ -114,6 +156,25 @@ impl ProtectionDomain {
     /// # Panics
     /// If more than 2^20 regions are registered at once in this PD.
     pub fn register(&self, buf: BytesMut, access: Access) -> MemoryRegion {
+        self.register_mem(Mem::Owned(buf), access)
+    }
+
+    /// Registers `buf` without copying it: the region's memory is the consumer's own
+    /// bytes (as a verbs provider maps the consumer's pages), immutable while the
+    /// consumer holds other handles to them. Meant for regions peers only read (an
+    /// RDMA Read's data source): a provider can send from them without copying
+    /// ([`ResolvedRegion::shared_range`]). A local write to such a region
+    /// ([`MemoryRegion::with_mut`], [`MemoryRegion::write`],
+    /// [`ResolvedRegion::place`], [`ResolvedRegion::with_range_mut`]) first gives the
+    /// region a copy of its own, so it never changes the consumer's bytes.
+    ///
+    /// # Panics
+    /// As [`ProtectionDomain::register`].
+    pub fn register_bytes(&self, buf: Bytes, access: Access) -> MemoryRegion {
+        self.register_mem(Mem::Shared(buf), access)
+    }
+
+    fn register_mem(&self, mem: Mem, access: Access) -> MemoryRegion {
         let mut t = lock(&self.inner.table);
         let index = match t.free.pop() {
             Some(i) => i,
@@ -131,7 +192,7 @@ impl ProtectionDomain {
             access,
             stag: AtomicU32::new(STag::new(index, random_key()).0),
             valid: AtomicBool::new(true),
-            mem: Mutex::new(buf),
+            mem: Mutex::new(mem),
         });
         t.slots[index as usize] = Some(Arc::downgrade(&shared));
         MemoryRegion { shared }
@@ -271,12 +332,13 @@ impl MemoryRegion {
 
     /// Runs `f` over the region's bytes.
     pub fn with<R>(&self, f: impl FnOnce(&[u8]) -> R) -> R {
-        f(&lock(&self.shared.mem))
+        f(lock(&self.shared.mem).as_slice())
     }
 
-    /// Runs `f` over the region's bytes, mutably (local CPU access).
+    /// Runs `f` over the region's bytes, mutably (local CPU access; a region registered
+    /// by [`ProtectionDomain::register_bytes`] is copied first).
     pub fn with_mut<R>(&self, f: impl FnOnce(&mut [u8]) -> R) -> R {
-        f(&mut lock(&self.shared.mem))
+        f(lock(&self.shared.mem).make_mut())
     }
 
     /// Copies `len` bytes at `offset` out. Returns `None` when out of bounds.
@@ -284,29 +346,41 @@ impl MemoryRegion {
         let m = lock(&self.shared.mem);
         let end = offset.checked_add(len)?;
         // COPY: explicit local read by the consumer.
-        m.get(offset..end).map(Bytes::copy_from_slice)
+        m.as_slice().get(offset..end).map(Bytes::copy_from_slice)
     }
 
     /// Copies `data` in at `offset`. Returns `false` when out of bounds.
     pub fn write(&self, offset: usize, data: &[u8]) -> bool {
         let mut m = lock(&self.shared.mem);
-        match offset
-            .checked_add(data.len())
-            .and_then(|end| m.get_mut(offset..end))
-        {
-            Some(dst) => {
-                dst.copy_from_slice(data);
+        match offset.checked_add(data.len()) {
+            Some(end) if end <= m.len() => {
+                m.make_mut()[offset..end].copy_from_slice(data);
                 true
             }
-            None => false,
+            _ => false,
         }
     }
 
     /// Deregisters at once and hands the buffer back. Other handles to this region then
-    /// see an invalid, empty region.
+    /// see an invalid, empty region. (A region registered by
+    /// [`ProtectionDomain::register_bytes`] whose bytes are still held elsewhere is
+    /// copied; [`MemoryRegion::deregister_bytes`] never copies.)
     pub fn deregister(self) -> BytesMut {
         self.shared.valid.store(false, Ordering::Release);
-        std::mem::take(&mut *lock(&self.shared.mem))
+        match lock(&self.shared.mem).take() {
+            Mem::Owned(b) => b,
+            // COPY: only when the shared bytes are still held elsewhere.
+            Mem::Shared(b) => b.try_into_mut().unwrap_or_else(|b| BytesMut::from(&b[..])),
+        }
+    }
+
+    /// As [`MemoryRegion::deregister`], handing the bytes back frozen, without a copy.
+    pub fn deregister_bytes(self) -> Bytes {
+        self.shared.valid.store(false, Ordering::Release);
+        match lock(&self.shared.mem).take() {
+            Mem::Owned(b) => b.freeze(),
+            Mem::Shared(b) => b,
+        }
     }
 
     /// This region as a provider sees it after a local (lkey) check.
@@ -333,7 +407,10 @@ impl ResolvedRegion {
         let end = start
             .checked_add(data.len())
             .ok_or(AccessError::BaseBounds)?;
-        let dst = m.get_mut(start..end).ok_or(AccessError::BaseBounds)?;
+        if end > m.len() {
+            return Err(AccessError::BaseBounds);
+        }
+        let dst = &mut m.make_mut()[start..end];
         // COPY: tagged/untagged placement from the receive buffer into registered memory.
         dst.copy_from_slice(data);
         Ok(())
@@ -351,8 +428,10 @@ impl ResolvedRegion {
         let mut m = lock(&self.shared.mem);
         let start = usize::try_from(offset).map_err(|_| AccessError::BaseBounds)?;
         let end = start.checked_add(len).ok_or(AccessError::BaseBounds)?;
-        let dst = m.get_mut(start..end).ok_or(AccessError::BaseBounds)?;
-        Ok(f(dst))
+        if end > m.len() {
+            return Err(AccessError::BaseBounds);
+        }
+        Ok(f(&mut m.make_mut()[start..end]))
     }
 
     /// Copies `len` bytes at `offset` out into `out`.
@@ -360,10 +439,31 @@ impl ResolvedRegion {
         let m = lock(&self.shared.mem);
         let start = usize::try_from(offset).map_err(|_| AccessError::BaseBounds)?;
         let end = start.checked_add(len).ok_or(AccessError::BaseBounds)?;
-        let src = m.get(start..end).ok_or(AccessError::BaseBounds)?;
+        let src = m
+            .as_slice()
+            .get(start..end)
+            .ok_or(AccessError::BaseBounds)?;
         // COPY: region bytes into an outgoing FPDU (Read Response, local SGE).
         out.extend_from_slice(src);
         Ok(())
+    }
+
+    /// `len` bytes at `offset` without a copy, when the region was registered by
+    /// [`ProtectionDomain::register_bytes`] and still shares those bytes (`Ok(None)`
+    /// for any other region: use [`ResolvedRegion::copy_out`]). The slice keeps the
+    /// bytes alive after the region is deregistered; like `copy_out`, this checks
+    /// bounds (a deregistered region is empty), not validity.
+    pub fn shared_range(&self, offset: u64, len: usize) -> Result<Option<Bytes>, AccessError> {
+        let m = lock(&self.shared.mem);
+        let start = usize::try_from(offset).map_err(|_| AccessError::BaseBounds)?;
+        let end = start.checked_add(len).ok_or(AccessError::BaseBounds)?;
+        if end > m.len() {
+            return Err(AccessError::BaseBounds);
+        }
+        Ok(match &*m {
+            Mem::Shared(b) => Some(b.slice(start..end)),
+            Mem::Owned(_) => None,
+        })
     }
 
     /// Current STag.
@@ -464,5 +564,73 @@ mod tests {
         let mr = pd.register(BytesMut::from(&b"hello"[..]), Access::LOCAL_WRITE);
         assert!(mr.write(1, b"EL"));
         assert_eq!(&mr.deregister()[..], b"hELlo");
+    }
+
+    #[test]
+    fn shared_region_hands_out_its_bytes_without_a_copy() {
+        let pd = ProtectionDomain::new();
+        let data = Bytes::from(b"0123456789".to_vec());
+        let mr = pd.register_bytes(data.slice(2..8), Access::REMOTE_READ);
+        assert_eq!(mr.len(), 6);
+        let r = pd.resolve(mr.stag(), 0, 6, Access::REMOTE_READ).unwrap();
+        let piece = r.shared_range(1, 4).unwrap().unwrap();
+        assert_eq!(&piece[..], b"3456");
+        // The very bytes of the caller's buffer, not a copy.
+        assert_eq!(piece.as_ptr(), data[3..].as_ptr());
+        assert_eq!(r.shared_range(3, 4).err(), Some(AccessError::BaseBounds));
+        assert_eq!(
+            r.shared_range(u64::MAX, 1).err(),
+            Some(AccessError::BaseBounds)
+        );
+        let mut out = Vec::new();
+        r.copy_out(0, 6, &mut out).unwrap();
+        assert_eq!(out, b"234567");
+        // Deregistered: empty, as for an owned region.
+        let back = mr.deregister_bytes();
+        assert_eq!(back.as_ptr(), data[2..].as_ptr());
+        assert_eq!(r.shared_range(0, 1).err(), Some(AccessError::BaseBounds));
+        assert_eq!(r.len(), 0);
+    }
+
+    #[test]
+    fn owned_region_has_no_shared_range() {
+        let pd = ProtectionDomain::new();
+        let mr = pd.register(BytesMut::from(&b"abc"[..]), Access::REMOTE_READ);
+        let r = pd.resolve(mr.stag(), 0, 3, Access::REMOTE_READ).unwrap();
+        assert_eq!(r.shared_range(0, 3), Ok(None));
+        assert_eq!(&mr.deregister_bytes()[..], b"abc");
+    }
+
+    #[test]
+    fn local_writes_to_a_shared_region_never_reach_the_callers_bytes() {
+        let pd = ProtectionDomain::new();
+        let data = Bytes::from(b"hello".to_vec());
+        let mr = pd.register_bytes(data.clone(), Access::LOCAL_WRITE | Access::REMOTE_WRITE);
+        assert!(mr.write(0, b"J"));
+        let r = pd.resolve(mr.stag(), 0, 5, Access::REMOTE_WRITE).unwrap();
+        r.place(4, b"y").unwrap();
+        r.with_range_mut(1, 1, |b| b[0] = b'E').unwrap();
+        mr.with_mut(|b| b[2] = b'L');
+        // The region took a copy of its own on the first write.
+        assert_eq!(r.shared_range(0, 5), Ok(None));
+        assert_eq!(&data[..], b"hello");
+        assert_eq!(mr.read(0, 5).unwrap(), Bytes::from_static(b"JELly"));
+        assert_eq!(&mr.deregister()[..], b"JELly");
+        assert_eq!(&data[..], b"hello");
+    }
+
+    #[test]
+    fn deregister_of_a_shared_region_gives_bytes_back() {
+        let pd = ProtectionDomain::new();
+        // Still held by the caller: a copy.
+        let data = Bytes::from(b"abc".to_vec());
+        let mr = pd.register_bytes(data.clone(), Access::REMOTE_READ);
+        assert_eq!(&mr.deregister()[..], b"abc");
+        // Held by the region alone: handed back as is.
+        let v = b"xyz".to_vec();
+        let ptr = v.as_ptr();
+        let mr = pd.register_bytes(Bytes::from(v), Access::REMOTE_READ);
+        let back = mr.deregister();
+        assert_eq!((&back[..], back.as_ptr()), (&b"xyz"[..], ptr));
     }
 }

@@ -495,7 +495,8 @@ impl<Q: QueuePair + 'static> Conn<Q> {
                 head: self.room_head,
                 tail: WRITE_CHUNK_TAIL_ROOM,
             };
-            // COPY: a Read chunk's data into its registered region (`registration`).
+            // COPY: a Read chunk of several pieces into its registered region; one of a
+            // single piece (NFS WRITE data) is registered as it is (`registration`).
             regions.push(ChunkRegion::register_with_room(
                 &self.pd,
                 reg,

@@ -73,8 +73,11 @@
 //! # Copies per byte (userspace; the iWARP provider's own copies are listed in `iwarp`)
 //! - Call, Short or Chunked inline part: 0 on the requester (header and XDR slices go
 //!   out as a gather list); 1 on the responder (receive buffer → call buffer, `pool`).
-//! - Call, DDP-eligible argument (Read chunk): 1 on the requester (the argument into
-//!   its registered region, `registration`); 0 on the responder beyond the provider's
+//! - Call, DDP-eligible argument (Read chunk): 0 on the requester when the argument is
+//!   one piece (an NFS WRITE's data: its `Bytes` are registered as the region,
+//!   `rdma::ProtectionDomain::register_bytes`, and the provider answers the peer's
+//!   RDMA Reads from them), else 1 (the pieces into one registered region,
+//!   `registration`); 0 on the responder beyond the provider's
 //!   placement into the sink region, then 1 if the call has several pieces and must be
 //!   made contiguous for `Dispatcher::dispatch` (`Reassembled::to_bytes`).
 //! - Reply, DDP-eligible result (Write chunk): 0 on the responder (the result's `Bytes`

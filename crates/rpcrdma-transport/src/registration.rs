@@ -64,12 +64,17 @@ impl ChunkRegion {
         stats.inc(Counter::Registrations);
         let len = u32::try_from(reg.len()).unwrap_or(u32::MAX);
         let mr = match reg {
+            // One piece (a DDP-eligible argument, e.g. NFS WRITE data): its bytes are
+            // the region, without a copy; the provider sends the peer's RDMA Reads
+            // from them (`rdma::ProtectionDomain::register_bytes`).
+            Registration::Read { data, .. } if data.len() == 1 => {
+                pd.register_bytes(data[0].clone(), Access::REMOTE_READ)
+            }
             Registration::Read { data, .. } => {
                 let mut buf = BytesMut::with_capacity(len as usize);
                 for d in data {
-                    // COPY: a Read chunk's data into its registered region (the `rdma`
-                    // API registers owned, mutable memory; a verbs provider would map
-                    // the caller's pages instead).
+                    // COPY: a Read chunk of several pieces (a Position Zero Read chunk
+                    // holding a whole Call or Reply) into one registered region.
                     buf.put_slice(d);
                 }
                 pd.register(buf, Access::REMOTE_READ)
@@ -121,10 +126,11 @@ impl ChunkRegion {
             self.mr.invalidate();
             stats.inc(Counter::LocalInvalidations);
         }
-        let chunk = self.mr.deregister();
         match self.room {
-            None => chunk.freeze(),
+            // Without a copy, also for a region registered from the caller's bytes.
+            None => self.mr.deregister_bytes(),
             Some((mut head, tail)) => {
+                let chunk = self.mr.deregister();
                 // Adjacent pieces of one allocation: joined without a copy (`unsplit`
                 // copies only if the provider handed back other memory).
                 head.unsplit(chunk);
@@ -293,6 +299,55 @@ mod tests {
         b.extend_from_slice(&count.to_be_bytes());
         b.extend_from_slice(tail);
         (Bytes::from(b), head_len)
+    }
+
+    #[test]
+    fn a_read_chunk_of_one_piece_is_registered_without_a_copy() {
+        let pd = ProtectionDomain::new();
+        let s = stats();
+        let data = Bytes::from((0..70_000u32).map(|i| i as u8).collect::<Vec<u8>>());
+        let piece = data.slice(3..65_539);
+        let reg = Registration::Read {
+            position: 40,
+            data: vec![piece.clone()],
+        };
+        let r = ChunkRegion::register(&pd, &reg, &s);
+        assert_eq!(r.segment().length, 65_536);
+        assert_eq!(r.mr.access(), Access::REMOTE_READ);
+        // The peer reads the caller's bytes themselves, and only the piece's.
+        let seen = pd
+            .resolve(r.mr.stag(), 0, 65_536, Access::REMOTE_READ)
+            .unwrap();
+        assert_eq!(seen.shared_range(0, 65_536).unwrap(), Some(piece.clone()));
+        assert_eq!(
+            seen.shared_range(0, 65_536).unwrap().unwrap().as_ptr(),
+            data[3..].as_ptr()
+        );
+        assert!(pd
+            .resolve(r.mr.stag(), 0, 65_537, Access::REMOTE_READ)
+            .is_err());
+        assert!(pd.resolve(r.mr.stag(), 0, 1, Access::REMOTE_WRITE).is_err());
+        let stag = r.mr.stag();
+        let back = r.fence(None, &s);
+        assert_eq!(back.as_ptr(), data[3..].as_ptr());
+        assert!(pd.resolve(stag, 0, 1, Access::REMOTE_READ).is_err());
+        assert_eq!(s.get(Counter::LocalInvalidations), 1);
+    }
+
+    #[test]
+    fn a_read_chunk_of_several_pieces_is_copied_into_one_region() {
+        let pd = ProtectionDomain::new();
+        let s = stats();
+        let reg = Registration::Read {
+            position: 0,
+            data: vec![Bytes::from_static(b"head"), Bytes::from_static(b"-tail")],
+        };
+        let r = ChunkRegion::register(&pd, &reg, &s);
+        assert_eq!(r.segment().length, 9);
+        let seen = pd.resolve(r.mr.stag(), 0, 9, Access::REMOTE_READ).unwrap();
+        assert_eq!(seen.shared_range(0, 9).unwrap(), None);
+        assert_eq!(r.mr.read(0, 9).unwrap(), Bytes::from_static(b"head-tail"));
+        assert_eq!(r.fence(None, &s), Bytes::from_static(b"head-tail"));
     }
 
     #[test]
