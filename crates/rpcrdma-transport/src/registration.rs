@@ -148,6 +148,8 @@ pub(crate) struct ReadSink {
     pub(crate) mr: MemoryRegion,
     /// RDMA Reads still outstanding.
     pub(crate) outstanding: usize,
+    /// Room around the sink, unregistered (see [`ReadSink::with_room`]).
+    room: Option<(BytesMut, BytesMut)>,
 }
 
 impl ReadSink {
@@ -156,6 +158,39 @@ impl ReadSink {
         ReadSink {
             mr: pd.register_zeroed(len, Access::LOCAL_WRITE),
             outstanding: 0,
+            room: None,
+        }
+    }
+
+    /// A sink of `len` bytes cut out of a buffer with `room` before and after it, so
+    /// that a Call whose one Read chunk lands here can be made contiguous around the
+    /// chunk's data without copying it ([`join_in_place`]; a responder's NFS WRITE).
+    /// Only the sink is registered.
+    pub(crate) fn with_room(pd: &ProtectionDomain, len: usize, room: Room) -> ReadSink {
+        // One allocation, split without a copy; `into_whole` joins it again.
+        let mut head = BytesMut::zeroed(room.head + len + room.tail);
+        let mut sink = head.split_off(room.head);
+        let tail = sink.split_off(len);
+        ReadSink {
+            mr: pd.register(sink, Access::LOCAL_WRITE),
+            outstanding: 0,
+            room: Some((head, tail)),
+        }
+    }
+
+    /// The whole buffer, room included, and where the data starts in it, once every
+    /// Read completed. The data is `whole[at..at + len]`.
+    pub(crate) fn into_whole(self) -> (Bytes, usize) {
+        let data = self.mr.deregister();
+        match self.room {
+            None => (data.freeze(), 0),
+            Some((mut head, tail)) => {
+                let at = head.len();
+                // Adjacent pieces of one allocation: joined without a copy.
+                head.unsplit(data);
+                head.unsplit(tail);
+                (head.freeze(), at)
+            }
         }
     }
 
@@ -180,15 +215,18 @@ impl ReadSink {
 
     /// The data, once every Read completed.
     pub(crate) fn into_bytes(self) -> Bytes {
-        self.mr.deregister().freeze()
+        let len = self.mr.len();
+        let (whole, at) = self.into_whole();
+        whole.slice(at..at + len)
     }
 }
 
-/// Makes `full`, a Reply rebuilt around one chunk's data, contiguous in that chunk's
-/// own buffer `whole` (the data at `at`, as [`ChunkRegion::fence`] returned it):
-/// the pieces before the data are copied into the room in front of it, the pieces
-/// after (XDR padding, the rest of the inline part) behind it, and the Reply is a
-/// slice of the region. Only the bytes the peer returned as written (`full`'s chunk
+/// Makes `full`, a message rebuilt around one chunk's data (a requester's Reply with a
+/// Write chunk, as [`ChunkRegion::fence`] returned its buffer; a responder's Call with a
+/// Read chunk, as [`ReadSink::into_whole`] did), contiguous in that chunk's own buffer
+/// `whole` (the data at `at`): the pieces before the data are copied into the room in
+/// front of it, the pieces after (XDR padding, the rest of the inline part) behind it,
+/// and the message is a slice of the region. Only the bytes the peer returned as written (`full`'s chunk
 /// range) come from the region; the rest of the region is never handed up.
 ///
 /// `None` (and `full` back) when `full` is not one chunk, the pieces do not fit the
@@ -247,9 +285,9 @@ pub(crate) fn join_in_place(
     };
     let mut o = at - head;
     for p in &parts {
-        // COPY: the Reply's pieces before a Write chunk's data (the inline part up to
-        // the DDP-eligible result: tens to hundreds of bytes) into the room in front
-        // of the data, so the data itself is not copied.
+        // COPY: the message's pieces before a chunk's data (the inline part up to the
+        // DDP-eligible item: tens to hundreds of bytes) into the room in front of the
+        // data, so the data itself is not copied.
         region[o..o + p.len()].copy_from_slice(p);
         o += p.len();
     }

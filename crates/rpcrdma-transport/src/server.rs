@@ -54,7 +54,7 @@ use crate::binding::RdmaBinding;
 use crate::counters::{ConnStats, Counter, StatsRegistry};
 use crate::error::TransportError;
 use crate::pool::{wr_kind, RecvPool, SendPool};
-use crate::registration::{ChunkRegion, ReadSink};
+use crate::registration::{join_in_place, ChunkRegion, ReadSink, Room};
 use crate::setup::RdmaConfig;
 
 /// An RPC-over-RDMA server for the programs of one dispatcher.
@@ -239,6 +239,8 @@ impl<P: ConnectionManager + 'static> RdmaServer<P> {
                 reads: HashMap::new(),
                 next_id: 0,
                 regions: HashMap::new(),
+                wholes: HashMap::new(),
+                room_head: self.config.recv_buffer_len(),
                 shutdown: self.shutdown.subscribe(),
                 replies,
                 backward_rx,
@@ -293,8 +295,13 @@ impl std::fmt::Display for CloseReason {
 struct Pull {
     xid: Xid,
     chunk: usize,
+    len: usize,
     sink: ReadSink,
 }
+
+/// Room around a Read sink for the rest of its Call: before the chunk, at most the
+/// inline part (the receive buffer); after it, XDR padding and a short tail.
+const READ_SINK_TAIL_ROOM: usize = 256;
 
 /// One server connection: the core's [`Responder`] and what executing its actions
 /// needs (buffers, work requests in flight, registered regions, the upper layer's
@@ -316,6 +323,12 @@ struct ServerConn<Q> {
     next_id: u64,
     /// Our regions exposed to the peer (responder-provided Read chunks), by STag.
     regions: HashMap<u32, ChunkRegion>,
+    /// The buffer (with room) the first Read chunk of each Call in service was read
+    /// into, and where the data starts, for making the Call contiguous around it
+    /// without a copy. Only Calls the core still holds (`Responder::has_call`).
+    wholes: HashMap<Xid, (Bytes, usize)>,
+    /// Room in front of a Read sink: our receive buffer length.
+    room_head: usize,
     shutdown: watch::Receiver<bool>,
     /// Replies from the dispatcher.
     replies: mpsc::UnboundedSender<(Xid, Option<XdrStream>)>,
@@ -460,6 +473,11 @@ impl<Q: QueuePair + 'static> ServerConn<Q> {
             };
             self.handle_event(ev);
         }
+        if !self.wholes.is_empty() {
+            // Calls the core dropped or refused leave nothing behind.
+            let core = &self.core;
+            self.wholes.retain(|xid, _| core.has_call(*xid));
+        }
     }
 
     fn post_recvs(&mut self, n: u32) {
@@ -524,9 +542,22 @@ impl<Q: QueuePair + 'static> ServerConn<Q> {
     fn handle_event(&mut self, ev: ResponderEvent) {
         match ev {
             ResponderEvent::Call { xid, payload, .. } => {
-                // COPY: a Call of several pieces (inline part and Read chunk data) is
-                // made contiguous for `Dispatcher::dispatch`, which takes one `Bytes`.
-                let whole = payload.to_bytes();
+                // A Call with one Read chunk (an NFS WRITE) is made contiguous in the
+                // buffer the chunk was read into, around the data, without copying it.
+                let whole = match self.wholes.remove(&xid) {
+                    Some((buf, at)) => match join_in_place(payload, buf, at) {
+                        Ok(call) => {
+                            self.stats.inc(Counter::CallsJoinedInPlace);
+                            call
+                        }
+                        // COPY: several chunks, or pieces that do not fit the room.
+                        Err((payload, _)) => payload.to_bytes(),
+                    },
+                    // COPY: a Call of several pieces (inline part and Read chunk data)
+                    // is made contiguous for `Dispatcher::dispatch`, which takes one
+                    // `Bytes`.
+                    None => payload.to_bytes(),
+                };
                 let dispatcher = self.dispatcher.clone();
                 let tx = self.replies.clone();
                 tokio::spawn(async move {
@@ -594,8 +625,12 @@ impl<Q: QueuePair + 'static> ServerConn<Q> {
                 });
                 if done {
                     if let Some(p) = self.pulls.remove(&pull_id) {
-                        self.core
-                            .handle_read_done(p.xid, p.chunk, p.sink.into_bytes());
+                        let (whole, at) = p.sink.into_whole();
+                        let data = whole.slice(at..at + p.len);
+                        if p.chunk == 0 {
+                            self.wholes.insert(p.xid, (whole, at));
+                        }
+                        self.core.handle_read_done(p.xid, p.chunk, data);
                     }
                 }
                 None
@@ -615,7 +650,11 @@ impl<Q: QueuePair + 'static> ServerConn<Q> {
     /// earlier ones complete.
     fn post_reads(&mut self, xid: Xid, chunk: usize, segments: &[Segment]) {
         let len: u64 = segments.iter().map(|s| u64::from(s.length)).sum();
-        let mut sink = ReadSink::new(&self.pd, len as usize);
+        let room = Room {
+            head: self.room_head,
+            tail: READ_SINK_TAIL_ROOM,
+        };
+        let mut sink = ReadSink::with_room(&self.pd, len as usize, room);
         let pull_id = self.take_id();
         let mut at = 0usize;
         for seg in segments.iter().filter(|s| s.length > 0) {
@@ -633,7 +672,15 @@ impl<Q: QueuePair + 'static> ServerConn<Q> {
         if sink.outstanding == 0 {
             self.core.handle_read_done(xid, chunk, sink.into_bytes());
         } else {
-            self.pulls.insert(pull_id, Pull { xid, chunk, sink });
+            self.pulls.insert(
+                pull_id,
+                Pull {
+                    xid,
+                    chunk,
+                    len: len as usize,
+                    sink,
+                },
+            );
         }
     }
 

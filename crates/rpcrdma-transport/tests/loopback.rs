@@ -81,6 +81,12 @@ async fn size_matrix(inline: u32) {
     assert!(s.get(Counter::PositionZeroReadChunks) > 0, "no long call");
     assert!(s.get(Counter::ReadChunks) > 0);
     assert!(ss.get(Counter::RdmaWrites) > 0 && ss.get(Counter::RdmaReads) > 0);
+    // Calls with one Read chunk (ECHO, SINK: like NFS WRITE) reach the dispatcher
+    // made contiguous around the chunk's data in its sink, the data not copied.
+    assert!(
+        ss.get(Counter::CallsJoinedInPlace) > 0,
+        "no call joined in place"
+    );
     assert_eq!(s.get(Counter::SendThreshold), u64::from(inline));
     assert_eq!(s.get(Counter::Calls), s.get(Counter::Replies));
     // Every region fenced: by the peer's Send With Invalidate or locally.

@@ -303,6 +303,11 @@ impl<B: UpperLayerBinding> Responder<B> {
         self.calls.len()
     }
 
+    /// True while Call `xid` is received and not yet answered or dropped.
+    pub fn has_call(&self, xid: Xid) -> bool {
+        self.calls.contains_key(&xid)
+    }
+
     /// Answers a message whose header did not pass: RDMA_ERROR when the core's table
     /// says so (§5.5.1, §5.5.2, v2 §3.1), else silence. Its Receive goes back.
     fn refuse_header(&mut self, buf: &[u8], err: HeaderError) {

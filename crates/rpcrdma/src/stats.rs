@@ -71,6 +71,9 @@ counters! {
     /// Replies made contiguous around their Write chunk data in the buffer it was cut from, the
     /// data not copied (requester).
     RepliesJoinedInPlace = "replies_joined_in_place",
+    /// Calls made contiguous around their Read chunk data in the buffer it was read
+    /// into, the data not copied (responder).
+    CallsJoinedInPlace = "calls_joined_in_place",
     /// Regions registered for chunks.
     Registrations = "registrations",
     /// Regions invalidated locally.
