@@ -78,11 +78,13 @@
 //!   `rdma::ProtectionDomain::register_bytes`, and the provider answers the peer's
 //!   RDMA Reads from them), else 1 (the pieces into one registered region,
 //!   `registration`); on the responder 0 beyond the provider's placement into the sink
-//!   region, which is zero-filled when registered (a pass over fresh pages), then 1 to
-//!   make the call contiguous for `Dispatcher::dispatch` (`Reassembled::to_bytes`):
-//!   always for an NFS WRITE, whose inline part and chunk are two pieces. Measured
-//!   (nfsbench, 1 MiB x 8, 2026-11-23): these two passes are most of the server's CPU
-//!   difference between WRITE over RDMA and over TCP.
+//!   region, which is zero-filled when registered (a pass over fresh pages). A Call
+//!   with one Read chunk (an NFS WRITE) is made contiguous for `Dispatcher::dispatch`
+//!   in the sink's own buffer, which has room around the chunk: the inline pieces are
+//!   copied around the data, the data is not (`registration::join_in_place`); a Call
+//!   with several chunks is copied once (`Reassembled::to_bytes`). Measured (nfsbench,
+//!   1 MiB x 8, 2026-11-23, before the join): the zero fill and that copy were most of
+//!   the server's CPU difference between WRITE over RDMA and over TCP.
 //! - Reply, DDP-eligible result (Write chunk): 0 on the responder (the result's `Bytes`
 //!   are the RDMA Write's gather list); 0 on the requester beyond the provider's
 //!   placement into the registered Write chunk when the Reply has one chunk with data
