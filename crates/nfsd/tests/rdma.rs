@@ -105,6 +105,13 @@ async fn bound_serves_nfs_over_rdma_read_by_rdma_write_write_by_rdma_read() {
         "{:?}",
         stats.latest()
     );
+    // Each WRITE Call reached the NFS service made contiguous around its data in the
+    // buffer the data was read into, the data not copied.
+    assert!(
+        stats.total(Counter::CallsJoinedInPlace) >= 1,
+        "{:?}",
+        stats.latest()
+    );
     drop(m);
 
     stop.send(()).unwrap();
