@@ -49,7 +49,6 @@ use rpcrdma::marshal::Registration;
 use rpcrdma::private_data::PrivateData;
 use rpcrdma::reassembly::reassemble_reply;
 use rpcrdma::rpc::{self, ProcId};
-use rpcrdma::ulb::{ReplySizing, UpperLayerBinding};
 use rpcrdma::version::Negotiation;
 use rpcrdma::{
     Action, Error, MarshalError, ReplyError, Requester, RequesterConfig, RequesterEvent, Segment,
@@ -183,7 +182,7 @@ impl<P: ConnectionManager + 'static> RdmaTransport<P> {
             Version::ONE
         };
         let core = Requester::resume(
-            Binding(self.binding.clone()),
+            self.binding.clone(),
             RequesterConfig {
                 policy: self.config.policy(),
                 credits: self.config.credits,
@@ -253,27 +252,6 @@ impl<P: ConnectionManager + 'static> Transport for RdmaTransport<P> {
     }
 }
 
-/// The transport's binding as the core's [`UpperLayerBinding`].
-struct Binding(Arc<dyn RdmaBinding>);
-
-impl UpperLayerBinding for Binding {
-    fn binds(&self, prog: u32, vers: u32) -> bool {
-        self.0.binds(prog, vers)
-    }
-
-    fn reply_sizing(&self, proc_id: ProcId, call: &XdrStream) -> ReplySizing {
-        self.0.reply_sizing(proc_id, call)
-    }
-
-    fn call_ddp_arguments(&self, proc_id: ProcId) -> usize {
-        self.0.call_ddp_arguments(proc_id)
-    }
-
-    fn reply_ddp_offsets(&self, proc_id: ProcId, reply: &Bytes) -> Option<Vec<usize>> {
-        self.0.reply_ddp_offsets(proc_id, reply)
-    }
-}
-
 /// The regions registered for one Call, in the core's registration order (Read
 /// chunks, Write chunks, Reply chunk).
 struct CallRegions {
@@ -298,7 +276,7 @@ struct Pull {
 }
 
 struct State {
-    core: Requester<Binding>,
+    core: Requester<Arc<dyn RdmaBinding>>,
     regions: HashMap<Xid, CallRegions>,
     /// The procedure of each Call in flight (where placed data goes back, `Binding`).
     procs: HashMap<Xid, ProcId>,
@@ -350,7 +328,7 @@ impl<Q: QueuePair + 'static> Conn<Q> {
     /// Runs `f` on the core and takes the work it produced, under the lock. Every
     /// step drains the core, so its queues are empty between steps and no work is
     /// taken by another task.
-    fn step<R>(&self, f: impl FnOnce(&mut Requester<Binding>) -> R) -> (R, Work) {
+    fn step<R>(&self, f: impl FnOnce(&mut Requester<Arc<dyn RdmaBinding>>) -> R) -> (R, Work) {
         let mut st = self.lock();
         let r = f(&mut st.core);
         let work = drain(&mut st.core);
@@ -361,7 +339,10 @@ impl<Q: QueuePair + 'static> Conn<Q> {
     /// A step on something the responder sent (a Reply, an RDMA_ERROR, an answer to
     /// our RDMA_OPTIONAL, a pulled Reply), which may have freed a credit: Calls
     /// waiting for one try again.
-    fn step_received<R>(&self, f: impl FnOnce(&mut Requester<Binding>) -> R) -> (R, Work) {
+    fn step_received<R>(
+        &self,
+        f: impl FnOnce(&mut Requester<Arc<dyn RdmaBinding>>) -> R,
+    ) -> (R, Work) {
         let out = self.step(f);
         self.credit_wait.notify_waiters();
         out
@@ -729,7 +710,7 @@ fn wr_len(wr: &rdma::SendWr) -> u64 {
 }
 
 /// Everything the core queued.
-fn drain(core: &mut Requester<Binding>) -> Work {
+fn drain(core: &mut Requester<Arc<dyn RdmaBinding>>) -> Work {
     let mut actions = Vec::new();
     while let Some(a) = core.poll_action() {
         actions.push(a);

@@ -43,8 +43,7 @@ use rdma::{
 use rpcrdma::marshal::RdmaWrite;
 use rpcrdma::private_data::PrivateData;
 use rpcrdma::responder::{BackwardFailure, ReliableReplyConfig};
-use rpcrdma::rpc::{self, ProcId};
-use rpcrdma::ulb::{ReplySizing, UpperLayerBinding};
+use rpcrdma::rpc;
 use rpcrdma::{Action, MarshalError, Responder, ResponderConfig, ResponderEvent, Segment, Xid};
 use tokio::sync::{mpsc, oneshot, watch};
 use xdr::XdrStream;
@@ -181,7 +180,7 @@ impl<P: ConnectionManager + 'static> RdmaServer<P> {
                 _ => limits.send_threshold,
             };
             let core = Responder::new(
-                Binding(self.binding.clone()),
+                self.binding.clone(),
                 ResponderConfig {
                     policy: self.config.policy(),
                     credits,
@@ -309,7 +308,7 @@ const READ_SINK_TAIL_ROOM: usize = 256;
 struct ServerConn<Q> {
     qp: Arc<Q>,
     pd: ProtectionDomain,
-    core: Responder<Binding>,
+    core: Responder<Arc<dyn RdmaBinding>>,
     dispatcher: Arc<Dispatcher>,
     stats: Arc<ConnStats>,
     pool: RecvPool,
@@ -343,27 +342,6 @@ struct ServerConn<Q> {
 }
 
 type Waiter = oneshot::Sender<Result<Bytes, BackwardError>>;
-
-/// The transport's binding as the core's [`UpperLayerBinding`].
-struct Binding(Arc<dyn RdmaBinding>);
-
-impl UpperLayerBinding for Binding {
-    fn binds(&self, prog: u32, vers: u32) -> bool {
-        self.0.binds(prog, vers)
-    }
-
-    fn reply_sizing(&self, proc_id: ProcId, call: &XdrStream) -> ReplySizing {
-        self.0.reply_sizing(proc_id, call)
-    }
-
-    fn call_ddp_arguments(&self, proc_id: ProcId) -> usize {
-        self.0.call_ddp_arguments(proc_id)
-    }
-
-    fn reply_ddp_offsets(&self, proc_id: ProcId, reply: &Bytes) -> Option<Vec<usize>> {
-        self.0.reply_ddp_offsets(proc_id, reply)
-    }
-}
 
 /// Records the provider's disconnect reason, if it has one ready.
 pub(crate) async fn record_close_reason(qp: &dyn QueuePair, stats: &ConnStats) {

@@ -10,7 +10,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use common::*;
-use oncrpc::{Dispatcher, RecordReceiver, RecordSender};
+use oncrpc::{Dispatcher, RecordSender};
 use rpcrdma_transport::{
     BackwardChannel, BackwardError, Counter, RdmaConfig, RdmaServer, RdmaTransport,
 };
@@ -95,14 +95,7 @@ async fn bc_s7_3_1_a_backward_call_before_ready_is_refused_with_not_ready() {
     );
     // Nothing went on the wire, and the forward direction is unaffected.
     s.tx.send(&echo_call(7, PROG, &data)).await.unwrap();
-    let (xid, got) = reply_opaque(
-        s.rx.recv()
-            .await
-            .unwrap()
-            .unwrap()
-            .into_message()
-            .expect("a reply"),
-    );
+    let (xid, got) = reply_opaque(next_reply(&mut s.rx).await);
     assert_eq!((xid, got), (7, data.clone()));
     let ss = s.server_stats.latest().unwrap();
     assert_eq!(ss.get(Counter::BackwardCalls), 0);
@@ -138,14 +131,7 @@ async fn thousand_each_way(version_two: bool) {
     let replies = tokio::spawn(async move {
         let mut seen = HashSet::new();
         while seen.len() < N as usize {
-            let (xid, data) = reply_opaque(
-                rx.recv()
-                    .await
-                    .unwrap()
-                    .unwrap()
-                    .into_message()
-                    .expect("a reply"),
-            );
+            let (xid, data) = reply_opaque(next_reply(&mut rx).await);
             assert!(
                 data == pattern(16 + (xid as usize % 300), xid as u8),
                 "forward {xid}"

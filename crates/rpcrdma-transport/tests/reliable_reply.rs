@@ -164,14 +164,7 @@ async fn rr_s5_1_3_an_aborted_call_with_its_reply_pending_keeps_the_connection()
     }))
     .await
     .unwrap();
-    let (xid, data) = reply_opaque(
-        rx.recv()
-            .await
-            .unwrap()
-            .unwrap()
-            .into_message()
-            .expect("a reply"),
-    );
+    let (xid, data) = reply_opaque(next_reply(&mut rx).await);
     assert_eq!(xid, 3);
     assert!(data == pattern(n as usize, 9));
     let ss = server.stats.latest().unwrap();
@@ -279,14 +272,7 @@ async fn rr_s5_4_3_a_disconnect_invalidates_the_reply_chunks_still_exposed() {
         }))
         .await
         .unwrap();
-        let (x, data) = reply_opaque(
-            rx.recv()
-                .await
-                .unwrap()
-                .unwrap()
-                .into_message()
-                .expect("a reply"),
-        );
+        let (x, data) = reply_opaque(next_reply(&mut rx).await);
         assert_eq!(x, xid);
         assert!(data == pattern(30_000, 9));
     }

@@ -67,6 +67,26 @@ pub trait UpperLayerBinding {
     }
 }
 
+/// A shared binding is a binding (drivers hold theirs behind an `Arc`, often as a
+/// trait object, and hand the same one to every connection's state machine).
+impl<T: UpperLayerBinding + ?Sized> UpperLayerBinding for std::sync::Arc<T> {
+    fn binds(&self, prog: u32, vers: u32) -> bool {
+        (**self).binds(prog, vers)
+    }
+
+    fn reply_sizing(&self, proc_id: ProcId, call: &XdrStream) -> ReplySizing {
+        (**self).reply_sizing(proc_id, call)
+    }
+
+    fn call_ddp_arguments(&self, proc_id: ProcId) -> usize {
+        (**self).call_ddp_arguments(proc_id)
+    }
+
+    fn reply_ddp_offsets(&self, proc_id: ProcId, reply: &Bytes) -> Option<Vec<usize>> {
+        (**self).reply_ddp_offsets(proc_id, reply)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

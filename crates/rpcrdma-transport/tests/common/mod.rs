@@ -270,6 +270,17 @@ pub fn call_msg(xid: u32, prog: u32, proc_: u32, args: impl FnOnce(&mut Encoder)
     enc.finish()
 }
 
+/// The next whole reply on a connection driven directly (not a call failure).
+pub async fn next_reply(rx: &mut rpcrdma_transport::RdmaReceiver) -> Bytes {
+    use oncrpc::RecordReceiver;
+    rx.recv()
+        .await
+        .expect("receive")
+        .expect("connection open")
+        .into_message()
+        .expect("a reply, not a call failure")
+}
+
 /// The XID of an RPC Reply and its first result, an `opaque<>`.
 pub fn reply_opaque(reply: Bytes) -> (u32, Bytes) {
     let mut dec = Decoder::new(reply);

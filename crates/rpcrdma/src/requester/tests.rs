@@ -794,19 +794,10 @@ fn rr_s4_1_3_read_chunk_reply_without_the_feature_gets_done_and_fails() {
     );
 }
 
-#[test]
-fn s5_4_1_with_posted_invalidation_the_reply_waits_until_its_chunks_are_fenced() {
-    let mut r = Requester::new(
-        TestUlb {
-            max_reply: 4096 + 120,
-            ddp_results: vec![4096],
-            call_ddp: 0,
-        },
-        RequesterConfig {
-            posted_invalidation: true,
-            ..RequesterConfig::default()
-        },
-    );
+/// A requester with posted invalidation that sent the Linux READ Call (one Write
+/// chunk) and received knfsd's Reply: the Invalidate is queued; returns the Reply's
+/// inline part.
+fn posted_read_replied(r: &mut Requester<TestUlb>) -> Bytes {
     let xid = Xid(0x0cc7_04b8);
     r.start_call(xid, nfs_call(0x0cc7_04b8, 6, &[0; 16], None))
         .unwrap();
@@ -818,7 +809,7 @@ fn s5_4_1_with_posted_invalidation_the_reply_waits_until_its_chunks_are_fenced()
         vec![vec![Segment::new(0x8cd1_cf01, 4096, 0x0cc7_04b8_c4d3_4000)]],
     )
     .unwrap();
-    let _ = sent(&mut r);
+    let _ = sent(r);
     let inline = rpc_reply(0x0cc7_04b8, &[0; 14], Some(Bytes::from_static(b"x"))).inline;
     r.handle_receive(concat(&[hex(READ_REPLY_WRITE_LIST), inline.clone()]));
     assert_eq!(
@@ -828,6 +819,28 @@ fn s5_4_1_with_posted_invalidation_the_reply_waits_until_its_chunks_are_fenced()
             handles: vec![0x8cd1_cf01]
         })
     );
+    inline
+}
+
+fn posted_requester() -> Requester<TestUlb> {
+    Requester::new(
+        TestUlb {
+            max_reply: 4096 + 120,
+            ddp_results: vec![4096],
+            call_ddp: 0,
+        },
+        RequesterConfig {
+            posted_invalidation: true,
+            ..RequesterConfig::default()
+        },
+    )
+}
+
+#[test]
+fn s5_4_1_with_posted_invalidation_the_reply_waits_until_its_chunks_are_fenced() {
+    let mut r = posted_requester();
+    let xid = Xid(0x0cc7_04b8);
+    let inline = posted_read_replied(&mut r);
     // §5.4.1: not before the responder is fenced from the Write chunk.
     assert_eq!(r.poll_event(), None, "the Reply waits for the LOCAL_INV");
     r.handle_invalidated(Xid(0xdead));
@@ -846,30 +859,9 @@ fn s5_4_1_with_posted_invalidation_the_reply_waits_until_its_chunks_are_fenced()
 
 #[test]
 fn s5_4_1_a_reply_still_being_fenced_when_the_connection_goes_fails() {
-    let mut r = Requester::new(
-        TestUlb {
-            max_reply: 4096 + 120,
-            ddp_results: vec![4096],
-            call_ddp: 0,
-        },
-        RequesterConfig {
-            posted_invalidation: true,
-            ..RequesterConfig::default()
-        },
-    );
+    let mut r = posted_requester();
     let xid = Xid(0x0cc7_04b8);
-    r.start_call(xid, nfs_call(0x0cc7_04b8, 6, &[0; 16], None))
-        .unwrap();
-    let _ = r.poll_action();
-    r.handle_registered(
-        xid,
-        vec![vec![Segment::new(0x8cd1_cf01, 4096, 0x0cc7_04b8_c4d3_4000)]],
-    )
-    .unwrap();
-    let _ = sent(&mut r);
-    let inline = rpc_reply(0x0cc7_04b8, &[0; 14], Some(Bytes::from_static(b"x"))).inline;
-    r.handle_receive(concat(&[hex(READ_REPLY_WRITE_LIST), inline]));
-    assert!(matches!(r.poll_action(), Some(Action::Invalidate { .. })));
+    posted_read_replied(&mut r);
     r.handle_disconnect();
     assert_eq!(
         r.poll_event(),
