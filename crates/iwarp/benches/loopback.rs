@@ -14,7 +14,7 @@ use bytes::{Bytes, BytesMut};
 use iwarp::{IwarpConfig, IwarpProvider, IwarpQp};
 use rdma::{
     Access, ConnectParams, LocalSge, ProtectionDomain, QueuePair, QueuePairExt, RecvWr, RemoteAddr,
-    SendOp, SendWr, Sge, WcStatus,
+    SendOp, SendWr, WcStatus,
 };
 
 async fn pair(crc: bool) -> (IwarpQp, IwarpQp, ProtectionDomain, ProtectionDomain) {
@@ -38,7 +38,7 @@ async fn pair_direct(
         .await
         .unwrap();
     let addr = l.local_addr().unwrap();
-    let pd_b = ProtectionDomain::new();
+    let pd_b = ProtectionDomain::software(rdma::DeviceAttributes::SOFTWARE);
     let pd_b2 = pd_b.clone();
     let t = tokio::spawn(async move {
         let r = l.accept().await.unwrap();
@@ -53,7 +53,7 @@ async fn pair_direct(
         .await
         .unwrap()
     });
-    let pd_a = ProtectionDomain::new();
+    let pd_a = ProtectionDomain::software(rdma::DeviceAttributes::SOFTWARE);
     let a = IwarpProvider::new(cfg)
         .connect(
             addr,
@@ -72,8 +72,15 @@ async fn pair_direct(
 /// RDMA Write `total` bytes in `size` writes, `depth` outstanding; returns seconds.
 async fn rdma_write(size: usize, total: usize, depth: usize, crc: bool, direct: bool) -> f64 {
     let (a, b, _pa, pb) = pair_direct(crc, direct).await;
-    let target = pb.register(BytesMut::zeroed(size), Access::REMOTE_WRITE);
-    let rx = pb.register(BytesMut::zeroed(64), Access::LOCAL_WRITE);
+    let target = pb
+        .register(
+            BytesMut::zeroed(size),
+            Access::LOCAL_WRITE | Access::REMOTE_WRITE,
+        )
+        .unwrap();
+    let rx = pb
+        .register(BytesMut::zeroed(64), Access::LOCAL_WRITE)
+        .unwrap();
     b.post_recv(RecvWr {
         wr_id: 0,
         sgl: vec![LocalSge {
@@ -95,7 +102,7 @@ async fn rdma_write(size: usize, total: usize, depth: usize, crc: bool, direct: 
                     stag: target.stag(),
                     offset: 0,
                 }),
-                sgl: vec![Sge::Bytes(data.clone())],
+                sgl: vec![a.pd().sge(data.clone()).unwrap()],
             })
             .unwrap();
             posted += 1;
@@ -182,7 +189,9 @@ async fn tcp_stream_tokio(size: usize, total: usize) -> f64 {
 /// `count` Sends of `size` bytes, `depth` outstanding; returns seconds.
 async fn send_recv(size: usize, count: usize, depth: usize) -> f64 {
     let (a, b, _pa, pb) = pair(false).await;
-    let rx = pb.register(BytesMut::zeroed(size * depth * 2), Access::LOCAL_WRITE);
+    let rx = pb
+        .register(BytesMut::zeroed(size * depth * 2), Access::LOCAL_WRITE)
+        .unwrap();
     let slots = depth * 2;
     for i in 0..slots.min(count) {
         b.post_recv(RecvWr {
@@ -228,7 +237,7 @@ async fn send_recv(size: usize, count: usize, depth: usize) -> f64 {
                 a.post_send(SendWr {
                     wr_id: posted as u64,
                     op: SendOp::Send,
-                    sgl: vec![Sge::Bytes(data.clone())],
+                    sgl: vec![a.pd().sge(data.clone()).unwrap()],
                 })
                 .unwrap();
                 posted += 1;

@@ -28,7 +28,7 @@ use std::time::Instant;
 use bytes::{Bytes, BytesMut};
 use rdma::{
     Access, Completion, DisconnectReason, LocalSge, PostError, ProtectionDomain, QpEvent, RecvWr,
-    ResolvedRegion, STag, SendOp, SendWr, Sge, WcOpcode, WcStatus,
+    ResolvedRegion, STag, SendOp, SendWr, WcOpcode, WcStatus,
 };
 
 use crate::error::{ProtocolError, TerminateCode};
@@ -78,7 +78,7 @@ enum State {
 /// Which bytes a message carries.
 enum Source {
     Gather {
-        sgl: Vec<Sge>,
+        sgl: Vec<LocalSge>,
         idx: usize,
         off: usize,
     },
@@ -274,9 +274,7 @@ impl Connection {
             return Err(PostError::QueueFull);
         }
         for s in &wr.sgl {
-            if let Sge::Local(l) = s {
-                check_local(&self.pd, l, Access::NONE)?;
-            }
+            check_local(&self.pd, s, Access::NONE)?;
         }
         let (opcode, len) = match &wr.op {
             SendOp::RdmaRead { sink, .. } => {
@@ -286,8 +284,9 @@ impl Connection {
                 }
                 (WcOpcode::RdmaRead, sink.len)
             }
-            SendOp::RdmaWrite(_) => (WcOpcode::RdmaWrite, wr.sgl.iter().map(Sge::len).sum()),
-            _ => (WcOpcode::Send, wr.sgl.iter().map(Sge::len).sum()),
+            SendOp::RdmaWrite(_) => (WcOpcode::RdmaWrite, wr.len()),
+            SendOp::LocalInvalidate(_) => (WcOpcode::LocalInvalidate, 0),
+            _ => (WcOpcode::Send, wr.len()),
         };
         // RFC 5040 §5.3 / §4.4: message and Read sizes are 32-bit quantities.
         if u32::try_from(len).is_err() {
@@ -787,14 +786,20 @@ impl Connection {
         if let Some(r) = self.responses.pop_front() {
             return Some(r);
         }
-        let (_, front) = self.sq.front()?;
-        // RFC 5040 §6.3 / RFC 6581: no more than ORD Read Requests outstanding; the
-        // send queue waits (in order) until a Read Response completes.
-        if matches!(front.op, SendOp::RdmaRead { .. }) && self.reads_out.len() >= self.ord {
-            return None;
-        }
-        let (seq, wr) = self.sq.pop_front()?;
-        let total = wr.sgl.iter().map(Sge::len).sum();
+        let (seq, wr) = loop {
+            let (_, front) = self.sq.front()?;
+            // RFC 5040 §6.3 / RFC 6581: no more than ORD Read Requests outstanding; the
+            // send queue waits (in order) until a Read Response completes.
+            if matches!(front.op, SendOp::RdmaRead { .. }) && self.reads_out.len() >= self.ord {
+                return None;
+            }
+            let (seq, wr) = self.sq.pop_front()?;
+            match wr.op {
+                SendOp::LocalInvalidate(stag) => self.local_invalidate(seq, stag),
+                _ => break (seq, wr),
+            }
+        };
+        let total = wr.len();
         let send = |opcode: Opcode, inv: u32, msn: &mut u32| {
             let m = *msn;
             *msn = msn.wrapping_add(1);
@@ -819,6 +824,7 @@ impl Connection {
                 stag: r.stag.0,
                 to: r.offset,
             },
+            SendOp::LocalInvalidate(_) => unreachable!("executed by the loop above"),
             SendOp::RdmaRead { remote, sink } => {
                 let msn = self.tx_msn[1];
                 self.tx_msn[1] = msn.wrapping_add(1);
@@ -867,6 +873,20 @@ impl Connection {
             read: None,
             response: false,
         })
+    }
+
+    /// A local invalidation reached the head of the send queue: it puts nothing on
+    /// the wire and completes (in posting order, `complete_seq`) once the work posted
+    /// before it has been started.
+    fn local_invalidate(&mut self, seq: u64, stag: STag) {
+        let status = match self.pd.invalidate(stag) {
+            Ok(()) => WcStatus::Success,
+            Err(e) => {
+                tracing::debug!(stag = stag.0, error = %e, "local invalidate failed");
+                WcStatus::LocalProtectionError
+            }
+        };
+        self.complete_seq(seq, status, None);
     }
 
     /// Emits the next segment of `msg`; true when it was the last.
@@ -959,39 +979,36 @@ impl Connection {
             Source::Gather { sgl, idx, off } => {
                 while want > 0 {
                     let Some(sge) = sgl.get(*idx) else { break };
-                    let avail = sge.len() - *off;
+                    let avail = sge.len - *off;
                     if avail == 0 {
                         *idx += 1;
                         *off = 0;
                         continue;
                     }
                     let k = avail.min(want);
-                    match sge {
-                        Sge::Bytes(b) => {
-                            let piece = b.slice(*off..*off + k);
-                            if crc_on {
-                                crc = crc32c::crc32c_append(crc, &piece);
-                            }
-                            batch.push_data(piece);
+                    let region = sge.mr.resolved();
+                    let at = (sge.offset + *off) as u64;
+                    if let Ok(Some(piece)) = region.shared_range(at, k) {
+                        // A region registered from the consumer's bytes
+                        // (`ProtectionDomain::register_bytes`): sent from them, no
+                        // copy.
+                        if crc_on {
+                            crc = crc32c::crc32c_append(crc, &piece);
                         }
-                        Sge::Local(l) => {
-                            let s = batch.scratch_len();
-                            let region = l.mr.resolved();
-                            let at = (l.offset + *off) as u64;
-                            batch.push_scratch(|v| {
-                                let before = v.len();
-                                // COPY: local-SGE payload copied out of its region.
-                                if region.copy_out(at, k, v).is_err() {
-                                    v.truncate(before);
-                                    v.resize(before + k, 0);
-                                }
-                            });
-                            if crc_on {
-                                crc = crc32c::crc32c_append(
-                                    crc,
-                                    batch.scratch(s..batch.scratch_len()),
-                                );
+                        batch.push_data(piece);
+                    } else {
+                        let s = batch.scratch_len();
+                        batch.push_scratch(|v| {
+                            let before = v.len();
+                            // COPY: local-SGE payload copied out of its region (owned,
+                            // mutable memory behind a lock).
+                            if region.copy_out(at, k, v).is_err() {
+                                v.truncate(before);
+                                v.resize(before + k, 0);
                             }
+                        });
+                        if crc_on {
+                            crc = crc32c::crc32c_append(crc, batch.scratch(s..batch.scratch_len()));
                         }
                     }
                     *off += k;

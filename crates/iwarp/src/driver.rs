@@ -20,8 +20,9 @@ use std::time::{Duration, Instant};
 
 use bytes::{BufMut, Bytes, BytesMut};
 use rdma::{
-    BoxFuture, Completion, ConnectError, ConnectParams, ConnectRequest, ConnectionManager,
-    Listener, PeerParams, PostError, ProtectionDomain, QpEvent, QueuePair, RecvWr, SendWr, Sge,
+    BoxFuture, Completion, ConnectError, ConnectParams, ConnectRequest, ConnectionManager, Device,
+    DeviceAttributes, Listener, PeerParams, PostError, ProtectionDomain, QpEvent, QueuePair,
+    RecvWr, Route, SendWr, SoftwareDevice,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
@@ -44,8 +45,9 @@ pub struct IwarpConfig {
     pub first_send_delay: Duration,
     /// Limit for TCP connect plus MPA setup.
     pub setup_timeout: Duration,
-    /// Bytes gathered per socket write (one `writev`). Payload from
-    /// [`rdma::Sge::Bytes`] is referenced, not copied, so a large batch costs only
+    /// Bytes gathered per socket write (one `writev`). Payload from regions
+    /// registered from the consumer's bytes ([`rdma::ProtectionDomain::register_bytes`])
+    /// is referenced, not copied, so a large batch costs only
     /// headers; payload copied out of regions (Read Responses, local SGEs) is held in
     /// a scratch buffer of up to this size per connection. Larger batches mean fewer
     /// writer rounds, lock round trips and completion wakeups per byte.
@@ -65,9 +67,20 @@ impl Default for IwarpConfig {
 }
 
 /// The iWARP provider: a connection manager over tokio TCP.
-#[derive(Clone, Debug, Default)]
+///
+/// Its one device, [`IwarpProvider::device`], reaches every address (it is the
+/// host's TCP stack); its protection domains are the `rdma` crate's software
+/// registration table.
+#[derive(Clone, Debug)]
 pub struct IwarpProvider {
     cfg: IwarpConfig,
+    device: Arc<dyn Device>,
+}
+
+impl Default for IwarpProvider {
+    fn default() -> Self {
+        IwarpProvider::new(IwarpConfig::default())
+    }
 }
 
 fn handshake_err(e: HandshakeError) -> ConnectError {
@@ -83,7 +96,20 @@ fn handshake_err(e: HandshakeError) -> ConnectError {
 impl IwarpProvider {
     /// A provider with `cfg`.
     pub fn new(cfg: IwarpConfig) -> IwarpProvider {
-        IwarpProvider { cfg }
+        let attributes = DeviceAttributes {
+            max_qp_wr: cfg.limits.max_send_wr.min(cfg.limits.max_recv_wr) as u32,
+            ..DeviceAttributes::SOFTWARE
+        };
+        IwarpProvider {
+            device: Arc::new(SoftwareDevice::new("iwarp", attributes)),
+            cfg,
+        }
+    }
+
+    /// The provider's device: where protection domains for its connections come
+    /// from.
+    pub fn device(&self) -> &Arc<dyn Device> {
+        &self.device
     }
 
     /// The configuration.
@@ -130,6 +156,7 @@ impl IwarpProvider {
         Ok(IwarpListener {
             listener: TcpListener::bind(addr).await?,
             cfg: self.cfg.clone(),
+            device: self.device.clone(),
             pending: tokio::task::JoinSet::new(),
         })
     }
@@ -137,19 +164,45 @@ impl IwarpProvider {
 
 impl ConnectionManager for IwarpProvider {
     type Qp = IwarpQp;
+    type Route = IwarpRoute;
     type Listener = IwarpListener;
 
-    fn connect<'a>(
-        &'a self,
-        addr: SocketAddr,
-        pd: &'a ProtectionDomain,
-        params: ConnectParams,
-    ) -> BoxFuture<'a, Result<IwarpQp, ConnectError>> {
-        Box::pin(IwarpProvider::connect(self, addr, pd, params))
+    fn resolve<'a>(&'a self, addr: SocketAddr) -> BoxFuture<'a, Result<IwarpRoute, ConnectError>> {
+        // The host's TCP stack reaches any address: nothing to resolve before the
+        // connect.
+        let route = IwarpRoute {
+            provider: self.clone(),
+            addr,
+        };
+        Box::pin(async move { Ok(route) })
     }
 
     fn listen<'a>(&'a self, addr: SocketAddr) -> BoxFuture<'a, io::Result<IwarpListener>> {
         Box::pin(IwarpProvider::listen(self, addr))
+    }
+}
+
+/// A peer address on the iWARP provider's device ([`ConnectionManager::resolve`]).
+#[derive(Debug)]
+pub struct IwarpRoute {
+    provider: IwarpProvider,
+    addr: SocketAddr,
+}
+
+impl Route for IwarpRoute {
+    type Qp = IwarpQp;
+
+    fn device(&self) -> &Arc<dyn Device> {
+        self.provider.device()
+    }
+
+    fn connect(
+        self,
+        pd: &ProtectionDomain,
+        params: ConnectParams,
+    ) -> BoxFuture<'static, Result<IwarpQp, ConnectError>> {
+        let pd = pd.clone();
+        Box::pin(async move { self.provider.connect(self.addr, &pd, params).await })
     }
 }
 
@@ -162,6 +215,7 @@ const MAX_PENDING_HANDSHAKES: usize = 64;
 pub struct IwarpListener {
     listener: TcpListener,
     cfg: IwarpConfig,
+    device: Arc<dyn Device>,
     /// MPA Requests being read, one task each, so that a slow or silent peer (up to
     /// `setup_timeout`) holds up nobody else.
     pending: tokio::task::JoinSet<Option<IwarpConnectRequest>>,
@@ -190,7 +244,7 @@ impl IwarpListener {
                 {
                     let (stream, peer_addr) = accepted?;
                     self.pending
-                        .spawn(read_request(stream, peer_addr, self.cfg.clone()));
+                        .spawn(read_request(stream, peer_addr, self.cfg.clone(), self.device.clone()));
                 }
             }
         }
@@ -203,6 +257,7 @@ async fn read_request(
     mut stream: TcpStream,
     peer_addr: SocketAddr,
     cfg: IwarpConfig,
+    device: Arc<dyn Device>,
 ) -> Option<IwarpConnectRequest> {
     if let Err(e) = stream.set_nodelay(true) {
         tracing::debug!(%peer_addr, error = %e, "TCP_NODELAY failed");
@@ -238,6 +293,7 @@ async fn read_request(
                 buf,
                 peer,
                 cfg,
+                device,
             })
         }
         Ok(Err(e)) => {
@@ -272,6 +328,7 @@ pub struct IwarpConnectRequest {
     buf: BytesMut,
     peer: PeerParams,
     cfg: IwarpConfig,
+    device: Arc<dyn Device>,
 }
 
 impl IwarpConnectRequest {
@@ -319,6 +376,10 @@ impl ConnectRequest for IwarpConnectRequest {
 
     fn peer(&self) -> &PeerParams {
         IwarpConnectRequest::peer(self)
+    }
+
+    fn device(&self) -> &Arc<dyn Device> {
+        &self.device
     }
 
     fn accept(
@@ -729,7 +790,7 @@ impl IwarpQp {
 impl QueuePair for IwarpQp {
     fn post_send(&self, wr: SendWr) -> Result<(), PostError> {
         let shared = &*self.shared;
-        let large = wr.sgl.iter().map(Sge::len).sum::<usize>() >= FAST_PATH_MIN;
+        let large = wr.len() >= FAST_PATH_MIN;
         let mut g = shared.lock();
         g.conn.post_send(wr)?;
         // Transmit fast path for large messages: with nobody on the socket and nothing

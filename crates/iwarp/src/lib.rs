@@ -22,16 +22,18 @@
 //!
 //! # Copies per byte (userspace, not counting the kernel's socket copies)
 //!
-//! - **RDMA Write** from [`rdma::Sge::Bytes`]: 0 on the sender (the payload `Bytes`
-//!   go straight into `writev`). On the receiver, with CRC off, 0 for the part of each
+//! - **RDMA Write**: on the sender 0 from a region registered from the consumer's
+//!   bytes ([`rdma::ProtectionDomain::register_bytes`]: they go straight into
+//!   `writev`), else 1 as for a Send. On the receiver, with CRC off, 0 for the part of each
 //!   segment not yet buffered when its header arrives (direct placement: the socket
 //!   is read straight into the target region, `conn::direct`, one vectored read per
 //!   segment that also fetches the next FPDU's header; in practice every byte of a
 //!   large Write but at most 1 KiB per 64 KiB segment read behind each payload); 1
 //!   for the rest and whenever CRC is on (receive buffer → region,
 //!   `ResolvedRegion::place`).
-//! - **Send**: 0 on the sender; 1 on the receiver (receive buffer → posted receive
-//!   buffer). From [`rdma::Sge::Local`]: +1 on the sender (region → FPDU scratch).
+//! - **Send**: on the sender 0 from a region registered from the consumer's bytes,
+//!   1 from a region of owned memory ([`rdma::ProtectionDomain::register`]: region →
+//!   FPDU scratch); 1 on the receiver (receive buffer → posted receive buffer).
 //! - **RDMA Read**: at the data source 0 from a region registered from the consumer's
 //!   bytes ([`rdma::ProtectionDomain::register_bytes`]: the Read Response gathers
 //!   slices of them), else 1 (region → FPDU scratch, because the region is mutable

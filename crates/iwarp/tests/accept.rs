@@ -32,13 +32,16 @@ async fn a_silent_peer_does_not_hold_up_the_next_connection() {
     half.write_all(b"MPA ID Req").await.unwrap();
     let accept = tokio::spawn(async move {
         let req = l.accept().await.unwrap();
-        req.accept(&ProtectionDomain::new(), params())
-            .await
-            .unwrap();
+        req.accept(
+            &ProtectionDomain::software(rdma::DeviceAttributes::SOFTWARE),
+            params(),
+        )
+        .await
+        .unwrap();
         l
     });
     tokio::time::sleep(Duration::from_millis(100)).await;
-    let pd = ProtectionDomain::new();
+    let pd = ProtectionDomain::software(rdma::DeviceAttributes::SOFTWARE);
     let connected = tokio::time::timeout(
         Duration::from_secs(5),
         IwarpProvider::new(cfg).connect(addr, &pd, params()),

@@ -8,7 +8,7 @@ use bytes::{Bytes, BytesMut};
 use iwarp::{IwarpConfig, IwarpProvider, IwarpQp};
 use rdma::{
     Access, Completion, ConnectParams, LocalSge, MemoryRegion, ProtectionDomain, QpEvent,
-    QueuePairExt, RecvWr, RemoteAddr, SendOp, SendWr, Sge,
+    QueuePairExt, RecvWr, RemoteAddr, SendOp, SendWr,
 };
 
 pub struct Side {
@@ -46,7 +46,7 @@ pub async fn pair_params(
     let server = IwarpProvider::new(passive);
     let mut l = server.listen("127.0.0.1:0".parse().unwrap()).await.unwrap();
     let addr: SocketAddr = l.local_addr().unwrap();
-    let pd_b = ProtectionDomain::new();
+    let pd_b = ProtectionDomain::software(rdma::DeviceAttributes::SOFTWARE);
     let pd_b2 = pd_b.clone();
     let accept = tokio::spawn(async move {
         let req = l.accept().await.unwrap();
@@ -61,7 +61,7 @@ pub async fn pair_params(
         .await
         .unwrap()
     });
-    let pd_a = ProtectionDomain::new();
+    let pd_a = ProtectionDomain::software(rdma::DeviceAttributes::SOFTWARE);
     let qp_a = IwarpProvider::new(active)
         .connect(addr, &pd_a, params)
         .await
@@ -106,19 +106,27 @@ pub fn recv_wr(mr: &MemoryRegion, wr_id: u64, offset: usize, len: usize) -> Recv
     }
 }
 
-pub fn send(wr_id: u64, data: Bytes) -> SendWr {
+/// A Send of `data`, registered in `qp`'s protection domain.
+pub fn send(qp: &dyn rdma::QueuePair, wr_id: u64, data: Bytes) -> SendWr {
     SendWr {
         wr_id,
         op: SendOp::Send,
-        sgl: vec![Sge::Bytes(data)],
+        sgl: vec![qp.pd().sge(data).unwrap()],
     }
 }
 
-pub fn write(wr_id: u64, stag: rdma::STag, offset: u64, data: Bytes) -> SendWr {
+/// An RDMA Write of `data`, registered in `qp`'s protection domain.
+pub fn write(
+    qp: &dyn rdma::QueuePair,
+    wr_id: u64,
+    stag: rdma::STag,
+    offset: u64,
+    data: Bytes,
+) -> SendWr {
     SendWr {
         wr_id,
         op: SendOp::RdmaWrite(RemoteAddr { stag, offset }),
-        sgl: vec![Sge::Bytes(data)],
+        sgl: vec![qp.pd().sge(data).unwrap()],
     }
 }
 
@@ -145,5 +153,5 @@ pub fn read(
 }
 
 pub fn region(pd: &ProtectionDomain, len: usize, access: Access) -> MemoryRegion {
-    pd.register(BytesMut::zeroed(len), access)
+    pd.register(BytesMut::zeroed(len), access).unwrap()
 }

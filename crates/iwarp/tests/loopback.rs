@@ -9,7 +9,7 @@ use common::*;
 use iwarp::IwarpProvider;
 use rdma::{
     Access, ConnectError, ConnectParams, DisconnectReason, ProtectionDomain, QpEvent, QueuePair,
-    SendOp, SendWr, Sge, WcOpcode, WcStatus,
+    SendOp, SendWr, WcOpcode, WcStatus,
 };
 
 async fn sends_of_every_size(crc: bool) {
@@ -22,7 +22,7 @@ async fn sends_of_every_size(crc: bool) {
         b.qp.post_recv(recv_wr(&rx, 100 + i as u64, 0, 1 << 20))
             .unwrap();
         let data = pattern(n, i as u8);
-        a.qp.post_send(send(i as u64, data.clone())).unwrap();
+        a.qp.post_send(send(&a.qp, i as u64, data.clone())).unwrap();
         let c = next_completion(&a.qp).await;
         assert_eq!(
             (c.wr_id, c.opcode, c.status),
@@ -53,7 +53,7 @@ async fn crc_is_on_when_only_the_passive_side_asks() {
     assert!(a.qp.crc() && b.qp.crc());
     let rx = region(&b.pd, 64, Access::LOCAL_WRITE);
     b.qp.post_recv(recv_wr(&rx, 1, 0, 64)).unwrap();
-    a.qp.post_send(send(1, Bytes::from_static(b"crc both ways")))
+    a.qp.post_send(send(&a.qp, 1, Bytes::from_static(b"crc both ways")))
         .unwrap();
     assert_eq!(next_completion(&b.qp).await.byte_len, 13);
 }
@@ -85,13 +85,13 @@ async fn send_gathers_several_buffers_and_scatters_into_several() {
         wr_id: 1,
         op: SendOp::SendWithSolicitedEvent,
         sgl: vec![
-            Sge::Bytes(Bytes::from_static(b"head")),
-            Sge::Local(rdma::LocalSge {
+            a.pd.sge(Bytes::from_static(b"head")).unwrap(),
+            rdma::LocalSge {
                 mr: local.clone(),
                 offset: 5,
                 len: 69_995,
-            }),
-            Sge::Bytes(Bytes::from_static(b"tail")),
+            },
+            a.pd.sge(Bytes::from_static(b"tail")).unwrap(),
         ],
     })
     .unwrap();
@@ -109,12 +109,22 @@ async fn send_gathers_several_buffers_and_scatters_into_several() {
 async fn write_then_read_back(crc: bool, sizes: &[(u64, usize)]) {
     let (a, b) = pair(crc).await;
     let max = sizes.iter().map(|&(o, n)| o as usize + n).max().unwrap();
-    let target = region(&b.pd, max, Access::REMOTE_WRITE | Access::REMOTE_READ);
+    let target = region(
+        &b.pd,
+        max,
+        Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ,
+    );
     let sink = region(&a.pd, max, Access::LOCAL_WRITE);
     for (i, &(off, n)) in sizes.iter().enumerate() {
         let data = pattern(n, 7 + i as u8);
-        a.qp.post_send(write(10 + i as u64, target.stag(), off, data.clone()))
-            .unwrap();
+        a.qp.post_send(write(
+            &a.qp,
+            10 + i as u64,
+            target.stag(),
+            off,
+            data.clone(),
+        ))
+        .unwrap();
         a.qp.post_send(read(
             20 + i as u64,
             target.stag(),
@@ -181,9 +191,13 @@ async fn rdma_write_and_read_odd_offsets_and_lengths_crc_on() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn zero_length_write_and_read() {
     let (a, b) = pair(false).await;
-    let target = region(&b.pd, 16, Access::REMOTE_WRITE | Access::REMOTE_READ);
+    let target = region(
+        &b.pd,
+        16,
+        Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ,
+    );
     let sink = region(&a.pd, 16, Access::LOCAL_WRITE);
-    a.qp.post_send(write(1, target.stag(), 16, Bytes::new()))
+    a.qp.post_send(write(&a.qp, 1, target.stag(), 16, Bytes::new()))
         .unwrap();
     a.qp.post_send(read(2, target.stag(), 16, &sink, 16, 0))
         .unwrap();
@@ -205,7 +219,11 @@ async fn many_operations_in_flight_complete_in_order() {
     )
     .await;
     const N: usize = 300;
-    let target = region(&b.pd, N * 1000, Access::REMOTE_WRITE | Access::REMOTE_READ);
+    let target = region(
+        &b.pd,
+        N * 1000,
+        Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ,
+    );
     target.with_mut(|m| m.copy_from_slice(&pattern(N * 1000, 1)));
     let sink = region(&a.pd, N * 1000, Access::LOCAL_WRITE);
     let rx = region(&b.pd, N * 100, Access::LOCAL_WRITE);
@@ -225,12 +243,13 @@ async fn many_operations_in_flight_complete_in_order() {
                 999,
             ),
             1 => write(
+                &a.qp,
                 i as u64,
                 target.stag(),
                 (i * 1000) as u64,
                 pattern(1000, i as u8),
             ),
-            _ => send(i as u64, pattern(100, i as u8)),
+            _ => send(&a.qp, i as u64, pattern(100, i as u8)),
         };
         a.qp.post_send(wr).unwrap();
     }
@@ -261,7 +280,11 @@ async fn large_write_runs_with_small_messages_between_them() {
     const N: usize = 24;
     let big = |i: usize| 150_000 + i * 7_919;
     let total: usize = (0..N).map(big).sum();
-    let target = region(&b.pd, total + N * 100, Access::REMOTE_WRITE);
+    let target = region(
+        &b.pd,
+        total + N * 100,
+        Access::LOCAL_WRITE | Access::REMOTE_WRITE,
+    );
     let rx = region(&b.pd, N * 64, Access::LOCAL_WRITE);
     for i in 0..N {
         b.qp.post_recv(recv_wr(&rx, i as u64, i * 64, 64)).unwrap();
@@ -271,16 +294,22 @@ async fn large_write_runs_with_small_messages_between_them() {
     for i in 0..N {
         let data = pattern(big(i), i as u8);
         expect[at..at + data.len()].copy_from_slice(&data);
-        a.qp.post_send(write(3 * i as u64, target.stag(), at as u64, data))
+        a.qp.post_send(write(&a.qp, 3 * i as u64, target.stag(), at as u64, data))
             .unwrap();
         at += big(i);
-        a.qp.post_send(send(3 * i as u64 + 1, pattern(1 + i, 100 + i as u8)))
+        a.qp.post_send(send(&a.qp, 3 * i as u64 + 1, pattern(1 + i, 100 + i as u8)))
             .unwrap();
         let small = pattern(100, 200 + i as u8);
         let off = total + i * 100;
         expect[off..off + 100].copy_from_slice(&small);
-        a.qp.post_send(write(3 * i as u64 + 2, target.stag(), off as u64, small))
-            .unwrap();
+        a.qp.post_send(write(
+            &a.qp,
+            3 * i as u64 + 2,
+            target.stag(),
+            off as u64,
+            small,
+        ))
+        .unwrap();
     }
     for i in 0..3 * N {
         let c = next_completion(&a.qp).await;
@@ -303,7 +332,7 @@ async fn connect_exchanges_private_data_and_ird_ord_and_initial_receives_catch_f
     let server = IwarpProvider::new(cfg(false));
     let mut l = server.listen("127.0.0.1:0".parse().unwrap()).await.unwrap();
     let addr = l.local_addr().unwrap();
-    let pd_b = ProtectionDomain::new();
+    let pd_b = ProtectionDomain::software(rdma::DeviceAttributes::SOFTWARE);
     let t = tokio::spawn(async move {
         let req = l.accept().await.unwrap();
         assert_eq!(&req.peer().private_data[..], b"client hello");
@@ -323,7 +352,7 @@ async fn connect_exchanges_private_data_and_ird_ord_and_initial_receives_catch_f
             .await
             .unwrap();
         // Send at once: the client's initial receive is already there.
-        qp.post_send(send(71, Bytes::from_static(b"first from server")))
+        qp.post_send(send(&qp, 71, Bytes::from_static(b"first from server")))
             .unwrap();
         // The Send's completion and the Receive of the client's first Send race
         // (one completion queue for both): accept either order.
@@ -337,7 +366,7 @@ async fn connect_exchanges_private_data_and_ird_ord_and_initial_receives_catch_f
         assert_eq!(seen, [(70, 17), (71, 17)]);
         qp
     });
-    let pd = ProtectionDomain::new();
+    let pd = ProtectionDomain::software(rdma::DeviceAttributes::SOFTWARE);
     let rx_a = region(&pd, 64, Access::LOCAL_WRITE);
     let qp = IwarpProvider::new(cfg(false))
         .connect(
@@ -352,7 +381,7 @@ async fn connect_exchanges_private_data_and_ird_ord_and_initial_receives_catch_f
         )
         .await
         .unwrap();
-    qp.post_send(send(81, Bytes::from_static(b"first from client")))
+    qp.post_send(send(&qp, 81, Bytes::from_static(b"first from client")))
         .unwrap();
     let mut seen = Vec::new();
     for _ in 0..2 {
@@ -377,7 +406,7 @@ async fn reject_with_private_data_is_a_typed_connect_error() {
         let req = l.accept().await.unwrap();
         req.reject(Bytes::from_static(b"no thanks")).await.unwrap();
     });
-    let pd = ProtectionDomain::new();
+    let pd = ProtectionDomain::software(rdma::DeviceAttributes::SOFTWARE);
     let err = IwarpProvider::new(cfg(false))
         .connect(addr, &pd, ConnectParams::default())
         .await
@@ -390,7 +419,7 @@ async fn reject_with_private_data_is_a_typed_connect_error() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn private_data_over_the_mpa_limit_is_refused_locally() {
-    let pd = ProtectionDomain::new();
+    let pd = ProtectionDomain::software(rdma::DeviceAttributes::SOFTWARE);
     let err = IwarpProvider::new(cfg(false))
         .connect(
             "127.0.0.1:9".parse().unwrap(),
@@ -426,20 +455,62 @@ fn local_error(e: QpEvent) -> (u8, u8, u8) {
     }
 }
 
+/// Verbs LOCAL_INV as posted work: it completes in send-queue order, after the
+/// Write posted before it, and from then on the peer cannot reach the region; an
+/// STag that no longer works completes in error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn local_invalidate_is_posted_work_completed_in_order() {
+    let (a, b) = pair(false).await;
+    let exposed = region(&a.pd, 64, Access::LOCAL_WRITE | Access::REMOTE_WRITE);
+    let target = region(&b.pd, 64, Access::LOCAL_WRITE | Access::REMOTE_WRITE);
+    let inval = |wr_id, stag| SendWr {
+        wr_id,
+        op: SendOp::LocalInvalidate(stag),
+        sgl: Vec::new(),
+    };
+    a.qp.post_send(write(&a.qp, 1, target.stag(), 0, pattern(64, 1)))
+        .unwrap();
+    a.qp.post_send(inval(2, exposed.stag())).unwrap();
+    let c1 = next_completion(&a.qp).await;
+    let c2 = next_completion(&a.qp).await;
+    assert_eq!((c1.wr_id, c1.opcode), (1, WcOpcode::RdmaWrite));
+    assert_eq!(
+        (c2.wr_id, c2.opcode, c2.status),
+        (2, WcOpcode::LocalInvalidate, WcStatus::Success)
+    );
+    assert!(!exposed.is_valid());
+    // Again: the STag no longer works.
+    a.qp.post_send(inval(3, exposed.stag())).unwrap();
+    let c3 = next_completion(&a.qp).await;
+    assert_eq!((c3.wr_id, c3.status), (3, WcStatus::LocalProtectionError));
+    // The peer's Write to the invalidated region ends the connection (RFC 5041
+    // §7.2: invalid STag).
+    b.qp.post_send(write(
+        &b.qp,
+        4,
+        exposed.stag(),
+        0,
+        Bytes::from_static(b"late"),
+    ))
+    .unwrap();
+    assert_eq!(remote_error(next_event(&b.qp).await), (1, 1, 0));
+    assert_eq!(exposed.read(0, 4).unwrap(), Bytes::from_static(&[0; 4]));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn write_to_remotely_invalidated_stag_terminates_only_that_connection() {
     let (a, b) = pair(false).await;
     let (c, d) = pair(false).await;
-    let target = region(&b.pd, 4096, Access::REMOTE_WRITE);
+    let target = region(&b.pd, 4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE);
     let rx = region(&b.pd, 64, Access::LOCAL_WRITE);
     b.qp.post_recv(recv_wr(&rx, 1, 0, 64)).unwrap();
     // A Write that works, then Send with Invalidate of that STag.
-    a.qp.post_send(write(1, target.stag(), 0, Bytes::from_static(b"ok")))
+    a.qp.post_send(write(&a.qp, 1, target.stag(), 0, Bytes::from_static(b"ok")))
         .unwrap();
     a.qp.post_send(SendWr {
         wr_id: 2,
         op: SendOp::SendWithInvalidate(target.stag()),
-        sgl: vec![Sge::Bytes(Bytes::from_static(b"done"))],
+        sgl: vec![a.pd.sge(Bytes::from_static(b"done")).unwrap()],
     })
     .unwrap();
     let rc = next_completion(&b.qp).await;
@@ -447,8 +518,14 @@ async fn write_to_remotely_invalidated_stag_terminates_only_that_connection() {
     assert!(!target.is_valid());
     assert_eq!(target.read(0, 2).unwrap(), Bytes::from_static(b"ok"));
     // RFC 5041 §7.2: Write to an invalid STag -> DDP, tagged buffer error, Invalid STag.
-    a.qp.post_send(write(3, target.stag(), 0, Bytes::from_static(b"late")))
-        .unwrap();
+    a.qp.post_send(write(
+        &a.qp,
+        3,
+        target.stag(),
+        0,
+        Bytes::from_static(b"late"),
+    ))
+    .unwrap();
     assert_eq!(remote_error(next_event(&a.qp).await), (1, 1, 0));
     assert_eq!(local_error(next_event(&b.qp).await), (1, 1, 0));
     assert_eq!(target.read(0, 4).unwrap()[..2], b"ok"[..]);
@@ -466,7 +543,7 @@ async fn write_to_remotely_invalidated_stag_terminates_only_that_connection() {
     // The other connection carries on.
     let rx2 = region(&d.pd, 64, Access::LOCAL_WRITE);
     d.qp.post_recv(recv_wr(&rx2, 7, 0, 64)).unwrap();
-    c.qp.post_send(send(8, Bytes::from_static(b"still here")))
+    c.qp.post_send(send(&c.qp, 8, Bytes::from_static(b"still here")))
         .unwrap();
     assert_eq!(next_completion(&d.qp).await.byte_len, 10);
     assert!(c.qp.is_connected() && d.qp.is_connected());
@@ -475,9 +552,9 @@ async fn write_to_remotely_invalidated_stag_terminates_only_that_connection() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn write_to_locally_invalidated_stag_is_refused() {
     let (a, b) = pair(true).await;
-    let target = region(&b.pd, 4096, Access::REMOTE_WRITE);
+    let target = region(&b.pd, 4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE);
     target.invalidate();
-    a.qp.post_send(write(1, target.stag(), 0, Bytes::from_static(b"x")))
+    a.qp.post_send(write(&a.qp, 1, target.stag(), 0, Bytes::from_static(b"x")))
         .unwrap();
     assert_eq!(remote_error(next_event(&a.qp).await), (1, 1, 0));
 }
@@ -485,9 +562,15 @@ async fn write_to_locally_invalidated_stag_is_refused() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn write_out_of_bounds_is_a_base_bounds_violation() {
     let (a, b) = pair(false).await;
-    let target = region(&b.pd, 100, Access::REMOTE_WRITE);
-    a.qp.post_send(write(1, target.stag(), 99, Bytes::from_static(b"xy")))
-        .unwrap();
+    let target = region(&b.pd, 100, Access::LOCAL_WRITE | Access::REMOTE_WRITE);
+    a.qp.post_send(write(
+        &a.qp,
+        1,
+        target.stag(),
+        99,
+        Bytes::from_static(b"xy"),
+    ))
+    .unwrap();
     assert_eq!(remote_error(next_event(&a.qp).await), (1, 1, 1));
     assert_eq!(local_error(next_event(&b.qp).await), (1, 1, 1));
     assert_eq!(target.read(99, 1).unwrap()[0], 0, "nothing placed");
@@ -497,7 +580,7 @@ async fn write_out_of_bounds_is_a_base_bounds_violation() {
 async fn write_without_remote_write_right_is_an_access_violation() {
     let (a, b) = pair(false).await;
     let target = region(&b.pd, 100, Access::REMOTE_READ);
-    a.qp.post_send(write(1, target.stag(), 0, Bytes::from_static(b"xy")))
+    a.qp.post_send(write(&a.qp, 1, target.stag(), 0, Bytes::from_static(b"xy")))
         .unwrap();
     assert_eq!(remote_error(next_event(&a.qp).await), (0, 1, 2));
 }
@@ -505,7 +588,7 @@ async fn write_without_remote_write_right_is_an_access_violation() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn read_without_remote_read_right_fails_the_read() {
     let (a, b) = pair(false).await;
-    let target = region(&b.pd, 100, Access::REMOTE_WRITE);
+    let target = region(&b.pd, 100, Access::LOCAL_WRITE | Access::REMOTE_WRITE);
     let sink = region(&a.pd, 100, Access::LOCAL_WRITE);
     a.qp.post_send(read(1, target.stag(), 0, &sink, 0, 10))
         .unwrap();
@@ -541,7 +624,7 @@ async fn read_out_of_bounds_and_unknown_stag_fail_the_read() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn send_without_posted_receive_terminates() {
     let (a, b) = pair(false).await;
-    a.qp.post_send(send(1, Bytes::from_static(b"nobody listens")))
+    a.qp.post_send(send(&a.qp, 1, Bytes::from_static(b"nobody listens")))
         .unwrap();
     // RFC 5041 §7.2: untagged buffer error, "Invalid MSN - no buffer available".
     assert_eq!(remote_error(next_event(&a.qp).await), (1, 2, 2));
@@ -554,7 +637,7 @@ async fn send_larger_than_receive_buffer_terminates() {
     let rx = region(&b.pd, 100, Access::LOCAL_WRITE);
     b.qp.post_recv(recv_wr(&rx, 5, 0, 100)).unwrap();
     b.qp.post_recv(recv_wr(&rx, 6, 0, 100)).unwrap();
-    a.qp.post_send(send(1, pattern(101, 0))).unwrap();
+    a.qp.post_send(send(&a.qp, 1, pattern(101, 0))).unwrap();
     let c = next_completion(&b.qp).await;
     assert_eq!((c.wr_id, c.status), (5, WcStatus::LocalLengthError));
     let c = next_completion(&b.qp).await;
@@ -580,7 +663,7 @@ async fn local_disconnect_flushes_and_peer_sees_close() {
     let c = next_completion(&b.qp).await;
     assert_eq!((c.wr_id, c.status), (1, WcStatus::Flushed));
     assert_eq!(
-        a.qp.post_send(send(1, Bytes::new())),
+        a.qp.post_send(send(&a.qp, 1, Bytes::new())),
         Err(rdma::PostError::NotConnected)
     );
 }
@@ -621,7 +704,7 @@ async fn peer_vanishing_mid_transfer_fails_outstanding_work() {
         }
         drop(s); // closing with unread data sends a reset
     });
-    let pd = ProtectionDomain::new();
+    let pd = ProtectionDomain::software(rdma::DeviceAttributes::SOFTWARE);
     let qp = IwarpProvider::new(cfg(false))
         .connect(
             addr,
@@ -637,7 +720,7 @@ async fn peer_vanishing_mid_transfer_fails_outstanding_work() {
     let sink = region(&pd, 16, Access::LOCAL_WRITE);
     let data = Bytes::from(vec![0x5au8; 4 << 20]);
     let wrs: Vec<_> = (0..8)
-        .map(|i| write(i, rdma::STag(0x1000), 0, data.clone()))
+        .map(|i| write(&qp, i, rdma::STag(0x1000), 0, data.clone()))
         .collect();
     for wr in wrs {
         qp.post_send(wr).unwrap();
@@ -690,7 +773,7 @@ async fn posting_checks_local_rights_and_read_credits() {
         a.qp.post_recv(recv_wr(&rw, 1, 5, 10)),
         Err(rdma::PostError::LocalProtection)
     );
-    let other_pd = ProtectionDomain::new();
+    let other_pd = ProtectionDomain::software(rdma::DeviceAttributes::SOFTWARE);
     let foreign = region(&other_pd, 10, Access::LOCAL_WRITE);
     assert_eq!(
         a.qp.post_recv(recv_wr(&foreign, 1, 0, 10)),

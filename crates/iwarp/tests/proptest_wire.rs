@@ -10,7 +10,7 @@ use iwarp::wire::mpa::{self, FrameKind, IrdOrd, MpaFrame};
 use iwarp::{Connection, Limits, TxBatch};
 use proptest::prelude::*;
 use rdma::{
-    Access, ConnectParams, LocalSge, ProtectionDomain, RecvWr, RemoteAddr, SendOp, SendWr, Sge,
+    Access, ConnectParams, LocalSge, ProtectionDomain, RecvWr, RemoteAddr, SendOp, SendWr,
     WcOpcode, WcStatus,
 };
 
@@ -155,7 +155,10 @@ impl Pair {
             .handle_reply(&mut BytesMut::from(&rep[..]))
             .unwrap()
             .unwrap();
-        let (pa, pb) = (ProtectionDomain::new(), ProtectionDomain::new());
+        let (pa, pb) = (
+            ProtectionDomain::software(rdma::DeviceAttributes::SOFTWARE),
+            ProtectionDomain::software(rdma::DeviceAttributes::SOFTWARE),
+        );
         let limits = Limits {
             max_ulpdu,
             ..Limits::default()
@@ -213,10 +216,10 @@ proptest! {
         max_ulpdu in 40usize..3000,
     ) {
         let (mut p, pa, pb) = Pair::new(crc, max_ulpdu);
-        let target = pb.register_zeroed(10_200, Access::REMOTE_WRITE | Access::REMOTE_READ);
+        let target = pb.register_zeroed(10_200, Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ).unwrap();
         target.with_mut(|m| for (i, x) in m.iter_mut().enumerate() { *x = (i * 7) as u8 });
-        let sink = pa.register_zeroed(10_000, Access::LOCAL_WRITE);
-        let rx = pb.register_zeroed(5000 * 12, Access::LOCAL_WRITE);
+        let sink = pa.register_zeroed(10_000, Access::LOCAL_WRITE).unwrap();
+        let rx = pb.register_zeroed(5000 * 12, Access::LOCAL_WRITE).unwrap();
         for i in 0..msgs.len() {
             p.b.post_recv(RecvWr { wr_id: i as u64, sgl: vec![LocalSge { mr: rx.clone(), offset: i * 5000, len: 5000 }] }).unwrap();
         }
@@ -234,7 +237,7 @@ proptest! {
                     sink: LocalSge { mr: sink.clone(), offset: off, len },
                 },
             };
-            p.a.post_send(SendWr { wr_id: i as u64, op, sgl: vec![Sge::Bytes(data.clone())] }).unwrap();
+            p.a.post_send(SendWr { wr_id: i as u64, op, sgl: vec![pa.sge(data.clone()).unwrap()] }).unwrap();
             sent.push((kind, off, data));
         }
         p.run(cut);

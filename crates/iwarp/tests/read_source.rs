@@ -12,7 +12,7 @@ use iwarp::{Connection, Limits, TxBatch};
 use rdma::{Access, MemoryRegion, PeerParams, ProtectionDomain};
 
 fn conn(crc: bool) -> (Connection, ProtectionDomain) {
-    let pd = ProtectionDomain::new();
+    let pd = ProtectionDomain::software(rdma::DeviceAttributes::SOFTWARE);
     let neg = Negotiated {
         active: false,
         crc,
@@ -92,11 +92,15 @@ fn read_response_from_shared_bytes_is_wire_identical_to_owned_memory() {
         for (at, size) in [(0u64, 1u32), (3, 4093), (0, 65_516), (5, 200_001)] {
             let bytes = data(at as usize + size as usize + 11);
             let (mut owned_conn, pd) = conn(crc);
-            let owned = pd.register(BytesMut::from(&bytes[..]), Access::REMOTE_READ);
+            let owned = pd
+                .register(BytesMut::from(&bytes[..]), Access::REMOTE_READ)
+                .unwrap();
             let (want, copied_from) = serve_read(&mut owned_conn, &owned, at, size, crc, &bytes);
             assert_eq!(copied_from, 0);
             let (mut shared_conn, pd) = conn(crc);
-            let shared = pd.register_bytes(bytes.slice(..), Access::REMOTE_READ);
+            let shared = pd
+                .register_bytes(bytes.slice(..), Access::REMOTE_READ)
+                .unwrap();
             let (got, sent_from) = serve_read(&mut shared_conn, &shared, at, size, crc, &bytes);
             // Every payload byte goes out of the caller's memory itself.
             assert_eq!(sent_from, size as usize, "crc {crc} {size}@{at}");

@@ -14,7 +14,7 @@ use rdma::{
 };
 
 fn conn(crc: bool) -> (Connection, ProtectionDomain) {
-    let pd = ProtectionDomain::new();
+    let pd = ProtectionDomain::software(rdma::DeviceAttributes::SOFTWARE);
     let neg = Negotiated {
         active: false,
         crc,
@@ -176,7 +176,7 @@ fn rfc5040_opcode_on_the_wrong_queue_or_model_is_unexpected() {
 #[test]
 fn rfc5041_msn_out_of_range_and_bad_message_offset() {
     let (mut c, pd) = conn(false);
-    let mr = pd.register_zeroed(100, Access::LOCAL_WRITE);
+    let mr = pd.register_zeroed(100, Access::LOCAL_WRITE).unwrap();
     c.post_recv(RecvWr {
         wr_id: 1,
         sgl: vec![LocalSge {
@@ -191,7 +191,7 @@ fn rfc5041_msn_out_of_range_and_bad_message_offset() {
         terminate(1, 2, 3, false)
     );
     let (mut c, pd) = conn(false);
-    let mr = pd.register_zeroed(100, Access::LOCAL_WRITE);
+    let mr = pd.register_zeroed(100, Access::LOCAL_WRITE).unwrap();
     c.post_recv(RecvWr {
         wr_id: 1,
         sgl: vec![LocalSge {
@@ -224,7 +224,7 @@ fn rfc5041_msn_out_of_range_and_bad_message_offset() {
 #[test]
 fn rfc5040_read_requests_beyond_ird_overflow_queue_1() {
     let (mut c, pd) = conn(false);
-    let src = pd.register_zeroed(100, Access::REMOTE_READ);
+    let src = pd.register_zeroed(100, Access::REMOTE_READ).unwrap();
     let rr = |msn| {
         let mut body = Vec::new();
         ReadRequest {
@@ -249,7 +249,7 @@ fn rfc5040_read_requests_beyond_ird_overflow_queue_1() {
 #[test]
 fn received_terminate_is_a_connection_error_and_flushes() {
     let (mut c, pd) = conn(false);
-    let mr = pd.register_zeroed(100, Access::LOCAL_WRITE);
+    let mr = pd.register_zeroed(100, Access::LOCAL_WRITE).unwrap();
     c.post_recv(RecvWr {
         wr_id: 4,
         sgl: vec![LocalSge {
@@ -291,7 +291,9 @@ fn tagged_write_checks_stag_bounds_and_rights() {
         u
     };
     let (mut c, pd) = conn(false);
-    let mr = pd.register_zeroed(8, Access::REMOTE_WRITE);
+    let mr = pd
+        .register_zeroed(8, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
+        .unwrap();
     assert!(feed(&mut c, &write(mr.stag().0, 4, b"abcd"), false).is_empty());
     assert_eq!(mr.read(4, 4).unwrap(), &b"abcd"[..]);
     assert_eq!(
@@ -299,7 +301,7 @@ fn tagged_write_checks_stag_bounds_and_rights() {
         terminate(1, 1, 1, false)
     );
     let (mut c, pd) = conn(false);
-    let ro = pd.register_zeroed(8, Access::REMOTE_READ);
+    let ro = pd.register_zeroed(8, Access::REMOTE_READ).unwrap();
     assert_eq!(
         feed(&mut c, &write(ro.stag().0, 0, b"a"), false),
         terminate(0, 1, 2, false)
@@ -314,7 +316,9 @@ fn tagged_write_checks_stag_bounds_and_rights() {
 #[test]
 fn direct_placement_reads_payload_into_the_region_and_skips_the_trailer() {
     let (mut c, pd) = conn(false);
-    let mr = pd.register_zeroed(100_000, Access::REMOTE_WRITE);
+    let mr = pd
+        .register_zeroed(100_000, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
+        .unwrap();
     let payload: Vec<u8> = (0..40_000u32).map(|i| (i % 251) as u8).collect();
     let mut u = Vec::new();
     SegmentHeader {
@@ -401,7 +405,7 @@ fn direct_placement_is_not_offered_for_a_bad_stag_and_the_normal_path_terminates
 #[test]
 fn rfc5040_send_with_invalidate_of_an_unknown_stag_cannot_be_invalidated() {
     let (mut c, pd) = conn(false);
-    let mr = pd.register_zeroed(100, Access::LOCAL_WRITE);
+    let mr = pd.register_zeroed(100, Access::LOCAL_WRITE).unwrap();
     c.post_recv(RecvWr {
         wr_id: 1,
         sgl: vec![LocalSge {
@@ -433,8 +437,10 @@ fn rfc5040_send_with_invalidate_of_an_unknown_stag_cannot_be_invalidated() {
 #[test]
 fn send_with_invalidate_invalidates_and_reports_the_stag() {
     let (mut c, pd) = conn(false);
-    let rx = pd.register_zeroed(100, Access::LOCAL_WRITE);
-    let target = pd.register_zeroed(100, Access::REMOTE_WRITE);
+    let rx = pd.register_zeroed(100, Access::LOCAL_WRITE).unwrap();
+    let target = pd
+        .register_zeroed(100, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
+        .unwrap();
     c.post_recv(RecvWr {
         wr_id: 1,
         sgl: vec![LocalSge {

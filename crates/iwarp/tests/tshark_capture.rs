@@ -13,7 +13,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use common::*;
 use iwarp::IwarpProvider;
-use rdma::{Access, ConnectParams, ProtectionDomain, QueuePair, SendOp, SendWr, Sge, WcStatus};
+use rdma::{Access, ConnectParams, ProtectionDomain, QueuePair, SendOp, SendWr, WcStatus};
 
 fn require(tool: &str) {
     let ok = Command::new(tool)
@@ -38,8 +38,8 @@ fn small_fpdus(crc: bool) -> iwarp::IwarpConfig {
 const ULPDU: usize = 16_000;
 
 async fn traffic(port: u16, crc: bool, server: &mut iwarp::IwarpListener) {
-    let pd_b = ProtectionDomain::new();
-    let pd_a = ProtectionDomain::new();
+    let pd_b = ProtectionDomain::software(rdma::DeviceAttributes::SOFTWARE);
+    let pd_a = ProtectionDomain::software(rdma::DeviceAttributes::SOFTWARE);
     let client = IwarpProvider::new(small_fpdus(crc));
     let addr = format!("127.0.0.1:{port}").parse().unwrap();
     let params = ConnectParams {
@@ -58,22 +58,26 @@ async fn traffic(port: u16, crc: bool, server: &mut iwarp::IwarpListener) {
     });
     let (a, b) = (a.unwrap(), b.unwrap());
     let rx = region(&pd_b, 300_000, Access::LOCAL_WRITE);
-    let target = region(&pd_b, 300_000, Access::REMOTE_WRITE | Access::REMOTE_READ);
+    let target = region(
+        &pd_b,
+        300_000,
+        Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ,
+    );
     let sink = region(&pd_a, 300_000, Access::LOCAL_WRITE);
     for i in 0..4 {
         b.post_recv(recv_wr(&rx, i, 0, 300_000)).unwrap();
     }
-    a.post_send(send(1, Bytes::new())).unwrap();
-    a.post_send(send(2, pattern(100, 1))).unwrap();
-    a.post_send(send(3, pattern(200_003, 2))).unwrap();
-    a.post_send(write(4, target.stag(), 5, pattern(150_001, 3)))
+    a.post_send(send(&a, 1, Bytes::new())).unwrap();
+    a.post_send(send(&a, 2, pattern(100, 1))).unwrap();
+    a.post_send(send(&a, 3, pattern(200_003, 2))).unwrap();
+    a.post_send(write(&a, 4, target.stag(), 5, pattern(150_001, 3)))
         .unwrap();
     a.post_send(read(5, target.stag(), 5, &sink, 1, 150_001))
         .unwrap();
     a.post_send(SendWr {
         wr_id: 6,
         op: SendOp::SendWithInvalidate(target.stag()),
-        sgl: vec![Sge::Bytes(pattern(33, 4))],
+        sgl: vec![pd_a.sge(pattern(33, 4)).unwrap()],
     })
     .unwrap();
     for _ in 0..6 {
@@ -83,7 +87,7 @@ async fn traffic(port: u16, crc: bool, server: &mut iwarp::IwarpListener) {
         assert_eq!(next_completion(&b).await.status, WcStatus::Success);
     }
     // A violation, so a Terminate is on the wire too: the STag was just invalidated.
-    a.post_send(write(7, target.stag(), 0, pattern(10, 5)))
+    a.post_send(write(&a, 7, target.stag(), 0, pattern(10, 5)))
         .unwrap();
     let _ = next_event(&a).await;
     let _ = next_event(&b).await;

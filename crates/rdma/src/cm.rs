@@ -4,9 +4,11 @@ use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
+use std::sync::Arc;
 
 use bytes::Bytes;
 
+use crate::device::Device;
 use crate::mr::ProtectionDomain;
 use crate::qp::QueuePair;
 use crate::wr::RecvWr;
@@ -104,22 +106,41 @@ pub enum QpEvent {
 }
 
 /// Active and passive connection setup of a provider.
+///
+/// Connecting takes two steps, as with `rdma_cm`: [`ConnectionManager::resolve`] finds
+/// the device that reaches the peer (`rdma_resolve_addr`, `rdma_resolve_route`), the
+/// consumer allocates its protection domain on that device and registers its initial
+/// Receives there, then [`Route::connect`] connects.
 pub trait ConnectionManager: Send + Sync {
     /// The provider's queue pair.
     type Qp: QueuePair;
+    /// A resolved path to a peer, ready to connect.
+    type Route: Route<Qp = Self::Qp>;
     /// The provider's listener.
     type Listener: Listener<Qp = Self::Qp>;
 
-    /// Connects to `addr`, using regions of `pd`.
-    fn connect<'a>(
-        &'a self,
-        addr: SocketAddr,
-        pd: &'a ProtectionDomain,
-        params: ConnectParams,
-    ) -> BoxFuture<'a, Result<Self::Qp, ConnectError>>;
+    /// Finds the device that reaches `addr`.
+    fn resolve<'a>(&'a self, addr: SocketAddr) -> BoxFuture<'a, Result<Self::Route, ConnectError>>;
 
     /// Listens on `addr`.
     fn listen<'a>(&'a self, addr: SocketAddr) -> BoxFuture<'a, io::Result<Self::Listener>>;
+}
+
+/// A path to a peer on a known device ([`ConnectionManager::resolve`]).
+pub trait Route: Send {
+    /// The provider's queue pair.
+    type Qp: QueuePair;
+
+    /// The device the connection will use: where to allocate its protection domain.
+    fn device(&self) -> &Arc<dyn Device>;
+
+    /// Connects, creating a queue pair on `pd` (a protection domain of
+    /// [`Route::device`]).
+    fn connect(
+        self,
+        pd: &ProtectionDomain,
+        params: ConnectParams,
+    ) -> BoxFuture<'static, Result<Self::Qp, ConnectError>>;
 }
 
 /// A listening endpoint.
@@ -145,7 +166,12 @@ pub trait ConnectRequest: Send {
     /// What the peer offered.
     fn peer(&self) -> &PeerParams;
 
-    /// Accepts, creating a queue pair on `pd`.
+    /// The device the request arrived on: where to allocate the connection's
+    /// protection domain.
+    fn device(&self) -> &Arc<dyn Device>;
+
+    /// Accepts, creating a queue pair on `pd` (a protection domain of
+    /// [`ConnectRequest::device`]).
     fn accept(
         self,
         pd: &ProtectionDomain,

@@ -24,6 +24,7 @@
 
 mod access;
 pub mod cm;
+mod device;
 mod mr;
 mod qp;
 mod wr;
@@ -31,10 +32,11 @@ mod wr;
 pub use access::{Access, STag};
 pub use cm::{
     BoxFuture, ConnectError, ConnectParams, ConnectRequest, ConnectionManager, DisconnectReason,
-    Listener, PeerParams, QpEvent,
+    Listener, PeerParams, QpEvent, Route,
 };
+pub use device::{Device, DeviceAttributes, RegisterError, SoftwareDevice};
 pub use mr::{AccessError, MemoryRegion, ProtectionDomain, ResolvedRegion};
 pub use qp::{CompletionFuture, EventFuture, QueuePair, QueuePairExt};
 pub use wr::{
-    Completion, LocalSge, PostError, RecvWr, RemoteAddr, SendOp, SendWr, Sge, WcOpcode, WcStatus,
+    Completion, LocalSge, PostError, RecvWr, RemoteAddr, SendOp, SendWr, WcOpcode, WcStatus,
 };

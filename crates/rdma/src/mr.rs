@@ -12,6 +12,7 @@ use bytes::{Bytes, BytesMut};
 use rand::Rng;
 
 use crate::access::{Access, STag};
+use crate::device::{DeviceAttributes, RegisterError};
 
 /// Why a remote (or local) access to a memory region was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -44,6 +45,8 @@ pub struct ProtectionDomain {
 
 struct PdInner {
     id: u64,
+    /// The device's limits, checked at registration.
+    attributes: DeviceAttributes,
     table: Mutex<Table>,
 }
 
@@ -51,6 +54,12 @@ struct PdInner {
 struct Table {
     slots: Vec<Option<Weak<MrShared>>>,
     free: Vec<u32>,
+}
+
+impl Table {
+    fn live(&self) -> usize {
+        self.slots.len() - self.free.len()
+    }
 }
 
 struct MrShared {
@@ -128,18 +137,15 @@ fn random_key() -> u32 {
     rand::thread_rng().gen_range(0..(1u32 << STag::KEY_BITS))
 }
 
-impl Default for ProtectionDomain {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
 impl ProtectionDomain {
-    /// Allocates a new, empty protection domain.
-    pub fn new() -> ProtectionDomain {
+    /// A protection domain of this crate's software registration table, limited by
+    /// `attributes`: what a software provider's [`crate::Device::alloc_pd`] returns
+    /// ([`crate::SoftwareDevice`]). Consumers get protection domains from a device.
+    pub fn software(attributes: DeviceAttributes) -> ProtectionDomain {
         ProtectionDomain {
             inner: Arc::new(PdInner {
                 id: NEXT_PD_ID.fetch_add(1, Ordering::Relaxed),
+                attributes,
                 table: Mutex::new(Table::default()),
             }),
         }
@@ -150,12 +156,18 @@ impl ProtectionDomain {
         self.inner.id
     }
 
+    /// The limits of the device this PD belongs to.
+    pub fn attributes(&self) -> DeviceAttributes {
+        self.inner.attributes
+    }
+
     /// Registers `buf` with `access` rights. The region's tagged offsets run from 0 to
     /// `buf.len()`. The STag has a fresh random key.
     ///
-    /// # Panics
-    /// If more than 2^20 regions are registered at once in this PD.
-    pub fn register(&self, buf: BytesMut, access: Access) -> MemoryRegion {
+    /// Fails as a device does (`ibv_reg_mr`): a region larger than the device's
+    /// `max_mr_size`, more regions than its `max_mr`, or remote write without local
+    /// write.
+    pub fn register(&self, buf: BytesMut, access: Access) -> Result<MemoryRegion, RegisterError> {
         self.register_mem(Mem::Owned(buf), access)
     }
 
@@ -168,19 +180,49 @@ impl ProtectionDomain {
     /// [`ResolvedRegion::place`], [`ResolvedRegion::with_range_mut`]) first gives the
     /// region a copy of its own, so it never changes the consumer's bytes.
     ///
-    /// # Panics
-    /// As [`ProtectionDomain::register`].
-    pub fn register_bytes(&self, buf: Bytes, access: Access) -> MemoryRegion {
+    /// Fails as [`ProtectionDomain::register`].
+    pub fn register_bytes(
+        &self,
+        buf: Bytes,
+        access: Access,
+    ) -> Result<MemoryRegion, RegisterError> {
         self.register_mem(Mem::Shared(buf), access)
     }
 
-    fn register_mem(&self, mem: Mem, access: Access) -> MemoryRegion {
+    /// The consumer's bytes as a gather element of a Send or RDMA Write: registered as
+    /// they are, for local access only ([`ProtectionDomain::register_bytes`]; software
+    /// providers send from them without a copy). The registration lives as long as
+    /// the work request holds the element.
+    pub fn sge(&self, bytes: Bytes) -> Result<crate::LocalSge, RegisterError> {
+        self.register_bytes(bytes, Access::NONE)
+            .map(crate::LocalSge::whole)
+    }
+
+    fn register_mem(&self, mem: Mem, access: Access) -> Result<MemoryRegion, RegisterError> {
+        let attrs = self.inner.attributes;
+        // Verbs (`ibv_reg_mr`): "If IBV_ACCESS_REMOTE_WRITE is set, then
+        // IBV_ACCESS_LOCAL_WRITE must be set too."
+        if access.contains(Access::REMOTE_WRITE) && !access.contains(Access::LOCAL_WRITE) {
+            return Err(RegisterError::InvalidAccess(
+                "remote write needs local write",
+            ));
+        }
+        let len = mem.len() as u64;
+        if len > attrs.max_mr_size {
+            return Err(RegisterError::TooLarge {
+                len,
+                max: attrs.max_mr_size,
+            });
+        }
+        let max = attrs.max_mr.min(1 << STag::INDEX_BITS);
         let mut t = lock(&self.inner.table);
+        if t.live() >= max as usize {
+            return Err(RegisterError::TooMany { max });
+        }
         let index = match t.free.pop() {
             Some(i) => i,
             None => {
                 let i = t.slots.len() as u32;
-                assert!(i < (1 << STag::INDEX_BITS), "memory region table full");
                 t.slots.push(None);
                 i
             }
@@ -195,11 +237,15 @@ impl ProtectionDomain {
             mem: Mutex::new(mem),
         });
         t.slots[index as usize] = Some(Arc::downgrade(&shared));
-        MemoryRegion { shared }
+        Ok(MemoryRegion { shared })
     }
 
     /// Registers a zeroed region of `len` bytes.
-    pub fn register_zeroed(&self, len: usize, access: Access) -> MemoryRegion {
+    pub fn register_zeroed(
+        &self,
+        len: usize,
+        access: Access,
+    ) -> Result<MemoryRegion, RegisterError> {
         self.register(BytesMut::zeroed(len), access)
     }
 
@@ -281,9 +327,26 @@ impl std::fmt::Debug for MemoryRegion {
 }
 
 impl MemoryRegion {
-    /// The current STag (changes on [`MemoryRegion::rekey`]).
+    /// The current STag (changes on [`MemoryRegion::rekey`]). In this crate's software
+    /// table one STag is both the local and the remote key, as on iWARP; consumers
+    /// name the key they mean ([`MemoryRegion::lkey`], [`MemoryRegion::rkey`]).
     pub fn stag(&self) -> STag {
         STag(self.shared.stag.load(Ordering::Acquire))
+    }
+
+    /// The local key: what gather/scatter lists name this region by (verbs
+    /// `ibv_mr.lkey`).
+    pub fn lkey(&self) -> STag {
+        self.stag()
+    }
+
+    /// The remote key a peer names this region by in chunk segments (verbs
+    /// `ibv_mr.rkey`); `None` for a region registered without remote rights, which no
+    /// peer can reach.
+    pub fn rkey(&self) -> Option<STag> {
+        let remote = self.shared.access.contains(Access::REMOTE_READ)
+            || self.shared.access.contains(Access::REMOTE_WRITE);
+        remote.then(|| self.stag())
     }
 
     /// The access rights given at registration.
@@ -498,8 +561,10 @@ mod tests {
 
     #[test]
     fn resolve_checks_rights_bounds_and_keys() {
-        let pd = ProtectionDomain::new();
-        let mr = pd.register_zeroed(100, Access::REMOTE_WRITE);
+        let pd = ProtectionDomain::software(DeviceAttributes::SOFTWARE);
+        let mr = pd
+            .register_zeroed(100, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
+            .unwrap();
         let s = mr.stag();
         assert!(pd.resolve(s, 0, 100, Access::REMOTE_WRITE).is_ok());
         assert_eq!(
@@ -522,18 +587,47 @@ mod tests {
     }
 
     #[test]
+    fn registration_fails_as_a_device_does() {
+        let attrs = DeviceAttributes {
+            max_mr_size: 16,
+            max_mr: 2,
+            ..DeviceAttributes::SOFTWARE
+        };
+        let pd = ProtectionDomain::software(attrs);
+        assert!(matches!(
+            pd.register_zeroed(8, Access::REMOTE_WRITE),
+            Err(RegisterError::InvalidAccess(_))
+        ));
+        assert!(matches!(
+            pd.register_zeroed(17, Access::NONE),
+            Err(RegisterError::TooLarge { len: 17, max: 16 })
+        ));
+        let a = pd.register_zeroed(16, Access::NONE).unwrap();
+        let b = pd.register_zeroed(1, Access::REMOTE_READ).unwrap();
+        assert!(matches!(
+            pd.register_zeroed(1, Access::NONE),
+            Err(RegisterError::TooMany { max: 2 })
+        ));
+        // Keys: a local-only region has no remote key.
+        assert_eq!((a.rkey(), a.lkey()), (None, a.stag()));
+        assert_eq!(b.rkey(), Some(b.stag()));
+        drop(a);
+        assert!(pd.register_zeroed(1, Access::NONE).is_ok());
+    }
+
+    #[test]
     fn other_pd_is_not_associated() {
-        let pd1 = ProtectionDomain::new();
-        let pd2 = ProtectionDomain::new();
-        let mr = pd1.register_zeroed(8, Access::REMOTE_READ);
+        let pd1 = ProtectionDomain::software(DeviceAttributes::SOFTWARE);
+        let pd2 = ProtectionDomain::software(DeviceAttributes::SOFTWARE);
+        let mr = pd1.register_zeroed(8, Access::REMOTE_READ).unwrap();
         // pd2's table has no such slot: invalid STag from pd2's point of view.
         assert!(pd2.resolve(mr.stag(), 0, 8, Access::REMOTE_READ).is_err());
     }
 
     #[test]
     fn invalidate_then_rekey() {
-        let pd = ProtectionDomain::new();
-        let mr = pd.register_zeroed(8, Access::REMOTE_READ);
+        let pd = ProtectionDomain::software(DeviceAttributes::SOFTWARE);
+        let mr = pd.register_zeroed(8, Access::REMOTE_READ).unwrap();
         let s = mr.stag();
         pd.invalidate(s).unwrap();
         assert_eq!(
@@ -548,8 +642,8 @@ mod tests {
 
     #[test]
     fn drop_frees_the_slot() {
-        let pd = ProtectionDomain::new();
-        let mr = pd.register_zeroed(8, Access::REMOTE_READ);
+        let pd = ProtectionDomain::software(DeviceAttributes::SOFTWARE);
+        let mr = pd.register_zeroed(8, Access::REMOTE_READ).unwrap();
         let s = mr.stag();
         drop(mr);
         assert_eq!(
@@ -560,17 +654,21 @@ mod tests {
 
     #[test]
     fn deregister_returns_the_buffer() {
-        let pd = ProtectionDomain::new();
-        let mr = pd.register(BytesMut::from(&b"hello"[..]), Access::LOCAL_WRITE);
+        let pd = ProtectionDomain::software(DeviceAttributes::SOFTWARE);
+        let mr = pd
+            .register(BytesMut::from(&b"hello"[..]), Access::LOCAL_WRITE)
+            .unwrap();
         assert!(mr.write(1, b"EL"));
         assert_eq!(&mr.deregister()[..], b"hELlo");
     }
 
     #[test]
     fn shared_region_hands_out_its_bytes_without_a_copy() {
-        let pd = ProtectionDomain::new();
+        let pd = ProtectionDomain::software(DeviceAttributes::SOFTWARE);
         let data = Bytes::from(b"0123456789".to_vec());
-        let mr = pd.register_bytes(data.slice(2..8), Access::REMOTE_READ);
+        let mr = pd
+            .register_bytes(data.slice(2..8), Access::REMOTE_READ)
+            .unwrap();
         assert_eq!(mr.len(), 6);
         let r = pd.resolve(mr.stag(), 0, 6, Access::REMOTE_READ).unwrap();
         let piece = r.shared_range(1, 4).unwrap().unwrap();
@@ -594,8 +692,10 @@ mod tests {
 
     #[test]
     fn owned_region_has_no_shared_range() {
-        let pd = ProtectionDomain::new();
-        let mr = pd.register(BytesMut::from(&b"abc"[..]), Access::REMOTE_READ);
+        let pd = ProtectionDomain::software(DeviceAttributes::SOFTWARE);
+        let mr = pd
+            .register(BytesMut::from(&b"abc"[..]), Access::REMOTE_READ)
+            .unwrap();
         let r = pd.resolve(mr.stag(), 0, 3, Access::REMOTE_READ).unwrap();
         assert_eq!(r.shared_range(0, 3), Ok(None));
         assert_eq!(&mr.deregister_bytes()[..], b"abc");
@@ -603,9 +703,11 @@ mod tests {
 
     #[test]
     fn local_writes_to_a_shared_region_never_reach_the_callers_bytes() {
-        let pd = ProtectionDomain::new();
+        let pd = ProtectionDomain::software(DeviceAttributes::SOFTWARE);
         let data = Bytes::from(b"hello".to_vec());
-        let mr = pd.register_bytes(data.clone(), Access::LOCAL_WRITE | Access::REMOTE_WRITE);
+        let mr = pd
+            .register_bytes(data.clone(), Access::LOCAL_WRITE | Access::REMOTE_WRITE)
+            .unwrap();
         assert!(mr.write(0, b"J"));
         let r = pd.resolve(mr.stag(), 0, 5, Access::REMOTE_WRITE).unwrap();
         r.place(4, b"y").unwrap();
@@ -621,15 +723,19 @@ mod tests {
 
     #[test]
     fn deregister_of_a_shared_region_gives_bytes_back() {
-        let pd = ProtectionDomain::new();
+        let pd = ProtectionDomain::software(DeviceAttributes::SOFTWARE);
         // Still held by the caller: a copy.
         let data = Bytes::from(b"abc".to_vec());
-        let mr = pd.register_bytes(data.clone(), Access::REMOTE_READ);
+        let mr = pd
+            .register_bytes(data.clone(), Access::REMOTE_READ)
+            .unwrap();
         assert_eq!(&mr.deregister()[..], b"abc");
         // Held by the region alone: handed back as is.
         let v = b"xyz".to_vec();
         let ptr = v.as_ptr();
-        let mr = pd.register_bytes(Bytes::from(v), Access::REMOTE_READ);
+        let mr = pd
+            .register_bytes(Bytes::from(v), Access::REMOTE_READ)
+            .unwrap();
         let back = mr.deregister();
         assert_eq!((&back[..], back.as_ptr()), (&b"xyz"[..], ptr));
     }

@@ -1,11 +1,13 @@
 //! Work requests and completions.
 
-use bytes::Bytes;
-
 use crate::access::STag;
 use crate::mr::MemoryRegion;
 
-/// A local scatter/gather element inside a registered region.
+/// A scatter/gather element: a range of a registered region, named to the provider by
+/// the region's local key. Gather lists name registered memory only, as verbs devices
+/// need (`ibv_sge.lkey`); bytes the consumer did not register reach a Send through
+/// [`crate::ProtectionDomain::register_bytes`] (software providers then send from
+/// them without a copy) or a copy into a registered buffer.
 #[derive(Clone, Debug)]
 pub struct LocalSge {
     /// The region.
@@ -16,33 +18,17 @@ pub struct LocalSge {
     pub len: usize,
 }
 
-/// A gather element of an outgoing message.
-#[derive(Clone, Debug)]
-pub enum Sge {
-    /// Caller-owned bytes, sent without a userspace copy by software providers.
-    Bytes(Bytes),
-    /// A slice of a registered region.
-    Local(LocalSge),
-}
-
-impl Sge {
-    /// Length in bytes.
-    pub fn len(&self) -> usize {
-        match self {
-            Sge::Bytes(b) => b.len(),
-            Sge::Local(l) => l.len,
-        }
-    }
-
-    /// True when empty.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
+impl LocalSge {
+    /// The whole of `mr`.
+    pub fn whole(mr: MemoryRegion) -> LocalSge {
+        let len = mr.len();
+        LocalSge { mr, offset: 0, len }
     }
 }
 
-impl From<Bytes> for Sge {
-    fn from(b: Bytes) -> Sge {
-        Sge::Bytes(b)
+impl From<MemoryRegion> for LocalSge {
+    fn from(mr: MemoryRegion) -> LocalSge {
+        LocalSge::whole(mr)
     }
 }
 
@@ -76,6 +62,13 @@ pub enum SendOp {
         /// Data sink here (needs `LOCAL_WRITE`).
         sink: LocalSge,
     },
+    /// Local invalidation of one of our own STags (verbs `IBV_WR_LOCAL_INV`): executed
+    /// in send-queue order, after the work requests posted before it have been
+    /// started; once it completes the peer can no longer reach the region through
+    /// that STag. A region that was never registered in this PD, or an STag that
+    /// already no longer works, completes with [`WcStatus::LocalProtectionError`].
+    /// The gather list is ignored.
+    LocalInvalidate(STag),
 }
 
 /// A send-queue work request.
@@ -86,7 +79,7 @@ pub struct SendWr {
     /// What to do.
     pub op: SendOp,
     /// The gather list (Send and Write payload).
-    pub sgl: Vec<Sge>,
+    pub sgl: Vec<LocalSge>,
 }
 
 /// A receive-queue work request: where the next incoming Send lands.
@@ -96,6 +89,18 @@ pub struct RecvWr {
     pub wr_id: u64,
     /// Scatter list (each region needs `LOCAL_WRITE`).
     pub sgl: Vec<LocalSge>,
+}
+
+impl SendWr {
+    /// Total length of the gather list.
+    pub fn len(&self) -> usize {
+        self.sgl.iter().map(|s| s.len).sum()
+    }
+
+    /// True when the gather list is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
 }
 
 impl RecvWr {
@@ -114,6 +119,8 @@ pub enum WcOpcode {
     RdmaWrite,
     /// An RDMA Read.
     RdmaRead,
+    /// A local invalidation ([`SendOp::LocalInvalidate`]).
+    LocalInvalidate,
     /// A receive.
     Recv,
 }

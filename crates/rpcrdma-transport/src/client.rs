@@ -42,7 +42,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use bytes::Bytes;
 use oncrpc::{CallFailure, Dispatcher, Incoming, RecordReceiver, RecordSender, Transport};
 use rdma::{
-    Completion, ConnectionManager, ProtectionDomain, QueuePair, QueuePairExt, STag, SendOp,
+    Completion, ConnectionManager, ProtectionDomain, QueuePair, QueuePairExt, Route, STag, SendOp,
     WcOpcode, WcStatus,
 };
 use rpcrdma::marshal::Registration;
@@ -138,7 +138,8 @@ impl<P: ConnectionManager + 'static> RdmaTransport<P> {
     /// Connects once: RFC 8797 private data both ways, Receives posted for the credits
     /// we ask for, the completion task started.
     pub async fn connect_once(&self) -> Result<(RdmaSender<P::Qp>, RdmaReceiver), TransportError> {
-        let pd = ProtectionDomain::new();
+        let route = self.provider.resolve(self.addr).await?;
+        let pd = route.device().alloc_pd()?;
         let backward = self
             .backward
             .clone()
@@ -152,13 +153,12 @@ impl<P: ConnectionManager + 'static> RdmaTransport<P> {
         // granted Call may be answered at once; they go up with the connection. The
         // backward ones are posted when the core opens the backward channel.
         let credits = self.config.credits.max(1);
-        let pool = RecvPool::new(&pd, credits + backward_recvs, self.config.recv_buffer_len());
+        let pool = RecvPool::new(&pd, credits + backward_recvs, self.config.recv_buffer_len())?;
         let mut recvs = pool.initial();
         let unposted: Vec<usize> = (credits as usize..recvs.len()).rev().collect();
         recvs.truncate(credits as usize);
-        let qp = self
-            .provider
-            .connect(self.addr, &pd, self.config.connect_params(recvs))
+        let qp = route
+            .connect(&pd, self.config.connect_params(recvs))
             .await?;
         let limits = self.config.negotiate(qp.peer());
         let stats = ConnStats::new("client", Some(self.addr));
@@ -198,9 +198,9 @@ impl<P: ConnectionManager + 'static> RdmaTransport<P> {
                     .then(|| self.config.reliable_reply_info()),
                 max_pulled_reply: self.config.max_message,
                 fault_skip_rdma_done: self.config.fault_skip_rdma_done,
-                // The provider API invalidates synchronously (`ChunkRegion::fence`):
-                // each Invalidate is done before the events that follow are handled.
-                posted_invalidation: false,
+                // Invalidation is posted work (LOCAL_INV) whose completion releases
+                // the Reply (`Conn::invalidate`).
+                posted_invalidation: true,
             },
             self.negotiation().unwrap_or(Negotiation::new(prefer)),
         )
@@ -215,7 +215,7 @@ impl<P: ConnectionManager + 'static> RdmaTransport<P> {
                 &pd,
                 (self.config.credits.clamp(1, 1024) + backward_recvs.min(1024)) as usize,
                 limits.send_threshold.max(4096) as usize,
-            ),
+            )?,
             qp,
             pd,
             room_head: limits.recv_threshold as usize,
@@ -225,6 +225,8 @@ impl<P: ConnectionManager + 'static> RdmaTransport<P> {
             state: Mutex::new(State {
                 core,
                 regions: HashMap::new(),
+                fencing: HashMap::new(),
+                fenced: HashMap::new(),
                 procs: HashMap::new(),
                 pulls: HashMap::new(),
                 next_pull: 0,
@@ -261,6 +263,24 @@ struct CallRegions {
     reply: Option<usize>,
 }
 
+/// The regions of a Call whose local invalidations are posted (§5.4.1): the newest
+/// registration (what the Reply was written into) and any older one (a Call sent again
+/// in another version, v2 §5.2), kept registered until every LOCAL_INV completed.
+#[derive(Default)]
+struct Fencing {
+    newest: Option<CallRegions>,
+    older: Vec<CallRegions>,
+    /// LOCAL_INVs posted and not completed.
+    outstanding: usize,
+}
+
+impl Fencing {
+    /// Regions whose LOCAL_INV has not completed: a connection lost now fences them.
+    fn unfenced(&self) -> usize {
+        self.outstanding
+    }
+}
+
 /// A Call's regions after fencing: each buffer whole, with where its chunk starts.
 struct Fenced {
     bufs: Vec<Option<Bytes>>,
@@ -278,6 +298,11 @@ struct Pull {
 struct State {
     core: Requester<Arc<dyn RdmaBinding>>,
     regions: HashMap<Xid, CallRegions>,
+    /// Calls whose regions are being fenced (posted LOCAL_INVs).
+    fencing: HashMap<Xid, Fencing>,
+    /// Calls fenced whose Reply the core released (`Requester::handle_invalidated`)
+    /// and not yet put together.
+    fenced: HashMap<Xid, Fenced>,
     /// The procedure of each Call in flight (where placed data goes back, `Binding`).
     procs: HashMap<Xid, ProcId>,
     /// Pulls in flight, by pull id (the low bits of their RDMA Reads' `wr_id`).
@@ -312,6 +337,22 @@ struct Conn<Q> {
     credit_wait: Notify,
     /// Where the negotiation outcome goes when the connection ends.
     negotiation: Arc<Mutex<Option<Negotiation>>>,
+}
+
+/// A Call's fenced regions, deregistered: their buffers for the Reply.
+fn fenced(r: CallRegions) -> Fenced {
+    let ats = r.regions.iter().map(ChunkRegion::at).collect();
+    let bufs = r
+        .regions
+        .into_iter()
+        .map(|region| Some(region.into_bytes()))
+        .collect();
+    Fenced {
+        bufs,
+        ats,
+        write: r.write,
+        reply: r.reply,
+    }
 }
 
 /// Room after a Write chunk's data in its region for what follows the data in the
@@ -388,8 +429,6 @@ impl<Q: QueuePair + 'static> Conn<Q> {
     /// responder invalidated with the Send With Invalidate just received.
     fn execute(self: &Arc<Self>, work: Work, remote: Option<STag>) {
         let (actions, events) = work;
-        // Regions fenced by this work's Invalidate actions, for its Reply events.
-        let mut fenced: HashMap<Xid, Fenced> = HashMap::new();
         for a in actions {
             match a {
                 Action::Send {
@@ -402,12 +441,7 @@ impl<Q: QueuePair + 'static> Conn<Q> {
                     self.execute(work, remote);
                 }
                 Action::RdmaRead { xid, segments, .. } => self.pull(xid, &segments),
-                Action::Invalidate { xid, .. } => {
-                    let regions = self.lock().regions.remove(&xid);
-                    if let Some(r) = regions {
-                        fenced.insert(xid, self.fence(r, remote));
-                    }
-                }
+                Action::Invalidate { xid, .. } => self.invalidate(xid, remote),
                 Action::PostBackwardReceives(n) | Action::PostReceives(n) => self.post_unposted(n),
                 // A requester writes nothing into the responder's memory.
                 Action::RdmaWrite { .. } => {
@@ -424,14 +458,11 @@ impl<Q: QueuePair + 'static> Conn<Q> {
                     reply_chunk_len,
                     write_lengths,
                 } => {
-                    let proc_id = self.lock().procs.remove(&xid);
-                    match self.assemble(
-                        proc_id,
-                        inline,
-                        reply_chunk_len,
-                        &write_lengths,
-                        fenced.remove(&xid),
-                    ) {
+                    let (proc_id, fenced) = {
+                        let mut st = self.lock();
+                        (st.procs.remove(&xid), st.fenced.remove(&xid))
+                    };
+                    match self.assemble(proc_id, inline, reply_chunk_len, &write_lengths, fenced) {
                         Ok(reply) => {
                             if !self.deliver(Incoming::Message(reply)) {
                                 self.close("the receiver is gone");
@@ -445,7 +476,11 @@ impl<Q: QueuePair + 'static> Conn<Q> {
                     }
                 }
                 RequesterEvent::Failed { xid, error } => {
-                    self.lock().procs.remove(&xid);
+                    {
+                        let mut st = self.lock();
+                        st.procs.remove(&xid);
+                        st.fenced.remove(&xid);
+                    }
                     if let Error::Reply(ReplyError::ConnectionLost) = error {
                         // oncrpc sends it again on the next connection.
                         continue;
@@ -478,12 +513,19 @@ impl<Q: QueuePair + 'static> Conn<Q> {
             };
             // COPY: a Read chunk of several pieces into its registered region; one of a
             // single piece (NFS WRITE data) is registered as it is (`registration`).
-            regions.push(ChunkRegion::register_with_room(
-                &self.pd,
-                reg,
-                room,
-                &self.stats,
-            ));
+            match ChunkRegion::register_with_room(&self.pd, reg, room, &self.stats) {
+                Ok(r) => regions.push(r),
+                Err(e) => {
+                    // §5.5.4: a Call that cannot be constructed fails at once; the
+                    // connection stays.
+                    tracing::debug!(target: "rpcrdma_transport", xid = xid.0, error = %e, "registration failed");
+                    self.stats.inc(Counter::ErrCallFailedLocally);
+                    let work = self.step(|core| core.abort_call(xid)).1;
+                    self.lock().procs.remove(&xid);
+                    self.fail_call(xid, TransportError::Register(e));
+                    return work;
+                }
+            }
         }
         let segments = regions.iter().map(|r| vec![r.segment()]).collect();
         let mut st = self.lock();
@@ -509,19 +551,76 @@ impl<Q: QueuePair + 'static> Conn<Q> {
 
     /// §5.4.1: "The requester endpoint must ensure that memory segments associated
     /// with each RPC transaction are properly fenced from responders before allowing
-    /// Upper Layer access to the data".
-    fn fence(&self, r: CallRegions, remote: Option<STag>) -> Fenced {
-        let ats = r.regions.iter().map(ChunkRegion::at).collect();
-        let bufs = r
-            .regions
-            .into_iter()
-            .map(|region| Some(region.fence(remote, &self.stats)))
-            .collect();
-        Fenced {
-            bufs,
-            ats,
-            write: r.write,
-            reply: r.reply,
+    /// Upper Layer access to the data". Posts a LOCAL_INV for each region of Call
+    /// `xid` the responder did not invalidate itself (`remote`, the STag of the Send
+    /// With Invalidate that brought the Reply); the core releases the Reply when the
+    /// last one completes ([`Conn::invalidated`]).
+    fn invalidate(self: &Arc<Self>, xid: Xid, remote: Option<STag>) {
+        let mut wrs = Vec::new();
+        let done = {
+            let mut st = self.lock();
+            let regions = st.regions.remove(&xid);
+            let fencing = st.fencing.entry(xid).or_default();
+            if let Some(r) = regions {
+                for region in &r.regions {
+                    if Some(region.rkey()) == remote {
+                        self.stats.inc(Counter::RemoteInvalidations);
+                    } else {
+                        wrs.push(region.invalidate_wr(wr_kind::INVALIDATE | u64::from(xid.0)));
+                    }
+                }
+                if let Some(previous) = fencing.newest.replace(r) {
+                    fencing.older.push(previous);
+                }
+            }
+            fencing.outstanding += wrs.len();
+            fencing.outstanding == 0
+        };
+        for wr in wrs {
+            if let Err(e) = self.qp.post_send(wr) {
+                // §5.5.4: a region that cannot be invalidated ends the connection,
+                // which fences it.
+                tracing::debug!(target: "rpcrdma_transport", xid = xid.0, error = %e, "LOCAL_INV not posted");
+                return self.close("posting a local invalidation failed");
+            }
+        }
+        if done {
+            self.invalidated(xid);
+        }
+    }
+
+    /// Every region of Call `xid` is fenced: deregister them, and let the core hand up
+    /// the Call's Reply (or failure), if it still waits for one.
+    fn invalidated(self: &Arc<Self>, xid: Xid) {
+        let work = {
+            let mut st = self.lock();
+            let Some(fencing) = st.fencing.remove(&xid) else {
+                return;
+            };
+            drop(fencing.older);
+            if st.core.handle_invalidated(xid) {
+                if let Some(r) = fencing.newest {
+                    st.fenced.insert(xid, fenced(r));
+                }
+            }
+            drain(&mut st.core)
+        };
+        self.execute(work, None);
+    }
+
+    /// A LOCAL_INV of Call `xid` completed successfully.
+    fn local_invalidate_done(self: &Arc<Self>, xid: Xid) {
+        self.stats.inc(Counter::LocalInvalidations);
+        let done = {
+            let mut st = self.lock();
+            let Some(f) = st.fencing.get_mut(&xid) else {
+                return;
+            };
+            f.outstanding = f.outstanding.saturating_sub(1);
+            f.outstanding == 0
+        };
+        if done {
+            self.invalidated(xid);
         }
     }
 
@@ -607,7 +706,16 @@ impl<Q: QueuePair + 'static> Conn<Q> {
     /// Read per segment, into one sink.
     fn pull(self: &Arc<Self>, xid: Xid, segments: &[Segment]) {
         let len: u64 = segments.iter().map(|s| u64::from(s.length)).sum();
-        let mut sink = ReadSink::new(&self.pd, len as usize);
+        let mut sink = match ReadSink::new(&self.pd, len as usize) {
+            Ok(sink) => sink,
+            Err(e) => {
+                // reliable-reply §4.1.2: the pull is over "in error": RDMA_DONE still
+                // goes, the Call fails, the connection stays.
+                tracing::debug!(target: "rpcrdma_transport", xid = xid.0, error = %e, "pull sink not registered");
+                let work = self.step_received(|core| core.handle_read_failed(xid));
+                return self.execute(work.1, None);
+            }
+        };
         let mut wrs = Vec::with_capacity(segments.len());
         let mut at = 0usize;
         let id = {
@@ -865,6 +973,9 @@ async fn completions<Q: QueuePair + 'static>(conn: Arc<Conn<Q>>) {
         }
         match (c.opcode, c.wr_id & wr_kind::MASK) {
             (WcOpcode::RdmaRead, wr_kind::READ) => handle_pull_read(&conn, &c),
+            (WcOpcode::LocalInvalidate, wr_kind::INVALIDATE) => {
+                conn.local_invalidate_done(Xid((c.wr_id & !wr_kind::MASK) as u32))
+            }
             (WcOpcode::Recv, wr_kind::RECV) => {
                 let index = (c.wr_id & !wr_kind::MASK) as usize;
                 let buf = conn.pool.take(index, c.byte_len);
@@ -881,21 +992,24 @@ async fn completions<Q: QueuePair + 'static>(conn: Arc<Conn<Q>>) {
             _ => {}
         }
     }
-    // The connection is gone: fence every region still registered (§5.4.1), wake
-    // every Call waiting for a credit, and let oncrpc reconnect and retransmit.
-    let (regions, next) = {
+    // The connection is gone, which fences every region still registered (§5.4.1:
+    // no peer reaches them through a dead queue pair): deregister them, wake every
+    // Call waiting for a credit, and let oncrpc reconnect and retransmit.
+    let next = {
         let mut st = conn.lock();
         st.closed = true;
         st.core.handle_disconnect();
         let _ = drain(&mut st.core);
         st.pulls.clear();
         st.procs.clear();
-        let regions: Vec<CallRegions> = st.regions.drain().map(|(_, r)| r).collect();
-        (regions, st.core.next_connection())
+        let pending = st.regions.values().map(|r| r.regions.len()).sum::<usize>()
+            + st.fencing.values().map(Fencing::unfenced).sum::<usize>();
+        conn.stats.add(Counter::FencedByDisconnect, pending as u64);
+        st.regions.clear();
+        st.fencing.clear();
+        st.fenced.clear();
+        st.core.next_connection()
     };
-    for r in regions {
-        conn.fence(r, None);
-    }
     // v2 §5.2: what this server speaks, for the next connection (no probing loop).
     *conn.negotiation.lock().unwrap_or_else(|e| e.into_inner()) = Some(next);
     conn.credit_wait.notify_waiters();

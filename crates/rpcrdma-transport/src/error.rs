@@ -32,6 +32,9 @@ pub enum TransportError {
     /// The provider refused a work request.
     #[error("work request refused: {0}")]
     Post(#[from] rdma::PostError),
+    /// The device refused to register memory (a chunk's, a buffer pool's).
+    #[error("memory registration failed: {0}")]
+    Register(#[from] rdma::RegisterError),
     /// The protocol core failed the call: the server answered it with RDMA_ERROR
     /// (`rpcrdma::ReplyError::PeerError`), or its Reply did not match the call (another
     /// RPC-over-RDMA version, chunks other than those offered, a failed pull).
@@ -51,6 +54,7 @@ impl From<TransportError> for io::Error {
         let kind = match &e {
             TransportError::Io(e) => e.kind(),
             TransportError::NotConnected | TransportError::Post(_) => io::ErrorKind::NotConnected,
+            TransportError::Register(_) => io::ErrorKind::OutOfMemory,
             TransportError::Connect(rdma::ConnectError::Io(e)) => e.kind(),
             TransportError::Connect(rdma::ConnectError::Timeout) => io::ErrorKind::TimedOut,
             TransportError::Connect(_) => io::ErrorKind::ConnectionRefused,

@@ -2,9 +2,10 @@
 //! `verbs.c`: `rpcrdma_rep` / `svc_rdma_recv_ctxt` for receives, `rpcrdma_req`'s
 //! `rl_rdmabuf` / `svc_rdma_send_ctxt` for sends).
 //!
-//! A Send is a gather list: its RPC-over-RDMA header comes from a [`SendPool`] slot
-//! (registered memory, as a verbs device needs it), its Payload stream pieces are the
-//! caller's `Bytes` (`rdma::Sge::Bytes`, which software providers send without a copy).
+//! A Send is a gather list of registered memory, as a verbs device needs it: its
+//! RPC-over-RDMA header is copied into a [`SendPool`] slot, its Payload stream pieces
+//! are the caller's `Bytes` registered as they are ([`gather`], which software
+//! providers send from without a copy).
 //!
 //! Work request ids carry a kind in their top byte so that one completion queue serves
 //! Receives, Sends, RDMA Reads and RDMA Writes.
@@ -13,8 +14,8 @@ use std::sync::Mutex;
 
 use bytes::Bytes;
 use rdma::{
-    Access, LocalSge, MemoryRegion, PostError, ProtectionDomain, QueuePair, RecvWr, SendOp, SendWr,
-    Sge,
+    Access, LocalSge, MemoryRegion, PostError, ProtectionDomain, QueuePair, RecvWr, RegisterError,
+    SendOp, SendWr,
 };
 
 /// Kinds of work request, in the top byte of `wr_id`.
@@ -27,6 +28,9 @@ pub(crate) mod wr_kind {
     pub(crate) const READ: u64 = 3 << 56;
     /// An RDMA Write; the low bits are the XID.
     pub(crate) const WRITE: u64 = 4 << 56;
+    /// A local invalidation; the low bits are the XID (requester) or the STag
+    /// (responder).
+    pub(crate) const INVALIDATE: u64 = 5 << 56;
     /// Mask of the kind.
     pub(crate) const MASK: u64 = 0xff << 56;
 }
@@ -39,13 +43,17 @@ pub(crate) struct RecvPool {
 
 impl RecvPool {
     /// Registers `n` buffers of `len` bytes for local write.
-    pub(crate) fn new(pd: &ProtectionDomain, n: u32, len: usize) -> RecvPool {
-        RecvPool {
+    pub(crate) fn new(
+        pd: &ProtectionDomain,
+        n: u32,
+        len: usize,
+    ) -> Result<RecvPool, RegisterError> {
+        Ok(RecvPool {
             bufs: (0..n)
                 .map(|_| pd.register_zeroed(len, Access::LOCAL_WRITE))
-                .collect(),
+                .collect::<Result<_, _>>()?,
             len,
-        }
+        })
     }
 
     fn wr(&self, index: usize, mr: &MemoryRegion) -> RecvWr {
@@ -86,9 +94,28 @@ impl RecvPool {
     }
 }
 
+/// Caller bytes as a gather element: registered as they are, for local access only
+/// (`rdma::ProtectionDomain::register_bytes`; software providers send from them
+/// without a copy). The registration lives as long as the work request holds it.
+pub(crate) fn gather(pd: &ProtectionDomain, bytes: Bytes) -> Result<LocalSge, RegisterError> {
+    pd.sge(bytes)
+}
+
+/// Why a Send could not be posted.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum SendFailure {
+    /// Its payload could not be registered.
+    #[error("registering its payload failed: {0}")]
+    Register(#[from] RegisterError),
+    /// The provider refused the work request.
+    #[error("{0}")]
+    Post(#[from] PostError),
+}
+
 /// Registered buffers for the transport headers of Sends, taken when a Send is posted
 /// and given back by its completion.
 pub(crate) struct SendPool {
+    pd: ProtectionDomain,
     bufs: Vec<MemoryRegion>,
     len: usize,
     free: Mutex<Vec<usize>>,
@@ -96,14 +123,19 @@ pub(crate) struct SendPool {
 
 impl SendPool {
     /// Registers `n` header buffers of `len` bytes.
-    pub(crate) fn new(pd: &ProtectionDomain, n: usize, len: usize) -> SendPool {
-        SendPool {
+    pub(crate) fn new(
+        pd: &ProtectionDomain,
+        n: usize,
+        len: usize,
+    ) -> Result<SendPool, RegisterError> {
+        Ok(SendPool {
+            pd: pd.clone(),
             bufs: (0..n)
                 .map(|_| pd.register_zeroed(len, Access::NONE))
-                .collect(),
+                .collect::<Result<_, _>>()?,
             len,
             free: Mutex::new((0..n).rev().collect()),
-        }
+        })
     }
 
     fn free(&self) -> std::sync::MutexGuard<'_, Vec<usize>> {
@@ -113,7 +145,8 @@ impl SendPool {
 
     /// Posts a Send of `send` (header first, then payload pieces) with `op`, the header
     /// in a pool slot. When every slot is busy, or the header does not fit one, the
-    /// header goes as caller bytes instead; returns whether a slot was used.
+    /// header is registered as it is instead ([`gather`]); returns whether a slot was
+    /// used.
     ///
     /// `wr_id` must have its bits 32..56 clear: the slot number goes there.
     pub(crate) fn post(
@@ -122,7 +155,7 @@ impl SendPool {
         wr_id: u64,
         op: SendOp,
         mut send: Vec<Bytes>,
-    ) -> Result<bool, PostError> {
+    ) -> Result<bool, SendFailure> {
         let header = if send.is_empty() {
             Bytes::new()
         } else {
@@ -135,23 +168,33 @@ impl SendPool {
         };
         let mut sgl = Vec::with_capacity(1 + send.len());
         let mut id = wr_id;
-        match slot {
-            Some(i) => {
-                let mr = &self.bufs[i];
-                // COPY: the transport header (tens of bytes; at most the inline
-                // threshold) into its registered send buffer.
-                mr.write(0, &header);
-                sgl.push(Sge::Local(LocalSge {
-                    mr: mr.clone(),
-                    offset: 0,
-                    len: header.len(),
-                }));
-                id |= (i as u64 + 1) << 32;
+        let gathered = (|| {
+            match slot {
+                Some(i) => {
+                    let mr = &self.bufs[i];
+                    // COPY: the transport header (tens of bytes; at most the inline
+                    // threshold) into its registered send buffer.
+                    mr.write(0, &header);
+                    sgl.push(LocalSge {
+                        mr: mr.clone(),
+                        offset: 0,
+                        len: header.len(),
+                    });
+                    id |= (i as u64 + 1) << 32;
+                }
+                None => sgl.push(gather(&self.pd, header)?),
             }
-            None => sgl.push(Sge::Bytes(header)),
-        }
-        sgl.extend(send.into_iter().filter(|b| !b.is_empty()).map(Sge::Bytes));
-        let r = qp.post_send(SendWr { wr_id: id, op, sgl });
+            for piece in send.into_iter().filter(|b| !b.is_empty()) {
+                sgl.push(gather(&self.pd, piece)?);
+            }
+            Ok::<_, RegisterError>(())
+        })();
+        let r = match gathered {
+            Ok(()) => qp
+                .post_send(SendWr { wr_id: id, op, sgl })
+                .map_err(SendFailure::from),
+            Err(e) => Err(e.into()),
+        };
         if r.is_err() {
             self.complete(id);
         }

@@ -9,12 +9,17 @@
 //! Every region is registered for one Call, with a fresh random STag key (the `rdma`
 //! registration table draws one per registration), and only with the rights its chunk
 //! needs: remote read for Read chunks, remote write for Write and Reply chunks. After
-//! the Reply arrives (or the connection is lost) every region is fenced: invalidated
-//! locally unless the peer already did it with Send With Invalidate, then deregistered,
-//! which hands the buffer back without a copy.
+//! the Reply arrives every region is fenced: invalidated by posted work
+//! ([`ChunkRegion::invalidate_wr`], verbs LOCAL_INV, whose completion says it is done)
+//! unless the peer already did it with Send With Invalidate, then deregistered
+//! ([`ChunkRegion::into_bytes`]), which hands the buffer back without a copy. A lost
+//! connection fences them all: nothing reaches them through a dead queue pair.
 
 use bytes::{BufMut, Bytes, BytesMut};
-use rdma::{Access, LocalSge, MemoryRegion, ProtectionDomain, RemoteAddr, STag, SendOp, SendWr};
+use rdma::{
+    Access, LocalSge, MemoryRegion, ProtectionDomain, RegisterError, RemoteAddr, STag, SendOp,
+    SendWr,
+};
 use rpcrdma::marshal::Registration;
 use rpcrdma::reassembly::Reassembled;
 use rpcrdma::Segment;
@@ -25,6 +30,8 @@ use crate::counters::{ConnStats, Counter};
 #[derive(Debug)]
 pub(crate) struct ChunkRegion {
     mr: MemoryRegion,
+    /// The key the peer reaches the region by.
+    rkey: STag,
     len: u32,
     /// Room around a requester's Write chunk, unregistered: the bytes before and
     /// after the registered chunk in the same allocation, for the requester to make a
@@ -44,7 +51,11 @@ pub(crate) struct Room {
 
 impl ChunkRegion {
     /// Registers what `reg` asks for.
-    pub(crate) fn register(pd: &ProtectionDomain, reg: &Registration, stats: &ConnStats) -> Self {
+    pub(crate) fn register(
+        pd: &ProtectionDomain,
+        reg: &Registration,
+        stats: &ConnStats,
+    ) -> Result<Self, RegisterError> {
         Self::register_with_room(pd, reg, Room::default(), stats)
     }
 
@@ -60,7 +71,7 @@ impl ChunkRegion {
         reg: &Registration,
         room: Room,
         stats: &ConnStats,
-    ) -> Self {
+    ) -> Result<Self, RegisterError> {
         stats.inc(Counter::Registrations);
         let len = u32::try_from(reg.len()).unwrap_or(u32::MAX);
         let mr = match reg {
@@ -68,7 +79,7 @@ impl ChunkRegion {
             // the region, without a copy; the provider sends the peer's RDMA Reads
             // from them (`rdma::ProtectionDomain::register_bytes`).
             Registration::Read { data, .. } if data.len() == 1 => {
-                pd.register_bytes(data[0].clone(), Access::REMOTE_READ)
+                pd.register_bytes(data[0].clone(), Access::REMOTE_READ)?
             }
             Registration::Read { data, .. } => {
                 let mut buf = BytesMut::with_capacity(len as usize);
@@ -77,55 +88,64 @@ impl ChunkRegion {
                     // holding a whole Call or Reply) into one registered region.
                     buf.put_slice(d);
                 }
-                pd.register(buf, Access::REMOTE_READ)
+                pd.register(buf, Access::REMOTE_READ)?
             }
             Registration::Write { len } if room != Room::default() => {
-                // One allocation, split without a copy; `fence` joins it again.
+                // One allocation, split without a copy; `into_bytes` joins it again.
                 let mut head = BytesMut::zeroed(room.head + *len as usize + room.tail);
                 let mut chunk = head.split_off(room.head);
                 let tail = chunk.split_off(*len as usize);
-                let mr = pd.register(chunk, Access::LOCAL_WRITE | Access::REMOTE_WRITE);
-                return ChunkRegion {
+                let mr = pd.register(chunk, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
+                return Ok(ChunkRegion {
+                    rkey: remote_key(&mr)?,
                     mr,
                     len: *len,
                     room: Some((head, tail)),
-                };
+                });
             }
             Registration::Write { len } | Registration::Reply { len } => {
-                pd.register_zeroed(*len as usize, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
+                pd.register_zeroed(*len as usize, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?
             }
         };
-        ChunkRegion {
+        Ok(ChunkRegion {
+            rkey: remote_key(&mr)?,
             mr,
             len,
             room: None,
-        }
+        })
     }
 
     /// The one segment describing this region (tagged offsets start at 0).
     pub(crate) fn segment(&self) -> Segment {
         Segment {
-            handle: self.mr.stag().0,
+            handle: self.rkey.0,
             length: self.len,
             offset: 0,
         }
     }
 
-    /// Where the chunk starts in the bytes [`ChunkRegion::fence`] returns.
+    /// The key the peer reaches this region by.
+    pub(crate) fn rkey(&self) -> STag {
+        self.rkey
+    }
+
+    /// Where the chunk starts in the bytes [`ChunkRegion::into_bytes`] returns.
     pub(crate) fn at(&self) -> usize {
         self.room.as_ref().map_or(0, |(head, _)| head.len())
     }
 
-    /// Fences the region and returns its bytes, with the room around them if it has
-    /// some (the chunk at [`ChunkRegion::at`]). `remote` is the STag the peer
-    /// invalidated with Send With Invalidate, if any.
-    pub(crate) fn fence(self, remote: Option<STag>, stats: &ConnStats) -> Bytes {
-        if remote == Some(self.mr.stag()) {
-            stats.inc(Counter::RemoteInvalidations);
-        } else {
-            self.mr.invalidate();
-            stats.inc(Counter::LocalInvalidations);
+    /// The posted work that fences this region from the peer (verbs LOCAL_INV).
+    pub(crate) fn invalidate_wr(&self, wr_id: u64) -> SendWr {
+        SendWr {
+            wr_id,
+            op: SendOp::LocalInvalidate(self.rkey),
+            sgl: Vec::new(),
         }
+    }
+
+    /// Deregisters the fenced region and returns its bytes, with the room around them
+    /// if it has some (the chunk at [`ChunkRegion::at`]).
+    pub(crate) fn into_bytes(self) -> Bytes {
         match self.room {
             // Without a copy, also for a region registered from the caller's bytes.
             None => self.mr.deregister_bytes(),
@@ -141,6 +161,13 @@ impl ChunkRegion {
     }
 }
 
+/// The remote key of a region registered with remote rights.
+fn remote_key(mr: &MemoryRegion) -> Result<STag, RegisterError> {
+    mr.rkey().ok_or(RegisterError::InvalidAccess(
+        "a chunk region needs remote rights",
+    ))
+}
+
 /// A responder's sink for one Read chunk: the RDMA Reads of its segments land in one
 /// region, in order.
 #[derive(Debug)]
@@ -154,28 +181,32 @@ pub(crate) struct ReadSink {
 
 impl ReadSink {
     /// Registers a sink of `len` bytes for local write only (never remotely reachable).
-    pub(crate) fn new(pd: &ProtectionDomain, len: usize) -> ReadSink {
-        ReadSink {
-            mr: pd.register_zeroed(len, Access::LOCAL_WRITE),
+    pub(crate) fn new(pd: &ProtectionDomain, len: usize) -> Result<ReadSink, RegisterError> {
+        Ok(ReadSink {
+            mr: pd.register_zeroed(len, Access::LOCAL_WRITE)?,
             outstanding: 0,
             room: None,
-        }
+        })
     }
 
     /// A sink of `len` bytes cut out of a buffer with `room` before and after it, so
     /// that a Call whose one Read chunk lands here can be made contiguous around the
     /// chunk's data without copying it ([`join_in_place`]; a responder's NFS WRITE).
     /// Only the sink is registered.
-    pub(crate) fn with_room(pd: &ProtectionDomain, len: usize, room: Room) -> ReadSink {
+    pub(crate) fn with_room(
+        pd: &ProtectionDomain,
+        len: usize,
+        room: Room,
+    ) -> Result<ReadSink, RegisterError> {
         // One allocation, split without a copy; `into_whole` joins it again.
         let mut head = BytesMut::zeroed(room.head + len + room.tail);
         let mut sink = head.split_off(room.head);
         let tail = sink.split_off(len);
-        ReadSink {
-            mr: pd.register(sink, Access::LOCAL_WRITE),
+        Ok(ReadSink {
+            mr: pd.register(sink, Access::LOCAL_WRITE)?,
             outstanding: 0,
             room: Some((head, tail)),
-        }
+        })
     }
 
     /// The whole buffer, room included, and where the data starts in it, once every
@@ -222,7 +253,7 @@ impl ReadSink {
 }
 
 /// Makes `full`, a message rebuilt around one chunk's data (a requester's Reply with a
-/// Write chunk, as [`ChunkRegion::fence`] returned its buffer; a responder's Call with a
+/// Write chunk, as [`ChunkRegion::into_bytes`] returned its buffer; a responder's Call with a
 /// Read chunk, as [`ReadSink::into_whole`] did), contiguous in that chunk's own buffer
 /// `whole` (the data at `at`): the pieces before the data are copied into the room in
 /// front of it, the pieces after (XDR padding, the rest of the inline part) behind it,
@@ -312,9 +343,10 @@ mod tests {
     /// A Write chunk region of `len` bytes with `room`, the peer's `placed` bytes at
     /// the chunk's start; fenced: (whole region, where the chunk starts).
     fn placed_region(len: u32, room: Room, placed: &[u8]) -> (Bytes, usize) {
-        let pd = ProtectionDomain::new();
+        let pd = ProtectionDomain::software(rdma::DeviceAttributes::SOFTWARE);
         let s = stats();
-        let r = ChunkRegion::register_with_room(&pd, &Registration::Write { len }, room, &s);
+        let r =
+            ChunkRegion::register_with_room(&pd, &Registration::Write { len }, room, &s).unwrap();
         // Only the chunk is registered: the peer reaches no byte of the room.
         assert_eq!(r.segment().offset, 0);
         assert_eq!(r.segment().length, len);
@@ -323,7 +355,7 @@ mod tests {
         let chunk_start = r.mr.with(|b| b.as_ptr() as usize);
         let at = r.at();
         assert_eq!(at, room.head);
-        let whole = r.fence(None, &s);
+        let whole = r.into_bytes();
         assert_eq!(whole.len(), room.head + len as usize + room.tail);
         // Joined without a copy: the chunk is where the peer placed it.
         assert_eq!(whole.as_ptr() as usize + at, chunk_start);
@@ -341,7 +373,7 @@ mod tests {
 
     #[test]
     fn a_read_chunk_of_one_piece_is_registered_without_a_copy() {
-        let pd = ProtectionDomain::new();
+        let pd = ProtectionDomain::software(rdma::DeviceAttributes::SOFTWARE);
         let s = stats();
         let data = Bytes::from((0..70_000u32).map(|i| i as u8).collect::<Vec<u8>>());
         let piece = data.slice(3..65_539);
@@ -349,7 +381,7 @@ mod tests {
             position: 40,
             data: vec![piece.clone()],
         };
-        let r = ChunkRegion::register(&pd, &reg, &s);
+        let r = ChunkRegion::register(&pd, &reg, &s).unwrap();
         assert_eq!(r.segment().length, 65_536);
         assert_eq!(r.mr.access(), Access::REMOTE_READ);
         // The peer reads the caller's bytes themselves, and only the piece's.
@@ -366,26 +398,25 @@ mod tests {
             .is_err());
         assert!(pd.resolve(r.mr.stag(), 0, 1, Access::REMOTE_WRITE).is_err());
         let stag = r.mr.stag();
-        let back = r.fence(None, &s);
+        let back = r.into_bytes();
         assert_eq!(back.as_ptr(), data[3..].as_ptr());
         assert!(pd.resolve(stag, 0, 1, Access::REMOTE_READ).is_err());
-        assert_eq!(s.get(Counter::LocalInvalidations), 1);
     }
 
     #[test]
     fn a_read_chunk_of_several_pieces_is_copied_into_one_region() {
-        let pd = ProtectionDomain::new();
+        let pd = ProtectionDomain::software(rdma::DeviceAttributes::SOFTWARE);
         let s = stats();
         let reg = Registration::Read {
             position: 0,
             data: vec![Bytes::from_static(b"head"), Bytes::from_static(b"-tail")],
         };
-        let r = ChunkRegion::register(&pd, &reg, &s);
+        let r = ChunkRegion::register(&pd, &reg, &s).unwrap();
         assert_eq!(r.segment().length, 9);
         let seen = pd.resolve(r.mr.stag(), 0, 9, Access::REMOTE_READ).unwrap();
         assert_eq!(seen.shared_range(0, 9).unwrap(), None);
         assert_eq!(r.mr.read(0, 9).unwrap(), Bytes::from_static(b"head-tail"));
-        assert_eq!(r.fence(None, &s), Bytes::from_static(b"head-tail"));
+        assert_eq!(r.into_bytes(), Bytes::from_static(b"head-tail"));
     }
 
     #[test]

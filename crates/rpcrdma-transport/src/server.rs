@@ -38,7 +38,7 @@ use bytes::Bytes;
 use oncrpc::Dispatcher;
 use rdma::{
     Completion, ConnectRequest, ConnectionManager, Listener, ProtectionDomain, QueuePair,
-    QueuePairExt, RemoteAddr, STag, SendOp, SendWr, Sge, WcOpcode, WcStatus,
+    QueuePairExt, RegisterError, RemoteAddr, STag, SendOp, SendWr, WcOpcode, WcStatus,
 };
 use rpcrdma::marshal::RdmaWrite;
 use rpcrdma::private_data::PrivateData;
@@ -52,7 +52,7 @@ use crate::backward::{BackwardChannel, BackwardError, BackwardRequest};
 use crate::binding::RdmaBinding;
 use crate::counters::{ConnStats, Counter, StatsRegistry};
 use crate::error::TransportError;
-use crate::pool::{wr_kind, RecvPool, SendPool};
+use crate::pool::{gather, wr_kind, RecvPool, SendFailure, SendPool};
 use crate::registration::{join_in_place, ChunkRegion, ReadSink, Room};
 use crate::setup::RdmaConfig;
 
@@ -145,17 +145,29 @@ impl<P: ConnectionManager + 'static> RdmaServer<P> {
             let req = listener.accept().await?;
             let peer = req.peer().clone();
             let limits = self.config.negotiate(&peer);
-            let pd = ProtectionDomain::new();
             let credits = self.config.credits.max(1);
             let backward_credits = self.config.backward_credits;
             // §4.3.1: the Receives for the credits we grant go up with the connection,
             // before the requester can send its first Call. §7.2.2.2: one more per
-            // backward credit, posted when the peer is ready for backward Calls.
-            let pool = RecvPool::new(
-                &pd,
-                credits + backward_credits,
-                self.config.recv_buffer_len(),
-            );
+            // backward credit, posted when the peer is ready for backward Calls. A
+            // protection domain per connection, on the device the request came in on
+            // (as Linux svcrdma does).
+            let setup = req.device().alloc_pd().and_then(|pd| {
+                let pool = RecvPool::new(
+                    &pd,
+                    credits + backward_credits,
+                    self.config.recv_buffer_len(),
+                )?;
+                Ok((pd, pool))
+            });
+            let (pd, pool) = match setup {
+                Ok(s) => s,
+                Err(e) => {
+                    tracing::warn!(target: "rpcrdma_transport", peer = ?peer.addr, device = req.device().name(), error = %e, "cannot set up a connection: rejected");
+                    let _ = req.reject(Bytes::new()).await;
+                    continue;
+                }
+            };
             let mut recvs = pool.initial();
             let free_recvs: Vec<usize> = (credits as usize..recvs.len()).rev().collect();
             recvs.truncate(credits as usize);
@@ -218,6 +230,20 @@ impl<P: ConnectionManager + 'static> RdmaServer<P> {
             } else {
                 None
             };
+            // Replies are at most one per credit; RDMA_ERRORs and GARBAGE_ARGS answers
+            // fall back to registering caller bytes if they find the pool empty.
+            let sends = match SendPool::new(
+                &pd,
+                self.config.credits.clamp(1, 1024) as usize + 8,
+                send_buffer_len as usize,
+            ) {
+                Ok(p) => p,
+                Err(e) => {
+                    tracing::warn!(target: "rpcrdma_transport", peer = ?peer.addr, error = %e, "cannot register send buffers: connection closed");
+                    qp.disconnect();
+                    continue;
+                }
+            };
             let (replies, replies_rx) = mpsc::unbounded_channel();
             let conn = ServerConn {
                 qp: Arc::new(qp),
@@ -227,17 +253,12 @@ impl<P: ConnectionManager + 'static> RdmaServer<P> {
                 stats,
                 pool,
                 free_recvs,
-                // Replies are at most one per credit; RDMA_ERRORs and GARBAGE_ARGS
-                // answers fall back to caller bytes if they find the pool empty.
-                sends: SendPool::new(
-                    &pd,
-                    self.config.credits.clamp(1, 1024) as usize + 8,
-                    send_buffer_len as usize,
-                ),
+                sends,
                 pulls: HashMap::new(),
                 reads: HashMap::new(),
                 next_id: 0,
                 regions: HashMap::new(),
+                invalidating: HashMap::new(),
                 wholes: HashMap::new(),
                 room_head: self.config.recv_buffer_len(),
                 shutdown: self.shutdown.subscribe(),
@@ -261,6 +282,8 @@ enum CloseReason {
     Shutdown,
     /// The provider refused a work request.
     Post(&'static str, rdma::PostError),
+    /// The device refused to register memory a work request needed.
+    Register(&'static str, RegisterError),
     /// A work request completed in error (§5.5.3: "RDMA operational errors are
     /// typically fatal to the connection").
     Completion(Completion),
@@ -275,6 +298,7 @@ impl std::fmt::Display for CloseReason {
         match self {
             CloseReason::Shutdown => f.write_str("server shutdown"),
             CloseReason::Post(what, e) => write!(f, "posting {what} failed: {e}"),
+            CloseReason::Register(what, e) => write!(f, "registering {what} failed: {e}"),
             CloseReason::Completion(c) => {
                 write!(f, "{:?} completed with {:?}", c.opcode, c.status)
             }
@@ -322,6 +346,8 @@ struct ServerConn<Q> {
     next_id: u64,
     /// Our regions exposed to the peer (responder-provided Read chunks), by STag.
     regions: HashMap<u32, ChunkRegion>,
+    /// Regions whose LOCAL_INV is posted, by STag, until it completes.
+    invalidating: HashMap<u32, ChunkRegion>,
     /// The buffer (with room) the first Read chunk of each Call in service was read
     /// into, and where the data starts, for making the Call contiguous around it
     /// without a copy. Only Calls the core still holds (`Responder::has_call`).
@@ -488,24 +514,24 @@ impl<Q: QueuePair + 'static> ServerConn<Q> {
             Action::Register { xid, registrations } => {
                 // COPY: a Reply's Payload stream into its registered region (see
                 // `registration`), registered for remote read only.
-                let segments = registrations
-                    .iter()
-                    .map(|reg| {
-                        let region = ChunkRegion::register(&self.pd, reg, &self.stats);
-                        let seg = region.segment();
-                        self.regions.insert(seg.handle, region);
-                        vec![seg]
-                    })
-                    .collect();
-                let _ = self.core.handle_registered(Instant::now(), xid, segments);
-            }
-            Action::Invalidate { handles, .. } => {
-                for h in handles {
-                    if let Some(region) = self.regions.remove(&h) {
-                        region.fence(remote.filter(|r| r.0 == h), &self.stats);
+                let mut segments = Vec::with_capacity(registrations.len());
+                for reg in &registrations {
+                    match ChunkRegion::register(&self.pd, reg, &self.stats) {
+                        Ok(region) => {
+                            let seg = region.segment();
+                            self.regions.insert(seg.handle, region);
+                            segments.push(vec![seg]);
+                        }
+                        Err(e) => {
+                            tracing::debug!(target: "rpcrdma_transport", xid = xid.0, error = %e, "Reply chunk not registered");
+                            self.core.handle_registration_failed(xid);
+                            return;
+                        }
                     }
                 }
+                let _ = self.core.handle_registered(Instant::now(), xid, segments);
             }
+            Action::Invalidate { handles, .. } => self.invalidate(&handles, remote),
             Action::PostReceives(n) => {
                 self.post_recvs(n);
                 self.core.handle_receives_posted(n);
@@ -514,6 +540,36 @@ impl<Q: QueuePair + 'static> ServerConn<Q> {
             // buffer for each backward direction Call it sends".
             Action::PostBackwardReceives(n) => self.post_recvs(n),
             Action::Close => self.close(CloseReason::Core),
+        }
+    }
+
+    /// Fences our Read chunk regions `handles` (reliable reply: the peer pulled the
+    /// Reply, or its time is up): a posted LOCAL_INV each, unless the peer invalidated
+    /// it with the Send With Invalidate that brought its RDMA_DONE (`remote`). A
+    /// region stays registered until its LOCAL_INV completes.
+    fn invalidate(&mut self, handles: &[u32], remote: Option<STag>) {
+        for &h in handles {
+            let Some(region) = self.regions.remove(&h) else {
+                continue;
+            };
+            if remote.is_some_and(|r| r.0 == h) {
+                self.stats.inc(Counter::RemoteInvalidations);
+                continue;
+            }
+            let wr = region.invalidate_wr(wr_kind::INVALIDATE | u64::from(h));
+            match self.qp.post_send(wr) {
+                Ok(()) => {
+                    self.invalidating.insert(h, region);
+                }
+                // The connection is gone, which fences the region (reliable-reply
+                // §5.4.3: the chunks still exposed when it ends).
+                Err(rdma::PostError::NotConnected) => {
+                    self.stats.inc(Counter::FencedByDisconnect);
+                }
+                // v1 §5.5.4 (and reliable-reply §4.2): a region that cannot be
+                // invalidated ends the connection, which fences it.
+                Err(e) => return self.close(CloseReason::Post("a local invalidation", e)),
+            }
         }
     }
 
@@ -573,6 +629,10 @@ impl<Q: QueuePair + 'static> ServerConn<Q> {
             WcStatus::Success => {}
             WcStatus::Flushed => {
                 self.stats.inc(Counter::Flushed);
+                if c.wr_id & wr_kind::MASK == wr_kind::INVALIDATE {
+                    // Not run, but the connection's end fenced the region.
+                    self.stats.inc(Counter::FencedByDisconnect);
+                }
                 return None;
             }
             _ => {
@@ -594,6 +654,12 @@ impl<Q: QueuePair + 'static> ServerConn<Q> {
                 self.stats.add(Counter::RecvBytes, buf.len() as u64);
                 self.core.handle_receive(buf);
                 c.invalidated
+            }
+            (WcOpcode::LocalInvalidate, wr_kind::INVALIDATE) => {
+                // Fenced: the region goes (deregistered).
+                self.stats.inc(Counter::LocalInvalidations);
+                self.invalidating.remove(&(id as u32));
+                None
             }
             (WcOpcode::RdmaRead, wr_kind::READ) => {
                 let pull_id = self.reads.remove(&id)?;
@@ -632,7 +698,10 @@ impl<Q: QueuePair + 'static> ServerConn<Q> {
             head: self.room_head,
             tail: READ_SINK_TAIL_ROOM,
         };
-        let mut sink = ReadSink::with_room(&self.pd, len as usize, room);
+        let mut sink = match ReadSink::with_room(&self.pd, len as usize, room) {
+            Ok(sink) => sink,
+            Err(e) => return self.close(CloseReason::Register("an RDMA Read sink", e)),
+        };
         let pull_id = self.take_id();
         let mut at = 0usize;
         for seg in segments.iter().filter(|s| s.length > 0) {
@@ -677,7 +746,8 @@ impl<Q: QueuePair + 'static> ServerConn<Q> {
         match self.sends.post(&*self.qp, wr_id, op, send) {
             Ok(true) => {}
             Ok(false) => self.stats.inc(Counter::SendPoolFallbacks),
-            Err(e) => self.close(CloseReason::Post("a Send", e)),
+            Err(SendFailure::Post(e)) => self.close(CloseReason::Post("a Send", e)),
+            Err(SendFailure::Register(e)) => self.close(CloseReason::Register("a Send", e)),
         }
     }
 
@@ -686,14 +756,18 @@ impl<Q: QueuePair + 'static> ServerConn<Q> {
     fn post_write(&mut self, xid: Xid, w: RdmaWrite) {
         self.stats.inc(Counter::RdmaWrites);
         self.stats.add(Counter::RdmaWriteBytes, w.len());
+        // The result's own buffers, registered as they are: no copy.
+        let sgl = match w.data.into_iter().map(|b| gather(&self.pd, b)).collect() {
+            Ok(sgl) => sgl,
+            Err(e) => return self.close(CloseReason::Register("an RDMA Write's data", e)),
+        };
         let wr = SendWr {
             wr_id: wr_kind::WRITE | u64::from(xid.0),
             op: SendOp::RdmaWrite(RemoteAddr {
                 stag: STag(w.handle),
                 offset: w.offset,
             }),
-            // The result's own buffers: no copy.
-            sgl: w.data.into_iter().map(Sge::Bytes).collect(),
+            sgl,
         };
         if let Err(e) = self.qp.post_send(wr) {
             self.close(CloseReason::Post("an RDMA Write", e));

@@ -12,7 +12,7 @@ use iwarp::IwarpQp;
 use oncrpc::{CallHeader, OpaqueAuth, Xid as RpcXid};
 use rdma::{
     Access, LocalSge, MemoryRegion, ProtectionDomain, QueuePair, QueuePairExt, RecvWr, SendOp,
-    SendWr, Sge, WcOpcode, WcStatus,
+    SendWr, WcOpcode, WcStatus,
 };
 use rpcrdma::header::{Body, ErrorBody, Header};
 use rpcrdma::validate::{receive, Policy, Received};
@@ -34,9 +34,9 @@ impl Raw {
 
     /// Connects offering `private_data` (empty: none, as a peer without RFC 8797).
     async fn connect_with(addr: SocketAddr, private_data: Vec<u8>) -> Raw {
-        let pd = ProtectionDomain::new();
+        let pd = ProtectionDomain::software(rdma::DeviceAttributes::SOFTWARE);
         let bufs: Vec<MemoryRegion> = (0..16)
-            .map(|_| pd.register_zeroed(65536, Access::LOCAL_WRITE))
+            .map(|_| pd.register_zeroed(65536, Access::LOCAL_WRITE).unwrap())
             .collect();
         let recvs = bufs
             .iter()
@@ -70,7 +70,7 @@ impl Raw {
             .post_send(SendWr {
                 wr_id: 1 << 40,
                 op: SendOp::Send,
-                sgl: vec![Sge::Bytes(msg)],
+                sgl: vec![self.pd.sge(msg).unwrap()],
             })
             .is_ok()
     }
@@ -321,7 +321,8 @@ async fn reply_chunk_too_small_gets_err_badheader_and_nothing_written() {
     let raw = Raw::connect(server.addr).await;
     let reply_mr = raw
         .pd
-        .register_zeroed(100, Access::LOCAL_WRITE | Access::REMOTE_WRITE);
+        .register_zeroed(100, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
+        .unwrap();
     let xid = 0x3000;
     let call = rpc_call(xid, PROG, BIG, |e| {
         e.u32(8000).opaque(b"");
@@ -362,7 +363,8 @@ async fn non_ddp_item_in_a_read_chunk_gets_garbage_args() {
     let raw = Raw::connect(server.addr).await;
     let src = raw
         .pd
-        .register(BytesMut::from(&b"12345678"[..]), Access::REMOTE_READ);
+        .register(BytesMut::from(&b"12345678"[..]), Access::REMOTE_READ)
+        .unwrap();
     let xid = 0x4000;
     // BIG's `pad` is not DDP-eligible; move it to a Read chunk anyway.
     let call = rpc_call(xid, PROG, BIG, |e| {

@@ -11,7 +11,7 @@ use bytes::{BufMut, Bytes, BytesMut};
 use common::*;
 use rdma::{
     Access, LocalSge, MemoryRegion, ProtectionDomain, QueuePair, QueuePairExt, RecvWr, SendOp,
-    SendWr, Sge, WcOpcode, WcStatus,
+    SendWr, WcOpcode, WcStatus,
 };
 use rpcrdma::error::HeaderError;
 use rpcrdma::header::{Body, ErrorBody, Header};
@@ -86,9 +86,9 @@ impl RawResponder {
         let accept = async move {
             let _provider = provider;
             let req = listener.accept().await.unwrap();
-            let pd = ProtectionDomain::new();
+            let pd = ProtectionDomain::software(rdma::DeviceAttributes::SOFTWARE);
             let bufs: Vec<MemoryRegion> = (0..16)
-                .map(|_| pd.register_zeroed(BUF, Access::LOCAL_WRITE))
+                .map(|_| pd.register_zeroed(BUF, Access::LOCAL_WRITE).unwrap())
                 .collect();
             let recvs = (0..bufs.len()).map(|i| recv_wr(&bufs, i)).collect();
             let qp = req.accept(&pd, config.connect_params(recvs)).await.unwrap();
@@ -162,7 +162,7 @@ async fn raw_write_responder(places: fn(usize) -> (usize, u32)) -> std::net::Soc
                         stag: rdma::STag(seg.handle),
                         offset: seg.offset,
                     }),
-                    sgl: vec![Sge::Bytes(data)],
+                    sgl: vec![qp.pd().sge(data).unwrap()],
                 })
                 .unwrap();
                 let mut returned_chunks = chunks.clone();
@@ -176,7 +176,7 @@ async fn raw_write_responder(places: fn(usize) -> (usize, u32)) -> std::net::Soc
                 .post_send(SendWr {
                     wr_id: 1 << 40,
                     op: SendOp::Send,
-                    sgl: vec![Sge::Bytes(out)],
+                    sgl: vec![qp.pd().sge(out).unwrap()],
                 })
                 .is_err()
             {
@@ -211,7 +211,7 @@ async fn raw_responder(
             qp.post_send(SendWr {
                 wr_id: 1 << 40,
                 op: SendOp::Send,
-                sgl: vec![Sge::Bytes(msg)],
+                sgl: vec![qp.pd().sge(msg).unwrap()],
             })
             .is_ok()
         };
@@ -406,7 +406,7 @@ async fn raw_version_responder(
                 .post_send(SendWr {
                     wr_id: 1 << 40,
                     op: SendOp::Send,
-                    sgl: vec![Sge::Bytes(out)],
+                    sgl: vec![qp.pd().sge(out).unwrap()],
                 })
                 .is_err()
             {
@@ -580,7 +580,7 @@ async fn raw_pull_responder(
                         rpc.extend_from_slice(&pattern(n, 3));
                         rpc.resize(rpc.len() + (4 - n % 4) % 4, 0);
                         let len = rpc.len() as u32;
-                        let mr = peer.pd.register(rpc, Access::REMOTE_READ);
+                        let mr = peer.pd.register(rpc, Access::REMOTE_READ).unwrap();
                         let handle = if bad_stag {
                             mr.stag().0 ^ 0x00ff_f000
                         } else {
@@ -624,7 +624,7 @@ async fn raw_pull_responder(
                 .post_send(SendWr {
                     wr_id: 1 << 40,
                     op: SendOp::Send,
-                    sgl: vec![Sge::Bytes(out)],
+                    sgl: vec![qp.pd().sge(out).unwrap()],
                 })
                 .is_err()
             {

@@ -228,13 +228,17 @@ async fn server_restart_client_reconnects_and_retransmits() {
     assert!(server2.stats.total(Counter::Replies) >= 24);
     let first = &conns[0];
     assert!(first.get(Counter::Calls) >= 9 && first.get(Counter::Replies) == 1);
-    // The lost connection's regions were fenced when it ended.
+    // Every region was fenced: by a LOCAL_INV, by the server's Send With Invalidate,
+    // or, those of the lost connection, by its end.
     for s in &conns {
         assert_eq!(
             s.get(Counter::Registrations),
-            s.get(Counter::LocalInvalidations) + s.get(Counter::RemoteInvalidations)
+            s.get(Counter::LocalInvalidations)
+                + s.get(Counter::RemoteInvalidations)
+                + s.get(Counter::FencedByDisconnect)
         );
     }
+    assert!(first.get(Counter::FencedByDisconnect) > 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -377,11 +377,16 @@ impl<B: UpperLayerBinding> Requester<B> {
     }
 
     /// The driver's invalidation of Call `xid`'s chunks completed (posted
-    /// invalidation): the Call's Reply or failure is handed up now. Unknown XIDs (an
-    /// aborted Call, a retried one) are ignored.
-    pub fn handle_invalidated(&mut self, xid: Xid) {
-        if let Some(event) = self.fencing.remove(&xid) {
-            self.events.push_back(event);
+    /// invalidation): the Call's Reply or failure is handed up now, and true is
+    /// returned. Unknown XIDs (an aborted Call, a retried one) are ignored: false, and
+    /// the driver may release what it kept for the Reply.
+    pub fn handle_invalidated(&mut self, xid: Xid) -> bool {
+        match self.fencing.remove(&xid) {
+            Some(event) => {
+                self.events.push_back(event);
+                true
+            }
+            None => false,
         }
     }
 

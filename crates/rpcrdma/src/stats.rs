@@ -80,6 +80,9 @@ counters! {
     LocalInvalidations = "local_invalidations",
     /// Regions the peer invalidated with Send With Invalidate.
     RemoteInvalidations = "remote_invalidations",
+    /// Regions deregistered without an invalidation because their connection ended
+    /// (no peer reaches memory through a dead queue pair).
+    FencedByDisconnect = "fenced_by_disconnect",
     /// Replies sent with Send With Invalidate (responder).
     SendWithInvalidate = "send_with_invalidate",
     /// Credits we asked for (requester) or grant (responder): a gauge.

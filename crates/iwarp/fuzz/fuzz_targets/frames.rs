@@ -35,11 +35,11 @@ fuzz_target!(|data: &[u8]| {
     }
 
     // The receive path of a live connection, fed in chunks chosen by the input.
-    let pd = ProtectionDomain::new();
+    let pd = ProtectionDomain::software(rdma::DeviceAttributes::SOFTWARE);
     let rw = pd.register_zeroed(
         4096,
         Access::REMOTE_WRITE | Access::REMOTE_READ | Access::LOCAL_WRITE,
-    );
+    ).unwrap();
     let neg = Negotiated {
         active: sel & 2 != 0,
         crc,

@@ -14,7 +14,7 @@ use lab::tshark::{check_capture, CaptureCheck};
 use lab::{GuestScript, Lab};
 use rdma::{
     Access, ConnectParams, LocalSge, ProtectionDomain, QueuePair, QueuePairExt, RecvWr, SendOp,
-    SendWr, Sge, WcOpcode, WcStatus,
+    SendWr, WcOpcode, WcStatus,
 };
 
 /// NFSv4.1 needs no MOUNT service: the kernel connects straight to the RDMA port.
@@ -74,8 +74,10 @@ async fn serve(mut listener: iwarp::IwarpListener, crc: bool) -> Result<String, 
             peer.private_data
         ));
     }
-    let pd = ProtectionDomain::new();
-    let rx = pd.register(BytesMut::zeroed(8 * 4096), Access::LOCAL_WRITE);
+    let pd = ProtectionDomain::software(rdma::DeviceAttributes::SOFTWARE);
+    let rx = pd
+        .register(BytesMut::zeroed(8 * 4096), Access::LOCAL_WRITE)
+        .unwrap();
     let recvs = (0..8)
         .map(|i| RecvWr {
             wr_id: i,
@@ -140,7 +142,7 @@ async fn serve(mut listener: iwarp::IwarpListener, crc: bool) -> Result<String, 
     qp.post_send(SendWr {
         wr_id: 100,
         op: SendOp::Send,
-        sgl: vec![Sge::Bytes(reply.freeze())],
+        sgl: vec![pd.sge(reply.freeze()).unwrap()],
     })
     .map_err(|e| format!("post_send: {e}"))?;
     let next = recv().await?;

@@ -21,7 +21,7 @@ use lab::{GuestScript, Lab};
 use crate::common::proc3_delta;
 use rdma::{
     Access, ConnectParams, LocalSge, ProtectionDomain, QueuePair, QueuePairExt, RecvWr, SendOp,
-    SendWr, Sge, WcOpcode, WcStatus,
+    SendWr, WcOpcode, WcStatus,
 };
 
 const XID: u32 = 0x1ab0_4e55;
@@ -84,7 +84,7 @@ async fn nfs3_null_over_iwarp(crc: bool) -> Result<String, String> {
         crc,
         ..IwarpConfig::default()
     });
-    let pd = ProtectionDomain::new();
+    let pd = ProtectionDomain::software(rdma::DeviceAttributes::SOFTWARE);
     let addr = format!("127.0.0.1:{}", lab::ports::NFS_RDMA)
         .parse()
         .unwrap();
@@ -111,7 +111,9 @@ async fn nfs3_null_over_iwarp(crc: bool) -> Result<String, String> {
             "knfsd private data is not RFC 8797: {pd_bytes:02x?}"
         ));
     }
-    let rx = pd.register(BytesMut::zeroed(4096), Access::LOCAL_WRITE);
+    let rx = pd
+        .register(BytesMut::zeroed(4096), Access::LOCAL_WRITE)
+        .unwrap();
     qp.post_recv(RecvWr {
         wr_id: 1,
         sgl: vec![LocalSge {
@@ -124,7 +126,7 @@ async fn nfs3_null_over_iwarp(crc: bool) -> Result<String, String> {
     qp.post_send(SendWr {
         wr_id: 2,
         op: SendOp::Send,
-        sgl: vec![Sge::Bytes(null_call())],
+        sgl: vec![pd.sge(null_call()).unwrap()],
     })
     .map_err(|e| format!("post_send: {e}"))?;
     let mut reply = None;
@@ -159,7 +161,9 @@ async fn nfs3_null_over_iwarp(crc: bool) -> Result<String, String> {
     }
 
     // Second call: the peer pulls the call from us (RDMA Read served by our side).
-    let call_mr = pd.register(rpc_null_call(XID2), Access::REMOTE_READ);
+    let call_mr = pd
+        .register(rpc_null_call(XID2), Access::REMOTE_READ)
+        .unwrap();
     qp.post_recv(RecvWr {
         wr_id: 3,
         sgl: vec![LocalSge {
@@ -172,11 +176,9 @@ async fn nfs3_null_over_iwarp(crc: bool) -> Result<String, String> {
     qp.post_send(SendWr {
         wr_id: 4,
         op: SendOp::Send,
-        sgl: vec![Sge::Bytes(nomsg_with_read_chunk(
-            XID2,
-            call_mr.stag().0,
-            40,
-        ))],
+        sgl: vec![pd
+            .sge(nomsg_with_read_chunk(XID2, call_mr.stag().0, 40))
+            .unwrap()],
     })
     .map_err(|e| format!("post_send: {e}"))?;
     let mut reply2 = None;
@@ -215,7 +217,7 @@ async fn nfs3_null_over_iwarp(crc: bool) -> Result<String, String> {
     // Third call: the same, with a 60 kB tail, so the Read Response is large.
     let mut big = rpc_null_call(XID3);
     big.resize(40 + BIG_TAIL, 0);
-    let big_mr = pd.register(big, Access::REMOTE_READ);
+    let big_mr = pd.register(big, Access::REMOTE_READ).unwrap();
     qp.post_recv(RecvWr {
         wr_id: 5,
         sgl: vec![LocalSge {
@@ -228,11 +230,13 @@ async fn nfs3_null_over_iwarp(crc: bool) -> Result<String, String> {
     qp.post_send(SendWr {
         wr_id: 6,
         op: SendOp::Send,
-        sgl: vec![Sge::Bytes(nomsg_with_read_chunk(
-            XID3,
-            big_mr.stag().0,
-            (40 + BIG_TAIL) as u32,
-        ))],
+        sgl: vec![pd
+            .sge(nomsg_with_read_chunk(
+                XID3,
+                big_mr.stag().0,
+                (40 + BIG_TAIL) as u32,
+            ))
+            .unwrap()],
     })
     .map_err(|e| format!("post_send: {e}"))?;
     let mut reply3 = None;

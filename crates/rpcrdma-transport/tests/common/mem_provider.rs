@@ -5,6 +5,10 @@
 //! post time, in order. The transport runs on it unchanged: the proof that its drivers
 //! assume nothing of the iWARP provider beyond the `rdma` API.
 //!
+//! Its device is its own ([`MemProvider::device`], `mem0`, with limits unlike the
+//! iWARP provider's): the transport allocates its protection domains there, through
+//! the `rdma` API's route and connect request.
+//!
 //! Semantics kept from verbs: a Send with no Receive posted at the peer is a fatal
 //! connection error (verbs RNR with no retry); a remote access error (bad STag, bounds,
 //! rights) ends the connection with a completion error on the initiator; a disconnect
@@ -21,15 +25,43 @@ use std::task::{Context, Poll, Waker};
 use bytes::{Bytes, BytesMut};
 use rdma::{
     Access, BoxFuture, Completion, ConnectError, ConnectParams, ConnectRequest, ConnectionManager,
-    DisconnectReason, Listener, PeerParams, PostError, ProtectionDomain, QpEvent, QueuePair,
-    RecvWr, SendOp, SendWr, Sge, WcOpcode, WcStatus,
+    Device, DeviceAttributes, DisconnectReason, Listener, LocalSge, PeerParams, PostError,
+    ProtectionDomain, QpEvent, QueuePair, RecvWr, Route, SendOp, SendWr, SoftwareDevice, WcOpcode,
+    WcStatus,
 };
 use tokio::sync::{mpsc, oneshot};
 
-/// The provider: a registry of listeners by address.
-#[derive(Clone, Default)]
+/// The provider: a registry of listeners by address, and its one device.
+#[derive(Clone)]
 pub struct MemProvider {
     listeners: Arc<Mutex<HashMap<SocketAddr, mpsc::UnboundedSender<MemRequest>>>>,
+    device: Arc<dyn Device>,
+}
+
+impl Default for MemProvider {
+    fn default() -> Self {
+        MemProvider {
+            listeners: Arc::default(),
+            device: Arc::new(SoftwareDevice::new(
+                "mem0",
+                DeviceAttributes {
+                    max_mr_size: 1 << 30,
+                    max_mr: 1 << 16,
+                    max_sge: 8,
+                    max_qp_wr: 1024,
+                    max_ird: 16,
+                    max_ord: 16,
+                },
+            )),
+        }
+    }
+}
+
+impl MemProvider {
+    /// The device every connection of this provider uses.
+    pub fn device(&self) -> &Arc<dyn Device> {
+        &self.device
+    }
 }
 
 static NEXT_PORT: AtomicU16 = AtomicU16::new(40_000);
@@ -107,13 +139,13 @@ pub struct MemQp {
 }
 
 impl MemQp {
-    fn gather(&self, sgl: &[Sge]) -> Option<Bytes> {
+    fn gather(&self, sgl: &[LocalSge]) -> Option<Bytes> {
         let mut out = BytesMut::new();
-        for sge in sgl {
-            match sge {
-                Sge::Bytes(b) => out.extend_from_slice(b),
-                Sge::Local(l) => out.extend_from_slice(&l.mr.read(l.offset, l.len)?),
+        for l in sgl {
+            if l.mr.pd_id() != self.me.pd.id() {
+                return None;
             }
+            out.extend_from_slice(&l.mr.read(l.offset, l.len)?);
         }
         Some(out.freeze())
     }
@@ -216,6 +248,22 @@ impl QueuePair for MemQp {
                 let ok = read.is_ok() && sink.mr.write(sink.offset, &out);
                 (WcOpcode::RdmaRead, ok, sink.len)
             }
+            SendOp::LocalInvalidate(stag) => {
+                let ok = self.me.pd.invalidate(*stag).is_ok();
+                if !ok {
+                    // verbs: a failed LOCAL_INV completes in error and the queue pair
+                    // goes to the error state.
+                    self.me.complete(Completion::new(
+                        wr.wr_id,
+                        WcOpcode::LocalInvalidate,
+                        WcStatus::LocalProtectionError,
+                        0,
+                    ));
+                    self.fail();
+                    return Ok(());
+                }
+                (WcOpcode::LocalInvalidate, true, 0)
+            }
         };
         if ok {
             self.me
@@ -279,6 +327,7 @@ impl QueuePair for MemQp {
 /// A connection request waiting at a listener.
 pub struct MemRequest {
     peer: PeerParams,
+    device: Arc<dyn Device>,
     /// The connecting side, and where the accepting side's answer goes.
     client: Arc<Side>,
     answer: oneshot::Sender<Result<(Arc<Side>, PeerParams), ConnectError>>,
@@ -315,6 +364,10 @@ impl ConnectRequest for MemRequest {
         &self.peer
     }
 
+    fn device(&self) -> &Arc<dyn Device> {
+        &self.device
+    }
+
     fn accept(
         self,
         pd: &ProtectionDomain,
@@ -347,24 +400,35 @@ impl ConnectRequest for MemRequest {
     }
 }
 
-impl ConnectionManager for MemProvider {
-    type Qp = MemQp;
-    type Listener = MemListener;
+/// A resolved address of the in-memory provider.
+pub struct MemRoute {
+    provider: MemProvider,
+    addr: SocketAddr,
+}
 
-    fn connect<'a>(
-        &'a self,
-        addr: SocketAddr,
-        pd: &'a ProtectionDomain,
+impl Route for MemRoute {
+    type Qp = MemQp;
+
+    fn device(&self) -> &Arc<dyn Device> {
+        &self.provider.device
+    }
+
+    fn connect(
+        self,
+        pd: &ProtectionDomain,
         params: ConnectParams,
-    ) -> BoxFuture<'a, Result<MemQp, ConnectError>> {
+    ) -> BoxFuture<'static, Result<MemQp, ConnectError>> {
+        let pd = pd.clone();
+        let MemRoute { provider, addr } = self;
         Box::pin(async move {
-            let Some(tx) = lock(&self.listeners).get(&addr).cloned() else {
+            let Some(tx) = lock(&provider.listeners).get(&addr).cloned() else {
                 return Err(ConnectError::Io(io::ErrorKind::ConnectionRefused.into()));
             };
             let me = Side::new(pd.clone(), params.recvs);
             let local: SocketAddr = "127.0.0.1:1".parse().unwrap_or(addr);
             let (answer, answered) = oneshot::channel();
             let request = MemRequest {
+                device: provider.device.clone(),
                 peer: PeerParams {
                     private_data: params.private_data,
                     ird: params.ird,
@@ -392,6 +456,20 @@ impl ConnectionManager for MemProvider {
                 },
             })
         })
+    }
+}
+
+impl ConnectionManager for MemProvider {
+    type Qp = MemQp;
+    type Route = MemRoute;
+    type Listener = MemListener;
+
+    fn resolve<'a>(&'a self, addr: SocketAddr) -> BoxFuture<'a, Result<MemRoute, ConnectError>> {
+        let route = MemRoute {
+            provider: self.clone(),
+            addr,
+        };
+        Box::pin(async move { Ok(route) })
     }
 
     fn listen<'a>(&'a self, addr: SocketAddr) -> BoxFuture<'a, io::Result<MemListener>> {

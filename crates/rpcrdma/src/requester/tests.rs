@@ -843,9 +843,9 @@ fn s5_4_1_with_posted_invalidation_the_reply_waits_until_its_chunks_are_fenced()
     let inline = posted_read_replied(&mut r);
     // §5.4.1: not before the responder is fenced from the Write chunk.
     assert_eq!(r.poll_event(), None, "the Reply waits for the LOCAL_INV");
-    r.handle_invalidated(Xid(0xdead));
+    assert!(!r.handle_invalidated(Xid(0xdead)));
     assert_eq!(r.poll_event(), None, "another XID releases nothing");
-    r.handle_invalidated(xid);
+    assert!(r.handle_invalidated(xid));
     assert_eq!(
         r.poll_event(),
         Some(RequesterEvent::Reply {
@@ -870,6 +870,6 @@ fn s5_4_1_a_reply_still_being_fenced_when_the_connection_goes_fails() {
             error: ReplyError::ConnectionLost.into()
         })
     );
-    r.handle_invalidated(xid);
+    assert!(!r.handle_invalidated(xid));
     assert_eq!(r.poll_event(), None);
 }
