@@ -1,11 +1,15 @@
 //! A verbs-shaped, provider-neutral RDMA API.
 //!
-//! This crate names the objects every RDMA provider exposes: protection domains
+//! This crate names the objects every RDMA provider exposes: devices ([`Device`],
+//! found by the connection manager for an address) that create protection domains
 //! ([`ProtectionDomain`]), memory regions registered with access rights
-//! ([`MemoryRegion`], [`Access`]) that are named on the wire by an [`STag`], queue pairs
-//! ([`QueuePair`]) on which work requests ([`SendWr`], [`RecvWr`]) are posted and whose
-//! results come back as [`Completion`]s, and connection management (private data,
-//! IRD/ORD, typed connect errors, disconnect events: [`cm`]).
+//! ([`MemoryRegion`], [`Access`]; registration can fail, [`RegisterError`]) that have a
+//! local key and, with remote rights, a remote key named on the wire ([`STag`]), queue
+//! pairs ([`QueuePair`]) on which work requests ([`SendWr`], [`RecvWr`], including
+//! local invalidation) are posted and whose results come back as [`Completion`]s, and
+//! connection management (a [`Route`] to a peer on a device, private data, IRD/ORD,
+//! typed connect errors, disconnect events: [`cm`]). Gather and scatter lists name
+//! registered memory only ([`LocalSge`]), as verbs hardware needs.
 //!
 //! What it does **not** do: it moves no bytes and opens no sockets. Providers do that:
 //! the userspace iWARP provider (`iwarp` crate) today; an rdma-core provider and a
