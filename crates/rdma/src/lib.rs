@@ -30,6 +30,7 @@ mod access;
 pub mod cm;
 mod device;
 mod mr;
+pub mod pool;
 mod qp;
 mod wr;
 
@@ -40,6 +41,7 @@ pub use cm::{
 };
 pub use device::{Device, DeviceAttributes, RegisterError, SoftwareDevice};
 pub use mr::{AccessError, MemoryRegion, ProtectionDomain, ResolvedRegion};
+pub use pool::{BufferError, BufferPool, PooledBuffer};
 pub use qp::{CompletionFuture, EventFuture, QueuePair, QueuePairExt};
 pub use wr::{
     Completion, LocalSge, PostError, RecvWr, RemoteAddr, SendOp, SendWr, WcOpcode, WcStatus,

@@ -13,6 +13,7 @@ use rand::Rng;
 
 use crate::access::{Access, STag};
 use crate::device::{DeviceAttributes, RegisterError};
+use crate::pool::{BufferError, Lent, PooledBuffer};
 
 /// Why a remote (or local) access to a memory region was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -73,11 +74,13 @@ struct MrShared {
     mem: Mutex<Mem>,
 }
 
-/// A region's memory: owned (and mutable), or bytes shared with the consumer
-/// ([`ProtectionDomain::register_bytes`]), immutable while shared.
+/// A region's memory: owned (and mutable), bytes shared with the consumer
+/// ([`ProtectionDomain::register_bytes`]), immutable while shared, or a range lent by a
+/// pooled buffer ([`ProtectionDomain::register_pooled`]).
 enum Mem {
     Owned(BytesMut),
     Shared(Bytes),
+    Pooled(Lent),
 }
 
 impl Mem {
@@ -89,13 +92,14 @@ impl Mem {
         match self {
             Mem::Owned(b) => b,
             Mem::Shared(b) => b,
+            Mem::Pooled(l) => l.as_slice(),
         }
     }
 
     /// The bytes, mutably. A shared region first takes its bytes over (without a copy
     /// when no one else holds them, else with one), so a local write never reaches the
     /// consumer's other handles to those bytes.
-    fn make_mut(&mut self) -> &mut BytesMut {
+    fn make_mut(&mut self) -> &mut [u8] {
         if let Mem::Shared(b) = self {
             let b = std::mem::take(b);
             // COPY: only when a shared region is written locally while its bytes are
@@ -105,6 +109,7 @@ impl Mem {
         }
         match self {
             Mem::Owned(b) => b,
+            Mem::Pooled(l) => l.as_mut_slice(),
             Mem::Shared(_) => unreachable!("made owned above"),
         }
     }
@@ -196,6 +201,23 @@ impl ProtectionDomain {
     pub fn sge(&self, bytes: Bytes) -> Result<crate::LocalSge, RegisterError> {
         self.register_bytes(bytes, Access::NONE)
             .map(crate::LocalSge::whole)
+    }
+
+    /// Registers bytes `range` of a pooled buffer, which lends them to the region
+    /// alone until it is deregistered ([`MemoryRegion::release`]); the rest of the
+    /// buffer stays the consumer's (e.g. room around a chunk). The bytes are not
+    /// zeroed: see [`crate::pool`]. Fails as [`ProtectionDomain::register`], or when
+    /// the range is out of bounds, handed out or lent already.
+    pub fn register_pooled(
+        &self,
+        buf: &PooledBuffer,
+        range: std::ops::Range<usize>,
+        access: Access,
+    ) -> Result<MemoryRegion, RegisterError> {
+        let lent = buf.lend(range).map_err(|e: BufferError| {
+            RegisterError::Provider(std::io::Error::new(std::io::ErrorKind::InvalidInput, e))
+        })?;
+        self.register_mem(Mem::Pooled(lent), access)
     }
 
     fn register_mem(&self, mem: Mem, access: Access) -> Result<MemoryRegion, RegisterError> {
@@ -434,7 +456,17 @@ impl MemoryRegion {
             Mem::Owned(b) => b,
             // COPY: only when the shared bytes are still held elsewhere.
             Mem::Shared(b) => b.try_into_mut().unwrap_or_else(|b| BytesMut::from(&b[..])),
+            // COPY: a pooled region's bytes stay in their buffer; use `release`.
+            Mem::Pooled(l) => BytesMut::from(l.as_slice()),
         }
+    }
+
+    /// Deregisters at once: other handles to this region then see an invalid, empty
+    /// region, and a pooled region's range goes back to its buffer (where the
+    /// consumer can freeze it, [`PooledBuffer::freeze`]).
+    pub fn release(self) {
+        self.shared.valid.store(false, Ordering::Release);
+        drop(lock(&self.shared.mem).take());
     }
 
     /// As [`MemoryRegion::deregister`], handing the bytes back frozen, without a copy.
@@ -443,6 +475,8 @@ impl MemoryRegion {
         match lock(&self.shared.mem).take() {
             Mem::Owned(b) => b.freeze(),
             Mem::Shared(b) => b,
+            // COPY: a pooled region's bytes stay in their buffer; use `release`.
+            Mem::Pooled(l) => Bytes::copy_from_slice(l.as_slice()),
         }
     }
 
@@ -525,7 +559,7 @@ impl ResolvedRegion {
         }
         Ok(match &*m {
             Mem::Shared(b) => Some(b.slice(start..end)),
-            Mem::Owned(_) => None,
+            Mem::Owned(_) | Mem::Pooled(_) => None,
         })
     }
 
@@ -613,6 +647,29 @@ mod tests {
         assert_eq!(b.rkey(), Some(b.stag()));
         drop(a);
         assert!(pd.register_zeroed(1, Access::NONE).is_ok());
+    }
+
+    #[test]
+    fn a_pooled_range_is_the_regions_alone_until_released() {
+        let pd = ProtectionDomain::software(DeviceAttributes::SOFTWARE);
+        let pool = crate::BufferPool::new(1 << 20);
+        let buf = pool.get(100);
+        let mr = pd
+            .register_pooled(&buf, 10..60, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
+            .unwrap();
+        assert_eq!(mr.len(), 50);
+        let r = pd.resolve(mr.stag(), 0, 50, Access::REMOTE_WRITE).unwrap();
+        r.place(5, b"placed").unwrap();
+        assert!(pd.register_pooled(&buf, 59..61, Access::NONE).is_err());
+        assert!(buf.freeze(10..20).is_err(), "lent: not handed out");
+        buf.write(4, b"room").unwrap();
+        let stag = mr.stag();
+        mr.release();
+        assert!(pd.resolve(stag, 0, 1, Access::REMOTE_WRITE).is_err());
+        assert_eq!(r.len(), 0, "other handles see an empty region");
+        let whole = buf.freeze(4..21).unwrap();
+        assert_eq!(&whole[..4], b"room");
+        assert_eq!(&whole[11..17], b"placed");
     }
 
     #[test]

@@ -42,8 +42,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use bytes::Bytes;
 use oncrpc::{CallFailure, Dispatcher, Incoming, RecordReceiver, RecordSender, Transport};
 use rdma::{
-    Completion, ConnectionManager, ProtectionDomain, QueuePair, QueuePairExt, Route, STag, SendOp,
-    WcOpcode, WcStatus,
+    BufferPool, Completion, ConnectionManager, PooledBuffer, ProtectionDomain, QueuePair,
+    QueuePairExt, Route, STag, SendOp, WcOpcode, WcStatus,
 };
 use rpcrdma::marshal::Registration;
 use rpcrdma::private_data::PrivateData;
@@ -75,6 +75,8 @@ pub struct RdmaTransport<P> {
     negotiation: Arc<Mutex<Option<Negotiation>>>,
     /// Serves the server's backward-direction Calls (§7), if set.
     backward: Option<Arc<Dispatcher>>,
+    /// Buffers for Write and Reply chunks and pull sinks, shared by the connections.
+    buffers: BufferPool,
 }
 
 impl<P> std::fmt::Debug for RdmaTransport<P> {
@@ -98,11 +100,12 @@ impl<P: ConnectionManager + 'static> RdmaTransport<P> {
         RdmaTransport {
             provider: Arc::new(provider),
             addr,
-            config,
             binding,
             stats: StatsRegistry::default(),
             negotiation: Arc::new(Mutex::new(None)),
             backward: None,
+            buffers: BufferPool::new(config.max_idle_buffers),
+            config,
         }
     }
 
@@ -218,6 +221,7 @@ impl<P: ConnectionManager + 'static> RdmaTransport<P> {
             )?,
             qp,
             pd,
+            buffers: self.buffers.clone(),
             room_head: limits.recv_threshold as usize,
             binding: self.binding.clone(),
             stats,
@@ -281,10 +285,10 @@ impl Fencing {
     }
 }
 
-/// A Call's regions after fencing: each buffer whole, with where its chunk starts.
+/// A Call's regions after fencing: each Write or Reply chunk's buffer, with where the
+/// chunk starts in it.
 struct Fenced {
-    bufs: Vec<Option<Bytes>>,
-    ats: Vec<usize>,
+    bufs: Vec<Option<(PooledBuffer, usize)>>,
     write: Vec<usize>,
     reply: Option<usize>,
 }
@@ -323,6 +327,8 @@ struct Conn<Q> {
     sends: SendPool,
     qp: Q,
     pd: ProtectionDomain,
+    /// Where Write and Reply chunks and pull sinks come from.
+    buffers: BufferPool,
     /// Room before a Write chunk's data in its buffer: at most the inline part of the
     /// Reply, so our receive threshold.
     room_head: usize,
@@ -341,15 +347,8 @@ struct Conn<Q> {
 
 /// A Call's fenced regions, deregistered: their buffers for the Reply.
 fn fenced(r: CallRegions) -> Fenced {
-    let ats = r.regions.iter().map(ChunkRegion::at).collect();
-    let bufs = r
-        .regions
-        .into_iter()
-        .map(|region| Some(region.into_bytes()))
-        .collect();
     Fenced {
-        bufs,
-        ats,
+        bufs: r.regions.into_iter().map(ChunkRegion::release).collect(),
         write: r.write,
         reply: r.reply,
     }
@@ -513,7 +512,7 @@ impl<Q: QueuePair + 'static> Conn<Q> {
             };
             // COPY: a Read chunk of several pieces into its registered region; one of a
             // single piece (NFS WRITE data) is registered as it is (`registration`).
-            match ChunkRegion::register_with_room(&self.pd, reg, room, &self.stats) {
+            match ChunkRegion::register_with_room(&self.pd, &self.buffers, reg, room, &self.stats) {
                 Ok(r) => regions.push(r),
                 Err(e) => {
                     // §5.5.4: a Call that cannot be constructed fails at once; the
@@ -646,11 +645,12 @@ impl<Q: QueuePair + 'static> Conn<Q> {
             None => inline,
             Some(len) => {
                 stats.add(Counter::ChunkBytesReceived, len);
-                let buf = f
+                let (buf, at) = f
                     .reply
                     .and_then(|i| f.bufs.get_mut(i)?.take())
                     .ok_or("reply chunk")?;
-                buf.slice(..(len as usize).min(buf.len()))
+                let n = (len as usize).min(buf.len().saturating_sub(at));
+                buf.freeze(at..at + n).map_err(|_| "reply chunk")?
             }
         };
         // Each Write chunk's region, whole, and where its data starts; the data handed
@@ -660,14 +660,14 @@ impl<Q: QueuePair + 'static> Conn<Q> {
         let mut data = Vec::with_capacity(write_lengths.len());
         for (k, &len) in write_lengths.iter().enumerate() {
             let i = *f.write.get(k).ok_or("write chunk")?;
-            let buf = f
+            let (buf, at) = f
                 .bufs
                 .get_mut(i)
                 .and_then(Option::take)
                 .ok_or("write chunk")?;
-            let at = f.ats.get(i).copied().unwrap_or(0).min(buf.len());
             stats.add(Counter::ChunkBytesReceived, len);
-            data.push(buf.slice(at..at + (len as usize).min(buf.len() - at)));
+            let n = (len as usize).min(buf.len().saturating_sub(at));
+            data.push(buf.freeze(at..at + n).map_err(|_| "write chunk")?);
             wholes.push((buf, at));
         }
         if data.iter().all(Bytes::is_empty) {
@@ -687,12 +687,12 @@ impl<Q: QueuePair + 'static> Conn<Q> {
         let full = if full.chunk_ranges.len() == 1 && !wholes.is_empty() {
             let (whole, at) = wholes.swap_remove(0);
             drop(wholes);
-            match join_in_place(full, whole, at) {
+            match join_in_place(full, &whole, at) {
                 Ok(reply) => {
                     stats.inc(Counter::RepliesJoinedInPlace);
                     return Ok(reply);
                 }
-                Err((full, _)) => full,
+                Err(full) => full,
             }
         } else {
             full
@@ -706,7 +706,7 @@ impl<Q: QueuePair + 'static> Conn<Q> {
     /// Read per segment, into one sink.
     fn pull(self: &Arc<Self>, xid: Xid, segments: &[Segment]) {
         let len: u64 = segments.iter().map(|s| u64::from(s.length)).sum();
-        let mut sink = match ReadSink::new(&self.pd, len as usize) {
+        let mut sink = match ReadSink::new(&self.pd, &self.buffers, len as usize) {
             Ok(sink) => sink,
             Err(e) => {
                 // reliable-reply §4.1.2: the pull is over "in error": RDMA_DONE still
@@ -730,8 +730,7 @@ impl<Q: QueuePair + 'static> Conn<Q> {
         }
         sink.outstanding = wrs.len();
         if wrs.is_empty() {
-            let work = self.step_received(|core| core.handle_read_done(xid, 0, sink.into_bytes()));
-            return self.execute(work.1, None);
+            return self.pulled(xid, sink.into_bytes());
         }
         self.lock().pulls.insert(id, Pull { xid, sink });
         for wr in wrs {
@@ -747,6 +746,23 @@ impl<Q: QueuePair + 'static> Conn<Q> {
                 return self.execute(work.1, None);
             }
         }
+    }
+
+    /// A pull ended: the Reply for the core, or a failure (its sink could not hand
+    /// the data up).
+    fn pulled(self: &Arc<Self>, xid: Xid, data: Result<Bytes, rdma::RegisterError>) {
+        let work = match data {
+            Ok(data) => {
+                self.stats
+                    .add(Counter::ChunkBytesReceived, data.len() as u64);
+                self.step_received(|core| core.handle_read_done(xid, 0, data))
+            }
+            Err(e) => {
+                tracing::debug!(target: "rpcrdma_transport", xid = xid.0, error = %e, "pulled reply unusable");
+                self.step_received(|core| core.handle_read_failed(xid))
+            }
+        };
+        self.execute(work.1, None);
     }
 
     fn post_send(&self, xid: Xid, send: Vec<Bytes>, invalidate: Option<u32>) {
@@ -1033,9 +1049,5 @@ fn handle_pull_read<Q: QueuePair + 'static>(conn: &Arc<Conn<Q>>, c: &Completion)
         st.pulls.remove(&id)
     };
     let Some(p) = done else { return };
-    let data = p.sink.into_bytes();
-    conn.stats
-        .add(Counter::ChunkBytesReceived, data.len() as u64);
-    let work = conn.step_received(|core| core.handle_read_done(p.xid, 0, data));
-    conn.execute(work.1, None);
+    conn.pulled(p.xid, p.sink.into_bytes());
 }

@@ -12,13 +12,20 @@
 //! the Reply arrives every region is fenced: invalidated by posted work
 //! ([`ChunkRegion::invalidate_wr`], verbs LOCAL_INV, whose completion says it is done)
 //! unless the peer already did it with Send With Invalidate, then deregistered
-//! ([`ChunkRegion::into_bytes`]), which hands the buffer back without a copy. A lost
+//! ([`ChunkRegion::release`]), which gives the buffer back without a copy. A lost
 //! connection fences them all: nothing reaches them through a dead queue pair.
+//!
+//! Buffers the peer places data into (Write and Reply chunks, RDMA Read sinks) come
+//! from a [`BufferPool`] shared by the connections, with room around the data where
+//! the message is later made contiguous ([`join_in_place`]): no allocation and no page
+//! faults per call. A Read sink is not zeroed (a successful RDMA Read fills it whole);
+//! a Write or Reply chunk is, because a responder may return a length larger than what
+//! it wrote, and a reused buffer must not hand a previous call's bytes to this one.
 
 use bytes::{BufMut, Bytes, BytesMut};
 use rdma::{
-    Access, LocalSge, MemoryRegion, ProtectionDomain, RegisterError, RemoteAddr, STag, SendOp,
-    SendWr,
+    Access, BufferPool, LocalSge, MemoryRegion, PooledBuffer, ProtectionDomain, RegisterError,
+    RemoteAddr, STag, SendOp, SendWr,
 };
 use rpcrdma::marshal::Registration;
 use rpcrdma::reassembly::Reassembled;
@@ -33,11 +40,9 @@ pub(crate) struct ChunkRegion {
     /// The key the peer reaches the region by.
     rkey: STag,
     len: u32,
-    /// Room around a requester's Write chunk, unregistered: the bytes before and
-    /// after the registered chunk in the same allocation, for the requester to make a
-    /// Reply contiguous around the chunk's data without copying that data
-    /// ([`join_in_place`]).
-    room: Option<(BytesMut, BytesMut)>,
+    /// A Write or Reply chunk: the pooled buffer it was cut out of and where the chunk
+    /// starts in it (room before and after it stays ours, unregistered).
+    placed: Option<(PooledBuffer, usize)>,
 }
 
 /// Room a requester leaves around a Write chunk: `head` bytes before (what precedes
@@ -49,38 +54,54 @@ pub(crate) struct Room {
     pub(crate) tail: usize,
 }
 
+/// A pooled buffer with `room` around `len` bytes, the middle zeroed if asked.
+fn pooled(pool: &BufferPool, len: usize, room: Room, zero: bool) -> PooledBuffer {
+    let buf = pool.get(room.head + len + room.tail);
+    if zero {
+        // A fresh buffer: nothing is frozen or lent yet, so this cannot fail.
+        let _ = buf.zero(room.head..room.head + len);
+    }
+    buf
+}
+
+/// A pooled-buffer error as a registration error (the range was out of bounds or in
+/// use: a transport bug, reported rather than hidden).
+fn buffer_err(e: rdma::BufferError) -> RegisterError {
+    RegisterError::Provider(std::io::Error::other(e))
+}
+
 impl ChunkRegion {
     /// Registers what `reg` asks for.
     pub(crate) fn register(
         pd: &ProtectionDomain,
+        pool: &BufferPool,
         reg: &Registration,
         stats: &ConnStats,
     ) -> Result<Self, RegisterError> {
-        Self::register_with_room(pd, reg, Room::default(), stats)
+        Self::register_with_room(pd, pool, reg, Room::default(), stats)
     }
 
-    /// Registers what `reg` asks for; a Write chunk is cut out of a buffer with
+    /// Registers what `reg` asks for; a Write chunk is cut out of a pooled buffer with
     /// `room` around it, and only the chunk is registered (the peer reaches nothing
-    /// else; its segment's tagged offsets start at 0 as before). The buffer is
-    /// zero-filled: the `rdma` API registers initialized memory only and cannot tell
-    /// which bytes the peer placed, so a region recycled or left uninitialized could
-    /// hand a previous call's bytes to this one whenever a responder returns a length
-    /// larger than what it wrote.
+    /// else; its segment's tagged offsets start at 0 as before). Write and Reply chunks
+    /// are zeroed (module docs).
     pub(crate) fn register_with_room(
         pd: &ProtectionDomain,
+        pool: &BufferPool,
         reg: &Registration,
         room: Room,
         stats: &ConnStats,
     ) -> Result<Self, RegisterError> {
         stats.inc(Counter::Registrations);
         let len = u32::try_from(reg.len()).unwrap_or(u32::MAX);
-        let mr = match reg {
+        let (mr, placed) = match reg {
             // One piece (a DDP-eligible argument, e.g. NFS WRITE data): its bytes are
             // the region, without a copy; the provider sends the peer's RDMA Reads
             // from them (`rdma::ProtectionDomain::register_bytes`).
-            Registration::Read { data, .. } if data.len() == 1 => {
-                pd.register_bytes(data[0].clone(), Access::REMOTE_READ)?
-            }
+            Registration::Read { data, .. } if data.len() == 1 => (
+                pd.register_bytes(data[0].clone(), Access::REMOTE_READ)?,
+                None,
+            ),
             Registration::Read { data, .. } => {
                 let mut buf = BytesMut::with_capacity(len as usize);
                 for d in data {
@@ -88,30 +109,25 @@ impl ChunkRegion {
                     // holding a whole Call or Reply) into one registered region.
                     buf.put_slice(d);
                 }
-                pd.register(buf, Access::REMOTE_READ)?
-            }
-            Registration::Write { len } if room != Room::default() => {
-                // One allocation, split without a copy; `into_bytes` joins it again.
-                let mut head = BytesMut::zeroed(room.head + *len as usize + room.tail);
-                let mut chunk = head.split_off(room.head);
-                let tail = chunk.split_off(*len as usize);
-                let mr = pd.register(chunk, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
-                return Ok(ChunkRegion {
-                    rkey: remote_key(&mr)?,
-                    mr,
-                    len: *len,
-                    room: Some((head, tail)),
-                });
+                (pd.register(buf, Access::REMOTE_READ)?, None)
             }
             Registration::Write { len } | Registration::Reply { len } => {
-                pd.register_zeroed(*len as usize, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?
+                let room = match reg {
+                    Registration::Write { .. } => room,
+                    _ => Room::default(),
+                };
+                let buf = pooled(pool, *len as usize, room, true);
+                let chunk = room.head..room.head + *len as usize;
+                let mr =
+                    pd.register_pooled(&buf, chunk, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
+                (mr, Some((buf, room.head)))
             }
         };
         Ok(ChunkRegion {
             rkey: remote_key(&mr)?,
             mr,
             len,
-            room: None,
+            placed,
         })
     }
 
@@ -129,11 +145,6 @@ impl ChunkRegion {
         self.rkey
     }
 
-    /// Where the chunk starts in the bytes [`ChunkRegion::into_bytes`] returns.
-    pub(crate) fn at(&self) -> usize {
-        self.room.as_ref().map_or(0, |(head, _)| head.len())
-    }
-
     /// The posted work that fences this region from the peer (verbs LOCAL_INV).
     pub(crate) fn invalidate_wr(&self, wr_id: u64) -> SendWr {
         SendWr {
@@ -143,21 +154,11 @@ impl ChunkRegion {
         }
     }
 
-    /// Deregisters the fenced region and returns its bytes, with the room around them
-    /// if it has some (the chunk at [`ChunkRegion::at`]).
-    pub(crate) fn into_bytes(self) -> Bytes {
-        match self.room {
-            // Without a copy, also for a region registered from the caller's bytes.
-            None => self.mr.deregister_bytes(),
-            Some((mut head, tail)) => {
-                let chunk = self.mr.deregister();
-                // Adjacent pieces of one allocation: joined without a copy (`unsplit`
-                // copies only if the provider handed back other memory).
-                head.unsplit(chunk);
-                head.unsplit(tail);
-                head.freeze()
-            }
-        }
+    /// Deregisters the fenced region; a Write or Reply chunk's buffer comes back, with
+    /// where the chunk starts in it.
+    pub(crate) fn release(self) -> Option<(PooledBuffer, usize)> {
+        self.mr.release();
+        self.placed
     }
 }
 
@@ -168,61 +169,54 @@ fn remote_key(mr: &MemoryRegion) -> Result<STag, RegisterError> {
     ))
 }
 
-/// A responder's sink for one Read chunk: the RDMA Reads of its segments land in one
-/// region, in order.
+/// A sink for one Read chunk: the RDMA Reads of its segments land in one region, in
+/// order, cut out of a pooled buffer (not zeroed: the Reads fill it whole).
 #[derive(Debug)]
 pub(crate) struct ReadSink {
     pub(crate) mr: MemoryRegion,
     /// RDMA Reads still outstanding.
     pub(crate) outstanding: usize,
-    /// Room around the sink, unregistered (see [`ReadSink::with_room`]).
-    room: Option<(BytesMut, BytesMut)>,
+    buf: PooledBuffer,
+    /// Where the sink starts in `buf`, and its length.
+    at: usize,
+    len: usize,
 }
 
 impl ReadSink {
-    /// Registers a sink of `len` bytes for local write only (never remotely reachable).
-    pub(crate) fn new(pd: &ProtectionDomain, len: usize) -> Result<ReadSink, RegisterError> {
-        Ok(ReadSink {
-            mr: pd.register_zeroed(len, Access::LOCAL_WRITE)?,
-            outstanding: 0,
-            room: None,
-        })
+    /// A sink of `len` bytes for local write only (never remotely reachable).
+    pub(crate) fn new(
+        pd: &ProtectionDomain,
+        pool: &BufferPool,
+        len: usize,
+    ) -> Result<ReadSink, RegisterError> {
+        Self::with_room(pd, pool, len, Room::default())
     }
 
-    /// A sink of `len` bytes cut out of a buffer with `room` before and after it, so
-    /// that a Call whose one Read chunk lands here can be made contiguous around the
-    /// chunk's data without copying it ([`join_in_place`]; a responder's NFS WRITE).
-    /// Only the sink is registered.
+    /// A sink of `len` bytes with `room` before and after it in its buffer, so that a
+    /// Call whose one Read chunk lands here can be made contiguous around the chunk's
+    /// data without copying it ([`join_in_place`]; a responder's NFS WRITE). Only the
+    /// sink is registered.
     pub(crate) fn with_room(
         pd: &ProtectionDomain,
+        pool: &BufferPool,
         len: usize,
         room: Room,
     ) -> Result<ReadSink, RegisterError> {
-        // One allocation, split without a copy; `into_whole` joins it again.
-        let mut head = BytesMut::zeroed(room.head + len + room.tail);
-        let mut sink = head.split_off(room.head);
-        let tail = sink.split_off(len);
+        let buf = pooled(pool, len, room, false);
         Ok(ReadSink {
-            mr: pd.register(sink, Access::LOCAL_WRITE)?,
+            mr: pd.register_pooled(&buf, room.head..room.head + len, Access::LOCAL_WRITE)?,
             outstanding: 0,
-            room: Some((head, tail)),
+            buf,
+            at: room.head,
+            len,
         })
     }
 
-    /// The whole buffer, room included, and where the data starts in it, once every
-    /// Read completed. The data is `whole[at..at + len]`.
-    pub(crate) fn into_whole(self) -> (Bytes, usize) {
-        let data = self.mr.deregister();
-        match self.room {
-            None => (data.freeze(), 0),
-            Some((mut head, tail)) => {
-                let at = head.len();
-                // Adjacent pieces of one allocation: joined without a copy.
-                head.unsplit(data);
-                head.unsplit(tail);
-                (head.freeze(), at)
-            }
-        }
+    /// Once every Read completed: the buffer, room included, and where the data
+    /// starts in it. The data is `buf[at..at + len]`.
+    pub(crate) fn into_whole(self) -> (PooledBuffer, usize) {
+        self.mr.release();
+        (self.buf, self.at)
     }
 
     /// The RDMA Read that pulls the peer's segment `seg` into this sink at `at`.
@@ -245,92 +239,71 @@ impl ReadSink {
     }
 
     /// The data, once every Read completed.
-    pub(crate) fn into_bytes(self) -> Bytes {
-        let len = self.mr.len();
-        let (whole, at) = self.into_whole();
-        whole.slice(at..at + len)
+    pub(crate) fn into_bytes(self) -> Result<Bytes, RegisterError> {
+        let len = self.len;
+        let (buf, at) = self.into_whole();
+        buf.freeze(at..at + len).map_err(buffer_err)
     }
 }
 
 /// Makes `full`, a message rebuilt around one chunk's data (a requester's Reply with a
-/// Write chunk, as [`ChunkRegion::into_bytes`] returned its buffer; a responder's Call with a
-/// Read chunk, as [`ReadSink::into_whole`] did), contiguous in that chunk's own buffer
-/// `whole` (the data at `at`): the pieces before the data are copied into the room in
-/// front of it, the pieces after (XDR padding, the rest of the inline part) behind it,
-/// and the message is a slice of the region. Only the bytes the peer returned as written (`full`'s chunk
-/// range) come from the region; the rest of the region is never handed up.
+/// Write chunk, a responder's Call with a Read chunk), contiguous in that chunk's own
+/// pooled buffer `buf` (the data frozen at `at`): the pieces before the data are
+/// copied into the room in front of it, the pieces after (XDR padding, the rest of the
+/// inline part) behind it, and the message is one frozen range of the buffer. Only the
+/// bytes the peer returned as written (`full`'s chunk range) come from the region; the
+/// rest of the region is never handed up.
 ///
-/// `None` (and `full` back) when `full` is not one chunk, the pieces do not fit the
-/// room, or the region is still shared: the caller copies as before.
+/// `Err(full)` when `full` is not one chunk in `buf` at `at`, or the pieces do not fit
+/// the room: the caller copies as before.
 pub(crate) fn join_in_place(
     full: Reassembled,
-    whole: Bytes,
+    buf: &PooledBuffer,
     at: usize,
-) -> Result<Bytes, (Reassembled, Bytes)> {
+) -> Result<Bytes, Reassembled> {
     let [(pos, len)] = full.chunk_ranges[..] else {
-        return Err((full, whole));
+        return Err(full);
     };
     let (pos, len) = (pos as usize, len as usize);
-    // The data piece: the one starting at `pos`, `len` bytes, a slice of `whole` at
-    // `at`.
+    // The data piece: the one starting at `pos`, `len` bytes, the frozen bytes of
+    // `buf` at `at`.
     let mut offset = 0usize;
     let mut index = None;
     for (i, p) in full.parts.iter().enumerate() {
-        if offset == pos
-            && p.len() == len
-            && len > 0
-            && whole.get(at..).map(<[u8]>::as_ptr) == Some(p.as_ptr())
-        {
+        if offset == pos && p.len() == len && len > 0 && buf.addr(at) == Some(p.as_ptr()) {
             index = Some(i);
             break;
         }
         offset += p.len();
     }
     let Some(i) = index else {
-        return Err((full, whole));
+        return Err(full);
     };
     let head = pos;
     let tail = full.len() - pos - len;
-    if head > at || at + len + tail > whole.len() {
-        return Err((full, whole));
+    if head > at || at + len + tail > buf.len() {
+        return Err(full);
     }
-    let Reassembled {
-        mut parts,
-        chunk_ranges,
-    } = full;
-    let after = parts.split_off(i + 1);
-    parts.truncate(i); // drops our reference to the data piece
-    let mut region = match whole.try_into_mut() {
-        Ok(m) => m,
-        Err(whole) => {
-            parts.push(whole.slice(at..at + len));
-            parts.extend(after);
-            return Err((
-                Reassembled {
-                    parts,
-                    chunk_ranges,
-                },
-                whole,
-            ));
+    let room_written = (|| {
+        let mut o = at - head;
+        for p in &full.parts[..i] {
+            // COPY: the message's pieces before a chunk's data (the inline part up to
+            // the DDP-eligible item: tens to hundreds of bytes) into the room in front
+            // of the data, so the data itself is not copied.
+            buf.write(o, p)?;
+            o += p.len();
         }
-    };
-    let mut o = at - head;
-    for p in &parts {
-        // COPY: the message's pieces before a chunk's data (the inline part up to the
-        // DDP-eligible item: tens to hundreds of bytes) into the room in front of the
-        // data, so the data itself is not copied.
-        region[o..o + p.len()].copy_from_slice(p);
-        o += p.len();
-    }
-    let mut o = at + len;
-    for p in &after {
-        // COPY: the pieces after the data (XDR padding, the rest of the inline part).
-        region[o..o + p.len()].copy_from_slice(p);
-        o += p.len();
-    }
-    Ok(region.freeze().slice(at - head..at + len + tail))
+        let mut o = at + len;
+        for p in &full.parts[i + 1..] {
+            // COPY: the pieces after the data (XDR padding, the rest of the inline
+            // part).
+            buf.write(o, p)?;
+            o += p.len();
+        }
+        buf.freeze(at - head..at + len + tail)
+    })();
+    room_written.map_err(|_| full)
 }
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -340,26 +313,33 @@ mod tests {
         ConnStats::new("client", None)
     }
 
-    /// A Write chunk region of `len` bytes with `room`, the peer's `placed` bytes at
-    /// the chunk's start; fenced: (whole region, where the chunk starts).
-    fn placed_region(len: u32, room: Room, placed: &[u8]) -> (Bytes, usize) {
-        let pd = ProtectionDomain::software(rdma::DeviceAttributes::SOFTWARE);
+    fn pd() -> ProtectionDomain {
+        ProtectionDomain::software(rdma::DeviceAttributes::SOFTWARE)
+    }
+
+    /// A Write chunk region of `len` bytes with `room` from `pool`, the peer's
+    /// `placed` bytes at the chunk's start; fenced: (its buffer, where the chunk
+    /// starts).
+    fn placed_in(pool: &BufferPool, len: u32, room: Room, placed: &[u8]) -> (PooledBuffer, usize) {
         let s = stats();
-        let r =
-            ChunkRegion::register_with_room(&pd, &Registration::Write { len }, room, &s).unwrap();
+        let reg = Registration::Write { len };
+        let r = ChunkRegion::register_with_room(&pd(), pool, &reg, room, &s).unwrap();
         // Only the chunk is registered: the peer reaches no byte of the room.
         assert_eq!(r.segment().offset, 0);
         assert_eq!(r.segment().length, len);
         assert_eq!(r.mr.len(), len as usize);
         assert!(r.mr.write(0, placed));
-        let chunk_start = r.mr.with(|b| b.as_ptr() as usize);
-        let at = r.at();
+        let chunk_start = r.mr.with(|b| b.as_ptr());
+        let (whole, at) = r.release().unwrap();
         assert_eq!(at, room.head);
-        let whole = r.into_bytes();
         assert_eq!(whole.len(), room.head + len as usize + room.tail);
-        // Joined without a copy: the chunk is where the peer placed it.
-        assert_eq!(whole.as_ptr() as usize + at, chunk_start);
+        // The chunk is where the peer placed it, in the buffer.
+        assert_eq!(whole.addr(at), Some(chunk_start));
         (whole, at)
+    }
+
+    fn placed_region(len: u32, room: Room, placed: &[u8]) -> (PooledBuffer, usize) {
+        placed_in(&BufferPool::new(1 << 20), len, room, placed)
     }
 
     /// An NFSv3-READ-like reduced reply: `head` bytes ending with the count word
@@ -381,7 +361,7 @@ mod tests {
             position: 40,
             data: vec![piece.clone()],
         };
-        let r = ChunkRegion::register(&pd, &reg, &s).unwrap();
+        let r = ChunkRegion::register(&pd, &BufferPool::new(0), &reg, &s).unwrap();
         assert_eq!(r.segment().length, 65_536);
         assert_eq!(r.mr.access(), Access::REMOTE_READ);
         // The peer reads the caller's bytes themselves, and only the piece's.
@@ -398,8 +378,7 @@ mod tests {
             .is_err());
         assert!(pd.resolve(r.mr.stag(), 0, 1, Access::REMOTE_WRITE).is_err());
         let stag = r.mr.stag();
-        let back = r.into_bytes();
-        assert_eq!(back.as_ptr(), data[3..].as_ptr());
+        assert!(r.release().is_none());
         assert!(pd.resolve(stag, 0, 1, Access::REMOTE_READ).is_err());
     }
 
@@ -411,12 +390,11 @@ mod tests {
             position: 0,
             data: vec![Bytes::from_static(b"head"), Bytes::from_static(b"-tail")],
         };
-        let r = ChunkRegion::register(&pd, &reg, &s).unwrap();
+        let r = ChunkRegion::register(&pd, &BufferPool::new(0), &reg, &s).unwrap();
         assert_eq!(r.segment().length, 9);
         let seen = pd.resolve(r.mr.stag(), 0, 9, Access::REMOTE_READ).unwrap();
         assert_eq!(seen.shared_range(0, 9).unwrap(), None);
         assert_eq!(r.mr.read(0, 9).unwrap(), Bytes::from_static(b"head-tail"));
-        assert_eq!(r.into_bytes(), Bytes::from_static(b"head-tail"));
     }
 
     #[test]
@@ -427,16 +405,16 @@ mod tests {
             tail: 64,
         };
         let (whole, at) = placed_region(8192, room, &data);
-        let region_start = whole.as_ptr() as usize;
         let (base, off) = reduced(132, 5001, b"tail");
-        let full = reassemble_reply(base, &[off], vec![whole.slice(at..at + 5001)]).unwrap();
+        let data_bytes = whole.freeze(at..at + 5001).unwrap();
+        let full = reassemble_reply(base, &[off], vec![data_bytes]).unwrap();
         let expected = full.to_bytes();
-        let reply = join_in_place(full, whole, at)
+        let reply = join_in_place(full, &whole, at)
             .map_err(|_| "not joined")
             .unwrap();
         assert_eq!(reply, expected);
-        // No copy of the data: the Reply is a slice of the region, the data in place.
-        assert_eq!(reply.as_ptr() as usize, region_start + at - 132);
+        // No copy of the data: the Reply is a range of the buffer, the data in place.
+        assert_eq!(Some(reply.as_ptr()), whole.addr(at - 132));
         assert_eq!(&reply[132..132 + 5001], &data[..]);
         assert_eq!(&reply[132 + 5001..], b"\0\0\0tail");
     }
@@ -455,8 +433,9 @@ mod tests {
             &data,
         );
         let (base, off) = reduced(40, 1000, b"");
-        let full = reassemble_reply(base, &[off], vec![whole.slice(at..at + 1000)]).unwrap();
-        let reply = join_in_place(full, whole, at)
+        let full =
+            reassemble_reply(base, &[off], vec![whole.freeze(at..at + 1000).unwrap()]).unwrap();
+        let reply = join_in_place(full, &whole, at)
             .map_err(|_| "not joined")
             .unwrap();
         assert_eq!(reply.len(), 40 + 1000);
@@ -464,20 +443,25 @@ mod tests {
     }
 
     /// The responder returned 2000 but placed only 500: the other 1500 bytes are the
-    /// region's zero fill, never anything from before this Call.
+    /// region's zero fill, never anything from before this Call, even in a buffer
+    /// the pool gives out again.
     #[test]
     fn bytes_the_peer_did_not_write_are_zero() {
-        let (whole, at) = placed_region(
-            4096,
-            Room {
-                head: 256,
-                tail: 16,
-            },
-            &[0x5a; 500],
-        );
+        let pool = BufferPool::new(1 << 20);
+        let room = Room {
+            head: 256,
+            tail: 16,
+        };
+        let (stale, at) = placed_in(&pool, 4096, room, &[0xee; 4096]);
+        let ptr = stale.addr(0);
+        drop(stale.freeze(at..at + 4096).unwrap());
+        drop(stale);
+        let (whole, at) = placed_in(&pool, 4096, room, &[0x5a; 500]);
+        assert_eq!(whole.addr(0), ptr, "the same buffer, reused");
         let (base, off) = reduced(40, 2000, b"");
-        let full = reassemble_reply(base, &[off], vec![whole.slice(at..at + 2000)]).unwrap();
-        let reply = join_in_place(full, whole, at)
+        let full =
+            reassemble_reply(base, &[off], vec![whole.freeze(at..at + 2000).unwrap()]).unwrap();
+        let reply = join_in_place(full, &whole, at)
             .map_err(|_| "not joined")
             .unwrap();
         assert_eq!(reply.len(), 40 + 2000);
@@ -486,28 +470,48 @@ mod tests {
     }
 
     #[test]
-    fn without_room_or_while_shared_the_caller_copies() {
+    fn without_room_or_with_the_room_handed_out_the_caller_copies() {
         // No room in front.
         let (whole, at) = placed_region(100, Room::default(), &[1; 100]);
         let (base, off) = reduced(40, 100, b"");
-        let full = reassemble_reply(base.clone(), &[off], vec![whole.slice(at..at + 100)]).unwrap();
+        let data = whole.freeze(at..at + 100).unwrap();
+        let full = reassemble_reply(base.clone(), &[off], vec![data]).unwrap();
         let expected = full.to_bytes();
-        let (full, _) = join_in_place(full, whole, at).unwrap_err();
+        let full = join_in_place(full, &whole, at).unwrap_err();
         assert_eq!(full.to_bytes(), expected);
         // Tail longer than the room behind.
         let (whole, at) = placed_region(100, Room { head: 64, tail: 2 }, &[1; 100]);
         let (base2, off2) = reduced(40, 100, b"more than two");
-        let full = reassemble_reply(base2, &[off2], vec![whole.slice(at..at + 100)]).unwrap();
+        let data = whole.freeze(at..at + 100).unwrap();
+        let full = reassemble_reply(base2, &[off2], vec![data]).unwrap();
         let expected = full.to_bytes();
-        let (full, _) = join_in_place(full, whole, at).unwrap_err();
+        let full = join_in_place(full, &whole, at).unwrap_err();
         assert_eq!(full.to_bytes(), expected);
-        // Someone else still holds the region: it is not written to.
+        // Part of the room was handed out already: it is not written to.
         let (whole, at) = placed_region(100, Room { head: 64, tail: 8 }, &[1; 100]);
-        let other = whole.clone();
-        let full = reassemble_reply(base, &[off], vec![whole.slice(at..at + 100)]).unwrap();
+        let other = whole.freeze(0..at).unwrap();
+        let before = other.clone();
+        let data = whole.freeze(at..at + 100).unwrap();
+        let full = reassemble_reply(base, &[off], vec![data]).unwrap();
         let expected = full.to_bytes();
-        let (full, _) = join_in_place(full, whole, at).unwrap_err();
+        let full = join_in_place(full, &whole, at).unwrap_err();
         assert_eq!(full.to_bytes(), expected);
-        assert!(other[..at].iter().all(|&b| b == 0), "room untouched");
+        assert_eq!(other, before, "room untouched");
+    }
+
+    /// A Read sink comes from the pool without a zero fill: the Reads fill it whole.
+    #[test]
+    fn read_sinks_are_reused_without_zero_fill() {
+        let pool = BufferPool::new(1 << 20);
+        let pd = pd();
+        let sink = ReadSink::new(&pd, &pool, 10).unwrap();
+        assert!(sink.mr.write(0, b"0123456789"));
+        assert_eq!(&sink.into_bytes().unwrap()[..], b"0123456789");
+        let again = ReadSink::new(&pd, &pool, 10).unwrap();
+        assert_eq!(
+            again.mr.read(0, 10).unwrap(),
+            Bytes::from_static(b"0123456789")
+        );
+        assert_eq!(pool.stats().reused, 1);
     }
 }

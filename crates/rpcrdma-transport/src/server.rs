@@ -37,8 +37,9 @@ use std::time::Instant;
 use bytes::Bytes;
 use oncrpc::Dispatcher;
 use rdma::{
-    Completion, ConnectRequest, ConnectionManager, Listener, ProtectionDomain, QueuePair,
-    QueuePairExt, RegisterError, RemoteAddr, STag, SendOp, SendWr, WcOpcode, WcStatus,
+    BufferPool, Completion, ConnectRequest, ConnectionManager, Listener, PooledBuffer,
+    ProtectionDomain, QueuePair, QueuePairExt, RegisterError, RemoteAddr, STag, SendOp, SendWr,
+    WcOpcode, WcStatus,
 };
 use rpcrdma::marshal::RdmaWrite;
 use rpcrdma::private_data::PrivateData;
@@ -66,6 +67,8 @@ pub struct RdmaServer<P> {
     shutdown: watch::Sender<bool>,
     /// Where each new connection's [`BackwardChannel`] goes, once someone asked.
     backward: Mutex<Option<mpsc::UnboundedSender<BackwardChannel>>>,
+    /// RDMA Read sinks, shared by the connections (`RdmaConfig::max_idle_buffers`).
+    buffers: BufferPool,
 }
 
 impl<P> std::fmt::Debug for RdmaServer<P> {
@@ -88,6 +91,7 @@ impl<P: ConnectionManager + 'static> RdmaServer<P> {
             provider: Arc::new(provider),
             dispatcher,
             binding,
+            buffers: BufferPool::new(config.max_idle_buffers),
             config,
             stats: StatsRegistry::default(),
             shutdown: watch::channel(false).0,
@@ -248,6 +252,7 @@ impl<P: ConnectionManager + 'static> RdmaServer<P> {
             let conn = ServerConn {
                 qp: Arc::new(qp),
                 pd: pd.clone(),
+                buffers: self.buffers.clone(),
                 core,
                 dispatcher: self.dispatcher.clone(),
                 stats,
@@ -332,6 +337,8 @@ const READ_SINK_TAIL_ROOM: usize = 256;
 struct ServerConn<Q> {
     qp: Arc<Q>,
     pd: ProtectionDomain,
+    /// Where Read sinks come from (shared by the server's connections).
+    buffers: BufferPool,
     core: Responder<Arc<dyn RdmaBinding>>,
     dispatcher: Arc<Dispatcher>,
     stats: Arc<ConnStats>,
@@ -351,7 +358,7 @@ struct ServerConn<Q> {
     /// The buffer (with room) the first Read chunk of each Call in service was read
     /// into, and where the data starts, for making the Call contiguous around it
     /// without a copy. Only Calls the core still holds (`Responder::has_call`).
-    wholes: HashMap<Xid, (Bytes, usize)>,
+    wholes: HashMap<Xid, (PooledBuffer, usize)>,
     /// Room in front of a Read sink: our receive buffer length.
     room_head: usize,
     shutdown: watch::Receiver<bool>,
@@ -516,7 +523,7 @@ impl<Q: QueuePair + 'static> ServerConn<Q> {
                 // `registration`), registered for remote read only.
                 let mut segments = Vec::with_capacity(registrations.len());
                 for reg in &registrations {
-                    match ChunkRegion::register(&self.pd, reg, &self.stats) {
+                    match ChunkRegion::register(&self.pd, &self.buffers, reg, &self.stats) {
                         Ok(region) => {
                             let seg = region.segment();
                             self.regions.insert(seg.handle, region);
@@ -579,13 +586,13 @@ impl<Q: QueuePair + 'static> ServerConn<Q> {
                 // A Call with one Read chunk (an NFS WRITE) is made contiguous in the
                 // buffer the chunk was read into, around the data, without copying it.
                 let whole = match self.wholes.remove(&xid) {
-                    Some((buf, at)) => match join_in_place(payload, buf, at) {
+                    Some((buf, at)) => match join_in_place(payload, &buf, at) {
                         Ok(call) => {
                             self.stats.inc(Counter::CallsJoinedInPlace);
                             call
                         }
                         // COPY: several chunks, or pieces that do not fit the room.
-                        Err((payload, _)) => payload.to_bytes(),
+                        Err(payload) => payload.to_bytes(),
                     },
                     // COPY: a Call of several pieces (inline part and Read chunk data)
                     // is made contiguous for `Dispatcher::dispatch`, which takes one
@@ -670,7 +677,14 @@ impl<Q: QueuePair + 'static> ServerConn<Q> {
                 if done {
                     if let Some(p) = self.pulls.remove(&pull_id) {
                         let (whole, at) = p.sink.into_whole();
-                        let data = whole.slice(at..at + p.len);
+                        let data = match whole.freeze(at..at + p.len) {
+                            Ok(data) => data,
+                            Err(e) => {
+                                let e = RegisterError::Provider(std::io::Error::other(e));
+                                self.close(CloseReason::Register("an RDMA Read sink", e));
+                                return None;
+                            }
+                        };
                         if p.chunk == 0 {
                             self.wholes.insert(p.xid, (whole, at));
                         }
@@ -698,7 +712,7 @@ impl<Q: QueuePair + 'static> ServerConn<Q> {
             head: self.room_head,
             tail: READ_SINK_TAIL_ROOM,
         };
-        let mut sink = match ReadSink::with_room(&self.pd, len as usize, room) {
+        let mut sink = match ReadSink::with_room(&self.pd, &self.buffers, len as usize, room) {
             Ok(sink) => sink,
             Err(e) => return self.close(CloseReason::Register("an RDMA Read sink", e)),
         };
@@ -717,7 +731,10 @@ impl<Q: QueuePair + 'static> ServerConn<Q> {
             at += seg.length as usize;
         }
         if sink.outstanding == 0 {
-            self.core.handle_read_done(xid, chunk, sink.into_bytes());
+            match sink.into_bytes() {
+                Ok(data) => self.core.handle_read_done(xid, chunk, data),
+                Err(e) => self.close(CloseReason::Register("an RDMA Read sink", e)),
+            }
         } else {
             self.pulls.insert(
                 pull_id,

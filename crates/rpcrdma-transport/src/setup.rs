@@ -42,6 +42,10 @@ pub struct RdmaConfig {
     /// (a single Call may still use up to `max_message`). With the receive buffers
     /// (`credits` × `max_recv`) this bounds a connection's memory.
     pub max_read_in_flight: u64,
+    /// Most bytes of idle data buffers (Read sinks; Write and Reply chunks) kept for
+    /// reuse across calls and connections (`rdma::BufferPool`): buffers beyond it are
+    /// freed when they come back.
+    pub max_idle_buffers: usize,
     /// RPC-over-RDMA Version Two (rpcrdma-v2-draft-cel-nfsv4-rpcrdma-version-two-00).
     /// Requester: open each connection with a Version Two Call (at most 1024 bytes,
     /// v2 §5), fall back to Version One on ERR_VERS and remember that for this server
@@ -89,6 +93,7 @@ impl Default for RdmaConfig {
             limits: rpcrdma::Limits::default(),
             max_message: 16 << 20,
             max_read_in_flight: 64 << 20,
+            max_idle_buffers: 64 << 20,
             version_two: false,
             reliable_reply: false,
             pull_timeout: rpcrdma::pull::DEFAULT_PULL_TIMEOUT,

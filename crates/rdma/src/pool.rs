@@ -1,0 +1,447 @@
+//! Buffer pools for data paths: buffers that come back for reuse, so that a call
+//! neither allocates, zero-fills nor page-faults a fresh buffer for the data a peer
+//! is about to overwrite.
+//!
+//! A [`BufferPool`] hands out [`PooledBuffer`]s. One buffer is one allocation shared
+//! by the memory region a provider places data into
+//! ([`crate::ProtectionDomain::register_pooled`]) and the [`Bytes`] the consumer hands
+//! up ([`PooledBuffer::freeze`]); when the last of them is gone, the allocation goes
+//! back to its pool (up to the pool's retention cap), **not zeroed**: a new buffer
+//! holds whatever its last user left there. Use one only where every byte handed up
+//! is first written (an RDMA Read sink, which a successful Read fills whole), or zero
+//! it ([`PooledBuffer::zero`]).
+//!
+//! # Safety model (the only `unsafe` of this crate)
+//!
+//! The allocation is written through a raw pointer while `Bytes` over other parts of
+//! it exist, so the buffer tracks two kinds of ranges under its lock:
+//! - **frozen** ranges ([`PooledBuffer::freeze`]): handed out as `Bytes`, immutable
+//!   from then on until the allocation goes back to the pool, which happens only
+//!   when no `Bytes` (they each hold the buffer) remain;
+//! - **lent** ranges ([`PooledBuffer::lend`]): owned by one memory region, which alone
+//!   reads and writes them (under its own lock) until it gives them back.
+//!
+//! A write ([`PooledBuffer::write`]) needs a range neither frozen nor lent; a freeze
+//! needs one not lent; a lend needs one neither frozen nor lent. So no byte is ever
+//! written while anyone else can read it, and every `&[u8]`/`&mut [u8]` made from the
+//! pointer covers bytes only its maker may touch. The allocation is a `Box<[u8]>`
+//! taken apart with `Box::into_raw` and put back together once, on drop.
+
+use std::collections::HashMap;
+use std::ops::Range;
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+
+use bytes::Bytes;
+
+/// Why a pooled buffer refused an access.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BufferError {
+    /// The range lies (partly) outside the buffer.
+    #[error("range {0:?} outside the buffer")]
+    OutOfBounds(Range<usize>),
+    /// Part of the range was handed out as `Bytes` and is immutable.
+    #[error("range {0:?} overlaps bytes already handed out")]
+    Frozen(Range<usize>),
+    /// Part of the range is lent to a memory region.
+    #[error("range {0:?} overlaps a range lent to a memory region")]
+    Lent(Range<usize>),
+}
+
+/// Buffers are kept by capacity, rounded up to this granule.
+const GRANULE: usize = 64 * 1024;
+
+/// A pool of reusable buffers. Cheap to clone (shared handle); shared across
+/// connections, so the memory it keeps serves them all.
+#[derive(Clone)]
+pub struct BufferPool {
+    inner: Arc<PoolShared>,
+}
+
+struct PoolShared {
+    /// Idle allocations by capacity.
+    free: Mutex<HashMap<usize, Vec<Box<[u8]>>>>,
+    /// Most bytes kept idle; a buffer coming back beyond it is freed.
+    max_idle: usize,
+    stats: Mutex<PoolStats>,
+}
+
+/// What a pool did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PoolStats {
+    /// Buffers handed out from idle allocations.
+    pub reused: u64,
+    /// Buffers that needed a new allocation.
+    pub allocated: u64,
+    /// Bytes idle in the pool now.
+    pub idle_bytes: usize,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A poisoned lock only means a panic elsewhere; free lists and range lists stay
+    // valid (each update is one push, pop or retain).
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl BufferPool {
+    /// A pool keeping at most `max_idle` bytes of idle buffers.
+    pub fn new(max_idle: usize) -> BufferPool {
+        BufferPool {
+            inner: Arc::new(PoolShared {
+                free: Mutex::new(HashMap::new()),
+                max_idle,
+                stats: Mutex::new(PoolStats::default()),
+            }),
+        }
+    }
+
+    /// A buffer of `len` bytes: an idle one if the pool has one of that capacity
+    /// (its contents are stale, see the module docs), else a new zeroed allocation.
+    pub fn get(&self, len: usize) -> PooledBuffer {
+        let capacity = len.div_ceil(GRANULE).max(1) * GRANULE;
+        let reused = lock(&self.inner.free).get_mut(&capacity).and_then(Vec::pop);
+        let mem = {
+            let mut st = lock(&self.inner.stats);
+            match reused {
+                Some(m) => {
+                    st.reused += 1;
+                    st.idle_bytes -= capacity;
+                    m
+                }
+                None => {
+                    st.allocated += 1;
+                    drop(st);
+                    vec![0u8; capacity].into_boxed_slice()
+                }
+            }
+        };
+        PooledBuffer::from_box(mem, len, Arc::downgrade(&self.inner))
+    }
+
+    /// What the pool did so far.
+    pub fn stats(&self) -> PoolStats {
+        *lock(&self.inner.stats)
+    }
+}
+
+impl std::fmt::Debug for BufferPool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BufferPool")
+            .field("max_idle", &self.inner.max_idle)
+            .field("stats", &self.stats())
+            .finish()
+    }
+}
+
+impl PoolShared {
+    fn give_back(&self, mem: Box<[u8]>) {
+        let capacity = mem.len();
+        let mut st = lock(&self.stats);
+        if st.idle_bytes + capacity > self.max_idle {
+            return;
+        }
+        st.idle_bytes += capacity;
+        drop(st);
+        lock(&self.free).entry(capacity).or_default().push(mem);
+    }
+}
+
+/// One buffer of a [`BufferPool`]. Clones share it (module docs).
+#[derive(Clone)]
+pub struct PooledBuffer {
+    shared: Arc<BufShared>,
+}
+
+#[derive(Default)]
+struct Ranges {
+    frozen: Vec<Range<usize>>,
+    lent: Vec<Range<usize>>,
+}
+
+fn overlaps(a: &Range<usize>, b: &Range<usize>) -> bool {
+    a.start < b.end && b.start < a.end
+}
+
+impl Ranges {
+    fn frozen_overlap(&self, r: &Range<usize>) -> bool {
+        self.frozen.iter().any(|f| overlaps(f, r))
+    }
+
+    fn lent_overlap(&self, r: &Range<usize>) -> bool {
+        self.lent.iter().any(|l| overlaps(l, r))
+    }
+}
+
+struct BufShared {
+    /// Start of the allocation (`Box::into_raw`); valid for `capacity` bytes until
+    /// `drop` puts the box back together.
+    ptr: *mut u8,
+    capacity: usize,
+    /// Bytes usable: `len <= capacity`.
+    len: usize,
+    ranges: Mutex<Ranges>,
+    pool: Weak<PoolShared>,
+}
+
+// SAFETY: the allocation is owned by `BufShared` alone and every access to its bytes
+// follows the range rules of the module docs, enforced under `ranges`: shared reads
+// only of frozen bytes (never written again), exclusive access to lent bytes by the
+// one region that borrowed them, writes only to bytes neither frozen nor lent and
+// under the lock. So moving or sharing it between threads creates no data race.
+unsafe impl Send for BufShared {}
+// SAFETY: as for `Send`.
+unsafe impl Sync for BufShared {}
+
+impl Drop for BufShared {
+    fn drop(&mut self) {
+        // SAFETY: `ptr`/`capacity` came from `Box::into_raw` of a `Box<[u8]>` of that
+        // length (`from_box`), and this is the only place that rebuilds it, once. No
+        // `Bytes` or region can still point into it: each holds an `Arc<BufShared>`.
+        let mem =
+            unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(self.ptr, self.capacity)) };
+        if let Some(pool) = self.pool.upgrade() {
+            pool.give_back(mem);
+        }
+    }
+}
+
+impl PooledBuffer {
+    fn from_box(mem: Box<[u8]>, len: usize, pool: Weak<PoolShared>) -> PooledBuffer {
+        let capacity = mem.len();
+        let ptr = Box::into_raw(mem).cast::<u8>();
+        PooledBuffer {
+            shared: Arc::new(BufShared {
+                ptr,
+                capacity,
+                len: len.min(capacity),
+                ranges: Mutex::new(Ranges::default()),
+                pool,
+            }),
+        }
+    }
+
+    /// A buffer holding `data`, in no pool (freed when dropped).
+    pub fn from_vec(data: Vec<u8>) -> PooledBuffer {
+        let len = data.len();
+        PooledBuffer::from_box(data.into_boxed_slice(), len, Weak::new())
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.shared.len
+    }
+
+    /// True for an empty buffer.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The address of byte `offset`, to recognize `Bytes` frozen from this buffer;
+    /// `None` beyond its end.
+    pub fn addr(&self, offset: usize) -> Option<*const u8> {
+        (offset <= self.shared.len).then(|| self.shared.ptr.wrapping_add(offset).cast_const())
+    }
+
+    fn check(&self, r: &Range<usize>) -> Result<(), BufferError> {
+        if r.start > r.end || r.end > self.shared.len {
+            return Err(BufferError::OutOfBounds(r.clone()));
+        }
+        Ok(())
+    }
+
+    /// Copies `data` in at `offset`: those bytes must be neither handed out nor lent.
+    pub fn write(&self, offset: usize, data: &[u8]) -> Result<(), BufferError> {
+        let r = offset..offset.saturating_add(data.len());
+        self.check(&r)?;
+        let ranges = lock(&self.shared.ranges);
+        if ranges.frozen_overlap(&r) {
+            return Err(BufferError::Frozen(r));
+        }
+        if ranges.lent_overlap(&r) {
+            return Err(BufferError::Lent(r));
+        }
+        // SAFETY: `r` is inside the allocation (checked) and neither frozen nor lent
+        // (checked under the lock, which we hold): no one else reads or writes it.
+        unsafe {
+            std::ptr::copy_nonoverlapping(data.as_ptr(), self.shared.ptr.add(r.start), data.len())
+        };
+        Ok(())
+    }
+
+    /// Zeroes the bytes of `r` (neither handed out nor lent).
+    pub fn zero(&self, r: Range<usize>) -> Result<(), BufferError> {
+        self.check(&r)?;
+        let ranges = lock(&self.shared.ranges);
+        if ranges.frozen_overlap(&r) {
+            return Err(BufferError::Frozen(r));
+        }
+        if ranges.lent_overlap(&r) {
+            return Err(BufferError::Lent(r));
+        }
+        // SAFETY: as in `write`.
+        unsafe { std::ptr::write_bytes(self.shared.ptr.add(r.start), 0, r.len()) };
+        Ok(())
+    }
+
+    /// The bytes of `r` as `Bytes`, without a copy. They are immutable from now on;
+    /// the buffer goes back to its pool when these and every other handle are gone.
+    pub fn freeze(&self, r: Range<usize>) -> Result<Bytes, BufferError> {
+        self.check(&r)?;
+        let mut ranges = lock(&self.shared.ranges);
+        if ranges.lent_overlap(&r) {
+            return Err(BufferError::Lent(r));
+        }
+        if !ranges
+            .frozen
+            .iter()
+            .any(|f| f.start <= r.start && r.end <= f.end)
+        {
+            ranges.frozen.push(r.clone());
+        }
+        drop(ranges);
+        Ok(Bytes::from_owner(Frozen {
+            buf: self.shared.clone(),
+            range: r,
+        }))
+    }
+
+    /// Lends `r` to one memory region, which alone accesses it until it drops the
+    /// returned [`Lent`] (crate-internal: `ProtectionDomain::register_pooled`).
+    pub(crate) fn lend(&self, r: Range<usize>) -> Result<Lent, BufferError> {
+        self.check(&r)?;
+        let mut ranges = lock(&self.shared.ranges);
+        if ranges.frozen_overlap(&r) {
+            return Err(BufferError::Frozen(r));
+        }
+        if ranges.lent_overlap(&r) {
+            return Err(BufferError::Lent(r));
+        }
+        ranges.lent.push(r.clone());
+        Ok(Lent {
+            buf: self.shared.clone(),
+            range: r,
+        })
+    }
+}
+
+impl std::fmt::Debug for PooledBuffer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PooledBuffer")
+            .field("len", &self.shared.len)
+            .field("capacity", &self.shared.capacity)
+            .finish()
+    }
+}
+
+/// A frozen range, the owner behind the `Bytes` of [`PooledBuffer::freeze`].
+struct Frozen {
+    buf: Arc<BufShared>,
+    range: Range<usize>,
+}
+
+impl AsRef<[u8]> for Frozen {
+    fn as_ref(&self) -> &[u8] {
+        // SAFETY: the range is inside the allocation (checked at freeze), frozen (so
+        // never written again), and the allocation lives as long as `self.buf`.
+        unsafe { std::slice::from_raw_parts(self.buf.ptr.add(self.range.start), self.range.len()) }
+    }
+}
+
+/// A range of a pooled buffer lent to one memory region: its only accessor until
+/// dropped.
+pub(crate) struct Lent {
+    buf: Arc<BufShared>,
+    range: Range<usize>,
+}
+
+impl Lent {
+    pub(crate) fn as_slice(&self) -> &[u8] {
+        // SAFETY: lent to us alone (module docs), inside the allocation (checked when
+        // lent), alive while `self.buf` is.
+        unsafe { std::slice::from_raw_parts(self.buf.ptr.add(self.range.start), self.range.len()) }
+    }
+
+    pub(crate) fn as_mut_slice(&mut self) -> &mut [u8] {
+        // SAFETY: as in `as_slice`; `&mut self` makes this the only live reference the
+        // region hands out.
+        unsafe {
+            std::slice::from_raw_parts_mut(self.buf.ptr.add(self.range.start), self.range.len())
+        }
+    }
+}
+
+impl Drop for Lent {
+    fn drop(&mut self) {
+        let mut ranges = lock(&self.buf.ranges);
+        if let Some(i) = ranges.lent.iter().position(|l| *l == self.range) {
+            ranges.lent.swap_remove(i);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buffers_come_back_and_are_reused_without_zeroing() {
+        let pool = BufferPool::new(1 << 20);
+        let b = pool.get(1000);
+        assert_eq!(b.len(), 1000);
+        b.write(0, b"stale").unwrap();
+        let ptr = b.shared.ptr;
+        let bytes = b.freeze(0..5).unwrap();
+        drop(b);
+        // Still held by the Bytes: not back yet.
+        assert_eq!(pool.stats().idle_bytes, 0);
+        assert_eq!(&bytes[..], b"stale");
+        drop(bytes);
+        assert_eq!(pool.stats().idle_bytes, GRANULE);
+        let again = pool.get(2000);
+        assert_eq!(again.shared.ptr, ptr);
+        assert_eq!(&again.freeze(0..5).unwrap()[..], b"stale");
+        assert_eq!(
+            pool.stats(),
+            PoolStats {
+                reused: 1,
+                allocated: 1,
+                idle_bytes: 0
+            }
+        );
+    }
+
+    #[test]
+    fn the_idle_cap_frees_what_does_not_fit() {
+        let pool = BufferPool::new(GRANULE);
+        let (a, b) = (pool.get(1), pool.get(1));
+        drop(a);
+        drop(b);
+        assert_eq!(pool.stats().idle_bytes, GRANULE);
+    }
+
+    #[test]
+    fn frozen_bytes_are_never_written_and_lent_bytes_are_exclusive() {
+        let b = PooledBuffer::from_vec(vec![0; 100]);
+        let data = b.freeze(10..20).unwrap();
+        assert_eq!(b.write(15, b"x"), Err(BufferError::Frozen(15..16)));
+        assert_eq!(b.zero(0..11), Err(BufferError::Frozen(0..11)));
+        assert!(b.lend(19..30).is_err());
+        b.write(0, b"head").unwrap();
+        let mut lent = b.lend(20..40).unwrap();
+        lent.as_mut_slice()[0] = 7;
+        assert_eq!(b.write(39, b"y"), Err(BufferError::Lent(39..40)));
+        assert_eq!(b.freeze(30..31), Err(BufferError::Lent(30..31)));
+        assert!(b.lend(25..26).is_err());
+        drop(lent);
+        // Given back: frozen around the earlier range, together.
+        let whole = b.freeze(0..40).unwrap();
+        assert_eq!(&whole[..4], b"head");
+        assert_eq!(whole[20], 7);
+        assert_eq!(data.as_ptr(), whole[10..].as_ptr());
+        assert_eq!(b.write(99, b"zz"), Err(BufferError::OutOfBounds(99..101)));
+        let (start, end) = (5, 3);
+        assert_eq!(
+            b.freeze(start..end),
+            Err(BufferError::OutOfBounds(start..end))
+        );
+    }
+}
