@@ -27,7 +27,11 @@ use crate::{Export, MountService, NfsServer, NfsService};
 /// What to do about rpcbind.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RpcbindMode {
-    /// Register with the host's rpcbind if one answers on port 111.
+    /// Register with the host's rpcbind if one answers on 127.0.0.1:111; otherwise
+    /// serve our own portmapper (as [`RpcbindMode::Serve`]), so that a client that
+    /// looks MOUNT (or NFS) up finds it either way: a Linux NFSv3 mount names no
+    /// `mountport=` unless told. If our own cannot listen either (no privilege for
+    /// port 111, or the port taken), serve without one and say so.
     Auto,
     /// Register with the host's rpcbind; fail if that does not work.
     Register,
@@ -52,7 +56,8 @@ pub struct Config {
     pub mount_port: u16,
     /// rpcbind handling.
     pub rpcbind: RpcbindMode,
-    /// Port of our own portmapper with [`RpcbindMode::Serve`] (111).
+    /// Port of our own portmapper with [`RpcbindMode::Serve`], or
+    /// [`RpcbindMode::Auto`] when no rpcbind answers (111).
     pub portmap_port: u16,
     /// Identity mapping.
     pub squash: Squash,
@@ -71,6 +76,12 @@ pub struct Bound {
     portmap: Option<TcpListener>,
     rdma: Option<RdmaListener>,
     registrar: Option<Registrar>,
+    /// The mode asked for; with [`RpcbindMode::Auto`], `registrar` or `portmap` (or
+    /// `no_portmapper`) says what it chose.
+    rpcbind_mode: RpcbindMode,
+    /// Why [`RpcbindMode::Auto`] ended up with neither rpcbind nor our own
+    /// portmapper: the error binding the portmapper's port.
+    no_portmapper: Option<(SocketAddr, std::io::Error)>,
 }
 
 impl Bound {
@@ -97,14 +108,19 @@ impl Bound {
             Some(listen(config.mount_port).await?)
         };
         let _ = nfs_port;
-        let portmap = match config.rpcbind {
-            RpcbindMode::Serve => Some(listen(config.portmap_port).await?),
-            _ => None,
-        };
-        let registrar = match config.rpcbind {
-            RpcbindMode::Register => Some(Registrar::local()),
-            RpcbindMode::Auto if rpcbind_answers().await => Some(Registrar::local()),
-            _ => None,
+        let mut no_portmapper = None;
+        let (registrar, portmap) = match config.rpcbind {
+            RpcbindMode::Register => (Some(Registrar::local()), None),
+            RpcbindMode::Serve => (None, Some(listen(config.portmap_port).await?)),
+            RpcbindMode::Off => (None, None),
+            RpcbindMode::Auto if rpcbind_answers().await => (Some(Registrar::local()), None),
+            RpcbindMode::Auto => match listen(config.portmap_port).await {
+                Ok(l) => (None, Some(l)),
+                Err(e) => {
+                    no_portmapper = Some((SocketAddr::new(config.bind, config.portmap_port), e));
+                    (None, None)
+                }
+            },
         };
         Ok(Bound {
             server,
@@ -113,6 +129,8 @@ impl Bound {
             portmap,
             rdma: None,
             registrar,
+            rpcbind_mode: config.rpcbind,
+            no_portmapper,
         })
     }
 
@@ -181,21 +199,7 @@ impl Bound {
             )),
             None => lines.push("NFS/RDMA: off".to_string()),
         }
-        if let Some(Ok(a)) = self.portmap.as_ref().map(TcpListener::local_addr) {
-            lines.push(format!(
-                "portmapper (v2, rpcbind v3/v4) listening on tcp {a}"
-            ));
-        }
-        lines.push(match &self.registrar {
-            Some(r) if self.rdma.is_some() => format!(
-                "registering NFS and MOUNT (tcp), NFS (rdma) with rpcbind at {}",
-                r.addr
-            ),
-            Some(r) => format!("registering NFS and MOUNT (tcp) with rpcbind at {}", r.addr),
-            None if self.portmap.is_some() => "not using the host's rpcbind".to_string(),
-            None => "rpcbind: not registering (none answered on 127.0.0.1:111, or --rpcbind off)"
-                .to_string(),
-        });
+        lines.push(self.describe_rpcbind());
         let p = &self.server.policy;
         lines.push(if p.switching {
             format!(
@@ -209,6 +213,53 @@ impl Bound {
             )
         });
         lines
+    }
+
+    /// The startup line that says how clients find our ports: through the host's
+    /// rpcbind, through our own portmapper, or not at all (then they must name them).
+    fn describe_rpcbind(&self) -> String {
+        let programs = if self.rdma.is_some() {
+            "NFS and MOUNT (tcp), NFS (rdma)"
+        } else {
+            "NFS and MOUNT (tcp)"
+        };
+        if let Some(r) = &self.registrar {
+            return format!(
+                "rpcbind: registering {programs} with the host's rpcbind at {}{}",
+                r.addr,
+                if self.rpcbind_mode == RpcbindMode::Auto {
+                    " (it answered)"
+                } else {
+                    ""
+                }
+            );
+        }
+        if let Some(Ok(a)) = self.portmap.as_ref().map(TcpListener::local_addr) {
+            return format!(
+                "rpcbind: serving our own portmapper (v2, rpcbind v3/v4) on tcp {a}, listing \
+                 {programs}{}",
+                if self.rpcbind_mode == RpcbindMode::Auto {
+                    " (no rpcbind answered on 127.0.0.1:111)"
+                } else {
+                    ""
+                }
+            );
+        }
+        let ports = match (self.nfs_addr(), self.mount_addr()) {
+            (Ok(n), Ok(m)) => format!("port={},mountport={}", n.port(), m.port()),
+            _ => "port= and mountport=".to_string(),
+        };
+        match &self.no_portmapper {
+            Some((addr, e)) => format!(
+                "rpcbind: none answered on 127.0.0.1:111 and our own portmapper cannot listen \
+                 on tcp {addr} ({e}): registered nowhere, so clients must name the ports \
+                 ({ports}), or start rpcbind before nfsd"
+            ),
+            None => format!(
+                "rpcbind: off (--rpcbind off): registered nowhere, so clients must name the \
+                 ports ({ports})"
+            ),
+        }
     }
 
     /// Serves until `shutdown` completes; then calls in flight finish, replies are
