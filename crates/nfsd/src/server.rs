@@ -1,4 +1,4 @@
-//! Running the NFS, MOUNT (and optionally portmapper) programs on TCP, with
+//! Running the NFS, MOUNT (and optionally portmapper, on TCP and UDP) programs on TCP, with
 //! rpcbind registration and graceful shutdown, on `oncrpc`'s TCP server; and NFS on
 //! RPC-over-RDMA ([`crate::rdma`]) when [`Bound::listen_rdma`] added a listener.
 //!
@@ -16,7 +16,7 @@ use nfs3::{MOUNT_PROGRAM, MOUNT_V3, NFS_PROGRAM, NFS_V3};
 use oncrpc::rpcbind::Registrar;
 use oncrpc::server::{Server, ServerConfig};
 use oncrpc::Dispatcher;
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, UdpSocket};
 use tokio::sync::watch;
 
 use crate::creds::{Policy, Squash};
@@ -73,7 +73,8 @@ pub struct Bound {
     server: Arc<NfsServer>,
     nfs: TcpListener,
     mount: Option<TcpListener>,
-    portmap: Option<TcpListener>,
+    /// Our own portmapper's sockets: the same port on TCP and UDP.
+    portmap: Option<(TcpListener, UdpSocket)>,
     rdma: Option<RdmaListener>,
     registrar: Option<Registrar>,
     /// The mode asked for; with [`RpcbindMode::Auto`], `registrar` or `portmap` (or
@@ -109,15 +110,16 @@ impl Bound {
         };
         let _ = nfs_port;
         let mut no_portmapper = None;
+        let pm_addr = SocketAddr::new(config.bind, config.portmap_port);
         let (registrar, portmap) = match config.rpcbind {
             RpcbindMode::Register => (Some(Registrar::local()), None),
-            RpcbindMode::Serve => (None, Some(listen(config.portmap_port).await?)),
+            RpcbindMode::Serve => (None, Some(bind_portmapper(pm_addr).await?)),
             RpcbindMode::Off => (None, None),
             RpcbindMode::Auto if rpcbind_answers().await => (Some(Registrar::local()), None),
-            RpcbindMode::Auto => match listen(config.portmap_port).await {
+            RpcbindMode::Auto => match bind_portmapper(pm_addr).await {
                 Ok(l) => (None, Some(l)),
                 Err(e) => {
-                    no_portmapper = Some((SocketAddr::new(config.bind, config.portmap_port), e));
+                    no_portmapper = Some((pm_addr, e));
                     (None, None)
                 }
             },
@@ -234,9 +236,9 @@ impl Bound {
                 }
             );
         }
-        if let Some(Ok(a)) = self.portmap.as_ref().map(TcpListener::local_addr) {
+        if let Some(Ok(a)) = self.portmap.as_ref().map(|(t, _)| t.local_addr()) {
             return format!(
-                "rpcbind: serving our own portmapper (v2, rpcbind v3/v4) on tcp {a}, listing \
+                "rpcbind: serving our own portmapper (v2, rpcbind v3/v4) on tcp and udp {a}, listing \
                  {programs}{}",
                 if self.rpcbind_mode == RpcbindMode::Auto {
                     " (no rpcbind answered on 127.0.0.1:111)"
@@ -252,7 +254,7 @@ impl Bound {
         match &self.no_portmapper {
             Some((addr, e)) => format!(
                 "rpcbind: none answered on 127.0.0.1:111 and our own portmapper cannot listen \
-                 on tcp {addr} ({e}): registered nowhere, so clients must name the ports \
+                 on {addr} ({e}): registered nowhere, so clients must name the ports \
                  ({ports}), or start rpcbind before nfsd"
             ),
             None => format!(
@@ -322,16 +324,17 @@ impl Bound {
         }
         let s = Server::new(nfs_dispatcher, config);
         tasks.spawn(s.serve(self.nfs, stopped(stop_rx.clone())));
-        if let Some(listener) = self.portmap {
-            let own = listener.local_addr()?;
-            let mut d = Dispatcher::new();
-            d.register(
-                PMAP_PROGRAM,
-                [2, 3, 4],
-                Arc::new(Portmapper::new(table, own)),
-            )
-            .map_err(std::io::Error::other)?;
-            let s = Server::new(d, ServerConfig::default());
+        if let Some((listener, udp)) = self.portmap {
+            let portmapper = Arc::new(Portmapper::new(table, listener.local_addr()?));
+            let dispatcher = || {
+                let mut d = Dispatcher::new();
+                d.register(PMAP_PROGRAM, [2, 3, 4], portmapper.clone())
+                    .map_err(std::io::Error::other)?;
+                Ok::<_, std::io::Error>(d)
+            };
+            let d = Arc::new(dispatcher()?);
+            tasks.spawn(oncrpc::udp::serve_udp(udp, d, stopped(stop_rx.clone())));
+            let s = Server::new(dispatcher()?, ServerConfig::default());
             tasks.spawn(s.serve(listener, stopped(stop_rx.clone())));
         }
         // Stop everything on the shutdown signal, or when one server fails.
@@ -355,6 +358,19 @@ impl Bound {
 
 fn flatten(r: Result<std::io::Result<()>, tokio::task::JoinError>) -> std::io::Result<()> {
     r.map_err(std::io::Error::other)?
+}
+
+/// Our own portmapper's sockets, TCP and UDP on the same port: the Linux kernel asks
+/// over TCP for TCP and RDMA mounts, but mount.nfs asks for MOUNT over UDP first and
+/// waits three seconds when nothing answers there (see `oncrpc::udp`).
+async fn bind_portmapper(addr: SocketAddr) -> std::io::Result<(TcpListener, UdpSocket)> {
+    let tcp = TcpListener::bind(addr)
+        .await
+        .map_err(|e| std::io::Error::new(e.kind(), format!("tcp {addr}: {e}")))?;
+    let udp = UdpSocket::bind(tcp.local_addr()?)
+        .await
+        .map_err(|e| std::io::Error::new(e.kind(), format!("udp {addr}: {e}")))?;
+    Ok((tcp, udp))
 }
 
 /// Does something accept connections on 127.0.0.1:111?

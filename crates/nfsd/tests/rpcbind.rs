@@ -132,8 +132,8 @@ fn serves_its_own_portmapper() {
     let out = own_portmapper("serve", "--rpcbind serve");
     assert!(
         out.contains(
-            "nfsd: rpcbind: serving our own portmapper (v2, rpcbind v3/v4) on tcp \
-             127.0.0.1:111, listing NFS and MOUNT (tcp), NFS (rdma)\n"
+            "nfsd: rpcbind: serving our own portmapper (v2, rpcbind v3/v4) on tcp and \
+             udp 127.0.0.1:111, listing NFS and MOUNT (tcp), NFS (rdma)\n"
         ),
         "{out}"
     );
@@ -146,8 +146,8 @@ fn by_default_serves_its_own_portmapper_when_no_rpcbind_answers() {
     let out = own_portmapper("auto", "");
     assert!(
         out.contains(
-            "nfsd: rpcbind: serving our own portmapper (v2, rpcbind v3/v4) on tcp \
-             127.0.0.1:111, listing NFS and MOUNT (tcp), NFS (rdma) (no rpcbind answered on \
+            "nfsd: rpcbind: serving our own portmapper (v2, rpcbind v3/v4) on tcp and \
+             udp 127.0.0.1:111, listing NFS and MOUNT (tcp), NFS (rdma) (no rpcbind answered on \
              127.0.0.1:111)"
         ),
         "{out}"
@@ -178,8 +178,8 @@ cat /tmp/nfsd-nopm-$$.out; rm -f /tmp/nfsd-nopm-$$.out
     assert!(
         out.contains(
             "nfsd: rpcbind: none answered on 127.0.0.1:111 and our own portmapper cannot \
-             listen on tcp 127.0.0.1:2049 (Address already in use (os error 98)): registered \
-             nowhere, so clients must name the ports (port=2049,mountport=20048), or start \
+             listen on 127.0.0.1:2049 (tcp 127.0.0.1:2049: Address already in use (os error \
+             98)): registered nowhere, so clients must name the ports (port=2049,mountport=20048), or start \
              rpcbind before nfsd"
         ),
         "{out}"
@@ -210,6 +210,10 @@ rpcinfo -p 127.0.0.1
 rpcinfo 127.0.0.1
 rpcinfo -t 127.0.0.1 nfs 3
 rpcinfo -t 127.0.0.1 mountd 3
+echo "== udp"
+rpcinfo -u 127.0.0.1 portmapper 2
+rpcinfo -u 127.0.0.1 mountd 3 || echo "mountd not on udp"
+echo "== end udp"
 kill -TERM $NP; wait $NP
 cat /tmp/nfsd-pmap-$$.out; rm -f /tmp/nfsd-pmap-$$.out
 "#,
@@ -236,6 +240,22 @@ cat /tmp/nfsd-pmap-$$.out; rm -f /tmp/nfsd-pmap-$$.out
     );
     assert!(
         out.contains("program 100005 version 3 ready and waiting"),
+        "{out}"
+    );
+    // Over UDP (mount.nfs asks there for MOUNT first): the portmapper answers, and
+    // says MOUNT is not on UDP, which sends mount.nfs to TCP at once.
+    let udp = out
+        .split_once("== udp")
+        .and_then(|(_, u)| u.split_once("== end udp"))
+        .map(|(u, _)| u)
+        .unwrap_or_else(|| panic!("no udp section: {out}"));
+    assert!(
+        udp.contains("program 100000 version 2 ready and waiting"),
+        "{out}"
+    );
+    assert!(udp.contains("mountd not on udp"), "{out}");
+    assert!(
+        out.contains("100000    2   udp    111  portmapper"),
         "{out}"
     );
     out
