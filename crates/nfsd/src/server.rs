@@ -163,6 +163,11 @@ impl Bound {
         self.nfs.local_addr()
     }
 
+    /// Where our own portmapper listens (TCP and UDP), if we serve one.
+    pub fn portmap_addr(&self) -> Option<SocketAddr> {
+        self.portmap.as_ref().and_then(|(t, _)| t.local_addr().ok())
+    }
+
     /// Where MOUNT listens.
     pub fn mount_addr(&self) -> std::io::Result<SocketAddr> {
         match &self.mount {
@@ -236,7 +241,7 @@ impl Bound {
                 }
             );
         }
-        if let Some(Ok(a)) = self.portmap.as_ref().map(|(t, _)| t.local_addr()) {
+        if let Some(a) = self.portmap_addr() {
             return format!(
                 "rpcbind: serving our own portmapper (v2, rpcbind v3/v4) on tcp and udp {a}, listing \
                  {programs}{}",
