@@ -6,6 +6,8 @@
 //! `mountstat3`, so callers match on the wire answer, never on text.
 
 use std::io;
+use std::net::SocketAddr;
+use std::sync::Arc;
 
 use nfs3::mount::MountStat3;
 use nfs3::{NfsProc3, NfsStat3};
@@ -62,6 +64,16 @@ pub enum Error {
         prog: u32,
         /// Version number.
         vers: u32,
+    },
+    /// Nothing accepts connections at the server's portmapper address (RFC 1833 §3:
+    /// port 111): the server runs no rpcbind, so MOUNT's port cannot be looked up.
+    /// Reported as soon as the connection is refused, not after the call timeout.
+    #[error("no portmapper at {addr}: {source}")]
+    NoPortmapper {
+        /// Where the portmapper was asked.
+        addr: SocketAddr,
+        /// The connection error (e.g. connection refused).
+        source: Arc<io::Error>,
     },
     /// An argument the client cannot send: a path with an empty or over-long
     /// component, a WRITE of 4 GiB or more, ...

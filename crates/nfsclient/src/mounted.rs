@@ -138,10 +138,15 @@ async fn nfs_client(host: &str, opts: &MountOptions) -> Result<(NfsClient, Optio
     Ok((NfsClient::new(rpc), stats))
 }
 
+/// The RPC settings of every client a mount makes. A server that refuses the first
+/// connection fails the call at once (no one listens there; waiting out the timeout
+/// only delays the same answer); a mounted connection that breaks later is
+/// re-established as usual.
 fn rpc_config(opts: &MountOptions) -> ClientConfig {
     ClientConfig {
         timeout: opts.timeout,
         cred: opts.cred.clone(),
+        fail_if_unreachable: true,
         ..ClientConfig::default()
     }
 }

@@ -4,7 +4,7 @@
 use std::net::SocketAddr;
 
 use oncrpc::rpcbind::{Mapping, IPPROTO_TCP, RPCBIND_PROG};
-use oncrpc::{Client, ClientConfig};
+use oncrpc::{Client, ClientConfig, ClientError};
 
 use crate::error::{Error, Result};
 use crate::rpc;
@@ -20,13 +20,19 @@ const PMAPPROC_GETPORT: u32 = 3;
 /// The TCP port of (`prog`, `vers`) on the portmapper at `portmapper`.
 ///
 /// RFC 1833 §3.2: "A port value of zeros means the program has not been registered",
-/// which is [`Error::NotRegistered`].
+/// which is [`Error::NotRegistered`]. A refused connection (no rpcbind on the server)
+/// is [`Error::NoPortmapper`] at once: `config` is used with
+/// [`ClientConfig::fail_if_unreachable`] set.
 pub async fn getport(
     portmapper: SocketAddr,
     prog: u32,
     vers: u32,
     config: ClientConfig,
 ) -> Result<u16> {
+    let config = ClientConfig {
+        fail_if_unreachable: true,
+        ..config
+    };
     let client: Client = rpc_client(TransportKind::Tcp, portmapper, config)?;
     let mapping = Mapping {
         prog,
@@ -42,7 +48,17 @@ pub async fn getport(
         "PMAP GETPORT",
         &mapping,
     )
-    .await?;
+    .await
+    .map_err(|e| match e {
+        Error::Rpc {
+            source: ClientError::Connect(source),
+            ..
+        } => Error::NoPortmapper {
+            addr: portmapper,
+            source,
+        },
+        other => other,
+    })?;
     match u16::try_from(port) {
         Ok(0) => Err(Error::NotRegistered { prog, vers }),
         Ok(p) => Ok(p),

@@ -146,3 +146,39 @@ async fn mkdir_rm_and_errors() {
     let o = nfs(&s, &["ls", "no-colon"]).await;
     assert!(!o.status.success());
 }
+
+/// No portmapper on the server (nothing listens: the connection is refused) and no
+/// --mount-port: `nfs` says so at once, with what to do, instead of waiting out its
+/// 30 s call timeout for a connection that will never be accepted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_portmapper_fails_at_once_with_a_hint() {
+    // A loopback port where nothing listens (bound, then closed).
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let started = std::time::Instant::now();
+    let o = tokio::process::Command::new(env!("CARGO_BIN_EXE_nfs"))
+        .args(["--portmap-port", &port.to_string(), "--quiet"])
+        .args(["ls", "127.0.0.1:/srv/export"])
+        .output()
+        .await
+        .expect("nfs runs");
+    let took = started.elapsed();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "nfs succeeded: {err}");
+    assert!(
+        took < std::time::Duration::from_secs(5),
+        "took {took:?}: {err}"
+    );
+    assert!(
+        err.contains(&format!(
+            "no portmapper at 127.0.0.1:{port}: Connection refused"
+        )),
+        "{err}"
+    );
+    assert!(
+        err.contains("nfs: hint: ") && err.contains("--mount-port"),
+        "{err}"
+    );
+}

@@ -8,9 +8,10 @@
 //! nfsd --rdma-version 1 /srv/export        # RPC-over-RDMA Version One only
 //! nfsd --no-rdma --nfs-port 12049 --mount-port 12048 --read-only /srv/a /srv/b
 //! ```
-//! Clients: `mount -t nfs -o vers=3,proto=tcp,port=2049,mountport=20048,mountproto=tcp,nolock host:/srv/export /mnt`,
-//! or over RDMA (iWARP; Linux siw on the client):
-//! `mount -t nfs -o vers=3,proto=rdma,port=20049,mountport=20048,mountproto=tcp,nolock host:/srv/export /mnt`.
+//! Clients find MOUNT (and NFS over TCP) through the host's rpcbind, or, when none
+//! runs, through our own portmapper on port 111 (`--rpcbind auto`, the default):
+//! `mount -t nfs host:/srv/export /mnt` (TCP), or over RDMA (iWARP; Linux siw on the
+//! client) `mount -t nfs -o vers=3,proto=rdma,port=20049 host:/srv/export /mnt`.
 
 use std::net::IpAddr;
 use std::path::PathBuf;
@@ -59,11 +60,12 @@ struct Cli {
     /// MOUNT port (TCP); the same as --nfs-port serves both on one port.
     #[arg(long, default_value_t = 20048)]
     mount_port: u16,
-    /// rpcbind: auto (register if the host's answers), register, serve (run a
-    /// minimal portmapper ourselves), off.
+    /// rpcbind: auto (register with the host's rpcbind if one answers on
+    /// 127.0.0.1:111, else serve our own portmapper; the startup output says which),
+    /// register (the host's, or fail), serve (our own minimal portmapper), off.
     #[arg(long, value_enum, default_value_t = RpcbindArg::Auto)]
     rpcbind: RpcbindArg,
-    /// Port of our own portmapper with --rpcbind serve.
+    /// Port of our own portmapper (--rpcbind serve, or auto without rpcbind).
     #[arg(long, default_value_t = 111)]
     portmap_port: u16,
     /// Identity mapping of AUTH_SYS callers: root (uid/gid 0 become anonymous),

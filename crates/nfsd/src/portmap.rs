@@ -4,6 +4,13 @@
 //! with FALSE) and RPCBIND versions 3 and 4 (§2: NULL, GETADDR, DUMP) for this
 //! server's own programs, so that clients which ask the portmapper (a Linux
 //! `mount -t nfs` without `port=`/`mountport=`, `rpcinfo -p`) find them.
+//!
+//! Served on TCP and UDP (the server binds both). MOUNT itself is served on TCP only,
+//! and nothing more is needed for Linux NFSv3 mounts over TCP or RDMA: the kernel
+//! calls MOUNT over TCP for both (fs/nfs/fs_context.c,
+//! `nfs_set_mount_transport_protocol`) and asks the portmapper over TCP; mount.nfs
+//! asks for MOUNT over UDP first, takes our 0 ("not registered", §3.2) and asks for
+//! TCP (lab scenario `nfs_plain_mounts`).
 
 use std::net::SocketAddr;
 
@@ -27,9 +34,14 @@ pub struct Registration {
 }
 
 impl Registration {
-    /// RFC 1833 §3 protocol number: 6 for TCP (RDMA has none in PORTMAP v2).
+    /// RFC 1833 §3 protocol number: 6 for TCP, 17 for UDP (RDMA has none in
+    /// PORTMAP v2).
     fn prot(&self) -> Option<u32> {
-        (self.netid == "tcp").then_some(6)
+        match self.netid {
+            "tcp" => Some(6),
+            "udp" => Some(17),
+            _ => None,
+        }
     }
 }
 
@@ -40,15 +52,18 @@ pub struct Portmapper {
 }
 
 impl Portmapper {
-    /// A portmapper that knows `table` (its own registration is added).
+    /// A portmapper that knows `table` (its own registrations, TCP and UDP at
+    /// `own`, are added).
     pub fn new(mut table: Vec<Registration>, own: SocketAddr) -> Self {
-        for vers in [2, 3, 4] {
-            table.push(Registration {
-                prog: PMAP_PROGRAM,
-                vers,
-                netid: "tcp",
-                addr: own,
-            });
+        for netid in ["tcp", "udp"] {
+            for vers in [2, 3, 4] {
+                table.push(Registration {
+                    prog: PMAP_PROGRAM,
+                    vers,
+                    netid,
+                    addr: own,
+                });
+            }
         }
         Portmapper { table }
     }

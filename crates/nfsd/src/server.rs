@@ -1,4 +1,4 @@
-//! Running the NFS, MOUNT (and optionally portmapper) programs on TCP, with
+//! Running the NFS, MOUNT (and optionally portmapper, on TCP and UDP) programs on TCP, with
 //! rpcbind registration and graceful shutdown, on `oncrpc`'s TCP server; and NFS on
 //! RPC-over-RDMA ([`crate::rdma`]) when [`Bound::listen_rdma`] added a listener.
 //!
@@ -16,7 +16,7 @@ use nfs3::{MOUNT_PROGRAM, MOUNT_V3, NFS_PROGRAM, NFS_V3};
 use oncrpc::rpcbind::Registrar;
 use oncrpc::server::{Server, ServerConfig};
 use oncrpc::Dispatcher;
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, UdpSocket};
 use tokio::sync::watch;
 
 use crate::creds::{Policy, Squash};
@@ -27,7 +27,11 @@ use crate::{Export, MountService, NfsServer, NfsService};
 /// What to do about rpcbind.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RpcbindMode {
-    /// Register with the host's rpcbind if one answers on port 111.
+    /// Register with the host's rpcbind if one answers on 127.0.0.1:111; otherwise
+    /// serve our own portmapper (as [`RpcbindMode::Serve`]), so that a client that
+    /// looks MOUNT (or NFS) up finds it either way: a Linux NFSv3 mount names no
+    /// `mountport=` unless told. If our own cannot listen either (no privilege for
+    /// port 111, or the port taken), serve without one and say so.
     Auto,
     /// Register with the host's rpcbind; fail if that does not work.
     Register,
@@ -52,7 +56,8 @@ pub struct Config {
     pub mount_port: u16,
     /// rpcbind handling.
     pub rpcbind: RpcbindMode,
-    /// Port of our own portmapper with [`RpcbindMode::Serve`] (111).
+    /// Port of our own portmapper with [`RpcbindMode::Serve`], or
+    /// [`RpcbindMode::Auto`] when no rpcbind answers (111).
     pub portmap_port: u16,
     /// Identity mapping.
     pub squash: Squash,
@@ -68,9 +73,16 @@ pub struct Bound {
     server: Arc<NfsServer>,
     nfs: TcpListener,
     mount: Option<TcpListener>,
-    portmap: Option<TcpListener>,
+    /// Our own portmapper's sockets: the same port on TCP and UDP.
+    portmap: Option<(TcpListener, UdpSocket)>,
     rdma: Option<RdmaListener>,
     registrar: Option<Registrar>,
+    /// The mode asked for; with [`RpcbindMode::Auto`], `registrar` or `portmap` (or
+    /// `no_portmapper`) says what it chose.
+    rpcbind_mode: RpcbindMode,
+    /// Why [`RpcbindMode::Auto`] ended up with neither rpcbind nor our own
+    /// portmapper: the error binding the portmapper's port.
+    no_portmapper: Option<(SocketAddr, std::io::Error)>,
 }
 
 impl Bound {
@@ -97,14 +109,20 @@ impl Bound {
             Some(listen(config.mount_port).await?)
         };
         let _ = nfs_port;
-        let portmap = match config.rpcbind {
-            RpcbindMode::Serve => Some(listen(config.portmap_port).await?),
-            _ => None,
-        };
-        let registrar = match config.rpcbind {
-            RpcbindMode::Register => Some(Registrar::local()),
-            RpcbindMode::Auto if rpcbind_answers().await => Some(Registrar::local()),
-            _ => None,
+        let mut no_portmapper = None;
+        let pm_addr = SocketAddr::new(config.bind, config.portmap_port);
+        let (registrar, portmap) = match config.rpcbind {
+            RpcbindMode::Register => (Some(Registrar::local()), None),
+            RpcbindMode::Serve => (None, Some(bind_portmapper(pm_addr).await?)),
+            RpcbindMode::Off => (None, None),
+            RpcbindMode::Auto if rpcbind_answers().await => (Some(Registrar::local()), None),
+            RpcbindMode::Auto => match bind_portmapper(pm_addr).await {
+                Ok(l) => (None, Some(l)),
+                Err(e) => {
+                    no_portmapper = Some((pm_addr, e));
+                    (None, None)
+                }
+            },
         };
         Ok(Bound {
             server,
@@ -113,6 +131,8 @@ impl Bound {
             portmap,
             rdma: None,
             registrar,
+            rpcbind_mode: config.rpcbind,
+            no_portmapper,
         })
     }
 
@@ -141,6 +161,11 @@ impl Bound {
     /// Where NFS listens.
     pub fn nfs_addr(&self) -> std::io::Result<SocketAddr> {
         self.nfs.local_addr()
+    }
+
+    /// Where our own portmapper listens (TCP and UDP), if we serve one.
+    pub fn portmap_addr(&self) -> Option<SocketAddr> {
+        self.portmap.as_ref().and_then(|(t, _)| t.local_addr().ok())
     }
 
     /// Where MOUNT listens.
@@ -181,21 +206,7 @@ impl Bound {
             )),
             None => lines.push("NFS/RDMA: off".to_string()),
         }
-        if let Some(Ok(a)) = self.portmap.as_ref().map(TcpListener::local_addr) {
-            lines.push(format!(
-                "portmapper (v2, rpcbind v3/v4) listening on tcp {a}"
-            ));
-        }
-        lines.push(match &self.registrar {
-            Some(r) if self.rdma.is_some() => format!(
-                "registering NFS and MOUNT (tcp), NFS (rdma) with rpcbind at {}",
-                r.addr
-            ),
-            Some(r) => format!("registering NFS and MOUNT (tcp) with rpcbind at {}", r.addr),
-            None if self.portmap.is_some() => "not using the host's rpcbind".to_string(),
-            None => "rpcbind: not registering (none answered on 127.0.0.1:111, or --rpcbind off)"
-                .to_string(),
-        });
+        lines.push(self.describe_rpcbind());
         let p = &self.server.policy;
         lines.push(if p.switching {
             format!(
@@ -209,6 +220,53 @@ impl Bound {
             )
         });
         lines
+    }
+
+    /// The startup line that says how clients find our ports: through the host's
+    /// rpcbind, through our own portmapper, or not at all (then they must name them).
+    fn describe_rpcbind(&self) -> String {
+        let programs = if self.rdma.is_some() {
+            "NFS and MOUNT (tcp), NFS (rdma)"
+        } else {
+            "NFS and MOUNT (tcp)"
+        };
+        if let Some(r) = &self.registrar {
+            return format!(
+                "rpcbind: registering {programs} with the host's rpcbind at {}{}",
+                r.addr,
+                if self.rpcbind_mode == RpcbindMode::Auto {
+                    " (it answered)"
+                } else {
+                    ""
+                }
+            );
+        }
+        if let Some(a) = self.portmap_addr() {
+            return format!(
+                "rpcbind: serving our own portmapper (v2, rpcbind v3/v4) on tcp and udp {a}, listing \
+                 {programs}{}",
+                if self.rpcbind_mode == RpcbindMode::Auto {
+                    " (no rpcbind answered on 127.0.0.1:111)"
+                } else {
+                    ""
+                }
+            );
+        }
+        let ports = match (self.nfs_addr(), self.mount_addr()) {
+            (Ok(n), Ok(m)) => format!("port={},mountport={}", n.port(), m.port()),
+            _ => "port= and mountport=".to_string(),
+        };
+        match &self.no_portmapper {
+            Some((addr, e)) => format!(
+                "rpcbind: none answered on 127.0.0.1:111 and our own portmapper cannot listen \
+                 on {addr} ({e}): registered nowhere, so clients must name the ports \
+                 ({ports}), or start rpcbind before nfsd"
+            ),
+            None => format!(
+                "rpcbind: off (--rpcbind off): registered nowhere, so clients must name the \
+                 ports ({ports})"
+            ),
+        }
     }
 
     /// Serves until `shutdown` completes; then calls in flight finish, replies are
@@ -271,16 +329,17 @@ impl Bound {
         }
         let s = Server::new(nfs_dispatcher, config);
         tasks.spawn(s.serve(self.nfs, stopped(stop_rx.clone())));
-        if let Some(listener) = self.portmap {
-            let own = listener.local_addr()?;
-            let mut d = Dispatcher::new();
-            d.register(
-                PMAP_PROGRAM,
-                [2, 3, 4],
-                Arc::new(Portmapper::new(table, own)),
-            )
-            .map_err(std::io::Error::other)?;
-            let s = Server::new(d, ServerConfig::default());
+        if let Some((listener, udp)) = self.portmap {
+            let portmapper = Arc::new(Portmapper::new(table, listener.local_addr()?));
+            let dispatcher = || {
+                let mut d = Dispatcher::new();
+                d.register(PMAP_PROGRAM, [2, 3, 4], portmapper.clone())
+                    .map_err(std::io::Error::other)?;
+                Ok::<_, std::io::Error>(d)
+            };
+            let d = Arc::new(dispatcher()?);
+            tasks.spawn(oncrpc::udp::serve_udp(udp, d, stopped(stop_rx.clone())));
+            let s = Server::new(dispatcher()?, ServerConfig::default());
             tasks.spawn(s.serve(listener, stopped(stop_rx.clone())));
         }
         // Stop everything on the shutdown signal, or when one server fails.
@@ -304,6 +363,19 @@ impl Bound {
 
 fn flatten(r: Result<std::io::Result<()>, tokio::task::JoinError>) -> std::io::Result<()> {
     r.map_err(std::io::Error::other)?
+}
+
+/// Our own portmapper's sockets, TCP and UDP on the same port: the Linux kernel asks
+/// over TCP for TCP and RDMA mounts, but mount.nfs asks for MOUNT over UDP first and
+/// waits three seconds when nothing answers there (see `oncrpc::udp`).
+async fn bind_portmapper(addr: SocketAddr) -> std::io::Result<(TcpListener, UdpSocket)> {
+    let tcp = TcpListener::bind(addr)
+        .await
+        .map_err(|e| std::io::Error::new(e.kind(), format!("tcp {addr}: {e}")))?;
+    let udp = UdpSocket::bind(tcp.local_addr()?)
+        .await
+        .map_err(|e| std::io::Error::new(e.kind(), format!("udp {addr}: {e}")))?;
+    Ok((tcp, udp))
 }
 
 /// Does something accept connections on 127.0.0.1:111?

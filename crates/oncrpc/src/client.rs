@@ -41,6 +41,14 @@ pub struct ClientConfig {
     pub max_reconnect_delay: Duration,
     /// Credential sent with every call.
     pub cred: OpaqueAuth,
+    /// Fail the waiting calls at once with [`ClientError::Connect`] when a connection
+    /// attempt fails before this client ever connected (connection refused, network
+    /// unreachable), instead of retrying until their timeout. For a one-shot caller
+    /// (a command-line client, a portmapper lookup), nothing listening there is an
+    /// answer, and waiting 30 s for it helps no one. Once connected, a broken
+    /// connection is retried as always (a server restart is ridden out); a later call
+    /// on a client that failed this way tries to connect again.
+    pub fail_if_unreachable: bool,
 }
 
 impl Default for ClientConfig {
@@ -50,6 +58,7 @@ impl Default for ClientConfig {
             reconnect_delay: Duration::from_millis(50),
             max_reconnect_delay: Duration::from_secs(5),
             cred: OpaqueAuth::none(),
+            fail_if_unreachable: false,
         }
     }
 }
@@ -78,6 +87,11 @@ pub enum ClientError {
     /// sent at all); the transport's typed error is inside.
     #[error("transport: {0}")]
     Transport(CallFailure),
+    /// The client could not connect (with [`ClientConfig::fail_if_unreachable`], at
+    /// the first connection attempt): the error is the transport's (e.g.
+    /// `ConnectionRefused`), shared by every call that was waiting.
+    #[error("cannot connect: {0}")]
+    Connect(Arc<std::io::Error>),
 }
 
 /// Per-call settings for [`Client::call_with`]; `None` takes the client's default.
@@ -100,8 +114,16 @@ pub struct Reply {
     pub results: Decoder,
 }
 
-/// Where a call's reply (or its transport failure) goes.
-type Waiter = oneshot::Sender<Result<Bytes, CallFailure>>;
+/// Where a call's reply (or why it got none) goes.
+type Waiter = oneshot::Sender<Result<Bytes, Failed>>;
+
+/// Why the driver ended a call without a reply.
+enum Failed {
+    /// The transport failed this call alone.
+    Call(CallFailure),
+    /// The first connection attempt failed ([`ClientConfig::fail_if_unreachable`]).
+    Connect(Arc<std::io::Error>),
+}
 
 enum Cmd {
     Call {
@@ -199,7 +221,8 @@ impl Client {
             .map_err(|_| ClientError::DriverGone)?;
         let bytes = match tokio::time::timeout(timeout, rx).await {
             Ok(Ok(Ok(b))) => b,
-            Ok(Ok(Err(failure))) => return Err(ClientError::Transport(failure)),
+            Ok(Ok(Err(Failed::Call(failure)))) => return Err(ClientError::Transport(failure)),
+            Ok(Ok(Err(Failed::Connect(e)))) => return Err(ClientError::Connect(e)),
             Ok(Err(_)) => return Err(ClientError::DriverGone),
             Err(_) => {
                 let _ = self.cmds.send(Cmd::Cancel(xid));
@@ -289,7 +312,7 @@ impl<T: Transport> Driver<T> {
                     Some(Event::Reply(bytes)) => self.reply(bytes),
                     Some(Event::CallFailed(xid, failure)) => {
                         if let Some((_, waiter)) = self.pending.remove(&xid) {
-                            let _ = waiter.send(Err(failure));
+                            let _ = waiter.send(Err(Failed::Call(failure)));
                         }
                     }
                     Some(Event::Closed(g)) if g == self.generation => {
@@ -372,6 +395,15 @@ impl<T: Transport> Driver<T> {
                     }
                 }
                 self.sender = Some(sender);
+            }
+            Err(e) if self.config.fail_if_unreachable && self.generation == 0 => {
+                tracing::debug!(error = %e, calls = self.pending.len(), "connect failed; calls failed");
+                let e = Arc::new(e);
+                for (_, (_, waiter)) in self.pending.drain() {
+                    let _ = waiter.send(Err(Failed::Connect(e.clone())));
+                }
+                // A later call tries again at once.
+                self.next_connect = Instant::now();
             }
             Err(e) => {
                 tracing::debug!(error = %e, delay = ?self.backoff, "connect failed");

@@ -10,14 +10,16 @@
 //! ```
 //!
 //! Sans-IO modules (no tokio, no sockets, no clock): [`message`], [`auth`],
-//! [`record`], [`service`], [`error`]. Drivers, behind the default `tokio` feature: `server`, `client`, `tcp`, `rpcbind`.
+//! [`record`], [`service`], [`error`]. Drivers, behind the default `tokio` feature: `server`, `client`, `tcp`, `rpcbind`,
+//! `udp` (a datagram server for small idempotent programs such as a portmapper).
 //! [`transport`] holds the client's transport trait (TCP first, RDMA second).
 //! A call enters the server as `Bytes` (a whole record, or an RPC-over-RDMA payload)
 //! and its reply leaves as an [`xdr::XdrStream`], so that an RDMA transport can
 //! reduce DDP-eligible results instead of copying them.
 //!
 //! This crate does not do: RPCSEC_GSS or AUTH_DH (calls with those flavors get
-//! AUTH_REJECTEDCRED), UDP, a duplicate request cache, or RPC-over-RDMA itself (the
+//! AUTH_REJECTEDCRED), a UDP client or a UDP server for programs that are not
+//! idempotent, a duplicate request cache, or RPC-over-RDMA itself (the
 //! `rpcrdma` crate feeds [`Dispatcher::dispatch`] and implements the client's
 //! transport trait).
 #![warn(missing_docs, unreachable_pub)]
@@ -36,6 +38,8 @@ pub mod service;
 #[cfg(feature = "tokio")]
 pub mod tcp;
 pub mod transport;
+#[cfg(feature = "tokio")]
+pub mod udp;
 mod wire_enum;
 
 pub use auth::{AuthFlavor, AuthStat, AuthSysParms, Credentials, OpaqueAuth};

@@ -151,6 +151,8 @@ impl Registrar {
             TcpTransport::new(self.addr),
             ClientConfig {
                 timeout: self.timeout,
+                // No rpcbind listening is an answer: say so now, not after the timeout.
+                fail_if_unreachable: true,
                 ..ClientConfig::default()
             },
         )
@@ -294,17 +296,23 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn unreachable_rpcbind_is_a_call_error_after_the_timeout() {
+    async fn unreachable_rpcbind_is_a_connect_error_at_once() {
         let r = Registrar {
             addr: "127.0.0.1:1".parse().unwrap(),
-            timeout: Duration::from_millis(200),
+            timeout: Duration::from_secs(30),
             ..Registrar::local()
         };
+        let started = std::time::Instant::now();
         let err = r
             .set_all(&[(1, 1)], NETID_TCP, "127.0.0.1:2".parse().unwrap())
             .await
             .unwrap_err();
-        assert!(matches!(err, RegisterError::Call(ClientError::Timeout)));
+        assert!(
+            matches!(&err, RegisterError::Call(ClientError::Connect(e))
+                if e.kind() == io::ErrorKind::ConnectionRefused),
+            "{err:?}"
+        );
+        assert!(started.elapsed() < Duration::from_secs(5));
     }
 
     #[tokio::test]

@@ -216,6 +216,58 @@ async fn call_without_reply_times_out() {
     server.stop().await;
 }
 
+/// A port on loopback where nothing listens (bound, then closed).
+async fn closed_port() -> SocketAddr {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    l.local_addr().unwrap()
+}
+
+#[tokio::test]
+async fn fail_if_unreachable_fails_calls_at_once_on_a_refused_connection() {
+    let addr = closed_port().await;
+    let c = Client::new(
+        TcpTransport::new(addr),
+        ClientConfig {
+            timeout: Duration::from_secs(30),
+            fail_if_unreachable: true,
+            ..ClientConfig::default()
+        },
+    );
+    let started = std::time::Instant::now();
+    let (a, b) = tokio::join!(
+        c.call(PROG, 1, 0, XdrStream::default()),
+        c.call(PROG, 1, 0, XdrStream::default())
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    for err in [a.unwrap_err(), b.unwrap_err()] {
+        match err {
+            ClientError::Connect(e) => {
+                assert_eq!(e.kind(), std::io::ErrorKind::ConnectionRefused, "{e}")
+            }
+            other => panic!("not a connect error: {other:?}"),
+        }
+    }
+    // A later call tries again: with a server there now, it is answered.
+    let server = start_on(addr, Arc::new(Test::default()), ServerConfig::default()).await;
+    c.call(PROG, 1, 0, XdrStream::default()).await.unwrap();
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn by_default_a_refused_connection_is_retried_until_the_call_times_out() {
+    let addr = closed_port().await;
+    let c = client(addr);
+    let err = c
+        .call_with_timeout(PROG, 1, 0, XdrStream::default(), Duration::from_millis(300))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, ClientError::Timeout), "{err:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn outstanding_calls_are_retransmitted_with_same_xid_after_server_restart() {
     let first = Arc::new(Test::default());

@@ -99,11 +99,7 @@ impl TestServer {
         let bound = Bound::new(&config).await.expect("nfsd binds");
         let nfs = bound.nfs_addr().unwrap();
         let mount = bound.mount_addr().unwrap();
-        // `Bound` reports the portmapper's address only in its startup lines.
-        let portmap = bound.describe().iter().find_map(|l| {
-            l.strip_prefix("portmapper (v2, rpcbind v3/v4) listening on tcp ")
-                .map(|a| a.parse().unwrap())
-        });
+        let portmap = bound.portmap_addr();
         let (rdma, rdma_stats, rdma_task) = if rdma {
             let (addr, stats, task) = serve_rdma(bound.server().clone()).await;
             (Some(addr), Some(stats), Some(task))

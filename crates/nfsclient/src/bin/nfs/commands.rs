@@ -36,6 +36,24 @@ pub(crate) enum CliError {
     Usage(String),
 }
 
+impl CliError {
+    /// What the user can do about it, when the error alone does not say.
+    pub(crate) fn hint(&self) -> Option<&'static str> {
+        match self {
+            CliError::Nfs {
+                source: nfsclient::Error::NoPortmapper { .. },
+                ..
+            } => Some(
+                "the server runs no rpcbind to tell MOUNT's port: start rpcbind there (our \
+                 nfsd serves its own portmapper when none runs), or give the port: \
+                 --mount-port PORT (our nfsd: 20048; --portmap-port if the portmapper \
+                 listens elsewhere)",
+            ),
+            _ => None,
+        }
+    }
+}
+
 type Result<T> = std::result::Result<T, CliError>;
 
 trait Context<T> {

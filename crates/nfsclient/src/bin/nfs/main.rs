@@ -191,6 +191,9 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("nfs: {e}");
+            if let Some(hint) = e.hint() {
+                eprintln!("nfs: hint: {hint}");
+            }
             ExitCode::FAILURE
         }
     }
