@@ -11,6 +11,7 @@
 //!            |
 //!   vfs (export-confined openat/O_NOFOLLOW access, handle resolution)
 //!   fh (handle format)   errno (errno -> nfsstat3)   creds (AUTH_SYS identities)
+//!   exports (exports(5) table; the access check of every MNT and every handle)
 //! ```
 //!
 //! The NFS and MOUNT programs are transport-neutral `oncrpc` services: anything that
@@ -41,6 +42,7 @@
 
 pub mod creds;
 pub mod errno;
+pub mod exports;
 pub mod fh;
 pub mod mount;
 pub mod nfs;
@@ -51,8 +53,9 @@ pub mod server;
 pub mod service;
 pub mod vfs;
 
-pub use creds::{Policy, Squash};
+pub use creds::Squash;
+pub use exports::{Clients, ExportLine, ExportOptions};
 pub use mount::MountService;
-pub use nfs::NfsServer;
+pub use nfs::{Caller, NfsServer, Served, Table};
 pub use service::NfsService;
 pub use vfs::Export;

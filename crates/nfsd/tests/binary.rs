@@ -183,10 +183,16 @@ fn libnfs_lists_reads_and_writes_byte_exact() {
     )
     .unwrap();
     let server = Nfsd::start(&[], &export);
-    assert!(server
-        .lines
-        .iter()
-        .any(|l| l.contains("export ") && l.contains("read-write")));
+    // The directory shortcut: everyone, read-write, root squashed, any port.
+    let want = format!(
+        "nfsd: export {} to *(rw,root_squash,insecure,anonuid=65534,anongid=65534), fsid",
+        export.display()
+    );
+    assert!(
+        server.lines.iter().any(|l| l.starts_with(&want)),
+        "{:?}",
+        server.lines
+    );
 
     // nfs-ls: the root and a subdirectory.
     let ls = String::from_utf8(run(&nfs_ls, &[&server.url(&export)])).unwrap();

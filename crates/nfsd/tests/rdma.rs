@@ -15,22 +15,26 @@ use nfsclient::nfs3::StableHow;
 use nfsclient::{IoOptions, Mount, MountOptions, TransportKind};
 use nfsd::rdma::RdmaOptions;
 use nfsd::server::{Bound, Config, RpcbindMode};
-use nfsd::Squash;
+use nfsd::{ExportLine, ExportOptions, Squash};
 use rpcrdma_transport::Counter;
 use xdr::Bytes;
 
 fn config(dir: &TempDir) -> Config {
     Config {
-        exports: vec![dir.path().to_path_buf()],
-        read_only: false,
+        exports: vec![ExportLine::everyone(
+            dir.path(),
+            ExportOptions {
+                read_only: false,
+                squash: Squash::None,
+                secure: false,
+                ..ExportOptions::default()
+            },
+        )],
         bind: Ipv4Addr::LOCALHOST.into(),
         nfs_port: 0,
         mount_port: 0,
         rpcbind: RpcbindMode::Off,
         portmap_port: 0,
-        squash: Squash::None,
-        anon_uid: 65534,
-        anon_gid: 65534,
     }
 }
 
