@@ -37,7 +37,8 @@
 //! # What this crate does not do
 //!
 //! NLM (locking; clients mount with `nolock`), NFSv4, a duplicate request cache,
-//! ACLs over the wire, UDP.
+//! ACLs over the wire, UDP, netgroups and host name wildcards in exports
+//! ([`exports`]).
 #![warn(missing_docs, unreachable_pub)]
 
 pub mod creds;
