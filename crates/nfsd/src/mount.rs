@@ -9,6 +9,7 @@ use nfs3::mount::*;
 use oncrpc::{Peer, Request, Service, ServiceError, ServiceResult};
 use xdr::{Bytes, Decode, Decoder, Encode};
 
+use crate::exports::Denied;
 use crate::nfs::NfsServer;
 use crate::vfs::{check_name, NameUse};
 
@@ -63,7 +64,19 @@ impl MountService {
             return MountRes3::Fail(MountStat3::MNT3ERR_NOENT);
         };
         if let Err(why) = served.clients.admit(peer) {
-            tracing::info!(?peer, export = %served.export.path.display(), ?why, "MNT refused");
+            // As Linux mountd logs "refused mount request from ...": an admin's first
+            // clue when a client cannot mount.
+            let from = peer.map_or("a caller with no address".to_string(), |p| {
+                p.addr.to_string()
+            });
+            tracing::warn!(
+                "refused mount request from {from} for {}: {}",
+                served.export.path.display(),
+                match why {
+                    Denied::NotListed => "no client entry matches",
+                    Denied::InsecurePort => "source port not below 1024 (export is `secure`)",
+                }
+            );
             return MountRes3::Fail(MountStat3::MNT3ERR_ACCES);
         }
         let ex = &served.export;
