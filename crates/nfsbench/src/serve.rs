@@ -15,7 +15,7 @@ use std::path::PathBuf;
 
 use nfsd::rdma::RdmaOptions;
 use nfsd::server::{Bound, Config, RpcbindMode};
-use nfsd::Squash;
+use nfsd::{ExportLine, ExportOptions, Squash};
 
 /// What to serve.
 #[derive(Debug, Clone)]
@@ -45,16 +45,20 @@ pub fn run(opts: &ServeOptions) -> std::io::Result<()> {
 
 async fn serve(opts: &ServeOptions) -> std::io::Result<()> {
     let config = Config {
-        exports: vec![opts.export.clone()],
-        read_only: false,
+        exports: vec![ExportLine::everyone(
+            opts.export.clone(),
+            ExportOptions {
+                read_only: false,
+                squash: Squash::None,
+                secure: false,
+                ..ExportOptions::default()
+            },
+        )],
         bind: opts.bind,
         nfs_port: opts.nfs_port,
         mount_port: opts.mount_port,
         rpcbind: RpcbindMode::Off,
         portmap_port: 0,
-        squash: Squash::None,
-        anon_uid: 65534,
-        anon_gid: 65534,
     };
     let mut bound = Bound::new(&config).await?;
     if let Some(port) = opts.rdma_port {

@@ -6,12 +6,14 @@
 //! of the call, so the kernel does every permission check exactly as for a local
 //! process of that user. Handle resolution runs as the server, as knfsd does.
 //!
-//! [`Squash`] maps identities first: by default (like knfsd's `root_squash`) uid 0 and
-//! gid 0 become the anonymous ids; AUTH_NONE callers are always anonymous.
+//! [`Squash`] maps identities first, per export and client
+//! ([`crate::exports::ExportOptions::identity`]): by default (like knfsd's
+//! `root_squash`) uid 0 and gid 0 become the anonymous ids; AUTH_NONE callers are
+//! always anonymous.
 //!
 //! A server that does not run as root cannot switch identities: every call then acts
 //! as the server's own user (an implicit `all_squash` to that user), which
-//! [`Policy::switching`] reports so the binary can say so at startup.
+//! [`switching`] reports so the binary can say so at startup.
 
 use rustix::process::{Gid, Uid};
 
@@ -38,58 +40,10 @@ pub enum Squash {
     All,
 }
 
-/// The identity policy of a server.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Policy {
-    /// The squash mode.
-    pub squash: Squash,
-    /// Anonymous user id (65534, `nobody`, by default).
-    pub anon_uid: u32,
-    /// Anonymous group id.
-    pub anon_gid: u32,
-    /// Whether identities are switched (the server runs as root).
-    pub switching: bool,
-}
-
-impl Policy {
-    /// A policy; switching is on when the process's effective uid is 0.
-    pub fn new(squash: Squash, anon_uid: u32, anon_gid: u32) -> Self {
-        Policy {
-            squash,
-            anon_uid,
-            anon_gid,
-            switching: rustix::process::geteuid().is_root(),
-        }
-    }
-
-    /// The identity a call acts as, from its AUTH_SYS uid, gid and groups
-    /// (`None` for AUTH_NONE).
-    pub fn identity(&self, sys: Option<(u32, u32, &[u32])>) -> Identity {
-        let anon = Identity {
-            uid: self.anon_uid,
-            gid: self.anon_gid,
-            groups: Vec::new(),
-        };
-        let Some((uid, gid, groups)) = sys else {
-            return anon;
-        };
-        match self.squash {
-            Squash::All => anon,
-            Squash::None => Identity {
-                uid,
-                gid,
-                groups: groups.to_vec(),
-            },
-            Squash::Root => Identity {
-                uid: if uid == 0 { self.anon_uid } else { uid },
-                gid: if gid == 0 { self.anon_gid } else { gid },
-                groups: groups
-                    .iter()
-                    .map(|&g| if g == 0 { self.anon_gid } else { g })
-                    .collect(),
-            },
-        }
-    }
+/// Whether identities can be switched: only a server running as root can (else every
+/// call acts as the server's own user).
+pub fn switching() -> bool {
+    rustix::process::geteuid().is_root()
 }
 
 /// While alive, the current thread's file-system identity is the caller's. Dropping
@@ -101,12 +55,12 @@ pub struct AsCaller {
 }
 
 impl AsCaller {
-    /// Switches the current thread to `id`, if the policy switches at all.
+    /// Switches the current thread to `id` if `switching` (see [`switching`]).
     ///
     /// Only for threads that run nothing else meanwhile (tokio's blocking pool):
     /// the switch is per thread.
-    pub fn enter(policy: &Policy, id: &Identity) -> Self {
-        if !policy.switching {
+    pub fn enter(switching: bool, id: &Identity) -> Self {
+        if !switching {
             return AsCaller { active: false };
         }
         let groups: Vec<Gid> = id.groups.iter().map(|&g| Gid::from_raw(g)).collect();
@@ -133,37 +87,5 @@ fn set_fs_ids(uid: u32, gid: u32) {
     unsafe {
         libc::setfsgid(gid);
         libc::setfsuid(uid);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn policy(squash: Squash) -> Policy {
-        Policy {
-            squash,
-            anon_uid: 65534,
-            anon_gid: 65534,
-            switching: false,
-        }
-    }
-
-    #[test]
-    fn root_squash_maps_only_root() {
-        let p = policy(Squash::Root);
-        assert_eq!(p.identity(Some((0, 0, &[0, 5]))).uid, 65534);
-        assert_eq!(p.identity(Some((0, 0, &[0, 5]))).groups, vec![65534, 5]);
-        assert_eq!(p.identity(Some((1000, 100, &[]))).uid, 1000);
-        assert_eq!(p.identity(None).uid, 65534);
-    }
-
-    #[test]
-    fn all_squash_and_no_squash() {
-        assert_eq!(
-            policy(Squash::All).identity(Some((1000, 1000, &[]))).uid,
-            65534
-        );
-        assert_eq!(policy(Squash::None).identity(Some((0, 0, &[]))).uid, 0);
     }
 }

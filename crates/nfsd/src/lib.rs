@@ -11,6 +11,7 @@
 //!            |
 //!   vfs (export-confined openat/O_NOFOLLOW access, handle resolution)
 //!   fh (handle format)   errno (errno -> nfsstat3)   creds (AUTH_SYS identities)
+//!   exports (exports(5) table; the access check of every MNT and every handle)
 //! ```
 //!
 //! The NFS and MOUNT programs are transport-neutral `oncrpc` services: anything that
@@ -36,11 +37,13 @@
 //! # What this crate does not do
 //!
 //! NLM (locking; clients mount with `nolock`), NFSv4, a duplicate request cache,
-//! ACLs over the wire, UDP.
+//! ACLs over the wire, UDP, netgroups and host name wildcards in exports
+//! ([`exports`]).
 #![warn(missing_docs, unreachable_pub)]
 
 pub mod creds;
 pub mod errno;
+pub mod exports;
 pub mod fh;
 pub mod mount;
 pub mod nfs;
@@ -51,8 +54,9 @@ pub mod server;
 pub mod service;
 pub mod vfs;
 
-pub use creds::{Policy, Squash};
+pub use creds::Squash;
+pub use exports::{Clients, ExportLine, ExportOptions};
 pub use mount::MountService;
-pub use nfs::NfsServer;
+pub use nfs::{Caller, NfsServer, Served, Table};
 pub use service::NfsService;
 pub use vfs::Export;

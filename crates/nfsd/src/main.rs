@@ -7,6 +7,7 @@
 //! nfsd --rdma-port 30049 /srv/export       # NFS/RDMA on another port
 //! nfsd --rdma-version 1 /srv/export        # RPC-over-RDMA Version One only
 //! nfsd --no-rdma --nfs-port 12049 --mount-port 12048 --read-only /srv/a /srv/b
+//! nfsd --exports /etc/exports              # per-client access (exports(5)); SIGHUP reloads
 //! ```
 //! Clients find MOUNT (and NFS over TCP) through the host's rpcbind, or, when none
 //! runs, through our own portmapper on port 111 (`--rpcbind auto`, the default):
@@ -15,21 +16,32 @@
 
 use std::net::IpAddr;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use clap::{Parser, ValueEnum};
 use nfsd::rdma::RdmaOptions;
-use nfsd::server::{Bound, Config, RpcbindMode};
-use nfsd::Squash;
+use nfsd::server::{export_lines, Bound, Config, RpcbindMode};
+use nfsd::{ExportLine, ExportOptions, NfsServer, Squash};
 
 /// Serve local directories over NFS version 3 and MOUNT version 3.
 #[derive(Debug, Parser)]
 #[command(name = "nfsd", version)]
 struct Cli {
-    /// Directories to export (each is mounted by its absolute path).
-    #[arg(required = true)]
+    /// Directories to export to every client (each is mounted by its absolute path):
+    /// a shortcut for the exports file line `DIR *(rw,root_squash,insecure)`, changed
+    /// by --read-only, --squash, --anon-uid and --anon-gid.
+    #[arg(
+        required_unless_present = "exports_file",
+        conflicts_with = "exports_file"
+    )]
     exports: Vec<PathBuf>,
-    /// Export read-only (every modifying call gets NFS3ERR_ROFS).
-    #[arg(long)]
+    /// Exports file in the /etc/exports syntax (exports(5); see docs/exports.md):
+    /// per-client host/network lists, ro/rw, squashing, secure ports. Reloaded on
+    /// SIGHUP.
+    #[arg(long = "exports", value_name = "FILE")]
+    exports_file: Option<PathBuf>,
+    /// Export the directories read-only (every modifying call gets NFS3ERR_ROFS).
+    #[arg(long, conflicts_with = "exports_file")]
     read_only: bool,
     /// Address to listen on.
     #[arg(long, default_value = "0.0.0.0")]
@@ -68,15 +80,15 @@ struct Cli {
     /// Port of our own portmapper (--rpcbind serve, or auto without rpcbind).
     #[arg(long, default_value_t = 111)]
     portmap_port: u16,
-    /// Identity mapping of AUTH_SYS callers: root (uid/gid 0 become anonymous),
-    /// none, all (everyone is anonymous).
-    #[arg(long, value_enum, default_value_t = SquashArg::Root)]
+    /// Identity mapping of AUTH_SYS callers of the directories: root (uid/gid 0
+    /// become anonymous), none, all (everyone is anonymous).
+    #[arg(long, value_enum, default_value_t = SquashArg::Root, conflicts_with = "exports_file")]
     squash: SquashArg,
-    /// Anonymous uid.
-    #[arg(long, default_value_t = 65534)]
+    /// Anonymous uid of the directories.
+    #[arg(long, default_value_t = 65534, conflicts_with = "exports_file")]
     anon_uid: u32,
-    /// Anonymous gid.
-    #[arg(long, default_value_t = 65534)]
+    /// Anonymous gid of the directories.
+    #[arg(long, default_value_t = 65534, conflicts_with = "exports_file")]
     anon_gid: u32,
 }
 
@@ -104,9 +116,33 @@ fn main() -> std::process::ExitCode {
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();
+    let exports = match &cli.exports_file {
+        Some(file) => match nfsd::exports::load(file) {
+            Ok(lines) => lines,
+            Err(e) => {
+                eprintln!("nfsd: {e}");
+                return std::process::ExitCode::FAILURE;
+            }
+        },
+        None => {
+            let options = ExportOptions {
+                read_only: cli.read_only,
+                squash: match cli.squash {
+                    SquashArg::Root => Squash::Root,
+                    SquashArg::None => Squash::None,
+                    SquashArg::All => Squash::All,
+                },
+                anon_uid: cli.anon_uid,
+                anon_gid: cli.anon_gid,
+                // As before exports files: any source port.
+                secure: false,
+            };
+            let lines = cli.exports.iter().map(|p| ExportLine::everyone(p, options));
+            lines.collect()
+        }
+    };
     let config = Config {
-        exports: cli.exports,
-        read_only: cli.read_only,
+        exports,
         bind: cli.bind,
         nfs_port: cli.nfs_port,
         mount_port: cli.mount_port,
@@ -117,13 +153,6 @@ fn main() -> std::process::ExitCode {
             RpcbindArg::Off => RpcbindMode::Off,
         },
         portmap_port: cli.portmap_port,
-        squash: match cli.squash {
-            SquashArg::Root => Squash::Root,
-            SquashArg::None => Squash::None,
-            SquashArg::All => Squash::All,
-        },
-        anon_uid: cli.anon_uid,
-        anon_gid: cli.anon_gid,
     };
     // Modes from clients are applied exactly, as knfsd does.
     rustix::process::umask(rustix::fs::Mode::empty());
@@ -140,7 +169,7 @@ fn main() -> std::process::ExitCode {
         transport: RdmaOptions::server_transport(cli.rdma_version == 2),
         ..RdmaOptions::new((cli.bind, cli.rdma_port).into())
     });
-    match runtime.block_on(run(config, rdma)) {
+    match runtime.block_on(run(config, rdma, cli.exports_file)) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("nfsd: {e}");
@@ -149,14 +178,22 @@ fn main() -> std::process::ExitCode {
     }
 }
 
-async fn run(config: Config, rdma: Option<RdmaOptions>) -> std::io::Result<()> {
+async fn run(
+    config: Config,
+    rdma: Option<RdmaOptions>,
+    exports_file: Option<PathBuf>,
+) -> std::io::Result<()> {
     let mut bound = Bound::new(&config).await?;
     if let Some(opts) = &rdma {
         bound.listen_rdma(opts).await?;
     }
+    if let Some(file) = &exports_file {
+        println!("nfsd: exports from {} (SIGHUP reloads it)", file.display());
+    }
     for line in bound.describe() {
         println!("nfsd: {line}");
     }
+    tokio::spawn(reload_on_sighup(bound.server().clone(), exports_file));
     println!("nfsd: ready");
     let shutdown = async {
         let name = signal().await;
@@ -165,6 +202,33 @@ async fn run(config: Config, rdma: Option<RdmaOptions>) -> std::io::Result<()> {
     bound.serve(shutdown).await?;
     println!("nfsd: stopped");
     Ok(())
+}
+
+/// On each SIGHUP, reads the exports file again and serves it; a file that does not
+/// load (or a directory that does not open) is reported and the exports in force stay.
+async fn reload_on_sighup(server: Arc<NfsServer>, file: Option<PathBuf>) {
+    use tokio::signal::unix::{signal, SignalKind};
+    let Ok(mut hup) = signal(SignalKind::hangup()) else {
+        return;
+    };
+    while hup.recv().await.is_some() {
+        let Some(file) = &file else {
+            println!("nfsd: SIGHUP: no exports file (--exports) to reload");
+            continue;
+        };
+        let reloaded = nfsd::exports::load(file)
+            .map_err(std::io::Error::from)
+            .and_then(|lines| server.reload(&lines));
+        match reloaded {
+            Ok(()) => {
+                println!("nfsd: SIGHUP: exports reloaded from {}", file.display());
+                for line in export_lines(&server) {
+                    println!("nfsd: {line}");
+                }
+            }
+            Err(e) => eprintln!("nfsd: SIGHUP: {e}; the exports in force stay"),
+        }
+    }
 }
 
 /// Waits for SIGINT or SIGTERM and names it.

@@ -6,9 +6,10 @@
 use std::sync::{Arc, Mutex};
 
 use nfs3::mount::*;
-use oncrpc::{Request, Service, ServiceError, ServiceResult};
+use oncrpc::{Peer, Request, Service, ServiceError, ServiceResult};
 use xdr::{Bytes, Decode, Decoder, Encode};
 
+use crate::exports::Denied;
 use crate::nfs::NfsServer;
 use crate::vfs::{check_name, NameUse};
 
@@ -36,54 +37,88 @@ impl MountService {
         self.mounts.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// MNT: the handle of `path`, an export or a directory inside one.
-    pub fn mnt(&self, path: &[u8]) -> MountRes3 {
+    /// MNT: the handle of `path`, an export or a directory inside one (of the
+    /// deepest export that holds it), if the export's clients admit `peer`
+    /// (MNT3ERR_ACCES otherwise, as Linux mountd answers).
+    pub fn mnt(&self, path: &[u8], peer: Option<&Peer>) -> MountRes3 {
+        let table = self.server.table();
         let trimmed = trim_slashes(path);
-        for ex in self.server.exports() {
-            let root = ex.path.as_os_str().as_encoded_bytes();
-            let root = trim_slashes(root);
-            let rest = if trimmed == root {
-                &b""[..]
-            } else if trimmed.starts_with(root) && trimmed.get(root.len()) == Some(&b'/') {
-                &trimmed[root.len() + 1..]
-            } else {
-                continue;
+        let found = table
+            .exports
+            .iter()
+            .filter_map(|s| {
+                let root = trim_slashes(s.export.path.as_os_str().as_encoded_bytes());
+                let rest = if trimmed == root {
+                    &b""[..]
+                } else if root == b"/" && trimmed.starts_with(b"/") {
+                    &trimmed[1..]
+                } else if trimmed.starts_with(root) && trimmed.get(root.len()) == Some(&b'/') {
+                    &trimmed[root.len() + 1..]
+                } else {
+                    return None;
+                };
+                Some((root.len(), s, rest))
+            })
+            .max_by_key(|(len, ..)| *len);
+        let Some((_, served, rest)) = found else {
+            return MountRes3::Fail(MountStat3::MNT3ERR_NOENT);
+        };
+        if let Err(why) = served.clients.admit(peer) {
+            // As Linux mountd logs "refused mount request from ...": an admin's first
+            // clue when a client cannot mount.
+            let from = peer.map_or("a caller with no address".to_string(), |p| {
+                p.addr.to_string()
+            });
+            tracing::warn!(
+                "refused mount request from {from} for {}: {}",
+                served.export.path.display(),
+                match why {
+                    Denied::NotListed => "no client entry matches",
+                    Denied::InsecurePort => "source port not below 1024 (export is `secure`)",
+                }
+            );
+            return MountRes3::Fail(MountStat3::MNT3ERR_ACCES);
+        }
+        let ex = &served.export;
+        let mut node = match ex.resolve(&ex.root_handle()) {
+            Ok(n) => n,
+            Err(_) => return MountRes3::Fail(MountStat3::MNT3ERR_IO),
+        };
+        for comp in rest.split(|&b| b == b'/').filter(|c| !c.is_empty()) {
+            let Ok(name) = check_name(comp, NameUse::Create) else {
+                return MountRes3::Fail(MountStat3::MNT3ERR_NOENT);
             };
-            let mut node = match ex.resolve(&ex.root_handle()) {
+            node = match ex.child(&node, name) {
                 Ok(n) => n,
-                Err(_) => return MountRes3::Fail(MountStat3::MNT3ERR_IO),
-            };
-            for comp in rest.split(|&b| b == b'/').filter(|c| !c.is_empty()) {
-                let Ok(name) = check_name(comp, NameUse::Create) else {
-                    return MountRes3::Fail(MountStat3::MNT3ERR_NOENT);
-                };
-                node = match ex.child(&node, name) {
-                    Ok(n) => n,
-                    Err(_) => return MountRes3::Fail(MountStat3::MNT3ERR_NOENT),
-                };
-            }
-            if !node.meta.is_dir() {
-                return MountRes3::Fail(MountStat3::MNT3ERR_NOTDIR);
-            }
-            return MountRes3::Ok {
-                fhandle: ex.handle(&node.meta).to_nfs().0,
-                auth_flavors: AUTH_FLAVORS.to_vec(),
+                Err(_) => return MountRes3::Fail(MountStat3::MNT3ERR_NOENT),
             };
         }
-        MountRes3::Fail(MountStat3::MNT3ERR_NOENT)
+        if !node.meta.is_dir() {
+            return MountRes3::Fail(MountStat3::MNT3ERR_NOTDIR);
+        }
+        MountRes3::Ok {
+            fhandle: ex.handle(&node.meta).to_nfs().0,
+            auth_flavors: AUTH_FLAVORS.to_vec(),
+        }
     }
 
-    /// EXPORT: every export, open to every host.
+    /// EXPORT: every export and its clients as written (`showmount -e` prints them).
     pub fn exports(&self) -> Exports {
         Exports(
             self.server
-                .exports()
+                .table()
+                .exports
                 .iter()
-                .map(|e| ExportNode {
+                .map(|s| ExportNode {
                     ex_dir: DirPath(Bytes::copy_from_slice(
-                        e.path.as_os_str().as_encoded_bytes(),
+                        s.export.path.as_os_str().as_encoded_bytes(),
                     )),
-                    ex_groups: Vec::new(),
+                    ex_groups: s
+                        .clients
+                        .0
+                        .iter()
+                        .map(|r| MntName(Bytes::copy_from_slice(r.name.as_bytes())))
+                        .collect(),
                 })
                 .collect(),
         )
@@ -116,7 +151,7 @@ impl Service for MountService {
                 let mut args = req.args;
                 let path = DirPath::decode(&mut args)?;
                 args.finish()?;
-                let res = self.mnt(&path.0);
+                let res = self.mnt(&path.0, req.peer.as_ref());
                 if matches!(res, MountRes3::Ok { .. }) {
                     self.mounts().push((host, path.0));
                 }

@@ -2,7 +2,7 @@
 //! procedure table (RFC 1813 §3). Transport-neutral: [`crate::service::NfsService`]
 //! adapts it to an `oncrpc` dispatcher, which TCP and RPC-over-RDMA both feed.
 
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 
 use nfs3::attr::*;
 use nfs3::dir::*;
@@ -10,10 +10,11 @@ use nfs3::fs::*;
 use nfs3::io::*;
 use nfs3::readdir::*;
 use nfs3::{NfsFh3, NfsProc3, NfsStat3, PostOpAttr, WccData, WriteVerf3};
-use oncrpc::ServiceError;
+use oncrpc::{Credentials, Peer, ServiceError};
 use xdr::{Decode, Decoder, Encode, XdrStream};
 
-use crate::creds::{Identity, Policy};
+use crate::creds::Identity;
+use crate::exports::{Clients, ExportLine, ExportOptions};
 use crate::fh::FileHandle;
 use crate::proc;
 use crate::vfs::{Export, Meta, Node};
@@ -21,64 +22,184 @@ use crate::vfs::{Export, Meta, Node};
 /// Largest READ and WRITE the server accepts (FSINFO `rtmax` / `wtmax`): 1 MiB.
 pub const MAX_IO: u32 = 1024 * 1024;
 
-/// One NFSv3 server: its exports and identity policy.
+/// An export as served: the open directory and who may use it, how.
+#[derive(Debug)]
+pub struct Served {
+    /// The directory tree.
+    pub export: Arc<Export>,
+    /// Its clients and their options.
+    pub clients: Clients,
+}
+
+/// The exports in force. A reload replaces the whole table; a call in flight keeps
+/// the one it started with.
+#[derive(Debug, Default)]
+pub struct Table {
+    /// In the order given.
+    pub exports: Vec<Served>,
+}
+
+impl Table {
+    /// Opens the directories of `lines`. Directories `previous` already serves are
+    /// taken over as they are (their handle caches survive a reload).
+    ///
+    /// Fails, naming the path (and line), if a directory cannot be opened or two
+    /// lines name the same directory.
+    pub fn open(lines: &[ExportLine], previous: Option<&Table>) -> std::io::Result<Table> {
+        let mut exports: Vec<Served> = Vec::new();
+        for l in lines {
+            let at = if l.line > 0 {
+                format!(" (line {})", l.line)
+            } else {
+                String::new()
+            };
+            let fresh = Export::open(&l.path).map_err(|e| {
+                std::io::Error::new(e.kind(), format!("export {}{at}: {e}", l.path.display()))
+            })?;
+            if let Some(dup) = exports.iter().find(|s| s.export.id == fresh.id) {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    format!(
+                        "export {}{at} is the directory {} again",
+                        l.path.display(),
+                        dup.export.path.display()
+                    ),
+                ));
+            }
+            let export = previous
+                .and_then(|t| t.find(fresh.id))
+                .filter(|s| s.export.path == fresh.path)
+                .map(|s| s.export.clone())
+                .unwrap_or_else(|| Arc::new(fresh));
+            exports.push(Served {
+                export,
+                clients: l.clients.clone(),
+            });
+        }
+        Ok(Table { exports })
+    }
+
+    /// The export with id `id`.
+    pub fn find(&self, id: u64) -> Option<&Served> {
+        self.exports.iter().find(|s| s.export.id == id)
+    }
+
+    /// Finds the export and object a handle names, for `caller`.
+    ///
+    /// Malformed handles are NFS3ERR_BADHANDLE; handles of no export of ours (another
+    /// server's, a removed export's) and objects not found inside the export are
+    /// NFS3ERR_STALE (RFC 1813 §2.6); a caller the export's clients do not admit
+    /// gets NFS3ERR_ACCES, decided before the file system is touched.
+    pub fn resolve(&self, fh: &NfsFh3, caller: &Caller) -> Result<(&Arc<Export>, Node), NfsStat3> {
+        let h = FileHandle::from_nfs(fh)?;
+        let served = self.find(h.export).ok_or(NfsStat3::NFS3ERR_STALE)?;
+        if let Err(why) = served.clients.admit(caller.peer.as_ref()) {
+            tracing::debug!(peer = ?caller.peer, export = %served.export.path.display(), ?why, "NFS call refused");
+            return Err(NfsStat3::NFS3ERR_ACCES);
+        }
+        Ok((&served.export, served.export.resolve(&h)?))
+    }
+}
+
+/// Who makes a call: where it came from and its AUTH_SYS credentials.
+#[derive(Debug, Clone, Default)]
+pub struct Caller {
+    /// The transport's peer (`None`: dispatched in process).
+    pub peer: Option<Peer>,
+    /// AUTH_SYS uid, gid and groups; `None` for AUTH_NONE.
+    pub sys: Option<(u32, u32, Vec<u32>)>,
+}
+
+impl Caller {
+    /// The caller of `cred` from `peer`.
+    pub fn new(peer: Option<Peer>, cred: &Credentials) -> Caller {
+        Caller {
+            peer,
+            sys: match cred {
+                Credentials::Sys(p) => Some((p.uid, p.gid, p.gids.clone())),
+                _ => None,
+            },
+        }
+    }
+
+    /// The identity this caller acts as under `options`.
+    pub fn identity(&self, options: &ExportOptions) -> Identity {
+        options.identity(self.sys.as_ref().map(|(u, g, gs)| (*u, *g, &gs[..])))
+    }
+}
+
+/// One NFSv3 server: its exports and the write verifier.
 #[derive(Debug)]
 pub struct NfsServer {
-    exports: Vec<Arc<Export>>,
-    /// How callers' AUTH_SYS identities are applied.
-    pub policy: Policy,
+    table: RwLock<Arc<Table>>,
+    /// Whether callers' identities are applied (the server runs as root).
+    pub switching: bool,
     /// RFC 1813 §3.3.7: the write verifier, "changed ... when the server crashes and
     /// recovers": here, on every start (start time in nanoseconds and the pid).
     pub verifier: WriteVerf3,
 }
 
 impl NfsServer {
-    /// A server for `exports`.
-    pub fn new(exports: Vec<Arc<Export>>, policy: Policy) -> Self {
+    /// A server for the exports of `table`.
+    pub fn new(table: Table) -> Self {
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_nanos() as u64)
             .unwrap_or(0);
         let verifier = (now ^ (u64::from(std::process::id()) << 48)).to_be_bytes();
         NfsServer {
-            exports,
-            policy,
+            table: RwLock::new(Arc::new(table)),
+            switching: crate::creds::switching(),
             verifier,
         }
     }
 
-    /// The exports.
-    pub fn exports(&self) -> &[Arc<Export>] {
-        &self.exports
+    /// The exports in force now.
+    pub fn table(&self) -> Arc<Table> {
+        self.table.read().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
-    /// Finds the export and object a handle names.
+    /// Serves `lines` from now on (a reload): opens them first, and on any error keeps
+    /// the exports in force. Calls in flight finish under the table they started with.
+    pub fn reload(&self, lines: &[ExportLine]) -> std::io::Result<()> {
+        let table = Table::open(lines, Some(&self.table()))?;
+        *self.table.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(table);
+        Ok(())
+    }
+
+    /// Serves one call of procedure `proc` for `caller`, on the calling thread (which
+    /// may block in file-system calls).
     ///
-    /// Malformed handles are NFS3ERR_BADHANDLE; handles of no export of ours (another
-    /// server's, a removed export's) and objects not found inside the export are
-    /// NFS3ERR_STALE (RFC 1813 §2.6).
-    pub fn resolve(&self, fh: &NfsFh3) -> Result<(&Arc<Export>, Node), NfsStat3> {
-        let h = FileHandle::from_nfs(fh)?;
-        let ex = self
-            .exports
-            .iter()
-            .find(|e| e.id == h.export)
-            .ok_or(NfsStat3::NFS3ERR_STALE)?;
-        Ok((ex, ex.resolve(&h)?))
-    }
-
-    /// Serves one call of procedure `proc` as `id`, on the calling thread (which may
-    /// block in file-system calls).
+    /// Every handle the procedure uses goes through [`Table::resolve`], the access
+    /// check. The identity the call acts as and whether it may modify anything come
+    /// from the options the caller has on the export of the call's first handle
+    /// (every NFSv3 procedure but NULL starts with one, RFC 1813 §3.3); a second
+    /// handle (RENAME, LINK) in another export gets NFS3ERR_XDEV anyway.
     ///
     /// Arguments that do not decode, or leave bytes over, are GARBAGE_ARGS
     /// (RFC 5531 §9); an unknown procedure is PROC_UNAVAIL.
     pub fn call(
         &self,
         proc: NfsProc3,
-        id: &Identity,
+        caller: &Caller,
         args: Decoder,
     ) -> Result<XdrStream, ServiceError> {
-        let cx = Cx { s: self, id };
+        let table = self.table();
+        // A first handle that is malformed, stale or refused leaves the anonymous,
+        // read-only defaults: the procedure then fails resolving it, with its status.
+        let options = NfsFh3::decode(&mut args.clone())
+            .ok()
+            .and_then(|fh| FileHandle::from_nfs(&fh).ok())
+            .and_then(|h| table.find(h.export))
+            .and_then(|s| s.clients.admit(caller.peer.as_ref()).ok().copied())
+            .unwrap_or_default();
+        let cx = Cx {
+            s: self,
+            table: &table,
+            caller,
+            id: caller.identity(&options),
+            read_only: options.read_only,
+        };
         match proc {
             NfsProc3::NULL => run(args, |nfs3::Void| nfs3::Void),
             NfsProc3::GETATTR => run(args, |a: GetAttr3Args| proc::attr::getattr(&cx, a)),
@@ -119,17 +240,29 @@ fn run<A: Decode, R: Encode>(
     Ok(f(a).to_xdr())
 }
 
-/// What a procedure runs with: the server and the caller's identity.
+/// What a procedure runs with: the server, the exports table of this call, the
+/// caller, and what the caller may do on the export of the call's first handle.
 pub(crate) struct Cx<'a> {
     pub(crate) s: &'a NfsServer,
-    pub(crate) id: &'a Identity,
+    table: &'a Table,
+    caller: &'a Caller,
+    /// The identity the caller acts as.
+    pub(crate) id: Identity,
+    /// The caller may not modify the export (`ro`): NFS3ERR_ROFS.
+    pub(crate) read_only: bool,
 }
 
 impl Cx<'_> {
     /// Runs `f` with the caller's file-system identity.
     pub(crate) fn as_caller<T>(&self, f: impl FnOnce() -> T) -> T {
-        let _guard = crate::creds::AsCaller::enter(&self.s.policy, self.id);
+        let _guard = crate::creds::AsCaller::enter(self.s.switching, &self.id);
         f()
+    }
+
+    /// The export and object `fh` names, if the caller may use that export: every
+    /// procedure resolves every handle here ([`Table::resolve`]).
+    pub(crate) fn resolve(&self, fh: &NfsFh3) -> Result<(&Arc<Export>, Node), NfsStat3> {
+        self.table.resolve(fh, self.caller)
     }
 }
 

@@ -8,7 +8,6 @@
 
 use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -19,10 +18,11 @@ use oncrpc::Dispatcher;
 use tokio::net::{TcpListener, UdpSocket};
 use tokio::sync::watch;
 
-use crate::creds::{Policy, Squash};
+use crate::exports::ExportLine;
+use crate::nfs::Table;
 use crate::portmap::{Portmapper, Registration, PMAP_PROGRAM};
 use crate::rdma::{RdmaListener, RdmaOptions};
-use crate::{Export, MountService, NfsServer, NfsService};
+use crate::{MountService, NfsServer, NfsService};
 
 /// What to do about rpcbind.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -44,10 +44,10 @@ pub enum RpcbindMode {
 /// Server settings.
 #[derive(Debug, Clone)]
 pub struct Config {
-    /// Directories to export.
-    pub exports: Vec<PathBuf>,
-    /// Export them read-only.
-    pub read_only: bool,
+    /// What to export to whom, how: the lines of an exports file
+    /// ([`crate::exports::load`]), or directories for everyone
+    /// ([`ExportLine::everyone`]).
+    pub exports: Vec<ExportLine>,
     /// Address to listen on.
     pub bind: IpAddr,
     /// NFS port (2049).
@@ -59,12 +59,6 @@ pub struct Config {
     /// Port of our own portmapper with [`RpcbindMode::Serve`], or
     /// [`RpcbindMode::Auto`] when no rpcbind answers (111).
     pub portmap_port: u16,
-    /// Identity mapping.
-    pub squash: Squash,
-    /// Anonymous uid.
-    pub anon_uid: u32,
-    /// Anonymous gid.
-    pub anon_gid: u32,
 }
 
 /// Listeners bound and exports opened, not yet serving.
@@ -88,18 +82,7 @@ pub struct Bound {
 impl Bound {
     /// Opens the exports and binds the listeners.
     pub async fn new(config: &Config) -> std::io::Result<Bound> {
-        let mut exports: Vec<Arc<Export>> = Vec::new();
-        for path in &config.exports {
-            let ex = Export::open(path, config.read_only).map_err(|e| {
-                std::io::Error::new(e.kind(), format!("export {}: {e}", path.display()))
-            })?;
-            if exports.iter().any(|e| e.id == ex.id) {
-                continue;
-            }
-            exports.push(Arc::new(ex));
-        }
-        let policy = Policy::new(config.squash, config.anon_uid, config.anon_gid);
-        let server = Arc::new(NfsServer::new(exports, policy));
+        let server = Arc::new(NfsServer::new(Table::open(&config.exports, None)?));
         let listen = |port| TcpListener::bind(SocketAddr::new(config.bind, port));
         let nfs = listen(config.nfs_port).await?;
         let nfs_port = nfs.local_addr()?.port();
@@ -179,19 +162,7 @@ impl Bound {
     /// The startup report: what is exported, where it listens, how identities and
     /// rpcbind are handled. One line each.
     pub fn describe(&self) -> Vec<String> {
-        let mut lines = Vec::new();
-        for ex in self.server.exports() {
-            lines.push(format!(
-                "export {} ({}), fsid {:#018x}",
-                ex.path.display(),
-                if ex.read_only {
-                    "read-only"
-                } else {
-                    "read-write"
-                },
-                ex.id
-            ));
-        }
+        let mut lines = export_lines(&self.server);
         if let Ok(a) = self.nfs_addr() {
             lines.push(format!("NFS v3 listening on tcp {a}"));
         }
@@ -207,12 +178,8 @@ impl Bound {
             None => lines.push("NFS/RDMA: off".to_string()),
         }
         lines.push(self.describe_rpcbind());
-        let p = &self.server.policy;
-        lines.push(if p.switching {
-            format!(
-                "AUTH_SYS identities applied, squash {:?} (anonymous {}:{})",
-                p.squash, p.anon_uid, p.anon_gid
-            )
+        lines.push(if self.server.switching {
+            "AUTH_SYS identities applied, squashed per export".to_string()
         } else {
             format!(
                 "not running as root: every call acts as uid {} (AUTH_SYS identities not applied)",
@@ -359,6 +326,23 @@ impl Bound {
         }
         result
     }
+}
+
+/// One line per export: its directory and its clients with their options.
+pub fn export_lines(server: &NfsServer) -> Vec<String> {
+    server
+        .table()
+        .exports
+        .iter()
+        .map(|s| {
+            format!(
+                "export {} to {}, fsid {:#018x}",
+                s.export.path.display(),
+                s.clients,
+                s.export.id
+            )
+        })
+        .collect()
 }
 
 fn flatten(r: Result<std::io::Result<()>, tokio::task::JoinError>) -> std::io::Result<()> {

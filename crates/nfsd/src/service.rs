@@ -6,18 +6,9 @@
 use std::sync::Arc;
 
 use nfs3::NfsProc3;
-use oncrpc::{Credentials, Request, Service, ServiceError, ServiceResult};
+use oncrpc::{Request, Service, ServiceError, ServiceResult};
 
-use crate::creds::Identity;
-use crate::nfs::NfsServer;
-
-/// The identity a call acts as, from its credentials and the server's policy.
-pub fn identity(server: &NfsServer, cred: &Credentials) -> Identity {
-    match cred {
-        Credentials::Sys(p) => server.policy.identity(Some((p.uid, p.gid, &p.gids))),
-        _ => server.policy.identity(None),
-    }
-}
+use crate::nfs::{Caller, NfsServer};
 
 /// NFS version 3 (program 100003) as an RPC service.
 #[derive(Debug, Clone)]
@@ -39,9 +30,9 @@ impl Service for NfsService {
             return Err(ServiceError::ProcUnavail);
         }
         let server = self.server.clone();
-        let id = identity(&server, &req.cred);
+        let caller = Caller::new(req.peer, &req.cred);
         let args = req.args;
-        tokio::task::spawn_blocking(move || server.call(proc, &id, args))
+        tokio::task::spawn_blocking(move || server.call(proc, &caller, args))
             .await
             .map_err(|_| ServiceError::SystemErr)?
     }

@@ -268,8 +268,6 @@ pub struct Export {
     pub id: u64,
     /// The directory as given on the command line (canonical).
     pub path: PathBuf,
-    /// Refuse every modifying procedure with NFS3ERR_ROFS.
-    pub read_only: bool,
     root: OwnedFd,
     root_meta: Meta,
     links: Mutex<HashMap<Key, Link>>,
@@ -279,7 +277,7 @@ pub struct Export {
 
 impl Export {
     /// Opens `path` as an export.
-    pub fn open(path: &Path, read_only: bool) -> std::io::Result<Export> {
+    pub fn open(path: &Path) -> std::io::Result<Export> {
         let path = path.canonicalize()?;
         let root = rustix::fs::open(
             &path,
@@ -291,7 +289,6 @@ impl Export {
         Ok(Export {
             id: export_id(root_meta.key),
             path,
-            read_only,
             root,
             root_meta,
             links: Mutex::new(HashMap::new()),

@@ -1,6 +1,7 @@
 //! The `nfsd` binary over TCP: an independent client (libnfs-utils: nfs-ls, nfs-cat,
-//! nfs-cp) lists, reads and writes byte-exact; our oncrpc client checks the wire
-//! answers; SIGTERM shuts the server down cleanly.
+//! nfs-cp) lists, reads and writes byte-exact, and meets the rules of an exports file
+//! (allowed, denied, read-only, squash, secure ports, SIGHUP reloads); our oncrpc
+//! client checks the wire answers; SIGTERM shuts the server down cleanly.
 
 mod common;
 
@@ -22,6 +23,12 @@ struct Nfsd {
 
 impl Nfsd {
     fn start(args: &[&str], export: &Path) -> Nfsd {
+        let mut args = args.to_vec();
+        args.push(export.to_str().unwrap());
+        Nfsd::start_with(&args)
+    }
+
+    fn start_with(args: &[&str]) -> Nfsd {
         let mut child = Command::new(env!("CARGO_BIN_EXE_nfsd"))
             .args([
                 "--bind",
@@ -37,7 +44,6 @@ impl Nfsd {
                 "--no-rdma",
             ])
             .args(args)
-            .arg(export)
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
@@ -82,6 +88,13 @@ impl Nfsd {
             lines,
             rest: rx,
         }
+    }
+
+    /// The next line of output, within 10 s.
+    fn next_line(&self) -> String {
+        self.rest
+            .recv_timeout(std::time::Duration::from_secs(10))
+            .expect("a line from nfsd")
     }
 
     fn url(&self, path: &Path) -> String {
@@ -183,10 +196,16 @@ fn libnfs_lists_reads_and_writes_byte_exact() {
     )
     .unwrap();
     let server = Nfsd::start(&[], &export);
-    assert!(server
-        .lines
-        .iter()
-        .any(|l| l.contains("export ") && l.contains("read-write")));
+    // The directory shortcut: everyone, read-write, root squashed, any port.
+    let want = format!(
+        "nfsd: export {} to *(rw,root_squash,insecure,anonuid=65534,anongid=65534), fsid",
+        export.display()
+    );
+    assert!(
+        server.lines.iter().any(|l| l.starts_with(&want)),
+        "{:?}",
+        server.lines
+    );
 
     // nfs-ls: the root and a subdirectory.
     let ls = String::from_utf8(run(&nfs_ls, &[&server.url(&export)])).unwrap();
@@ -271,6 +290,193 @@ fn libnfs_lists_reads_and_writes_byte_exact() {
     let (status, rest) = server.terminate();
     assert!(status.success(), "exit status {status:?}");
     assert!(rest.iter().any(|l| l == "nfsd: stopped"), "{rest:?}");
+}
+
+/// Runs `cmd args`, as uid/gid 65534 if `nobody` (so libnfs cannot bind a port
+/// below 1024); its exit status and stderr.
+fn try_run(cmd: &Path, args: &[&str], nobody: bool) -> (bool, String) {
+    let mut c = if nobody {
+        let mut c = Command::new("setpriv");
+        c.args(["--reuid", "65534", "--regid", "65534", "--clear-groups"])
+            .arg(cmd);
+        c
+    } else {
+        Command::new(cmd)
+    };
+    let out = c
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("{}: {e}", cmd.display()));
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// The rules of an exports file against libnfs, an independent client (as root it
+/// calls from a port below 1024, as nobody from above; `?uid=` sets its AUTH_SYS uid):
+/// a listed client is served, one not listed gets MNT3ERR_ACCES, `ro` refuses writes,
+/// squashing maps owners, `secure` refuses high ports and `insecure` takes them;
+/// SIGHUP reloads the file (and a bad file keeps the rules in force); a malformed file
+/// stops the server at start, naming the line.
+#[test]
+fn libnfs_meets_the_exports_rules() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let (nfs_ls, nfs_cat, nfs_cp) = (tool("nfs-ls"), tool("nfs-cat"), tool("nfs-cp"));
+    let base = TempDir::new("libnfs-exports");
+    let dir = |name: &str| {
+        let d = base.path().join(name);
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o777)).unwrap();
+        d.canonicalize().unwrap()
+    };
+    let (open, ro, squash, rootsq, denied, insecure) = (
+        dir("open"),
+        dir("ro"),
+        dir("squash"),
+        dir("rootsq"),
+        dir("denied"),
+        dir("insecure"),
+    );
+    std::fs::write(ro.join("note"), b"read me\n").unwrap();
+    let exports = base.path().join("exports");
+    let table = |open_to: &str| {
+        format!(
+            "# the rules under test\n\
+             {} {open_to}(rw,no_root_squash)\n\
+             {} 127.0.0.1(ro)\n\
+             {} 127.0.0.0/8(rw,all_squash,anonuid=1234,anongid=4321)\n\
+             {} localhost(rw) # root_squash by default\n\
+             {} 192.0.2.0/24(rw,no_root_squash)\n\
+             {} -rw,insecure 127.0.0.1\n",
+            open.display(),
+            ro.display(),
+            squash.display(),
+            rootsq.display(),
+            denied.display(),
+            insecure.display()
+        )
+    };
+    std::fs::write(&exports, table("127.0.0.1")).unwrap();
+    let server = Nfsd::start_with(&["--exports", exports.to_str().unwrap()]);
+    let want = format!(
+        "nfsd: export {} to 127.0.0.1(rw,no_root_squash,secure,anonuid=65534,anongid=65534), fsid",
+        open.display()
+    );
+    assert!(
+        server.lines.iter().any(|l| l.starts_with(&want)),
+        "{:?}",
+        server.lines
+    );
+    let local = TempDir::new("libnfs-exports-local");
+    let src = local.path().join("src");
+    std::fs::write(&src, b"data\n").unwrap();
+    let put = |dst: &Path, query: &str| {
+        let url = format!("{}{query}", server.url(dst));
+        try_run(&nfs_cp, &[src.to_str().unwrap(), &url], false)
+    };
+    let owner = |p: &Path| {
+        let m = std::fs::metadata(p).unwrap();
+        (m.uid(), m.gid())
+    };
+
+    // Allowed, read-write, root not squashed.
+    let (ok, err) = put(&open.join("f"), "&uid=0&gid=0");
+    assert!(ok, "nfs-cp into {}: {err}", open.display());
+    assert_eq!(owner(&open.join("f")), (0, 0));
+    let ls = String::from_utf8(run(&nfs_ls, &[&server.url(&open)])).unwrap();
+    assert!(ls.contains(" f"), "nfs-ls: {ls}");
+
+    // Denied: not listed.
+    let (ok, err) = try_run(&nfs_ls, &[&server.url(&denied)], false);
+    assert!(
+        !ok && err.contains("MNT3ERR_ACCES"),
+        "nfs-ls of {}: {err}",
+        denied.display()
+    );
+    let (ok, _) = put(&denied.join("f"), "");
+    assert!(!ok);
+    assert_eq!(std::fs::read_dir(&denied).unwrap().count(), 0);
+
+    // Read-only: reads work, writes do not.
+    assert_eq!(
+        run(&nfs_cat, &[&server.url(&ro.join("note"))]),
+        b"read me\n"
+    );
+    let (ok, err) = put(&ro.join("f"), "");
+    assert!(!ok, "nfs-cp into the ro export succeeded: {err}");
+    assert!(!ro.join("f").exists());
+
+    // Squashing: all_squash maps everyone to anonuid/anongid; root_squash only root.
+    assert!(put(&squash.join("u1000"), "&uid=1000&gid=1000").0);
+    assert_eq!(owner(&squash.join("u1000")), (1234, 4321));
+    assert!(put(&rootsq.join("root"), "&uid=0&gid=0").0);
+    assert_eq!(owner(&rootsq.join("root")), (65534, 65534));
+    assert!(put(&rootsq.join("u1000"), "&uid=1000&gid=1001").0);
+    assert_eq!(owner(&rootsq.join("u1000")), (1000, 1001));
+
+    // secure (the default) refuses a source port >= 1024; insecure takes it.
+    let (ok, err) = try_run(&nfs_ls, &[&server.url(&open)], true);
+    assert!(
+        !ok && err.contains("MNT3ERR_ACCES"),
+        "nfs-ls as nobody: {err}"
+    );
+    let (ok, err) = try_run(&nfs_ls, &[&server.url(&insecure)], true);
+    assert!(ok, "nfs-ls as nobody of the insecure export: {err}");
+
+    // SIGHUP: `open` is now for another host only.
+    let hup = |server: &Nfsd| {
+        let pid = rustix::process::Pid::from_raw(server.child.id() as i32).unwrap();
+        rustix::process::kill_process(pid, rustix::process::Signal::HUP).unwrap();
+    };
+    std::fs::write(&exports, table("192.0.2.1")).unwrap();
+    hup(&server);
+    let line = server.next_line();
+    assert_eq!(
+        line,
+        format!("nfsd: SIGHUP: exports reloaded from {}", exports.display())
+    );
+    let (ok, err) = try_run(&nfs_ls, &[&server.url(&open)], false);
+    assert!(
+        !ok && err.contains("MNT3ERR_ACCES"),
+        "nfs-ls after the reload: {err}"
+    );
+    // A malformed file is refused and the rules in force stay: still refused, and
+    // the other exports still served.
+    std::fs::write(&exports, table("127.0.0.1").replace("(ro)", "(ro,bogus)")).unwrap();
+    hup(&server);
+    let (ok, _) = try_run(&nfs_ls, &[&server.url(&open)], false);
+    assert!(!ok);
+    assert_eq!(
+        run(&nfs_cat, &[&server.url(&ro.join("note"))]),
+        b"read me\n"
+    );
+    let (status, _) = server.terminate();
+    assert!(status.success());
+
+    // A malformed file at start: a clear error naming the file and line, no server.
+    let out = Command::new(env!("CARGO_BIN_EXE_nfsd"))
+        .args([
+            "--no-rdma",
+            "--rpcbind",
+            "off",
+            "--nfs-port",
+            "0",
+            "--mount-port",
+            "0",
+        ])
+        .args(["--exports", exports.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        err.trim_end(),
+        format!(
+            "nfsd: {}: line 3: unknown option \"bogus\"",
+            exports.display()
+        )
+    );
 }
 
 mod wire {

@@ -779,7 +779,11 @@ fn cross_export_rename_is_xdev() {
     let root = h.root();
     h.new_file(&root, "f");
     let path = DirPath(Bytes::copy_from_slice(
-        h.server.exports()[1].path.as_os_str().as_encoded_bytes(),
+        h.server.table().exports[1]
+            .export
+            .path
+            .as_os_str()
+            .as_encoded_bytes(),
     ));
     let MountRes3::Ok { fhandle, .. } = h.mount::<_, MountRes3>(MountProc3::MNT, &path) else {
         panic!()
@@ -1376,7 +1380,7 @@ fn garbage_and_truncated_arguments() {
 #[test]
 fn auth_sys_identity_and_root_squash() {
     let mut h = Harness::with(false, Squash::Root, &[]);
-    if !h.server.policy.switching {
+    if !h.server.switching {
         eprintln!("not root: identity switching is off, skipping");
         return;
     }

@@ -15,22 +15,26 @@ use nfsclient::nfs3::StableHow;
 use nfsclient::{IoOptions, Mount, MountOptions, TransportKind};
 use nfsd::rdma::RdmaOptions;
 use nfsd::server::{Bound, Config, RpcbindMode};
-use nfsd::Squash;
+use nfsd::{ExportLine, ExportOptions, Squash};
 use rpcrdma_transport::Counter;
 use xdr::Bytes;
 
 fn config(dir: &TempDir) -> Config {
     Config {
-        exports: vec![dir.path().to_path_buf()],
-        read_only: false,
+        exports: vec![ExportLine::everyone(
+            dir.path(),
+            ExportOptions {
+                read_only: false,
+                squash: Squash::None,
+                secure: false,
+                ..ExportOptions::default()
+            },
+        )],
         bind: Ipv4Addr::LOCALHOST.into(),
         nfs_port: 0,
         mount_port: 0,
         rpcbind: RpcbindMode::Off,
         portmap_port: 0,
-        squash: Squash::None,
-        anon_uid: 65534,
-        anon_gid: 65534,
     }
 }
 
@@ -172,4 +176,63 @@ fn binary_announces_rdma_and_no_rdma_turns_it_off() {
     );
     let off = run(&["--no-rdma"]);
     assert!(off.iter().any(|l| l == "nfsd: NFS/RDMA: off"), "{off:?}");
+}
+
+/// The RDMA listener hands each Call's peer address to the access check: an export
+/// listed only for 127.0.0.1 (our client's address) is served over RDMA, and once a
+/// reload lists another host only, the same handle gets NFS3ERR_ACCES over RDMA.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rdma_calls_are_checked_against_the_callers_address() {
+    let dir = TempDir::new("rdma-exports");
+    let only = |host: &str| {
+        nfsd::exports::parse(
+            &format!(
+                "{} {host}(rw,no_root_squash,insecure)",
+                dir.path().display()
+            ),
+            &mut nfsd::exports::system_resolve,
+        )
+        .unwrap()
+    };
+    let config = Config {
+        exports: only("127.0.0.1"),
+        ..config(&dir)
+    };
+    let mut bound = Bound::new(&config).await.unwrap();
+    bound
+        .listen_rdma(&RdmaOptions::new((Ipv4Addr::LOCALHOST, 0).into()))
+        .await
+        .unwrap();
+    let rdma = bound.rdma_addr().unwrap();
+    let mount_port = bound.mount_addr().unwrap().port();
+    let server = bound.server().clone();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let serving = tokio::spawn(bound.serve(async move {
+        let _ = stopped.await;
+    }));
+    let opts = MountOptions {
+        transport: TransportKind::Rdma,
+        nfs_port: Some(rdma.port()),
+        mount_port: Some(mount_port),
+        timeout: Duration::from_secs(20),
+        ..MountOptions::default()
+    };
+    let export = dir.path().to_str().unwrap().to_string();
+    let m = Mount::mount("127.0.0.1", &export, &opts).await.unwrap();
+    let root = m.root().clone();
+    m.nfs().getattr(&root).await.unwrap();
+    server.reload(&only("192.0.2.1")).unwrap();
+    match m.nfs().getattr(&root).await {
+        Err(nfsclient::Error::Nfs { status, .. }) => {
+            assert_eq!(status, nfs3::NfsStat3::NFS3ERR_ACCES)
+        }
+        other => panic!("GETATTR over RDMA after the reload: {other:?}"),
+    }
+    drop(m);
+    stop.send(()).unwrap();
+    tokio::time::timeout(Duration::from_secs(10), serving)
+        .await
+        .expect("serve returns after shutdown")
+        .unwrap()
+        .unwrap();
 }

@@ -55,7 +55,7 @@ pub use record::{RecordDecoder, RecordError};
 pub use rpcbind::{Registrar, RpcbindVersion};
 #[cfg(feature = "tokio")]
 pub use server::{Server, ServerConfig};
-pub use service::{Dispatcher, Request, Service, ServiceResult};
+pub use service::{Dispatcher, Peer, Protocol, Request, Service, ServiceResult};
 #[cfg(feature = "tokio")]
 pub use tcp::TcpTransport;
 pub use transport::{CallFailure, Incoming, RecordReceiver, RecordSender, Transport};

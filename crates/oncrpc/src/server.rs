@@ -20,7 +20,7 @@ use xdr::XdrStream;
 use crate::message::{peek_xid_and_type, AcceptStat, ReplyBody};
 use crate::record::RecordDecoder;
 use crate::rpcbind::{Registrar, NETID_TCP};
-use crate::service::{reply_message, Dispatcher};
+use crate::service::{reply_message, Dispatcher, Peer, Protocol};
 use crate::tcp::{
     close_write, read_record, write_record, DEFAULT_MAX_FRAGMENT, DEFAULT_MAX_RECORD,
 };
@@ -198,8 +198,13 @@ async fn connection(
                     let xid = peek_xid_and_type(&call).map(|(xid, _)| xid);
                     // The handler runs in its own task so that a panic in it fails
                     // this call with SYSTEM_ERR, not the connection.
-                    let mut handler =
-                        AbortOnDrop(tokio::spawn(async move { dispatcher.dispatch(call).await }));
+                    let from = Peer {
+                        addr: peer,
+                        protocol: Protocol::Tcp,
+                    };
+                    let mut handler = AbortOnDrop(tokio::spawn(async move {
+                        dispatcher.dispatch_from(call, Some(from)).await
+                    }));
                     let reply = match (&mut handler.0).await {
                         Ok(reply) => reply,
                         Err(e) => {

@@ -38,11 +38,12 @@
 //! let mut dispatcher = Dispatcher::new();
 //! dispatcher.register(0x2000_0001, [1, 2], Arc::new(Echo)).unwrap();
 //! // A transport then calls, for each received call message:
-//! // `let reply: Option<XdrStream> = dispatcher.dispatch(call_bytes).await;`
+//! // `let reply: Option<XdrStream> = dispatcher.dispatch_from(call_bytes, peer).await;`
 //! ```
 
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
+use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 
@@ -72,6 +73,29 @@ pub struct Request {
     /// The procedure's arguments: a decoder over the rest of the call message.
     /// Opaque data decoded from it are slices of the received buffer (no copy).
     pub args: Decoder,
+    /// Who sent the call, as the transport knows it; `None` when the call did not
+    /// come from a transport (in-process dispatch, tests). Services that grant access
+    /// by address (NFS exports) must treat `None` as an unknown host.
+    pub peer: Option<Peer>,
+}
+
+/// The sender of a call: its address and the transport it came over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Peer {
+    /// The caller's address and source port (TCP: the connection's remote end;
+    /// RPC-over-RDMA: the address the RDMA provider reports for the connection).
+    pub addr: SocketAddr,
+    /// The transport.
+    pub protocol: Protocol,
+}
+
+/// The transport a call arrived on (RFC 5665 netid families).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Protocol {
+    /// ONC RPC over TCP with record marking ("tcp", "tcp6").
+    Tcp,
+    /// RPC-over-RDMA ("rdma", "rdma6").
+    Rdma,
 }
 
 /// What a handler returns: the encoded results, or an `accept_stat` error.
@@ -175,7 +199,16 @@ impl Dispatcher {
     /// Serves one call message and returns the reply message, or `None` when the
     /// message earns no reply (it is not a decodable call header; RFC 5531 gives no
     /// way to answer it). The reply keeps the handler's DDP-eligible items.
+    ///
+    /// The service sees no peer ([`Request::peer`] is `None`): for calls that do not
+    /// come from a network transport. Transports use [`Dispatcher::dispatch_from`].
     pub async fn dispatch(&self, call: Bytes) -> Option<XdrStream> {
+        self.dispatch_from(call, None).await
+    }
+
+    /// [`Dispatcher::dispatch`] for a call received from `peer`, which the service
+    /// sees as [`Request::peer`] (access control by client address and port).
+    pub async fn dispatch_from(&self, call: Bytes, peer: Option<Peer>) -> Option<XdrStream> {
         let mut dec = Decoder::new(call);
         let header = match CallHeader::decode(&mut dec) {
             Ok(h) => h,
@@ -195,6 +228,7 @@ impl Dispatcher {
                     cred,
                     raw_cred: header.cred,
                     args: dec,
+                    peer,
                 };
                 service.call_dyn(req).await.map_err(CallError::from)
             }

@@ -11,8 +11,8 @@ use oncrpc::client::{Client, ClientConfig, ClientError};
 use oncrpc::server::{Server, ServerConfig};
 use oncrpc::tcp::TcpTransport;
 use oncrpc::{
-    AcceptStat, AcceptedStatus, Dispatcher, MismatchInfo, Request, Service, ServiceError,
-    ServiceResult,
+    AcceptStat, AcceptedStatus, Dispatcher, MismatchInfo, Peer, Protocol, Request, Service,
+    ServiceError, ServiceResult,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -24,14 +24,17 @@ const MAX_PAYLOAD: usize = 4 * 1024 * 1024;
 
 /// Procedures: 0 NULL; 1 ECHO `opaque<>`, after a delay of `u32` ms given first;
 /// 2 WAIT (records its xid, then waits until `release` is notified); 3 PANIC.
+/// Every call's peer is recorded in `peers`.
 #[derive(Default)]
 struct Test {
     seen: Mutex<Vec<u32>>,
+    peers: Mutex<Vec<Option<Peer>>>,
     release: Notify,
 }
 
 impl Service for Test {
     async fn call(&self, mut req: Request) -> ServiceResult {
+        self.peers.lock().unwrap().push(req.peer);
         match req.proc_ {
             0 => Ok(XdrStream::default()),
             1 => {
@@ -354,7 +357,8 @@ async fn huge_announced_record_closes_connection_without_allocation() {
 
 #[tokio::test]
 async fn hand_made_multi_fragment_call_is_answered() {
-    let server = start(Arc::new(Test::default())).await;
+    let service = Arc::new(Test::default());
+    let server = start(service.clone()).await;
     let mut s = TcpStream::connect(server.addr).await.unwrap();
     // NULL call, xid 7, split into fragments of 1, 3 and the rest.
     let mut call = vec![0, 0, 0, 7, 0, 0, 0, 0, 0, 0, 0, 2];
@@ -374,6 +378,14 @@ async fn hand_made_multi_fragment_call_is_answered() {
     assert_eq!(
         reply[4..],
         [0, 0, 0, 7, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]
+    );
+    // The service saw who called: this connection's address and port, over TCP.
+    assert_eq!(
+        *service.peers.lock().unwrap(),
+        [Some(Peer {
+            addr: s.local_addr().unwrap(),
+            protocol: Protocol::Tcp,
+        })]
     );
     server.stop().await;
 }

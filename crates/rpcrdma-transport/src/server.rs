@@ -601,8 +601,13 @@ impl<Q: QueuePair + 'static> ServerConn<Q> {
                 };
                 let dispatcher = self.dispatcher.clone();
                 let tx = self.replies.clone();
+                // The upper layer grants access by client address (NFS exports).
+                let peer = self.stats.peer.map(|addr| oncrpc::Peer {
+                    addr,
+                    protocol: oncrpc::Protocol::Rdma,
+                });
                 tokio::spawn(async move {
-                    let reply = dispatcher.dispatch(whole).await;
+                    let reply = dispatcher.dispatch_from(whole, peer).await;
                     let _ = tx.send((xid, reply));
                 });
             }

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use nfsclient::{Mount, MountOptions};
 use nfsd::server::{Bound, Config, RpcbindMode};
-use nfsd::Squash;
+use nfsd::{ExportLine, ExportOptions, Squash};
 use tokio::sync::oneshot;
 
 /// A directory under the system temp dir, removed on drop.
@@ -79,8 +79,17 @@ impl TestServer {
 
     async fn start_inner(dir: TempDir, read_only: bool, portmap: bool, rdma: bool) -> TestServer {
         let config = Config {
-            exports: vec![dir.path().to_path_buf()],
-            read_only,
+            // The tests run as root: act as the caller (no root squash), so AUTH_SYS
+            // uids other than 0 meet real permission checks.
+            exports: vec![ExportLine::everyone(
+                dir.path(),
+                ExportOptions {
+                    read_only,
+                    squash: Squash::None,
+                    secure: false,
+                    ..ExportOptions::default()
+                },
+            )],
             bind: Ipv4Addr::LOCALHOST.into(),
             nfs_port: 0,
             mount_port: 0,
@@ -90,11 +99,6 @@ impl TestServer {
                 RpcbindMode::Off
             },
             portmap_port: 0,
-            // The tests run as root: act as the caller (no root squash), so AUTH_SYS
-            // uids other than 0 meet real permission checks.
-            squash: Squash::None,
-            anon_uid: 65534,
-            anon_gid: 65534,
         };
         let bound = Bound::new(&config).await.expect("nfsd binds");
         let nfs = bound.nfs_addr().unwrap();

@@ -12,7 +12,7 @@ use crate::vfs::Node;
 
 /// §3.3.1 GETATTR.
 pub(crate) fn getattr(cx: &Cx<'_>, a: GetAttr3Args) -> GetAttr3Res {
-    match cx.s.resolve(&a.object) {
+    match cx.resolve(&a.object) {
         Ok((ex, node)) => NfsResult::Ok(GetAttr3ResOk {
             obj_attributes: node.meta.fattr(ex.id),
         }),
@@ -25,7 +25,7 @@ pub(crate) fn getattr(cx: &Cx<'_>, a: GetAttr3Args) -> GetAttr3Res {
 /// different, the server must preserve the object attributes and must return a status
 /// of NFS3ERR_NOT_SYNC."
 pub(crate) fn setattr(cx: &Cx<'_>, a: SetAttr3Args) -> SetAttr3Res {
-    let (ex, node) = match cx.s.resolve(&a.object) {
+    let (ex, node) = match cx.resolve(&a.object) {
         Ok(r) => r,
         Err(s) => {
             return NfsResult::Fail(
@@ -48,7 +48,7 @@ pub(crate) fn setattr(cx: &Cx<'_>, a: SetAttr3Args) -> SetAttr3Res {
     if a.guard.is_some_and(|ctime| ctime != before.ctime) {
         return fail(NfsStat3::NFS3ERR_NOT_SYNC);
     }
-    if ex.read_only {
+    if cx.read_only {
         return fail(NfsStat3::NFS3ERR_ROFS);
     }
     match cx.as_caller(|| apply_sattr(&node, &a.new_attributes)) {
@@ -132,7 +132,7 @@ fn timespec(t: SetTime) -> Timespec {
 /// for a directory READ is read, LOOKUP is search, MODIFY/EXTEND/DELETE are write;
 /// for a file READ is read, MODIFY/EXTEND are write, EXECUTE is execute.
 pub(crate) fn access(cx: &Cx<'_>, a: Access3Args) -> Access3Res {
-    let (ex, node) = match cx.s.resolve(&a.object) {
+    let (ex, node) = match cx.resolve(&a.object) {
         Ok(r) => r,
         Err(s) => {
             return NfsResult::Fail(
@@ -170,7 +170,7 @@ pub(crate) fn access(cx: &Cx<'_>, a: Access3Args) -> Access3Res {
     if node.meta.file_type() == FileType::Symlink {
         granted = a.access & access::READ;
     }
-    if ex.read_only {
+    if cx.read_only {
         granted &= !(access::MODIFY | access::EXTEND | access::DELETE);
     }
     NfsResult::Ok(Access3ResOk {

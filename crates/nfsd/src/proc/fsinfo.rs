@@ -15,7 +15,7 @@ fn no_attrs() -> ObjAttrFail {
 
 /// §3.3.18 FSSTAT, from statvfs of the export's file system.
 pub(crate) fn fsstat(cx: &Cx<'_>, a: FsRootArgs) -> FsStat3Res {
-    let (ex, node) = match cx.s.resolve(&a.fsroot) {
+    let (ex, node) = match cx.resolve(&a.fsroot) {
         Ok(r) => r,
         Err(s) => return NfsResult::Fail(s, no_attrs()),
     };
@@ -44,7 +44,7 @@ pub(crate) fn fsstat(cx: &Cx<'_>, a: FsRootArgs) -> FsStat3Res {
 
 /// §3.3.19 FSINFO: 1 MiB maximum and preferred READ and WRITE sizes.
 pub(crate) fn fsinfo(cx: &Cx<'_>, a: FsRootArgs) -> FsInfo3Res {
-    let (ex, node) = match cx.s.resolve(&a.fsroot) {
+    let (ex, node) = match cx.resolve(&a.fsroot) {
         Ok(r) => r,
         Err(s) => return NfsResult::Fail(s, no_attrs()),
     };
@@ -71,7 +71,7 @@ pub(crate) fn fsinfo(cx: &Cx<'_>, a: FsRootArgs) -> FsInfo3Res {
 
 /// §3.3.20 PATHCONF.
 pub(crate) fn pathconf(cx: &Cx<'_>, a: FsRootArgs) -> PathConf3Res {
-    let (ex, node) = match cx.s.resolve(&a.fsroot) {
+    let (ex, node) = match cx.resolve(&a.fsroot) {
         Ok(r) => r,
         Err(s) => return NfsResult::Fail(s, no_attrs()),
     };

@@ -41,7 +41,7 @@ pub(crate) fn open_io(cx: &Cx<'_>, node: &Node, flags: OFlags) -> Result<OwnedFd
 /// §3.3.6 READ. At most [`MAX_IO`] bytes ("rtmax"); a larger count is shortened, as
 /// §3.3.6 allows ("count ... may be less than requested").
 pub(crate) fn read(cx: &Cx<'_>, a: Read3Args) -> Read3Res {
-    let (ex, node) = match cx.s.resolve(&a.file) {
+    let (ex, node) = match cx.resolve(&a.file) {
         Ok(r) => r,
         Err(s) => {
             return NfsResult::Fail(
@@ -98,12 +98,12 @@ pub(crate) fn read(cx: &Cx<'_>, a: Read3Args) -> Read3Res {
 /// UNSTABLE leaves the data to a later COMMIT; `committed` says which was done.
 pub(crate) fn write(cx: &Cx<'_>, a: Write3Args) -> Write3Res {
     let fail = |s, file_wcc| NfsResult::Fail(s, FileWcc { file_wcc });
-    let (ex, node) = match cx.s.resolve(&a.file) {
+    let (ex, node) = match cx.resolve(&a.file) {
         Ok(r) => r,
         Err(s) => return fail(s, WccData::default()),
     };
     let before = node.meta;
-    if ex.read_only {
+    if cx.read_only {
         return fail(NfsStat3::NFS3ERR_ROFS, wcc(ex, Some(&before), &node));
     }
     // §3.3.7: count is "the number of bytes of data to be written"; data holds them.
@@ -148,7 +148,7 @@ pub(crate) fn write(cx: &Cx<'_>, a: Write3Args) -> Write3Res {
 /// which was checked, already put there.
 pub(crate) fn commit(cx: &Cx<'_>, a: Commit3Args) -> Commit3Res {
     let fail = |s, file_wcc| NfsResult::Fail(s, FileWcc { file_wcc });
-    let (ex, node) = match cx.s.resolve(&a.file) {
+    let (ex, node) = match cx.resolve(&a.file) {
         Ok(r) => r,
         Err(s) => return fail(s, WccData::default()),
     };

@@ -19,7 +19,7 @@ use crate::vfs::{check_name, Export, Meta, NameUse, Node};
 /// root's parent is the root: a lookup never leaves the export.
 pub(crate) fn lookup(cx: &Cx<'_>, a: Lookup3Args) -> Lookup3Res {
     let fail = |s, dir_attributes| NfsResult::Fail(s, Lookup3ResFail { dir_attributes });
-    let (ex, dir) = match cx.s.resolve(&a.what.dir) {
+    let (ex, dir) = match cx.resolve(&a.what.dir) {
         Ok(r) => r,
         Err(s) => return fail(s, None),
     };
@@ -57,7 +57,7 @@ pub(crate) fn lookup(cx: &Cx<'_>, a: Lookup3Args) -> Lookup3Res {
 
 /// §3.3.5 READLINK: "If the object is not a symbolic link, NFS3ERR_INVAL".
 pub(crate) fn readlink(cx: &Cx<'_>, a: ReadLink3Args) -> ReadLink3Res {
-    let (ex, node) = match cx.s.resolve(&a.symlink) {
+    let (ex, node) = match cx.resolve(&a.symlink) {
         Ok(r) => r,
         Err(s) => {
             return NfsResult::Fail(
@@ -106,7 +106,7 @@ impl<'a> Target<'a> {
         d: &'a DirOpArgs3,
         usage: NameUse,
     ) -> Result<Target<'a>, (NfsStat3, WccData)> {
-        let (ex, dir) = cx.s.resolve(&d.dir).map_err(|s| (s, WccData::default()))?;
+        let (ex, dir) = cx.resolve(&d.dir).map_err(|s| (s, WccData::default()))?;
         let before = dir.meta;
         let t = Target {
             ex,
@@ -117,7 +117,7 @@ impl<'a> Target<'a> {
         if !t.dir.meta.is_dir() {
             return Err(t.fail(NfsStat3::NFS3ERR_NOTDIR));
         }
-        if ex.read_only {
+        if cx.read_only {
             return Err(t.fail(NfsStat3::NFS3ERR_ROFS));
         }
         check_name(t.name, usage).map_err(|s| t.fail(s))?;
@@ -400,7 +400,7 @@ pub(crate) fn rename(cx: &Cx<'_>, a: Rename3Args) -> Rename3Res {
 /// §3.3.15 LINK. The new name is made with `linkat` on `/proc/self/fd/N` of the
 /// already-resolved file, so the link names exactly that inode.
 pub(crate) fn link(cx: &Cx<'_>, a: Link3Args) -> Link3Res {
-    let (fex, file) = match cx.s.resolve(&a.file) {
+    let (fex, file) = match cx.resolve(&a.file) {
         Ok(r) => r,
         Err(s) => {
             return NfsResult::Fail(

@@ -198,7 +198,7 @@ fn fail_attrs(ex: Option<(&Export, &Node)>) -> ObjAttrFail {
 
 /// §3.3.16 READDIR: entries while the READDIR3resok structure stays within `count`.
 pub(crate) fn readdir(cx: &Cx<'_>, a: ReadDir3Args) -> ReadDir3Res {
-    let (ex, dir) = match cx.s.resolve(&a.dir) {
+    let (ex, dir) = match cx.resolve(&a.dir) {
         Ok(r) => r,
         Err(s) => return NfsResult::Fail(s, fail_attrs(None)),
     };
@@ -264,7 +264,7 @@ fn plus_parts(cx: &Cx<'_>, ex: &Export, dir: &Node, e: &Raw) -> (u64, Option<(Fa
 /// `dircount` bounds the fileid, name and cookie bytes, `maxcount` the whole
 /// READDIRPLUS3resok.
 pub(crate) fn readdirplus(cx: &Cx<'_>, a: ReadDirPlus3Args) -> ReadDirPlus3Res {
-    let (ex, dir) = match cx.s.resolve(&a.dir) {
+    let (ex, dir) = match cx.resolve(&a.dir) {
         Ok(r) => r,
         Err(s) => return NfsResult::Fail(s, fail_attrs(None)),
     };

@@ -10,9 +10,9 @@ use std::sync::Arc;
 use nfs3::dir::*;
 use nfs3::mount::*;
 use nfs3::*;
-use nfsd::{Export, MountService, NfsServer, NfsService, Policy, Squash};
+use nfsd::{ExportLine, ExportOptions, MountService, NfsServer, NfsService, Squash, Table};
 use oncrpc::{
-    AcceptStat, AcceptedStatus, AuthSysParms, CallHeader, Dispatcher, OpaqueAuth, ReplyBody,
+    AcceptStat, AcceptedStatus, AuthSysParms, CallHeader, Dispatcher, OpaqueAuth, Peer, ReplyBody,
     ReplyHeader, Xid,
 };
 use xdr::{Bytes, Decode, Decoder, Encode, Encoder};
@@ -71,6 +71,9 @@ pub struct Harness {
     pub dispatcher: Dispatcher,
     pub server: Arc<NfsServer>,
     pub who: Who,
+    /// The peer calls come from (`None`: in process, as no transport).
+    pub peer: Option<Peer>,
+    lines: Vec<ExportLine>,
     xid: AtomicU32,
 }
 
@@ -79,28 +82,42 @@ impl Harness {
         Self::with(false, Squash::None, &[])
     }
 
+    /// The export (and `extra` ones) for everyone, from any port.
     pub fn with(read_only: bool, squash: Squash, extra: &[&Path]) -> Harness {
+        let options = ExportOptions {
+            read_only,
+            squash,
+            secure: false,
+            ..ExportOptions::default()
+        };
+        Self::with_lines(|export| {
+            let mut lines = vec![ExportLine::everyone(export, options)];
+            for p in extra {
+                lines.push(ExportLine::everyone(*p, options));
+            }
+            lines
+        })
+    }
+
+    /// Exports the lines `lines(export)` returns.
+    pub fn with_lines(lines: impl FnOnce(&Path) -> Vec<ExportLine>) -> Harness {
         let base = TempDir::new("export");
         let export = base.path().join("export");
         let outside = base.path().join("outside");
         std::fs::create_dir_all(&export).unwrap();
         std::fs::create_dir_all(&outside).unwrap();
         std::fs::write(outside.join("secret"), b"do not touch").unwrap();
-        let mut exports = vec![Arc::new(Export::open(&export, read_only).unwrap())];
-        for p in extra {
-            exports.push(Arc::new(Export::open(p, read_only).unwrap()));
-        }
-        Self::from_exports(base, export, outside, exports, squash)
+        let lines = lines(&export);
+        Self::from_lines(base, export, outside, lines)
     }
 
-    pub fn from_exports(
+    fn from_lines(
         base: TempDir,
         export: PathBuf,
         outside: PathBuf,
-        exports: Vec<Arc<Export>>,
-        squash: Squash,
+        lines: Vec<ExportLine>,
     ) -> Harness {
-        let server = Arc::new(NfsServer::new(exports, Policy::new(squash, 65534, 65534)));
+        let server = Arc::new(NfsServer::new(Table::open(&lines, None).unwrap()));
         let mut dispatcher = Dispatcher::new();
         dispatcher
             .register(
@@ -123,28 +140,26 @@ impl Harness {
             dispatcher,
             server,
             who: Who::Sys(0, 0, vec![]),
+            peer: None,
+            lines,
             xid: AtomicU32::new(1),
         }
     }
 
     /// A fresh server on the same directories: a restart.
     pub fn restart(self) -> Harness {
-        let exports = self
-            .server
-            .exports()
-            .iter()
-            .map(|e| Arc::new(Export::open(&e.path, e.read_only).unwrap()))
-            .collect();
-        let squash = self.server.policy.squash;
         let Harness {
             base,
             export,
             outside,
             who,
+            peer,
+            lines,
             ..
         } = self;
-        let mut h = Harness::from_exports(base, export, outside, exports, squash);
+        let mut h = Harness::from_lines(base, export, outside, lines);
         h.who = who;
+        h.peer = peer;
         h
     }
 
@@ -170,7 +185,7 @@ impl Harness {
             .build()
             .unwrap();
         let reply = rt
-            .block_on(self.dispatcher.dispatch(call))
+            .block_on(self.dispatcher.dispatch_from(call, self.peer))
             .expect("a reply")
             .to_bytes();
         decode_reply(reply, xid)
@@ -198,7 +213,11 @@ impl Harness {
     /// The export root's handle via MNT.
     pub fn root(&self) -> NfsFh3 {
         let path = DirPath(Bytes::copy_from_slice(
-            self.server.exports()[0].path.as_os_str().as_encoded_bytes(),
+            self.server.table().exports[0]
+                .export
+                .path
+                .as_os_str()
+                .as_encoded_bytes(),
         ));
         match self.mount::<_, MountRes3>(MountProc3::MNT, &path) {
             MountRes3::Ok { fhandle, .. } => NfsFh3(fhandle),
