@@ -78,13 +78,15 @@
 //!   `rdma::ProtectionDomain::register_bytes`, and the provider answers the peer's
 //!   RDMA Reads from them), else 1 (the pieces into one registered region,
 //!   `registration`); on the responder 0 beyond the provider's placement into the sink
-//!   region, which is zero-filled when registered (a pass over fresh pages). A Call
+//!   region, a pooled buffer reused without a zero fill (a successful Read fills it
+//!   whole; `rdma::BufferPool`). A Call
 //!   with one Read chunk (an NFS WRITE) is made contiguous for `Dispatcher::dispatch`
 //!   in the sink's own buffer, which has room around the chunk: the inline pieces are
 //!   copied around the data, the data is not (`registration::join_in_place`); a Call
 //!   with several chunks is copied once (`Reassembled::to_bytes`). Measured (nfsbench,
-//!   1 MiB x 8, 2026-11-23, before the join): the zero fill and that copy were most of
-//!   the server's CPU difference between WRITE over RDMA and over TCP.
+//!   1 MiB x 8, 2026-11-23, before the join and the pool): the zero fill and that
+//!   copy were most of the server's CPU difference between WRITE over RDMA and over
+//!   TCP.
 //! - Reply, DDP-eligible result (Write chunk): 0 on the responder (the result's `Bytes`
 //!   are the RDMA Write's gather list); 0 on the requester beyond the provider's
 //!   placement into the registered Write chunk when the Reply has one chunk with data
@@ -93,10 +95,10 @@
 //!   `oncrpc`'s `RecordReceiver` (`Bytes` only) by copying the inline pieces around
 //!   the data (`registration::join_in_place`); 1 with several such chunks or a tail
 //!   longer than the room (`Reassembled::to_bytes`). Not a copy but a pass over the
-//!   bytes: each Write chunk buffer is zero-filled when registered, since the `rdma`
-//!   API registers initialized memory only and cannot tell which bytes the peer
-//!   placed (a responder may return a length larger than it wrote; what is handed up
-//!   is bounded by that returned length).
+//!   bytes: each Write chunk (a pooled buffer, warm) is zero-filled when registered,
+//!   since no provider can tell which bytes the peer placed (a responder may return
+//!   a length larger than it wrote; what is handed up is bounded by that returned
+//!   length), and a reused buffer must not show a previous call's bytes.
 //! - Reply, inline: 1 on the requester (receive buffer → reply buffer), 2 for the
 //!   inline pieces of a Reply with Write chunk data (into the room around the chunk,
 //!   or the joining copy).
