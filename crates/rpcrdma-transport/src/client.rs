@@ -528,6 +528,13 @@ impl<Q: QueuePair + 'static> Conn<Q> {
         }
         let segments = regions.iter().map(|r| vec![r.segment()]).collect();
         let mut st = self.lock();
+        if st.closed {
+            // The connection ended while these were registered: its end fences them
+            // (the teardown counted those it found; these it could not see).
+            self.stats
+                .add(Counter::FencedByDisconnect, regions.len() as u64);
+            return (Vec::new(), Vec::new());
+        }
         // Known before the Send is posted: the Reply may overtake this task.
         st.regions.insert(
             xid,
