@@ -109,6 +109,26 @@ lab_rdma_up() {
   echo "${LAB_SIW:-stock}" >/run/lab-rdma-up
 }
 
+# lab_rxe_up: soft-RoCE (rdma_rxe) device rxe0 on eth0, beside siw0. rxe asks the
+# crypto API for "crc32" when the link is created, so crc32_generic goes first
+# (without it `rdma link add` fails with "No such file or directory"). Idempotent:
+# passes at once when rxe0 exists. Two devices on eth0 make rdma_cm's choice for
+# 10.0.2.15 depend on the device, so a scenario in a shared boot that adds rxe0
+# removes it again (lab_rxe_down) before the next scenario runs.
+lab_rxe_up() {
+  rdma link show rxe0/1 >/dev/null 2>&1 && return 0
+  modprobe crc32_generic && modprobe rdma_rxe && modprobe ib_uverbs || return 1
+  rdma link add rxe0 type rxe netdev eth0 || return 1
+  rdma link show rxe0/1
+}
+
+# lab_rxe_down: remove rxe0 (fails if it is still there afterwards).
+lab_rxe_down() {
+  rdma link show rxe0/1 >/dev/null 2>&1 || return 0
+  rdma link delete rxe0 || return 1
+  ! rdma link show rxe0/1 >/dev/null 2>&1
+}
+
 # lab_knfsd_up: knfsd exporting a tmpfs /export, with the RDMA listener on
 # port ${LAB_NFSD_RDMA_PORT:-20049}. MOUNT is served over TCP by rpc.mountd.
 # Once per boot, like lab_rdma_up.

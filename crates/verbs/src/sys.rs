@@ -1,0 +1,341 @@
+//! The crate's only `unsafe` code: calls into libibverbs through `rdma-mummy-sys`.
+//!
+//! `rdma-mummy-sys` links a small static shim whose constructor `dlopen`s
+//! `libibverbs.so.1` when the process starts; if that fails, every wrapped call fails
+//! with `EOPNOTSUPP` instead of the process failing to start (docs/verbs-provider.md,
+//! checked in a chroot without rdma-core). So a null or negative return here may also
+//! mean "no libibverbs", which [`crate::OpenError`] tells apart.
+//!
+//! # Invariants (what makes the safe wrappers below sound)
+//!
+//! 1. Ownership: each wrapper owns exactly one rdma-core object and destroys it once,
+//!    in `Drop` (`ibv_close_device`, `ibv_dealloc_pd`, `ibv_dereg_mr`). Pointers are
+//!    non-null (checked at creation) and never handed out.
+//! 2. Destruction order follows rdma-core's parent/child rule (a PD before its
+//!    context, an MR before its PD): a child holds an `Arc` of its parent, so the
+//!    parent is dropped after every child.
+//! 3. The device list lives only inside [`open_devices`]: devices are opened while
+//!    it exists and it is freed before returning (ibv_get_device_list(3): after
+//!    `ibv_free_device_list` only opened devices may be used).
+//! 4. Registered memory: an [`Mr`] owns the memory it registered (a `BytesMut` or
+//!    `Bytes`; their heap memory does not move when the handle moves), never
+//!    reallocates or hands it out mutably, and deregisters it (`Drop`) before the
+//!    memory is dropped. Shared `Bytes` are registered without any right that lets the
+//!    device write them. What the device writes into an owned buffer while the CPU
+//!    reads it is the consumer's to avoid (no CPU access while work is outstanding on
+//!    the region), as on every verbs provider.
+//! 5. Threads: libibverbs verbs may be called from any thread on shared objects
+//!    (rdma-core's locking; RDMAmojo, "libibverbs thread safe level"), and none of
+//!    these wrappers mutates through `&self`, so they are `Send` and `Sync`.
+#![allow(unsafe_code)]
+
+use std::ffi::CStr;
+use std::io;
+use std::mem::MaybeUninit;
+use std::ptr::NonNull;
+use std::sync::Arc;
+
+use bytes::{Bytes, BytesMut};
+use rdma_mummy_sys as ffi;
+
+/// An open device context (`struct ibv_context`) and what the device list said about
+/// the device.
+pub(crate) struct Context {
+    ptr: NonNull<ffi::ibv_context>,
+    name: String,
+    /// `ibv_device.transport_type` (`IBV_TRANSPORT_*`).
+    transport: i32,
+    /// `ibv_device.node_type` (`IBV_NODE_*`).
+    node_type: i32,
+}
+
+// SAFETY: invariant 5.
+unsafe impl Send for Context {}
+// SAFETY: invariant 5.
+unsafe impl Sync for Context {}
+
+impl Drop for Context {
+    fn drop(&mut self) {
+        // SAFETY: invariant 1 (owned, closed once); invariant 2 (no PD outlives it).
+        // A failure cannot be handled here; the kernel releases the context with the
+        // file descriptor anyway.
+        unsafe { ffi::ibv_close_device(self.ptr.as_ptr()) };
+    }
+}
+
+/// The fields of `ibv_device_attr` this crate uses, copied out.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct RawDeviceAttr {
+    pub(crate) max_mr_size: u64,
+    pub(crate) max_qp_wr: i32,
+    pub(crate) max_sge: i32,
+    pub(crate) max_mr: i32,
+    pub(crate) max_qp_rd_atom: i32,
+    pub(crate) max_qp_init_rd_atom: i32,
+    pub(crate) phys_port_cnt: u8,
+    pub(crate) vendor_id: u32,
+    pub(crate) vendor_part_id: u32,
+}
+
+/// The fields of `ibv_port_attr` this crate uses.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct RawPortAttr {
+    /// `IBV_PORT_*` (4 = ACTIVE).
+    pub(crate) state: u32,
+    /// `IBV_LINK_LAYER_*` (1 = InfiniBand, 2 = Ethernet).
+    pub(crate) link_layer: u8,
+    /// `IBV_MTU_*` enum (1 = 256 ... 5 = 4096).
+    pub(crate) active_mtu: u32,
+}
+
+/// Opens every device libibverbs lists. `Err` carries the errno of
+/// `ibv_get_device_list` (ENOSYS: no kernel RDMA support; EOPNOTSUPP: the shim could
+/// not load libibverbs). A device that fails to open is returned as its name and
+/// error, so one bad device does not hide the others.
+pub(crate) fn open_devices() -> io::Result<Vec<Result<Context, (String, io::Error)>>> {
+    let mut n: std::os::raw::c_int = 0;
+    // SAFETY: `n` is a valid out pointer; the list is freed below (invariant 3).
+    let list = unsafe { ffi::ibv_get_device_list(&mut n) };
+    if list.is_null() {
+        return Err(io::Error::last_os_error());
+    }
+    let mut out = Vec::with_capacity(n.max(0) as usize);
+    for i in 0..n.max(0) as usize {
+        // SAFETY: ibv_get_device_list returned `n` valid device pointers (then NULL).
+        let dev = unsafe { *list.add(i) };
+        if dev.is_null() {
+            break;
+        }
+        // SAFETY: `dev` is a live entry of the list; name is a NUL-terminated array.
+        let (name, transport, node_type) = unsafe {
+            let d = &*dev;
+            (
+                CStr::from_ptr(d.name.as_ptr())
+                    .to_string_lossy()
+                    .into_owned(),
+                d.transport_type,
+                d.node_type,
+            )
+        };
+        // SAFETY: `dev` is a live entry of the list (invariant 3).
+        let ctx = unsafe { ffi::ibv_open_device(dev) };
+        out.push(match NonNull::new(ctx) {
+            Some(ptr) => Ok(Context {
+                ptr,
+                name,
+                transport,
+                node_type,
+            }),
+            None => Err((name, io::Error::last_os_error())),
+        });
+    }
+    // SAFETY: the list came from ibv_get_device_list and is freed once; opened
+    // contexts stay valid (invariant 3).
+    unsafe { ffi::ibv_free_device_list(list) };
+    Ok(out)
+}
+
+impl Context {
+    pub(crate) fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub(crate) fn transport(&self) -> i32 {
+        self.transport
+    }
+
+    pub(crate) fn node_type(&self) -> i32 {
+        self.node_type
+    }
+
+    /// `ibv_query_device`.
+    pub(crate) fn query_device(&self) -> io::Result<RawDeviceAttr> {
+        let mut a = MaybeUninit::<ffi::ibv_device_attr>::zeroed();
+        // SAFETY: live context (invariant 1); `a` is a valid out pointer.
+        let rc = unsafe { ffi::ibv_query_device(self.ptr.as_ptr(), a.as_mut_ptr()) };
+        if rc != 0 {
+            return Err(errno(rc));
+        }
+        // SAFETY: zero-initialised plain C data, filled in by a successful call.
+        let a = unsafe { a.assume_init() };
+        Ok(RawDeviceAttr {
+            max_mr_size: a.max_mr_size,
+            max_qp_wr: a.max_qp_wr,
+            max_sge: a.max_sge,
+            max_mr: a.max_mr,
+            max_qp_rd_atom: a.max_qp_rd_atom,
+            max_qp_init_rd_atom: a.max_qp_init_rd_atom,
+            phys_port_cnt: a.phys_port_cnt,
+            vendor_id: a.vendor_id,
+            vendor_part_id: a.vendor_part_id,
+        })
+    }
+
+    /// `ibv_query_port` (ports are numbered from 1).
+    pub(crate) fn query_port(&self, port: u8) -> io::Result<RawPortAttr> {
+        let mut a = MaybeUninit::<ffi::ibv_port_attr>::zeroed();
+        // SAFETY: live context (invariant 1); `a` is a valid out pointer.
+        let rc = unsafe { ffi::ibv_query_port(self.ptr.as_ptr(), port, a.as_mut_ptr()) };
+        if rc != 0 {
+            return Err(errno(rc));
+        }
+        // SAFETY: zero-initialised plain C data, filled in by a successful call.
+        let a = unsafe { a.assume_init() };
+        Ok(RawPortAttr {
+            state: a.state,
+            link_layer: a.link_layer,
+            active_mtu: a.active_mtu,
+        })
+    }
+}
+
+/// A protection domain (`struct ibv_pd`).
+pub(crate) struct Pd {
+    ptr: NonNull<ffi::ibv_pd>,
+    _ctx: Arc<Context>,
+}
+
+// SAFETY: invariant 5.
+unsafe impl Send for Pd {}
+// SAFETY: invariant 5.
+unsafe impl Sync for Pd {}
+
+impl Pd {
+    /// `ibv_alloc_pd`.
+    pub(crate) fn alloc(ctx: &Arc<Context>) -> io::Result<Pd> {
+        // SAFETY: live context (invariant 1).
+        let pd = unsafe { ffi::ibv_alloc_pd(ctx.ptr.as_ptr()) };
+        match NonNull::new(pd) {
+            Some(ptr) => Ok(Pd {
+                ptr,
+                _ctx: ctx.clone(),
+            }),
+            None => Err(io::Error::last_os_error()),
+        }
+    }
+}
+
+impl Drop for Pd {
+    fn drop(&mut self) {
+        // SAFETY: invariants 1 and 2 (every Mr holds an Arc of its Pd, so none is left).
+        unsafe { ffi::ibv_dealloc_pd(self.ptr.as_ptr()) };
+    }
+}
+
+/// Memory a registration owns: a buffer, or the consumer's bytes (read-only to the
+/// device).
+pub(crate) enum Mem {
+    Owned(BytesMut),
+    Shared(Bytes),
+}
+
+impl Mem {
+    pub(crate) fn as_slice(&self) -> &[u8] {
+        match self {
+            Mem::Owned(b) => b,
+            Mem::Shared(b) => b,
+        }
+    }
+}
+
+/// A memory registration (`struct ibv_mr`) and the memory it covers (invariant 4).
+pub(crate) struct Mr {
+    ptr: NonNull<ffi::ibv_mr>,
+    lkey: u32,
+    rkey: u32,
+    /// Never replaced or handed out mutably while registered, so never reallocated.
+    mem: Mem,
+    _pd: Arc<Pd>,
+}
+
+// SAFETY: invariant 5; the memory is owned (Bytes/BytesMut are Send + Sync).
+unsafe impl Send for Mr {}
+// SAFETY: invariant 5.
+unsafe impl Sync for Mr {}
+
+/// `IBV_ACCESS_*` bits as the verbs ABI defines them.
+pub(crate) mod access {
+    pub(crate) const LOCAL_WRITE: i32 = 1;
+    pub(crate) const REMOTE_WRITE: i32 = 2;
+    pub(crate) const REMOTE_READ: i32 = 4;
+}
+
+impl Mr {
+    /// `ibv_reg_mr(pd, mem, len, access)`; the registration takes `mem` over (and
+    /// gives it back on failure). A `Shared` region must not get a right that lets the
+    /// device write (`LOCAL_WRITE`, `REMOTE_WRITE`): those bytes are immutable and
+    /// may be shared with others. Checked here, since it is what keeps the device
+    /// from writing memory Rust considers immutable.
+    pub(crate) fn register(pd: &Arc<Pd>, mem: Mem, access: i32) -> Result<Mr, (io::Error, Mem)> {
+        let writable = access & (access::LOCAL_WRITE | access::REMOTE_WRITE) != 0;
+        if matches!(mem, Mem::Shared(_)) && writable {
+            return Err((io::Error::from_raw_os_error(22), mem));
+        }
+        let (addr, len) = {
+            let s = mem.as_slice();
+            (s.as_ptr(), s.len())
+        };
+        // SAFETY: live PD (invariant 1). Invariant 4: `mem` moves into the Mr below;
+        // moving a Bytes/BytesMut handle does not move its heap memory, the Mr never
+        // reallocates or frees it before `ibv_dereg_mr` (Drop runs before the fields
+        // drop), and shared bytes get no write right (checked above).
+        let mr = unsafe {
+            ffi::ibv_reg_mr(
+                pd.ptr.as_ptr(),
+                addr as *mut std::os::raw::c_void,
+                len,
+                access,
+            )
+        };
+        match NonNull::new(mr) {
+            Some(ptr) => {
+                // SAFETY: a successful ibv_reg_mr returns an initialised ibv_mr.
+                let (lkey, rkey) = unsafe { ((*mr).lkey, (*mr).rkey) };
+                Ok(Mr {
+                    ptr,
+                    lkey,
+                    rkey,
+                    mem,
+                    _pd: pd.clone(),
+                })
+            }
+            None => Err((io::Error::last_os_error(), mem)),
+        }
+    }
+
+    pub(crate) fn lkey(&self) -> u32 {
+        self.lkey
+    }
+
+    pub(crate) fn rkey(&self) -> u32 {
+        self.rkey
+    }
+
+    pub(crate) fn mem(&self) -> &Mem {
+        &self.mem
+    }
+
+    /// Deregisters and hands the memory back.
+    pub(crate) fn into_mem(mut self) -> Mem {
+        let mem = std::mem::replace(&mut self.mem, Mem::Owned(BytesMut::new()));
+        // `mem` is still alive here, so the device never sees freed memory.
+        drop(self);
+        mem
+    }
+}
+
+impl Drop for Mr {
+    fn drop(&mut self) {
+        // SAFETY: invariant 1; runs before `mem` is dropped (invariant 4).
+        unsafe { ffi::ibv_dereg_mr(self.ptr.as_ptr()) };
+    }
+}
+
+/// Verbs that return an errno directly (`ibv_query_*`) or -1 with `errno` set.
+fn errno(rc: std::os::raw::c_int) -> io::Error {
+    if rc > 0 {
+        io::Error::from_raw_os_error(rc)
+    } else {
+        io::Error::last_os_error()
+    }
+}
