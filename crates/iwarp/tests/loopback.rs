@@ -224,7 +224,9 @@ async fn many_operations_in_flight_complete_in_order() {
         N * 1000,
         Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ,
     );
-    target.with_mut(|m| m.copy_from_slice(&pattern(N * 1000, 1)));
+    target
+        .with_mut(|m| m.copy_from_slice(&pattern(N * 1000, 1)))
+        .unwrap();
     let sink = region(&a.pd, N * 1000, Access::LOCAL_WRITE);
     let rx = region(&b.pd, N * 100, Access::LOCAL_WRITE);
     for i in 0..N {

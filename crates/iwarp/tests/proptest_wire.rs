@@ -217,7 +217,7 @@ proptest! {
     ) {
         let (mut p, pa, pb) = Pair::new(crc, max_ulpdu);
         let target = pb.register_zeroed(10_200, Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ).unwrap();
-        target.with_mut(|m| for (i, x) in m.iter_mut().enumerate() { *x = (i * 7) as u8 });
+        target.with_mut(|m| for (i, x) in m.iter_mut().enumerate() { *x = (i * 7) as u8 }).unwrap();
         let sink = pa.register_zeroed(10_000, Access::LOCAL_WRITE).unwrap();
         let rx = pb.register_zeroed(5000 * 12, Access::LOCAL_WRITE).unwrap();
         for i in 0..msgs.len() {

@@ -16,7 +16,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use crate::access::STag;
+use crate::access::{Access, STag};
 use crate::mr::ProtectionDomain;
 
 /// What a device can do, as far as the protocol above it cares (verbs
@@ -84,6 +84,35 @@ pub enum RegisterError {
     /// The provider (a kernel driver, a NIC) refused, e.g. out of pinnable memory.
     #[error("the provider refused the registration: {0}")]
     Provider(#[from] std::io::Error),
+}
+
+/// A device's registration of one region's memory (verbs `struct ibv_mr`): its keys.
+/// Dropping it deregisters the memory from the device (`ibv_dereg_mr`).
+pub trait DeviceRegistration: Send + Sync {
+    /// The local key (`ibv_mr.lkey`).
+    fn lkey(&self) -> u32;
+    /// The remote key (`ibv_mr.rkey`).
+    fn rkey(&self) -> u32;
+}
+
+/// How a device registers memory in its protection domains
+/// ([`ProtectionDomain::with_registrar`]), which alone calls it.
+pub trait Registrar: Send + Sync {
+    /// Registers `mem` with `access` rights (`ibv_reg_mr`). The `rdma` crate has made
+    /// its own checks first (size, count, rights).
+    ///
+    /// # Safety
+    /// The caller keeps `mem` allocated, at the same address and length, until the
+    /// returned registration is dropped, and drops the registration before the memory
+    /// is handed back or freed; if `access` lets the device write, no one else reads
+    /// or writes those bytes while the registration lives, and shared (immutable)
+    /// bytes are never registered with write rights. So a registrar may hand the
+    /// address to hardware.
+    unsafe fn register(
+        &self,
+        mem: &[u8],
+        access: Access,
+    ) -> Result<Box<dyn DeviceRegistration>, RegisterError>;
 }
 
 /// An RDMA device: the thing a provider's connection manager resolved an address to,

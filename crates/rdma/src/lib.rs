@@ -39,7 +39,9 @@ pub use cm::{
     BoxFuture, ConnectError, ConnectParams, ConnectRequest, ConnectionManager, DisconnectReason,
     Listener, PeerParams, QpEvent, Route,
 };
-pub use device::{Device, DeviceAttributes, RegisterError, SoftwareDevice};
+pub use device::{
+    Device, DeviceAttributes, DeviceRegistration, RegisterError, Registrar, SoftwareDevice,
+};
 pub use mr::{AccessError, MemoryRegion, ProtectionDomain, ResolvedRegion};
 pub use pool::{BufferError, BufferPool, PooledBuffer};
 pub use qp::{CompletionFuture, EventFuture, QueuePair, QueuePairExt};

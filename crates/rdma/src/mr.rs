@@ -12,7 +12,7 @@ use bytes::{Bytes, BytesMut};
 use rand::Rng;
 
 use crate::access::{Access, STag};
-use crate::device::{DeviceAttributes, RegisterError};
+use crate::device::{DeviceAttributes, DeviceRegistration, RegisterError, Registrar};
 use crate::pool::{BufferError, Lent, PooledBuffer};
 
 /// Why a remote (or local) access to a memory region was refused.
@@ -48,6 +48,8 @@ struct PdInner {
     id: u64,
     /// The device's limits, checked at registration.
     attributes: DeviceAttributes,
+    /// The device that registers memory too (a verbs device); `None` for software.
+    registrar: Option<Arc<dyn Registrar>>,
     table: Mutex<Table>,
 }
 
@@ -70,7 +72,13 @@ struct MrShared {
     access: Access,
     stag: AtomicU32,
     valid: AtomicBool,
-    /// Registered memory. Invariant: its length only changes on deregistration (to 0).
+    /// The device's registration of `mem`, if the PD has a registrar. Declared before
+    /// `mem` so that it is dropped (deregistered from the device) first; deregistration
+    /// takes it out before the memory, and a local write never moves memory the device
+    /// has registered (`Mem::make_mut` refuses copy-on-write then).
+    device: Mutex<Option<Box<dyn DeviceRegistration>>>,
+    /// Registered memory. Invariant: its length only changes on deregistration (to 0),
+    /// and its address never changes while `device` holds a registration of it.
     mem: Mutex<Mem>,
 }
 
@@ -99,6 +107,9 @@ impl Mem {
     /// The bytes, mutably. A shared region first takes its bytes over (without a copy
     /// when no one else holds them, else with one), so a local write never reaches the
     /// consumer's other handles to those bytes.
+    ///
+    /// Only for regions no device registered (software providers' placement); see
+    /// `make_mut_checked`.
     fn make_mut(&mut self) -> &mut [u8] {
         if let Mem::Shared(b) = self {
             let b = std::mem::take(b);
@@ -112,6 +123,15 @@ impl Mem {
             Mem::Pooled(l) => l.as_mut_slice(),
             Mem::Shared(_) => unreachable!("made owned above"),
         }
+    }
+
+    /// As `make_mut`; `None` instead of a copy on write when `device_registered` (the
+    /// device knows the shared bytes' address, which must stay valid and current).
+    fn make_mut_checked(&mut self, device_registered: bool) -> Option<&mut [u8]> {
+        if device_registered && matches!(self, Mem::Shared(_)) {
+            return None;
+        }
+        Some(self.make_mut())
     }
 
     /// Takes the bytes out, leaving an empty region.
@@ -147,10 +167,28 @@ impl ProtectionDomain {
     /// `attributes`: what a software provider's [`crate::Device::alloc_pd`] returns
     /// ([`crate::SoftwareDevice`]). Consumers get protection domains from a device.
     pub fn software(attributes: DeviceAttributes) -> ProtectionDomain {
+        ProtectionDomain::new(attributes, None)
+    }
+
+    /// A protection domain of a device that registers memory itself (a verbs device:
+    /// `ibv_alloc_pd`, then `ibv_reg_mr` for each region through `registrar`). Regions
+    /// then carry the device's keys ([`MemoryRegion::lkey`], [`MemoryRegion::rkey`]).
+    pub fn with_registrar(
+        attributes: DeviceAttributes,
+        registrar: Arc<dyn Registrar>,
+    ) -> ProtectionDomain {
+        ProtectionDomain::new(attributes, Some(registrar))
+    }
+
+    fn new(
+        attributes: DeviceAttributes,
+        registrar: Option<Arc<dyn Registrar>>,
+    ) -> ProtectionDomain {
         ProtectionDomain {
             inner: Arc::new(PdInner {
                 id: NEXT_PD_ID.fetch_add(1, Ordering::Relaxed),
                 attributes,
+                registrar,
                 table: Mutex::new(Table::default()),
             }),
         }
@@ -237,6 +275,28 @@ impl ProtectionDomain {
             });
         }
         let max = attrs.max_mr.min(1 << STag::INDEX_BITS);
+        // The device registers first, outside the table's lock (a system call); a
+        // registration refused below is dropped, which deregisters it.
+        let device = match &self.inner.registrar {
+            None => None,
+            Some(r) => {
+                let writable =
+                    access.contains(Access::LOCAL_WRITE) || access.contains(Access::REMOTE_WRITE);
+                if writable && matches!(mem, Mem::Shared(_)) {
+                    return Err(RegisterError::InvalidAccess(
+                        "the consumer's shared bytes are immutable to a device",
+                    ));
+                }
+                // SAFETY: the `Registrar` contract, kept by `MrShared`: the memory moves
+                // into the region created below and stays at this address (an owned
+                // buffer is never grown, shared bytes are never copied on write while
+                // registered, a pooled range is lent to the region alone) until the
+                // region drops its device registration, which it does before its
+                // memory (field order, `deregister`, `release`); shared bytes get no
+                // write right (checked above).
+                Some(unsafe { r.register(mem.as_slice(), access) }?)
+            }
+        };
         let mut t = lock(&self.inner.table);
         if t.live() >= max as usize {
             return Err(RegisterError::TooMany { max });
@@ -256,6 +316,7 @@ impl ProtectionDomain {
             access,
             stag: AtomicU32::new(STag::new(index, random_key()).0),
             valid: AtomicBool::new(true),
+            device: Mutex::new(device),
             mem: Mutex::new(mem),
         });
         t.slots[index as usize] = Some(Arc::downgrade(&shared));
@@ -359,7 +420,10 @@ impl MemoryRegion {
     /// The local key: what gather/scatter lists name this region by (verbs
     /// `ibv_mr.lkey`).
     pub fn lkey(&self) -> STag {
-        self.stag()
+        match &*lock(&self.shared.device) {
+            Some(d) => STag(d.lkey()),
+            None => self.stag(),
+        }
     }
 
     /// The remote key a peer names this region by in chunk segments (verbs
@@ -368,7 +432,24 @@ impl MemoryRegion {
     pub fn rkey(&self) -> Option<STag> {
         let remote = self.shared.access.contains(Access::REMOTE_READ)
             || self.shared.access.contains(Access::REMOTE_WRITE);
-        remote.then(|| self.stag())
+        if !remote {
+            return None;
+        }
+        Some(match &*lock(&self.shared.device) {
+            Some(d) => STag(d.rkey()),
+            None => self.stag(),
+        })
+    }
+
+    /// True while the device holds a registration of this region's memory.
+    fn device_registered(&self) -> bool {
+        lock(&self.shared.device).is_some()
+    }
+
+    /// Drops the device's registration (deregisters it from the device) before the
+    /// memory is taken out.
+    fn drop_device_registration(&self) {
+        drop(lock(&self.shared.device).take());
     }
 
     /// The access rights given at registration.
@@ -422,8 +503,13 @@ impl MemoryRegion {
 
     /// Runs `f` over the region's bytes, mutably (local CPU access; a region registered
     /// by [`ProtectionDomain::register_bytes`] is copied first).
-    pub fn with_mut<R>(&self, f: impl FnOnce(&mut [u8]) -> R) -> R {
-        f(lock(&self.shared.mem).make_mut())
+    ///
+    /// `None` for the consumer's shared bytes registered with a device
+    /// ([`ProtectionDomain::with_registrar`]): a copy on write would move memory the
+    /// device knows.
+    pub fn with_mut<R>(&self, f: impl FnOnce(&mut [u8]) -> R) -> Option<R> {
+        let device = self.device_registered();
+        lock(&self.shared.mem).make_mut_checked(device).map(f)
     }
 
     /// Copies `len` bytes at `offset` out. Returns `None` when out of bounds.
@@ -434,14 +520,19 @@ impl MemoryRegion {
         m.as_slice().get(offset..end).map(Bytes::copy_from_slice)
     }
 
-    /// Copies `data` in at `offset`. Returns `false` when out of bounds.
+    /// Copies `data` in at `offset`. Returns `false` when out of bounds, or for shared
+    /// bytes registered with a device (as [`MemoryRegion::with_mut`]).
     pub fn write(&self, offset: usize, data: &[u8]) -> bool {
+        let device = self.device_registered();
         let mut m = lock(&self.shared.mem);
         match offset.checked_add(data.len()) {
-            Some(end) if end <= m.len() => {
-                m.make_mut()[offset..end].copy_from_slice(data);
-                true
-            }
+            Some(end) if end <= m.len() => match m.make_mut_checked(device) {
+                Some(b) => {
+                    b[offset..end].copy_from_slice(data);
+                    true
+                }
+                None => false,
+            },
             _ => false,
         }
     }
@@ -452,6 +543,7 @@ impl MemoryRegion {
     /// copied; [`MemoryRegion::deregister_bytes`] never copies.)
     pub fn deregister(self) -> BytesMut {
         self.shared.valid.store(false, Ordering::Release);
+        self.drop_device_registration();
         match lock(&self.shared.mem).take() {
             Mem::Owned(b) => b,
             // COPY: only when the shared bytes are still held elsewhere.
@@ -466,12 +558,14 @@ impl MemoryRegion {
     /// consumer can freeze it, [`PooledBuffer::freeze`]).
     pub fn release(self) {
         self.shared.valid.store(false, Ordering::Release);
+        self.drop_device_registration();
         drop(lock(&self.shared.mem).take());
     }
 
     /// As [`MemoryRegion::deregister`], handing the bytes back frozen, without a copy.
     pub fn deregister_bytes(self) -> Bytes {
         self.shared.valid.store(false, Ordering::Release);
+        self.drop_device_registration();
         match lock(&self.shared.mem).take() {
             Mem::Owned(b) => b.freeze(),
             Mem::Shared(b) => b,
@@ -670,6 +764,75 @@ mod tests {
         let whole = buf.freeze(4..21).unwrap();
         assert_eq!(&whole[..4], b"room");
         assert_eq!(&whole[11..17], b"placed");
+    }
+
+    /// A device that registers memory itself: its keys on the regions, its
+    /// registration gone before the memory is handed back, and no copy on write of
+    /// shared bytes it registered.
+    #[test]
+    fn a_device_registrar_gives_its_keys_and_deregisters_first() {
+        use crate::device::{DeviceRegistration, Registrar};
+        use std::sync::atomic::AtomicUsize;
+
+        #[derive(Default)]
+        struct Fake {
+            live: Arc<AtomicUsize>,
+            next: AtomicU32,
+        }
+        struct Reg {
+            key: u32,
+            live: Arc<AtomicUsize>,
+        }
+        impl DeviceRegistration for Reg {
+            fn lkey(&self) -> u32 {
+                self.key
+            }
+            fn rkey(&self) -> u32 {
+                self.key | 0x8000_0000
+            }
+        }
+        impl Drop for Reg {
+            fn drop(&mut self) {
+                self.live.fetch_sub(1, Ordering::SeqCst);
+            }
+        }
+        impl Registrar for Fake {
+            unsafe fn register(
+                &self,
+                mem: &[u8],
+                _: Access,
+            ) -> Result<Box<dyn DeviceRegistration>, RegisterError> {
+                assert!(!mem.is_empty());
+                self.live.fetch_add(1, Ordering::SeqCst);
+                Ok(Box::new(Reg {
+                    key: self.next.fetch_add(1, Ordering::SeqCst) + 1,
+                    live: self.live.clone(),
+                }))
+            }
+        }
+        let fake = Arc::new(Fake::default());
+        let live = fake.live.clone();
+        let pd = ProtectionDomain::with_registrar(DeviceAttributes::SOFTWARE, fake);
+        let owned = pd
+            .register(BytesMut::from(&b"abc"[..]), Access::LOCAL_WRITE)
+            .unwrap();
+        assert_eq!((owned.lkey(), owned.rkey()), (STag(1), None));
+        assert!(owned.write(0, b"A"));
+        let data = Bytes::from_static(b"shared");
+        let shared = pd
+            .register_bytes(data.clone(), Access::REMOTE_READ)
+            .unwrap();
+        assert_eq!(shared.rkey(), Some(STag(0x8000_0002)));
+        assert_eq!(live.load(Ordering::SeqCst), 2);
+        // No copy on write of bytes the device knows.
+        assert!(!shared.write(0, b"x"));
+        assert_eq!(shared.with_mut(|b| b[0] = b'x'), None);
+        assert_eq!(shared.deregister_bytes(), data);
+        assert_eq!(owned.deregister(), BytesMut::from(&b"Abc"[..]));
+        assert_eq!(live.load(Ordering::SeqCst), 0);
+        // Dropped without deregistering: the registration goes too.
+        drop(pd.register_zeroed(8, Access::NONE).unwrap());
+        assert_eq!(live.load(Ordering::SeqCst), 0);
     }
 
     #[test]

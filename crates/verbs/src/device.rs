@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use rdma::{DeviceAttributes, RegisterError};
 
-use crate::mr::VerbsPd;
+use crate::mr::VerbsRegistrar;
 use crate::sys;
 
 /// Why the device list could not be had (before any device is looked at), or a
@@ -262,14 +262,6 @@ impl VerbsDevice {
     pub fn vendor(&self) -> (u32, u32) {
         self.vendor
     }
-
-    /// A protection domain of this device (`ibv_alloc_pd`) in which memory is
-    /// registered with the device (module docs: why this is not
-    /// [`rdma::Device::alloc_pd`] yet).
-    pub fn alloc_verbs_pd(&self) -> Result<VerbsPd, RegisterError> {
-        let pd = sys::Pd::alloc(&self.ctx)?;
-        Ok(VerbsPd::new(pd, self.attributes))
-    }
 }
 
 impl rdma::Device for VerbsDevice {
@@ -281,15 +273,14 @@ impl rdma::Device for VerbsDevice {
         self.attributes
     }
 
-    /// Fails: `rdma::ProtectionDomain` is the software registration table, which this
-    /// device would not honour (crate docs; docs/verbs-provider.md has the extension
-    /// the `rdma` crate needs). Use [`VerbsDevice::alloc_verbs_pd`].
+    /// A protection domain of this device (`ibv_alloc_pd`) whose regions are
+    /// registered with the device (`ibv_reg_mr`, through [`VerbsRegistrar`]).
     fn alloc_pd(&self) -> Result<rdma::ProtectionDomain, RegisterError> {
-        Err(RegisterError::Provider(io::Error::new(
-            io::ErrorKind::Unsupported,
-            "a verbs device cannot yet back rdma::ProtectionDomain (software table only); \
-             see docs/verbs-provider.md",
-        )))
+        let pd = sys::Pd::alloc(&self.ctx)?;
+        Ok(rdma::ProtectionDomain::with_registrar(
+            self.attributes,
+            Arc::new(VerbsRegistrar::new(pd)),
+        ))
     }
 }
 

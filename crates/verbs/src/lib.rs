@@ -3,24 +3,23 @@
 //! soft-iWARP `siw`), their attributes, protection domains and memory registration.
 //!
 //! ```text
-//!  devices() -> VerbsDevice ---- impl rdma::Device (name, attributes; alloc_pd: see below)
-//!                   | alloc_verbs_pd()
-//!               VerbsPd ---- register(BytesMut | Bytes, Access) -> VerbsMr (lkey, rkey)
-//!                   |
+//!  devices() -> VerbsDevice ---- impl rdma::Device (name, attributes, alloc_pd)
+//!                   | alloc_pd(): ibv_alloc_pd
+//!  rdma::ProtectionDomain::with_registrar(VerbsRegistrar) -- register*(..) -> rdma::MemoryRegion
+//!                   |                                         (the device's lkey, rkey)
 //!  sys (the only unsafe module): ibv_get_device_list/open/query, ibv_alloc_pd, ibv_reg_mr
 //!                   |
 //!  rdma-mummy-sys: bindings + a shim that dlopens libibverbs.so.1 at run time
 //! ```
 //!
+//! Memory registered on a verbs device is an ordinary `rdma::MemoryRegion` (owned
+//! buffers, the consumer's bytes, pooled buffers), with the `rdma` crate's checks and
+//! ownership; `mr::VerbsRegistrar` adds the device's registration, which the
+//! region drops before its memory.
+//!
 //! What it does **not** do yet (issue 14): queue pairs, completion queues with a
 //! completion channel, connection management through librdmacm, and being the device
-//! behind `rdma::Route`/`rdma::ConnectRequest`. [`rdma::Device::alloc_pd`] returns
-//! `rdma::ProtectionDomain`, which today is the software registration table only, so
-//! [`VerbsDevice`]'s implementation of it fails with
-//! [`rdma::RegisterError::Provider`] (kind `Unsupported`) instead of handing out a
-//! table the device knows nothing about; the extension the `rdma` crate needs is
-//! described in docs/verbs-provider.md. Until then verbs registration is
-//! [`VerbsDevice::alloc_verbs_pd`] and [`VerbsPd::register`].
+//! behind `rdma::Route`/`rdma::ConnectRequest`.
 //!
 //! A binary using this crate starts on hosts without rdma-core: libibverbs is loaded
 //! when the process starts, and its absence shows as [`OpenError::NoLibrary`] from
@@ -33,4 +32,3 @@ mod mr;
 mod sys;
 
 pub use device::{devices, LinkLayer, OpenError, PortInfo, PortState, Transport, VerbsDevice};
-pub use mr::{VerbsMr, VerbsPd};

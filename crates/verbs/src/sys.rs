@@ -17,13 +17,14 @@
 //! 3. The device list lives only inside [`open_devices`]: devices are opened while
 //!    it exists and it is freed before returning (ibv_get_device_list(3): after
 //!    `ibv_free_device_list` only opened devices may be used).
-//! 4. Registered memory: an [`Mr`] owns the memory it registered (a `BytesMut` or
-//!    `Bytes`; their heap memory does not move when the handle moves), never
-//!    reallocates or hands it out mutably, and deregisters it (`Drop`) before the
-//!    memory is dropped. Shared `Bytes` are registered without any right that lets the
-//!    device write them. What the device writes into an owned buffer while the CPU
-//!    reads it is the consumer's to avoid (no CPU access while work is outstanding on
-//!    the region), as on every verbs provider.
+//! 4. Registered memory: an [`Mr`] is created only by `crate::mr::VerbsRegistrar`,
+//!    i.e. by the `rdma` crate's `ProtectionDomain`, whose `rdma::Registrar` contract
+//!    keeps the memory allocated and unmoved until the `Mr` is dropped (the region
+//!    drops its device registration before its memory), and never lets the device
+//!    write shared (immutable) bytes (the `rdma` crate refuses write rights for them
+//!    on a device's PD). What the device writes into a buffer while the CPU reads it
+//!    is the consumer's to avoid (no CPU access while work is outstanding on the
+//!    region), as on every verbs provider.
 //! 5. Threads: libibverbs verbs may be called from any thread on shared objects
 //!    (rdma-core's locking; RDMAmojo, "libibverbs thread safe level"), and none of
 //!    these wrappers mutates through `&self`, so they are `Send` and `Sync`.
@@ -35,7 +36,6 @@ use std::mem::MaybeUninit;
 use std::ptr::NonNull;
 use std::sync::Arc;
 
-use bytes::{Bytes, BytesMut};
 use rdma_mummy_sys as ffi;
 
 /// An open device context (`struct ibv_context`) and what the device list said about
@@ -222,33 +222,16 @@ impl Drop for Pd {
     }
 }
 
-/// Memory a registration owns: a buffer, or the consumer's bytes (read-only to the
-/// device).
-pub(crate) enum Mem {
-    Owned(BytesMut),
-    Shared(Bytes),
-}
-
-impl Mem {
-    pub(crate) fn as_slice(&self) -> &[u8] {
-        match self {
-            Mem::Owned(b) => b,
-            Mem::Shared(b) => b,
-        }
-    }
-}
-
-/// A memory registration (`struct ibv_mr`) and the memory it covers (invariant 4).
+/// A memory registration (`struct ibv_mr`) of memory the `rdma` crate keeps alive
+/// (invariant 4).
 pub(crate) struct Mr {
     ptr: NonNull<ffi::ibv_mr>,
     lkey: u32,
     rkey: u32,
-    /// Never replaced or handed out mutably while registered, so never reallocated.
-    mem: Mem,
     _pd: Arc<Pd>,
 }
 
-// SAFETY: invariant 5; the memory is owned (Bytes/BytesMut are Send + Sync).
+// SAFETY: invariant 5; the Mr holds no memory, only the registration.
 unsafe impl Send for Mr {}
 // SAFETY: invariant 5.
 unsafe impl Sync for Mr {}
@@ -261,29 +244,21 @@ pub(crate) mod access {
 }
 
 impl Mr {
-    /// `ibv_reg_mr(pd, mem, len, access)`; the registration takes `mem` over (and
-    /// gives it back on failure). A `Shared` region must not get a right that lets the
-    /// device write (`LOCAL_WRITE`, `REMOTE_WRITE`): those bytes are immutable and
-    /// may be shared with others. Checked here, since it is what keeps the device
-    /// from writing memory Rust considers immutable.
-    pub(crate) fn register(pd: &Arc<Pd>, mem: Mem, access: i32) -> Result<Mr, (io::Error, Mem)> {
-        let writable = access & (access::LOCAL_WRITE | access::REMOTE_WRITE) != 0;
-        if matches!(mem, Mem::Shared(_)) && writable {
-            return Err((io::Error::from_raw_os_error(22), mem));
-        }
-        let (addr, len) = {
-            let s = mem.as_slice();
-            (s.as_ptr(), s.len())
-        };
-        // SAFETY: live PD (invariant 1). Invariant 4: `mem` moves into the Mr below;
-        // moving a Bytes/BytesMut handle does not move its heap memory, the Mr never
-        // reallocates or frees it before `ibv_dereg_mr` (Drop runs before the fields
-        // drop), and shared bytes get no write right (checked above).
+    /// `ibv_reg_mr(pd, mem, len, access)`.
+    ///
+    /// # Safety
+    /// `mem` must stay allocated at the same address until the returned `Mr` is
+    /// dropped, and if `access` lets the device write (`LOCAL_WRITE`, `REMOTE_WRITE`),
+    /// nothing else may read or write those bytes while the device can (the
+    /// `rdma::Registrar` contract, invariant 4).
+    pub(crate) unsafe fn register(pd: &Arc<Pd>, mem: &[u8], access: i32) -> io::Result<Mr> {
+        // SAFETY: live PD (invariant 1); the memory outlives the registration (this
+        // function's contract).
         let mr = unsafe {
             ffi::ibv_reg_mr(
                 pd.ptr.as_ptr(),
-                addr as *mut std::os::raw::c_void,
-                len,
+                mem.as_ptr() as *mut std::os::raw::c_void,
+                mem.len(),
                 access,
             )
         };
@@ -295,11 +270,10 @@ impl Mr {
                     ptr,
                     lkey,
                     rkey,
-                    mem,
                     _pd: pd.clone(),
                 })
             }
-            None => Err((io::Error::last_os_error(), mem)),
+            None => Err(io::Error::last_os_error()),
         }
     }
 
@@ -310,23 +284,11 @@ impl Mr {
     pub(crate) fn rkey(&self) -> u32 {
         self.rkey
     }
-
-    pub(crate) fn mem(&self) -> &Mem {
-        &self.mem
-    }
-
-    /// Deregisters and hands the memory back.
-    pub(crate) fn into_mem(mut self) -> Mem {
-        let mem = std::mem::replace(&mut self.mem, Mem::Owned(BytesMut::new()));
-        // `mem` is still alive here, so the device never sees freed memory.
-        drop(self);
-        mem
-    }
 }
 
 impl Drop for Mr {
     fn drop(&mut self) {
-        // SAFETY: invariant 1; runs before `mem` is dropped (invariant 4).
+        // SAFETY: invariant 1; the memory is still allocated (invariant 4).
         unsafe { ffi::ibv_dereg_mr(self.ptr.as_ptr()) };
     }
 }

@@ -1,7 +1,9 @@
 //! The rdma-core provider's first proof (issue 14): our `verbs-devices` (crates/verbs,
 //! built on the host, run in the guest) lists soft-RoCE `rxe0` and soft-iWARP `siw0`
 //! through libibverbs, with the attributes `ibv_devinfo -v` (rdma-core's own tool)
-//! reports for them, and registers memory with each (`ibv_reg_mr`).
+//! reports for them, and registers memory with each through the `rdma` API on the
+//! device's protection domain (`ibv_reg_mr` of an owned buffer, shared bytes and a
+//! pooled buffer's range).
 //!
 //! rxe0 is created on eth0 beside siw0 for this scenario only (`lab_rxe_up`, which
 //! loads the `crc32` crypto module rxe needs) and removed at its end (`lab_rxe_down`):
@@ -158,17 +160,24 @@ fn verbs_devices_lists_rxe0_and_siw0_with_devinfo_attributes() {
                 mine.iter()
                     .find(|f| f.get("kind").map(String::as_str) == Some(k))
             };
-            let (Some(owned), Some(shared)) = (kind("owned"), kind("shared")) else {
+            let (Some(owned), Some(shared), Some(pooled)) =
+                (kind("owned"), kind("shared"), kind("pooled"))
+            else {
                 return Err(format!("{dev}: registrations {mine:?}"));
             };
             if owned.get("len").map(String::as_str) != Some("65536")
                 || shared.get("len").map(String::as_str) != Some("4096")
+                || pooled.get("len").map(String::as_str) != Some("32768")
             {
-                return Err(format!("{dev}: lengths {owned:?} {shared:?}"));
+                return Err(format!("{dev}: lengths {owned:?} {shared:?} {pooled:?}"));
             }
-            // Two live registrations in one PD cannot share a local key.
-            if owned.get("lkey").is_none() || owned.get("lkey") == shared.get("lkey") {
-                return Err(format!("{dev}: lkeys {owned:?} {shared:?}"));
+            // Live registrations in one PD cannot share a local key.
+            let lkeys: std::collections::BTreeSet<_> = [owned, shared, pooled]
+                .iter()
+                .filter_map(|f| f.get("lkey"))
+                .collect();
+            if lkeys.len() != 3 {
+                return Err(format!("{dev}: lkeys {owned:?} {shared:?} {pooled:?}"));
             }
         }
         Ok(())

@@ -52,9 +52,8 @@ fn run() -> Result<(), String> {
         );
     }
     for d in &devices {
-        let pd = d
-            .alloc_verbs_pd()
-            .map_err(|e| format!("{}: ibv_alloc_pd: {e}", d.name()))?;
+        let pd =
+            rdma::Device::alloc_pd(d).map_err(|e| format!("{}: ibv_alloc_pd: {e}", d.name()))?;
         let owned = pd
             .register(
                 BytesMut::zeroed(64 << 10),
@@ -64,7 +63,18 @@ fn run() -> Result<(), String> {
         let shared = pd
             .register_bytes(Bytes::from(vec![0x5a; 4096]), Access::REMOTE_READ)
             .map_err(|e| format!("{}: ibv_reg_mr (4 KiB shared, r): {e}", d.name()))?;
-        for (kind, mr) in [("owned", &owned), ("shared", &shared)] {
+        // A pooled buffer (as the transport's Read sinks and chunks): half of it lent
+        // to the device.
+        let pool = rdma::BufferPool::new(1 << 20);
+        let buf = pool.get(64 << 10);
+        let pooled = pd
+            .register_pooled(
+                &buf,
+                0..(32 << 10),
+                Access::LOCAL_WRITE | Access::REMOTE_WRITE,
+            )
+            .map_err(|e| format!("{}: ibv_reg_mr (32 KiB pooled, rw): {e}", d.name()))?;
+        for (kind, mr) in [("owned", &owned), ("shared", &shared), ("pooled", &pooled)] {
             let rkey = mr.rkey().ok_or("a region with remote rights has no rkey")?;
             println!(
                 "mr {} kind={kind} len={} lkey={:#x} rkey={:#x}",
@@ -74,7 +84,7 @@ fn run() -> Result<(), String> {
                 rkey.0
             );
         }
-        let back = shared.deregister();
+        let back = shared.deregister_bytes();
         if back.len() != 4096 || back.iter().any(|&b| b != 0x5a) {
             return Err(format!(
                 "{}: shared bytes changed by registration",
