@@ -126,6 +126,32 @@ struct ServeArgs {
     /// Serve NFS over RPC-over-RDMA (iWARP) on this port too; 0 for any.
     #[arg(long)]
     rdma_port: Option<u16>,
+    /// Keep the file handle key in DIR (handles survive a restart), as nfsd's
+    /// --state-dir; without it, handles die with the process.
+    #[arg(long, value_name = "DIR")]
+    state_dir: Option<PathBuf>,
+    /// Kernel file handles: auto (as nfsd), no-open (found by search, as nfsd not
+    /// running as root), off (inode handles, as on a file system without them).
+    #[arg(long, value_enum, default_value_t = HandlesArg::Auto)]
+    kernel_handles: HandlesArg,
+}
+
+/// `--kernel-handles`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum HandlesArg {
+    Auto,
+    NoOpen,
+    Off,
+}
+
+impl From<HandlesArg> for nfsd::KernelHandles {
+    fn from(a: HandlesArg) -> Self {
+        match a {
+            HandlesArg::Auto => nfsd::KernelHandles::Auto,
+            HandlesArg::NoOpen => nfsd::KernelHandles::NoOpen,
+            HandlesArg::Off => nfsd::KernelHandles::Off,
+        }
+    }
 }
 
 fn parse_size(s: &str) -> Result<u64, String> {
@@ -176,6 +202,8 @@ fn main() -> ExitCode {
                 nfs_port: a.nfs_port,
                 mount_port: a.mount_port,
                 rdma_port: a.rdma_port,
+                state_dir: a.state_dir,
+                kernel_handles: a.kernel_handles.into(),
             };
             match serve::run(&opts) {
                 Ok(()) => ExitCode::SUCCESS,

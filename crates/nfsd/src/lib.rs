@@ -58,8 +58,8 @@ pub mod vfs;
 
 pub use creds::Squash;
 pub use exports::{Clients, ExportLine, ExportOptions};
+pub use handle_key::HandleKey;
 pub use mount::MountService;
 pub use nfs::{Caller, NfsServer, Served, Table};
 pub use service::NfsService;
-pub use handle_key::HandleKey;
-pub use vfs::Export;
+pub use vfs::{Export, HandleConfig, KernelHandles};

@@ -99,6 +99,7 @@ impl TestServer {
                 RpcbindMode::Off
             },
             portmap_port: 0,
+            handles: nfsd::HandleConfig::ephemeral().unwrap(),
         };
         let bound = Bound::new(&config).await.expect("nfsd binds");
         let nfs = bound.nfs_addr().unwrap();
