@@ -3,7 +3,7 @@
 //!
 //! Every handle we issue ends in a MAC over all its other bytes ([`crate::fh`]):
 //! HMAC-SHA-256 (RFC 2104, FIPS 198-1) under a 256-bit key, truncated to its leftmost
-//! 128 bits (RFC 2104 §5 allows truncation to no less than half the output). A client
+//! 128 bits (RFC 2104 §5 recommends keeping at least half the output, and 80 bits). A client
 //! can then not make up a handle, nor change a byte of one (its export, its inode),
 //! without the server noticing before it touches the file system, and the check is
 //! done in constant time (`hmac`'s `verify_truncated_left` compares with `subtle`).

@@ -10,7 +10,8 @@
 //!   nfs::NfsServer  -- proc/* (one module per group of procedures)
 //!            |
 //!   vfs (export-confined openat/O_NOFOLLOW access, handle resolution)
-//!   fh (handle format)   errno (errno -> nfsstat3)   creds (AUTH_SYS identities)
+//!   fh (handle format)   handle_key (its MAC key)   kernel_fh (open_by_handle_at)
+//!   errno (errno -> nfsstat3)   creds (AUTH_SYS identities)
 //!   exports (exports(5) table; the access check of every MNT and every handle)
 //! ```
 //!
