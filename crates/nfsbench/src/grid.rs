@@ -161,6 +161,8 @@ pub fn run(plan: &Plan, quiet: bool) -> Result<Results, BenchError> {
         rdma: want_rdma,
         ports: None,
         netns: None,
+        state_dir: None,
+        kernel_handles: "auto",
     })?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

@@ -28,6 +28,7 @@ pub mod baseline;
 pub mod charts;
 pub mod cpu;
 pub mod grid;
+pub mod handles;
 pub mod labrun;
 pub mod machine;
 pub mod peers;

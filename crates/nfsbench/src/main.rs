@@ -6,6 +6,7 @@
 //! nfsbench run --file-size 16M --read-sizes 64K --depths 4 --reps 1 --out /tmp/b
 //! nfsbench serve --export DIR --rdma-port 0      # the server child (used by `run`)
 //! nfsbench lab --out docs/bench                 # the qemu-guest variant (lab/setup first)
+//! nfsbench handles --sizes 10000,1000000 --out docs/bench   # GETATTR after a restart vs export size
 //! ```
 
 use std::path::PathBuf;
@@ -35,6 +36,36 @@ enum Command {
     /// The qemu-lab variant: the guest kernel client reads from knfsd (siw) and from
     /// our nfsd in the guest (userspace iWARP); needs `lab/setup` and root.
     Lab(LabArgs),
+    /// GETATTR of handles taken before a server restart, for exports of different
+    /// sizes: is the time per call independent of the export size?
+    Handles(HandlesArgs),
+}
+
+#[derive(Debug, Args)]
+struct HandlesArgs {
+    /// Scratch directory: the exports (DIR/export-N, kept for the next run) and the
+    /// server's state directory.
+    #[arg(long, default_value = "/tmp/nfsbench-handles")]
+    dir: PathBuf,
+    /// Export sizes in files, comma-separated (e.g. 10000,1000000).
+    #[arg(long, default_value = "2000,20000", value_delimiter = ',')]
+    sizes: Vec<u64>,
+    /// Handles taken and timed per export.
+    #[arg(long, default_value_t = 200)]
+    sample: usize,
+    /// As `serve --kernel-handles`: auto, no-open (the fallback of a server that is
+    /// not root), off (inode handles).
+    #[arg(long, value_enum, default_value_t = HandlesArg::Auto)]
+    kernel_handles: HandlesArg,
+    /// Drop the kernel's caches before each restart (root).
+    #[arg(long)]
+    drop_caches: bool,
+    /// Repetitions (sizes in turn, alternating order); figures are medians over them.
+    #[arg(long, default_value_t = 3)]
+    reps: u32,
+    /// Output directory for handles.txt and handles.json.
+    #[arg(long, default_value = "nfsbench-report")]
+    out: PathBuf,
 }
 
 #[derive(Debug, Args)]
@@ -126,6 +157,32 @@ struct ServeArgs {
     /// Serve NFS over RPC-over-RDMA (iWARP) on this port too; 0 for any.
     #[arg(long)]
     rdma_port: Option<u16>,
+    /// Keep the file handle key in DIR (handles survive a restart), as nfsd's
+    /// --state-dir; without it, handles die with the process.
+    #[arg(long, value_name = "DIR")]
+    state_dir: Option<PathBuf>,
+    /// Kernel file handles: auto (as nfsd), no-open (found by search, as nfsd not
+    /// running as root), off (inode handles, as on a file system without them).
+    #[arg(long, value_enum, default_value_t = HandlesArg::Auto)]
+    kernel_handles: HandlesArg,
+}
+
+/// `--kernel-handles`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum HandlesArg {
+    Auto,
+    NoOpen,
+    Off,
+}
+
+impl From<HandlesArg> for nfsd::KernelHandles {
+    fn from(a: HandlesArg) -> Self {
+        match a {
+            HandlesArg::Auto => nfsd::KernelHandles::Auto,
+            HandlesArg::NoOpen => nfsd::KernelHandles::NoOpen,
+            HandlesArg::Off => nfsd::KernelHandles::Off,
+        }
+    }
 }
 
 fn parse_size(s: &str) -> Result<u64, String> {
@@ -176,6 +233,8 @@ fn main() -> ExitCode {
                 nfs_port: a.nfs_port,
                 mount_port: a.mount_port,
                 rdma_port: a.rdma_port,
+                state_dir: a.state_dir,
+                kernel_handles: a.kernel_handles.into(),
             };
             match serve::run(&opts) {
                 Ok(()) => ExitCode::SUCCESS,
@@ -185,6 +244,13 @@ fn main() -> ExitCode {
                 }
             }
         }
+        Command::Handles(a) => match handles(a) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("nfsbench handles: {e}");
+                ExitCode::FAILURE
+            }
+        },
         Command::Lab(a) => match lab(a) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
@@ -200,6 +266,50 @@ fn main() -> ExitCode {
             }
         },
     }
+}
+
+fn handles(a: HandlesArgs) -> Result<(), grid::BenchError> {
+    use nfsbench::handles::{self, HandlesPlan};
+    let command = std::env::args().collect::<Vec<_>>().join(" ");
+    let started = utc_now();
+    let plan = HandlesPlan {
+        dir: a.dir,
+        sizes: a.sizes,
+        sample: a.sample,
+        kernel_handles: match a.kernel_handles {
+            HandlesArg::Auto => "auto",
+            HandlesArg::NoOpen => "no-open",
+            HandlesArg::Off => "off",
+        }
+        .to_string(),
+        drop_caches: a.drop_caches,
+        reps: a.reps,
+    };
+    let results = handles::run(&plan)?;
+    let text = format!(
+        "command: {command}\nstarted: {started}, finished: {}\n{}",
+        utc_now(),
+        handles::text(&plan, &results)
+    );
+    print!("{text}");
+    std::fs::create_dir_all(&a.out)?;
+    std::fs::write(a.out.join("handles.txt"), &text)?;
+    let json = serde_json::json!({
+        "command": command,
+        "started_utc": started,
+        "finished_utc": utc_now(),
+        "source_commit": nfsbench::report::source_commit(),
+        "host_loadavg_end": nfsbench::machine::loadavg(),
+        "kernel_handles": plan.kernel_handles,
+        "drop_caches": plan.drop_caches,
+        "reps": plan.reps,
+        "results": results,
+    });
+    std::fs::write(
+        a.out.join("handles.json"),
+        serde_json::to_string_pretty(&json)?,
+    )?;
+    Ok(())
 }
 
 fn lab(a: LabArgs) -> Result<(), grid::BenchError> {

@@ -156,6 +156,8 @@ impl PeerLab {
             rdma: false,
             ports: None,
             netns: Some(&ns),
+            state_dir: None,
+            kernel_handles: "auto",
         })?);
         for server in [PeerServer::Ganesha, PeerServer::Ours] {
             let deadline = Instant::now() + Duration::from_secs(30);

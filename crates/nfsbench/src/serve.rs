@@ -15,7 +15,7 @@ use std::path::PathBuf;
 
 use nfsd::rdma::RdmaOptions;
 use nfsd::server::{Bound, Config, RpcbindMode};
-use nfsd::{ExportLine, ExportOptions, Squash};
+use nfsd::{ExportLine, ExportOptions, HandleConfig, HandleKey, KernelHandles, Squash};
 
 /// What to serve.
 #[derive(Debug, Clone)]
@@ -30,6 +30,13 @@ pub struct ServeOptions {
     pub mount_port: u16,
     /// NFS/RDMA port; `None` for no RDMA listener, `Some(0)` for any port.
     pub rdma_port: Option<u16>,
+    /// State directory holding the file handle key, so that handles survive a
+    /// restart of the child (as nfsd's `--state-dir`); `None`: a key for this process
+    /// only.
+    pub state_dir: Option<PathBuf>,
+    /// Whether kernel file handles are used (the default, [`KernelHandles::Auto`], is
+    /// the `nfsd` binary's).
+    pub kernel_handles: KernelHandles,
 }
 
 /// The line prefix announcing the addresses.
@@ -44,7 +51,15 @@ pub fn run(opts: &ServeOptions) -> std::io::Result<()> {
 }
 
 async fn serve(opts: &ServeOptions) -> std::io::Result<()> {
+    let key = match &opts.state_dir {
+        Some(dir) => HandleKey::load_or_create(dir)?,
+        None => HandleKey::ephemeral()?,
+    };
     let config = Config {
+        handles: HandleConfig {
+            kernel: opts.kernel_handles,
+            ..HandleConfig::new(key)
+        },
         exports: vec![ExportLine::everyone(
             opts.export.clone(),
             ExportOptions {

@@ -35,6 +35,11 @@ pub struct SpawnOptions<'a> {
     pub ports: Option<(u16, u16)>,
     /// Run inside this network namespace (`ip netns exec NS ...`).
     pub netns: Option<&'a str>,
+    /// Keep the handle key here, so that handles survive a restart of the child
+    /// (`serve --state-dir`); `None`: handles die with the child.
+    pub state_dir: Option<&'a Path>,
+    /// `serve --kernel-handles`: auto, no-open or off.
+    pub kernel_handles: &'a str,
 }
 
 impl ServerChild {
@@ -59,6 +64,10 @@ impl ServerChild {
         if opts.rdma {
             cmd.args(["--rdma-port", "0"]);
         }
+        if let Some(dir) = opts.state_dir {
+            cmd.arg("--state-dir").arg(dir);
+        }
+        cmd.args(["--kernel-handles", opts.kernel_handles]);
         let mut child = cmd
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())

@@ -114,3 +114,49 @@ fn one_point_per_transport_gives_a_sane_report() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `nfsbench handles` on two tiny exports: every handle taken before the restart
+/// answers GETATTR after it (the tool fails otherwise), and the report is sane.
+#[test]
+fn handles_across_a_restart_gives_a_sane_report() {
+    let dir = scratch("handles");
+    let out = dir.join("out");
+    let o = Command::new(env!("CARGO_BIN_EXE_nfsbench"))
+        .args([
+            "handles", "--sizes", "30,2500", "--sample", "10", "--reps", "1",
+        ])
+        .arg("--dir")
+        .arg(dir.join("scratch"))
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let text = std::fs::read_to_string(out.join("handles.txt")).unwrap();
+    assert!(text.contains("ratio 2500 / 30 files"), "{text}");
+    let json: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("handles.json")).unwrap()).unwrap();
+    let results = json["results"].as_array().unwrap();
+    assert_eq!(results.len(), 2);
+    for (r, files) in results.iter().zip([30, 2500]) {
+        assert_eq!(r["files"], files);
+        assert_eq!(r["handles"], 10);
+        for f in [
+            "warm_median_us",
+            "first_us",
+            "median_us",
+            "p99_us",
+            "max_us",
+        ] {
+            positive(r, f);
+        }
+    }
+    // The exports were made as asked: 2,500 files over 3 directories.
+    let export = dir.join("scratch/export-2500");
+    let files: usize = std::fs::read_dir(&export)
+        .unwrap()
+        .map(|d| std::fs::read_dir(d.unwrap().path()).unwrap().count())
+        .sum();
+    assert_eq!(files, 2500);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -10,7 +10,8 @@
 //!   nfs::NfsServer  -- proc/* (one module per group of procedures)
 //!            |
 //!   vfs (export-confined openat/O_NOFOLLOW access, handle resolution)
-//!   fh (handle format)   errno (errno -> nfsstat3)   creds (AUTH_SYS identities)
+//!   fh (handle format)   handle_key (its MAC key)   kernel_fh (open_by_handle_at)
+//!   errno (errno -> nfsstat3)   creds (AUTH_SYS identities)
 //!   exports (exports(5) table; the access check of every MNT and every handle)
 //! ```
 //!
@@ -45,6 +46,8 @@ pub mod creds;
 pub mod errno;
 pub mod exports;
 pub mod fh;
+pub mod handle_key;
+pub mod kernel_fh;
 pub mod mount;
 pub mod nfs;
 pub mod portmap;
@@ -56,7 +59,8 @@ pub mod vfs;
 
 pub use creds::Squash;
 pub use exports::{Clients, ExportLine, ExportOptions};
+pub use handle_key::HandleKey;
 pub use mount::MountService;
 pub use nfs::{Caller, NfsServer, Served, Table};
 pub use service::NfsService;
-pub use vfs::Export;
+pub use vfs::{Export, HandleConfig, KernelHandles};

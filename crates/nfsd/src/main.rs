@@ -8,6 +8,7 @@
 //! nfsd --rdma-version 1 /srv/export        # RPC-over-RDMA Version One only
 //! nfsd --no-rdma --nfs-port 12049 --mount-port 12048 --read-only /srv/a /srv/b
 //! nfsd --exports /etc/exports              # per-client access (exports(5)); SIGHUP reloads
+//! nfsd --state-dir /var/lib/nfsd-rs /srv/export   # where the file handle key is kept
 //! ```
 //! Clients find MOUNT (and NFS over TCP) through the host's rpcbind, or, when none
 //! runs, through our own portmapper on port 111 (`--rpcbind auto`, the default):
@@ -21,7 +22,7 @@ use std::sync::Arc;
 use clap::{Parser, ValueEnum};
 use nfsd::rdma::RdmaOptions;
 use nfsd::server::{export_lines, Bound, Config, RpcbindMode};
-use nfsd::{ExportLine, ExportOptions, NfsServer, Squash};
+use nfsd::{ExportLine, ExportOptions, HandleConfig, HandleKey, NfsServer, Squash};
 
 /// Serve local directories over NFS version 3 and MOUNT version 3.
 #[derive(Debug, Parser)]
@@ -90,6 +91,11 @@ struct Cli {
     /// Anonymous gid of the directories.
     #[arg(long, default_value_t = 65534, conflicts_with = "exports_file")]
     anon_gid: u32,
+    /// Directory of the state kept across restarts: the key that authenticates file
+    /// handles (fh.key, mode 0600), so that clients' handles stay valid after a
+    /// restart. Created if missing.
+    #[arg(long, value_name = "DIR", default_value = nfsd::handle_key::DEFAULT_STATE_DIR)]
+    state_dir: PathBuf,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -141,8 +147,16 @@ fn main() -> std::process::ExitCode {
             lines.collect()
         }
     };
+    let handles = match HandleKey::load_or_create(&cli.state_dir) {
+        Ok(key) => HandleConfig::new(key),
+        Err(e) => {
+            eprintln!("nfsd: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
     let config = Config {
         exports,
+        handles,
         bind: cli.bind,
         nfs_port: cli.nfs_port,
         mount_port: cli.mount_port,

@@ -80,7 +80,7 @@ impl MountService {
             return MountRes3::Fail(MountStat3::MNT3ERR_ACCES);
         }
         let ex = &served.export;
-        let mut node = match ex.resolve(&ex.root_handle()) {
+        let mut node = match ex.root() {
             Ok(n) => n,
             Err(_) => return MountRes3::Fail(MountStat3::MNT3ERR_IO),
         };
@@ -97,7 +97,7 @@ impl MountService {
             return MountRes3::Fail(MountStat3::MNT3ERR_NOTDIR);
         }
         MountRes3::Ok {
-            fhandle: ex.handle(&node.meta).to_nfs().0,
+            fhandle: ex.handle(&node).0,
             auth_flavors: AUTH_FLAVORS.to_vec(),
         }
     }

@@ -17,7 +17,7 @@ use crate::creds::Identity;
 use crate::exports::{Clients, ExportLine, ExportOptions};
 use crate::fh::FileHandle;
 use crate::proc;
-use crate::vfs::{Export, Meta, Node};
+use crate::vfs::{Export, HandleConfig, Meta, Node};
 
 /// Largest READ and WRITE the server accepts (FSINFO `rtmax` / `wtmax`): 1 MiB.
 pub const MAX_IO: u32 = 1024 * 1024;
@@ -33,19 +33,26 @@ pub struct Served {
 
 /// The exports in force. A reload replaces the whole table; a call in flight keeps
 /// the one it started with.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Table {
     /// In the order given.
     pub exports: Vec<Served>,
+    /// How handles are made and checked (the same across reloads).
+    pub handles: HandleConfig,
 }
 
 impl Table {
-    /// Opens the directories of `lines`. Directories `previous` already serves are
-    /// taken over as they are (their handle caches survive a reload).
+    /// Opens the directories of `lines`, whose handles are made as `handles` says.
+    /// Directories `previous` already serves are taken over as they are (their handle
+    /// caches survive a reload).
     ///
     /// Fails, naming the path (and line), if a directory cannot be opened or two
     /// lines name the same directory.
-    pub fn open(lines: &[ExportLine], previous: Option<&Table>) -> std::io::Result<Table> {
+    pub fn open(
+        lines: &[ExportLine],
+        handles: &HandleConfig,
+        previous: Option<&Table>,
+    ) -> std::io::Result<Table> {
         let mut exports: Vec<Served> = Vec::new();
         for l in lines {
             let at = if l.line > 0 {
@@ -53,7 +60,7 @@ impl Table {
             } else {
                 String::new()
             };
-            let fresh = Export::open(&l.path).map_err(|e| {
+            let fresh = Export::open(&l.path, handles).map_err(|e| {
                 std::io::Error::new(e.kind(), format!("export {}{at}: {e}", l.path.display()))
             })?;
             if let Some(dup) = exports.iter().find(|s| s.export.id == fresh.id) {
@@ -76,7 +83,10 @@ impl Table {
                 clients: l.clients.clone(),
             });
         }
-        Ok(Table { exports })
+        Ok(Table {
+            exports,
+            handles: handles.clone(),
+        })
     }
 
     /// The export with id `id`.
@@ -84,14 +94,21 @@ impl Table {
         self.exports.iter().find(|s| s.export.id == id)
     }
 
+    /// Decodes and authenticates a handle ([`FileHandle::open`]) under our key.
+    pub fn decode(&self, fh: &NfsFh3) -> Result<FileHandle, NfsStat3> {
+        FileHandle::open(fh, &self.handles.key)
+    }
+
     /// Finds the export and object a handle names, for `caller`.
     ///
-    /// Malformed handles are NFS3ERR_BADHANDLE; handles of no export of ours (another
-    /// server's, a removed export's) and objects not found inside the export are
-    /// NFS3ERR_STALE (RFC 1813 §2.6); a caller the export's clients do not admit
-    /// gets NFS3ERR_ACCES, decided before the file system is touched.
+    /// Handles not in our format are NFS3ERR_BADHANDLE; handles whose MAC does not
+    /// verify (forged, altered, another server's or an earlier key's), handles of no
+    /// export of ours (a removed export's) and objects no longer there are
+    /// NFS3ERR_STALE (RFC 1813 §2.6; [`crate::fh`] says why); a caller the export's
+    /// clients do not admit gets NFS3ERR_ACCES. All three are decided before the file
+    /// system is touched.
     pub fn resolve(&self, fh: &NfsFh3, caller: &Caller) -> Result<(&Arc<Export>, Node), NfsStat3> {
-        let h = FileHandle::from_nfs(fh)?;
+        let h = self.decode(fh)?;
         let served = self.find(h.export).ok_or(NfsStat3::NFS3ERR_STALE)?;
         if let Err(why) = served.clients.admit(caller.peer.as_ref()) {
             tracing::debug!(peer = ?caller.peer, export = %served.export.path.display(), ?why, "NFS call refused");
@@ -162,7 +179,8 @@ impl NfsServer {
     /// Serves `lines` from now on (a reload): opens them first, and on any error keeps
     /// the exports in force. Calls in flight finish under the table they started with.
     pub fn reload(&self, lines: &[ExportLine]) -> std::io::Result<()> {
-        let table = Table::open(lines, Some(&self.table()))?;
+        let current = self.table();
+        let table = Table::open(lines, &current.handles, Some(&current))?;
         *self.table.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(table);
         Ok(())
     }
@@ -189,7 +207,7 @@ impl NfsServer {
         // read-only defaults: the procedure then fails resolving it, with its status.
         let options = NfsFh3::decode(&mut args.clone())
             .ok()
-            .and_then(|fh| FileHandle::from_nfs(&fh).ok())
+            .and_then(|fh| table.decode(&fh).ok())
             .and_then(|h| table.find(h.export))
             .and_then(|s| s.clients.admit(caller.peer.as_ref()).ok().copied())
             .unwrap_or_default();

@@ -22,6 +22,7 @@ use crate::exports::ExportLine;
 use crate::nfs::Table;
 use crate::portmap::{Portmapper, Registration, PMAP_PROGRAM};
 use crate::rdma::{RdmaListener, RdmaOptions};
+use crate::vfs::HandleConfig;
 use crate::{MountService, NfsServer, NfsService};
 
 /// What to do about rpcbind.
@@ -59,6 +60,9 @@ pub struct Config {
     /// Port of our own portmapper with [`RpcbindMode::Serve`], or
     /// [`RpcbindMode::Auto`] when no rpcbind answers (111).
     pub portmap_port: u16,
+    /// The handles' key and kind: [`HandleConfig::new`] with
+    /// [`crate::HandleKey::load_or_create`] for handles that survive a restart.
+    pub handles: HandleConfig,
 }
 
 /// Listeners bound and exports opened, not yet serving.
@@ -82,7 +86,11 @@ pub struct Bound {
 impl Bound {
     /// Opens the exports and binds the listeners.
     pub async fn new(config: &Config) -> std::io::Result<Bound> {
-        let server = Arc::new(NfsServer::new(Table::open(&config.exports, None)?));
+        let server = Arc::new(NfsServer::new(Table::open(
+            &config.exports,
+            &config.handles,
+            None,
+        )?));
         let listen = |port| TcpListener::bind(SocketAddr::new(config.bind, port));
         let nfs = listen(config.nfs_port).await?;
         let nfs_port = nfs.local_addr()?.port();
@@ -336,10 +344,11 @@ pub fn export_lines(server: &NfsServer) -> Vec<String> {
         .iter()
         .map(|s| {
             format!(
-                "export {} to {}, fsid {:#018x}",
+                "export {} to {}, fsid {:#018x}, {}",
                 s.export.path.display(),
                 s.clients,
-                s.export.id
+                s.export.id,
+                s.export.mode
             )
         })
         .collect()

@@ -7,17 +7,33 @@
 //! client name, a symbolic link is never followed (O_NOFOLLOW on the last and only
 //! component), and a symlink swapped in for a directory cannot redirect us.
 //!
-//! File handles name inodes ([`crate::fh`]). To turn one back into a descriptor we
-//! keep, per export, the name under which each inode was last seen (`links`: inode ->
-//! parent inode + name) and re-walk from the root, checking device, inode and
-//! generation at the end. A handle we do not know (after a restart, or a forged
-//! one) triggers a breadth-first search of the export that fills `links`; an inode
-//! that is not found inside the export is NFS3ERR_STALE. Handles therefore survive
-//! restarts, and a forged handle can only ever name something inside the export.
+//! File handles ([`crate::fh`]) carry a MAC under the server's key, checked before
+//! anything here runs, so every handle we resolve is one we issued for an object of
+//! this export. Most carry the kernel's own handle of the object (`name_to_handle_at`),
+//! which [`Export::resolve`] opens with `open_by_handle_at` on the export root's
+//! mount: constant time, however large the export and whether or not the server has
+//! seen the object since it started. A directory opened so is then checked to still
+//! lie inside the export by walking its `..` up to the export root (cost: its depth),
+//! so a directory moved out of the export is NFS3ERR_STALE and nothing outside is
+//! listed or reached through one; a file moved out of the export stays reachable by
+//! the handles issued while it was inside, as with knfsd's default `no_subtree_check`
+//! (it leads nowhere else). An object that is gone is ESTALE from the kernel (the
+//! handle holds the inode's generation), and one with no links left is stale too.
 //!
-//! DoS bound: searches run one at a time, and after a search that found nothing no
-//! other starts for a second, so forged handles cost at most one walk of the export
-//! per second (and are then NFS3ERR_STALE at once).
+//! The fallback, for a server that may not open by handle (it needs
+//! CAP_DAC_READ_SEARCH, i.e. root: `open_by_handle_at` is EPERM otherwise) and for
+//! inode-kind handles (file systems without handle support, mounts inside the
+//! export): we keep, per export, the name under which each inode was last seen
+//! (`links`: inode -> parent inode + name) and re-walk from the root, checking device,
+//! inode and generation (for kernel-kind handles: the kernel handle of what we found)
+//! at the end. A handle we do not know (after a restart) triggers a breadth-first
+//! search of the export that fills `links`; an inode that is not found inside the
+//! export is NFS3ERR_STALE. Handles therefore survive restarts either way.
+//!
+//! DoS bound: forged handles never get here (their MAC fails). Searches run one at a
+//! time, and after a search that found nothing no other starts for a second, so
+//! handles of removed objects cost at most one walk of the export per second on the
+//! fallback (and are then NFS3ERR_STALE at once).
 //!
 //! Implementation limits: `links` holds one entry per inode seen (about 60 bytes plus
 //! the name); a search after a restart costs one pass over the export tree; a file
@@ -27,14 +43,17 @@
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use nfs3::{Fattr3, Ftype3, NfsStat3, NfsTime3, SpecData3, WccAttr};
-use rustix::fs::{AtFlags, Dir, FileType, Mode, OFlags, Statx, StatxFlags};
+use nfs3::{Fattr3, Ftype3, NfsFh3, NfsStat3, NfsTime3, SpecData3, WccAttr};
+use rustix::fs::{AtFlags, Dir, FileType, Mode, OFlags, Statx, StatxFlags, CWD};
 
 use crate::errno::OrStat;
-use crate::fh::{export_id, FileHandle, Key};
+use crate::fh::{export_id, FileHandle, Key, Object, SmallKernelHandle};
+use crate::handle_key::HandleKey;
+use crate::kernel_fh;
 
 /// Longest name component we accept (Linux NAME_MAX).
 pub const NAME_MAX: usize = 255;
@@ -236,12 +255,19 @@ impl Node {
     /// Re-opens the object with real access (`O_RDONLY`, `O_WRONLY`, ...), checking
     /// that it is still the same inode. Never follows a symbolic link.
     pub fn reopen(&self, flags: OFlags) -> Result<OwnedFd, NfsStat3> {
-        let flags = flags | OFlags::CLOEXEC | OFlags::NOFOLLOW | OFlags::NOCTTY | OFlags::NONBLOCK;
+        let flags = flags | OFlags::CLOEXEC | OFlags::NOCTTY | OFlags::NONBLOCK;
         let fd = match &self.at {
-            Some((parent, name)) => {
-                rustix::fs::openat(parent, name.as_slice(), flags, Mode::empty()).or_stat()?
-            }
-            None => rustix::fs::openat(&self.fd, ".", flags, Mode::empty()).or_stat()?,
+            Some((parent, name)) => rustix::fs::openat(
+                parent,
+                name.as_slice(),
+                flags | OFlags::NOFOLLOW,
+                Mode::empty(),
+            )
+            .or_stat()?,
+            // The root, or an object opened by handle (no name known): through
+            // /proc/self/fd/N, which reaches exactly this inode with no path walk (the
+            // kernel refuses to open a symbolic link's inode there, ELOOP).
+            None => rustix::fs::openat(CWD, self.proc_path(), flags, Mode::empty()).or_stat()?,
         };
         if stat_fd(&fd)?.key != self.meta.key {
             return Err(NfsStat3::NFS3ERR_STALE);
@@ -261,6 +287,84 @@ struct Link {
     name: Vec<u8>,
 }
 
+/// Whether exports use the kernel's file handles.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum KernelHandles {
+    /// Kernel-kind handles wherever the file system makes them, opened by handle when
+    /// the server may (root), else found by searching the export.
+    #[default]
+    Auto,
+    /// Kernel-kind handles, never opened by handle: as a server without
+    /// CAP_DAC_READ_SEARCH would (tests and benchmarks of the fallback as root).
+    NoOpen,
+    /// Inode-kind handles only: as on a file system without handle support (tests
+    /// and benchmarks of the fallback).
+    Off,
+}
+
+/// How the server makes and checks file handles.
+#[derive(Debug, Clone)]
+pub struct HandleConfig {
+    /// The key of the handles' MAC; [`HandleKey::load_or_create`] keeps it across
+    /// restarts.
+    pub key: Arc<HandleKey>,
+    /// Whether kernel handles are used.
+    pub kernel: KernelHandles,
+}
+
+impl HandleConfig {
+    /// Kernel handles where possible, MACs under `key`.
+    pub fn new(key: HandleKey) -> HandleConfig {
+        HandleConfig {
+            key: Arc::new(key),
+            kernel: KernelHandles::Auto,
+        }
+    }
+
+    /// A random key for this process only: handles do not survive a restart.
+    pub fn ephemeral() -> std::io::Result<HandleConfig> {
+        Ok(HandleConfig::new(HandleKey::ephemeral()?))
+    }
+}
+
+/// How an export resolves handles, as found when it was opened.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HandleMode {
+    /// Kernel handles, opened by handle: constant time.
+    OpenByHandle,
+    /// Kernel handles, found by searching the export after a restart (why).
+    KernelSearch(String),
+    /// Inode handles, found by searching the export after a restart (why).
+    InodeSearch(String),
+}
+
+impl std::fmt::Display for HandleMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            HandleMode::OpenByHandle => f.write_str("kernel file handles (open_by_handle_at)"),
+            HandleMode::KernelSearch(why) => write!(
+                f,
+                "kernel file handles, found by searching the export after a restart ({why})"
+            ),
+            HandleMode::InodeSearch(why) => write!(
+                f,
+                "inode file handles, found by searching the export after a restart ({why})"
+            ),
+        }
+    }
+}
+
+/// What an export needs for kernel-kind handles.
+#[derive(Debug)]
+struct KernelSide {
+    /// The mount the export root is on: objects reached through another mount get
+    /// inode-kind handles.
+    mount_id: i32,
+    /// A non-O_PATH descriptor of the root for `open_by_handle_at`, if the server may
+    /// open by handle.
+    mount_fd: Option<OwnedFd>,
+}
+
 /// One exported directory tree.
 #[derive(Debug)]
 pub struct Export {
@@ -268,16 +372,24 @@ pub struct Export {
     pub id: u64,
     /// The directory as given on the command line (canonical).
     pub path: PathBuf,
+    /// How handles are resolved here.
+    pub mode: HandleMode,
+    key: Arc<HandleKey>,
+    kernel: Option<KernelSide>,
     root: OwnedFd,
     root_meta: Meta,
     links: Mutex<HashMap<Key, Link>>,
     /// Serializes searches; holds when the last search that found nothing ended.
     search: Mutex<Option<Instant>>,
+    /// Searches of the export so far.
+    searches: AtomicU64,
 }
 
 impl Export {
-    /// Opens `path` as an export.
-    pub fn open(path: &Path) -> std::io::Result<Export> {
+    /// Opens `path` as an export, its handles made as `handles` says. Whether the
+    /// file system makes kernel handles, and whether the server may open them, is
+    /// tried on the root here ([`Export::mode`]).
+    pub fn open(path: &Path, handles: &HandleConfig) -> std::io::Result<Export> {
         let path = path.canonicalize()?;
         let root = rustix::fs::open(
             &path,
@@ -286,28 +398,114 @@ impl Export {
         )?;
         let root_meta = stat_fd(&root)
             .map_err(|s| std::io::Error::other(format!("stat {}: {s:?}", path.display())))?;
+        let (kernel, mode) = Self::probe(&path, &root, handles.kernel);
         Ok(Export {
             id: export_id(root_meta.key),
             path,
+            mode,
+            key: handles.key.clone(),
+            kernel,
             root,
             root_meta,
             links: Mutex::new(HashMap::new()),
             search: Mutex::new(None),
+            searches: AtomicU64::new(0),
         })
     }
 
-    /// Handle of an object of this export.
-    pub fn handle(&self, meta: &Meta) -> FileHandle {
-        FileHandle {
-            export: self.id,
-            key: meta.key,
-            gen: meta.gen,
+    /// Can the root's file system make kernel handles, and can we open them?
+    fn probe(path: &Path, root: &OwnedFd, want: KernelHandles) -> (Option<KernelSide>, HandleMode) {
+        if want == KernelHandles::Off {
+            return (None, HandleMode::InodeSearch("kernel handles off".into()));
+        }
+        let (handle, mount_id) = match kernel_fh::name_to_handle(root) {
+            Ok(h) => h,
+            Err(e) => {
+                return (
+                    None,
+                    HandleMode::InodeSearch(format!("name_to_handle_at: {e}")),
+                )
+            }
+        };
+        if SmallKernelHandle::new(handle.handle_type, &handle.bytes).is_none() {
+            let why = format!(
+                "the file system's handles ({} bytes, type {}) do not fit ours",
+                handle.bytes.len(),
+                handle.handle_type
+            );
+            return (None, HandleMode::InodeSearch(why));
+        }
+        let side = |mount_fd| Some(KernelSide { mount_id, mount_fd });
+        if want == KernelHandles::NoOpen {
+            return (
+                side(None),
+                HandleMode::KernelSearch("opening by handle off".into()),
+            );
+        }
+        let opened = rustix::fs::open(
+            path,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(std::io::Error::from)
+        .and_then(|fd| kernel_fh::open_by_handle(&fd, &handle, OFlags::PATH).map(|_| fd));
+        match opened {
+            Ok(fd) => (side(Some(fd)), HandleMode::OpenByHandle),
+            Err(e) => {
+                let why = if e.raw_os_error() == Some(libc::EPERM) {
+                    format!("open_by_handle_at: {e}: it needs CAP_DAC_READ_SEARCH (root)")
+                } else {
+                    format!("open_by_handle_at: {e}")
+                };
+                (side(None), HandleMode::KernelSearch(why))
+            }
         }
     }
 
-    /// The root's handle (what MOUNT returns).
-    pub fn root_handle(&self) -> FileHandle {
-        self.handle(&self.root_meta)
+    /// What a handle of `node` names: its kernel handle where it has one that fits
+    /// and is on the export root's mount, else device, inode and generation.
+    fn object(&self, node: &Node) -> Object {
+        if let Some(k) = &self.kernel {
+            if let Ok((h, mount_id)) = kernel_fh::name_to_handle(&node.fd) {
+                if let (true, Some(handle)) = (
+                    mount_id == k.mount_id,
+                    SmallKernelHandle::new(h.handle_type, &h.bytes),
+                ) {
+                    return Object::Kernel {
+                        ino: node.meta.key.ino,
+                        handle,
+                    };
+                }
+            }
+        }
+        Object::Inode {
+            key: node.meta.key,
+            gen: node.meta.gen,
+        }
+    }
+
+    /// The handle of an object of this export, decoded.
+    pub fn file_handle(&self, node: &Node) -> FileHandle {
+        FileHandle {
+            export: self.id,
+            object: self.object(node),
+        }
+    }
+
+    /// The handle of an object of this export, as sent to clients.
+    pub fn handle(&self, node: &Node) -> NfsFh3 {
+        self.file_handle(node).seal(&self.key)
+    }
+
+    /// How many searches of the export have run (each costs a walk of the export;
+    /// none should, with kernel handles opened by handle).
+    pub fn searches(&self) -> u64 {
+        self.searches.load(Ordering::Relaxed)
+    }
+
+    /// The export root.
+    pub fn root(&self) -> Result<Node, NfsStat3> {
+        self.root_node()
     }
 
     /// Is `key` the export root?
@@ -353,16 +551,117 @@ impl Export {
         }
     }
 
-    /// Opens the object a handle of this export names, or NFS3ERR_STALE.
+    /// Opens the object an (authenticated) handle of this export names, or
+    /// NFS3ERR_STALE.
     pub fn resolve(&self, fh: &FileHandle) -> Result<Node, NfsStat3> {
-        let node = match self.walk(fh.key, 0) {
-            Some(n) => n,
-            None => self.search_and_walk(fh.key)?,
-        };
-        if node.meta.gen != fh.gen {
-            return Err(NfsStat3::NFS3ERR_STALE);
+        match fh.object {
+            Object::Inode { key, gen } => {
+                let node = self.walk_or_search(key)?;
+                if node.meta.gen != gen {
+                    return Err(NfsStat3::NFS3ERR_STALE);
+                }
+                Ok(node)
+            }
+            Object::Kernel { ino, handle } => {
+                if let Some(mount_fd) = self.kernel.as_ref().and_then(|k| k.mount_fd.as_ref()) {
+                    match self.open_by_handle(mount_fd, ino, &handle) {
+                        Err(Some(s)) => return Err(s),
+                        Ok(node) => return Ok(node),
+                        // Not opened for another reason (capabilities dropped since):
+                        // the fallback.
+                        Err(None) => {}
+                    }
+                }
+                let key = Key {
+                    dev: self.root_meta.key.dev,
+                    ino,
+                };
+                let node = self.walk_or_search(key)?;
+                // The inode number may have been reused since: the kernel handle holds
+                // the generation.
+                match kernel_fh::name_to_handle(&node.fd) {
+                    Ok((h, _))
+                        if SmallKernelHandle::new(h.handle_type, &h.bytes) == Some(handle) =>
+                    {
+                        Ok(node)
+                    }
+                    _ => Err(NfsStat3::NFS3ERR_STALE),
+                }
+            }
         }
-        Ok(node)
+    }
+
+    /// Opens a kernel-kind handle's object by handle: `Err(Some(status))` for an
+    /// answer, `Err(None)` where the kernel would not open it for another reason than
+    /// staleness.
+    fn open_by_handle(
+        &self,
+        mount_fd: &OwnedFd,
+        ino: u64,
+        handle: &SmallKernelHandle,
+    ) -> Result<Node, Option<NfsStat3>> {
+        let kh = kernel_fh::KernelHandle {
+            handle_type: i32::from(handle.handle_type),
+            bytes: handle.bytes().to_vec(),
+        };
+        let fd = match kernel_fh::open_by_handle(mount_fd, &kh, OFlags::PATH) {
+            Ok(fd) => fd,
+            Err(e) if matches!(e.raw_os_error(), Some(libc::ESTALE | libc::ENOENT)) => {
+                return Err(Some(NfsStat3::NFS3ERR_STALE))
+            }
+            Err(e) => {
+                tracing::debug!(export = %self.path.display(), "open_by_handle_at: {e}");
+                return Err(None);
+            }
+        };
+        let meta = stat_fd(&fd).map_err(Some)?;
+        let same = meta.key.dev == self.root_meta.key.dev && meta.key.ino == ino;
+        // Unlinked but still in memory (open somewhere): gone for NFS.
+        if !same || meta.nlink == 0 {
+            return Err(Some(NfsStat3::NFS3ERR_STALE));
+        }
+        if meta.is_dir() && !self.inside(&fd, meta.key) {
+            return Err(Some(NfsStat3::NFS3ERR_STALE));
+        }
+        Ok(Node { fd, meta, at: None })
+    }
+
+    /// Is directory `fd` (device and inode `key`) the export root or below it? Walks
+    /// `..` up to the root (cost: the directory's depth); reaching the top of the file
+    /// system tree first means it is outside (moved out of the export).
+    fn inside(&self, fd: &OwnedFd, key: Key) -> bool {
+        let mut key = key;
+        let mut up: Option<OwnedFd> = None;
+        for _ in 0..=MAX_DEPTH {
+            if self.is_root(key) {
+                return true;
+            }
+            let Ok(parent) = rustix::fs::openat(
+                up.as_ref().unwrap_or(fd),
+                "..",
+                OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+                Mode::empty(),
+            ) else {
+                return false;
+            };
+            let Ok(parent_meta) = stat_fd(&parent) else {
+                return false;
+            };
+            if parent_meta.key == key {
+                return false;
+            }
+            key = parent_meta.key;
+            up = Some(parent);
+        }
+        false
+    }
+
+    /// The object `key` by the names remembered, or by searching the export.
+    fn walk_or_search(&self, key: Key) -> Result<Node, NfsStat3> {
+        match self.walk(key, 0) {
+            Some(n) => Ok(n),
+            None => self.search_and_walk(key),
+        }
     }
 
     /// Re-walks the remembered names from the root to `key`.
@@ -419,16 +718,25 @@ impl Export {
     }
 
     /// The parent of directory `dir`, staying inside the export: the root's parent
-    /// is the root itself (as knfsd answers LOOKUP "..").
+    /// is the root itself (as knfsd answers LOOKUP ".."). The kernel's `..` of `dir`,
+    /// checked to be inside the export as a directory opened by handle is (`dir` may
+    /// have been moved out meanwhile): its depth in system calls, never a search.
     pub fn parent(&self, dir: &Node) -> Result<Node, NfsStat3> {
         if self.is_root(dir.meta.key) {
             return self.root_node();
         }
-        let parent_key = self.parent_key(dir)?;
-        match self.walk(parent_key, 0) {
-            Some(n) => Ok(n),
-            None => self.search_and_walk(parent_key),
+        let fd = rustix::fs::openat(
+            &dir.fd,
+            "..",
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .or_stat()?;
+        let meta = stat_fd(&fd)?;
+        if !self.inside(&fd, meta.key) {
+            return Err(NfsStat3::NFS3ERR_STALE);
         }
+        Ok(Node { fd, meta, at: None })
     }
 
     /// The device and inode of directory `dir`'s parent, without opening it: the
@@ -481,6 +789,7 @@ impl Export {
     /// Breadth-first search of the export for `target`, remembering every name
     /// seen. Stops when found. Runs with the server's own credentials.
     fn search(&self, target: Key) {
+        self.searches.fetch_add(1, Ordering::Relaxed);
         let mut queue = VecDeque::from([self.root_meta.key]);
         let mut seen = HashSet::from([self.root_meta.key]);
         while let Some(dir_key) = queue.pop_front() {

@@ -15,6 +15,8 @@ use common::TempDir;
 /// A running `nfsd` process, killed on drop.
 struct Nfsd {
     child: Child,
+    /// Its state directory (the handle key) unless the arguments named one.
+    _state: Option<TempDir>,
     nfs: SocketAddr,
     mount: SocketAddr,
     lines: Vec<String>,
@@ -29,7 +31,25 @@ impl Nfsd {
     }
 
     fn start_with(args: &[&str]) -> Nfsd {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_nfsd"))
+        Nfsd::start_as(args, false)
+    }
+
+    /// Starts nfsd, as uid/gid 65534 if `nobody`. A state directory of its own
+    /// unless `args` give `--state-dir` (so tests never write the default one).
+    fn start_as(args: &[&str], nobody: bool) -> Nfsd {
+        let state = (!args.contains(&"--state-dir")).then(|| TempDir::new("state"));
+        let mut cmd = if nobody {
+            let mut c = Command::new("setpriv");
+            c.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+                .arg(env!("CARGO_BIN_EXE_nfsd"));
+            c
+        } else {
+            Command::new(env!("CARGO_BIN_EXE_nfsd"))
+        };
+        if let Some(s) = &state {
+            cmd.arg("--state-dir").arg(s.path());
+        }
+        let mut child = cmd
             .args([
                 "--bind",
                 "127.0.0.1",
@@ -83,6 +103,7 @@ impl Nfsd {
         });
         Nfsd {
             child,
+            _state: state,
             nfs: nfs.expect("NFS address line"),
             mount: mount.expect("MOUNT address line"),
             lines,
@@ -642,5 +663,146 @@ mod wire {
             }
         }
         assert!(answered > 0, "no READ completed before shutdown");
+    }
+
+    /// MNT of `export`, then LOOKUPs down `path`: the handles on the way.
+    async fn walk(server: &Nfsd, export: &Path, path: &[&str]) -> Vec<NfsFh3> {
+        let mount = client(server.mount);
+        let nfs = client(server.nfs);
+        let dir = DirPath(Bytes::copy_from_slice(
+            export.as_os_str().as_encoded_bytes(),
+        ));
+        let MountRes3::Ok { fhandle, .. } =
+            call::<MountRes3>(&mount, MOUNT_PROGRAM, 1, dir.to_xdr()).await
+        else {
+            panic!("MNT failed")
+        };
+        let mut handles = vec![NfsFh3(fhandle)];
+        for name in path {
+            let look: dir::Lookup3Res = call(
+                &nfs,
+                NFS_PROGRAM,
+                3,
+                dir::Lookup3Args {
+                    what: DirOpArgs3 {
+                        dir: handles.last().unwrap().clone(),
+                        name: (*name).into(),
+                    },
+                }
+                .to_xdr(),
+            )
+            .await;
+            let NfsResult::Ok(look) = look else {
+                panic!("LOOKUP {name}: {look:?}")
+            };
+            handles.push(look.object);
+        }
+        handles
+    }
+
+    async fn getattr(server: &Nfsd, fh: &NfsFh3) -> NfsStat3 {
+        let r: attr::GetAttr3Res = call(
+            &client(server.nfs),
+            NFS_PROGRAM,
+            1,
+            attr::GetAttr3Args { object: fh.clone() }.to_xdr(),
+        )
+        .await;
+        match r {
+            NfsResult::Ok(_) => NfsStat3::NFS3_OK,
+            NfsResult::Fail(s, _) => s,
+        }
+    }
+
+    /// The binary keeps its handle key in --state-dir: handles taken before a restart
+    /// work after it, as root (opened by handle) and as nobody (no
+    /// CAP_DAC_READ_SEARCH: found by searching, as the startup line says), with the
+    /// same bytes either way; a key nobody may not read is a clear error.
+    #[tokio::test(flavor = "multi_thread")]
+    async fn handles_survive_a_restart_of_the_binary_as_root_and_as_nobody() {
+        use std::os::unix::fs::PermissionsExt;
+        assert!(
+            rustix::process::geteuid().is_root(),
+            "this test runs nfsd as root and as nobody: run it as root"
+        );
+        let base = TempDir::new("restart");
+        let export = make_export(&base);
+        std::fs::write(export.join("sub/deeper/note.txt"), b"kept\n").unwrap();
+        let state = base.path().join("state");
+        let state_arg = state.to_str().unwrap();
+        let args = ["--state-dir", state_arg, export.to_str().unwrap()];
+        let path = ["sub", "deeper", "note.txt"];
+
+        let server = Nfsd::start_with(&args);
+        assert!(
+            server
+                .lines
+                .iter()
+                .any(|l| l.ends_with("kernel file handles (open_by_handle_at)")),
+            "{:?}",
+            server.lines
+        );
+        let before = walk(&server, &export, &path).await;
+        let key = std::fs::metadata(state.join("fh.key")).unwrap();
+        assert_eq!(key.permissions().mode() & 0o777, 0o600);
+        assert!(server.terminate().0.success());
+
+        // Restarted as root: the old handles work, and are the ones LOOKUP gives.
+        let server = Nfsd::start_with(&args);
+        for fh in &before {
+            assert_eq!(getattr(&server, fh).await, NfsStat3::NFS3_OK);
+        }
+        assert_eq!(walk(&server, &export, &path).await, before);
+        assert!(server.terminate().0.success());
+
+        // As nobody, the root-owned key cannot be read: a clear error, no server.
+        let out = Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .arg(env!("CARGO_BIN_EXE_nfsd"))
+            .args([
+                "--no-rdma",
+                "--rpcbind",
+                "off",
+                "--nfs-port",
+                "0",
+                "--mount-port",
+                "0",
+            ])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(!out.status.success());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains(&format!(
+                "nfsd: file handle key {state_arg}/fh.key: cannot read it: Permission denied"
+            )) && err.contains("--state-dir"),
+            "{err}"
+        );
+
+        // Given the key, nobody serves the same handles, found by searching.
+        rustix::fs::chown(&state, Some(rustix::process::Uid::from_raw(65534)), None).unwrap();
+        rustix::fs::chown(
+            state.join("fh.key"),
+            Some(rustix::process::Uid::from_raw(65534)),
+            None,
+        )
+        .unwrap();
+        let server = Nfsd::start_as(&args, true);
+        assert!(
+            server.lines.iter().any(|l| l.contains(
+                "kernel file handles, found by searching the export after a restart (open_by_handle_at: "
+            ) && l.contains("CAP_DAC_READ_SEARCH")),
+            "{:?}",
+            server.lines
+        );
+        for fh in &before {
+            assert_eq!(getattr(&server, fh).await, NfsStat3::NFS3_OK);
+        }
+        assert_eq!(walk(&server, &export, &path).await, before);
+        // Removed: stale, on the fallback too.
+        std::fs::remove_file(export.join("sub/deeper/note.txt")).unwrap();
+        assert_eq!(getattr(&server, &before[3]).await, NfsStat3::NFS3ERR_STALE);
+        assert!(server.terminate().0.success());
     }
 }

@@ -149,8 +149,8 @@ fn getattr_reports_the_file() {
     assert_eq!(a.mtime.seconds as i64, md.mtime());
 }
 
-/// RFC 1813 §2.6: a handle that fails consistency checks is NFS3ERR_BADHANDLE; one
-/// naming an object that is gone, or of no export of ours, is NFS3ERR_STALE.
+/// RFC 1813 §2.6: a handle not in our format is NFS3ERR_BADHANDLE; one whose MAC
+/// fails (altered), or naming an object that is gone, is NFS3ERR_STALE.
 #[test]
 fn forged_foreign_and_stale_handles() {
     let h = Harness::new();
@@ -163,18 +163,18 @@ fn forged_foreign_and_stale_handles() {
         status(&getattr(&h, &NfsFh3::default())),
         NfsStat3::NFS3ERR_BADHANDLE
     );
-    // Another export's id.
+    // Another export's id: the MAC no longer verifies (crate::fh: STALE).
     let mut other = f.0.to_vec();
-    other[4] ^= 0x55;
+    other[5] ^= 0x55;
     assert_eq!(
         status(&getattr(&h, &NfsFh3(Bytes::from(other)))),
         NfsStat3::NFS3ERR_STALE
     );
-    // Our export, but the inode of a file outside it.
+    // Our export, but the inode of a file outside it: the same.
     use std::os::unix::fs::MetadataExt;
     let secret = std::fs::metadata(h.outside.join("secret")).unwrap();
     let mut outside = f.0.to_vec();
-    outside[20..28].copy_from_slice(&secret.ino().to_be_bytes());
+    outside[13..21].copy_from_slice(&secret.ino().to_be_bytes());
     let outside = NfsFh3(Bytes::from(outside));
     assert_eq!(status(&getattr(&h, &outside)), NfsStat3::NFS3ERR_STALE);
     assert_eq!(status(&read(&h, &outside, 0, 100)), NfsStat3::NFS3ERR_STALE);

@@ -35,6 +35,7 @@ fn config(dir: &TempDir) -> Config {
         mount_port: 0,
         rpcbind: RpcbindMode::Off,
         portmap_port: 0,
+        handles: nfsd::HandleConfig::ephemeral().unwrap(),
     }
 }
 
@@ -129,8 +130,11 @@ async fn bound_serves_nfs_over_rdma_read_by_rdma_write_write_by_rdma_read() {
 #[test]
 fn binary_announces_rdma_and_no_rdma_turns_it_off() {
     let dir = TempDir::new("rdma-bin");
+    let state = TempDir::new("rdma-bin-state");
     let run = |extra: &[&str]| {
         let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_nfsd"))
+            .arg("--state-dir")
+            .arg(state.path())
             .args([
                 "--bind",
                 "127.0.0.1",

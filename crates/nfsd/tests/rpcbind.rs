@@ -63,7 +63,7 @@ rpcbind -f &
 RP=$!
 trap 'kill $RP 2>/dev/null' EXIT
 for i in $(seq 50); do rpcinfo -p 127.0.0.1 >/dev/null 2>&1 && break; sleep 0.1; done
-"$NFSD" --bind 127.0.0.1 --nfs-port 2049 --mount-port 20048 {ex} > /tmp/nfsd-reg-$$.out &
+"$NFSD" --state-dir {ex}.state --bind 127.0.0.1 --nfs-port 2049 --mount-port 20048 {ex} > /tmp/nfsd-reg-$$.out &
 NP=$!
 for i in $(seq 50); do grep -q 'nfsd: ready' /tmp/nfsd-reg-$$.out && break; sleep 0.1; done
 echo "== while serving"
@@ -81,6 +81,7 @@ cat /tmp/nfsd-reg-$$.out; rm -f /tmp/nfsd-reg-$$.out
     );
     let out = in_netns(&script);
     let _ = std::fs::remove_dir_all(&ex);
+    let _ = std::fs::remove_dir_all(ex.with_extension("state"));
     let (serving, after) = out
         .split_once("== after shutdown")
         .expect("both phases ran");
@@ -163,7 +164,7 @@ fn by_default_serves_without_a_portmapper_when_it_cannot_listen_and_says_so() {
     let script = format!(
         r#"set -e
 ip link set lo up
-"$NFSD" --bind 127.0.0.1 --nfs-port 2049 --portmap-port 2049 --no-rdma {ex} > /tmp/nfsd-nopm-$$.out 2>&1 &
+"$NFSD" --state-dir {ex}.state --bind 127.0.0.1 --nfs-port 2049 --portmap-port 2049 --no-rdma {ex} > /tmp/nfsd-nopm-$$.out 2>&1 &
 NP=$!
 for i in $(seq 50); do grep -q 'nfsd: ready' /tmp/nfsd-nopm-$$.out && break; sleep 0.1; done
 rpcinfo -t 127.0.0.1 nfs 3 || echo "rpcinfo failed: nothing on 111"
@@ -175,6 +176,7 @@ cat /tmp/nfsd-nopm-$$.out; rm -f /tmp/nfsd-nopm-$$.out
     );
     let out = in_netns(&script);
     let _ = std::fs::remove_dir_all(&ex);
+    let _ = std::fs::remove_dir_all(ex.with_extension("state"));
     assert!(
         out.contains(
             "nfsd: rpcbind: none answered on 127.0.0.1:111 and our own portmapper cannot \
@@ -203,7 +205,7 @@ fn own_portmapper(tag: &str, args: &str) -> String {
     let script = format!(
         r#"set -e
 ip link set lo up
-"$NFSD" --bind 127.0.0.1 {args} {ex} > /tmp/nfsd-pmap-$$.out &
+"$NFSD" --state-dir {ex}.state --bind 127.0.0.1 {args} {ex} > /tmp/nfsd-pmap-$$.out &
 NP=$!
 for i in $(seq 50); do grep -q 'nfsd: ready' /tmp/nfsd-pmap-$$.out && break; sleep 0.1; done
 rpcinfo -p 127.0.0.1
@@ -221,6 +223,7 @@ cat /tmp/nfsd-pmap-$$.out; rm -f /tmp/nfsd-pmap-$$.out
     );
     let out = in_netns(&script);
     let _ = std::fs::remove_dir_all(&ex);
+    let _ = std::fs::remove_dir_all(ex.with_extension("state"));
     // PORTMAP v2 DUMP.
     assert!(out.contains("100003    3   tcp   2049  nfs"), "{out}");
     assert!(out.contains("100005    3   tcp  20048  mountd"), "{out}");

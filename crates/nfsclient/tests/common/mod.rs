@@ -99,6 +99,7 @@ impl TestServer {
                 RpcbindMode::Off
             },
             portmap_port: 0,
+            handles: nfsd::HandleConfig::new(key_for(dir.path())),
         };
         let bound = Bound::new(&config).await.expect("nfsd binds");
         let nfs = bound.nfs_addr().unwrap();
@@ -211,4 +212,15 @@ pub fn pattern(n: usize, seed: u8) -> Vec<u8> {
     (0..n)
         .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed) ^ (i >> 9) as u8)
         .collect()
+}
+
+/// The handle key of a test server exporting `dir`: the same for the same directory,
+/// so that a server restarted on it ([`TestServer::start_on`]) takes the handles the
+/// first one gave out, as nfsd does with its key file.
+fn key_for(dir: &std::path::Path) -> nfsd::HandleKey {
+    let mut key = [0x5au8; nfsd::handle_key::KEY_LEN];
+    for (i, b) in dir.as_os_str().as_encoded_bytes().iter().enumerate() {
+        key[i % key.len()] ^= b.rotate_left(i as u32 % 8);
+    }
+    nfsd::HandleKey::from_bytes(&key)
 }

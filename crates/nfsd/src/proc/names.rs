@@ -47,7 +47,7 @@ pub(crate) fn lookup(cx: &Cx<'_>, a: Lookup3Args) -> Lookup3Res {
     });
     match found {
         Ok(obj) => NfsResult::Ok(Lookup3ResOk {
-            object: ex.handle(&obj.meta).to_nfs(),
+            object: ex.handle(&obj),
             obj_attributes: Some(obj.meta.fattr(ex.id)),
             dir_attributes: post_op(ex, &dir),
         }),
@@ -137,7 +137,7 @@ impl<'a> Target<'a> {
         let made = made.and_then(|()| self.ex.child(&self.dir, self.name));
         match made {
             Ok(obj) => NfsResult::Ok(Create3ResOk {
-                obj: Some(self.ex.handle(&obj.meta).to_nfs()),
+                obj: Some(self.ex.handle(&obj)),
                 obj_attributes: Some(obj.meta.fattr(self.ex.id)),
                 dir_wcc: self.wcc(),
             }),

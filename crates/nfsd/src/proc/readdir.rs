@@ -241,21 +241,21 @@ pub(crate) fn readdir(cx: &Cx<'_>, a: ReadDir3Args) -> ReadDir3Res {
 /// object vanished since getdents, or that the caller may not look up, is listed
 /// without attributes and handle.
 fn plus_parts(cx: &Cx<'_>, ex: &Export, dir: &Node, e: &Raw) -> (u64, Option<(Fattr3, NfsFh3)>) {
-    let parts = |n: &Meta| (n.fattr(ex.id), ex.handle(n).to_nfs());
+    let parts = |n: &Node| (n.meta.fattr(ex.id), ex.handle(n));
     match e.kind {
         // The directory itself: the caller holds its handle and gets its attributes
         // in this very reply.
-        Kind::Dot => (e.ino, Some(parts(&dir.meta))),
+        Kind::Dot => (e.ino, Some(parts(dir))),
         // As LOOKUP ".." would find it (the root for the root), as the caller.
         Kind::DotDot => match cx.as_caller(|| ex.parent(dir)) {
-            Ok(p) => (p.meta.key.ino, Some(parts(&p.meta))),
+            Ok(p) => (p.meta.key.ino, Some(parts(&p))),
             Err(_) => (e.ino, None),
         },
         Kind::Entry => (
             e.ino,
             cx.as_caller(|| ex.child(dir, &e.name))
                 .ok()
-                .map(|c| parts(&c.meta)),
+                .map(|c| parts(&c)),
         ),
     }
 }

@@ -10,7 +10,10 @@ use std::sync::Arc;
 use nfs3::dir::*;
 use nfs3::mount::*;
 use nfs3::*;
-use nfsd::{ExportLine, ExportOptions, MountService, NfsServer, NfsService, Squash, Table};
+use nfsd::{
+    ExportLine, ExportOptions, HandleConfig, KernelHandles, MountService, NfsServer, NfsService,
+    Squash, Table,
+};
 use oncrpc::{
     AcceptStat, AcceptedStatus, AuthSysParms, CallHeader, Dispatcher, OpaqueAuth, Peer, ReplyBody,
     ReplyHeader, Xid,
@@ -74,6 +77,9 @@ pub struct Harness {
     /// The peer calls come from (`None`: in process, as no transport).
     pub peer: Option<Peer>,
     lines: Vec<ExportLine>,
+    /// The handle key and kind, kept across [`Harness::restart`] as nfsd keeps its
+    /// key file.
+    pub handles: HandleConfig,
     xid: AtomicU32,
 }
 
@@ -108,7 +114,15 @@ impl Harness {
         std::fs::create_dir_all(&outside).unwrap();
         std::fs::write(outside.join("secret"), b"do not touch").unwrap();
         let lines = lines(&export);
-        Self::from_lines(base, export, outside, lines)
+        let handles = HandleConfig::ephemeral().unwrap();
+        Self::from_lines(base, export, outside, lines, handles)
+    }
+
+    /// The same server with its handles made as `kernel` says (a restart).
+    pub fn with_kernel_handles(self, kernel: KernelHandles) -> Harness {
+        let mut h = self;
+        h.handles.kernel = kernel;
+        h.restart()
     }
 
     fn from_lines(
@@ -116,8 +130,9 @@ impl Harness {
         export: PathBuf,
         outside: PathBuf,
         lines: Vec<ExportLine>,
+        handles: HandleConfig,
     ) -> Harness {
-        let server = Arc::new(NfsServer::new(Table::open(&lines, None).unwrap()));
+        let server = Arc::new(NfsServer::new(Table::open(&lines, &handles, None).unwrap()));
         let mut dispatcher = Dispatcher::new();
         dispatcher
             .register(
@@ -142,6 +157,7 @@ impl Harness {
             who: Who::Sys(0, 0, vec![]),
             peer: None,
             lines,
+            handles,
             xid: AtomicU32::new(1),
         }
     }
@@ -155,9 +171,10 @@ impl Harness {
             who,
             peer,
             lines,
+            handles,
             ..
         } = self;
-        let mut h = Harness::from_lines(base, export, outside, lines);
+        let mut h = Harness::from_lines(base, export, outside, lines, handles);
         h.who = who;
         h.peer = peer;
         h
