@@ -76,6 +76,8 @@ pub struct RdmaTransport<P> {
     /// Serves the server's backward-direction Calls (§7), if set.
     backward: Option<Arc<Dispatcher>>,
     /// Buffers for Write and Reply chunks and pull sinks, shared by the connections.
+    /// One per transport, so per server: every byte in it came from that server,
+    /// which is why chunks are not zeroed (`registration` module docs).
     buffers: BufferPool,
 }
 

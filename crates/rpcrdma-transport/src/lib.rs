@@ -94,11 +94,10 @@
 //!   the chunk is reachable by the peer), and the Reply is made contiguous there for
 //!   `oncrpc`'s `RecordReceiver` (`Bytes` only) by copying the inline pieces around
 //!   the data (`registration::join_in_place`); 1 with several such chunks or a tail
-//!   longer than the room (`Reassembled::to_bytes`). Not a copy but a pass over the
-//!   bytes: each Write chunk (a pooled buffer, warm) is zero-filled when registered,
-//!   since no provider can tell which bytes the peer placed (a responder may return
-//!   a length larger than it wrote; what is handed up is bounded by that returned
-//!   length), and a reused buffer must not show a previous call's bytes.
+//!   longer than the room (`Reassembled::to_bytes`). No zero fill either: the Write
+//!   chunk is a pooled buffer that only ever held bytes from the same server
+//!   (`registration` module docs: what a responder that returns more than it wrote
+//!   can show, and why that is safe).
 //! - Reply, inline: 1 on the requester (receive buffer → reply buffer), 2 for the
 //!   inline pieces of a Reply with Write chunk data (into the room around the chunk,
 //!   or the joining copy).

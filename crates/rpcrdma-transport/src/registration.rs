@@ -17,10 +17,17 @@
 //!
 //! Buffers the peer places data into (Write and Reply chunks, RDMA Read sinks) come
 //! from a [`BufferPool`] shared by the connections, with room around the data where
-//! the message is later made contiguous ([`join_in_place`]): no allocation and no page
-//! faults per call. A Read sink is not zeroed (a successful RDMA Read fills it whole);
-//! a Write or Reply chunk is, because a responder may return a length larger than what
-//! it wrote, and a reused buffer must not hand a previous call's bytes to this one.
+//! the message is later made contiguous ([`join_in_place`]): no allocation, page
+//! faults or zero fill per call. A Read sink is filled whole by a successful RDMA
+//! Read. A Write or Reply chunk may not be: a responder may return a length larger
+//! than what it wrote, and the bytes it did not write are then whatever the reused
+//! buffer held. That is safe because a requester's pool is its transport's, and a
+//! transport talks to one server: every byte in the pool was placed there by that
+//! server (Write and Reply chunks, pulled Replies, the inline pieces joined around
+//! them) or is a fresh allocation's zero, never the client's own data (Read chunks
+//! are registered from the caller's bytes, not pooled). A lying server can show the
+//! application only bytes it sent earlier, which it could send again anyway. (Linux
+//! xprtrdma places READ data straight into page-cache or user pages, unzeroed.)
 
 use bytes::{BufMut, Bytes, BytesMut};
 use rdma::{
@@ -54,14 +61,9 @@ pub(crate) struct Room {
     pub(crate) tail: usize,
 }
 
-/// A pooled buffer with `room` around `len` bytes, the middle zeroed if asked.
-fn pooled(pool: &BufferPool, len: usize, room: Room, zero: bool) -> PooledBuffer {
-    let buf = pool.get(room.head + len + room.tail);
-    if zero {
-        // A fresh buffer: nothing is frozen or lent yet, so this cannot fail.
-        let _ = buf.zero(room.head..room.head + len);
-    }
-    buf
+/// A pooled buffer with `room` around `len` bytes, not zeroed (module docs).
+fn pooled(pool: &BufferPool, len: usize, room: Room) -> PooledBuffer {
+    pool.get(room.head + len + room.tail)
 }
 
 /// A pooled-buffer error as a registration error (the range was out of bounds or in
@@ -83,8 +85,8 @@ impl ChunkRegion {
 
     /// Registers what `reg` asks for; a Write chunk is cut out of a pooled buffer with
     /// `room` around it, and only the chunk is registered (the peer reaches nothing
-    /// else; its segment's tagged offsets start at 0 as before). Write and Reply chunks
-    /// are zeroed (module docs).
+    /// else; its segment's tagged offsets start at 0 as before). `pool` must hold only
+    /// what this peer placed (module docs).
     pub(crate) fn register_with_room(
         pd: &ProtectionDomain,
         pool: &BufferPool,
@@ -116,7 +118,7 @@ impl ChunkRegion {
                     Registration::Write { .. } => room,
                     _ => Room::default(),
                 };
-                let buf = pooled(pool, *len as usize, room, true);
+                let buf = pooled(pool, *len as usize, room);
                 let chunk = room.head..room.head + *len as usize;
                 let mr =
                     pd.register_pooled(&buf, chunk, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
@@ -202,7 +204,7 @@ impl ReadSink {
         len: usize,
         room: Room,
     ) -> Result<ReadSink, RegisterError> {
-        let buf = pooled(pool, len, room, false);
+        let buf = pooled(pool, len, room);
         Ok(ReadSink {
             mr: pd.register_pooled(&buf, room.head..room.head + len, Access::LOCAL_WRITE)?,
             outstanding: 0,
@@ -442,30 +444,42 @@ mod tests {
         assert!(reply[40..].iter().all(|&b| b == 0xab));
     }
 
-    /// The responder returned 2000 but placed only 500: the other 1500 bytes are the
-    /// region's zero fill, never anything from before this Call, even in a buffer
-    /// the pool gives out again.
+    /// The responder returned 2000 but placed only 500: the other 1500 bytes are a
+    /// fresh buffer's zeros, or in a buffer the pool gives out again, bytes this same
+    /// responder placed there for an earlier Call (module docs: why that is safe),
+    /// never anything the client wrote.
     #[test]
-    fn bytes_the_peer_did_not_write_are_zero() {
+    fn bytes_the_peer_did_not_write_are_zero_or_its_own_earlier_bytes() {
         let pool = BufferPool::new(1 << 20);
         let room = Room {
             head: 256,
             tail: 16,
         };
-        let (stale, at) = placed_in(&pool, 4096, room, &[0xee; 4096]);
-        let ptr = stale.addr(0);
-        drop(stale.freeze(at..at + 4096).unwrap());
-        drop(stale);
-        let (whole, at) = placed_in(&pool, 4096, room, &[0x5a; 500]);
-        assert_eq!(whole.addr(0), ptr, "the same buffer, reused");
         let (base, off) = reduced(40, 2000, b"");
-        let full =
-            reassemble_reply(base, &[off], vec![whole.freeze(at..at + 2000).unwrap()]).unwrap();
-        let reply = join_in_place(full, &whole, at)
-            .map_err(|_| "not joined")
-            .unwrap();
-        assert_eq!(reply.len(), 40 + 2000);
+        let reply_of = |whole: &PooledBuffer, at: usize| {
+            let data = whole.freeze(at..at + 2000).unwrap();
+            let full = reassemble_reply(base.clone(), &[off], vec![data]).unwrap();
+            join_in_place(full, whole, at)
+                .map_err(|_| "not joined")
+                .unwrap()
+        };
+        let (fresh, at) = placed_in(&pool, 4096, room, &[0x5a; 500]);
+        let ptr = fresh.addr(0);
+        let reply = reply_of(&fresh, at);
         assert!(reply[40..540].iter().all(|&b| b == 0x5a));
+        assert!(
+            reply[540..].iter().all(|&b| b == 0),
+            "a fresh buffer is zero"
+        );
+        drop((reply, fresh));
+        let (reused, at) = placed_in(&pool, 4096, room, &[0x77; 100]);
+        assert_eq!(reused.addr(0), ptr, "the same buffer, reused");
+        let reply = reply_of(&reused, at);
+        assert!(reply[40..140].iter().all(|&b| b == 0x77));
+        assert!(
+            reply[140..540].iter().all(|&b| b == 0x5a),
+            "the peer's earlier bytes"
+        );
         assert!(reply[540..].iter().all(|&b| b == 0));
     }
 
