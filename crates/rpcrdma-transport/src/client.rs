@@ -521,7 +521,9 @@ impl<Q: QueuePair + 'static> Conn<Q> {
                     // connection stays.
                     tracing::debug!(target: "rpcrdma_transport", xid = xid.0, error = %e, "registration failed");
                     self.stats.inc(Counter::ErrCallFailedLocally);
-                    let work = self.step(|core| core.abort_call(xid)).1;
+                    let work = self
+                        .step_received(|core| core.handle_registration_failed(xid))
+                        .1;
                     self.lock().procs.remove(&xid);
                     self.fail_call(xid, TransportError::Register(e));
                     return work;

@@ -216,3 +216,45 @@ async fn a_client_that_ends_its_connection_is_reconnected_and_calls_go_on() {
     assert_eq!(stats.snapshots().len(), 2);
     until(|| s.stats.snapshots().iter().filter(|x| !x.open).count() == 1).await;
 }
+
+/// The device refuses a registration (a Write chunk larger than its `max_mr_size`):
+/// that Call alone fails at once with the typed error, its credit returns, and the
+/// connection goes on (v1 §5.5.4: a Call that cannot be constructed "fails
+/// immediately").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_registration_the_device_refuses_fails_that_call_alone() {
+    init_tracing();
+    let p = MemProvider::default();
+    let s = serve(&p, RdmaConfig::default()).await;
+    let small_device = p.with_attributes(rdma::DeviceAttributes {
+        max_mr_size: 64 * 1024,
+        ..rdma::DeviceAttributes::SOFTWARE
+    });
+    let config = RdmaConfig {
+        credits: 2,
+        ..RdmaConfig::default()
+    };
+    let (c, cstats) = connect(transport(&small_device, s.addr, config));
+    for _ in 0..4 {
+        // More failures than credits: each credit came back.
+        let r = c.call(PROG, VERS, GEN, u32_arg(100_000)).await;
+        let Err(oncrpc::ClientError::Transport(failure)) = r else {
+            panic!("expected a transport failure, got {r:?}");
+        };
+        assert!(
+            matches!(
+                failure.downcast_ref::<rpcrdma_transport::TransportError>(),
+                Some(rpcrdma_transport::TransportError::Register(
+                    rdma::RegisterError::TooLarge { .. }
+                ))
+            ),
+            "{failure}"
+        );
+    }
+    let mut r = c.call(PROG, VERS, GEN, u32_arg(60_000)).await.unwrap();
+    assert!(r.results.opaque(u32::MAX).unwrap() == pattern(60_000, 7));
+    let snaps = cstats.snapshots();
+    assert_eq!(snaps.len(), 1, "one connection throughout");
+    assert_eq!(snaps[0].get(Counter::ErrCallFailedLocally), 4);
+    assert_eq!(s.stats.total(Counter::Calls), 1);
+}

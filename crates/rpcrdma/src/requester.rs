@@ -376,6 +376,24 @@ impl<B: UpperLayerBinding> Requester<B> {
         self.events.push_back(event);
     }
 
+    /// Registering the memory of [`Action::Register`] for Call `xid` failed (the
+    /// device refused): the Call was never sent, so no Reply will come; it is
+    /// forgotten and its credit returns (v1 §5.5.4: a Call that cannot be
+    /// constructed "fails immediately"). A Version Two probe that was never sent
+    /// leaves the version unprobed. The driver reports the failure to its caller.
+    /// False if `xid` is not a Call waiting for its registration.
+    pub fn handle_registration_failed(&mut self, xid: Xid) -> bool {
+        if !self.calls.get(&xid).is_some_and(|c| c.plan.is_some()) {
+            return false;
+        }
+        self.calls.remove(&xid);
+        let _ = self.credits.release();
+        if self.negotiation == (Negotiation::Probing { xid }) {
+            self.negotiation = Negotiation::Unprobed;
+        }
+        true
+    }
+
     /// The driver's invalidation of Call `xid`'s chunks completed (posted
     /// invalidation): the Call's Reply or failure is handed up now, and true is
     /// returned. Unknown XIDs (an aborted Call, a retried one) are ignored: false, and

@@ -62,6 +62,15 @@ impl MemProvider {
     pub fn device(&self) -> &Arc<dyn Device> {
         &self.device
     }
+
+    /// The same provider (the same listeners) with a device of other limits: a
+    /// client on it reaches servers of `self`.
+    pub fn with_attributes(&self, attributes: DeviceAttributes) -> MemProvider {
+        MemProvider {
+            listeners: self.listeners.clone(),
+            device: Arc::new(SoftwareDevice::new("mem1", attributes)),
+        }
+    }
 }
 
 static NEXT_PORT: AtomicU16 = AtomicU16::new(40_000);

@@ -661,6 +661,51 @@ fn pair_long_call_and_long_reply() {
 }
 
 #[test]
+fn s5_5_4_a_call_whose_registration_failed_is_forgotten_and_its_credit_returns() {
+    let mut r = read_requester();
+    let before = r.credits().outstanding();
+    r.start_call(Xid(7), nfs_call(7, 6, &[0; 16], None))
+        .unwrap();
+    assert!(matches!(r.poll_action(), Some(Action::Register { .. })));
+    assert_eq!(r.credits().outstanding(), before + 1);
+    assert!(r.handle_registration_failed(Xid(7)));
+    assert_eq!(r.credits().outstanding(), before);
+    assert_eq!((r.poll_action(), r.poll_event()), (None, None));
+    // Forgotten: a late registration or a second report finds nothing.
+    assert!(r.handle_registered(Xid(7), vec![]).is_err());
+    assert!(!r.handle_registration_failed(Xid(7)));
+    // A Call already sent is not one to forget this way.
+    r.start_call(Xid(8), nfs_call(8, 6, &[0; 16], None))
+        .unwrap();
+    assert!(matches!(r.poll_action(), Some(Action::Register { .. })));
+    let segment = Segment {
+        handle: 1,
+        length: 4096,
+        offset: 0,
+    };
+    r.handle_registered(Xid(8), vec![vec![segment]]).unwrap();
+    assert!(matches!(r.poll_action(), Some(Action::Send { .. })));
+    assert!(!r.handle_registration_failed(Xid(8)));
+}
+
+#[test]
+fn v2_s5_a_probe_never_sent_leaves_the_version_unprobed() {
+    let mut r = requester(
+        TestUlb {
+            max_reply: 4096 + 120,
+            ddp_results: vec![4096],
+            call_ddp: 0,
+        },
+        Version::TWO,
+    );
+    r.start_call(Xid(9), nfs_call(9, 6, &[0; 16], None))
+        .unwrap();
+    assert_eq!(r.negotiation(), Negotiation::Probing { xid: Xid(9) });
+    assert!(r.handle_registration_failed(Xid(9)));
+    assert_eq!(r.negotiation(), Negotiation::Unprobed);
+}
+
+#[test]
 fn s5_5_4_failed_invalidation_closes_the_connection() {
     let mut r = requester(small(), Version::ONE);
     r.handle_invalidate_failed(Xid(1));
