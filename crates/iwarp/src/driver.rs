@@ -12,6 +12,7 @@
 //! the socket does not take. A busy flag under the lock keeps one writer at a time,
 //! so FPDUs go out in the same order and with the same bytes as through the task.
 
+use std::collections::HashMap;
 use std::io::{self, IoSlice, IoSliceMut};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -29,6 +30,9 @@ use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Notify;
 
+use crate::admission::{
+    Admission, DropLog, DropReason, DropSummary, HandshakeId, HandshakeLimits, Source,
+};
 use crate::conn::{Connection, DirectPlacement, Limits};
 use crate::handshake::{HandshakeError, IncomingRequest, Initiator, Negotiated, Responder};
 use crate::tx::TxBatch;
@@ -43,8 +47,13 @@ pub struct IwarpConfig {
     /// Active side: pause before the first FPDU after the MPA Reply. Linux siw as the
     /// passive side needs about 50 ms (docs/linux-facts.md, "siw accept race").
     pub first_send_delay: Duration,
-    /// Limit for TCP connect plus MPA setup.
+    /// Active side: limit for TCP connect plus MPA setup (10 s: Linux siw as the
+    /// initiator waits 10 s for the MPA Reply). The passive side's limits are in
+    /// [`IwarpConfig::handshake`].
     pub setup_timeout: Duration,
+    /// Passive side: limits on MPA handshakes in progress at a listener (MPA Request
+    /// deadline, per-source and global caps; [`HandshakeLimits`]).
+    pub handshake: HandshakeLimits,
     /// Bytes gathered per socket write (one `writev`). Payload from regions
     /// registered from the consumer's bytes ([`rdma::ProtectionDomain::register_bytes`])
     /// is referenced, not copied, so a large batch costs only
@@ -61,6 +70,7 @@ impl Default for IwarpConfig {
             limits: Limits::default(),
             first_send_delay: Duration::from_millis(50),
             setup_timeout: Duration::from_secs(10),
+            handshake: HandshakeLimits::default(),
             write_batch: 2 * 1024 * 1024,
         }
     }
@@ -158,6 +168,11 @@ impl IwarpProvider {
             cfg: self.cfg.clone(),
             device: self.device.clone(),
             pending: tokio::task::JoinSet::new(),
+            tasks: HashMap::new(),
+            aborts: HashMap::new(),
+            admission: Admission::new(self.cfg.handshake),
+            drops: DropLog::default(),
+            accept_warned: None,
         })
     }
 }
@@ -206,20 +221,44 @@ impl Route for IwarpRoute {
     }
 }
 
-/// Most MPA Requests read at once per listener; further TCP connections wait in the
-/// kernel's backlog until one of these completes or times out.
-const MAX_PENDING_HANDSHAKES: usize = 64;
-
 /// A listening socket that yields MPA connection requests.
+///
+/// Every TCP connection is accepted at once and its MPA Request read by a task of
+/// its own, under [`IwarpConfig::handshake`]: a deadline, a cap per source and a
+/// global cap. A cap never stops the listener from accepting: it drops the oldest
+/// handshake of the source at fault (`crate::admission`), so stalled peers cannot
+/// lock out an honest one, whose MPA Request follows its TCP handshake at once.
 #[derive(Debug)]
 pub struct IwarpListener {
     listener: TcpListener,
     cfg: IwarpConfig,
     device: Arc<dyn Device>,
-    /// MPA Requests being read, one task each, so that a slow or silent peer (up to
-    /// `setup_timeout`) holds up nobody else.
-    pending: tokio::task::JoinSet<Option<IwarpConnectRequest>>,
+    /// MPA Requests being read, one task each.
+    pending: tokio::task::JoinSet<Handshake>,
+    /// The handshake each task reads.
+    tasks: HashMap<tokio::task::Id, (HandshakeId, Source)>,
+    /// How to cancel each handshake in progress.
+    aborts: HashMap<HandshakeId, tokio::task::AbortHandle>,
+    /// Handshakes in progress by source; whom to drop at a cap.
+    admission: Admission,
+    drops: DropLog,
+    /// When we last warned that `accept(2)` failed with nothing left to drop.
+    accept_warned: Option<Instant>,
 }
+
+/// How one handshake task ended.
+enum Handshake {
+    Request(Box<IwarpConnectRequest>),
+    /// No complete MPA Request within the deadline.
+    TimedOut(SocketAddr),
+    /// Garbage, markers, or a closed connection (logged by the task).
+    Failed,
+}
+
+/// Pause before accepting again when the process has no descriptor (or memory) to
+/// accept with and no handshake to drop: the connection waits in the kernel's
+/// backlog meanwhile.
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
 
 impl IwarpListener {
     /// The bound address.
@@ -227,41 +266,177 @@ impl IwarpListener {
         self.listener.local_addr()
     }
 
+    /// Handshakes in progress (TCP accepted, MPA Request not yet complete).
+    pub fn handshakes_in_progress(&self) -> usize {
+        self.admission.len()
+    }
+
     /// Waits for the next peer that completes TCP setup and sends a valid MPA
     /// Request. Peers that send garbage or ask for markers are dropped (markers with an
-    /// MPA reject) and the wait goes on. Requests are read concurrently (at most
-    /// `MAX_PENDING_HANDSHAKES` at once), each within `setup_timeout`. Cancel safe.
+    /// MPA reject) and the wait goes on. Requests are read concurrently, within
+    /// [`IwarpConfig::handshake`]'s limits. Cancel safe.
+    ///
+    /// Errors: only those of the listening socket itself; a failed accept of one
+    /// connection (reset before accept, out of descriptors) is logged and the wait
+    /// goes on.
     pub async fn accept(&mut self) -> io::Result<IwarpConnectRequest> {
         loop {
             tokio::select! {
-                Some(done) = self.pending.join_next(), if !self.pending.is_empty() => {
-                    if let Ok(Some(req)) = done {
-                        return Ok(req);
+                // Finished handshakes first: a flood of new connections must not
+                // starve the ones that are ready.
+                biased;
+                Some(done) = self.pending.join_next_with_id(), if !self.pending.is_empty() => {
+                    let task = match &done {
+                        Ok((id, _)) => *id,
+                        Err(e) => e.id(),
+                    };
+                    if let Some((id, source)) = self.tasks.remove(&task) {
+                        self.aborts.remove(&id);
+                        self.admission.finish(id, source);
+                        match done {
+                            Ok((_, Handshake::Request(req))) => return Ok(*req),
+                            Ok((_, Handshake::TimedOut(peer))) => {
+                                self.dropped(source, Some(peer), DropReason::Timeout)
+                            }
+                            Ok((_, Handshake::Failed)) => {}
+                            Err(e) if e.is_panic() => {
+                                tracing::error!(%source, "MPA handshake task panicked");
+                            }
+                            Err(_) => {}
+                        }
                     }
                 }
-                accepted = self.listener.accept(),
-                    if self.pending.len() < MAX_PENDING_HANDSHAKES =>
-                {
-                    let (stream, peer_addr) = accepted?;
-                    self.pending
-                        .spawn(read_request(stream, peer_addr, self.cfg.clone(), self.device.clone()));
-                }
+                accepted = self.listener.accept() => match accepted {
+                    Ok((stream, peer)) => self.start(stream, peer),
+                    Err(e) => self.accept_failed(e).await?,
+                },
             }
+        }
+    }
+
+    /// Admits a new connection's handshake, dropping one to make room if a cap says
+    /// so.
+    fn start(&mut self, stream: TcpStream, peer: SocketAddr) {
+        let source = Source::of(peer);
+        let admitted = self.admission.admit(source);
+        if let Some((victim, victim_source, reason)) = admitted.evict {
+            self.cancel(victim, victim_source, reason);
+        }
+        let abort = self.pending.spawn(read_request(
+            stream,
+            peer,
+            self.cfg.clone(),
+            self.device.clone(),
+        ));
+        self.tasks.insert(abort.id(), (admitted.id, source));
+        self.aborts.insert(admitted.id, abort);
+    }
+
+    /// Closes a handshake's connection (its task ends at its next poll).
+    fn cancel(&mut self, id: HandshakeId, source: Source, reason: DropReason) {
+        if let Some(abort) = self.aborts.remove(&id) {
+            abort.abort();
+        }
+        self.dropped(source, None, reason);
+    }
+
+    /// A failed `accept(2)`: out of descriptors or buffers frees one by dropping a
+    /// handshake (or waits a moment if there is none); a connection that went away
+    /// before it was accepted is skipped; anything else is the listener's own error.
+    async fn accept_failed(&mut self, e: io::Error) -> io::Result<()> {
+        match e.raw_os_error() {
+            Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM) => {
+                match self.admission.evict_one(DropReason::Descriptors) {
+                    Some((id, source, reason)) => {
+                        self.cancel(id, source, reason);
+                        // Let the cancelled task run its drop (closing the socket).
+                        tokio::task::yield_now().await;
+                    }
+                    None => {
+                        let now = Instant::now();
+                        if !matches!(self.accept_warned, Some(t) if now - t < DropLog::PERIOD) {
+                            self.accept_warned = Some(now);
+                            tracing::warn!(error = %e, "MPA listener: cannot accept a connection, retrying every {ACCEPT_BACKOFF:?} (said at most every {:?})", DropLog::PERIOD);
+                        }
+                        tokio::time::sleep(ACCEPT_BACKOFF).await;
+                    }
+                }
+                Ok(())
+            }
+            Some(
+                libc::ECONNABORTED | libc::ECONNRESET | libc::EINTR | libc::EPROTO | libc::EPERM,
+            ) => {
+                tracing::debug!(error = %e, "MPA listener: a connection failed before accept");
+                Ok(())
+            }
+            _ => Err(e),
+        }
+    }
+
+    /// Counts a dropped handshake and logs it within [`DropLog`]'s rate.
+    fn dropped(&mut self, source: Source, peer: Option<SocketAddr>, reason: DropReason) {
+        let (debug, warn) = self.drops.record(Instant::now(), source, reason);
+        let limits = &self.cfg.handshake;
+        if debug {
+            match reason {
+                DropReason::Timeout => tracing::debug!(
+                    peer = ?peer,
+                    "MPA request timed out ({:?})",
+                    limits.request_timeout
+                ),
+                DropReason::PerSource => tracing::debug!(
+                    %source,
+                    "MPA handshake dropped: {} in progress from this source (the cap)",
+                    limits.per_source
+                ),
+                DropReason::Global => tracing::debug!(
+                    %source,
+                    "MPA handshake dropped: {} in progress in all (the cap); this source had the most",
+                    limits.max_pending
+                ),
+                DropReason::Descriptors => tracing::debug!(
+                    %source,
+                    "MPA handshake dropped: out of file descriptors"
+                ),
+            }
+        }
+        if let Some(w) = warn {
+            warn_drops(limits, &w);
         }
     }
 }
 
-/// Reads one peer's MPA Request (within `cfg.setup_timeout`); `None` if the peer
-/// sent garbage, asked for markers (answered with an MPA reject), or timed out.
+/// The rate-limited warning about dropped handshakes.
+fn warn_drops(limits: &HandshakeLimits, w: &DropSummary) {
+    let since = match w.since {
+        Some(d) => format!("in the last {} s", d.as_secs()),
+        None => "(first; further drops are summed at most every 10 s)".to_string(),
+    };
+    tracing::warn!(
+        latest_source = %w.last,
+        "MPA handshakes dropped {since}: {} at the per-source cap ({}), {} at the global cap ({}), {} out of file descriptors, {} timed out ({:?} for the MPA request)",
+        w.per_source,
+        limits.per_source,
+        w.global,
+        limits.max_pending,
+        w.descriptors,
+        w.timeout,
+        limits.request_timeout,
+    );
+}
+
+/// Reads one peer's MPA Request (within `cfg.handshake.request_timeout`): the
+/// request, `Failed` if the peer sent garbage, closed, or asked for markers
+/// (answered with an MPA reject), or `TimedOut`.
 async fn read_request(
     mut stream: TcpStream,
     peer_addr: SocketAddr,
     cfg: IwarpConfig,
     device: Arc<dyn Device>,
-) -> Option<IwarpConnectRequest> {
+) -> Handshake {
     if let Err(e) = stream.set_nodelay(true) {
         tracing::debug!(%peer_addr, error = %e, "TCP_NODELAY failed");
-        return None;
+        return Handshake::Failed;
     }
     let read_req = async {
         let mut buf = BytesMut::with_capacity(1024);
@@ -276,34 +451,31 @@ async fn read_request(
             }
         }
     };
-    match tokio::time::timeout(cfg.setup_timeout, read_req).await {
+    match tokio::time::timeout(cfg.handshake.request_timeout, read_req).await {
         Ok(Ok((req, buf))) => {
             if req.wants_markers() {
                 let mut out = Vec::new();
                 req.reject(&[], &mut out);
                 let _ = stream.write_all(&out).await;
                 tracing::debug!(%peer_addr, "rejected MPA request asking for markers");
-                return None;
+                return Handshake::Failed;
             }
             let mut peer = req.peer.clone();
             peer.addr = Some(peer_addr);
-            Some(IwarpConnectRequest {
+            Handshake::Request(Box::new(IwarpConnectRequest {
                 stream,
                 req,
                 buf,
                 peer,
                 cfg,
                 device,
-            })
+            }))
         }
         Ok(Err(e)) => {
             tracing::debug!(%peer_addr, error = %e, "bad MPA request");
-            None
+            Handshake::Failed
         }
-        Err(_) => {
-            tracing::debug!(%peer_addr, "MPA request timed out");
-            None
-        }
+        Err(_) => Handshake::TimedOut(peer_addr),
     }
 }
 

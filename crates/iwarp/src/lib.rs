@@ -9,6 +9,7 @@
 //!   rdma API (QueuePair, ConnectionManager)
 //!        │
 //!   driver  ── tokio: sockets, MPA setup, reader + writer task per connection
+//!        │       (admission: handshakes in progress per source, whom to drop)
 //!        │ bytes in / TxBatch out
 //!   conn     ── sans-IO RDMAP/DDP state machine: placement, MSN/MO, ORD/IRD,
 //!        │       Terminate on every violation (error::ProtocolError)
@@ -18,7 +19,8 @@
 //!
 //! What it does **not** do: MPA markers (refused at setup, as Linux siw does),
 //! peer-to-peer RTR messages, shared receive queues, memory windows, or any kernel
-//! bypass. `wire`, `handshake` and `conn` use no runtime, socket or clock.
+//! bypass. `wire`, `handshake`, `conn` and `admission` use no runtime, socket or
+//! clock.
 //!
 //! # Copies per byte (userspace, not counting the kernel's socket copies)
 //!
@@ -57,13 +59,19 @@
 //!   race"). Set it to zero between two endpoints of this crate.
 //! - Receives can (and for a server, should) be posted before the connection carries
 //!   data: [`rdma::ConnectParams::recvs`].
+//! - A listener reads every MPA Request concurrently under
+//!   [`IwarpConfig::handshake`] ([`HandshakeLimits`]): 5 s to send it, at most 16
+//!   handshakes in progress per source address (IPv6: per /64) and 4096 in all; a
+//!   cap drops the oldest handshake of the source at fault and never stops accept,
+//!   so stalled peers cannot lock honest ones out (`admission`).
 //! - RDMAP does not order a Read Response against Writes the requester posted after
 //!   the Read (RFC 5040 §5.5); the send queue is not fenced.
 //!
 //! # Evidence
 //!
 //! Loopback tests between two endpoints over real TCP (`tests/loopback.rs`),
-//! per-rule Terminate tests (`tests/rules.rs`), byte-exact replay of Linux siw
+//! per-rule Terminate tests (`tests/rules.rs`), stalled handshakes
+//! (`tests/handshake_flood.rs`, `tests/accept.rs`), byte-exact replay of Linux siw
 //! captures (`tests/pcap_vectors.rs`), property tests (`tests/proptest_wire.rs`),
 //! a tshark check of our own capture (`tests/tshark_capture.rs`), a fuzz target
 //! (`fuzz/`, see `FUZZING.md`), a loopback benchmark (`benches/loopback.rs`), and
@@ -71,6 +79,7 @@
 //! `crates/lab/tests/kclient_to_iwarp.rs`).
 #![warn(missing_docs, unreachable_pub)]
 
+pub mod admission;
 pub mod conn;
 pub mod driver;
 pub mod error;
@@ -78,6 +87,7 @@ pub mod handshake;
 pub mod tx;
 pub mod wire;
 
+pub use admission::HandshakeLimits;
 pub use conn::{Connection, DirectPlacement, Limits};
 pub use driver::{IwarpConfig, IwarpConnectRequest, IwarpListener, IwarpProvider, IwarpQp};
 pub use error::{ProtocolError, TerminateCode};

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use iwarp::{IwarpConfig, IwarpProvider};
+use iwarp::{HandshakeLimits, IwarpConfig, IwarpProvider};
 use rdma::{ConnectParams, ProtectionDomain};
 use tokio::io::AsyncWriteExt;
 
@@ -19,7 +19,10 @@ fn params() -> ConnectParams {
 async fn a_silent_peer_does_not_hold_up_the_next_connection() {
     let cfg = IwarpConfig {
         first_send_delay: Duration::ZERO,
-        setup_timeout: Duration::from_secs(30),
+        handshake: HandshakeLimits {
+            request_timeout: Duration::from_secs(30),
+            ..HandshakeLimits::default()
+        },
         ..IwarpConfig::default()
     };
     let server = IwarpProvider::new(cfg.clone());
@@ -49,7 +52,7 @@ async fn a_silent_peer_does_not_hold_up_the_next_connection() {
     .await;
     assert!(
         matches!(connected, Ok(Ok(_))),
-        "a real peer waited behind silent ones (setup_timeout 30 s)"
+        "a real peer waited behind silent ones (request_timeout 30 s)"
     );
     tokio::time::timeout(Duration::from_secs(5), accept)
         .await

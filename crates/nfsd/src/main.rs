@@ -55,7 +55,10 @@ struct Cli {
     #[arg(long, default_value_t = nfs3::ulb::NFS_RDMA_PORT)]
     rdma_port: u16,
     /// Do not serve NFS over RDMA.
-    #[arg(long, conflicts_with_all = ["rdma_port", "rdma_crc", "rdma_max_ulpdu", "rdma_version"])]
+    #[arg(long, conflicts_with_all = [
+        "rdma_port", "rdma_crc", "rdma_max_ulpdu", "rdma_version",
+        "rdma_handshake_timeout", "rdma_handshakes_per_source", "rdma_max_handshakes",
+    ])]
     no_rdma: bool,
     /// Highest RPC-over-RDMA version accepted: 2 serves Version One and Version Two
     /// clients (each answered in its own version; Version Two clients may use
@@ -70,6 +73,22 @@ struct Cli {
     /// which assumes FPDU alignment, in step with the stream.
     #[arg(long, value_parser = clap::value_parser!(u16).range(64..))]
     rdma_max_ulpdu: Option<u16>,
+    /// Seconds an RDMA peer has, after its TCP connect, to send its MPA Request
+    /// (an honest one sends it at once; Linux siw waits 5 s for it). Decimals allowed.
+    #[arg(long, value_name = "SECS", default_value_t = 5.0,
+          value_parser = parse_timeout)]
+    rdma_handshake_timeout: f64,
+    /// RDMA handshakes in progress (TCP connected, no MPA Request yet) from one source
+    /// address (IPv6: one /64); one more closes that source's oldest.
+    #[arg(long, value_name = "N", default_value_t = 16,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    rdma_handshakes_per_source: u32,
+    /// RDMA handshakes in progress in all; one more closes the oldest of the source
+    /// with the most. Never stops accepting. Lowered to a quarter of the open file
+    /// limit if that is smaller.
+    #[arg(long, value_name = "N", default_value_t = 4096,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    rdma_max_handshakes: u32,
     /// MOUNT port (TCP); the same as --nfs-port serves both on one port.
     #[arg(long, default_value_t = 20048)]
     mount_port: u16,
@@ -96,6 +115,36 @@ struct Cli {
     /// restart. Created if missing.
     #[arg(long, value_name = "DIR", default_value = nfsd::handle_key::DEFAULT_STATE_DIR)]
     state_dir: PathBuf,
+}
+
+fn parse_timeout(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(t) if t > 0.0 && t <= 3600.0 => Ok(t),
+        _ => Err("a number of seconds, over 0 and at most 3600".into()),
+    }
+}
+
+/// Raises the soft open file limit to the hard one: every connection and every
+/// RDMA handshake in progress holds a descriptor, and the usual soft limit (1024)
+/// is below what a server under a handshake flood needs (1,000 stalled peers and its
+/// own clients). Returns the limit now in force (`None`: unlimited).
+fn raise_open_file_limit() -> Option<u64> {
+    use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
+    let lim = getrlimit(Resource::Nofile);
+    if lim.current == lim.maximum {
+        return lim.current;
+    }
+    let raised = Rlimit {
+        current: lim.maximum,
+        maximum: lim.maximum,
+    };
+    match setrlimit(Resource::Nofile, raised) {
+        Ok(()) => raised.current,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot raise the open file limit to its hard limit");
+            lim.current
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -177,7 +226,25 @@ fn main() -> std::process::ExitCode {
             return std::process::ExitCode::FAILURE;
         }
     };
+    let open_files = raise_open_file_limit();
+    let mut max_handshakes = cli.rdma_max_handshakes as usize;
+    if let Some(n) = open_files {
+        let fit = usize::try_from(n / 4).unwrap_or(usize::MAX).max(1);
+        if !cli.no_rdma && fit < max_handshakes {
+            println!(
+                "nfsd: open file limit {n}: at most {fit} RDMA handshakes in progress \
+                 (--rdma-max-handshakes {max_handshakes}); raise the hard limit (ulimit -Hn, \
+                 systemd LimitNOFILE=) for more"
+            );
+            max_handshakes = fit;
+        }
+    }
     let rdma = (!cli.no_rdma).then(|| RdmaOptions {
+        handshake: iwarp::HandshakeLimits {
+            request_timeout: std::time::Duration::from_secs_f64(cli.rdma_handshake_timeout),
+            per_source: cli.rdma_handshakes_per_source as usize,
+            max_pending: max_handshakes,
+        },
         crc: cli.rdma_crc,
         max_ulpdu: cli.rdma_max_ulpdu.map(usize::from),
         transport: RdmaOptions::server_transport(cli.rdma_version == 2),

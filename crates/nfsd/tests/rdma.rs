@@ -3,12 +3,13 @@
 //! 8267 binds no MOUNT), writes and reads 1 MiB + 1 byte-exact, and the transport
 //! counters show READ data went by RDMA Write and WRITE data by RDMA Read; the
 //! `nfsd` binary announces its RDMA listener (both versions unless `--rdma-version 1`)
-//! and `--no-rdma` turns it off.
+//! and `--no-rdma` turns it off; an NFS NULL over RDMA is answered at once while
+//! 1,000 peers stall in the MPA handshake (issue 16).
 
 mod common;
 
-use std::net::Ipv4Addr;
-use std::time::Duration;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::time::{Duration, Instant};
 
 use common::TempDir;
 use nfsclient::nfs3::StableHow;
@@ -119,6 +120,95 @@ async fn bound_serves_nfs_over_rdma_read_by_rdma_write_write_by_rdma_read() {
     );
     drop(m);
 
+    stop.send(()).unwrap();
+    tokio::time::timeout(Duration::from_secs(10), serving)
+        .await
+        .expect("serve returns after shutdown")
+        .unwrap()
+        .unwrap();
+}
+
+/// Raises this process's open file limit to its hard limit; returns the limit.
+fn raise_nofile() -> u64 {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit with a valid pointer to an rlimit.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) != 0 {
+            return 1024;
+        }
+        lim.rlim_cur = lim.rlim_max;
+        if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
+            libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim);
+        }
+    }
+    lim.rlim_cur
+}
+
+/// Issue 16: 1,000 peers (10 from each of 100 loopback addresses) connect to the
+/// NFS/RDMA port and stall in the MPA Request (half send nothing, half its first
+/// bytes); an NFS client still gets its NULL answered over RDMA within 1 s (TCP
+/// connect, MPA setup, RPC-over-RDMA NULL).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nfs_null_over_rdma_is_answered_within_1s_while_1000_handshakes_stall() {
+    let nofile = raise_nofile();
+    let stalled = 1000usize.min((nofile as usize).saturating_sub(400) / 2 / 100 * 100);
+    assert!(
+        stalled >= 200,
+        "open file limit {nofile} too low for this test"
+    );
+    let dir = TempDir::new("rdma-flood");
+    let mut bound = Bound::new(&config(&dir)).await.unwrap();
+    bound
+        .listen_rdma(&RdmaOptions::new((Ipv4Addr::UNSPECIFIED, 0).into()))
+        .await
+        .unwrap();
+    let rdma = SocketAddr::new(
+        Ipv4Addr::LOCALHOST.into(),
+        bound.rdma_addr().expect("RDMA listener").port(),
+    );
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let serving = tokio::spawn(bound.serve(async move {
+        let _ = stopped.await;
+    }));
+    let mut peers = tokio::task::JoinSet::new();
+    for i in 0..stalled {
+        let src = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2 + (i % 100) as u8));
+        peers.spawn(async move {
+            let s = tokio::net::TcpSocket::new_v4()?;
+            s.bind(SocketAddr::new(src, 0))?;
+            let mut s = s.connect(rdma).await?;
+            if i % 2 == 1 {
+                tokio::io::AsyncWriteExt::write_all(&mut s, b"MPA ID Req Frame").await?;
+            }
+            Ok::<_, std::io::Error>(s)
+        });
+    }
+    let mut open = Vec::new();
+    while let Some(r) = peers.join_next().await {
+        open.push(r.unwrap().expect("a stalled peer connects"));
+    }
+    let start = Instant::now();
+    let client = nfsclient::NfsClient::connect(
+        TransportKind::Rdma,
+        rdma,
+        oncrpc::ClientConfig {
+            timeout: Duration::from_secs(10),
+            ..oncrpc::ClientConfig::default()
+        },
+    )
+    .unwrap();
+    client.null().await.expect("NFS NULL over RDMA");
+    let t = start.elapsed();
+    eprintln!(
+        "{} stalled MPA handshakes open: NFS NULL over RDMA (connect included) in {t:?}",
+        open.len()
+    );
+    assert!(t < Duration::from_secs(1), "NULL took {t:?}");
+    drop(client);
+    drop(open);
     stop.send(()).unwrap();
     tokio::time::timeout(Duration::from_secs(10), serving)
         .await

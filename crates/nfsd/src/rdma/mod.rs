@@ -27,7 +27,7 @@ use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use iwarp::{IwarpConfig, IwarpListener, IwarpProvider};
+use iwarp::{HandshakeLimits, IwarpConfig, IwarpListener, IwarpProvider};
 use nfs3::{NFS_PROGRAM, NFS_V3};
 use oncrpc::rpcbind::Registrar;
 use oncrpc::Dispatcher;
@@ -50,6 +50,11 @@ pub struct RdmaOptions {
     /// fits one TCP segment keeps packet analysers that assume FPDU alignment
     /// (tshark 4.0's MPA dissector) in step.
     pub max_ulpdu: Option<usize>,
+    /// Limits on MPA handshakes in progress (TCP connected, MPA Request not yet
+    /// complete): the deadline for the MPA Request, and caps per source address and
+    /// in all, which drop the oldest handshake of the source at fault rather than
+    /// stop accepting (defaults: 5 s, 16, 4096; [`HandshakeLimits`]).
+    pub handshake: HandshakeLimits,
     /// Transport settings (inline thresholds, credits, message limits, versions).
     pub transport: RdmaConfig,
 }
@@ -62,6 +67,7 @@ impl RdmaOptions {
             addr,
             crc: false,
             max_ulpdu: None,
+            handshake: HandshakeLimits::default(),
             transport: RdmaOptions::server_transport(true),
         }
     }
@@ -106,6 +112,7 @@ impl RdmaListener {
             .map_err(io::Error::other)?;
         let mut iwarp = IwarpConfig {
             crc: opts.crc,
+            handshake: opts.handshake,
             ..IwarpConfig::default()
         };
         if let Some(n) = opts.max_ulpdu {
