@@ -17,9 +17,17 @@
 //! ownership; `mr::VerbsRegistrar` adds the device's registration, which the
 //! region drops before its memory.
 //!
-//! What it does **not** do yet (issue 14): queue pairs, completion queues with a
-//! completion channel, connection management through librdmacm, and being the device
-//! behind `rdma::Route`/`rdma::ConnectRequest`.
+//! Connections: [`VerbsCm`] is an `rdma::ConnectionManager` over librdmacm (event
+//! channels whose fds tokio watches; private data, IRD/ORD clamped to the device,
+//! reject, DISCONNECTED and DEVICE_REMOVAL as `rdma::QpEvent::Disconnected`), its
+//! routes and connect requests name the device librdmacm bound the id to, and
+//! [`VerbsQp`] is an `rdma::QueuePair` (`rdma_create_qp`; Send, Send With
+//! Invalidate, RDMA Write/Read, LOCAL_INV; one CQ on a completion channel whose fd
+//! tokio watches). Regions are registered zero-based (IOVA 0), so tagged offsets
+//! start at 0 as the `rdma` API and the RPC-over-RDMA transport expect.
+//!
+//! `unsafe` code lives in `sys` (devices, PDs, MRs) and `sys_conn` (CM, QP, CQ),
+//! each with its invariants written down.
 //!
 //! A binary using this crate starts on hosts without rdma-core: libibverbs is loaded
 //! when the process starts, and its absence shows as [`OpenError::NoLibrary`] from
@@ -27,8 +35,13 @@
 #![warn(missing_docs, unreachable_pub)]
 #![deny(unsafe_code)]
 
+mod cm;
 mod device;
 mod mr;
+mod qp;
 mod sys;
+mod sys_conn;
 
+pub use cm::{VerbsCm, VerbsListener, VerbsRequest, VerbsRoute};
 pub use device::{devices, LinkLayer, OpenError, PortInfo, PortState, Transport, VerbsDevice};
+pub use qp::VerbsQp;
