@@ -30,10 +30,12 @@
 //!    DEVICE_REMOVAL until the last id is destroyed. A [`Context`] made from it
 //!    ([`Context::from_cm`]) holds the id's wrapper, so the context outlives every
 //!    PD, CQ and MR made on it, and is never closed by us.
-//! 7. Zero-based registrations: regions are registered with `ibv_reg_mr_iova` at
-//!    IOVA 0, so the device addresses a region's byte `i` as `i` both in local SGEs
-//!    (with the lkey) and remotely (with the rkey): the `rdma` API's tagged offsets
-//!    start at 0 in every region, as on iWARP.
+//! 7. Addressing: regions are registered with `ibv_reg_mr` (VA-based), so the
+//!    device names a region's byte `i` by its virtual address, both in local SGEs
+//!    (with the lkey) and remotely (with the rkey). Zero-based registration
+//!    (`ibv_reg_mr_iova` at IOVA 0) is refused by the kernel (EINVAL, checked on
+//!    rxe) unless the memory starts on a page boundary, which the `rdma` crate's
+//!    regions need not.
 //! 5. Threads: libibverbs verbs may be called from any thread on shared objects
 //!    (rdma-core's locking; RDMAmojo, "libibverbs thread safe level"), and none of
 //!    these wrappers mutates through `&self`, so they are `Send` and `Sync`.
@@ -69,9 +71,10 @@ unsafe impl Sync for Context {}
 impl Drop for Context {
     fn drop(&mut self) {
         // SAFETY: invariant 1 (owned, closed once); invariant 2 (no PD outlives it).
-        // A failure cannot be handled here; the kernel releases the context with the
-        // file descriptor anyway.
         if self.cm_owner.is_none() {
+            // SAFETY: invariant 1 (owned, closed once); invariant 2 (no PD outlives
+            // it). A failure cannot be handled here; the kernel releases the context
+            // with the file descriptor anyway.
             unsafe { ffi::ibv_close_device(self.ptr.as_ptr()) };
         }
     }
@@ -304,7 +307,7 @@ pub(crate) mod access {
 }
 
 impl Mr {
-    /// `ibv_reg_mr_iova(pd, mem, len, 0, access)` (zero-based, invariant 7).
+    /// `ibv_reg_mr(pd, mem, len, access)` (VA-based, invariant 7).
     ///
     /// # Safety
     /// `mem` must stay allocated at the same address until the returned `Mr` is
@@ -315,11 +318,10 @@ impl Mr {
         // SAFETY: live PD (invariant 1); the memory outlives the registration (this
         // function's contract).
         let mr = unsafe {
-            ffi::ibv_reg_mr_iova(
+            ffi::ibv_reg_mr(
                 pd.ptr.as_ptr(),
                 mem.as_ptr() as *mut std::os::raw::c_void,
                 mem.len(),
-                0,
                 access,
             )
         };

@@ -19,8 +19,9 @@
 //!    then on by a [`CmId`] (destroyed if never used, which rejects the request).
 //! 3. Work requests: [`Qp::post_send`] and [`Qp::post_recv`] compute every SGE
 //!    themselves from an `rdma::LocalSge`: the region must belong to the QP's
-//!    protection domain (so it is registered with this device, zero-based, sys
-//!    invariant 7) and the range must lie inside it. The posted regions'
+//!    protection domain (so it is registered with this device, VA-based, sys
+//!    invariant 7: the SGE's address is the address of the range's first byte) and
+//!    the range must lie inside it. The posted regions'
 //!    `rdma::MemoryRegion` handles (hence their memory and device registrations) are
 //!    kept in the QP's table of outstanding work until [`Qp::poll`] returns that
 //!    work request's completion, or until the QP is destroyed (after which the
@@ -666,7 +667,7 @@ impl Qp {
         Ok(n)
     }
 
-    /// SGEs for `sgl` (invariant 3: same PD, in bounds; zero-based addresses).
+    /// SGEs for `sgl` (invariant 3: same PD, in bounds; VA-based addresses).
     fn sges(&self, sgl: &[&LocalSge]) -> Result<Vec<ffi::ibv_sge>, PostFailure> {
         sgl.iter()
             .map(|s| {
@@ -674,8 +675,9 @@ impl Qp {
                 if s.mr.pd_id() != self.pd_id || end > s.mr.len() {
                     return Err(PostFailure::Sge);
                 }
+                let base = s.mr.with(|b| b.as_ptr() as u64);
                 Ok(ffi::ibv_sge {
-                    addr: s.offset as u64,
+                    addr: base + s.offset as u64,
                     length: u32::try_from(s.len).map_err(|_| PostFailure::Sge)?,
                     lkey: s.mr.lkey().0,
                 })
