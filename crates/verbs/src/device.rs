@@ -2,7 +2,7 @@
 
 use std::fmt;
 use std::io;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, Weak};
 
 use rdma::{DeviceAttributes, RegisterError};
 
@@ -185,10 +185,18 @@ pub(crate) fn attributes_from(a: &sys::RawDeviceAttr) -> DeviceAttributes {
     }
 }
 
+/// `rdma::ProtectionDomain::id()` to the device PD behind it.
+type PdTable = Vec<(u64, Weak<sys::Pd>)>;
+
 /// An open RDMA device (an `ibv_context`), with its attributes read once at open.
 #[derive(Clone)]
 pub struct VerbsDevice {
     ctx: Arc<sys::Context>,
+    /// The device PDs behind this device's `rdma::ProtectionDomain`s, by
+    /// `ProtectionDomain::id()`: what `rdma_create_qp` needs for a PD the consumer
+    /// hands to `connect`/`accept` (the `rdma` API has no way back from a
+    /// `ProtectionDomain` to its registrar).
+    pds: Arc<Mutex<PdTable>>,
     attributes: DeviceAttributes,
     transport: Transport,
     port: PortInfo,
@@ -224,6 +232,19 @@ pub fn devices() -> Result<Vec<VerbsDevice>, OpenError> {
 }
 
 impl VerbsDevice {
+    /// The device of a CM id's context (librdmacm's, kept open by the id).
+    pub(crate) fn from_context(ctx: sys::Context) -> Result<VerbsDevice, OpenError> {
+        VerbsDevice::new(Arc::new(ctx))
+    }
+
+    /// The device PD behind `pd`, if `pd` was allocated by this device.
+    pub(crate) fn device_pd(&self, pd: &rdma::ProtectionDomain) -> Option<Arc<sys::Pd>> {
+        let pds = self.pds.lock().unwrap_or_else(|p| p.into_inner());
+        pds.iter()
+            .find(|(id, _)| *id == pd.id())
+            .and_then(|(_, w)| w.upgrade())
+    }
+
     fn new(ctx: Arc<sys::Context>) -> Result<VerbsDevice, OpenError> {
         let failed = |op, source| OpenError::Device {
             name: ctx.name().to_string(),
@@ -235,6 +256,7 @@ impl VerbsDevice {
             .map_err(|e| failed("ibv_query_device", e))?;
         let port = ctx.query_port(1).map_err(|e| failed("ibv_query_port", e))?;
         Ok(VerbsDevice {
+            pds: Arc::default(),
             attributes: attributes_from(&raw),
             transport: Transport::from_raw(ctx.transport()),
             port: PortInfo::from_raw(port),
@@ -276,11 +298,15 @@ impl rdma::Device for VerbsDevice {
     /// A protection domain of this device (`ibv_alloc_pd`) whose regions are
     /// registered with the device (`ibv_reg_mr`, through [`VerbsRegistrar`]).
     fn alloc_pd(&self) -> Result<rdma::ProtectionDomain, RegisterError> {
-        let pd = sys::Pd::alloc(&self.ctx)?;
-        Ok(rdma::ProtectionDomain::with_registrar(
+        let pd = Arc::new(sys::Pd::alloc(&self.ctx)?);
+        let rpd = rdma::ProtectionDomain::with_registrar(
             self.attributes,
-            Arc::new(VerbsRegistrar::new(pd)),
-        ))
+            Arc::new(VerbsRegistrar::new(pd.clone())),
+        );
+        let mut pds = self.pds.lock().unwrap_or_else(|p| p.into_inner());
+        pds.retain(|(_, w)| w.strong_count() > 0);
+        pds.push((rpd.id(), Arc::downgrade(&pd)));
+        Ok(rpd)
     }
 }
 

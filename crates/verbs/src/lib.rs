@@ -17,9 +17,23 @@
 //! ownership; `mr::VerbsRegistrar` adds the device's registration, which the
 //! region drops before its memory.
 //!
-//! What it does **not** do yet (issue 14): queue pairs, completion queues with a
-//! completion channel, connection management through librdmacm, and being the device
-//! behind `rdma::Route`/`rdma::ConnectRequest`.
+//! Connections: [`VerbsCm`] is an `rdma::ConnectionManager` over librdmacm (event
+//! channels whose fds tokio watches; private data, IRD/ORD clamped to the device,
+//! reject, DISCONNECTED and DEVICE_REMOVAL as `rdma::QpEvent::Disconnected`), its
+//! routes and connect requests name the device librdmacm bound the id to, and
+//! [`VerbsQp`] is an `rdma::QueuePair` (`rdma_create_qp`; Send, Send With
+//! Invalidate, RDMA Write/Read, LOCAL_INV; one CQ on a completion channel whose fd
+//! tokio watches).
+//!
+//! Addressing: a region on a verbs device is VA-based (`ibv_reg_mr`): the tagged
+//! offset a peer names its byte `i` by is that byte's address
+//! ([`remote_offset`]), not `i` as in the software providers. Zero-based
+//! registration needs page-aligned memory (the kernel refuses it otherwise), which
+//! the `rdma` crate's regions are not; the `rdma` API has no way yet to tell a
+//! consumer a region's base (see docs/verbs-provider.md).
+//!
+//! `unsafe` code lives in `sys` (devices, PDs, MRs) and `sys_conn` (CM, QP, CQ),
+//! each with its invariants written down.
 //!
 //! A binary using this crate starts on hosts without rdma-core: libibverbs is loaded
 //! when the process starts, and its absence shows as [`OpenError::NoLibrary`] from
@@ -27,8 +41,19 @@
 #![warn(missing_docs, unreachable_pub)]
 #![deny(unsafe_code)]
 
+mod cm;
 mod device;
 mod mr;
+mod qp;
 mod sys;
+mod sys_conn;
 
+pub use cm::{VerbsCm, VerbsListener, VerbsRequest, VerbsRoute};
 pub use device::{devices, LinkLayer, OpenError, PortInfo, PortState, Transport, VerbsDevice};
+pub use qp::VerbsQp;
+
+/// The tagged offset by which a peer names byte `offset` of `mr` when `mr` is
+/// registered with a verbs device (VA-based registration: the byte's address).
+pub fn remote_offset(mr: &rdma::MemoryRegion, offset: usize) -> u64 {
+    mr.with(|b| b.as_ptr() as u64) + offset as u64
+}

@@ -20,8 +20,8 @@ pub(crate) struct VerbsRegistrar {
 }
 
 impl VerbsRegistrar {
-    pub(crate) fn new(pd: sys::Pd) -> VerbsRegistrar {
-        VerbsRegistrar { pd: Arc::new(pd) }
+    pub(crate) fn new(pd: Arc<sys::Pd>) -> VerbsRegistrar {
+        VerbsRegistrar { pd }
     }
 }
 

@@ -25,6 +25,17 @@
 //!    on a device's PD). What the device writes into a buffer while the CPU reads it
 //!    is the consumer's to avoid (no CPU access while work is outstanding on the
 //!    region), as on every verbs provider.
+//! 6. Contexts of CM ids: librdmacm opens the device context of a CM id itself
+//!    (`cm_id->verbs`) and keeps it open while any id uses the device, also after
+//!    DEVICE_REMOVAL until the last id is destroyed. A [`Context`] made from it
+//!    ([`Context::from_cm`]) holds the id's wrapper, so the context outlives every
+//!    PD, CQ and MR made on it, and is never closed by us.
+//! 7. Addressing: regions are registered with `ibv_reg_mr` (VA-based), so the
+//!    device names a region's byte `i` by its virtual address, both in local SGEs
+//!    (with the lkey) and remotely (with the rkey). Zero-based registration
+//!    (`ibv_reg_mr_iova` at IOVA 0) is refused by the kernel (EINVAL, checked on
+//!    rxe) unless the memory starts on a page boundary, which the `rdma` crate's
+//!    regions need not.
 //! 5. Threads: libibverbs verbs may be called from any thread on shared objects
 //!    (rdma-core's locking; RDMAmojo, "libibverbs thread safe level"), and none of
 //!    these wrappers mutates through `&self`, so they are `Send` and `Sync`.
@@ -42,6 +53,9 @@ use rdma_mummy_sys as ffi;
 /// the device.
 pub(crate) struct Context {
     ptr: NonNull<ffi::ibv_context>,
+    /// `None`: opened by [`open_devices`], closed in `Drop`. `Some`: librdmacm's
+    /// context of a CM id (invariant 6), kept open by that id, never closed here.
+    cm_owner: Option<Arc<dyn Send + Sync>>,
     name: String,
     /// `ibv_device.transport_type` (`IBV_TRANSPORT_*`).
     transport: i32,
@@ -57,9 +71,12 @@ unsafe impl Sync for Context {}
 impl Drop for Context {
     fn drop(&mut self) {
         // SAFETY: invariant 1 (owned, closed once); invariant 2 (no PD outlives it).
-        // A failure cannot be handled here; the kernel releases the context with the
-        // file descriptor anyway.
-        unsafe { ffi::ibv_close_device(self.ptr.as_ptr()) };
+        if self.cm_owner.is_none() {
+            // SAFETY: invariant 1 (owned, closed once); invariant 2 (no PD outlives
+            // it). A failure cannot be handled here; the kernel releases the context
+            // with the file descriptor anyway.
+            unsafe { ffi::ibv_close_device(self.ptr.as_ptr()) };
+        }
     }
 }
 
@@ -122,6 +139,7 @@ pub(crate) fn open_devices() -> io::Result<Vec<Result<Context, (String, io::Erro
         out.push(match NonNull::new(ctx) {
             Some(ptr) => Ok(Context {
                 ptr,
+                cm_owner: None,
                 name,
                 transport,
                 node_type,
@@ -136,6 +154,41 @@ pub(crate) fn open_devices() -> io::Result<Vec<Result<Context, (String, io::Erro
 }
 
 impl Context {
+    /// The device context librdmacm opened for a CM id (`cm_id->verbs`), kept open by
+    /// `owner` (the id's wrapper: librdmacm holds a device reference per id and
+    /// closes the context only when no id uses it any more, invariant 6).
+    ///
+    /// # Safety
+    /// `ptr` is `cm_id->verbs` of a live CM id that `owner` destroys only when
+    /// dropped.
+    pub(crate) unsafe fn from_cm(
+        ptr: NonNull<ffi::ibv_context>,
+        owner: Arc<dyn Send + Sync>,
+    ) -> Context {
+        // SAFETY: a live context (this function's contract) names its device.
+        let (name, transport, node_type) = unsafe {
+            let d = &*(*ptr.as_ptr()).device;
+            (
+                CStr::from_ptr(d.name.as_ptr())
+                    .to_string_lossy()
+                    .into_owned(),
+                d.transport_type,
+                d.node_type,
+            )
+        };
+        Context {
+            ptr,
+            cm_owner: Some(owner),
+            name,
+            transport,
+            node_type,
+        }
+    }
+
+    pub(crate) fn as_ptr(&self) -> *mut ffi::ibv_context {
+        self.ptr.as_ptr()
+    }
+
     pub(crate) fn name(&self) -> &str {
         &self.name
     }
@@ -192,7 +245,7 @@ impl Context {
 /// A protection domain (`struct ibv_pd`).
 pub(crate) struct Pd {
     ptr: NonNull<ffi::ibv_pd>,
-    _ctx: Arc<Context>,
+    ctx: Arc<Context>,
 }
 
 // SAFETY: invariant 5.
@@ -208,10 +261,20 @@ impl Pd {
         match NonNull::new(pd) {
             Some(ptr) => Ok(Pd {
                 ptr,
-                _ctx: ctx.clone(),
+                ctx: ctx.clone(),
             }),
             None => Err(io::Error::last_os_error()),
         }
+    }
+}
+
+impl Pd {
+    pub(crate) fn as_ptr(&self) -> *mut ffi::ibv_pd {
+        self.ptr.as_ptr()
+    }
+
+    pub(crate) fn context(&self) -> &Arc<Context> {
+        &self.ctx
     }
 }
 
@@ -244,7 +307,7 @@ pub(crate) mod access {
 }
 
 impl Mr {
-    /// `ibv_reg_mr(pd, mem, len, access)`.
+    /// `ibv_reg_mr(pd, mem, len, access)` (VA-based, invariant 7).
     ///
     /// # Safety
     /// `mem` must stay allocated at the same address until the returned `Mr` is
@@ -294,7 +357,7 @@ impl Drop for Mr {
 }
 
 /// Verbs that return an errno directly (`ibv_query_*`) or -1 with `errno` set.
-fn errno(rc: std::os::raw::c_int) -> io::Error {
+pub(crate) fn errno(rc: std::os::raw::c_int) -> io::Error {
     if rc > 0 {
         io::Error::from_raw_os_error(rc)
     } else {

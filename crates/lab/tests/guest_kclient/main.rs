@@ -16,3 +16,4 @@ mod nfs_rdma_guest_server;
 mod nfs_rdma_no_vers;
 mod nfs_tcp;
 mod verbs_devices;
+mod verbs_pingpong;

@@ -1,0 +1,383 @@
+//! The connected queue pair: `rdma::QueuePair` over a verbs RC QP whose completion
+//! channel fd tokio watches, and whose CM events (DISCONNECTED, DEVICE_REMOVAL) a
+//! small task per connection turns into `rdma::QpEvent`s.
+//!
+//! Completions: drain the CQ; when it is empty, arm it (`ibv_req_notify_cq`) and
+//! poll once more (a completion that arrived between the last poll and the arming
+//! raises no event); then wait for the channel fd, consume its events and start
+//! again.
+
+use std::collections::VecDeque;
+use std::io;
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::task::{Context, Poll, Waker};
+
+use rdma::{
+    Completion, DisconnectReason, PeerParams, PostError, ProtectionDomain, QpEvent, RecvWr, SendOp,
+    SendWr, WcOpcode, WcStatus,
+};
+use tokio::io::unix::AsyncFd;
+
+use crate::sys_conn::{self, event, ChanFd, PostFailure, QpFd, RawSendOp, RawWc};
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+#[derive(Default)]
+struct State {
+    completions: VecDeque<Completion>,
+    events: VecDeque<QpEvent>,
+    /// No more events after those queued.
+    events_done: bool,
+    event_waker: Option<Waker>,
+    completion_waker: Option<Waker>,
+    /// The connection ended: nothing more can be posted.
+    dead: bool,
+    /// We called disconnect.
+    local_disconnect: bool,
+    /// The CQ is armed and its channel fd may fire.
+    armed: bool,
+}
+
+struct Shared {
+    /// The QP, its completion channel fd watched by tokio.
+    cq: AsyncFd<QpFd>,
+    state: Mutex<State>,
+    peer: PeerParams,
+    pd: ProtectionDomain,
+    /// Dropped with the QP: stops the CM event task.
+    _stop: tokio::sync::oneshot::Sender<()>,
+}
+
+/// A connected verbs queue pair (`rdma::QueuePair`).
+pub struct VerbsQp {
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for VerbsQp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("VerbsQp")
+            .field("peer", &self.shared.peer)
+            .finish()
+    }
+}
+
+impl VerbsQp {
+    /// Wraps an established QP; `chan` is the connection's own event channel (the
+    /// id's), driven by a task until the QP is dropped.
+    pub(crate) fn start(
+        qp: sys_conn::Qp,
+        chan: AsyncFd<ChanFd>,
+        peer: PeerParams,
+        pd: ProtectionDomain,
+    ) -> io::Result<VerbsQp> {
+        let cq = sys_conn::watch_qp(qp)?;
+        let (stop, stopped) = tokio::sync::oneshot::channel();
+        let shared = Arc::new(Shared {
+            cq,
+            state: Mutex::new(State {
+                armed: true,
+                ..State::default()
+            }),
+            peer,
+            pd,
+            _stop: stop,
+        });
+        tokio::spawn(cm_events(Arc::downgrade(&shared), chan, stopped));
+        Ok(VerbsQp { shared })
+    }
+}
+
+/// The connection's CM events: DISCONNECTED and DEVICE_REMOVAL move the QP to the
+/// error state (`rdma_disconnect`: outstanding work is flushed) and become
+/// `QpEvent::Disconnected`.
+async fn cm_events(
+    shared: Weak<Shared>,
+    fd: AsyncFd<ChanFd>,
+    mut stopped: tokio::sync::oneshot::Receiver<()>,
+) {
+    loop {
+        let ready = tokio::select! {
+            _ = &mut stopped => return,
+            r = fd.readable() => r,
+        };
+        let Ok(mut guard) = ready else { return };
+        loop {
+            let ev = match fd.get_ref().channel().get_event() {
+                Ok(Some(ev)) => ev,
+                Ok(None) => {
+                    guard.clear_ready();
+                    break;
+                }
+                Err(_) => return,
+            };
+            let Some(s) = shared.upgrade() else { return };
+            let reason = match ev.kind {
+                event::DISCONNECTED => {
+                    let local = lock(&s.state).local_disconnect;
+                    if local {
+                        DisconnectReason::Local
+                    } else {
+                        DisconnectReason::PeerClosed
+                    }
+                }
+                event::DEVICE_REMOVAL => DisconnectReason::Transport(io::ErrorKind::NotConnected),
+                _ => continue,
+            };
+            // Moves the QP to the error state (flushing its work) if the peer or the
+            // device ended the connection; harmless after our own disconnect.
+            let _ = s.qp().id().disconnect();
+            let (ew, cw) = {
+                let mut st = lock(&s.state);
+                if st.events_done {
+                    continue;
+                }
+                st.dead = true;
+                st.events.push_back(QpEvent::Disconnected(reason));
+                st.events_done = true;
+                (st.event_waker.take(), st.completion_waker.take())
+            };
+            ew.into_iter().chain(cw).for_each(Waker::wake);
+        }
+    }
+}
+
+fn status(raw: u32) -> WcStatus {
+    use rdma_mummy_sys::ibv_wc_status as s;
+    match raw {
+        s::IBV_WC_SUCCESS => WcStatus::Success,
+        s::IBV_WC_LOC_LEN_ERR => WcStatus::LocalLengthError,
+        s::IBV_WC_LOC_PROT_ERR | s::IBV_WC_LOC_ACCESS_ERR | s::IBV_WC_MW_BIND_ERR => {
+            WcStatus::LocalProtectionError
+        }
+        s::IBV_WC_REM_ACCESS_ERR => WcStatus::RemoteAccessError,
+        s::IBV_WC_REM_OP_ERR
+        | s::IBV_WC_REM_INV_REQ_ERR
+        | s::IBV_WC_REM_INV_RD_REQ_ERR
+        | s::IBV_WC_REM_ABORT_ERR => WcStatus::RemoteOperationError,
+        s::IBV_WC_WR_FLUSH_ERR => WcStatus::Flushed,
+        _ => WcStatus::FatalError,
+    }
+}
+
+pub(crate) fn completion(w: &RawWc) -> Completion {
+    let st = status(w.status);
+    let byte_len = if st == WcStatus::Success {
+        w.byte_len as usize
+    } else {
+        0
+    };
+    let mut c = Completion::new(w.wr_id, w.opcode, st, byte_len);
+    if st == WcStatus::Success && w.opcode == WcOpcode::Recv {
+        c.invalidated = w.invalidated.map(rdma::STag);
+    }
+    c
+}
+
+fn post_error(f: PostFailure, dead: bool) -> PostError {
+    match f {
+        PostFailure::Sge => PostError::LocalProtection,
+        PostFailure::Os(_) if dead => PostError::NotConnected,
+        PostFailure::Os(e) => match e.raw_os_error() {
+            Some(libc::ENOMEM) => PostError::QueueFull,
+            Some(libc::EINVAL) => PostError::LocalProtection,
+            _ => PostError::NotConnected,
+        },
+    }
+}
+
+impl Shared {
+    fn qp(&self) -> &sys_conn::Qp {
+        self.cq.get_ref().qp()
+    }
+
+    fn drain(&self, st: &mut State) -> bool {
+        let mut raw = Vec::new();
+        let mut any = false;
+        while let Ok(n) = self.qp().poll(&mut raw) {
+            st.completions.extend(raw.drain(..).map(|w| completion(&w)));
+            any |= n > 0;
+            if n < 16 {
+                break;
+            }
+        }
+        any
+    }
+}
+
+impl rdma::QueuePair for VerbsQp {
+    fn post_send(&self, wr: SendWr) -> Result<(), PostError> {
+        let s = &self.shared;
+        if lock(&s.state).dead {
+            return Err(PostError::NotConnected);
+        }
+        let sgl: Vec<&rdma::LocalSge> = wr.sgl.iter().collect();
+        let (op, sgl) = match &wr.op {
+            SendOp::Send | SendOp::SendWithSolicitedEvent => (RawSendOp::Send, sgl),
+            SendOp::SendWithInvalidate(t) | SendOp::SendWithSolicitedEventAndInvalidate(t) => {
+                (RawSendOp::SendWithInvalidate(t.0), sgl)
+            }
+            SendOp::RdmaWrite(r) => (
+                RawSendOp::RdmaWrite {
+                    rkey: r.stag.0,
+                    addr: r.offset,
+                },
+                sgl,
+            ),
+            SendOp::RdmaRead { remote, sink } => (
+                RawSendOp::RdmaRead {
+                    rkey: remote.stag.0,
+                    addr: remote.offset,
+                },
+                vec![sink],
+            ),
+            SendOp::LocalInvalidate(t) => (RawSendOp::LocalInvalidate(t.0), Vec::new()),
+        };
+        if sgl.iter().map(|s| s.len as u64).sum::<u64>() > u64::from(u32::MAX) {
+            return Err(PostError::TooLong);
+        }
+        s.qp()
+            .post_send(wr.wr_id, op, &sgl)
+            .map_err(|f| post_error(f, lock(&s.state).dead))
+    }
+
+    fn post_recv(&self, wr: RecvWr) -> Result<(), PostError> {
+        let s = &self.shared;
+        if lock(&s.state).dead {
+            return Err(PostError::NotConnected);
+        }
+        let sgl: Vec<&rdma::LocalSge> = wr.sgl.iter().collect();
+        s.qp()
+            .post_recv(wr.wr_id, &sgl)
+            .map_err(|f| post_error(f, lock(&s.state).dead))
+    }
+
+    fn poll_completion(&self, cx: &mut Context<'_>) -> Poll<Option<Completion>> {
+        let s = &self.shared;
+        loop {
+            {
+                let mut st = lock(&s.state);
+                if let Some(c) = st.completions.pop_front() {
+                    return Poll::Ready(Some(c));
+                }
+                if s.drain(&mut st) {
+                    continue;
+                }
+                if st.dead && s.qp().outstanding() == 0 {
+                    return Poll::Ready(None);
+                }
+                if !st.armed {
+                    if s.qp().req_notify().is_err() {
+                        st.dead = true;
+                        continue;
+                    }
+                    st.armed = true;
+                    // Poll again: closes the race with a completion that came
+                    // before the arming.
+                    continue;
+                }
+                st.completion_waker = Some(cx.waker().clone());
+            }
+            match s.cq.poll_read_ready(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Err(_)) => {
+                    let mut st = lock(&s.state);
+                    st.dead = true;
+                    if st.completions.is_empty() {
+                        return Poll::Ready(None);
+                    }
+                }
+                Poll::Ready(Ok(mut guard)) => match s.qp().take_cq_events() {
+                    Ok(true) => lock(&s.state).armed = false,
+                    Ok(false) => guard.clear_ready(),
+                    Err(_) => {
+                        guard.clear_ready();
+                        lock(&s.state).armed = false;
+                    }
+                },
+            }
+        }
+    }
+
+    fn poll_event(&self, cx: &mut Context<'_>) -> Poll<Option<QpEvent>> {
+        let mut st = lock(&self.shared.state);
+        if let Some(e) = st.events.pop_front() {
+            return Poll::Ready(Some(e));
+        }
+        if st.events_done {
+            return Poll::Ready(None);
+        }
+        st.event_waker = Some(cx.waker().clone());
+        Poll::Pending
+    }
+
+    fn disconnect(&self) {
+        let s = &self.shared;
+        lock(&s.state).local_disconnect = true;
+        // The DISCONNECTED event that follows ends the connection (cm_events).
+        let _ = s.qp().id().disconnect();
+    }
+
+    fn peer(&self) -> &PeerParams {
+        &self.shared.peer
+    }
+
+    fn pd(&self) -> &ProtectionDomain {
+        &self.shared.pd
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rdma_mummy_sys::ibv_wc_status as s;
+
+    fn raw(status: u32, opcode: WcOpcode, inv: Option<u32>) -> RawWc {
+        RawWc {
+            wr_id: 7,
+            opcode,
+            status,
+            byte_len: 100,
+            invalidated: inv,
+        }
+    }
+
+    #[test]
+    fn work_completions_map_to_the_api() {
+        let c = completion(&raw(s::IBV_WC_SUCCESS, WcOpcode::Recv, Some(0x1234)));
+        assert_eq!(c.status, WcStatus::Success);
+        assert_eq!(c.byte_len, 100);
+        assert_eq!(c.invalidated, Some(rdma::STag(0x1234)));
+        let c = completion(&raw(s::IBV_WC_WR_FLUSH_ERR, WcOpcode::Send, None));
+        assert_eq!((c.status, c.byte_len, c.wr_id), (WcStatus::Flushed, 0, 7));
+        let c = completion(&raw(s::IBV_WC_SUCCESS, WcOpcode::LocalInvalidate, None));
+        assert_eq!(c.opcode, WcOpcode::LocalInvalidate);
+        assert_eq!(
+            status(s::IBV_WC_REM_ACCESS_ERR),
+            WcStatus::RemoteAccessError
+        );
+        assert_eq!(
+            status(s::IBV_WC_LOC_PROT_ERR),
+            WcStatus::LocalProtectionError
+        );
+        assert_eq!(
+            status(s::IBV_WC_REM_INV_REQ_ERR),
+            WcStatus::RemoteOperationError
+        );
+        assert_eq!(status(s::IBV_WC_LOC_LEN_ERR), WcStatus::LocalLengthError);
+        assert_eq!(status(s::IBV_WC_RETRY_EXC_ERR), WcStatus::FatalError);
+        assert_eq!(status(9999), WcStatus::FatalError);
+    }
+
+    #[test]
+    fn post_failures_map_to_post_errors() {
+        let os = |e| PostFailure::Os(io::Error::from_raw_os_error(e));
+        assert_eq!(post_error(os(libc::ENOMEM), false), PostError::QueueFull);
+        assert_eq!(post_error(os(libc::ENOMEM), true), PostError::NotConnected);
+        assert_eq!(
+            post_error(PostFailure::Sge, false),
+            PostError::LocalProtection
+        );
+    }
+}

@@ -1,0 +1,810 @@
+//! The crate's second `unsafe` module: librdmacm (event channels, CM ids, connect,
+//! accept, reject, disconnect) and the queue pair with its completion queue and
+//! completion channel (`rdma_create_qp`, `ibv_post_send`, `ibv_post_recv`,
+//! `ibv_poll_cq`, `ibv_req_notify_cq`, `ibv_get_cq_event`, `ibv_ack_cq_events`).
+//!
+//! # Invariants (in addition to those of `crate::sys`)
+//!
+//! 1. Ownership: [`EventChannel`], [`CmId`] and [`Qp`] each own one rdma-core object
+//!    and destroy it once in `Drop`. A [`CmId`] holds an `Arc` of its event channel
+//!    (`rdma_destroy_event_channel` needs every id of the channel destroyed first); a
+//!    [`Qp`] holds an `Arc` of its CM id (the QP is destroyed with `rdma_destroy_qp`
+//!    before the id), of its PD, and owns its CQ and completion channel, destroyed in
+//!    the order QP, CQ, completion channel.
+//! 2. Events are copied out of an `rdma_cm_event` (private data included) and the
+//!    event is acknowledged before [`EventChannel::get_event`] returns, so no pointer
+//!    into an event outlives it, and `rdma_destroy_id`/`rdma_migrate_id` (which wait
+//!    for every event of the id to be acknowledged) cannot block on us. The one
+//!    pointer taken from an event, the new id of a CONNECT_REQUEST, is owned from
+//!    then on by a [`CmId`] (destroyed if never used, which rejects the request).
+//! 3. Work requests: [`Qp::post_send`] and [`Qp::post_recv`] compute every SGE
+//!    themselves from an `rdma::LocalSge`: the region must belong to the QP's
+//!    protection domain (so it is registered with this device, VA-based, sys
+//!    invariant 7: the SGE's address is the address of the range's first byte) and
+//!    the range must lie inside it. The posted regions'
+//!    `rdma::MemoryRegion` handles (hence their memory and device registrations) are
+//!    kept in the QP's table of outstanding work until [`Qp::poll`] returns that
+//!    work request's completion, or until the QP is destroyed (after which the
+//!    device touches none of them): the device never reaches freed memory.
+//! 4. Completion events: each event got from the completion channel is acknowledged
+//!    at once (`ibv_ack_cq_events(cq, 1)`), so `ibv_destroy_cq` never waits.
+//! 5. File descriptors of the channels are set non-blocking at creation, so
+//!    `get_event` calls return EAGAIN instead of blocking a runtime thread.
+//! 6. Threads: as `crate::sys` invariant 5; librdmacm calls on one id from several
+//!    threads are serialized by librdmacm, and the outstanding-work table is behind a
+//!    mutex.
+#![allow(unsafe_code)]
+
+use std::collections::HashMap;
+use std::io;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
+use std::os::fd::{AsRawFd, RawFd};
+
+use std::ptr::NonNull;
+use std::sync::{Arc, Mutex, MutexGuard};
+use tokio::io::unix::AsyncFd;
+
+use rdma::{LocalSge, MemoryRegion, WcOpcode};
+use rdma_mummy_sys as ffi;
+
+use crate::sys::{errno, Context, Pd};
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn set_nonblocking(fd: RawFd) -> io::Result<()> {
+    // SAFETY: fcntl on a descriptor we own; no memory is passed.
+    let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+    if flags < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: as above.
+    if unsafe { libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// An event channel's fd for tokio, holding the channel (so the fd stays open).
+pub(crate) struct ChanFd(Arc<EventChannel>);
+
+impl AsRawFd for ChanFd {
+    fn as_raw_fd(&self) -> RawFd {
+        self.0.fd()
+    }
+}
+
+impl ChanFd {
+    pub(crate) fn channel(&self) -> &Arc<EventChannel> {
+        &self.0
+    }
+}
+
+/// A QP's completion-channel fd for tokio, holding the QP (so the fd stays open).
+pub(crate) struct QpFd(Arc<Qp>);
+
+impl AsRawFd for QpFd {
+    fn as_raw_fd(&self) -> RawFd {
+        self.0.comp_fd()
+    }
+}
+
+impl QpFd {
+    pub(crate) fn qp(&self) -> &Qp {
+        &self.0
+    }
+}
+
+/// Registers an event channel's fd with tokio (needs a runtime).
+pub(crate) fn watch_channel(chan: Arc<EventChannel>) -> io::Result<AsyncFd<ChanFd>> {
+    // SAFETY: the AsyncFd owns an Arc of the channel, whose fd stays open and the
+    // same until the channel is destroyed, which is after the AsyncFd is dropped.
+    Ok(unsafe { AsyncFd::register(ChanFd(chan)) }?)
+}
+
+/// Registers a QP's completion-channel fd with tokio (needs a runtime).
+pub(crate) fn watch_qp(qp: Qp) -> io::Result<AsyncFd<QpFd>> {
+    // SAFETY: the AsyncFd owns the QP, whose completion channel (and fd) is
+    // destroyed only when the QP is, after the AsyncFd is dropped.
+    Ok(unsafe { AsyncFd::register(QpFd(Arc::new(qp))) }?)
+}
+
+fn would_block(e: &io::Error) -> bool {
+    e.kind() == io::ErrorKind::WouldBlock
+}
+
+/// An `rdma_event_channel` (its fd non-blocking, invariant 5).
+pub(crate) struct EventChannel {
+    ptr: NonNull<ffi::rdma_event_channel>,
+}
+
+// SAFETY: invariant 6.
+unsafe impl Send for EventChannel {}
+// SAFETY: invariant 6.
+unsafe impl Sync for EventChannel {}
+
+/// One CM event, copied out and acknowledged (invariant 2).
+pub(crate) struct CmEvent {
+    /// `RDMA_CM_EVENT_*`.
+    pub(crate) kind: u32,
+    /// `event->status` (an errno, negative, or a transport reject reason).
+    pub(crate) status: i32,
+    /// Private data of the connect/accept/reject, as the kernel reported it.
+    pub(crate) private_data: Vec<u8>,
+    /// `param.conn.responder_resources` as reported (the peer's initiator depth).
+    pub(crate) responder_resources: u8,
+    /// `param.conn.initiator_depth` as reported (the peer's responder resources).
+    pub(crate) initiator_depth: u8,
+    /// The new id of a CONNECT_REQUEST, owned.
+    pub(crate) new_id: Option<CmId>,
+}
+
+pub(crate) mod event {
+    use rdma_mummy_sys::rdma_cm_event_type as t;
+    pub(crate) const ADDR_RESOLVED: u32 = t::RDMA_CM_EVENT_ADDR_RESOLVED;
+    pub(crate) const ROUTE_RESOLVED: u32 = t::RDMA_CM_EVENT_ROUTE_RESOLVED;
+    pub(crate) const CONNECT_REQUEST: u32 = t::RDMA_CM_EVENT_CONNECT_REQUEST;
+    pub(crate) const ESTABLISHED: u32 = t::RDMA_CM_EVENT_ESTABLISHED;
+    pub(crate) const REJECTED: u32 = t::RDMA_CM_EVENT_REJECTED;
+    pub(crate) const DISCONNECTED: u32 = t::RDMA_CM_EVENT_DISCONNECTED;
+    pub(crate) const DEVICE_REMOVAL: u32 = t::RDMA_CM_EVENT_DEVICE_REMOVAL;
+}
+
+impl EventChannel {
+    /// `rdma_create_event_channel`, fd set non-blocking.
+    pub(crate) fn new() -> io::Result<Arc<EventChannel>> {
+        // SAFETY: no arguments; the result is checked.
+        let ptr = unsafe { ffi::rdma_create_event_channel() };
+        let ch = EventChannel {
+            ptr: NonNull::new(ptr).ok_or_else(io::Error::last_os_error)?,
+        };
+        set_nonblocking(ch.fd())?;
+        Ok(Arc::new(ch))
+    }
+
+    pub(crate) fn fd(&self) -> RawFd {
+        // SAFETY: live channel (invariant 1).
+        unsafe { (*self.ptr.as_ptr()).fd }
+    }
+
+    /// The next event, copied and acknowledged; `Ok(None)` when none is waiting.
+    pub(crate) fn get_event(self: &Arc<Self>) -> io::Result<Option<CmEvent>> {
+        let mut ev: *mut ffi::rdma_cm_event = std::ptr::null_mut();
+        // SAFETY: live channel; `ev` is a valid out pointer.
+        if unsafe { ffi::rdma_get_cm_event(self.ptr.as_ptr(), &mut ev) } != 0 {
+            let e = io::Error::last_os_error();
+            return if would_block(&e) { Ok(None) } else { Err(e) };
+        }
+        // SAFETY: a successful rdma_get_cm_event returns a valid event, read here
+        // and acknowledged below (invariant 2). `param.conn` is the member for
+        // connected (RC) ids, which are the only ones this crate creates.
+        let out = unsafe {
+            let e = &*ev;
+            let conn = &e.param.conn;
+            let private_data = if conn.private_data.is_null() || conn.private_data_len == 0 {
+                Vec::new()
+            } else {
+                std::slice::from_raw_parts(
+                    conn.private_data as *const u8,
+                    usize::from(conn.private_data_len),
+                )
+                .to_vec()
+            };
+            let new_id = if e.event == event::CONNECT_REQUEST {
+                NonNull::new(e.id).map(|ptr| CmId {
+                    ptr,
+                    chan: self.clone(),
+                })
+            } else {
+                None
+            };
+            CmEvent {
+                kind: e.event,
+                status: e.status,
+                private_data,
+                responder_resources: conn.responder_resources,
+                initiator_depth: conn.initiator_depth,
+                new_id,
+            }
+        };
+        // SAFETY: acknowledged once; nothing points into it any more.
+        unsafe { ffi::rdma_ack_cm_event(ev) };
+        Ok(Some(out))
+    }
+}
+
+impl Drop for EventChannel {
+    fn drop(&mut self) {
+        // SAFETY: invariant 1: every CmId of this channel holds an Arc of it.
+        unsafe { ffi::rdma_destroy_event_channel(self.ptr.as_ptr()) };
+    }
+}
+
+/// An `rdma_cm_id` (RDMA_PS_TCP: reliable connected).
+pub(crate) struct CmId {
+    ptr: NonNull<ffi::rdma_cm_id>,
+    chan: Arc<EventChannel>,
+}
+
+// SAFETY: invariant 6.
+unsafe impl Send for CmId {}
+// SAFETY: invariant 6.
+unsafe impl Sync for CmId {}
+
+impl Drop for CmId {
+    fn drop(&mut self) {
+        // SAFETY: invariant 1 (its QP, if any, was destroyed first: a Qp holds an Arc
+        // of this id); all its events were acknowledged (invariant 2).
+        unsafe { ffi::rdma_destroy_id(self.ptr.as_ptr()) };
+    }
+}
+
+fn sockaddr(addr: SocketAddr) -> libc::sockaddr_storage {
+    // SAFETY: all-zero is a valid sockaddr_storage.
+    let mut ss: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    match addr {
+        SocketAddr::V4(a) => {
+            let sin = libc::sockaddr_in {
+                sin_family: libc::AF_INET as libc::sa_family_t,
+                sin_port: a.port().to_be(),
+                sin_addr: libc::in_addr {
+                    s_addr: u32::from_ne_bytes(a.ip().octets()),
+                },
+                sin_zero: [0; 8],
+            };
+            // SAFETY: sockaddr_storage is larger than and aligned for sockaddr_in.
+            unsafe { std::ptr::write(&mut ss as *mut _ as *mut libc::sockaddr_in, sin) };
+        }
+        SocketAddr::V6(a) => {
+            let sin6 = libc::sockaddr_in6 {
+                sin6_family: libc::AF_INET6 as libc::sa_family_t,
+                sin6_port: a.port().to_be(),
+                sin6_flowinfo: a.flowinfo().to_be(),
+                sin6_addr: libc::in6_addr {
+                    s6_addr: a.ip().octets(),
+                },
+                sin6_scope_id: a.scope_id(),
+            };
+            // SAFETY: sockaddr_storage is larger than and aligned for sockaddr_in6.
+            unsafe { std::ptr::write(&mut ss as *mut _ as *mut libc::sockaddr_in6, sin6) };
+        }
+    }
+    ss
+}
+
+/// A socket address from a `sockaddr_storage` librdmacm filled in.
+fn from_sockaddr(ss: &libc::sockaddr_storage) -> Option<SocketAddr> {
+    match i32::from(ss.ss_family) {
+        libc::AF_INET => {
+            // SAFETY: the family says sockaddr_in; storage is large and aligned enough.
+            let sin = unsafe { &*(ss as *const _ as *const libc::sockaddr_in) };
+            let ip = Ipv4Addr::from(sin.sin_addr.s_addr.to_ne_bytes());
+            Some(SocketAddr::V4(SocketAddrV4::new(
+                ip,
+                u16::from_be(sin.sin_port),
+            )))
+        }
+        libc::AF_INET6 => {
+            // SAFETY: as above, sockaddr_in6.
+            let sin6 = unsafe { &*(ss as *const _ as *const libc::sockaddr_in6) };
+            Some(SocketAddr::V6(SocketAddrV6::new(
+                Ipv6Addr::from(sin6.sin6_addr.s6_addr),
+                u16::from_be(sin6.sin6_port),
+                u32::from_be(sin6.sin6_flowinfo),
+                sin6.sin6_scope_id,
+            )))
+        }
+        _ => None,
+    }
+}
+
+/// What `rdma_connect`/`rdma_accept` send.
+pub(crate) struct ConnParam<'a> {
+    pub(crate) private_data: &'a [u8],
+    pub(crate) responder_resources: u8,
+    pub(crate) initiator_depth: u8,
+}
+
+impl ConnParam<'_> {
+    fn raw(&self) -> io::Result<ffi::rdma_conn_param> {
+        let len = u8::try_from(self.private_data.len())
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "private data too long"))?;
+        // SAFETY: all-zero is a valid rdma_conn_param.
+        let mut p: ffi::rdma_conn_param = unsafe { std::mem::zeroed() };
+        p.private_data = if len == 0 {
+            std::ptr::null()
+        } else {
+            self.private_data.as_ptr().cast()
+        };
+        p.private_data_len = len;
+        p.responder_resources = self.responder_resources;
+        p.initiator_depth = self.initiator_depth;
+        p.flow_control = 1;
+        p.retry_count = 7;
+        p.rnr_retry_count = 7;
+        Ok(p)
+    }
+}
+
+fn check(rc: i32) -> io::Result<()> {
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(errno(rc))
+    }
+}
+
+impl CmId {
+    /// `rdma_create_id(chan, RDMA_PS_TCP)`.
+    pub(crate) fn new(chan: &Arc<EventChannel>) -> io::Result<CmId> {
+        let mut id: *mut ffi::rdma_cm_id = std::ptr::null_mut();
+        // SAFETY: live channel; valid out pointer.
+        check(unsafe {
+            ffi::rdma_create_id(
+                chan.ptr.as_ptr(),
+                &mut id,
+                std::ptr::null_mut(),
+                ffi::rdma_port_space::RDMA_PS_TCP,
+            )
+        })?;
+        Ok(CmId {
+            ptr: NonNull::new(id).ok_or_else(|| io::Error::other("rdma_create_id: null id"))?,
+            chan: chan.clone(),
+        })
+    }
+
+    /// `rdma_resolve_addr(NULL, dst, timeout)`.
+    pub(crate) fn resolve_addr(&self, dst: SocketAddr, timeout_ms: i32) -> io::Result<()> {
+        let mut ss = sockaddr(dst);
+        // SAFETY: live id; `ss` is a valid sockaddr for the call's duration.
+        check(unsafe {
+            ffi::rdma_resolve_addr(
+                self.ptr.as_ptr(),
+                std::ptr::null_mut(),
+                &mut ss as *mut _ as *mut libc::sockaddr,
+                timeout_ms,
+            )
+        })
+    }
+
+    /// `rdma_resolve_route`.
+    pub(crate) fn resolve_route(&self, timeout_ms: i32) -> io::Result<()> {
+        // SAFETY: live id.
+        check(unsafe { ffi::rdma_resolve_route(self.ptr.as_ptr(), timeout_ms) })
+    }
+
+    /// `rdma_bind_addr` then `rdma_listen`.
+    pub(crate) fn listen(&self, addr: SocketAddr, backlog: i32) -> io::Result<()> {
+        let mut ss = sockaddr(addr);
+        // SAFETY: live id; valid sockaddr.
+        check(unsafe {
+            ffi::rdma_bind_addr(self.ptr.as_ptr(), &mut ss as *mut _ as *mut libc::sockaddr)
+        })?;
+        // SAFETY: live, bound id.
+        check(unsafe { ffi::rdma_listen(self.ptr.as_ptr(), backlog) })
+    }
+
+    /// Moves the id's events to `chan` (`rdma_migrate_id`).
+    pub(crate) fn migrate(&mut self, chan: &Arc<EventChannel>) -> io::Result<()> {
+        // SAFETY: live id and channel; every event of the id is acknowledged
+        // (invariant 2), so this does not block.
+        check(unsafe { ffi::rdma_migrate_id(self.ptr.as_ptr(), chan.ptr.as_ptr()) })?;
+        self.chan = chan.clone();
+        Ok(())
+    }
+
+    fn addr_field(&self, src: bool) -> Option<SocketAddr> {
+        // SAFETY: live id; librdmacm keeps route.addr filled in (zero when unknown,
+        // which has no family).
+        unsafe {
+            let a = &(*self.ptr.as_ptr()).route.addr;
+            if src {
+                from_sockaddr(&a.src_addr_union.src_storage)
+            } else {
+                from_sockaddr(&a.dst_addr_union.dst_storage)
+            }
+        }
+    }
+
+    /// The local address (after bind/resolve).
+    pub(crate) fn local_addr(&self) -> Option<SocketAddr> {
+        self.addr_field(true)
+    }
+
+    /// The peer's address (after resolve or a connect request).
+    pub(crate) fn peer_addr(&self) -> Option<SocketAddr> {
+        self.addr_field(false)
+            .filter(|a| a.ip() != IpAddr::V4(Ipv4Addr::UNSPECIFIED))
+    }
+
+    /// The device context librdmacm bound this id to (after resolve, or on a
+    /// connect request's id), as a [`Context`] that keeps the id alive (sys
+    /// invariant 6).
+    pub(crate) fn context(self: &Arc<Self>) -> Option<Context> {
+        // SAFETY: live id.
+        let verbs = unsafe { (*self.ptr.as_ptr()).verbs };
+        let ptr = NonNull::new(verbs)?;
+        // SAFETY: `cm_id->verbs` of a live id, which the Context's owner (this id)
+        // keeps alive.
+        Some(unsafe { Context::from_cm(ptr, self.clone()) })
+    }
+
+    /// `rdma_connect`.
+    pub(crate) fn connect(&self, p: &ConnParam<'_>) -> io::Result<()> {
+        let mut raw = p.raw()?;
+        // SAFETY: live id with a QP; `raw` and its private data outlive the call
+        // (librdmacm copies them).
+        check(unsafe { ffi::rdma_connect(self.ptr.as_ptr(), &mut raw) })
+    }
+
+    /// `rdma_accept`.
+    pub(crate) fn accept(&self, p: &ConnParam<'_>) -> io::Result<()> {
+        let mut raw = p.raw()?;
+        // SAFETY: as `connect`.
+        check(unsafe { ffi::rdma_accept(self.ptr.as_ptr(), &mut raw) })
+    }
+
+    /// `rdma_reject` with private data.
+    pub(crate) fn reject(&self, private_data: &[u8]) -> io::Result<()> {
+        let len = u8::try_from(private_data.len())
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "private data too long"))?;
+        let ptr = if len == 0 {
+            std::ptr::null()
+        } else {
+            private_data.as_ptr().cast()
+        };
+        // SAFETY: live id; the data outlives the call.
+        check(unsafe { ffi::rdma_reject(self.ptr.as_ptr(), ptr, len) })
+    }
+
+    /// `rdma_disconnect`: moves the QP to the error state (its outstanding work is
+    /// flushed) and tells the peer.
+    pub(crate) fn disconnect(&self) -> io::Result<()> {
+        // SAFETY: live id.
+        check(unsafe { ffi::rdma_disconnect(self.ptr.as_ptr()) })
+    }
+}
+
+/// A completion, with what the QP recorded at posting (the status and opcode of
+/// an error completion are not trustworthy in `ibv_wc`, the recorded ones are).
+pub(crate) struct RawWc {
+    pub(crate) wr_id: u64,
+    pub(crate) opcode: WcOpcode,
+    pub(crate) status: u32,
+    pub(crate) byte_len: u32,
+    /// `Some(rkey)` for a Receive with IBV_WC_WITH_INV.
+    pub(crate) invalidated: Option<u32>,
+}
+
+/// The operation of a send work request, in verbs terms.
+pub(crate) enum RawSendOp {
+    Send,
+    SendWithInvalidate(u32),
+    RdmaWrite { rkey: u32, addr: u64 },
+    RdmaRead { rkey: u32, addr: u64 },
+    LocalInvalidate(u32),
+}
+
+/// Queue sizes of a new QP.
+pub(crate) struct QpCaps {
+    pub(crate) send_wr: u32,
+    pub(crate) recv_wr: u32,
+    pub(crate) send_sge: u32,
+    pub(crate) recv_sge: u32,
+}
+
+struct Outstanding {
+    wr_id: u64,
+    opcode: WcOpcode,
+    _regions: Vec<MemoryRegion>,
+}
+
+/// Why a work request was not posted.
+pub(crate) enum PostFailure {
+    /// An SGE names a region of another PD, or a range outside its region.
+    Sge,
+    /// The provider refused (errno: ENOMEM queue full, EINVAL, ...).
+    Os(io::Error),
+}
+
+/// A reliable-connected QP made by `rdma_create_qp` on a CM id, with one CQ for
+/// both queues on its own completion channel (fd non-blocking).
+pub(crate) struct Qp {
+    id: Arc<CmId>,
+    qp: NonNull<ffi::ibv_qp>,
+    cq: NonNull<ffi::ibv_cq>,
+    comp: NonNull<ffi::ibv_comp_channel>,
+    pd: Arc<Pd>,
+    pd_id: u64,
+    next: Mutex<u64>,
+    outstanding: Mutex<HashMap<u64, Outstanding>>,
+}
+
+// SAFETY: invariant 6.
+unsafe impl Send for Qp {}
+// SAFETY: invariant 6.
+unsafe impl Sync for Qp {}
+
+impl Qp {
+    /// Completion channel, CQ of `send_wr + recv_wr` entries, then `rdma_create_qp`
+    /// on `id` with `pd` (which must be of the id's device context). `pd_id` is the
+    /// `rdma::ProtectionDomain` whose registrations are on `pd`.
+    pub(crate) fn new(id: &Arc<CmId>, pd: &Arc<Pd>, pd_id: u64, caps: &QpCaps) -> io::Result<Qp> {
+        // SAFETY: live id.
+        let verbs = unsafe { (*id.ptr.as_ptr()).verbs };
+        let ctx: &Context = pd.context();
+        if verbs.is_null() || verbs != ctx.as_ptr() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "the protection domain is not of the connection's device",
+            ));
+        }
+        // SAFETY: live context (kept by the PD).
+        let comp = NonNull::new(unsafe { ffi::ibv_create_comp_channel(ctx.as_ptr()) })
+            .ok_or_else(io::Error::last_os_error)?;
+        // SAFETY: live channel.
+        let fd = unsafe { (*comp.as_ptr()).fd };
+        let destroy_comp = |comp: NonNull<ffi::ibv_comp_channel>| {
+            // SAFETY: created above, no CQ left on it.
+            unsafe { ffi::ibv_destroy_comp_channel(comp.as_ptr()) };
+        };
+        if let Err(e) = set_nonblocking(fd) {
+            destroy_comp(comp);
+            return Err(e);
+        }
+        let cqe = i32::try_from(caps.send_wr.saturating_add(caps.recv_wr)).unwrap_or(i32::MAX);
+        // SAFETY: live context and channel.
+        let cq = unsafe {
+            ffi::ibv_create_cq(ctx.as_ptr(), cqe, std::ptr::null_mut(), comp.as_ptr(), 0)
+        };
+        let Some(cq) = NonNull::new(cq) else {
+            let e = io::Error::last_os_error();
+            destroy_comp(comp);
+            return Err(e);
+        };
+        // SAFETY: all-zero is a valid ibv_qp_init_attr.
+        let mut attr: ffi::ibv_qp_init_attr = unsafe { std::mem::zeroed() };
+        attr.send_cq = cq.as_ptr();
+        attr.recv_cq = cq.as_ptr();
+        attr.qp_type = ffi::ibv_qp_type::IBV_QPT_RC;
+        attr.sq_sig_all = 1;
+        attr.cap.max_send_wr = caps.send_wr;
+        attr.cap.max_recv_wr = caps.recv_wr;
+        attr.cap.max_send_sge = caps.send_sge;
+        attr.cap.max_recv_sge = caps.recv_sge;
+        // SAFETY: live id, PD and CQ of the id's context (checked above).
+        let rc = unsafe { ffi::rdma_create_qp(id.ptr.as_ptr(), pd.as_ptr(), &mut attr) };
+        // SAFETY: live id; a successful rdma_create_qp sets `id->qp`.
+        let qp = (rc == 0).then(|| unsafe { (*id.ptr.as_ptr()).qp });
+        let Some(qp) = qp.and_then(NonNull::new) else {
+            let e = errno(rc);
+            // SAFETY: created above, no QP on it, no events got.
+            unsafe { ffi::ibv_destroy_cq(cq.as_ptr()) };
+            destroy_comp(comp);
+            return Err(e);
+        };
+        let q = Qp {
+            id: id.clone(),
+            qp,
+            cq,
+            comp,
+            pd: pd.clone(),
+            pd_id,
+            next: Mutex::new(1),
+            outstanding: Mutex::new(HashMap::new()),
+        };
+        q.req_notify()?;
+        Ok(q)
+    }
+
+    /// The completion channel's fd.
+    pub(crate) fn comp_fd(&self) -> RawFd {
+        // SAFETY: live channel (invariant 1).
+        unsafe { (*self.comp.as_ptr()).fd }
+    }
+
+    /// Number of posted work requests whose completion was not polled yet.
+    pub(crate) fn outstanding(&self) -> usize {
+        lock(&self.outstanding).len()
+    }
+
+    /// Arms the CQ (`ibv_req_notify_cq`, all completions).
+    pub(crate) fn req_notify(&self) -> io::Result<()> {
+        // SAFETY: live CQ.
+        check(unsafe { ffi::ibv_req_notify_cq(self.cq.as_ptr(), 0) })
+    }
+
+    /// Consumes every waiting completion-channel event (acknowledging each,
+    /// invariant 4); true if there was one.
+    pub(crate) fn take_cq_events(&self) -> io::Result<bool> {
+        let mut any = false;
+        loop {
+            let mut cq: *mut ffi::ibv_cq = std::ptr::null_mut();
+            let mut ctx: *mut std::os::raw::c_void = std::ptr::null_mut();
+            // SAFETY: live channel; valid out pointers; fd non-blocking (invariant 5).
+            let rc = unsafe { ffi::ibv_get_cq_event(self.comp.as_ptr(), &mut cq, &mut ctx) };
+            if rc != 0 {
+                let e = io::Error::last_os_error();
+                return if would_block(&e) { Ok(any) } else { Err(e) };
+            }
+            any = true;
+            // SAFETY: the event was for our only CQ on this channel; acknowledged once.
+            unsafe { ffi::ibv_ack_cq_events(self.cq.as_ptr(), 1) };
+        }
+    }
+
+    /// Polls up to 16 completions into `out`; returns how many.
+    pub(crate) fn poll(&self, out: &mut Vec<RawWc>) -> io::Result<usize> {
+        const N: usize = 16;
+        // SAFETY: ibv_wc is plain C data; all-zero is valid.
+        let mut wc: [ffi::ibv_wc; N] = unsafe { std::mem::zeroed() };
+        // SAFETY: live CQ; `wc` has room for N entries.
+        let n = unsafe { ffi::ibv_poll_cq(self.cq.as_ptr(), N as i32, wc.as_mut_ptr()) };
+        if n < 0 {
+            return Err(io::Error::other(format!("ibv_poll_cq: {n}")));
+        }
+        let n = n as usize;
+        let mut table = lock(&self.outstanding);
+        for w in &wc[..n.min(N)] {
+            // Invariant 3: the work request's regions are released here, after the
+            // device finished with it.
+            let Some(o) = table.remove(&w.wr_id) else {
+                continue;
+            };
+            let with_inv = w.wc_flags & ffi::ibv_wc_flags::IBV_WC_WITH_INV.0 != 0;
+            // SAFETY: both members of the union are plain 32-bit integers; the value
+            // means the invalidated rkey only with IBV_WC_WITH_INV, checked below.
+            let rkey = unsafe { w.imm_data_invalidated_rkey_union.invalidated_rkey };
+            out.push(RawWc {
+                wr_id: o.wr_id,
+                opcode: o.opcode,
+                status: w.status,
+                byte_len: w.byte_len,
+                invalidated: (with_inv && o.opcode == WcOpcode::Recv).then_some(rkey),
+            });
+        }
+        Ok(n)
+    }
+
+    /// SGEs for `sgl` (invariant 3: same PD, in bounds; VA-based addresses).
+    fn sges(&self, sgl: &[&LocalSge]) -> Result<Vec<ffi::ibv_sge>, PostFailure> {
+        sgl.iter()
+            .map(|s| {
+                let end = s.offset.checked_add(s.len).ok_or(PostFailure::Sge)?;
+                if s.mr.pd_id() != self.pd_id || end > s.mr.len() {
+                    return Err(PostFailure::Sge);
+                }
+                let base = s.mr.with(|b| b.as_ptr() as u64);
+                Ok(ffi::ibv_sge {
+                    addr: base + s.offset as u64,
+                    length: u32::try_from(s.len).map_err(|_| PostFailure::Sge)?,
+                    lkey: s.mr.lkey().0,
+                })
+            })
+            .collect()
+    }
+
+    fn record(&self, wr_id: u64, opcode: WcOpcode, sgl: &[&LocalSge]) -> u64 {
+        let id = {
+            let mut n = lock(&self.next);
+            let id = *n;
+            *n = n.wrapping_add(1);
+            id
+        };
+        lock(&self.outstanding).insert(
+            id,
+            Outstanding {
+                wr_id,
+                opcode,
+                _regions: sgl.iter().map(|s| s.mr.clone()).collect(),
+            },
+        );
+        id
+    }
+
+    /// `ibv_post_send` of one signaled work request.
+    pub(crate) fn post_send(
+        &self,
+        wr_id: u64,
+        op: RawSendOp,
+        sgl: &[&LocalSge],
+    ) -> Result<(), PostFailure> {
+        let mut sges = self.sges(sgl)?;
+        let opcode = match op {
+            RawSendOp::Send | RawSendOp::SendWithInvalidate(_) => WcOpcode::Send,
+            RawSendOp::RdmaWrite { .. } => WcOpcode::RdmaWrite,
+            RawSendOp::RdmaRead { .. } => WcOpcode::RdmaRead,
+            RawSendOp::LocalInvalidate(_) => WcOpcode::LocalInvalidate,
+        };
+        let id = self.record(wr_id, opcode, sgl);
+        // SAFETY: all-zero is a valid ibv_send_wr.
+        let mut wr: ffi::ibv_send_wr = unsafe { std::mem::zeroed() };
+        wr.wr_id = id;
+        wr.sg_list = if sges.is_empty() {
+            std::ptr::null_mut()
+        } else {
+            sges.as_mut_ptr()
+        };
+        wr.num_sge = sges.len() as i32;
+        wr.send_flags = ffi::ibv_send_flags::IBV_SEND_SIGNALED.0;
+        match op {
+            RawSendOp::Send => wr.opcode = ffi::ibv_wr_opcode::IBV_WR_SEND,
+            RawSendOp::SendWithInvalidate(rkey) => {
+                wr.opcode = ffi::ibv_wr_opcode::IBV_WR_SEND_WITH_INV;
+                wr.imm_data_invalidated_rkey_union.invalidated_rkey = rkey;
+            }
+            RawSendOp::RdmaWrite { rkey, addr } => {
+                wr.opcode = ffi::ibv_wr_opcode::IBV_WR_RDMA_WRITE;
+                wr.wr.rdma = ffi::rdma_t {
+                    remote_addr: addr,
+                    rkey,
+                };
+            }
+            RawSendOp::RdmaRead { rkey, addr } => {
+                wr.opcode = ffi::ibv_wr_opcode::IBV_WR_RDMA_READ;
+                wr.wr.rdma = ffi::rdma_t {
+                    remote_addr: addr,
+                    rkey,
+                };
+            }
+            RawSendOp::LocalInvalidate(rkey) => {
+                wr.opcode = ffi::ibv_wr_opcode::IBV_WR_LOCAL_INV;
+                wr.num_sge = 0;
+                wr.sg_list = std::ptr::null_mut();
+                wr.imm_data_invalidated_rkey_union.invalidated_rkey = rkey;
+            }
+        }
+        let mut bad: *mut ffi::ibv_send_wr = std::ptr::null_mut();
+        // SAFETY: live QP; `wr` and `sges` are valid for the call (the provider
+        // copies them); the SGEs name memory kept alive by the table (invariant 3).
+        let rc = unsafe { ffi::ibv_post_send(self.qp.as_ptr(), &mut wr, &mut bad) };
+        if rc != 0 {
+            lock(&self.outstanding).remove(&id);
+            return Err(PostFailure::Os(errno(rc)));
+        }
+        Ok(())
+    }
+
+    /// `ibv_post_recv` of one work request.
+    pub(crate) fn post_recv(&self, wr_id: u64, sgl: &[&LocalSge]) -> Result<(), PostFailure> {
+        let mut sges = self.sges(sgl)?;
+        let id = self.record(wr_id, WcOpcode::Recv, sgl);
+        let mut wr = ffi::ibv_recv_wr {
+            wr_id: id,
+            next: std::ptr::null_mut(),
+            sg_list: if sges.is_empty() {
+                std::ptr::null_mut()
+            } else {
+                sges.as_mut_ptr()
+            },
+            num_sge: sges.len() as i32,
+        };
+        let mut bad: *mut ffi::ibv_recv_wr = std::ptr::null_mut();
+        // SAFETY: as post_send.
+        let rc = unsafe { ffi::ibv_post_recv(self.qp.as_ptr(), &mut wr, &mut bad) };
+        if rc != 0 {
+            lock(&self.outstanding).remove(&id);
+            return Err(PostFailure::Os(errno(rc)));
+        }
+        Ok(())
+    }
+
+    pub(crate) fn id(&self) -> &Arc<CmId> {
+        &self.id
+    }
+}
+
+impl Drop for Qp {
+    fn drop(&mut self) {
+        // SAFETY: invariant 1: QP, then CQ (every event acknowledged, invariant 4),
+        // then the completion channel; the outstanding regions are released after
+        // this (fields drop after `drop`), when the device no longer has the QP.
+        unsafe {
+            ffi::rdma_destroy_qp(self.id.ptr.as_ptr());
+            ffi::ibv_destroy_cq(self.cq.as_ptr());
+            ffi::ibv_destroy_comp_channel(self.comp.as_ptr());
+        }
+        let _ = &self.pd;
+    }
+}
