@@ -38,6 +38,12 @@ pub struct DeviceAttributes {
     /// Most outbound RDMA Reads a queue pair can have outstanding: the ORD it can ask
     /// for (`max_qp_init_rd_atom`).
     pub max_ord: u16,
+    /// Whether a region's keys can be invalidated by posted work (LOCAL_INV) and by a
+    /// peer's Send With Invalidate. Software providers can; a verbs device cannot for
+    /// plain registrations (`ibv_reg_mr`: rxe and siw refuse it; user-space verbs has
+    /// no fast registration, only memory windows). Without it a consumer fences a
+    /// region by deregistering it, and must not offer remote invalidation (RFC 8797).
+    pub invalidate: bool,
 }
 
 impl DeviceAttributes {
@@ -51,6 +57,7 @@ impl DeviceAttributes {
         max_qp_wr: 4096,
         max_ird: 64,
         max_ord: 64,
+        invalidate: true,
     };
 }
 
@@ -93,6 +100,10 @@ pub trait DeviceRegistration: Send + Sync {
     fn lkey(&self) -> u32;
     /// The remote key (`ibv_mr.rkey`).
     fn rkey(&self) -> u32;
+    /// The address a peer names the region's first byte by (its tagged offset 0):
+    /// the memory's virtual address for a registration by address (`ibv_reg_mr`),
+    /// 0 for a zero-based one.
+    fn remote_base(&self) -> u64;
 }
 
 /// How a device registers memory in its protection domains

@@ -441,6 +441,18 @@ impl MemoryRegion {
         })
     }
 
+    /// The tagged offset (iWARP) or virtual address (InfiniBand, RoCE) by which a
+    /// peer names byte `offset` of this region in a chunk segment or an RDMA
+    /// Read/Write: `offset` itself for this crate's software table (zero-based, as
+    /// iWARP STags are), the byte's address for a device that registers by address
+    /// (verbs `ibv_reg_mr`; [`DeviceRegistration::remote_base`]).
+    pub fn remote_offset(&self, offset: usize) -> u64 {
+        let base = lock(&self.shared.device)
+            .as_ref()
+            .map_or(0, |d| d.remote_base());
+        base.wrapping_add(offset as u64)
+    }
+
     /// True while the device holds a registration of this region's memory.
     fn device_registered(&self) -> bool {
         lock(&self.shared.device).is_some()
@@ -790,6 +802,9 @@ mod tests {
             fn rkey(&self) -> u32 {
                 self.key | 0x8000_0000
             }
+            fn remote_base(&self) -> u64 {
+                0x1000 * u64::from(self.key)
+            }
         }
         impl Drop for Reg {
             fn drop(&mut self) {
@@ -823,6 +838,11 @@ mod tests {
             .register_bytes(data.clone(), Access::REMOTE_READ)
             .unwrap();
         assert_eq!(shared.rkey(), Some(STag(0x8000_0002)));
+        // Addressed as the device says.
+        assert_eq!(shared.remote_offset(5), 0x2005);
+        let soft = ProtectionDomain::software(DeviceAttributes::SOFTWARE);
+        let zero_based = soft.register_zeroed(8, Access::NONE).unwrap();
+        assert_eq!(zero_based.remote_offset(5), 5);
         assert_eq!(live.load(Ordering::SeqCst), 2);
         // No copy on write of bytes the device knows.
         assert!(!shared.write(0, b"x"));

@@ -145,32 +145,32 @@ impl<P: ConnectionManager + 'static> RdmaTransport<P> {
     pub async fn connect_once(&self) -> Result<(RdmaSender<P::Qp>, RdmaReceiver), TransportError> {
         let route = self.provider.resolve(self.addr).await?;
         let pd = route.device().alloc_pd()?;
+        // Remote invalidation only where this device can invalidate.
+        let config = self.config.on_device(&route.device().attributes());
         let backward = self
             .backward
             .clone()
-            .filter(|_| self.config.backward_credits > 0);
+            .filter(|_| config.backward_credits > 0);
         let backward_recvs = if backward.is_some() {
-            self.config.backward_credits
+            config.backward_credits
         } else {
             0
         };
         // §4.3.1: the requested credits are Receives we must have posted, since each
         // granted Call may be answered at once; they go up with the connection. The
         // backward ones are posted when the core opens the backward channel.
-        let credits = self.config.credits.max(1);
-        let pool = RecvPool::new(&pd, credits + backward_recvs, self.config.recv_buffer_len())?;
+        let credits = config.credits.max(1);
+        let pool = RecvPool::new(&pd, credits + backward_recvs, config.recv_buffer_len())?;
         let mut recvs = pool.initial();
         let unposted: Vec<usize> = (credits as usize..recvs.len()).rev().collect();
         recvs.truncate(credits as usize);
-        let qp = route
-            .connect(&pd, self.config.connect_params(recvs))
-            .await?;
-        let limits = self.config.negotiate(qp.peer());
+        let qp = route.connect(&pd, config.connect_params(recvs)).await?;
+        let limits = config.negotiate(qp.peer());
         let stats = ConnStats::new("client", Some(self.addr));
         stats.set(Counter::PeerIrd, u64::from(qp.peer().ird));
         stats.set(Counter::SendThreshold, u64::from(limits.send_threshold));
         stats.set(Counter::RecvThreshold, u64::from(limits.recv_threshold));
-        stats.set(Counter::CreditsRequested, u64::from(self.config.credits));
+        stats.set(Counter::CreditsRequested, u64::from(config.credits));
         self.stats.add(stats.clone());
         tracing::debug!(
             target: "rpcrdma_transport",
@@ -181,7 +181,7 @@ impl<P: ConnectionManager + 'static> RdmaTransport<P> {
             peer_ird = qp.peer().ird,
             "connected"
         );
-        let prefer = if self.config.version_two {
+        let prefer = if config.version_two {
             Version::TWO
         } else {
             Version::ONE
@@ -189,8 +189,8 @@ impl<P: ConnectionManager + 'static> RdmaTransport<P> {
         let core = Requester::resume(
             self.binding.clone(),
             RequesterConfig {
-                policy: self.config.policy(),
-                credits: self.config.credits,
+                policy: config.policy(),
+                credits: config.credits,
                 prefer,
                 // RFC 8797: without the server's private data, the version's default
                 // thresholds (v1 §4.3.3: 1024; v2 §2.3: 4096).
@@ -200,9 +200,9 @@ impl<P: ConnectionManager + 'static> RdmaTransport<P> {
                 reliable_reply: self
                     .config
                     .reliable_reply_offered()
-                    .then(|| self.config.reliable_reply_info()),
-                max_pulled_reply: self.config.max_message,
-                fault_skip_rdma_done: self.config.fault_skip_rdma_done,
+                    .then(|| config.reliable_reply_info()),
+                max_pulled_reply: config.max_message,
+                fault_skip_rdma_done: config.fault_skip_rdma_done,
                 // Invalidation is posted work (LOCAL_INV) whose completion releases
                 // the Reply (`Conn::invalidate`).
                 posted_invalidation: true,
@@ -218,7 +218,7 @@ impl<P: ConnectionManager + 'static> RdmaTransport<P> {
             // of up to 4096 bytes.
             sends: SendPool::new(
                 &pd,
-                (self.config.credits.clamp(1, 1024) + backward_recvs.min(1024)) as usize,
+                (config.credits.clamp(1, 1024) + backward_recvs.min(1024)) as usize,
                 limits.send_threshold.max(4096) as usize,
             )?,
             qp,
@@ -572,8 +572,14 @@ impl<Q: QueuePair + 'static> Conn<Q> {
             let regions = st.regions.remove(&xid);
             let fencing = st.fencing.entry(xid).or_default();
             if let Some(r) = regions {
+                let posted = self.pd.attributes().invalidate;
                 for region in &r.regions {
-                    if Some(region.rkey()) == remote {
+                    if !posted {
+                        // The device cannot invalidate (a verbs `ibv_reg_mr`
+                        // registration): deregistering the region fences it
+                        // (`Conn::invalidated`).
+                        self.stats.inc(Counter::FencedByDeregistration);
+                    } else if Some(region.rkey()) == remote {
                         self.stats.inc(Counter::RemoteInvalidations);
                     } else {
                         wrs.push(region.invalidate_wr(wr_kind::INVALIDATE | u64::from(xid.0)));

@@ -133,12 +133,14 @@ impl ChunkRegion {
         })
     }
 
-    /// The one segment describing this region (tagged offsets start at 0).
+    /// The one segment describing this region: its remote key, length, and the
+    /// offset the peer names its first byte by (0 on a zero-based provider such as
+    /// iWARP, the address on a verbs device: `rdma::MemoryRegion::remote_offset`).
     pub(crate) fn segment(&self) -> Segment {
         Segment {
             handle: self.rkey.0,
             length: self.len,
-            offset: 0,
+            offset: self.mr.remote_offset(0),
         }
     }
 

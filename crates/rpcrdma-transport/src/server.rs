@@ -148,20 +148,19 @@ impl<P: ConnectionManager + 'static> RdmaServer<P> {
         loop {
             let req = listener.accept().await?;
             let peer = req.peer().clone();
-            let limits = self.config.negotiate(&peer);
-            let credits = self.config.credits.max(1);
-            let backward_credits = self.config.backward_credits;
+            // Remote invalidation only where this device can invalidate.
+            let config = self.config.on_device(&req.device().attributes());
+            let limits = config.negotiate(&peer);
+            let credits = config.credits.max(1);
+            let backward_credits = config.backward_credits;
             // §4.3.1: the Receives for the credits we grant go up with the connection,
             // before the requester can send its first Call. §7.2.2.2: one more per
             // backward credit, posted when the peer is ready for backward Calls. A
             // protection domain per connection, on the device the request came in on
             // (as Linux svcrdma does).
             let setup = req.device().alloc_pd().and_then(|pd| {
-                let pool = RecvPool::new(
-                    &pd,
-                    credits + backward_credits,
-                    self.config.recv_buffer_len(),
-                )?;
+                let pool =
+                    RecvPool::new(&pd, credits + backward_credits, config.recv_buffer_len())?;
                 Ok((pd, pool))
             });
             let (pd, pool) = match setup {
@@ -175,7 +174,7 @@ impl<P: ConnectionManager + 'static> RdmaServer<P> {
             let mut recvs = pool.initial();
             let free_recvs: Vec<usize> = (credits as usize..recvs.len()).rev().collect();
             recvs.truncate(credits as usize);
-            let qp = match req.accept(&pd, self.config.connect_params(recvs)).await {
+            let qp = match req.accept(&pd, config.connect_params(recvs)).await {
                 Ok(qp) => qp,
                 Err(e) => {
                     tracing::debug!(target: "rpcrdma_transport", error = %e, "accept failed");
@@ -186,33 +185,33 @@ impl<P: ConnectionManager + 'static> RdmaServer<P> {
             stats.set(Counter::PeerIrd, u64::from(peer.ird));
             stats.set(Counter::SendThreshold, u64::from(limits.send_threshold));
             stats.set(Counter::RecvThreshold, u64::from(limits.recv_threshold));
-            stats.set(Counter::CreditsRequested, u64::from(self.config.credits));
+            stats.set(Counter::CreditsRequested, u64::from(config.credits));
             self.stats.add(stats.clone());
             let private_data = PrivateData::parse(&peer.private_data);
             // A Version Two peer without private data gets Sends of up to 4096 bytes
             // (v2 §2.3), a Version One peer 1024 (v1 §4.3.3).
             let send_buffer_len = match private_data {
-                None if self.config.version_two => 4096,
+                None if config.version_two => 4096,
                 _ => limits.send_threshold,
             };
             let core = Responder::new(
                 self.binding.clone(),
                 ResponderConfig {
-                    policy: self.config.policy(),
+                    policy: config.policy(),
                     credits,
                     // RFC 8797: without the peer's private data, each Reply assumes the
                     // default threshold of its Call's version (v1 §4.3.3: 1024; v2
                     // §2.3: 4096).
                     peer: private_data.map(|_| limits),
-                    reassembly: self.config.reassembly(),
+                    reassembly: config.reassembly(),
                     backward_credits: (backward_credits > 0).then_some(backward_credits),
-                    reliable_reply: self.config.reliable_reply_offered().then_some(
+                    reliable_reply: config.reliable_reply_offered().then_some(
                         ReliableReplyConfig {
-                            pull_timeout: self.config.pull_timeout,
-                            remote_invalidate: self.config.remote_invalidate,
+                            pull_timeout: config.pull_timeout,
+                            remote_invalidate: config.remote_invalidate,
                         },
                     ),
-                    max_read_in_flight: self.config.max_read_in_flight,
+                    max_read_in_flight: config.max_read_in_flight,
                     served: self.dispatcher.registrations(),
                 },
             );
@@ -238,7 +237,7 @@ impl<P: ConnectionManager + 'static> RdmaServer<P> {
             // fall back to registering caller bytes if they find the pool empty.
             let sends = match SendPool::new(
                 &pd,
-                self.config.credits.clamp(1, 1024) as usize + 8,
+                config.credits.clamp(1, 1024) as usize + 8,
                 send_buffer_len as usize,
             ) {
                 Ok(p) => p,
@@ -265,7 +264,7 @@ impl<P: ConnectionManager + 'static> RdmaServer<P> {
                 regions: HashMap::new(),
                 invalidating: HashMap::new(),
                 wholes: HashMap::new(),
-                room_head: self.config.recv_buffer_len(),
+                room_head: config.recv_buffer_len(),
                 shutdown: self.shutdown.subscribe(),
                 replies,
                 backward_rx,
@@ -559,6 +558,12 @@ impl<Q: QueuePair + 'static> ServerConn<Q> {
             let Some(region) = self.regions.remove(&h) else {
                 continue;
             };
+            if !self.pd.attributes().invalidate {
+                // The device cannot invalidate (a verbs `ibv_reg_mr` registration):
+                // deregistering the region (dropping it) fences it.
+                self.stats.inc(Counter::FencedByDeregistration);
+                continue;
+            }
             if remote.is_some_and(|r| r.0 == h) {
                 self.stats.inc(Counter::RemoteInvalidations);
                 continue;

@@ -127,6 +127,15 @@ impl RdmaConfig {
         .advertised()
     }
 
+    /// This configuration on a device with `attributes`: remote invalidation is
+    /// offered only where the device can invalidate (`DeviceAttributes::invalidate`).
+    pub(crate) fn on_device(&self, attributes: &rdma::DeviceAttributes) -> RdmaConfig {
+        RdmaConfig {
+            remote_invalidate: self.remote_invalidate && attributes.invalidate,
+            ..self.clone()
+        }
+    }
+
     /// What we offer at connection setup, with the Receives to post before the
     /// connection carries data.
     pub fn connect_params(&self, recvs: Vec<RecvWr>) -> ConnectParams {

@@ -258,3 +258,29 @@ async fn a_registration_the_device_refuses_fails_that_call_alone() {
     assert_eq!(snaps[0].get(Counter::ErrCallFailedLocally), 4);
     assert_eq!(s.stats.total(Counter::Calls), 1);
 }
+
+/// A device that cannot invalidate by posted work (as a verbs device with plain
+/// `ibv_reg_mr` registrations): the client offers no remote invalidation (RFC 8797),
+/// posts no LOCAL_INV, and fences each region by deregistering it before the Reply is
+/// handed up; every shape still works.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_device_without_invalidation_fences_by_deregistration() {
+    init_tracing();
+    let p = MemProvider::default();
+    let s = serve(&p, RdmaConfig::default()).await;
+    let no_invalidation = p.with_attributes(rdma::DeviceAttributes {
+        invalidate: false,
+        ..rdma::DeviceAttributes::SOFTWARE
+    });
+    let (c, cstats) = connect(transport(&no_invalidation, s.addr, RdmaConfig::default()));
+    shapes(&c, 4096).await;
+    let snap = cstats.latest().unwrap();
+    assert!(snap.get(Counter::Registrations) > 0);
+    assert_eq!(
+        snap.get(Counter::FencedByDeregistration),
+        snap.get(Counter::Registrations)
+    );
+    assert_eq!(snap.get(Counter::LocalInvalidations), 0);
+    assert_eq!(snap.get(Counter::RemoteInvalidations), 0);
+    assert_eq!(s.stats.total(Counter::SendWithInvalidate), 0, "not offered");
+}

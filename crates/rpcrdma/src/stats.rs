@@ -80,6 +80,9 @@ counters! {
     LocalInvalidations = "local_invalidations",
     /// Regions the peer invalidated with Send With Invalidate.
     RemoteInvalidations = "remote_invalidations",
+    /// Regions fenced by deregistration, on a device that cannot invalidate them by
+    /// posted work (`rdma::DeviceAttributes::invalidate`).
+    FencedByDeregistration = "fenced_by_deregistration",
     /// Regions deregistered without an invalidation because their connection ended
     /// (no peer reaches memory through a dead queue pair).
     FencedByDisconnect = "fenced_by_disconnect",

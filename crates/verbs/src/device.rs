@@ -182,6 +182,9 @@ pub(crate) fn attributes_from(a: &sys::RawDeviceAttr) -> DeviceAttributes {
         max_qp_wr: count(a.max_qp_wr),
         max_ird: depth(a.max_qp_rd_atom),
         max_ord: depth(a.max_qp_init_rd_atom),
+        // Plain `ibv_reg_mr` registrations: rxe and siw refuse remote invalidation of
+        // them (lab: verbs_pingpong), and user space has no fast registration.
+        invalidate: false,
     }
 }
 

@@ -27,10 +27,9 @@
 //!
 //! Addressing: a region on a verbs device is VA-based (`ibv_reg_mr`): the tagged
 //! offset a peer names its byte `i` by is that byte's address
-//! ([`remote_offset`]), not `i` as in the software providers. Zero-based
-//! registration needs page-aligned memory (the kernel refuses it otherwise), which
-//! the `rdma` crate's regions are not; the `rdma` API has no way yet to tell a
-//! consumer a region's base (see docs/verbs-provider.md).
+//! (`rdma::MemoryRegion::remote_offset`), not `i` as in the software providers.
+//! Zero-based registration needs page-aligned memory (the kernel refuses it
+//! otherwise), which the `rdma` crate's regions are not.
 //!
 //! `unsafe` code lives in `sys` (devices, PDs, MRs) and `sys_conn` (CM, QP, CQ),
 //! each with its invariants written down.
@@ -51,9 +50,3 @@ mod sys_conn;
 pub use cm::{VerbsCm, VerbsListener, VerbsRequest, VerbsRoute};
 pub use device::{devices, LinkLayer, OpenError, PortInfo, PortState, Transport, VerbsDevice};
 pub use qp::VerbsQp;
-
-/// The tagged offset by which a peer names byte `offset` of `mr` when `mr` is
-/// registered with a verbs device (VA-based registration: the byte's address).
-pub fn remote_offset(mr: &rdma::MemoryRegion, offset: usize) -> u64 {
-    mr.with(|b| b.as_ptr() as u64) + offset as u64
-}

@@ -40,16 +40,24 @@ fn ibv_access(access: Access) -> i32 {
     bits
 }
 
-/// One region's registration with the device (deregistered when dropped).
-struct VerbsRegistration(sys::Mr);
+/// One region's registration with the device (deregistered when dropped), by
+/// address: a peer names byte `i` by `base + i`.
+struct VerbsRegistration {
+    mr: sys::Mr,
+    base: u64,
+}
 
 impl DeviceRegistration for VerbsRegistration {
     fn lkey(&self) -> u32 {
-        self.0.lkey()
+        self.mr.lkey()
     }
 
     fn rkey(&self) -> u32 {
-        self.0.rkey()
+        self.mr.rkey()
+    }
+
+    fn remote_base(&self) -> u64 {
+        self.base
     }
 }
 
@@ -74,7 +82,10 @@ impl Registrar for VerbsRegistrar {
         // else touches) is `sys::Mr::register`'s.
         let mr = unsafe { sys::Mr::register(&self.pd, mem, ibv_access(access)) }
             .map_err(RegisterError::Provider)?;
-        Ok(Box::new(VerbsRegistration(mr)))
+        Ok(Box::new(VerbsRegistration {
+            mr,
+            base: mem.as_ptr() as u64,
+        }))
     }
 }
 

@@ -51,6 +51,7 @@ impl Default for MemProvider {
                     max_qp_wr: 1024,
                     max_ird: 16,
                     max_ord: 16,
+                    invalidate: true,
                 },
             )),
         }

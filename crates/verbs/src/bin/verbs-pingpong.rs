@@ -253,7 +253,7 @@ async fn server(addr: SocketAddr) -> R<()> {
     }
     println!("ok recv msg={m:?}");
     let rkey = t.rkey().ok_or("t has no rkey")?;
-    let base = verbs::remote_offset(&t, 0);
+    let base = t.remote_offset(0);
     p.send(&format!("regions t={} base={base} tlen={T_LEN}", rkey.0))
         .await?;
     println!("ok send regions");
@@ -303,12 +303,8 @@ async fn server(addr: SocketAddr) -> R<()> {
         next: 0,
     };
     let vkey = v.rkey().ok_or("v has no rkey")?;
-    p.send(&format!(
-        "v={} base={}",
-        vkey.0,
-        verbs::remote_offset(&v, 0)
-    ))
-    .await?;
+    p.send(&format!("v={} base={}", vkey.0, v.remote_offset(0)))
+        .await?;
     match p.recv().await {
         Ok((m, c)) => {
             if c.invalidated != Some(vkey) {
