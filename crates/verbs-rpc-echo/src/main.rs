@@ -6,12 +6,15 @@
 //! verbs-rpc-echo client ADDR:PORT
 //! ```
 //!
-//! The program has NULL and ECHO(opaque<>) -> opaque<>, nothing DDP-eligible, and
-//! the client's messages fit the inline threshold: Sends and Receives only. Chunks
-//! (RDMA Read/Write of the peer's regions) need the `rdma` API to tell the
-//! transport a verbs region's tagged base (docs/verbs-provider.md).
+//! The program has NULL and ECHO(opaque<>) -> opaque<>, whose argument and result are
+//! DDP-eligible (as NFS WRITE's and READ's data): small echoes go inline (Sends and
+//! Receives), larger ones through a Read chunk (the server RDMA-Reads the client's
+//! registered data) and a Write chunk (the server RDMA-Writes the result into the
+//! client's registered region), addressed as the verbs device registered them
+//! (`rdma::MemoryRegion::remote_offset`) and fenced by deregistration (a verbs device
+//! cannot invalidate plain registrations: `DeviceAttributes::invalidate`).
 //!
-//! The client prints `ok null`, `ok echo n=<len> calls=10` per size and
+//! The client prints `ok null`, `ok echo n=<len> calls=<k>` per size and
 //! `ok client PASS`; the server serves until killed.
 
 use std::net::SocketAddr;
@@ -24,7 +27,7 @@ use bytes::Bytes;
 use oncrpc::{Client, ClientConfig, Dispatcher, Request, Service, ServiceError};
 use rpcrdma::rpc::ProcId;
 use rpcrdma::ulb::{ReplySizing, UpperLayerBinding};
-use rpcrdma_transport::{RdmaConfig, RdmaServer, RdmaTransport};
+use rpcrdma_transport::{Counter, RdmaConfig, RdmaServer, RdmaTransport};
 use xdr::{padded_len, Encoder, XdrStream};
 
 const PROG: u32 = 0x2000_5153;
@@ -33,8 +36,8 @@ const NULL: u32 = 0;
 const ECHO: u32 = 1;
 /// Reply header with an AUTH_NONE verifier.
 const REPLY_HDR: u32 = 24;
-/// Largest echo: fits the default 4 KiB inline threshold with the headers.
-const MAX_ECHO: u32 = 3000;
+/// Largest echo: 1 MiB, an NFS READ's or WRITE's usual size.
+const MAX_ECHO: u32 = 1 << 20;
 
 static CALLS: AtomicU32 = AtomicU32::new(0);
 
@@ -48,7 +51,7 @@ impl Service for Echo {
             ECHO => {
                 let data = req.args.opaque(MAX_ECHO)?;
                 req.args.finish()?;
-                enc.opaque(&data);
+                enc.ddp_opaque(data);
             }
             _ => return Err(ServiceError::ProcUnavail),
         }
@@ -64,15 +67,35 @@ impl UpperLayerBinding for Binding {
         prog == PROG && vers == VERS
     }
 
-    fn reply_sizing(&self, _proc_id: ProcId, _call: &XdrStream) -> ReplySizing {
-        ReplySizing {
-            max_reply: REPLY_HDR + 4 + padded_len(MAX_ECHO as usize) as u32,
-            ddp_results: vec![],
+    fn reply_sizing(&self, proc_id: ProcId, call: &XdrStream) -> ReplySizing {
+        match proc_id.proc_num {
+            ECHO => {
+                let n = call.ddp.first().map_or(0, |d| d.data.len() as u32);
+                ReplySizing {
+                    max_reply: REPLY_HDR + 4 + padded_len(n as usize) as u32,
+                    ddp_results: vec![n],
+                }
+            }
+            _ => ReplySizing {
+                max_reply: REPLY_HDR,
+                ddp_results: vec![],
+            },
         }
     }
 
-    fn call_ddp_arguments(&self, _proc_id: ProcId) -> usize {
-        0
+    fn call_ddp_arguments(&self, proc_id: ProcId) -> usize {
+        usize::from(proc_id.proc_num == ECHO)
+    }
+
+    fn reply_ddp_offsets(&self, proc_id: ProcId, reply: &Bytes) -> Option<Vec<usize>> {
+        let Some(at) = rpcrdma::rpc::results_offset(reply) else {
+            return Some(Vec::new());
+        };
+        Some(if proc_id.proc_num == ECHO {
+            vec![at + 4]
+        } else {
+            Vec::new()
+        })
     }
 }
 
@@ -108,6 +131,7 @@ async fn client(addr: SocketAddr) -> Result<(), String> {
         RdmaConfig::default(),
         Arc::new(Binding),
     );
+    let stats = t.stats();
     let c = Client::new(
         t,
         ClientConfig {
@@ -119,11 +143,18 @@ async fn client(addr: SocketAddr) -> Result<(), String> {
         .await
         .map_err(|e| format!("NULL: {e}"))?;
     println!("ok null");
-    for n in [0usize, 1, 100, 1000, MAX_ECHO as usize] {
-        for _ in 0..10 {
+    for (n, calls) in [
+        (0usize, 10),
+        (1, 10),
+        (100, 10),
+        (3000, 10),
+        (70_001, 10),
+        (MAX_ECHO as usize, 5),
+    ] {
+        for _ in 0..calls {
             let data = pattern(n);
             let mut e = Encoder::new();
-            e.opaque(&data);
+            e.ddp_opaque(data.clone());
             let mut r = c
                 .call(PROG, VERS, ECHO, e.finish())
                 .await
@@ -136,8 +167,22 @@ async fn client(addr: SocketAddr) -> Result<(), String> {
                 return Err(format!("ECHO {n}: other bytes came back"));
             }
         }
-        println!("ok echo n={n} calls=10");
+        println!("ok echo n={n} calls={calls}");
     }
+    // What the transport did: chunks registered (and fenced by deregistration on a
+    // device that cannot invalidate), Read and Write chunks used.
+    let s = stats
+        .latest()
+        .ok_or("no connection in the transport's statistics")?;
+    println!(
+        "ok stats read_chunks={} write_chunks={} registrations={} fenced_by_deregistration={} local_invalidations={} chunk_bytes_rx={}",
+        s.get(Counter::ReadChunks),
+        s.get(Counter::WriteChunks),
+        s.get(Counter::Registrations),
+        s.get(Counter::FencedByDeregistration),
+        s.get(Counter::LocalInvalidations),
+        s.get(Counter::ChunkBytesReceived),
+    );
     Ok(())
 }
 

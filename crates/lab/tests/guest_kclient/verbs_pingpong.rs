@@ -10,9 +10,11 @@
 //! and the region's bytes stay untouched.
 //!
 //! Then the RPC-over-RDMA transport itself (`RdmaServer`/`RdmaTransport` over
-//! `verbs::VerbsCm`, our `verbs-rpc-echo`): NULL and ECHO calls of 0-3000 bytes over
-//! each device (inline messages; chunks wait for the `rdma` API to tell a verbs
-//! region's tagged base, docs/verbs-provider.md).
+//! `verbs::VerbsCm`, our `verbs-rpc-echo`): NULL and ECHO calls of 0 bytes to 1 MiB
+//! over each device, the argument and result DDP-eligible: inline below the
+//! threshold, through a Read chunk and a Write chunk above it (the server RDMA-Reads
+//! and RDMA-Writes the client's regions at the addresses the device registered them
+//! at; regions fenced by deregistration, since these devices cannot invalidate them).
 //!
 //! rdma_cm picks the device for 10.0.2.15 among those on eth0, so for the rxe run
 //! siw0 is taken away (and put back afterwards, also on failure), and rxe0 is removed
@@ -99,14 +101,15 @@ const CLIENT: &[&str] = &[
 ];
 
 /// What verbs-rpc-echo's client must print: ONC RPC calls through the
-/// RPC-over-RDMA transport over the verbs provider, inline messages only.
+/// RPC-over-RDMA transport over the verbs provider, inline and through chunks.
 const RPC_CLIENT: &[&str] = &[
     "ok null",
     "ok echo n=0 calls=10",
     "ok echo n=1 calls=10",
     "ok echo n=100 calls=10",
-    "ok echo n=1000 calls=10",
     "ok echo n=3000 calls=10",
+    "ok echo n=70001 calls=10",
+    "ok echo n=1048576 calls=5",
     "ok client PASS",
 ];
 
@@ -177,10 +180,55 @@ fn verbs_pingpong_over_rxe0_and_siw0() {
             let f = format!("rpc-echo-{run}-client.txt");
             let text =
                 std::fs::read_to_string(o.share_file(&f)).map_err(|e| format!("share/{f}: {e}"))?;
-            check_side(&text, RPC_CLIENT, dev)
+            check_side(&text, RPC_CLIENT, dev)?;
+            check_rpc_stats(&text)
         });
     }
     o.assert_passed();
+}
+
+/// The transport's own counters, printed by the client (`ok stats ...`): the large
+/// echoes went through Read and Write chunks, every registered region was fenced by
+/// deregistration (these devices cannot invalidate plain registrations) and none by a
+/// LOCAL_INV, and chunk data came back.
+fn check_rpc_stats(text: &str) -> Result<(), String> {
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("ok stats "))
+        .ok_or("no `ok stats` line")?;
+    let get = |k: &str| -> Result<u64, String> {
+        line.split_whitespace()
+            .find_map(|w| w.strip_prefix(&format!("{k}=")))
+            .and_then(|v| v.parse().ok())
+            .ok_or(format!("no {k} in `{line}`"))
+    };
+    let (reads, writes, regs) = (
+        get("read_chunks")?,
+        get("write_chunks")?,
+        get("registrations")?,
+    );
+    let fenced = get("fenced_by_deregistration")?;
+    let ok = reads >= 15
+        && writes >= 15
+        && regs >= 30
+        && fenced == regs
+        && get("local_invalidations")? == 0
+        && get("chunk_bytes_rx")? >= 5 << 20;
+    if ok {
+        Ok(())
+    } else {
+        Err(format!("transport counters: {line}"))
+    }
+}
+
+#[test]
+fn rpc_stats_check_wants_chunks_fenced_by_deregistration() {
+    let good = "ok stats read_chunks=15 write_chunks=15 registrations=30 \
+                fenced_by_deregistration=30 local_invalidations=0 chunk_bytes_rx=6000000";
+    assert!(check_rpc_stats(good).is_ok());
+    assert!(check_rpc_stats(&good.replace("write_chunks=15", "write_chunks=0")).is_err());
+    assert!(check_rpc_stats(&good.replace("deregistration=30", "deregistration=29")).is_err());
+    assert!(check_rpc_stats("ok null").is_err());
 }
 
 #[test]
