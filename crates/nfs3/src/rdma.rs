@@ -78,7 +78,7 @@ fn bounding_count(proc: NfsProc3, call: &XdrStream) -> Option<u32> {
 }
 
 impl UpperLayerBinding for Nfs3Binding {
-    /// RFC 8267 binds NFS versions 2 and 3; we serve version 3. "MOUNT ... [is] not
+    /// RFC 8267 binds NFS versions 2 and 3; we serve version 3. "MOUNT ... \[is\] not
     /// bound": a MOUNT call over RDMA earns no reply (rfc5666bis §8: "Responders
     /// MUST NOT reply to RPC-over-RDMA messages for Upper Layer Protocols that do
     /// not have a Upper Layer Binding").

@@ -11,7 +11,7 @@
 //! searching the export. `name_to_handle_at` needs no privilege.
 //!
 //! Invariants the `unsafe` blocks rely on:
-//! - [`Buf`] has the layout of `struct file_handle` followed by `MAX_HANDLE_SZ` bytes
+//! - `Buf` has the layout of `struct file_handle` followed by `MAX_HANDLE_SZ` bytes
 //!   of `f_handle` (`repr(C)`, the two `int`-sized fields first), so the kernel never
 //!   writes past it: `handle_bytes` is set to the room there is before each call, and
 //!   the kernel fails with EOVERFLOW rather than write more.

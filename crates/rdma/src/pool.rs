@@ -18,7 +18,7 @@
 //! - **frozen** ranges ([`PooledBuffer::freeze`]): handed out as `Bytes`, immutable
 //!   from then on until the allocation goes back to the pool, which happens only
 //!   when no `Bytes` (they each hold the buffer) remain;
-//! - **lent** ranges ([`PooledBuffer::lend`]): owned by one memory region, which alone
+//! - **lent** ranges (`PooledBuffer::lend`): owned by one memory region, which alone
 //!   reads and writes them (under its own lock) until it gives them back.
 //!
 //! A write ([`PooledBuffer::write`]) needs a range neither frozen nor lent; a freeze

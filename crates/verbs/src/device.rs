@@ -299,7 +299,7 @@ impl rdma::Device for VerbsDevice {
     }
 
     /// A protection domain of this device (`ibv_alloc_pd`) whose regions are
-    /// registered with the device (`ibv_reg_mr`, through [`VerbsRegistrar`]).
+    /// registered with the device (`ibv_reg_mr`, through `VerbsRegistrar`).
     fn alloc_pd(&self) -> Result<rdma::ProtectionDomain, RegisterError> {
         let pd = Arc::new(sys::Pd::alloc(&self.ctx)?);
         let rpd = rdma::ProtectionDomain::with_registrar(
