@@ -253,11 +253,16 @@ fn prepare(
     Ok(qp)
 }
 
-/// IRD/ORD as u8s for rdma_conn_param, clamped to the device.
-fn depths(vdev: &VerbsDevice, params: &ConnectParams) -> (u8, u8) {
+/// What we offer in `rdma_connect`/`rdma_accept`: our private data and IRD/ORD as u8s,
+/// clamped to the device.
+fn conn_param<'a>(vdev: &VerbsDevice, params: &'a ConnectParams) -> ConnParam<'a> {
     let a = rdma::Device::attributes(vdev);
     let clamp = |v: u16, max: u16| u8::try_from(v.min(max)).unwrap_or(u8::MAX);
-    (clamp(params.ird, a.max_ird), clamp(params.ord, a.max_ord))
+    ConnParam {
+        private_data: &params.private_data,
+        responder_resources: clamp(params.ird, a.max_ird),
+        initiator_depth: clamp(params.ord, a.max_ord),
+    }
 }
 
 /// Waits for ESTABLISHED on a connection's channel, then starts the QP.
@@ -318,12 +323,7 @@ impl rdma::Route for VerbsRoute {
         let pd = pd.clone();
         Box::pin(async move {
             let qp = prepare(&self.id, &self.vdev, &pd, &params)?;
-            let (ird, ord) = depths(&self.vdev, &params);
-            self.id.connect(&ConnParam {
-                private_data: &params.private_data,
-                responder_resources: ird,
-                initiator_depth: ord,
-            })?;
+            self.id.connect(&conn_param(&self.vdev, &params))?;
             let iwarp = self.vdev.transport() == crate::Transport::Iwarp;
             let addr = Some(self.peer_addr);
             established(self.chan, qp, pd, None, addr, iwarp).await
@@ -350,12 +350,7 @@ impl rdma::ConnectRequest for VerbsRequest {
         let pd = pd.clone();
         Box::pin(async move {
             let qp = prepare(&self.id, &self.vdev, &pd, &params)?;
-            let (ird, ord) = depths(&self.vdev, &params);
-            self.id.accept(&ConnParam {
-                private_data: &params.private_data,
-                responder_resources: ird,
-                initiator_depth: ord,
-            })?;
+            self.id.accept(&conn_param(&self.vdev, &params))?;
             established(self.chan, qp, pd, Some(self.peer), None, false).await
         })
     }

@@ -6,6 +6,17 @@
 
 pub(crate) mod loopback;
 
+/// A fresh, empty host directory for a scenario's export, writable by everyone: the
+/// guest's root is squashed to nobody (our nfsd's default), and nobody must write.
+pub(crate) fn writable_export(name: &str) -> std::path::PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let export = std::env::temp_dir().join(format!("lab-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&export);
+    std::fs::create_dir_all(&export).unwrap();
+    std::fs::set_permissions(&export, std::fs::Permissions::from_mode(0o777)).unwrap();
+    export
+}
+
 /// knfsd's NFSv3 per-procedure counts (`/proc/net/rpc/nfsd` "proc3 22 null getattr
 /// ..."; index 0 is NULL) that this scenario caused: knfsd-hold.sh records them
 /// before (`nfsd_proc3_before`) and after (`nfsd_proc3`) the host's work, and in a

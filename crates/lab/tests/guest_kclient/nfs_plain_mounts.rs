@@ -113,14 +113,7 @@ fn kernel_mounts_with_plain_options_find_mount_through_our_portmapper() {
     let run_name = "nfs-plain-mounts";
     let lab = Lab::open().unwrap_or_else(|e| panic!("{e}"));
     let nfsd = build_binary("nfsd", "nfsd");
-    let export = std::env::temp_dir().join(format!("lab-{run_name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&export);
-    std::fs::create_dir_all(&export).unwrap();
-    {
-        use std::os::unix::fs::PermissionsExt;
-        // The guest's root is squashed to nobody (the default): let nobody write.
-        std::fs::set_permissions(&export, std::fs::Permissions::from_mode(0o777)).unwrap();
-    }
+    let export = crate::common::writable_export(run_name);
     let script = GuestScript::inline(run_name, GUEST)
         .env("LAB_RDMA_PORT", RDMA_PORT.to_string())
         .env("LAB_EXPORT", export.display().to_string())

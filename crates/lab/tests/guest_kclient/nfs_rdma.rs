@@ -110,14 +110,7 @@ fn kernel_nfsv3_rdma_client_to_our_host_server_with_mpa_crc() {
 fn scenario(run_name: &str, crc: bool, sizes_in: &[u64], entries: usize) {
     let lab = Lab::open().unwrap_or_else(|e| panic!("{e}"));
     let nfsd = build_binary("nfsd", "nfsd");
-    let export = std::env::temp_dir().join(format!("lab-{run_name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&export);
-    std::fs::create_dir_all(&export).unwrap();
-    {
-        use std::os::unix::fs::PermissionsExt;
-        // The guest's root is squashed to nobody (the default): let nobody write.
-        std::fs::set_permissions(&export, std::fs::Permissions::from_mode(0o777)).unwrap();
-    }
+    let export = crate::common::writable_export(run_name);
     let mut host_md5 = Vec::new();
     for (i, n) in sizes_in.iter().enumerate() {
         let p = export.join(format!("from-host-{n}"));

@@ -109,14 +109,7 @@ fn kernel_rdma_mount_without_vers_falls_back_to_nfsv3() {
     let run_name = "nfs-rdma-no-vers";
     let lab = Lab::open().unwrap_or_else(|e| panic!("{e}"));
     let nfsd = build_binary("nfsd", "nfsd");
-    let export = std::env::temp_dir().join(format!("lab-{run_name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&export);
-    std::fs::create_dir_all(&export).unwrap();
-    {
-        use std::os::unix::fs::PermissionsExt;
-        // The guest's root is squashed to nobody (the default): let nobody write.
-        std::fs::set_permissions(&export, std::fs::Permissions::from_mode(0o777)).unwrap();
-    }
+    let export = crate::common::writable_export(run_name);
     let script = GuestScript::inline(run_name, GUEST)
         .env("LAB_NFS_PORT", RDMA_PORT.to_string())
         .env("LAB_MOUNT_PORT", MOUNT_PORT.to_string())

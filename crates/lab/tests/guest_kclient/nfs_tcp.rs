@@ -72,14 +72,7 @@ exit 0
 fn kernel_nfsv3_tcp_client_to_our_host_server() {
     let lab = Lab::open().unwrap_or_else(|e| panic!("{e}"));
     let nfsd = build_binary("nfsd", "nfsd");
-    let export = std::env::temp_dir().join(format!("lab-nfs-tcp-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&export);
-    std::fs::create_dir_all(&export).unwrap();
-    {
-        use std::os::unix::fs::PermissionsExt;
-        // The guest's root is squashed to nobody (the default): let nobody write.
-        std::fs::set_permissions(&export, std::fs::Permissions::from_mode(0o777)).unwrap();
-    }
+    let export = crate::common::writable_export("nfs-tcp");
     // Directories whose `.` and `..` the guest lists (and then removes).
     std::fs::create_dir_all(export.join("dots/sub")).unwrap();
     let ino = |p: &std::path::Path| {
