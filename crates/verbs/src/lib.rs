@@ -42,6 +42,7 @@
 
 mod cm;
 mod device;
+mod limits;
 mod mr;
 mod qp;
 mod sys;
@@ -49,4 +50,5 @@ mod sys_conn;
 
 pub use cm::{VerbsCm, VerbsListener, VerbsRequest, VerbsRoute};
 pub use device::{devices, LinkLayer, OpenError, PortInfo, PortState, Transport, VerbsDevice};
+pub use limits::{locked_memory_limit, raise_locked_memory_limit};
 pub use qp::VerbsQp;

@@ -81,7 +81,7 @@ impl Registrar for VerbsRegistrar {
         // memory outlives the registration; write rights only for memory no one
         // else touches) is `sys::Mr::register`'s.
         let mr = unsafe { sys::Mr::register(&self.pd, mem, ibv_access(access)) }
-            .map_err(RegisterError::Provider)?;
+            .map_err(|e| RegisterError::Provider(crate::limits::explain_registration_error(e)))?;
         Ok(Box::new(VerbsRegistration {
             mr,
             base: mem.as_ptr() as u64,

@@ -733,6 +733,15 @@ impl Qp {
             RawSendOp::SendWithInvalidate(rkey) => {
                 wr.opcode = ffi::ibv_wr_opcode::IBV_WR_SEND_WITH_INV;
                 wr.imm_data_invalidated_rkey_union.invalidated_rkey = rkey;
+                // libsiw (rdma-core providers/siw/siw.c, push_send_wqe) takes the
+                // STag a Send With Invalidate names from `wr.rdma.rkey`, not from
+                // `invalidate_rkey`; with only the latter set, siw sends STag 0 and
+                // the peer answers with a Terminate (cannot invalidate). The union
+                // member is unused by a Send on every other provider.
+                wr.wr.rdma = ffi::rdma_t {
+                    remote_addr: 0,
+                    rkey,
+                };
             }
             RawSendOp::RdmaWrite { rkey, addr } => {
                 wr.opcode = ffi::ibv_wr_opcode::IBV_WR_RDMA_WRITE;

@@ -5,9 +5,11 @@
 //! connect rejected with private data; private data both ways on connect/accept;
 //! Send/Receive both ways; a 64 KiB RDMA Read and RDMA Write with byte checks; an
 //! orderly disconnect seen by both sides with their outstanding Receives flushed;
-//! a Send With Invalidate naming the peer's region reaches the peer with its rkey
-//! (both devices refuse to invalidate an `ibv_reg_mr` region: `invalidate_line`),
-//! and the region's bytes stay untouched.
+//! a Send With Invalidate naming the peer's region reaches the peer with its rkey:
+//! siw invalidates the `ibv_reg_mr` region (the peer's later RDMA Write to it fails;
+//! libsiw does not report the invalidation in the Receive's completion),
+//! rxe refuses (the Receive fails), and either way the region's bytes stay untouched
+//! (`invalidate_line`).
 //!
 //! Then the RPC-over-RDMA transport itself (`RdmaServer`/`RdmaTransport` over
 //! `verbs::VerbsCm`, our `verbs-rpc-echo`): NULL and ECHO calls of 0 bytes to 1 MiB
@@ -17,10 +19,15 @@
 //! at; regions fenced by deregistration, since these devices cannot invalidate them).
 //!
 //! And our NFSv3 server with its NFS/RDMA listener on verbs (`verbs-nfsd`), mounted by
-//! the guest's kernel client with `proto=rdma` over rxe0 (RoCEv2): 8 MiB written (the
-//! server's RDMA Reads), caches dropped, read back (its RDMA Writes), md5 compared,
-//! mountstats `xprt: rdma`, the server's counters checked. Over siw0 the kernel's
-//! 8 MiB WRITE stalls (to be investigated), so that run is not part of the scenario.
+//! the guest's kernel client with `proto=rdma` over rxe0 (RoCEv2) and over siw0
+//! (iWARP): 8 MiB written (the server's RDMA Reads), caches dropped, read back (its
+//! RDMA Writes), md5 compared, mountstats `xprt: rdma`, the server's counters checked
+//! (one connection: a Terminate or a refused registration would show as a
+//! reconnect). Over siw0 this once stalled for two reasons, both fixed in
+//! crates/verbs: libsiw takes a Send With Invalidate's STag from `wr.rdma.rkey`
+//! (we set only `invalidate_rkey`, so siw named STag 0 and the kernel client
+//! answered each Reply with a Terminate), and siw charges registrations to
+//! RLIMIT_MEMLOCK even for root (verbs-nfsd raises the soft limit, as nfsd does).
 //!
 //! rdma_cm picks the device for 10.0.2.15 among those on eth0, so for the rxe run
 //! siw0 is taken away (and put back afterwards, also on failure), and rxe0 is removed
@@ -69,9 +76,8 @@ rpc_echo() {
   [ $crc -eq 0 ]
 }
 # Our NFSv3 server with its NFS/RDMA listener on verbs (verbs-nfsd), mounted by the
-# guest's kernel client over rxe0: 8 MiB written (RDMA Reads by the server), caches
-# dropped, read back (RDMA Writes by the server), md5 compared. (Over siw0 the
-# kernel's 8 MiB WRITE stalls: not run here until that is understood.)
+# guest's kernel client over rxe0 and over siw0: 8 MiB written (RDMA Reads by the
+# server), caches dropped, read back (RDMA Writes by the server), md5 compared.
 verbs_nfsd_up() {
   mkdir -p /srv/v$1 && mount -t tmpfs -o size=64m tmpfs /srv/v$1 && chmod 777 /srv/v$1 || return 1
   /share/bin/verbs-nfsd 10.0.2.15 $2 $3 $4 /srv/v$1 >"$LAB_RUN_DIR/nfsd-$1.txt" 2>&1 &
@@ -112,6 +118,7 @@ step rxe_down lab_rxe_down
 step siw0_back siw0_back
 step pingpong_siw pingpong siw 10.0.2.15:7472
 step rpc_echo_siw rpc_echo siw 10.0.2.15:7474
+nfs_over siw 12149 12148 22149
 exit 0
 "#;
 
@@ -156,18 +163,24 @@ const RPC_CLIENT: &[&str] = &[
 ];
 
 /// What the invalidation step must show (the `INVALIDATE` entry of `SERVER` and
-/// `CLIENT`). Both rxe and siw (Linux 6.1) refuse to invalidate, on a Send With
-/// Invalidate, the rkey of a region registered with `ibv_reg_mr` (userspace verbs
-/// has no fast registration; remote invalidation needs a type 2 memory window, which
-/// the `rdma` API cannot make yet): the receiver's Receive completes with a remote
-/// operation error, the connection ends, and the region keeps its bytes. The line
-/// for a device that does invalidate (`ok recv-invalidated`, then a failing Write)
-/// is what verbs-pingpong prints otherwise.
-fn invalidate_line(_dev: &str, server: bool) -> &'static str {
-    if server {
-        "ok invalidate-refused-by-device recv: Completion { wr_id: 1000, opcode: Recv, status: RemoteOperationError"
-    } else {
-        "ok invalidate-refused-by-device"
+/// `CLIENT`). rxe (Linux 6.1) refuses to invalidate, on a Send With Invalidate, the
+/// rkey of a region registered with `ibv_reg_mr` (it invalidates only fast-registered
+/// regions, which userspace verbs cannot make; remote invalidation would need a type
+/// 2 memory window): the receiver's Receive completes with a remote operation error,
+/// the connection ends, and the region keeps its bytes. siw invalidates any region
+/// of the QP's PD (`siw_invalidate_stag`), though libsiw does not report it in the
+/// Receive's completion (no `IBV_WC_WITH_INV`): the sender's RDMA Write to the
+/// region afterwards fails. The transport does
+/// not rely on either: verbs devices say `invalidate: false` and it fences by
+/// deregistration.
+fn invalidate_line(dev: &str, server: bool) -> &'static str {
+    match (dev, server) {
+        ("siw0", true) => "ok recv-invalidated-unreported",
+        ("siw0", false) => "ok write-after-invalidate",
+        (_, true) => {
+            "ok invalidate-refused-by-device recv: Completion { wr_id: 1000, opcode: Recv, status: RemoteOperationError"
+        }
+        (_, false) => "ok invalidate-refused-by-device",
     }
 }
 
@@ -228,15 +241,18 @@ fn verbs_pingpong_over_rxe0_and_siw0() {
             check_rpc_stats(&text)
         });
     }
-    o.host_step("nfs_rxe_checked", |o| {
-        let xprt = o.value("xprt_rxe").unwrap_or("");
-        if !xprt.split_whitespace().take(2).eq(["xprt:", "rdma"]) {
-            return Err(format!("mountstats xprt line is {xprt:?}, not rdma"));
-        }
-        let text = std::fs::read_to_string(o.share_file("nfsd-rxe.txt"))
-            .map_err(|e| format!("share/nfsd-rxe.txt: {e}"))?;
-        check_nfsd_stats(&text)
-    });
+    for run in ["rxe", "siw"] {
+        o.host_step(&format!("nfs_{run}_checked"), |o| {
+            let xprt = o.value(&format!("xprt_{run}")).unwrap_or("");
+            if !xprt.split_whitespace().take(2).eq(["xprt:", "rdma"]) {
+                return Err(format!("mountstats xprt line is {xprt:?}, not rdma"));
+            }
+            let f = format!("nfsd-{run}.txt");
+            let text =
+                std::fs::read_to_string(o.share_file(&f)).map_err(|e| format!("share/{f}: {e}"))?;
+            check_nfsd_stats(&text)
+        });
+    }
     o.assert_passed();
 }
 
@@ -274,13 +290,20 @@ fn check_rpc_stats(text: &str) -> Result<(), String> {
     }
 }
 
-/// verbs-nfsd's connection counters (`ok xprt: rdma server ...`): the kernel client's
+/// verbs-nfsd's connection counters (`ok xprt: rdma server ...`): one connection
+/// (a reconnect means a Terminate or a refused registration), the kernel client's
 /// 8 MiB WRITE came by our RDMA Reads, its READ back went by our RDMA Writes.
 fn check_nfsd_stats(text: &str) -> Result<(), String> {
-    let line = text
+    let conns: Vec<&str> = text
         .lines()
-        .find(|l| l.starts_with("ok xprt: rdma server"))
-        .ok_or_else(|| format!("no server counters in:\n{text}"))?;
+        .filter(|l| l.starts_with("ok xprt: rdma server"))
+        .collect();
+    let [line] = conns[..] else {
+        return Err(format!(
+            "{} server connections, not one, in:\n{text}",
+            conns.len()
+        ));
+    };
     let get = |k: &str| -> u64 {
         line.split_whitespace()
             .find_map(|w| w.strip_prefix(&format!("{k}=")))
@@ -312,4 +335,16 @@ fn side_checks_want_every_line_in_order_on_the_device() {
     assert!(check_side(text, &CLIENT[..3], "rxe0").is_err());
     let swapped = "ok rejected private=go-away\nok resolve device=rxe0\n";
     assert!(check_side(swapped, &CLIENT[..2], "rxe0").is_err());
+}
+
+#[test]
+fn nfsd_stats_check_wants_one_connection_with_8_mib_each_way() {
+    let one = "ok listen rdma 10.0.2.15:22049\n\
+               ok xprt: rdma server #1 rdma_reads=64 rdma_read_bytes=8388608 rdma_write_bytes=8388608\n";
+    assert!(check_nfsd_stats(one).is_ok());
+    let reconnected = format!("{one}ok xprt: rdma server #2 rdma_read_bytes=8388608\n");
+    assert!(check_nfsd_stats(&reconnected).is_err());
+    let short = "ok xprt: rdma server #1 rdma_read_bytes=8388608 rdma_write_bytes=4096\n";
+    assert!(check_nfsd_stats(short).is_err());
+    assert!(check_nfsd_stats("ok listen rdma 10.0.2.15:22049\n").is_err());
 }

@@ -9,7 +9,8 @@
 //! ```
 //!
 //! Prints `ok listen rdma ADDR:PORT device-independent` once listening and serves
-//! until killed; on SIGTERM prints the RDMA connections' counters.
+//! until killed; on SIGTERM prints the RDMA connections' counters. Logs go to stderr,
+//! filtered by `RUST_LOG` (default `warn`), as the `nfsd` binary's.
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
@@ -29,6 +30,12 @@ async fn run(args: &[String]) -> Result<(), String> {
     };
     let ip: IpAddr = addr.parse().map_err(|e| format!("{addr}: {e}"))?;
     let port = |p: &String| p.parse::<u16>().map_err(|e| format!("{p}: {e}"));
+    // Registration pins pages against RLIMIT_MEMLOCK (siw checks it even for root).
+    match verbs::raise_locked_memory_limit() {
+        Ok(Some(bytes)) => println!("ok memlock {bytes}"),
+        Ok(None) => println!("ok memlock unlimited"),
+        Err(e) => println!("info memlock not raised: {e}"),
+    }
     let key = HandleKey::ephemeral().map_err(|e| format!("handle key: {e}"))?;
     let config = Config {
         handles: HandleConfig::new(key),
@@ -88,6 +95,14 @@ async fn run(args: &[String]) -> Result<(), String> {
 async fn main() -> ExitCode {
     // Modes from clients are applied exactly, as the nfsd binary does.
     rustix::process::umask(rustix::fs::Mode::empty());
+    // Log lines (stderr) as the nfsd binary: RUST_LOG, default warn.
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .init();
     let args: Vec<String> = std::env::args().skip(1).collect();
     match run(&args).await {
         Ok(()) => ExitCode::SUCCESS,
