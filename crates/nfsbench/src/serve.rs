@@ -3,7 +3,8 @@
 //! It is our `nfsd` composed exactly as the `nfsd` binary composes it (its `run`):
 //! exports opened, NFS + MOUNT on TCP via [`nfsd::server::Bound`], NFS over
 //! RPC-over-RDMA (userspace iWARP) via [`nfsd::server::Bound::listen_rdma`] with the
-//! default [`nfsd::rdma::RdmaOptions`], no rpcbind, identities as the caller
+//! default [`nfsd::rdma::RdmaOptions`] but the provider (userspace iWARP, not auto), no
+//! rpcbind, identities as the caller
 //! (`--squash none`). Being part of this binary keeps the bench self-contained (an
 //! integration test cannot build another package's binary).
 //!
@@ -13,7 +14,7 @@
 use std::net::IpAddr;
 use std::path::PathBuf;
 
-use nfsd::rdma::RdmaOptions;
+use nfsd::rdma::{Provider, RdmaOptions};
 use nfsd::server::{Bound, Config, RpcbindMode};
 use nfsd::{ExportLine, ExportOptions, HandleConfig, HandleKey, KernelHandles, Squash};
 
@@ -78,7 +79,12 @@ async fn serve(opts: &ServeOptions) -> std::io::Result<()> {
     let mut bound = Bound::new(&config).await?;
     if let Some(port) = opts.rdma_port {
         bound
-            .listen_rdma(&RdmaOptions::new((opts.bind, port).into()))
+            .listen_rdma(&RdmaOptions {
+                // What the bench's figures are about; `auto` would take a verbs
+                // device where the host (or the lab guest) has one.
+                provider: Provider::Iwarp,
+                ..RdmaOptions::new((opts.bind, port).into())
+            })
             .await?;
     }
     let nfs = bound.nfs_addr()?;

@@ -6,21 +6,23 @@
 //! nfsd /srv/export                         # NFS on tcp 2049 and rdma 20049, MOUNT on 20048
 //! nfsd --rdma-port 30049 /srv/export       # NFS/RDMA on another port
 //! nfsd --rdma-version 1 /srv/export        # RPC-over-RDMA Version One only
+//! nfsd --bind 192.0.2.1 --rdma-provider verbs /srv/export  # on that address's RDMA NIC
 //! nfsd --no-rdma --nfs-port 12049 --mount-port 12048 --read-only /srv/a /srv/b
 //! nfsd --exports /etc/exports              # per-client access (exports(5)); SIGHUP reloads
 //! nfsd --state-dir /var/lib/nfsd-rs /srv/export   # where the file handle key is kept
 //! ```
 //! Clients find MOUNT (and NFS over TCP) through the host's rpcbind, or, when none
 //! runs, through our own portmapper on port 111 (`--rpcbind auto`, the default):
-//! `mount -t nfs host:/srv/export /mnt` (TCP), or over RDMA (iWARP; Linux siw on the
-//! client) `mount -t nfs -o vers=3,proto=rdma,port=20049 host:/srv/export /mnt`.
+//! `mount -t nfs host:/srv/export /mnt` (TCP), or over RDMA `mount -t nfs -o
+//! vers=3,proto=rdma,port=20049 host:/srv/export /mnt` (an RDMA NIC or rxe/siw on
+//! both sides with verbs; with the userspace iWARP provider, Linux siw on the client).
 
 use std::net::IpAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use clap::{Parser, ValueEnum};
-use nfsd::rdma::RdmaOptions;
+use nfsd::rdma::{Provider, RdmaOptions};
 use nfsd::server::{export_lines, Bound, Config, RpcbindMode};
 use nfsd::{ExportLine, ExportOptions, HandleConfig, HandleKey, NfsServer, Squash};
 
@@ -50,13 +52,20 @@ struct Cli {
     /// NFS port (TCP). Ports >= 1024 need no privilege.
     #[arg(long, default_value_t = 2049)]
     nfs_port: u16,
-    /// NFS/RDMA port (RFC 8267 §5): RPC-over-RDMA over the userspace iWARP
-    /// provider (MPA over TCP; Linux siw and iWARP NICs are peers).
+    /// NFS/RDMA port (RFC 8267 §5).
     #[arg(long, default_value_t = nfs3::ulb::NFS_RDMA_PORT)]
     rdma_port: u16,
+    /// RDMA provider: auto (rdma-core verbs when the --bind address is on an RDMA
+    /// device, or, for 0.0.0.0, when the host has one; else the userspace iWARP
+    /// provider; the startup output says which and why), verbs (RoCE, InfiniBand,
+    /// iWARP NICs, rxe, siw through libibverbs/librdmacm; fail without one), iwarp
+    /// (our userspace iWARP over TCP sockets: any host; Linux siw and iWARP NICs
+    /// are its peers).
+    #[arg(long, value_enum, default_value_t = ProviderArg::Auto)]
+    rdma_provider: ProviderArg,
     /// Do not serve NFS over RDMA.
     #[arg(long, conflicts_with_all = [
-        "rdma_port", "rdma_crc", "rdma_max_ulpdu", "rdma_version",
+        "rdma_port", "rdma_provider", "rdma_crc", "rdma_max_ulpdu", "rdma_version",
         "rdma_handshake_timeout", "rdma_handshakes_per_source", "rdma_max_handshakes",
     ])]
     no_rdma: bool,
@@ -66,6 +75,8 @@ struct Cli {
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=2))]
     rdma_version: u32,
     /// Ask RDMA peers for MPA CRC32c (RFC 5044; off unless asked, as Linux siw).
+    /// Userspace iWARP provider only, as the --rdma-max-ulpdu and --rdma-handshake-*
+    /// options (a verbs device runs MPA in its driver or hardware).
     #[arg(long)]
     rdma_crc: bool,
     /// Largest ULPDU per FPDU on RDMA connections (RFC 5044 MULPDU; default 65516).
@@ -148,6 +159,13 @@ fn raise_open_file_limit() -> Option<u64> {
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
+enum ProviderArg {
+    Auto,
+    Verbs,
+    Iwarp,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
 enum RpcbindArg {
     Auto,
     Register,
@@ -169,6 +187,8 @@ fn main() -> std::process::ExitCode {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
         )
         .with_writer(std::io::stderr)
+        // Plain text when stderr is a file or a pipe (logs, journald).
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let cli = Cli::parse();
     let exports = match &cli.exports_file {
@@ -248,6 +268,11 @@ fn main() -> std::process::ExitCode {
         crc: cli.rdma_crc,
         max_ulpdu: cli.rdma_max_ulpdu.map(usize::from),
         transport: RdmaOptions::server_transport(cli.rdma_version == 2),
+        provider: match cli.rdma_provider {
+            ProviderArg::Auto => Provider::Auto,
+            ProviderArg::Verbs => Provider::Verbs,
+            ProviderArg::Iwarp => Provider::Iwarp,
+        },
         ..RdmaOptions::new((cli.bind, cli.rdma_port).into())
     });
     match runtime.block_on(run(config, rdma, cli.exports_file)) {

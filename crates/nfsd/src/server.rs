@@ -179,9 +179,10 @@ impl Bound {
         }
         match &self.rdma {
             Some(r) => lines.push(format!(
-                "NFS v3 listening on rdma {} ({}, userspace iWARP)",
+                "NFS v3 listening on rdma {} ({}) via {}",
                 r.local_addr(),
-                r.versions()
+                r.versions(),
+                r.provider()
             )),
             None => lines.push("NFS/RDMA: off".to_string()),
         }

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use common::TempDir;
 use nfsclient::nfs3::StableHow;
 use nfsclient::{IoOptions, Mount, MountOptions, TransportKind};
-use nfsd::rdma::RdmaOptions;
+use nfsd::rdma::{Provider, RdmaOptions};
 use nfsd::server::{Bound, Config, RpcbindMode};
 use nfsd::{ExportLine, ExportOptions, Squash};
 use rpcrdma_transport::Counter;
@@ -40,6 +40,15 @@ fn config(dir: &TempDir) -> Config {
     }
 }
 
+/// RDMA at `addr` on the userspace iWARP provider (these tests run it over
+/// loopback; `auto` would pick verbs on a host with an RDMA device).
+fn iwarp_options(addr: std::net::SocketAddr) -> RdmaOptions {
+    RdmaOptions {
+        provider: Provider::Iwarp,
+        ..RdmaOptions::new(addr)
+    }
+}
+
 fn pattern(len: usize, seed: u64) -> Vec<u8> {
     let mut x = seed | 1;
     (0..len)
@@ -57,13 +66,13 @@ async fn bound_serves_nfs_over_rdma_read_by_rdma_write_write_by_rdma_read() {
     let dir = TempDir::new("rdma");
     let mut bound = Bound::new(&config(&dir)).await.unwrap();
     bound
-        .listen_rdma(&RdmaOptions::new((Ipv4Addr::LOCALHOST, 0).into()))
+        .listen_rdma(&iwarp_options((Ipv4Addr::LOCALHOST, 0).into()))
         .await
         .unwrap();
     let rdma = bound.rdma_addr().expect("RDMA listener");
     assert!(
         bound.describe().contains(&format!(
-            "NFS v3 listening on rdma {rdma} (RPC-over-RDMA Versions One and Two, userspace iWARP)"
+            "NFS v3 listening on rdma {rdma} (RPC-over-RDMA Versions One and Two) via userspace iWARP [--rdma-provider iwarp]"
         )),
         "{:?}",
         bound.describe()
@@ -162,7 +171,7 @@ async fn nfs_null_over_rdma_is_answered_within_1s_while_1000_handshakes_stall() 
     let dir = TempDir::new("rdma-flood");
     let mut bound = Bound::new(&config(&dir)).await.unwrap();
     bound
-        .listen_rdma(&RdmaOptions::new((Ipv4Addr::UNSPECIFIED, 0).into()))
+        .listen_rdma(&iwarp_options((Ipv4Addr::UNSPECIFIED, 0).into()))
         .await
         .unwrap();
     let rdma = SocketAddr::new(
@@ -262,10 +271,25 @@ fn binary_announces_rdma_and_no_rdma_turns_it_off() {
             .any(|l| l.starts_with("nfsd: NFS v3 listening on rdma 127.0.0.1:")),
         "{on:?}"
     );
-    let v1 = run(&["--rdma-port", "0", "--rdma-version", "1"]);
+    // auto on 127.0.0.1: verbs only if loopback is on an RDMA device, which it is not
+    // on a host without RDMA (CI) nor on usual RDMA hosts; the line says why not.
+    let why_not = no_verbs_reason();
     assert!(
-        v1.iter()
-            .any(|l| l.ends_with("(RPC-over-RDMA Version One, userspace iWARP)")),
+        on.iter()
+            .any(|l| l.contains("via userspace iWARP [auto: no verbs: ") && l.contains(&why_not)),
+        "{on:?} (expected the reason {why_not:?})"
+    );
+    let v1 = run(&[
+        "--rdma-port",
+        "0",
+        "--rdma-version",
+        "1",
+        "--rdma-provider",
+        "iwarp",
+    ]);
+    assert!(
+        v1.iter().any(|l| l
+            .ends_with("(RPC-over-RDMA Version One) via userspace iWARP [--rdma-provider iwarp]")),
         "{v1:?}"
     );
     let off = run(&["--no-rdma"]);
@@ -294,7 +318,7 @@ async fn rdma_calls_are_checked_against_the_callers_address() {
     };
     let mut bound = Bound::new(&config).await.unwrap();
     bound
-        .listen_rdma(&RdmaOptions::new((Ipv4Addr::LOCALHOST, 0).into()))
+        .listen_rdma(&iwarp_options((Ipv4Addr::LOCALHOST, 0).into()))
         .await
         .unwrap();
     let rdma = bound.rdma_addr().unwrap();
@@ -329,4 +353,45 @@ async fn rdma_calls_are_checked_against_the_callers_address() {
         .expect("serve returns after shutdown")
         .unwrap()
         .unwrap();
+}
+
+/// Why verbs cannot serve 127.0.0.1 here, as nfsd says it.
+fn no_verbs_reason() -> String {
+    match verbs::devices() {
+        Err(e) => e.to_string(),
+        Ok(d) if d.is_empty() => "no RDMA device on this host".into(),
+        Ok(_) => "127.0.0.1 is not on an RDMA device".into(),
+    }
+}
+
+/// `--rdma-provider verbs` where verbs cannot serve the address: nfsd does not start
+/// and says why (no rdma-core, no kernel RDMA, no device, or an address on none),
+/// rather than falling back as auto does.
+#[test]
+fn binary_with_verbs_provider_and_no_device_for_the_address_fails_saying_why() {
+    let dir = TempDir::new("rdma-verbs");
+    let state = TempDir::new("rdma-verbs-state");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_nfsd"))
+        .arg("--state-dir")
+        .arg(state.path())
+        .args([
+            "--bind",
+            "127.0.0.1",
+            "--nfs-port",
+            "0",
+            "--mount-port",
+            "0",
+        ])
+        .args(["--rpcbind", "off", "--rdma-port", "0"])
+        .args(["--rdma-provider", "verbs"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    let why_not = no_verbs_reason();
+    assert!(
+        err.contains("nfsd: NFS/RDMA listener on 127.0.0.1:0: ") && err.contains(&why_not),
+        "stderr {err:?} (expected the reason {why_not:?})"
+    );
 }

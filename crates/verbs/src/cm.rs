@@ -119,9 +119,19 @@ pub struct VerbsRequest {
 
 /// A listening CM id (`rdma::Listener`).
 pub struct VerbsListener {
-    _id: CmId,
+    id: Arc<CmId>,
     chan: Chan,
     local: SocketAddr,
+}
+
+impl VerbsListener {
+    /// The RDMA device the listener is bound to: the device of its address, or
+    /// `None` for a wildcard address (rdma_cm then listens on every device).
+    /// Binding a specific address that is on no RDMA device fails already
+    /// (`ENODEV` from `rdma_bind_addr`).
+    pub fn device_name(&self) -> Option<String> {
+        device_of(&self.id).ok().map(|d| d.name().to_string())
+    }
 }
 
 impl rdma::ConnectionManager for VerbsCm {
@@ -169,7 +179,7 @@ impl rdma::ConnectionManager for VerbsCm {
             id.listen(addr, 128)?;
             let local = id.local_addr().unwrap_or(addr);
             Ok(VerbsListener {
-                _id: id,
+                id: Arc::new(id),
                 chan,
                 local,
             })

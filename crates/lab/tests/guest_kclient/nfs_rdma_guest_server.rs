@@ -1,4 +1,5 @@
-//! Scenario 3: our `nfsd` runs inside the guest on its own userspace iWARP, and the
+//! Scenario 3: our `nfsd` runs inside the guest on its own userspace iWARP
+//! (`--rdma-provider iwarp`: auto would take the guest's siw device), and the
 //! guest's kernel NFSv3 client mounts it through siw at 10.0.2.15 with
 //! `proto=rdma` (MOUNT over TCP): writes 1 MiB + 1 and 8 MiB, drops its caches,
 //! reads them back with matching md5 (READ data by our RDMA Writes, WRITE data by
@@ -15,7 +16,7 @@ use lab::{GuestScript, Lab};
 const GUEST: &str = r#". /share/lib.sh
 step rdma_up lab_rdma_up
 step export_dir sh -c 'mkdir -p /srv/export && mount -t tmpfs -o size=64m tmpfs /srv/export && chmod 777 /srv/export'
-lab_run_binary nfsd --bind 10.0.2.15 --nfs-port 2049 --mount-port 20048 --rdma-port 20049 --rpcbind off /srv/export
+lab_run_binary nfsd --bind 10.0.2.15 --nfs-port 2049 --mount-port 20048 --rdma-port 20049 --rdma-provider iwarp --rpcbind off /srv/export
 step nfsd_listens lab_wait_listen 20049 60
 M=/mnt/g
 mkdir -p $M

@@ -18,7 +18,8 @@
 //! and RDMA-Writes the client's regions at the addresses the device registered them
 //! at; regions fenced by deregistration, since these devices cannot invalidate them).
 //!
-//! And our NFSv3 server with its NFS/RDMA listener on verbs (`verbs-nfsd`), mounted by
+//! And our `nfsd` with its NFS/RDMA listener on verbs (`--rdma-provider verbs` on rxe0,
+//! `auto` on siw0: the startup line must name the device), mounted by
 //! the guest's kernel client with `proto=rdma` over rxe0 (RoCEv2) and over siw0
 //! (iWARP): 8 MiB written (the server's RDMA Reads), caches dropped, read back (its
 //! RDMA Writes), md5 compared, mountstats `xprt: rdma`, the server's counters checked
@@ -27,7 +28,7 @@
 //! crates/verbs: libsiw takes a Send With Invalidate's STag from `wr.rdma.rkey`
 //! (we set only `invalidate_rkey`, so siw named STag 0 and the kernel client
 //! answered each Reply with a Terminate), and siw charges registrations to
-//! RLIMIT_MEMLOCK even for root (verbs-nfsd raises the soft limit, as nfsd does).
+//! RLIMIT_MEMLOCK even for root (nfsd raises the limit when it takes verbs).
 //!
 //! rdma_cm picks the device for 10.0.2.15 among those on eth0, so for the rxe run
 //! siw0 is taken away (and put back afterwards, also on failure), and rxe0 is removed
@@ -75,15 +76,17 @@ rpc_echo() {
   cat "$out-server.txt" "$out-client.txt"
   [ $crc -eq 0 ]
 }
-# Our NFSv3 server with its NFS/RDMA listener on verbs (verbs-nfsd), mounted by the
+# Our nfsd with its NFS/RDMA listener on verbs, mounted by the
 # guest's kernel client over rxe0 and over siw0: 8 MiB written (RDMA Reads by the
 # server), caches dropped, read back (RDMA Writes by the server), md5 compared.
 verbs_nfsd_up() {
   mkdir -p /srv/v$1 && mount -t tmpfs -o size=64m tmpfs /srv/v$1 && chmod 777 /srv/v$1 || return 1
-  /share/bin/verbs-nfsd 10.0.2.15 $2 $3 $4 /srv/v$1 >"$LAB_RUN_DIR/nfsd-$1.txt" 2>&1 &
+  RUST_LOG=rpcrdma_transport=info /share/bin/nfsd --bind 10.0.2.15 --nfs-port $2 \
+    --mount-port $3 --rdma-port $4 --rdma-provider $5 --rpcbind off \
+    --state-dir /tmp/nfsd-state-$1 /srv/v$1 >"$LAB_RUN_DIR/nfsd-$1.txt" 2>&1 &
   echo $! >/tmp/nfsd-$1.pid
   i=0
-  while ! grep -q '^ok listen rdma' "$LAB_RUN_DIR/nfsd-$1.txt" 2>/dev/null; do
+  while ! grep -q '^nfsd: ready' "$LAB_RUN_DIR/nfsd-$1.txt" 2>/dev/null; do
     i=$((i + 1)); [ $i -gt 100 ] && { cat "$LAB_RUN_DIR/nfsd-$1.txt"; return 1; }; sleep 0.1
   done
 }
@@ -99,7 +102,7 @@ verbs_nfsd_down() {
 nfs_over() {
   M=/mnt/v$1
   mkdir -p $M
-  step nfs_${1}_up verbs_nfsd_up $1 $2 $3 $4
+  step nfs_${1}_up verbs_nfsd_up $1 $2 $3 $4 $5
   step nfs_${1}_mount mount.nfs 10.0.2.15:/srv/v$1 $M -n -o vers=3,proto=rdma,port=$4,mountproto=tcp,mountport=$3,nolock
   record xprt_$1 "$(lab_xprt $M)"
   step nfs_${1}_make sh -c "head -c 8388608 /dev/urandom > /tmp/v$1"
@@ -113,12 +116,12 @@ step siw0_away rdma link delete siw0
 step rxe_up lab_rxe_up
 step pingpong_rxe pingpong rxe 10.0.2.15:7471
 step rpc_echo_rxe rpc_echo rxe 10.0.2.15:7473
-nfs_over rxe 12049 12048 22049
+nfs_over rxe 12049 12048 22049 verbs
 step rxe_down lab_rxe_down
 step siw0_back siw0_back
 step pingpong_siw pingpong siw 10.0.2.15:7472
 step rpc_echo_siw rpc_echo siw 10.0.2.15:7474
-nfs_over siw 12149 12148 22149
+nfs_over siw 12149 12148 22149 auto
 exit 0
 "#;
 
@@ -213,11 +216,11 @@ fn verbs_pingpong_over_rxe0_and_siw0() {
     let lab = Lab::open().unwrap_or_else(|e| panic!("{e}"));
     let bin = build_binary("verbs", "verbs-pingpong");
     let echo = build_binary("verbs-rpc-echo", "verbs-rpc-echo");
-    let nfsd = build_binary("verbs-rpc-echo", "verbs-nfsd");
+    let nfsd = build_binary("nfsd", "nfsd");
     let script = GuestScript::inline("verbs-pingpong", GUEST)
         .binary("verbs-pingpong", &bin)
         .binary("verbs-rpc-echo", &echo)
-        .binary("verbs-nfsd", &nfsd);
+        .binary("nfsd", &nfsd);
     let mut o = lab
         .guest(script)
         .run_name("verbs-pingpong")
@@ -250,6 +253,17 @@ fn verbs_pingpong_over_rxe0_and_siw0() {
             let f = format!("nfsd-{run}.txt");
             let text =
                 std::fs::read_to_string(o.share_file(&f)).map_err(|e| format!("share/{f}: {e}"))?;
+            let provider = match run {
+                "rxe" => "via verbs on rxe0 [--rdma-provider verbs]",
+                _ => "via verbs on siw0 [auto]",
+            };
+            if !text.lines().any(|l| {
+                l.starts_with("nfsd: NFS v3 listening on rdma 10.0.2.15:") && l.ends_with(provider)
+            }) {
+                return Err(format!(
+                    "no RDMA listener line ending {provider:?} in:\n{text}"
+                ));
+            }
             check_nfsd_stats(&text)
         });
     }
@@ -290,13 +304,14 @@ fn check_rpc_stats(text: &str) -> Result<(), String> {
     }
 }
 
-/// verbs-nfsd's connection counters (`ok xprt: rdma server ...`): one connection
+/// nfsd's connection counters (logged when a connection closes: `closed: xprt: rdma
+/// server ...`): one connection
 /// (a reconnect means a Terminate or a refused registration), the kernel client's
 /// 8 MiB WRITE came by our RDMA Reads, its READ back went by our RDMA Writes.
 fn check_nfsd_stats(text: &str) -> Result<(), String> {
     let conns: Vec<&str> = text
         .lines()
-        .filter(|l| l.starts_with("ok xprt: rdma server"))
+        .filter(|l| l.contains(" closed: xprt: rdma server "))
         .collect();
     let [line] = conns[..] else {
         return Err(format!(
@@ -339,12 +354,15 @@ fn side_checks_want_every_line_in_order_on_the_device() {
 
 #[test]
 fn nfsd_stats_check_wants_one_connection_with_8_mib_each_way() {
-    let one = "ok listen rdma 10.0.2.15:22049\n\
-               ok xprt: rdma server #1 rdma_reads=64 rdma_read_bytes=8388608 rdma_write_bytes=8388608\n";
-    assert!(check_nfsd_stats(one).is_ok());
-    let reconnected = format!("{one}ok xprt: rdma server #2 rdma_read_bytes=8388608\n");
+    let log = "T INFO rpcrdma_transport: closed: xprt: rdma server";
+    let one = format!(
+        "nfsd: ready\n{log} #1 10.0.2.15:1 rdma_reads=64 rdma_read_bytes=8388608 \
+         rdma_write_bytes=8388608\n"
+    );
+    assert!(check_nfsd_stats(&one).is_ok());
+    let reconnected = format!("{one}{log} #2 10.0.2.15:2 rdma_read_bytes=8388608\n");
     assert!(check_nfsd_stats(&reconnected).is_err());
-    let short = "ok xprt: rdma server #1 rdma_read_bytes=8388608 rdma_write_bytes=4096\n";
-    assert!(check_nfsd_stats(short).is_err());
-    assert!(check_nfsd_stats("ok listen rdma 10.0.2.15:22049\n").is_err());
+    let short = format!("{log} #1 10.0.2.15:1 rdma_read_bytes=8388608 rdma_write_bytes=4096\n");
+    assert!(check_nfsd_stats(&short).is_err());
+    assert!(check_nfsd_stats("nfsd: ready\n").is_err());
 }

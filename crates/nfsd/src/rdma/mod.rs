@@ -5,12 +5,17 @@
 //! (netids "rdma" and "rdma6").
 //!
 //! ```text
-//!   client ──iWARP (MPA/DDP/RDMAP over TCP, userspace)──► RdmaServer (responder)
+//!   client ──RDMA device (verbs: RoCE, IB, iWARP NIC, rxe, siw)──┐
+//!   client ──iWARP (MPA/DDP/RDMAP over TCP, userspace)───────────┴► RdmaServer
 //!                                                             │ Nfs3Binding
 //!                                   NFS-only oncrpc::Dispatcher (no MOUNT)
 //!                                                             │
 //!                                 NfsService ── the same NfsServer as TCP
 //! ```
+//!
+//! The provider ([`Provider`]): rdma-core verbs when the listening address is on an
+//! RDMA device, else our userspace iWARP (`auto`, the default), or either on demand.
+//! The same `RdmaServer` code runs over both.
 //!
 //! The data path copies nothing here: READ3resok `data` is a DDP-eligible item
 //! ([`xdr::Encoder::ddp_opaque`]) whose `Bytes` become the gather list of the RDMA
@@ -19,8 +24,7 @@
 //! a slice (see the crate's copy count).
 //!
 //! # What this module does not do
-//! It runs only the userspace iWARP provider (no rdma-core verbs yet). It issues no
-//! backward-direction calls: NFSv3 has no callback program.
+//! It issues no backward-direction calls: NFSv3 has no callback program.
 
 use std::future::Future;
 use std::io;
@@ -32,18 +36,37 @@ use nfs3::{NFS_PROGRAM, NFS_V3};
 use oncrpc::rpcbind::Registrar;
 use oncrpc::Dispatcher;
 use rpcrdma_transport::{RdmaConfig, RdmaServer, StatsRegistry};
+use verbs::{VerbsCm, VerbsListener};
 
 use crate::{NfsServer, NfsService};
 
 pub use nfs3::rdma::{Nfs3Binding, NFS_ACL_PROGRAM};
+
+/// Which RDMA provider carries NFS/RDMA.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Provider {
+    /// Verbs when the listening address is on an RDMA device (a wildcard address:
+    /// when the host has any), else the userspace iWARP provider. The startup line
+    /// says which and why.
+    #[default]
+    Auto,
+    /// rdma-core verbs only (`crates/verbs`): fail if there is no RDMA device or
+    /// the address is not on one.
+    Verbs,
+    /// The userspace iWARP provider only (MPA over TCP sockets; any host).
+    Iwarp,
+}
 
 /// How to serve NFS over RDMA.
 #[derive(Debug, Clone)]
 pub struct RdmaOptions {
     /// Where to listen (port 20049 by default, RFC 8267 §5).
     pub addr: SocketAddr,
+    /// The RDMA provider (default: auto).
+    pub provider: Provider,
     /// Ask for MPA CRC32c on every connection (RFC 5044 §7.2.3; Linux siw turns it
     /// on both ways when asked, docs/linux-facts.md). Off by default, as siw.
+    /// Userspace iWARP only (a verbs device negotiates MPA itself).
     pub crc: bool,
     /// Largest ULPDU we put in one FPDU (RFC 5044 MULPDU); `None` for the provider's
     /// default (65,516: fewest headers per byte). Peers accept any size; an FPDU that
@@ -53,7 +76,8 @@ pub struct RdmaOptions {
     /// Limits on MPA handshakes in progress (TCP connected, MPA Request not yet
     /// complete): the deadline for the MPA Request, and caps per source address and
     /// in all, which drop the oldest handshake of the source at fault rather than
-    /// stop accepting (defaults: 5 s, 16, 4096; [`HandshakeLimits`]).
+    /// stop accepting (defaults: 5 s, 16, 4096; [`HandshakeLimits`]). Userspace
+    /// iWARP only (on a verbs device the kernel runs the handshake).
     pub handshake: HandshakeLimits,
     /// Transport settings (inline thresholds, credits, message limits, versions).
     pub transport: RdmaConfig,
@@ -65,6 +89,7 @@ impl RdmaOptions {
     pub fn new(addr: SocketAddr) -> Self {
         RdmaOptions {
             addr,
+            provider: Provider::Auto,
             crc: false,
             max_ulpdu: None,
             handshake: HandshakeLimits::default(),
@@ -89,52 +114,75 @@ impl RdmaOptions {
 
 /// A bound NFS/RDMA listener, not yet serving.
 pub struct RdmaListener {
-    server: RdmaServer<IwarpProvider>,
-    listener: IwarpListener,
+    served: Served,
     addr: SocketAddr,
     version_two: bool,
+    /// Which provider and why, for the startup line.
+    provider: String,
+}
+
+/// The listener on the provider chosen: the same `RdmaServer` over either.
+enum Served {
+    // Boxed: the iWARP listener carries its handshake table inline.
+    Iwarp(RdmaServer<IwarpProvider>, Box<IwarpListener>),
+    Verbs(RdmaServer<VerbsCm>, VerbsListener),
 }
 
 impl std::fmt::Debug for RdmaListener {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RdmaListener")
             .field("addr", &self.addr)
+            .field("provider", &self.provider)
             .finish_non_exhaustive()
     }
 }
 
 impl RdmaListener {
     /// Binds `opts.addr` for the NFS program of `nfs` (an NFS-only dispatcher:
-    /// RFC 8267 binds no MOUNT).
+    /// RFC 8267 binds no MOUNT), on the provider `opts.provider` names.
     pub async fn bind(nfs: Arc<NfsServer>, opts: &RdmaOptions) -> io::Result<RdmaListener> {
         let mut d = Dispatcher::new();
         d.register(NFS_PROGRAM, [NFS_V3], Arc::new(NfsService::new(nfs)))
             .map_err(io::Error::other)?;
-        let mut iwarp = IwarpConfig {
-            crc: opts.crc,
-            handshake: opts.handshake,
-            ..IwarpConfig::default()
-        };
-        if let Some(n) = opts.max_ulpdu {
-            iwarp.limits.max_ulpdu = n;
-        }
-        let provider = IwarpProvider::new(iwarp);
-        let server = RdmaServer::new(
-            provider,
-            Arc::new(d),
-            Arc::new(Nfs3Binding),
-            opts.transport.clone(),
-        );
-        let listener = server.bind(opts.addr).await.map_err(|e| {
+        let dispatcher = Arc::new(d);
+        let context = |e: io::Error| {
             io::Error::new(e.kind(), format!("NFS/RDMA listener on {}: {e}", opts.addr))
-        })?;
-        let addr = listener.local_addr()?;
+        };
+        let (served, provider) = match opts.provider {
+            Provider::Iwarp => (
+                bind_iwarp(dispatcher, opts).await.map_err(context)?,
+                "userspace iWARP [--rdma-provider iwarp]".to_string(),
+            ),
+            Provider::Verbs => {
+                let (served, device) = bind_verbs(dispatcher, opts).await.map_err(context)?;
+                (served, format!("verbs on {device} [--rdma-provider verbs]"))
+            }
+            Provider::Auto => match bind_verbs(dispatcher.clone(), opts).await {
+                Ok((served, device)) => (served, format!("verbs on {device} [auto]")),
+                // A port taken is an error whatever the provider.
+                Err(e) if e.kind() == io::ErrorKind::AddrInUse => return Err(context(e)),
+                Err(why) => (
+                    bind_iwarp(dispatcher, opts).await.map_err(context)?,
+                    format!("userspace iWARP [auto: no verbs: {why}]"),
+                ),
+            },
+        };
+        let addr = match &served {
+            Served::Iwarp(_, l) => l.local_addr()?,
+            Served::Verbs(_, l) => rdma::Listener::local_addr(l)?,
+        };
         Ok(RdmaListener {
-            server,
-            listener,
+            served,
             addr,
             version_two: opts.transport.version_two,
+            provider,
         })
+    }
+
+    /// The provider serving NFS/RDMA and why it was chosen, e.g. `verbs on rxe0
+    /// [auto]` or `userspace iWARP [auto: no verbs: ...]`.
+    pub fn provider(&self) -> &str {
+        &self.provider
     }
 
     /// The bound address.
@@ -153,45 +201,150 @@ impl RdmaListener {
 
     /// Every connection's transport counters (RDMA Reads and Writes, chunks, errors).
     pub fn stats(&self) -> StatsRegistry {
-        self.server.stats()
+        match &self.served {
+            Served::Iwarp(server, _) => server.stats(),
+            Served::Verbs(server, _) => server.stats(),
+        }
     }
 
     /// Registers NFS with `registrar` under netid "rdma" ("rdma6" for IPv6, §11),
     /// serves until `shutdown` completes, then disconnects every connection and
     /// removes the registration. Calls in service when the connections close are
     /// dropped unanswered; the client retransmits them on its next connection.
+    ///
+    /// If the listener's RDMA device goes away (verbs DEVICE_REMOVAL), its
+    /// connections are closed, this says so and waits for `shutdown` without
+    /// NFS/RDMA: NFS over TCP, served beside it, goes on.
     pub async fn serve(
         self,
         registrar: Option<Registrar>,
         shutdown: impl Future<Output = ()>,
     ) -> io::Result<()> {
-        let RdmaListener {
-            server,
-            listener,
-            addr,
-            version_two: _,
-        } = self;
-        if let Some(r) = &registrar {
-            server
-                .register(r, addr)
-                .await
-                .map_err(|e| io::Error::other(format!("rpcbind (rdma): {e}")))?;
+        let RdmaListener { served, addr, .. } = self;
+        match served {
+            Served::Iwarp(server, listener) => {
+                serve_on(server, *listener, addr, registrar, shutdown).await
+            }
+            Served::Verbs(server, listener) => {
+                serve_on(server, listener, addr, registrar, shutdown).await
+            }
         }
-        let result = tokio::select! {
-            r = server.serve(listener) => r,
-            () = shutdown => Ok(()),
-        };
-        server.shutdown();
-        if let Some(r) = &registrar {
-            let netid = if addr.is_ipv4() {
-                rpcrdma_transport::NETID_RDMA
-            } else {
-                rpcrdma_transport::NETID_RDMA6
-            };
-            r.unset_all(&[(NFS_PROGRAM, NFS_V3)], netid, addr)
-                .await
-                .map_err(|e| io::Error::other(format!("rpcbind (rdma): {e}")))?;
-        }
-        result
     }
+}
+
+/// The userspace iWARP listener at `opts.addr`.
+async fn bind_iwarp(dispatcher: Arc<Dispatcher>, opts: &RdmaOptions) -> io::Result<Served> {
+    let mut iwarp = IwarpConfig {
+        crc: opts.crc,
+        handshake: opts.handshake,
+        ..IwarpConfig::default()
+    };
+    if let Some(n) = opts.max_ulpdu {
+        iwarp.limits.max_ulpdu = n;
+    }
+    let server = RdmaServer::new(
+        IwarpProvider::new(iwarp),
+        dispatcher,
+        Arc::new(Nfs3Binding),
+        opts.transport.clone(),
+    );
+    let listener = server.bind(opts.addr).await?;
+    Ok(Served::Iwarp(server, Box::new(listener)))
+}
+
+/// The verbs listener at `opts.addr`, and the device it is on (`all RDMA devices
+/// (rxe0, siw0)` for a wildcard address). Fails, saying why, when rdma-core or the
+/// kernel's RDMA support is missing, the host has no RDMA device, or the address is
+/// on none.
+async fn bind_verbs(
+    dispatcher: Arc<Dispatcher>,
+    opts: &RdmaOptions,
+) -> io::Result<(Served, String)> {
+    let devices = verbs::devices().map_err(|e| io::Error::new(io::ErrorKind::NotFound, e))?;
+    let names: Vec<String> = devices
+        .iter()
+        .map(|d| rdma::Device::name(d).to_string())
+        .collect();
+    if names.is_empty() {
+        return Err(io::Error::new(
+            io::ErrorKind::NotFound,
+            "no RDMA device on this host",
+        ));
+    }
+    drop(devices);
+    // Registration pins memory against RLIMIT_MEMLOCK (soft-iWARP counts it even
+    // for root).
+    match verbs::raise_locked_memory_limit() {
+        Ok(limit) => tracing::debug!(?limit, "locked-memory limit"),
+        Err(e) => tracing::warn!(error = %e, "cannot raise the locked-memory limit"),
+    }
+    let server = RdmaServer::new(
+        VerbsCm::new(),
+        dispatcher,
+        Arc::new(Nfs3Binding),
+        opts.transport.clone(),
+    );
+    let listener = server.bind(opts.addr).await.map_err(|e| {
+        if e.raw_os_error() == Some(libc::ENODEV) {
+            io::Error::new(
+                io::ErrorKind::NotFound,
+                format!(
+                    "{} is not on an RDMA device (devices here: {})",
+                    opts.addr.ip(),
+                    names.join(", ")
+                ),
+            )
+        } else {
+            e
+        }
+    })?;
+    let device = match listener.device_name() {
+        Some(name) => name,
+        None => format!("all RDMA devices ({})", names.join(", ")),
+    };
+    Ok((Served::Verbs(server, listener), device))
+}
+
+/// Serves `listener` (registered with `registrar`) until `shutdown`; see
+/// [`RdmaListener::serve`].
+async fn serve_on<P: rdma::ConnectionManager + 'static>(
+    server: RdmaServer<P>,
+    listener: P::Listener,
+    addr: SocketAddr,
+    registrar: Option<Registrar>,
+    shutdown: impl Future<Output = ()>,
+) -> io::Result<()> {
+    if let Some(r) = &registrar {
+        server
+            .register(r, addr)
+            .await
+            .map_err(|e| io::Error::other(format!("rpcbind (rdma): {e}")))?;
+    }
+    tokio::pin!(shutdown);
+    let result = tokio::select! {
+        r = server.serve(listener) => match r {
+            // The device went away (verbs reports it as NotConnected): the
+            // connections on it are closed by their own DEVICE_REMOVAL events.
+            Err(e) if e.kind() == io::ErrorKind::NotConnected => {
+                tracing::error!(%addr, error = %e, "NFS/RDMA stopped: its RDMA device was removed; NFS over TCP goes on");
+                eprintln!("nfsd: NFS/RDMA on {addr} stopped: {e}; NFS over TCP goes on");
+                shutdown.await;
+                Ok(())
+            }
+            r => r,
+        },
+        () = &mut shutdown => Ok(()),
+    };
+    server.shutdown();
+    if let Some(r) = &registrar {
+        let netid = if addr.is_ipv4() {
+            rpcrdma_transport::NETID_RDMA
+        } else {
+            rpcrdma_transport::NETID_RDMA6
+        };
+        r.unset_all(&[(NFS_PROGRAM, NFS_V3)], netid, addr)
+            .await
+            .map_err(|e| io::Error::other(format!("rpcbind (rdma): {e}")))?;
+    }
+    result
 }
