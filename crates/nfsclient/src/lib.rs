@@ -75,7 +75,7 @@ pub use mounted::{auth_sys_self, components, Mount, MountOptions};
 pub use nfs::NfsClient;
 pub use readdir::{DirEntry, DirReader, ReadDirSizes};
 pub use target::Target;
-pub use transport::TransportKind;
+pub use transport::{RdmaProvider, TransportKind};
 
 /// Re-exported wire types callers need (handles, attributes, statuses).
 pub use nfs3;

@@ -19,7 +19,10 @@ use crate::portmap::{getport, PORTMAP_PORT};
 use crate::readdir::{DirReader, ReadDirSizes};
 use rpcrdma_transport::{RdmaConfig, StatsRegistry};
 
-use crate::transport::{rpc_client, rpc_client_with, TransportKind, MAX_REPLY_RECORD};
+use crate::transport::{
+    choose_rdma_provider, rpc_client, rpc_client_with, RdmaProvider, TransportKind,
+    MAX_REPLY_RECORD,
+};
 
 /// Room left in a reply record for everything but READ data.
 const REPLY_OVERHEAD: u32 = 64 * 1024;
@@ -49,6 +52,8 @@ pub struct MountOptions {
     /// RPC-over-RDMA settings (inline thresholds, credits), used with
     /// [`TransportKind::Rdma`].
     pub rdma: RdmaConfig,
+    /// RDMA provider (default: auto, [`crate::transport::choose_rdma_provider`]).
+    pub rdma_provider: RdmaProvider,
 }
 
 impl Default for MountOptions {
@@ -64,6 +69,7 @@ impl Default for MountOptions {
             wsize: None,
             depth: IoOptions::default().depth,
             rdma: RdmaConfig::default(),
+            rdma_provider: RdmaProvider::Auto,
         }
     }
 }
@@ -134,7 +140,15 @@ async fn nfs_client(host: &str, opts: &MountOptions) -> Result<(NfsClient, Optio
         .nfs_port
         .unwrap_or_else(|| opts.transport.default_nfs_port());
     let addr = resolve(host, port).await?;
-    let (rpc, stats) = rpc_client_with(opts.transport, addr, rpc_config(opts), &opts.rdma)?;
+    let provider = if opts.transport == TransportKind::Rdma {
+        let (provider, why) = choose_rdma_provider(opts.rdma_provider, addr).await;
+        tracing::info!(%addr, provider = %why, "NFS over RDMA");
+        provider
+    } else {
+        RdmaProvider::Iwarp
+    };
+    let (rpc, stats) =
+        rpc_client_with(opts.transport, addr, rpc_config(opts), &opts.rdma, provider)?;
     Ok((NfsClient::new(rpc), stats))
 }
 

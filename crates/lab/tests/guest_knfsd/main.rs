@@ -11,4 +11,5 @@ mod iwarp_to_knfsd;
 mod knfsd_loopback;
 mod knfsd_via_hostfwd;
 mod rdma_client_knfsd;
+mod verbs_client_knfsd;
 mod version_two_knfsd;

@@ -340,6 +340,7 @@ fn report(m: &Mount, what: &str, bytes: u64, took: std::time::Duration) {
             Counter::ChunkBytesReceived,
             Counter::SendBytes,
             Counter::CreditWaits,
+            Counter::VersionFallbacks,
         ];
         let mut line: Vec<String> = counters
             .iter()

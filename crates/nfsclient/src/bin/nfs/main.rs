@@ -11,7 +11,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
-use nfsclient::{auth_sys_self, MountOptions, RdmaConfig, Target, TransportKind};
+use nfsclient::{auth_sys_self, MountOptions, RdmaConfig, RdmaProvider, Target, TransportKind};
 
 mod commands;
 mod format;
@@ -75,6 +75,12 @@ struct Global {
     /// server answers ERR_VERS (Linux knfsd does); 1 speaks Version One only.
     #[arg(long, global = true, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=2))]
     rdma_version: u32,
+    /// RDMA provider: auto (rdma-core verbs when rdma_cm routes the server's address
+    /// through a local RDMA device, else the userspace iWARP provider; NFS_LOG=info
+    /// shows which), verbs (an RDMA NIC, rxe or siw), iwarp (userspace iWARP over a
+    /// TCP socket; the server needs an iWARP peer: siw, an iWARP NIC or our nfsd).
+    #[arg(long, global = true, default_value = "auto", value_parser = ["auto", "verbs", "iwarp"])]
+    rdma_provider: String,
 }
 
 #[derive(Debug, Subcommand)]
@@ -170,6 +176,11 @@ impl Global {
                 reliable_reply: self.rdma_version == 2,
                 ..RdmaConfig::default()
             },
+            rdma_provider: match self.rdma_provider.as_str() {
+                "verbs" => RdmaProvider::Verbs,
+                "iwarp" => RdmaProvider::Iwarp,
+                _ => RdmaProvider::Auto,
+            },
         })
     }
 }
@@ -179,6 +190,7 @@ fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::from_env("NFS_LOG"))
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let rt = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
