@@ -16,4 +16,5 @@ mod nfs_rdma_guest_server;
 mod nfs_rdma_no_vers;
 mod nfs_tcp;
 mod verbs_devices;
+mod verbs_iwarp_interop;
 mod verbs_pingpong;
