@@ -348,3 +348,78 @@ async fn serve_on<P: rdma::ConnectionManager + 'static>(
     }
     result
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    type BoxFuture<'a, T> = std::pin::Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+    /// A provider whose listener fails the way verbs reports a removed device
+    /// (`NotConnected` from accept); connecting goes through userspace iWARP.
+    struct RemovedDevice(IwarpProvider);
+
+    struct RemovedListener;
+
+    impl rdma::Listener for RemovedListener {
+        type Qp = iwarp::IwarpQp;
+        type Request = iwarp::IwarpConnectRequest;
+
+        fn accept(&mut self) -> BoxFuture<'_, io::Result<Self::Request>> {
+            Box::pin(async {
+                Err(io::Error::new(
+                    io::ErrorKind::NotConnected,
+                    "the listener's RDMA device was removed",
+                ))
+            })
+        }
+
+        fn local_addr(&self) -> io::Result<SocketAddr> {
+            Ok(([127, 0, 0, 1], 20049).into())
+        }
+    }
+
+    impl rdma::ConnectionManager for RemovedDevice {
+        type Qp = iwarp::IwarpQp;
+        type Route = <IwarpProvider as rdma::ConnectionManager>::Route;
+        type Listener = RemovedListener;
+
+        fn resolve<'a>(
+            &'a self,
+            addr: SocketAddr,
+        ) -> BoxFuture<'a, Result<Self::Route, rdma::ConnectError>> {
+            rdma::ConnectionManager::resolve(&self.0, addr)
+        }
+
+        fn listen<'a>(&'a self, _addr: SocketAddr) -> BoxFuture<'a, io::Result<RemovedListener>> {
+            Box::pin(async { Ok(RemovedListener) })
+        }
+    }
+
+    /// A removed device ends NFS/RDMA but not the server: `serve_on` waits for the
+    /// shutdown signal (so the TCP services beside it go on) and then ends cleanly.
+    #[tokio::test]
+    async fn a_removed_device_stops_rdma_but_waits_for_shutdown() {
+        let server = RdmaServer::new(
+            RemovedDevice(IwarpProvider::new(IwarpConfig::default())),
+            Arc::new(Dispatcher::new()),
+            Arc::new(Nfs3Binding),
+            RdmaOptions::server_transport(true),
+        );
+        let listener = server.bind(([127, 0, 0, 1], 0).into()).await.unwrap();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let serving = tokio::spawn(serve_on(
+            server,
+            listener,
+            ([127, 0, 0, 1], 20049).into(),
+            None,
+            async move {
+                let _ = stopped.await;
+            },
+        ));
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        assert!(!serving.is_finished(), "NFS/RDMA ended the server");
+        stop.send(()).unwrap();
+        serving.await.unwrap().unwrap();
+    }
+}
