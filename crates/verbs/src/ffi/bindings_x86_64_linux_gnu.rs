@@ -5,7 +5,9 @@
 //
 // The headers are available under a choice of two licenses, the GNU GPL version 2
 // or the OpenIB.org BSD license; this translation of them is used, and
-// distributed, under the OpenIB.org BSD license. The headers' notices:
+// distributed, under the OpenIB.org BSD license. (The glibc types those structs
+// contain, pthread_mutex_t, timespec, sockaddr_*, are the platform's ABI, as the
+// libc crate declares them.) The rdma-core headers' notices:
 //
 // infiniband/ib_user_ioctl_verbs.h:
 //   Copyright (c) 2017-2018, Mellanox Technologies inc.  All rights reserved.
