@@ -13,9 +13,9 @@ use crate::sys;
 /// device could not be opened or queried.
 #[derive(Debug, thiserror::Error)]
 pub enum OpenError {
-    /// libibverbs could not be loaded: the `rdma-mummy-sys` shim answers EOPNOTSUPP to
-    /// every call when `dlopen("libibverbs.so.1")` failed at process start (libibverbs
-    /// itself does not return EOPNOTSUPP from `ibv_get_device_list`).
+    /// libibverbs could not be loaded: `dlopen("libibverbs.so.1")` failed at the first
+    /// [`devices`] call (rdma-core is not installed), or the library lacks a function
+    /// this crate calls.
     #[error(
         "libibverbs.so.1 could not be loaded (install rdma-core's libibverbs1 and the \
          verbs providers, Debian: libibverbs1 ibverbs-providers)"
@@ -42,14 +42,13 @@ pub enum OpenError {
 }
 
 impl OpenError {
-    /// The error for an errno of `ibv_get_device_list` (module docs of `sys`).
-    fn from_list_errno(e: io::Error) -> OpenError {
+    /// The error for a failed [`sys::open_devices`].
+    fn from_list_error(e: sys::ListError) -> OpenError {
         const ENOSYS: i32 = 38;
-        const EOPNOTSUPP: i32 = 95;
-        match e.raw_os_error() {
-            Some(EOPNOTSUPP) => OpenError::NoLibrary,
-            Some(ENOSYS) => OpenError::NoKernelSupport,
-            _ => OpenError::List(e),
+        match e {
+            sys::ListError::NoLibrary => OpenError::NoLibrary,
+            sys::ListError::Os(e) if e.raw_os_error() == Some(ENOSYS) => OpenError::NoKernelSupport,
+            sys::ListError::Os(e) => OpenError::List(e),
         }
     }
 }
@@ -220,7 +219,7 @@ impl fmt::Debug for VerbsDevice {
 /// Opens every RDMA device libibverbs lists and reads its attributes and port 1.
 /// An empty list is not an error here (the caller knows whether it needed one).
 pub fn devices() -> Result<Vec<VerbsDevice>, OpenError> {
-    let opened = sys::open_devices().map_err(OpenError::from_list_errno)?;
+    let opened = sys::open_devices().map_err(OpenError::from_list_error)?;
     opened
         .into_iter()
         .map(|r| {
@@ -318,17 +317,22 @@ mod tests {
     use super::*;
 
     #[test]
-    fn list_errnos_name_the_missing_piece() {
+    fn list_errors_name_the_missing_piece() {
         assert!(matches!(
-            OpenError::from_list_errno(io::Error::from_raw_os_error(95)),
+            OpenError::from_list_error(sys::ListError::NoLibrary),
             OpenError::NoLibrary
         ));
+        let os = |e| sys::ListError::Os(io::Error::from_raw_os_error(e));
         assert!(matches!(
-            OpenError::from_list_errno(io::Error::from_raw_os_error(38)),
+            OpenError::from_list_error(os(38)),
             OpenError::NoKernelSupport
         ));
         assert!(matches!(
-            OpenError::from_list_errno(io::Error::from_raw_os_error(12)),
+            OpenError::from_list_error(os(95)),
+            OpenError::List(e) if e.raw_os_error() == Some(95)
+        ));
+        assert!(matches!(
+            OpenError::from_list_error(os(12)),
             OpenError::List(e) if e.raw_os_error() == Some(12)
         ));
     }

@@ -7,9 +7,10 @@
 //!                   | alloc_pd(): ibv_alloc_pd
 //!  rdma::ProtectionDomain::with_registrar(VerbsRegistrar) -- register*(..) -> rdma::MemoryRegion
 //!                   |                                         (the device's lkey, rkey)
-//!  sys (the only unsafe module): ibv_get_device_list/open/query, ibv_alloc_pd, ibv_reg_mr
+//!  sys, sys_conn (unsafe): ibv_get_device_list/open/query, ibv_alloc_pd, ibv_reg_mr, CM, QP
 //!                   |
-//!  rdma-mummy-sys: bindings + a shim that dlopens libibverbs.so.1 at run time
+//!  ffi (unsafe): rdma-core's types (committed bindgen output), libibverbs.so.1 and
+//!                librdmacm.so.1 dlopened at first use, the headers' inline verbs
 //! ```
 //!
 //! Memory registered on a verbs device is an ordinary `rdma::MemoryRegion` (owned
@@ -31,17 +32,19 @@
 //! Zero-based registration needs page-aligned memory (the kernel refuses it
 //! otherwise), which the `rdma` crate's regions are not.
 //!
-//! `unsafe` code lives in `sys` (devices, PDs, MRs) and `sys_conn` (CM, QP, CQ),
-//! each with its invariants written down.
+//! `unsafe` code lives in `ffi` (loading, the headers' inline verbs), `sys` (devices,
+//! PDs, MRs) and `sys_conn` (CM, QP, CQ), each with its invariants written down.
 //!
-//! A binary using this crate starts on hosts without rdma-core: libibverbs is loaded
-//! when the process starts, and its absence shows as [`OpenError::NoLibrary`] from
+//! A binary using this crate starts on hosts without rdma-core: nothing links it;
+//! libibverbs is loaded at the first [`devices`] call (librdmacm at the first
+//! [`VerbsCm`] use), and its absence shows as [`OpenError::NoLibrary`] from
 //! [`devices`], as a kernel without RDMA shows as [`OpenError::NoKernelSupport`].
 #![warn(missing_docs, unreachable_pub)]
 #![deny(unsafe_code)]
 
 mod cm;
 mod device;
+mod ffi;
 mod limits;
 mod mr;
 mod qp;

@@ -144,7 +144,7 @@ async fn cm_events(
 }
 
 fn status(raw: u32) -> WcStatus {
-    use rdma_mummy_sys::ibv_wc_status as s;
+    use crate::ffi::ibv_wc_status as s;
     match raw {
         s::IBV_WC_SUCCESS => WcStatus::Success,
         s::IBV_WC_LOC_LEN_ERR => WcStatus::LocalLengthError,
@@ -331,7 +331,7 @@ impl rdma::QueuePair for VerbsQp {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rdma_mummy_sys::ibv_wc_status as s;
+    use crate::ffi::ibv_wc_status as s;
 
     fn raw(status: u32, opcode: WcOpcode, inv: Option<u32>) -> RawWc {
         RawWc {

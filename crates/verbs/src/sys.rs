@@ -1,10 +1,9 @@
-//! The crate's only `unsafe` code: calls into libibverbs through `rdma-mummy-sys`.
-//!
-//! `rdma-mummy-sys` links a small static shim whose constructor `dlopen`s
-//! `libibverbs.so.1` when the process starts; if that fails, every wrapped call fails
-//! with `EOPNOTSUPP` instead of the process failing to start (docs/verbs-provider.md,
-//! checked in a chroot without rdma-core). So a null or negative return here may also
-//! mean "no libibverbs", which [`crate::OpenError`] tells apart.
+//! The crate's `unsafe` code for devices, PDs and MRs: calls into libibverbs through
+//! `crate::ffi`, which loads `libibverbs.so.1` at the first call of
+//! [`open_devices`] (the process starts without it, docs/verbs-provider.md, checked in
+//! a chroot without rdma-core); if it cannot, [`open_devices`] says so
+//! ([`ListError::NoLibrary`]) and no object of this module exists. Every object holds
+//! the loaded table (`&'static ffi::Verbs`) it was made with.
 //!
 //! # Invariants (what makes the safe wrappers below sound)
 //!
@@ -47,12 +46,14 @@ use std::mem::MaybeUninit;
 use std::ptr::NonNull;
 use std::sync::Arc;
 
-use rdma_mummy_sys as ffi;
+use crate::ffi;
 
 /// An open device context (`struct ibv_context`) and what the device list said about
 /// the device.
 pub(crate) struct Context {
     ptr: NonNull<ffi::ibv_context>,
+    /// libibverbs, loaded (`crate::ffi` invariant 3).
+    v: &'static ffi::Verbs,
     /// `None`: opened by [`open_devices`], closed in `Drop`. `Some`: librdmacm's
     /// context of a CM id (invariant 6), kept open by that id, never closed here.
     cm_owner: Option<Arc<dyn Send + Sync>>,
@@ -75,7 +76,7 @@ impl Drop for Context {
             // SAFETY: invariant 1 (owned, closed once); invariant 2 (no PD outlives
             // it). A failure cannot be handled here; the kernel releases the context
             // with the file descriptor anyway.
-            unsafe { ffi::ibv_close_device(self.ptr.as_ptr()) };
+            unsafe { (self.v.ibv_close_device)(self.ptr.as_ptr()) };
         }
     }
 }
@@ -105,16 +106,29 @@ pub(crate) struct RawPortAttr {
     pub(crate) active_mtu: u32,
 }
 
-/// Opens every device libibverbs lists. `Err` carries the errno of
-/// `ibv_get_device_list` (ENOSYS: no kernel RDMA support; EOPNOTSUPP: the shim could
-/// not load libibverbs). A device that fails to open is returned as its name and
-/// error, so one bad device does not hide the others.
-pub(crate) fn open_devices() -> io::Result<Vec<Result<Context, (String, io::Error)>>> {
+/// Why [`open_devices`] has no list.
+#[derive(Debug)]
+pub(crate) enum ListError {
+    /// libibverbs could not be loaded (or lacks a function this crate calls). The
+    /// `ffi::LoadError` is not kept: `OpenError::NoLibrary` has no room for it.
+    NoLibrary,
+    /// `ibv_get_device_list` failed with this errno (ENOSYS: no RDMA in the kernel).
+    Os(io::Error),
+}
+
+/// A listed device, opened, or its name and why it could not be.
+pub(crate) type Opened = Result<Context, (String, io::Error)>;
+
+/// Opens every device libibverbs lists, loading libibverbs at the first call. A
+/// device that fails to open is returned as its name and error, so one bad device
+/// does not hide the others.
+pub(crate) fn open_devices() -> Result<Vec<Opened>, ListError> {
+    let v = ffi::verbs().map_err(|_| ListError::NoLibrary)?;
     let mut n: std::os::raw::c_int = 0;
     // SAFETY: `n` is a valid out pointer; the list is freed below (invariant 3).
-    let list = unsafe { ffi::ibv_get_device_list(&mut n) };
+    let list = unsafe { (v.ibv_get_device_list)(&mut n) };
     if list.is_null() {
-        return Err(io::Error::last_os_error());
+        return Err(ListError::Os(io::Error::last_os_error()));
     }
     let mut out = Vec::with_capacity(n.max(0) as usize);
     for i in 0..n.max(0) as usize {
@@ -135,10 +149,11 @@ pub(crate) fn open_devices() -> io::Result<Vec<Result<Context, (String, io::Erro
             )
         };
         // SAFETY: `dev` is a live entry of the list (invariant 3).
-        let ctx = unsafe { ffi::ibv_open_device(dev) };
+        let ctx = unsafe { (v.ibv_open_device)(dev) };
         out.push(match NonNull::new(ctx) {
             Some(ptr) => Ok(Context {
                 ptr,
+                v,
                 cm_owner: None,
                 name,
                 transport,
@@ -149,7 +164,7 @@ pub(crate) fn open_devices() -> io::Result<Vec<Result<Context, (String, io::Erro
     }
     // SAFETY: the list came from ibv_get_device_list and is freed once; opened
     // contexts stay valid (invariant 3).
-    unsafe { ffi::ibv_free_device_list(list) };
+    unsafe { (v.ibv_free_device_list)(list) };
     Ok(out)
 }
 
@@ -160,9 +175,10 @@ impl Context {
     ///
     /// # Safety
     /// `ptr` is `cm_id->verbs` of a live CM id that `owner` destroys only when
-    /// dropped.
+    /// dropped; `v` is the libibverbs librdmacm was loaded with.
     pub(crate) unsafe fn from_cm(
         ptr: NonNull<ffi::ibv_context>,
+        v: &'static ffi::Verbs,
         owner: Arc<dyn Send + Sync>,
     ) -> Context {
         // SAFETY: a live context (this function's contract) names its device.
@@ -178,6 +194,7 @@ impl Context {
         };
         Context {
             ptr,
+            v,
             cm_owner: Some(owner),
             name,
             transport,
@@ -187,6 +204,11 @@ impl Context {
 
     pub(crate) fn as_ptr(&self) -> *mut ffi::ibv_context {
         self.ptr.as_ptr()
+    }
+
+    /// The loaded libibverbs this context was opened with.
+    pub(crate) fn verbs(&self) -> &'static ffi::Verbs {
+        self.v
     }
 
     pub(crate) fn name(&self) -> &str {
@@ -205,7 +227,7 @@ impl Context {
     pub(crate) fn query_device(&self) -> io::Result<RawDeviceAttr> {
         let mut a = MaybeUninit::<ffi::ibv_device_attr>::zeroed();
         // SAFETY: live context (invariant 1); `a` is a valid out pointer.
-        let rc = unsafe { ffi::ibv_query_device(self.ptr.as_ptr(), a.as_mut_ptr()) };
+        let rc = unsafe { (self.v.ibv_query_device)(self.ptr.as_ptr(), a.as_mut_ptr()) };
         if rc != 0 {
             return Err(errno(rc));
         }
@@ -224,11 +246,12 @@ impl Context {
         })
     }
 
-    /// `ibv_query_port` (ports are numbered from 1).
+    /// `ibv_query_port` (ports are numbered from 1), as verbs.h's inline wrapper
+    /// does it (`crate::ffi::ibv_query_port`).
     pub(crate) fn query_port(&self, port: u8) -> io::Result<RawPortAttr> {
         let mut a = MaybeUninit::<ffi::ibv_port_attr>::zeroed();
         // SAFETY: live context (invariant 1); `a` is a valid out pointer.
-        let rc = unsafe { ffi::ibv_query_port(self.ptr.as_ptr(), port, a.as_mut_ptr()) };
+        let rc = unsafe { ffi::ibv_query_port(self.v, self.ptr.as_ptr(), port, a.as_mut_ptr()) };
         if rc != 0 {
             return Err(errno(rc));
         }
@@ -257,7 +280,7 @@ impl Pd {
     /// `ibv_alloc_pd`.
     pub(crate) fn alloc(ctx: &Arc<Context>) -> io::Result<Pd> {
         // SAFETY: live context (invariant 1).
-        let pd = unsafe { ffi::ibv_alloc_pd(ctx.ptr.as_ptr()) };
+        let pd = unsafe { (ctx.v.ibv_alloc_pd)(ctx.ptr.as_ptr()) };
         match NonNull::new(pd) {
             Some(ptr) => Ok(Pd {
                 ptr,
@@ -281,7 +304,7 @@ impl Pd {
 impl Drop for Pd {
     fn drop(&mut self) {
         // SAFETY: invariants 1 and 2 (every Mr holds an Arc of its Pd, so none is left).
-        unsafe { ffi::ibv_dealloc_pd(self.ptr.as_ptr()) };
+        unsafe { (self.ctx.v.ibv_dealloc_pd)(self.ptr.as_ptr()) };
     }
 }
 
@@ -291,7 +314,7 @@ pub(crate) struct Mr {
     ptr: NonNull<ffi::ibv_mr>,
     lkey: u32,
     rkey: u32,
-    _pd: Arc<Pd>,
+    pd: Arc<Pd>,
 }
 
 // SAFETY: invariant 5; the Mr holds no memory, only the registration.
@@ -299,15 +322,18 @@ unsafe impl Send for Mr {}
 // SAFETY: invariant 5.
 unsafe impl Sync for Mr {}
 
-/// `IBV_ACCESS_*` bits as the verbs ABI defines them.
+/// The `IBV_ACCESS_*` bits this crate registers with (none in
+/// `IBV_ACCESS_OPTIONAL_RANGE`, see `crate::ffi::ibv_reg_mr`).
 pub(crate) mod access {
-    pub(crate) const LOCAL_WRITE: i32 = 1;
-    pub(crate) const REMOTE_WRITE: i32 = 2;
-    pub(crate) const REMOTE_READ: i32 = 4;
+    use crate::ffi::ibv_access_flags as f;
+    pub(crate) const LOCAL_WRITE: i32 = f::IBV_ACCESS_LOCAL_WRITE as i32;
+    pub(crate) const REMOTE_WRITE: i32 = f::IBV_ACCESS_REMOTE_WRITE as i32;
+    pub(crate) const REMOTE_READ: i32 = f::IBV_ACCESS_REMOTE_READ as i32;
 }
 
 impl Mr {
-    /// `ibv_reg_mr(pd, mem, len, access)` (VA-based, invariant 7).
+    /// `ibv_reg_mr(pd, mem, len, access)` (VA-based, invariant 7), as verbs.h's
+    /// macro does it (`crate::ffi::ibv_reg_mr`).
     ///
     /// # Safety
     /// `mem` must stay allocated at the same address until the returned `Mr` is
@@ -319,6 +345,7 @@ impl Mr {
         // function's contract).
         let mr = unsafe {
             ffi::ibv_reg_mr(
+                pd.ctx.v,
                 pd.ptr.as_ptr(),
                 mem.as_ptr() as *mut std::os::raw::c_void,
                 mem.len(),
@@ -333,7 +360,7 @@ impl Mr {
                     ptr,
                     lkey,
                     rkey,
-                    _pd: pd.clone(),
+                    pd: pd.clone(),
                 })
             }
             None => Err(io::Error::last_os_error()),
@@ -352,7 +379,7 @@ impl Mr {
 impl Drop for Mr {
     fn drop(&mut self) {
         // SAFETY: invariant 1; the memory is still allocated (invariant 4).
-        unsafe { ffi::ibv_dereg_mr(self.ptr.as_ptr()) };
+        unsafe { (self.pd.ctx.v.ibv_dereg_mr)(self.ptr.as_ptr()) };
     }
 }
 

@@ -1,7 +1,10 @@
 //! The crate's second `unsafe` module: librdmacm (event channels, CM ids, connect,
 //! accept, reject, disconnect) and the queue pair with its completion queue and
 //! completion channel (`rdma_create_qp`, `ibv_post_send`, `ibv_post_recv`,
-//! `ibv_poll_cq`, `ibv_req_notify_cq`, `ibv_get_cq_event`, `ibv_ack_cq_events`).
+//! `ibv_poll_cq`, `ibv_req_notify_cq`, `ibv_get_cq_event`, `ibv_ack_cq_events`),
+//! through `crate::ffi`: librdmacm (and libibverbs) are loaded by the first
+//! [`EventChannel::new`], which fails with `ErrorKind::Unsupported` if they cannot be;
+//! every object here holds the loaded tables through its event channel.
 //!
 //! # Invariants (in addition to those of `crate::sys`)
 //!
@@ -45,7 +48,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use tokio::io::unix::AsyncFd;
 
 use rdma::{LocalSge, MemoryRegion, WcOpcode};
-use rdma_mummy_sys as ffi;
+
+use crate::ffi;
 
 use crate::sys::{errno, Context, Pd};
 
@@ -117,6 +121,9 @@ fn would_block(e: &io::Error) -> bool {
 /// An `rdma_event_channel` (its fd non-blocking, invariant 5).
 pub(crate) struct EventChannel {
     ptr: NonNull<ffi::rdma_event_channel>,
+    /// libibverbs and librdmacm, loaded (`crate::ffi` invariant 3).
+    v: &'static ffi::Verbs,
+    cm: &'static ffi::Rdmacm,
 }
 
 // SAFETY: invariant 6.
@@ -141,7 +148,7 @@ pub(crate) struct CmEvent {
 }
 
 pub(crate) mod event {
-    use rdma_mummy_sys::rdma_cm_event_type as t;
+    use crate::ffi::rdma_cm_event_type as t;
     pub(crate) const ADDR_RESOLVED: u32 = t::RDMA_CM_EVENT_ADDR_RESOLVED;
     pub(crate) const ROUTE_RESOLVED: u32 = t::RDMA_CM_EVENT_ROUTE_RESOLVED;
     pub(crate) const CONNECT_REQUEST: u32 = t::RDMA_CM_EVENT_CONNECT_REQUEST;
@@ -152,12 +159,24 @@ pub(crate) mod event {
 }
 
 impl EventChannel {
-    /// `rdma_create_event_channel`, fd set non-blocking.
+    /// `rdma_create_event_channel`, fd set non-blocking; loads librdmacm and
+    /// libibverbs at the first call (`ErrorKind::Unsupported` if they cannot be).
     pub(crate) fn new() -> io::Result<Arc<EventChannel>> {
+        let (v, cm) = ffi::rdmacm().map_err(|e| {
+            io::Error::new(
+                io::ErrorKind::Unsupported,
+                format!(
+                    "{e} (install rdma-core's librdmacm1, libibverbs1 and the verbs \
+                     providers, Debian: librdmacm1 libibverbs1 ibverbs-providers)"
+                ),
+            )
+        })?;
         // SAFETY: no arguments; the result is checked.
-        let ptr = unsafe { ffi::rdma_create_event_channel() };
+        let ptr = unsafe { (cm.rdma_create_event_channel)() };
         let ch = EventChannel {
             ptr: NonNull::new(ptr).ok_or_else(io::Error::last_os_error)?,
+            v,
+            cm,
         };
         set_nonblocking(ch.fd())?;
         Ok(Arc::new(ch))
@@ -172,7 +191,7 @@ impl EventChannel {
     pub(crate) fn get_event(self: &Arc<Self>) -> io::Result<Option<CmEvent>> {
         let mut ev: *mut ffi::rdma_cm_event = std::ptr::null_mut();
         // SAFETY: live channel; `ev` is a valid out pointer.
-        if unsafe { ffi::rdma_get_cm_event(self.ptr.as_ptr(), &mut ev) } != 0 {
+        if unsafe { (self.cm.rdma_get_cm_event)(self.ptr.as_ptr(), &mut ev) } != 0 {
             let e = io::Error::last_os_error();
             return if would_block(&e) { Ok(None) } else { Err(e) };
         }
@@ -209,7 +228,7 @@ impl EventChannel {
             }
         };
         // SAFETY: acknowledged once; nothing points into it any more.
-        unsafe { ffi::rdma_ack_cm_event(ev) };
+        unsafe { (self.cm.rdma_ack_cm_event)(ev) };
         Ok(Some(out))
     }
 }
@@ -217,7 +236,7 @@ impl EventChannel {
 impl Drop for EventChannel {
     fn drop(&mut self) {
         // SAFETY: invariant 1: every CmId of this channel holds an Arc of it.
-        unsafe { ffi::rdma_destroy_event_channel(self.ptr.as_ptr()) };
+        unsafe { (self.cm.rdma_destroy_event_channel)(self.ptr.as_ptr()) };
     }
 }
 
@@ -236,7 +255,7 @@ impl Drop for CmId {
     fn drop(&mut self) {
         // SAFETY: invariant 1 (its QP, if any, was destroyed first: a Qp holds an Arc
         // of this id); all its events were acknowledged (invariant 2).
-        unsafe { ffi::rdma_destroy_id(self.ptr.as_ptr()) };
+        unsafe { (self.chan.cm.rdma_destroy_id)(self.ptr.as_ptr()) };
     }
 }
 
@@ -273,8 +292,12 @@ fn sockaddr(addr: SocketAddr) -> libc::sockaddr_storage {
     ss
 }
 
-/// A socket address from a `sockaddr_storage` librdmacm filled in.
-fn from_sockaddr(ss: &libc::sockaddr_storage) -> Option<SocketAddr> {
+/// A socket address from a `sockaddr_storage` librdmacm filled in (the bindings'
+/// struct is glibc's, `crate::ffi` asserts the layouts equal).
+fn from_sockaddr(ss: &ffi::sockaddr_storage) -> Option<SocketAddr> {
+    // SAFETY: same size and alignment as libc's (asserted in crate::ffi), both
+    // plain C data.
+    let ss = unsafe { &*(ss as *const ffi::sockaddr_storage).cast::<libc::sockaddr_storage>() };
     match i32::from(ss.ss_family) {
         libc::AF_INET => {
             // SAFETY: the family says sockaddr_in; storage is large and aligned enough.
@@ -341,7 +364,7 @@ impl CmId {
         let mut id: *mut ffi::rdma_cm_id = std::ptr::null_mut();
         // SAFETY: live channel; valid out pointer.
         check(unsafe {
-            ffi::rdma_create_id(
+            (chan.cm.rdma_create_id)(
                 chan.ptr.as_ptr(),
                 &mut id,
                 std::ptr::null_mut(),
@@ -359,10 +382,10 @@ impl CmId {
         let mut ss = sockaddr(dst);
         // SAFETY: live id; `ss` is a valid sockaddr for the call's duration.
         check(unsafe {
-            ffi::rdma_resolve_addr(
+            (self.chan.cm.rdma_resolve_addr)(
                 self.ptr.as_ptr(),
                 std::ptr::null_mut(),
-                &mut ss as *mut _ as *mut libc::sockaddr,
+                (&mut ss as *mut libc::sockaddr_storage).cast::<ffi::sockaddr>(),
                 timeout_ms,
             )
         })
@@ -371,7 +394,7 @@ impl CmId {
     /// `rdma_resolve_route`.
     pub(crate) fn resolve_route(&self, timeout_ms: i32) -> io::Result<()> {
         // SAFETY: live id.
-        check(unsafe { ffi::rdma_resolve_route(self.ptr.as_ptr(), timeout_ms) })
+        check(unsafe { (self.chan.cm.rdma_resolve_route)(self.ptr.as_ptr(), timeout_ms) })
     }
 
     /// `rdma_bind_addr` then `rdma_listen`.
@@ -379,17 +402,20 @@ impl CmId {
         let mut ss = sockaddr(addr);
         // SAFETY: live id; valid sockaddr.
         check(unsafe {
-            ffi::rdma_bind_addr(self.ptr.as_ptr(), &mut ss as *mut _ as *mut libc::sockaddr)
+            (self.chan.cm.rdma_bind_addr)(
+                self.ptr.as_ptr(),
+                (&mut ss as *mut libc::sockaddr_storage).cast::<ffi::sockaddr>(),
+            )
         })?;
         // SAFETY: live, bound id.
-        check(unsafe { ffi::rdma_listen(self.ptr.as_ptr(), backlog) })
+        check(unsafe { (self.chan.cm.rdma_listen)(self.ptr.as_ptr(), backlog) })
     }
 
     /// Moves the id's events to `chan` (`rdma_migrate_id`).
     pub(crate) fn migrate(&mut self, chan: &Arc<EventChannel>) -> io::Result<()> {
         // SAFETY: live id and channel; every event of the id is acknowledged
         // (invariant 2), so this does not block.
-        check(unsafe { ffi::rdma_migrate_id(self.ptr.as_ptr(), chan.ptr.as_ptr()) })?;
+        check(unsafe { (chan.cm.rdma_migrate_id)(self.ptr.as_ptr(), chan.ptr.as_ptr()) })?;
         self.chan = chan.clone();
         Ok(())
     }
@@ -400,9 +426,9 @@ impl CmId {
         unsafe {
             let a = &(*self.ptr.as_ptr()).route.addr;
             if src {
-                from_sockaddr(&a.src_addr_union.src_storage)
+                from_sockaddr(&a.__bindgen_anon_1.src_storage)
             } else {
-                from_sockaddr(&a.dst_addr_union.dst_storage)
+                from_sockaddr(&a.__bindgen_anon_2.dst_storage)
             }
         }
     }
@@ -427,7 +453,7 @@ impl CmId {
         let ptr = NonNull::new(verbs)?;
         // SAFETY: `cm_id->verbs` of a live id, which the Context's owner (this id)
         // keeps alive.
-        Some(unsafe { Context::from_cm(ptr, self.clone()) })
+        Some(unsafe { Context::from_cm(ptr, self.chan.v, self.clone()) })
     }
 
     /// `rdma_connect`.
@@ -435,14 +461,14 @@ impl CmId {
         let mut raw = p.raw()?;
         // SAFETY: live id with a QP; `raw` and its private data outlive the call
         // (librdmacm copies them).
-        check(unsafe { ffi::rdma_connect(self.ptr.as_ptr(), &mut raw) })
+        check(unsafe { (self.chan.cm.rdma_connect)(self.ptr.as_ptr(), &mut raw) })
     }
 
     /// `rdma_accept`.
     pub(crate) fn accept(&self, p: &ConnParam<'_>) -> io::Result<()> {
         let mut raw = p.raw()?;
         // SAFETY: as `connect`.
-        check(unsafe { ffi::rdma_accept(self.ptr.as_ptr(), &mut raw) })
+        check(unsafe { (self.chan.cm.rdma_accept)(self.ptr.as_ptr(), &mut raw) })
     }
 
     /// `rdma_reject` with private data.
@@ -455,14 +481,14 @@ impl CmId {
             private_data.as_ptr().cast()
         };
         // SAFETY: live id; the data outlives the call.
-        check(unsafe { ffi::rdma_reject(self.ptr.as_ptr(), ptr, len) })
+        check(unsafe { (self.chan.cm.rdma_reject)(self.ptr.as_ptr(), ptr, len) })
     }
 
     /// `rdma_disconnect`: moves the QP to the error state (its outstanding work is
     /// flushed) and tells the peer.
     pub(crate) fn disconnect(&self) -> io::Result<()> {
         // SAFETY: live id.
-        check(unsafe { ffi::rdma_disconnect(self.ptr.as_ptr()) })
+        check(unsafe { (self.chan.cm.rdma_disconnect)(self.ptr.as_ptr()) })
     }
 }
 
@@ -540,14 +566,16 @@ impl Qp {
                 "the protection domain is not of the connection's device",
             ));
         }
+        let v = ctx.verbs();
+        let cm = id.chan.cm;
         // SAFETY: live context (kept by the PD).
-        let comp = NonNull::new(unsafe { ffi::ibv_create_comp_channel(ctx.as_ptr()) })
+        let comp = NonNull::new(unsafe { (v.ibv_create_comp_channel)(ctx.as_ptr()) })
             .ok_or_else(io::Error::last_os_error)?;
         // SAFETY: live channel.
         let fd = unsafe { (*comp.as_ptr()).fd };
         let destroy_comp = |comp: NonNull<ffi::ibv_comp_channel>| {
             // SAFETY: created above, no CQ left on it.
-            unsafe { ffi::ibv_destroy_comp_channel(comp.as_ptr()) };
+            unsafe { (v.ibv_destroy_comp_channel)(comp.as_ptr()) };
         };
         if let Err(e) = set_nonblocking(fd) {
             destroy_comp(comp);
@@ -555,9 +583,8 @@ impl Qp {
         }
         let cqe = i32::try_from(caps.send_wr.saturating_add(caps.recv_wr)).unwrap_or(i32::MAX);
         // SAFETY: live context and channel.
-        let cq = unsafe {
-            ffi::ibv_create_cq(ctx.as_ptr(), cqe, std::ptr::null_mut(), comp.as_ptr(), 0)
-        };
+        let cq =
+            unsafe { (v.ibv_create_cq)(ctx.as_ptr(), cqe, std::ptr::null_mut(), comp.as_ptr(), 0) };
         let Some(cq) = NonNull::new(cq) else {
             let e = io::Error::last_os_error();
             destroy_comp(comp);
@@ -574,13 +601,13 @@ impl Qp {
         attr.cap.max_send_sge = caps.send_sge;
         attr.cap.max_recv_sge = caps.recv_sge;
         // SAFETY: live id, PD and CQ of the id's context (checked above).
-        let rc = unsafe { ffi::rdma_create_qp(id.ptr.as_ptr(), pd.as_ptr(), &mut attr) };
+        let rc = unsafe { (cm.rdma_create_qp)(id.ptr.as_ptr(), pd.as_ptr(), &mut attr) };
         // SAFETY: live id; a successful rdma_create_qp sets `id->qp`.
         let qp = (rc == 0).then(|| unsafe { (*id.ptr.as_ptr()).qp });
         let Some(qp) = qp.and_then(NonNull::new) else {
             let e = errno(rc);
             // SAFETY: created above, no QP on it, no events got.
-            unsafe { ffi::ibv_destroy_cq(cq.as_ptr()) };
+            unsafe { (v.ibv_destroy_cq)(cq.as_ptr()) };
             destroy_comp(comp);
             return Err(e);
         };
@@ -623,14 +650,14 @@ impl Qp {
             let mut cq: *mut ffi::ibv_cq = std::ptr::null_mut();
             let mut ctx: *mut std::os::raw::c_void = std::ptr::null_mut();
             // SAFETY: live channel; valid out pointers; fd non-blocking (invariant 5).
-            let rc = unsafe { ffi::ibv_get_cq_event(self.comp.as_ptr(), &mut cq, &mut ctx) };
+            let rc = unsafe { (self.v().ibv_get_cq_event)(self.comp.as_ptr(), &mut cq, &mut ctx) };
             if rc != 0 {
                 let e = io::Error::last_os_error();
                 return if would_block(&e) { Ok(any) } else { Err(e) };
             }
             any = true;
             // SAFETY: the event was for our only CQ on this channel; acknowledged once.
-            unsafe { ffi::ibv_ack_cq_events(self.cq.as_ptr(), 1) };
+            unsafe { (self.v().ibv_ack_cq_events)(self.cq.as_ptr(), 1) };
         }
     }
 
@@ -652,10 +679,10 @@ impl Qp {
             let Some(o) = table.remove(&w.wr_id) else {
                 continue;
             };
-            let with_inv = w.wc_flags & ffi::ibv_wc_flags::IBV_WC_WITH_INV.0 != 0;
+            let with_inv = w.wc_flags & ffi::ibv_wc_flags::IBV_WC_WITH_INV != 0;
             // SAFETY: both members of the union are plain 32-bit integers; the value
             // means the invalidated rkey only with IBV_WC_WITH_INV, checked below.
-            let rkey = unsafe { w.imm_data_invalidated_rkey_union.invalidated_rkey };
+            let rkey = unsafe { w.__bindgen_anon_1.invalidated_rkey };
             out.push(RawWc {
                 wr_id: o.wr_id,
                 opcode: o.opcode,
@@ -727,32 +754,32 @@ impl Qp {
             sges.as_mut_ptr()
         };
         wr.num_sge = sges.len() as i32;
-        wr.send_flags = ffi::ibv_send_flags::IBV_SEND_SIGNALED.0;
+        wr.send_flags = ffi::ibv_send_flags::IBV_SEND_SIGNALED;
         match op {
             RawSendOp::Send => wr.opcode = ffi::ibv_wr_opcode::IBV_WR_SEND,
             RawSendOp::SendWithInvalidate(rkey) => {
                 wr.opcode = ffi::ibv_wr_opcode::IBV_WR_SEND_WITH_INV;
-                wr.imm_data_invalidated_rkey_union.invalidated_rkey = rkey;
+                wr.__bindgen_anon_1.invalidate_rkey = rkey;
                 // libsiw (rdma-core providers/siw/siw.c, push_send_wqe) takes the
                 // STag a Send With Invalidate names from `wr.rdma.rkey`, not from
                 // `invalidate_rkey`; with only the latter set, siw sends STag 0 and
                 // the peer answers with a Terminate (cannot invalidate). The union
                 // member is unused by a Send on every other provider.
-                wr.wr.rdma = ffi::rdma_t {
+                wr.wr.rdma = ffi::ibv_send_wr_rdma {
                     remote_addr: 0,
                     rkey,
                 };
             }
             RawSendOp::RdmaWrite { rkey, addr } => {
                 wr.opcode = ffi::ibv_wr_opcode::IBV_WR_RDMA_WRITE;
-                wr.wr.rdma = ffi::rdma_t {
+                wr.wr.rdma = ffi::ibv_send_wr_rdma {
                     remote_addr: addr,
                     rkey,
                 };
             }
             RawSendOp::RdmaRead { rkey, addr } => {
                 wr.opcode = ffi::ibv_wr_opcode::IBV_WR_RDMA_READ;
-                wr.wr.rdma = ffi::rdma_t {
+                wr.wr.rdma = ffi::ibv_send_wr_rdma {
                     remote_addr: addr,
                     rkey,
                 };
@@ -761,7 +788,7 @@ impl Qp {
                 wr.opcode = ffi::ibv_wr_opcode::IBV_WR_LOCAL_INV;
                 wr.num_sge = 0;
                 wr.sg_list = std::ptr::null_mut();
-                wr.imm_data_invalidated_rkey_union.invalidated_rkey = rkey;
+                wr.__bindgen_anon_1.invalidate_rkey = rkey;
             }
         }
         let mut bad: *mut ffi::ibv_send_wr = std::ptr::null_mut();
@@ -802,6 +829,11 @@ impl Qp {
     pub(crate) fn id(&self) -> &Arc<CmId> {
         &self.id
     }
+
+    /// The loaded libibverbs (of the PD's context).
+    fn v(&self) -> &'static ffi::Verbs {
+        self.pd.context().verbs()
+    }
 }
 
 impl Drop for Qp {
@@ -810,9 +842,9 @@ impl Drop for Qp {
         // then the completion channel; the outstanding regions are released after
         // this (fields drop after `drop`), when the device no longer has the QP.
         unsafe {
-            ffi::rdma_destroy_qp(self.id.ptr.as_ptr());
-            ffi::ibv_destroy_cq(self.cq.as_ptr());
-            ffi::ibv_destroy_comp_channel(self.comp.as_ptr());
+            (self.id.chan.cm.rdma_destroy_qp)(self.id.ptr.as_ptr());
+            (self.v().ibv_destroy_cq)(self.cq.as_ptr());
+            (self.v().ibv_destroy_comp_channel)(self.comp.as_ptr());
         }
         let _ = &self.pd;
     }
