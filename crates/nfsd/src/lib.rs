@@ -50,6 +50,7 @@ pub mod handle_key;
 pub mod kernel_fh;
 pub mod mount;
 pub mod nfs;
+pub mod nlm;
 pub mod portmap;
 mod proc;
 pub mod rdma;
