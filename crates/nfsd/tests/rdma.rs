@@ -37,6 +37,7 @@ fn config(dir: &TempDir) -> Config {
         rpcbind: RpcbindMode::Off,
         portmap_port: 0,
         handles: nfsd::HandleConfig::ephemeral().unwrap(),
+        nlm: None,
     }
 }
 

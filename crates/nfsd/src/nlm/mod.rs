@@ -53,6 +53,9 @@ pub const DEFAULT_PORT: u16 = 4045;
 /// Lock manager settings.
 #[derive(Debug, Clone)]
 pub struct NlmConfig {
+    /// Port of NLM and NSM on TCP, and of NSM on UDP (0: any free port; clients find
+    /// it through the portmapper).
+    pub port: u16,
     /// Where the NSM state lives (`<state_dir>/nsm`).
     pub state_dir: PathBuf,
     /// Grace period after a restart during which only reclaims are granted (when
@@ -73,6 +76,7 @@ impl NlmConfig {
     /// Defaults, keeping the state in `state_dir`.
     pub fn new(state_dir: PathBuf) -> NlmConfig {
         NlmConfig {
+            port: DEFAULT_PORT,
             state_dir,
             grace: DEFAULT_GRACE,
             client_portmap_port: 111,

@@ -31,6 +31,7 @@ async fn run(args: &[String]) -> Result<(), String> {
     let port = |p: &String| p.parse::<u16>().map_err(|e| format!("{p}: {e}"));
     let key = HandleKey::ephemeral().map_err(|e| format!("handle key: {e}"))?;
     let config = Config {
+        nlm: None,
         handles: HandleConfig::new(key),
         exports: vec![ExportLine::everyone(
             PathBuf::from(dir),
