@@ -117,7 +117,8 @@ struct Cli {
     anon_gid: u32,
     /// Directory of the state kept across restarts: the key that authenticates file
     /// handles (fh.key, mode 0600), so that clients' handles stay valid after a
-    /// restart. Created if missing.
+    /// restart, and the lock manager's NSM state number and the clients to notify
+    /// after a restart (nsm/). Created if missing.
     #[arg(long, value_name = "DIR", default_value = nfsd::handle_key::DEFAULT_STATE_DIR)]
     state_dir: PathBuf,
     /// Serve no lock manager (NLM/NSM): clients must then mount with `nolock`.

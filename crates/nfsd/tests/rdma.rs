@@ -233,6 +233,8 @@ fn binary_announces_rdma_and_no_rdma_turns_it_off() {
                 "0",
                 "--mount-port",
                 "0",
+                "--nlm-port",
+                "0",
             ])
             .args(["--rpcbind", "off"])
             .args(extra)

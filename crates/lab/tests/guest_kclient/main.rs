@@ -10,6 +10,7 @@ mod common;
 mod kclient_to_host_peer;
 mod kclient_to_iwarp;
 mod nfs_exports;
+mod nfs_locking;
 mod nfs_plain_mounts;
 mod nfs_rdma;
 mod nfs_rdma_guest_server;
