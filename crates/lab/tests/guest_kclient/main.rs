@@ -2,7 +2,9 @@
 //! guest) is the guest's part and no knfsd runs: siw stock, no port forwards. One
 //! shared boot (`GuestConfig::shared_boot("kclient")`) runs each scenario's
 //! script in turn; each is still its own test with its own `lab/out/<run>/`,
-//! results, host processes, capture and verdict.
+//! results, host processes, capture and verdict. `nfs_locking` needs port forwards
+//! to the guest's rpcbind, lockd and statd, so it boots its own guest
+//! (`shared_boot("kclient-nlm")`).
 
 #[path = "../common/mod.rs"]
 mod common;

@@ -214,7 +214,11 @@ impl Service for NsmService {
                     state = notice.state,
                     "SM_NOTIFY: a client restarted; dropping its locks"
                 );
-                self.nlm.host_rebooted(&notice.mon_name);
+                // Off the runtime's threads: forgetting the host rewrites the client list.
+                let nlm = self.nlm.clone();
+                tokio::task::spawn_blocking(move || nlm.host_rebooted(&notice.mon_name))
+                    .await
+                    .map_err(|_| ServiceError::SystemErr)?;
                 Ok(xdr::XdrStream::default())
             }
             _ => Err(ServiceError::ProcUnavail),
