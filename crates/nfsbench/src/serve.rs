@@ -57,6 +57,7 @@ async fn serve(opts: &ServeOptions) -> std::io::Result<()> {
         None => HandleKey::ephemeral()?,
     };
     let config = Config {
+        nlm: None,
         handles: HandleConfig {
             kernel: opts.kernel_handles,
             ..HandleConfig::new(key)

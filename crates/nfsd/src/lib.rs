@@ -13,6 +13,9 @@
 //!   fh (handle format)   handle_key (its MAC key)   kernel_fh (open_by_handle_at)
 //!   errno (errno -> nfsstat3)   creds (AUTH_SYS identities)
 //!   exports (exports(5) table; the access check of every MNT and every handle)
+//!
+//!   nlm: NLM v4 (locks, blocked locks, GRANTED callbacks, shares) and NSM
+//!   (SM_NOTIFY both ways, grace period), programs 100021 and 100024
 //! ```
 //!
 //! The NFS and MOUNT programs are transport-neutral `oncrpc` services: anything that
@@ -37,7 +40,7 @@
 //!
 //! # What this crate does not do
 //!
-//! NLM (locking; clients mount with `nolock`), NFSv4, a duplicate request cache,
+//! NFSv4, a duplicate request cache, NLM over UDP (locking is [`nlm`], on TCP),
 //! ACLs over the wire, UDP, netgroups and host name wildcards in exports
 //! ([`exports`]).
 #![warn(missing_docs, unreachable_pub)]
@@ -50,6 +53,7 @@ pub mod handle_key;
 pub mod kernel_fh;
 pub mod mount;
 pub mod nfs;
+pub mod nlm;
 pub mod portmap;
 mod proc;
 pub mod rdma;

@@ -1,5 +1,5 @@
-//! `nfsd`: serve local directories over NFSv3 (TCP and RPC-over-RDMA) and MOUNT v3
-//! (TCP).
+//! `nfsd`: serve local directories over NFSv3 (TCP and RPC-over-RDMA), MOUNT v3
+//! (TCP), and the NLM v4 / NSM lock manager (TCP; NSM on UDP too).
 //!
 //! ```text
 //! nfsd [OPTIONS] <DIR>...
@@ -9,8 +9,11 @@
 //! nfsd --bind 192.0.2.1 --rdma-provider verbs /srv/export  # on that address's RDMA NIC
 //! nfsd --no-rdma --nfs-port 12049 --mount-port 12048 --read-only /srv/a /srv/b
 //! nfsd --exports /etc/exports              # per-client access (exports(5)); SIGHUP reloads
-//! nfsd --state-dir /var/lib/nfsd-rs /srv/export   # where the file handle key is kept
+//! nfsd --state-dir /var/lib/nfsd-rs /srv/export   # handle key and lock manager state
+//! nfsd --grace-period 15 /srv/export       # NLM: reclaims only for 15 s after a restart
+//! nfsd --no-nlm /srv/export                # no locking: clients mount with nolock
 //! ```
+//! Locking (NLM v4 and NSM on port 4045) is on by default; see docs/locking.md.
 //! Clients find MOUNT (and NFS over TCP) through the host's rpcbind, or, when none
 //! runs, through our own portmapper on port 111 (`--rpcbind auto`, the default):
 //! `mount -t nfs host:/srv/export /mnt` (TCP), or over RDMA `mount -t nfs -o
@@ -22,6 +25,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use clap::{Parser, ValueEnum};
+use nfsd::nlm::locks::Limits;
+use nfsd::nlm::NlmConfig;
 use nfsd::rdma::{Provider, RdmaOptions};
 use nfsd::server::{export_lines, Bound, Config, RpcbindMode};
 use nfsd::{ExportLine, ExportOptions, HandleConfig, HandleKey, NfsServer, Squash};
@@ -123,9 +128,36 @@ struct Cli {
     anon_gid: u32,
     /// Directory of the state kept across restarts: the key that authenticates file
     /// handles (fh.key, mode 0600), so that clients' handles stay valid after a
-    /// restart. Created if missing.
+    /// restart, and the lock manager's NSM state number and the clients to notify
+    /// after a restart (nsm/). Created if missing.
     #[arg(long, value_name = "DIR", default_value = nfsd::handle_key::DEFAULT_STATE_DIR)]
     state_dir: PathBuf,
+    /// Serve no lock manager (NLM/NSM): clients must then mount with `nolock`.
+    #[arg(long, conflicts_with_all = ["nlm_port", "grace_period", "client_portmap_port"])]
+    no_nlm: bool,
+    /// Port of the lock manager: NLM v4 and NSM (status monitor) on TCP, NSM on UDP
+    /// (clients find it through the portmapper; 0 takes any free port).
+    #[arg(long, default_value_t = nfsd::nlm::DEFAULT_PORT)]
+    nlm_port: u16,
+    /// Seconds after a restart during which only lock reclaims are granted (when
+    /// clients held locks before it; they are sent SM_NOTIFY and reclaim).
+    #[arg(long, value_name = "SECS", default_value_t = 90,
+          value_parser = clap::value_parser!(u64).range(0..=3600))]
+    grace_period: u64,
+    /// Port of the clients' portmappers, asked for their lock manager (GRANTED
+    /// callbacks) and status monitor (SM_NOTIFY after a restart). 111 unless the
+    /// clients sit behind NAT port forwarding.
+    #[arg(long, default_value_t = 111)]
+    client_portmap_port: u16,
+    /// Locks plus blocked lock requests one client host may hold; one more is
+    /// refused with NLM4_DENIED_NOLOCKS.
+    #[arg(long, value_name = "N", default_value_t = 65_536,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    max_locks_per_client: u64,
+    /// Locks plus blocked lock requests in all.
+    #[arg(long, value_name = "N", default_value_t = 1 << 20,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    max_locks: u64,
 }
 
 fn parse_timeout(s: &str) -> Result<f64, String> {
@@ -236,6 +268,16 @@ fn main() -> std::process::ExitCode {
             RpcbindArg::Off => RpcbindMode::Off,
         },
         portmap_port: cli.portmap_port,
+        nlm: (!cli.no_nlm).then(|| NlmConfig {
+            port: cli.nlm_port,
+            grace: std::time::Duration::from_secs(cli.grace_period),
+            client_portmap_port: cli.client_portmap_port,
+            limits: Limits {
+                per_host: usize::try_from(cli.max_locks_per_client).unwrap_or(usize::MAX),
+                total: usize::try_from(cli.max_locks).unwrap_or(usize::MAX),
+            },
+            ..NlmConfig::new(cli.state_dir.clone())
+        }),
     };
     // Modes from clients are applied exactly, as knfsd does.
     rustix::process::umask(rustix::fs::Mode::empty());

@@ -20,6 +20,8 @@ use tokio::sync::watch;
 
 use crate::exports::ExportLine;
 use crate::nfs::Table;
+use crate::nlm::xdr::{NLM_PROGRAM, NLM_V4, NSM_PROGRAM, NSM_V1};
+use crate::nlm::{Nlm, NlmConfig, NlmService, NsmService};
 use crate::portmap::{Portmapper, Registration, PMAP_PROGRAM};
 use crate::rdma::{RdmaListener, RdmaOptions};
 use crate::vfs::HandleConfig;
@@ -63,6 +65,9 @@ pub struct Config {
     /// The handles' key and kind: [`HandleConfig::new`] with
     /// [`crate::HandleKey::load_or_create`] for handles that survive a restart.
     pub handles: HandleConfig,
+    /// Locking (NLM v4 and NSM, [`crate::nlm`]); `None`: no lock manager (clients
+    /// must mount with `nolock`).
+    pub nlm: Option<NlmConfig>,
 }
 
 /// Listeners bound and exports opened, not yet serving.
@@ -74,6 +79,8 @@ pub struct Bound {
     /// Our own portmapper's sockets: the same port on TCP and UDP.
     portmap: Option<(TcpListener, UdpSocket)>,
     rdma: Option<RdmaListener>,
+    /// The lock manager and its sockets: NLM and NSM on TCP, NSM on UDP (same port).
+    nlm: Option<(Arc<Nlm>, TcpListener, UdpSocket)>,
     registrar: Option<Registrar>,
     /// The mode asked for; with [`RpcbindMode::Auto`], `registrar` or `portmap` (or
     /// `no_portmapper`) says what it chose.
@@ -100,6 +107,20 @@ impl Bound {
             Some(listen(config.mount_port).await?)
         };
         let _ = nfs_port;
+        let nlm = match &config.nlm {
+            Some(c) => {
+                let nlm = Arc::new(Nlm::new(c.clone())?);
+                let addr = SocketAddr::new(config.bind, c.port);
+                let tcp = TcpListener::bind(addr)
+                    .await
+                    .map_err(|e| std::io::Error::new(e.kind(), format!("NLM tcp {addr}: {e}")))?;
+                let udp = UdpSocket::bind(tcp.local_addr()?)
+                    .await
+                    .map_err(|e| std::io::Error::new(e.kind(), format!("NSM udp {addr}: {e}")))?;
+                Some((nlm, tcp, udp))
+            }
+            None => None,
+        };
         let mut no_portmapper = None;
         let pm_addr = SocketAddr::new(config.bind, config.portmap_port);
         let (registrar, portmap) = match config.rpcbind {
@@ -121,6 +142,7 @@ impl Bound {
             mount,
             portmap,
             rdma: None,
+            nlm,
             registrar,
             rpcbind_mode: config.rpcbind,
             no_portmapper,
@@ -159,6 +181,16 @@ impl Bound {
         self.portmap.as_ref().and_then(|(t, _)| t.local_addr().ok())
     }
 
+    /// The lock manager, if locking is served.
+    pub fn nlm(&self) -> Option<&Arc<Nlm>> {
+        self.nlm.as_ref().map(|(n, _, _)| n)
+    }
+
+    /// Where NLM and NSM listen (TCP; NSM on UDP too), if locking is served.
+    pub fn nlm_addr(&self) -> Option<SocketAddr> {
+        self.nlm.as_ref().and_then(|(_, t, _)| t.local_addr().ok())
+    }
+
     /// Where MOUNT listens.
     pub fn mount_addr(&self) -> std::io::Result<SocketAddr> {
         match &self.mount {
@@ -186,6 +218,7 @@ impl Bound {
             )),
             None => lines.push("NFS/RDMA: off".to_string()),
         }
+        lines.push(self.describe_nlm());
         lines.push(self.describe_rpcbind());
         lines.push(if self.server.switching {
             "AUTH_SYS identities applied, squashed per export".to_string()
@@ -198,13 +231,35 @@ impl Bound {
         lines
     }
 
+    /// The startup line about locking: where NLM and NSM listen, our NSM state, and
+    /// the grace period after a restart with clients to notify.
+    fn describe_nlm(&self) -> String {
+        let (Some(nlm), Some(addr)) = (self.nlm(), self.nlm_addr()) else {
+            return "locking: off (no NLM; clients must mount with nolock)".to_string();
+        };
+        let clients = nlm.nsm.previous().len();
+        let grace = match nlm.grace_left() {
+            Some(g) => format!(
+                "grace period {} s: only reclaims granted; SM_NOTIFY to {clients} client(s) \
+                 of the previous run",
+                g.as_secs_f64().round()
+            ),
+            None => "no grace period (no client held locks before)".to_string(),
+        };
+        format!(
+            "NLM v4 and NSM v1 listening on tcp {addr} (NSM also on udp), NSM state {}, {grace}",
+            nlm.nsm.state
+        )
+    }
+
     /// The startup line that says how clients find our ports: through the host's
     /// rpcbind, through our own portmapper, or not at all (then they must name them).
     fn describe_rpcbind(&self) -> String {
-        let programs = if self.rdma.is_some() {
-            "NFS and MOUNT (tcp), NFS (rdma)"
-        } else {
-            "NFS and MOUNT (tcp)"
+        let programs = match (self.rdma.is_some(), self.nlm.is_some()) {
+            (true, true) => "NFS, MOUNT, NLM and NSM (tcp), NSM (udp), NFS (rdma)",
+            (true, false) => "NFS and MOUNT (tcp), NFS (rdma)",
+            (false, true) => "NFS, MOUNT, NLM and NSM (tcp), NSM (udp)",
+            (false, false) => "NFS and MOUNT (tcp)",
         };
         if let Some(r) = &self.registrar {
             return format!(
@@ -303,6 +358,49 @@ impl Bound {
                     .map_err(std::io::Error::other)?;
             }
         }
+        let mut nsm_udp = None;
+        if let Some((nlm, tcp, udp)) = self.nlm {
+            let addr = tcp.local_addr()?;
+            for (prog, vers, netid) in [
+                (NLM_PROGRAM, NLM_V4, "tcp"),
+                (NSM_PROGRAM, NSM_V1, "tcp"),
+                (NSM_PROGRAM, NSM_V1, "udp"),
+            ] {
+                table.push(Registration {
+                    prog,
+                    vers,
+                    netid,
+                    addr,
+                });
+            }
+            let nsm = Arc::new(NsmService::new(nlm.clone()));
+            let mut d = Dispatcher::new();
+            d.register(
+                NLM_PROGRAM,
+                [NLM_V4],
+                Arc::new(NlmService::new(nlm.clone(), self.server.clone())),
+            )
+            .map_err(std::io::Error::other)?;
+            d.register(NSM_PROGRAM, [NSM_V1], nsm.clone())
+                .map_err(std::io::Error::other)?;
+            tasks.spawn(Server::new(d, config.clone()).serve(tcp, stopped(stop_rx.clone())));
+            // NSM on UDP: rebooted clients' sm-notify sends SM_NOTIFY over UDP.
+            let mut d = Dispatcher::new();
+            d.register(NSM_PROGRAM, [NSM_V1], nsm)
+                .map_err(std::io::Error::other)?;
+            if let Some(r) = &self.registrar {
+                if let Err(e) = r.set_all(&[(NSM_PROGRAM, NSM_V1)], "udp", addr).await {
+                    tracing::warn!(error = %e, "cannot register NSM on udp with rpcbind");
+                }
+                nsm_udp = Some(addr);
+            }
+            tasks.spawn(oncrpc::udp::serve_udp(
+                udp,
+                Arc::new(d),
+                stopped(stop_rx.clone()),
+            ));
+            nlm.notify_clients();
+        }
         let s = Server::new(nfs_dispatcher, config);
         tasks.spawn(s.serve(self.nfs, stopped(stop_rx.clone())));
         if let Some((listener, udp)) = self.portmap {
@@ -319,6 +417,7 @@ impl Bound {
             tasks.spawn(s.serve(listener, stopped(stop_rx.clone())));
         }
         // Stop everything on the shutdown signal, or when one server fails.
+        let registrar = self.registrar.clone();
         let mut result = Ok(());
         tokio::pin!(shutdown);
         tokio::select! {
@@ -332,6 +431,9 @@ impl Bound {
             if result.is_ok() {
                 result = flatten(done);
             }
+        }
+        if let (Some(r), Some(addr)) = (registrar, nsm_udp) {
+            let _ = r.unset_all(&[(NSM_PROGRAM, NSM_V1)], "udp", addr).await;
         }
         result
     }

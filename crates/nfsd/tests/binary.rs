@@ -57,6 +57,8 @@ impl Nfsd {
                 "0",
                 "--mount-port",
                 "0",
+                "--nlm-port",
+                "0",
                 "--rpcbind",
                 "off",
                 // Port 20049 may be taken (the lab's hostfwd, another server);
@@ -485,6 +487,8 @@ fn libnfs_meets_the_exports_rules() {
             "0",
             "--mount-port",
             "0",
+            "--nlm-port",
+            "0",
         ])
         .args(["--exports", exports.to_str().unwrap()])
         .output()
@@ -766,6 +770,8 @@ mod wire {
                 "--nfs-port",
                 "0",
                 "--mount-port",
+                "0",
+                "--nlm-port",
                 "0",
             ])
             .args(args)

@@ -37,6 +37,7 @@ fn config(dir: &TempDir) -> Config {
         rpcbind: RpcbindMode::Off,
         portmap_port: 0,
         handles: nfsd::HandleConfig::ephemeral().unwrap(),
+        nlm: None,
     }
 }
 
@@ -240,6 +241,8 @@ fn binary_announces_rdma_and_no_rdma_turns_it_off() {
                 "--nfs-port",
                 "0",
                 "--mount-port",
+                "0",
+                "--nlm-port",
                 "0",
             ])
             .args(["--rpcbind", "off"])

@@ -86,6 +86,19 @@ cat /tmp/nfsd-reg-$$.out; rm -f /tmp/nfsd-reg-$$.out
         .split_once("== after shutdown")
         .expect("both phases ran");
     assert!(serving.contains("100003    3   tcp   2049  nfs"), "{out}");
+    // The lock manager: NLM v4 on tcp, NSM on tcp and udp, port 4045.
+    assert!(
+        serving.contains("100021    4   tcp   4045  nlockmgr"),
+        "{out}"
+    );
+    assert!(
+        serving.contains("100024    1   udp   4045  status"),
+        "{out}"
+    );
+    assert!(
+        serving.contains("100024    1   tcp   4045  status"),
+        "{out}"
+    );
     assert!(
         serving.contains("100005    3   tcp  20048  mountd"),
         "{out}"
@@ -100,8 +113,8 @@ cat /tmp/nfsd-reg-$$.out; rm -f /tmp/nfsd-reg-$$.out
     );
     assert!(
         out.contains(
-            "nfsd: rpcbind: registering NFS and MOUNT (tcp), NFS (rdma) with the host's \
-             rpcbind at 127.0.0.1:111 (it answered)"
+            "nfsd: rpcbind: registering NFS, MOUNT, NLM and NSM (tcp), NSM (udp), NFS (rdma) \
+             with the host's rpcbind at 127.0.0.1:111 (it answered)"
         ),
         "{out}"
     );
@@ -134,7 +147,7 @@ fn serves_its_own_portmapper() {
     assert!(
         out.contains(
             "nfsd: rpcbind: serving our own portmapper (v2, rpcbind v3/v4) on tcp and \
-             udp 127.0.0.1:111, listing NFS and MOUNT (tcp), NFS (rdma)\n"
+             udp 127.0.0.1:111, listing NFS, MOUNT, NLM and NSM (tcp), NSM (udp), NFS (rdma)\n"
         ),
         "{out}"
     );
@@ -148,7 +161,7 @@ fn by_default_serves_its_own_portmapper_when_no_rpcbind_answers() {
     assert!(
         out.contains(
             "nfsd: rpcbind: serving our own portmapper (v2, rpcbind v3/v4) on tcp and \
-             udp 127.0.0.1:111, listing NFS and MOUNT (tcp), NFS (rdma) (no rpcbind answered on \
+             udp 127.0.0.1:111, listing NFS, MOUNT, NLM and NSM (tcp), NSM (udp), NFS (rdma) (no rpcbind answered on \
              127.0.0.1:111)"
         ),
         "{out}"

@@ -16,8 +16,8 @@
 //! The Linux side needs rpc.statd for a mount with locking: mount.nfs refuses one
 //! ("rpc.statd is not running but is required for remote locking") and the kernel's
 //! lockd registers with the guest's rpcbind. The initramfs carries rpcbind but not
-//! rpc.statd, so the scenario ships the host's (`lab_statd_up`). nfsd serves no NLM
-//! yet (issue 15 item 2): these mounts work, locks taken on them do not.
+//! rpc.statd, so the scenario ships the host's (`lab_statd_up`). Locks taken on
+//! such mounts go to nfsd's NLM: scenario `nfs_locking`.
 //!
 //! Asserted:
 //! - nfsd's startup output says it serves its own portmapper on 127.0.0.1:111 (TCP

@@ -21,7 +21,7 @@ step make sh -c 'head -c 8388608 /dev/urandom > /tmp/i8m'
 nfsd_up() {
   mkdir -p /srv/i$1 && mount -t tmpfs -o size=64m tmpfs /srv/i$1 && chmod 777 /srv/i$1 || return 1
   /share/bin/nfsd --bind 10.0.2.15 --nfs-port $2 --mount-port $3 --rdma-port $4 \
-    --rdma-provider $5 --rpcbind off --squash none --state-dir /tmp/nfsd-state-i$1 /srv/i$1 \
+    --rdma-provider $5 --rpcbind off --no-nlm --squash none --state-dir /tmp/nfsd-state-i$1 /srv/i$1 \
     >"$LAB_RUN_DIR/nfsd-$1.txt" 2>&1 &
   echo $! >/tmp/nfsd-i$1.pid
   i=0

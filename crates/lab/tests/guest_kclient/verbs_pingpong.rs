@@ -82,7 +82,7 @@ rpc_echo() {
 verbs_nfsd_up() {
   mkdir -p /srv/v$1 && mount -t tmpfs -o size=64m tmpfs /srv/v$1 && chmod 777 /srv/v$1 || return 1
   RUST_LOG=rpcrdma_transport=info /share/bin/nfsd --bind 10.0.2.15 --nfs-port $2 \
-    --mount-port $3 --rdma-port $4 --rdma-provider $5 --rpcbind off \
+    --mount-port $3 --rdma-port $4 --rdma-provider $5 --rpcbind off --no-nlm \
     --state-dir /tmp/nfsd-state-$1 /srv/v$1 >"$LAB_RUN_DIR/nfsd-$1.txt" 2>&1 &
   echo $! >/tmp/nfsd-$1.pid
   i=0
