@@ -42,7 +42,7 @@ pub use host::{HostExit, HostProcess};
 pub use outcome::{Failure, Outcome, StepResult, StepStatus};
 pub use paths::Lab;
 pub use qemu::{GuestConfig, PortForward, CPUS, MEMORY_MIB};
-pub use run::RunningGuest;
+pub use run::{GuestPair, RunningGuest};
 pub use script::GuestScript;
 
 /// Well-known ports of the lab's network layout (qemu user networking).

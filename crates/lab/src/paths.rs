@@ -85,6 +85,11 @@ impl Lab {
         GuestConfig::new(self.clone(), script)
     }
 
+    /// Two guests on a wire: see [`crate::GuestPair`].
+    pub fn pair(&self, server: GuestScript, client: GuestScript) -> crate::GuestPair {
+        crate::GuestPair::new(self, server, client)
+    }
+
     /// The guest kernel ABI, e.g. `6.1.0-56-amd64`.
     pub fn kernel_version(&self) -> &str {
         &self.kv

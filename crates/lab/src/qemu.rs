@@ -44,6 +44,21 @@ pub struct GuestConfig {
     pub(crate) boot_attempts: u32,
     /// `Some(name)`: run in the shared boot `name` (see [`GuestConfig::shared_boot`]).
     pub(crate) shared: Option<String>,
+    /// A second NIC (eth1) on a wire to another guest ([`crate::GuestPair`]).
+    pub(crate) wire: Option<Wire>,
+    /// vCPUs ([`CPUS`], or one each for the two guests of a pair).
+    pub(crate) cpus: u32,
+}
+
+/// One end of the virtual wire between the two guests of a [`crate::GuestPair`]:
+/// qemu's socket networking, a second virtio NIC (eth1 in the guest) whose frames
+/// go over a TCP connection on the host's 127.0.0.1 to the other guest's.
+#[derive(Debug, Clone)]
+pub(crate) struct Wire {
+    /// `true`: this qemu listens on `port`; `false`: it connects to it.
+    pub(crate) listen: bool,
+    pub(crate) port: u16,
+    pub(crate) mac: &'static str,
 }
 
 impl GuestConfig {
@@ -61,6 +76,8 @@ impl GuestConfig {
             boot_timeout: Duration::from_secs(120),
             boot_attempts: 2,
             shared: None,
+            wire: None,
+            cpus: CPUS,
         }
     }
 
@@ -160,7 +177,12 @@ impl GuestConfig {
         }
         let mut cmd = Command::new(&self.lab.qemu);
         cmd.args(["-accel", "tcg", "-cpu", "max"])
-            .args(["-m", &MEMORY_MIB.to_string(), "-smp", &CPUS.to_string()])
+            .args([
+                "-m",
+                &MEMORY_MIB.to_string(),
+                "-smp",
+                &self.cpus.to_string(),
+            ])
             .args(["-nodefaults", "-display", "none", "-no-reboot"])
             .args(["-monitor", "none"])
             .arg("-serial")
@@ -177,6 +199,17 @@ impl GuestConfig {
                 "local,path={},mount_tag=host0,security_model=none,id=host0",
                 out.join("share").display()
             ));
+        if let Some(w) = &self.wire {
+            let end = if w.listen { "listen" } else { "connect" };
+            cmd.args([
+                "-netdev",
+                &format!("socket,id=n1,{end}=127.0.0.1:{}", w.port),
+            ])
+            .args([
+                "-device",
+                &format!("virtio-net-pci,netdev=n1,mac={}", w.mac),
+            ]);
+        }
         if qmp {
             cmd.arg("-qmp").arg(format!(
                 "unix:{},server=on,wait=off",

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use crate::host::{HostExit, Spawned};
 use crate::outcome::Outcome;
-use crate::{GuestConfig, HostProcess, LabError};
+use crate::{GuestConfig, GuestScript, HostProcess, LabError};
 
 /// How often the host polls the share and qemu (no wall-clock speed enters
 /// a verdict: waits end on an event or on a generous limit).
@@ -260,7 +260,12 @@ impl RunningGuest {
         if cfg.shared.is_some() {
             return Self::boot_shared(cfg);
         }
-        let lock = lock_machine()?;
+        Self::boot_locked(cfg, lock_machine()?)
+    }
+
+    /// Boot a guest of its own under `lock` (the machine lock, or a handle of it
+    /// shared by the two guests of a pair).
+    pub(crate) fn boot_locked(cfg: GuestConfig, lock: File) -> Result<RunningGuest, LabError> {
         let out = cfg.lab.out_root().join(&cfg.run_name);
         fs::create_dir_all(cfg.lab.out_root()).map_err(|e| LabError::io("create lab/out", e))?;
         prepare_out(&out, &cfg)?;
@@ -526,6 +531,75 @@ impl Drop for RunningGuest {
             BootRef::Shared(_) => {}
         }
         self.stop_hosts();
+    }
+}
+
+/// Two guests joined by a virtual wire (qemu socket networking: eth1 in each, on
+/// no other network), booted together under one machine lock, one vCPU each: a
+/// client and a server on separate kernels, so RDMA traffic (RoCEv2 on rxe)
+/// crosses a wire where the guests can capture it. Each guest keeps its slirp
+/// eth0 (10.0.2.15) and its own share and `lab/out/<run>-<role>/`; its script
+/// configures eth1 itself. Coordinate through the network (e.g. the client
+/// retries until the server answers), not through the shares.
+#[derive(Debug)]
+pub struct GuestPair {
+    server: GuestConfig,
+    client: GuestConfig,
+}
+
+impl GuestPair {
+    pub(crate) fn new(lab: &crate::Lab, server: GuestScript, client: GuestScript) -> GuestPair {
+        let wired = |script, listen, mac| {
+            let mut c = lab.guest(script);
+            c.wire = Some(crate::qemu::Wire {
+                listen,
+                port: 0,
+                mac,
+            });
+            c.cpus = 1;
+            c
+        };
+        GuestPair {
+            server: wired(server, true, "52:54:00:12:35:01"),
+            client: wired(client, false, "52:54:00:12:35:02"),
+        }
+    }
+
+    /// Run directories `lab/out/<name>-server` and `lab/out/<name>-client`.
+    pub fn run_name(mut self, name: &str) -> Self {
+        self.server.run_name = format!("{name}-server");
+        self.client.run_name = format!("{name}-client");
+        self
+    }
+
+    /// Each guest's limit from boot to power-off (default 300 s).
+    pub fn timeout(mut self, t: Duration) -> Self {
+        self.server.timeout = t;
+        self.client.timeout = t;
+        self
+    }
+
+    /// Boot the server's guest (its qemu listens on the wire), then the client's
+    /// (which connects), let both scripts run to their end, and collect both.
+    pub fn run(mut self) -> Result<(Outcome, Outcome), LabError> {
+        let lock = lock_machine()?;
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map_err(|e| LabError::io("pick a port for the wire", e))?
+            .port();
+        for c in [&mut self.server, &mut self.client] {
+            if let Some(w) = &mut c.wire {
+                w.port = port;
+            }
+        }
+        let shared_lock = lock
+            .try_clone()
+            .map_err(|e| LabError::io("share the machine lock", e))?;
+        let server = RunningGuest::boot_locked(self.server, shared_lock)?;
+        let client = RunningGuest::boot_locked(self.client, lock)?;
+        let client = client.finish();
+        let server = server.finish();
+        Ok((server?, client?))
     }
 }
 
