@@ -1,48 +1,84 @@
-//! Two guests on a wire (issue 14): our `nfsd` on verbs in one guest, the Linux
-//! kernel NFSv3 client in the other, joined only by a virtual Ethernet (qemu socket
-//! networking, eth1: 10.0.3.1 server, 10.0.3.2 client) with soft-RoCE `rxe1` on it in
-//! each. Client and server run on separate kernels, so RoCEv2 (InfiniBand transport
-//! over UDP port 4791) crosses the wire, where the server's guest captures it with
-//! tcpdump. Checked: the mount is `xprt: rdma`; 8 MiB written (our RDMA Reads),
-//! caches dropped, read back (our RDMA Writes) equal; the server's copy has the same
-//! md5; nfsd's startup line names `rxe1`; and tshark decodes the capture as
-//! InfiniBand carrying RPC-over-RDMA with NFS WRITE and READ calls in it, with no
-//! malformed frame but the NFSv3 READ replies whose data went in Write chunks
-//! (tshark 4.0 marks those from knfsd too). A WRITE whose data travels in a Read
-//! chunk shows as RPC-over-RDMA only: tshark does not follow the RDMA Reads.
+//! Two guests on a wire (issue 14): a server in one guest, a client in the other,
+//! joined only by a virtual Ethernet (qemu socket networking, eth1: 10.0.3.1 server,
+//! 10.0.3.2 client) with a soft RDMA device on it in each: soft-RoCE `rxe1` or
+//! soft-iWARP `siw1`. Client and server run on separate kernels, so the RDMA traffic
+//! crosses the wire (RoCEv2 is InfiniBand over UDP port 4791), where the server's
+//! guest captures it with tcpdump.
+//!
+//! - The Linux kernel NFSv3 client mounts our `nfsd` on verbs, over rxe1 and over
+//!   siw1: 8 MiB written (our RDMA Reads), caches dropped, read back (our RDMA
+//!   Writes) equal, the server's copy with the same md5, `xprt: rdma`, nfsd's
+//!   startup line naming the device. Over rxe1, tshark decodes the capture as
+//!   InfiniBand carrying RPC-over-RDMA with NFS WRITE and READ calls and no
+//!   malformed frame but the NFSv3 READ replies whose data went in Write chunks
+//!   (tshark 4.0 marks those from knfsd too). A WRITE whose data travels in a Read
+//!   chunk shows as RPC-over-RDMA only: tshark does not follow the RDMA Reads.
+//! - Our `nfs` client on verbs against the other guest's knfsd, over rxe1 and siw1:
+//!   a Version Two probe, fallback to Version One, 8 MiB PUT and GET, equal.
 
 use std::process::Command;
 use std::time::Duration;
 
 use lab::workspace::build_binary;
-use lab::{GuestScript, Lab};
+use lab::{GuestScript, Lab, Outcome};
 
+/// Both guests: the device `$DEV` (rxe or siw) as `${DEV}1` on eth1 at `$ADDR`.
 const UP: &str = r#". /share/lib.sh
-step modules sh -c 'for m in crc32_generic rdma_rxe ib_uverbs rdma_ucm rpcrdma nfsv3; do modprobe $m || exit 1; done'
+case $DEV in
+  rxe) MODS="crc32_generic rdma_rxe" ;;
+  siw) MODS="siw" ;;
+esac
+step modules sh -c "for m in $MODS ib_uverbs rdma_ucm rpcrdma nfsv3 nfsd; do modprobe \$m || exit 1; done"
 step eth1_up sh -c "ip link set eth1 up && ip addr add $ADDR/24 dev eth1"
-step rxe1_up sh -c 'rdma link add rxe1 type rxe netdev eth1 && rdma link show rxe1/1'
+step dev_up sh -c "rdma link add ${DEV}1 type $DEV netdev eth1 && rdma link show ${DEV}1/1"
 "#;
 
-const SERVER: &str = r#"
-step export sh -c 'mkdir -p /srv/p && mount -t tmpfs -o size=64m tmpfs /srv/p && chmod 777 /srv/p'
-tcpdump -Z root -i eth1 -s 0 -U -w /share/roce.pcap udp port 4791 >/share/tcpdump.log 2>&1 &
+/// The server's guest, before its server starts: capture the RDMA traffic.
+const CAPTURE: &str = r#"
+case $DEV in
+  rxe) FILTER="udp port 4791" ;;
+  siw) FILTER="tcp port 20049" ;;
+esac
+tcpdump -Z root -i eth1 -s 0 -U -w /share/rdma.pcap $FILTER >/share/tcpdump.log 2>&1 &
 TPID=$!
+step tcpdump_up sh -c 'i=0; until grep -q "listening on eth1" /share/tcpdump.log; do i=$((i+1)); [ $i -gt 100 ] && exit 1; sleep 0.1; done'
+"#;
+
+/// Our nfsd on verbs, exporting /srv/p.
+const OUR_SERVER: &str = r#"
+EXPORT=/srv/p
+step export sh -c 'mkdir -p /srv/p && mount -t tmpfs -o size=64m tmpfs /srv/p && chmod 777 /srv/p'
 /share/bin/nfsd --bind 10.0.3.1 --nfs-port 2049 --mount-port 20048 --rdma-port 20049 \
   --rdma-provider verbs --rpcbind off --no-nlm --squash none --state-dir /tmp/nfsd-state \
   /srv/p >/share/nfsd.txt 2>&1 &
-NPID=$!
-step tcpdump_up sh -c 'i=0; until grep -q "listening on eth1" /share/tcpdump.log; do i=$((i+1)); [ $i -gt 100 ] && exit 1; sleep 0.1; done'
+SPID=$!
 step nfsd_ready sh -c 'i=0; until grep -q "^nfsd: ready" /share/nfsd.txt; do i=$((i+1)); [ $i -gt 300 ] && exit 1; sleep 0.1; done'
-step client_done sh -c 'i=0; until [ -e /srv/p/done ]; do i=$((i+1)); [ $i -gt 240 ] && exit 1; sleep 1; done'
-record md5 "$(md5sum /srv/p/f | cut -d' ' -f1)"
+"#;
+
+/// The guest's knfsd: /export, RDMA on 20049, mountd on 20048 (as lab_knfsd_up,
+/// which also waits for a TCP listener on 20049: there is none on RoCE).
+const KNFSD: &str = r#"
+EXPORT=/export
+step knfsd_up sh -c '
+  mkdir -p /export /run/rpcbind /var/lib/nfs/rpc_pipefs &&
+  mount -t tmpfs -o size=64m tmpfs /export &&
+  mount -t nfsd nfsd /proc/fs/nfsd && rpcbind -w &&
+  echo "/export *(rw,no_root_squash,insecure,fsid=1,no_subtree_check,sync)" >/etc/exports &&
+  exportfs -ra && rpc.mountd -p 20048 && rpc.nfsd 8 &&
+  echo "rdma 20049" >/proc/fs/nfsd/portlist && grep -q "rdma 20049" /proc/fs/nfsd/portlist'
+"#;
+
+/// The server's guest, after its server started: wait for the client's marker.
+const SERVER_END: &str = r#"
+step client_done sh -c "i=0; until [ -e $EXPORT/done ]; do i=\$((i+1)); [ \$i -gt 240 ] && exit 1; sleep 1; done"
+record md5 "$(md5sum $EXPORT/f | cut -d' ' -f1)"
 kill -INT $TPID; wait $TPID
-kill -TERM $NPID; wait $NPID
-record nfsd_exit "$?"
-cat /share/nfsd.txt /share/tcpdump.log
+if [ -n "$SPID" ]; then kill -TERM $SPID; wait $SPID; record server_exit "$?"; cat /share/nfsd.txt; fi
 exit 0
 "#;
 
-const CLIENT: &str = r#"
+/// The kernel client: mount (retrying until the server answers), 8 MiB both ways.
+const KERNEL_CLIENT: &str = r#"
 step make sh -c 'head -c 8388608 /dev/urandom > /tmp/f'
 record md5 "$(md5sum /tmp/f | cut -d' ' -f1)"
 mkdir -p /mnt/p
@@ -53,6 +89,24 @@ step drop_caches sh -c 'sync; echo 3 >/proc/sys/vm/drop_caches'
 step read_back cmp /tmp/f /mnt/p/f
 step done sh -c 'echo done > /mnt/p/done && sync'
 step umount umount /mnt/p
+exit 0
+"#;
+
+/// Our client on verbs against knfsd's /export: Version Two probe, PUT, GET.
+const OUR_CLIENT: &str = r#"
+step make sh -c 'head -c 8388608 /dev/urandom > /tmp/f'
+record md5 "$(md5sum /tmp/f | cut -d' ' -f1)"
+cat >/tmp/nfs <<'X'
+#!/bin/sh
+NFS_LOG=nfsclient=info exec /share/bin/nfs -q -v -t rdma --rdma-provider verbs --rdma-version 2 \
+  --nfs-port 20049 --mount-port 20048 --timeout 60 "$@"
+X
+chmod +x /tmp/nfs
+step reach sh -c 'i=0; until ping -c 1 -W 1 10.0.3.1 >/dev/null 2>&1; do i=$((i+1)); [ $i -gt 120 ] && exit 1; sleep 1; done'
+step put sh -c 'i=0; until /tmp/nfs put /tmp/f 10.0.3.1:/export/f 2>/share/put.txt; do i=$((i+1)); [ $i -gt 30 ] && { cat /share/put.txt; exit 1; }; sleep 2; done; cat /share/put.txt'
+step get sh -c '/tmp/nfs get 10.0.3.1:/export/f /tmp/back 2>/share/get.txt; rc=$?; cat /share/get.txt; exit $rc'
+step same cmp /tmp/f /tmp/back
+step done sh -c 'echo done >/tmp/done && /tmp/nfs put /tmp/done 10.0.3.1:/export/done 2>/dev/null'
 exit 0
 "#;
 
@@ -73,28 +127,33 @@ fn count(pcap: &std::path::Path, filter: &str) -> Result<usize, String> {
     Ok(String::from_utf8_lossy(&out.stdout).lines().count())
 }
 
-#[test]
-#[ignore = "kernel lab: run by lab/test"]
-fn kernel_client_mounts_our_verbs_nfsd_across_a_wire_and_tshark_decodes_the_rocev2() {
+/// Server and client of one pair run, over `dev` ("rxe" or "siw").
+fn run_pair(name: &str, dev: &str, server: &str, client: &str) -> (Outcome, Outcome) {
     let lab = Lab::open().unwrap_or_else(|e| panic!("{e}"));
     let nfsd = build_binary("nfsd", "nfsd");
-    let server = GuestScript::inline("pair-server", format!("{UP}{SERVER}"))
-        .binary("nfsd", &nfsd)
-        .env("ADDR", "10.0.3.1")
-        .env("LAB_STEP_TIMEOUT", "280");
-    let client = GuestScript::inline("pair-client", format!("{UP}{CLIENT}"))
+    let nfs = build_binary("nfsclient", "nfs");
+    let server = GuestScript::inline(
+        &format!("{name}-server"),
+        format!("{UP}{CAPTURE}{server}{SERVER_END}"),
+    )
+    .binary("nfsd", &nfsd)
+    .env("DEV", dev)
+    .env("ADDR", "10.0.3.1")
+    .env("LAB_STEP_TIMEOUT", "280");
+    let client = GuestScript::inline(&format!("{name}-client"), format!("{UP}{client}"))
+        .binary("nfs", &nfs)
+        .env("DEV", dev)
         .env("ADDR", "10.0.3.2")
         .env("LAB_STEP_TIMEOUT", "200");
-    let (mut s, mut c) = lab
-        .pair(server, client)
-        .run_name("pair-rocev2")
+    lab.pair(server, client)
+        .run_name(name)
         .timeout(Duration::from_secs(400))
         .run()
-        .unwrap_or_else(|e| panic!("{e}"));
-    c.host_step("mounted_over_rdma", |c| match c.value("xprt") {
-        Some(x) if x.split_whitespace().take(2).eq(["xprt:", "rdma"]) => Ok(()),
-        other => Err(format!("mountstats xprt line is {other:?}, not rdma")),
-    });
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// The server's copy has the client's bytes.
+fn same_bytes(s: &mut Outcome, c: &Outcome) {
     let client_md5 = c.value("md5").map(str::to_string);
     s.host_step("same_bytes_on_the_server", |s| {
         match (s.value("md5"), client_md5.as_deref()) {
@@ -102,18 +161,35 @@ fn kernel_client_mounts_our_verbs_nfsd_across_a_wire_and_tshark_decodes_the_roce
             (a, b) => Err(format!("server md5 {a:?}, client md5 {b:?}")),
         }
     });
-    s.host_step("nfsd_on_rxe1", |s| {
+}
+
+/// Kernel client -> our nfsd on verbs over `dev`; the startup line names the device.
+fn kernel_client_to_our_nfsd(name: &str, dev: &str) -> (Outcome, Outcome) {
+    let (mut s, mut c) = run_pair(name, dev, OUR_SERVER, KERNEL_CLIENT);
+    c.host_step("mounted_over_rdma", |c| match c.value("xprt") {
+        Some(x) if x.split_whitespace().take(2).eq(["xprt:", "rdma"]) => Ok(()),
+        other => Err(format!("mountstats xprt line is {other:?}, not rdma")),
+    });
+    same_bytes(&mut s, &c);
+    s.host_step("nfsd_on_the_device", |s| {
         let text = std::fs::read_to_string(s.share_file("nfsd.txt"))
             .map_err(|e| format!("share/nfsd.txt: {e}"))?;
-        let want = "via verbs on rxe1 [--rdma-provider verbs]";
-        if text.lines().any(|l| l.ends_with(want)) {
+        let want = format!("via verbs on {dev}1 [--rdma-provider verbs]");
+        if text.lines().any(|l| l.ends_with(&want)) {
             Ok(())
         } else {
             Err(format!("no RDMA listener line ending {want:?} in:\n{text}"))
         }
     });
+    (s, c)
+}
+
+#[test]
+#[ignore = "kernel lab: run by lab/test"]
+fn kernel_client_mounts_our_verbs_nfsd_across_a_wire_over_rxe_and_tshark_decodes_the_rocev2() {
+    let (mut s, c) = kernel_client_to_our_nfsd("pair-kclient-rxe", "rxe");
     s.host_step("tshark_decodes_rocev2", |s| {
-        let pcap = s.share_file("roce.pcap");
+        let pcap = s.share_file("rdma.pcap");
         let ib = count(&pcap, "infiniband")?;
         let rpcrdma = count(&pcap, "rpcordma")?;
         let writes = count(&pcap, "nfs.procedure_v3 == 7 && rpc.msgtyp == 0")?;
@@ -140,4 +216,49 @@ fn kernel_client_mounts_our_verbs_nfsd_across_a_wire_and_tshark_decodes_the_roce
     });
     c.assert_passed();
     s.assert_passed();
+}
+
+#[test]
+#[ignore = "kernel lab: run by lab/test"]
+fn kernel_client_mounts_our_verbs_nfsd_across_a_wire_over_siw() {
+    let (s, c) = kernel_client_to_our_nfsd("pair-kclient-siw", "siw");
+    c.assert_passed();
+    s.assert_passed();
+}
+
+/// Our client on verbs -> the other guest's knfsd over `dev`.
+fn our_client_to_knfsd(name: &str, dev: &str) {
+    let (mut s, mut c) = run_pair(name, dev, KNFSD, OUR_CLIENT);
+    same_bytes(&mut s, &c);
+    c.host_step("version_one_after_a_fallback_on_the_device", |c| {
+        let log = std::fs::read_to_string(c.share_file("put.txt"))
+            .map_err(|e| format!("share/put.txt: {e}"))?;
+        let want = format!("provider=verbs on {dev}1");
+        let fell_back = log.lines().any(|l| {
+            l.starts_with("nfs: rdma ")
+                && l.contains("version_fallbacks=1")
+                && l.contains("rpcrdma_version=1")
+        });
+        if log.contains(&want) && fell_back {
+            Ok(())
+        } else {
+            Err(format!(
+                "want {want:?} and one fallback to version 1 in:\n{log}"
+            ))
+        }
+    });
+    c.assert_passed();
+    s.assert_passed();
+}
+
+#[test]
+#[ignore = "kernel lab: run by lab/test"]
+fn our_verbs_client_to_knfsd_across_a_wire_over_rxe() {
+    our_client_to_knfsd("pair-client-knfsd-rxe", "rxe");
+}
+
+#[test]
+#[ignore = "kernel lab: run by lab/test"]
+fn our_verbs_client_to_knfsd_across_a_wire_over_siw() {
+    our_client_to_knfsd("pair-client-knfsd-siw", "siw");
 }
