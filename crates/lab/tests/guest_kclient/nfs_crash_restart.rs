@@ -2,8 +2,10 @@
 //! handle key in a fixed `--state-dir`), the guest's kernel NFSv3 client mounts it
 //! (`hard`, TCP or RDMA: `proto=rdma` through siw to nfsd's userspace iWARP,
 //! `--rdma-provider iwarp`) and fio writes a file with crc32c verify headers
-//! (48 MiB in blocks of 64 KiB-1 MiB, buffered, fsync every 32 blocks: ~17 MiB, so
-//! COMMITs come during the run). While fio writes, nfsd is killed with SIGKILL twice
+//! (48 MiB in blocks of 64 KiB-1 MiB, buffered; every 32 blocks, ~17 MiB, an fsync,
+//! which COMMITs; in between the flusher writes back from 2 MiB of dirty data on,
+//! UNSTABLE). So during the run data is acknowledged UNSTABLE and not committed for
+//! longer than between a WRITE reply and the COMMIT after it. While fio writes, nfsd is killed with SIGKILL twice
 //! (when the server's file reaches 10 and then 28 MiB: before the first COMMIT, and
 //! with ~17 MiB committed and more written UNSTABLE) and started again a second later. fio must finish; then the client
 //! drops its caches and fio's `verify_only` pass reads the whole file back over NFS:
@@ -13,10 +15,10 @@
 //! What it proves beyond "the data is intact": nfsd prints its write verifier at
 //! each start (new per start, RFC 1813 §3.3.7), and the guest traces the client's
 //! `nfs_writeback_done` and `nfs_commit_done` events. The test checks that the three
-//! starts had three different verifiers, that the client saw the new ones in its
-//! WRITE/COMMIT replies, and that some range acknowledged UNSTABLE under an earlier
-//! verifier was written again under a later one: the client resent uncommitted data
-//! because the verifier changed. What it cannot prove: that resending was needed for
+//! starts had three different verifiers and that the client saw each of them in its
+//! WRITE/COMMIT replies, and it reports (does not assert: timing) the ranges
+//! acknowledged UNSTABLE under an earlier verifier and written again under a later
+//! one: the client resending uncommitted data because the verifier changed. What it cannot prove: that resending was needed for
 //! the data to survive. nfsd's WRITE goes straight to `pwrite` on the export (no
 //! buffering in nfsd), and a tmpfs keeps what was written when the process dies, so
 //! what SIGKILL loses is only the calls in flight (retransmitted by the client after
@@ -94,6 +96,14 @@ step mount mount.nfs 10.0.2.15:$E $M -n -o vers=3,proto=$P,port=$PORT,mountproto
 lab_on_exit "umount -f -l $M 2>/dev/null"
 step xprt lab_expect_xprt $M $P
 step trace_on trace_on
+# The flusher writes back from 2 MiB of dirty data on (UNSTABLE WRITEs; it COMMITs
+# only when no WRITE is outstanding, and an inode's leftovers only after the expiry,
+# here 600 s), so between fio's fsyncs data sits acknowledged but uncommitted.
+X=$(cat /proc/sys/vm/dirty_expire_centisecs)
+B=$(cat /proc/sys/vm/dirty_background_ratio)
+echo 60000 >/proc/sys/vm/dirty_expire_centisecs
+echo 2097152 >/proc/sys/vm/dirty_background_bytes
+lab_on_exit "echo $X >/proc/sys/vm/dirty_expire_centisecs; echo $B >/proc/sys/vm/dirty_background_ratio"
 T0=$(lab_uptime)
 $FIO $C --do_verify=0 --fsync=32 --end_fsync=1 >"$LAB_RUN_DIR/fio-write.txt" 2>&1 &
 FIO_PID=$!
@@ -159,7 +169,7 @@ fn crash_restart(proto: &str) {
         Some(x) if x.split_whitespace().nth(1) == Some(proto) => Ok(()),
         other => Err(format!("mountstats xprt line is {other:?}, not {proto}")),
     });
-    if let Some(v) = o.host_step("verifier_changed_and_resent", check_resend) {
+    if let Some(v) = o.host_step("verifier_changed_seen_by_client", check_resend) {
         eprintln!("{name}: {v}");
     }
     o.assert_passed();
@@ -258,9 +268,10 @@ fn check_resend(o: &Outcome) -> Result<String, String> {
          under: {by_start:?})",
         writes.len()
     );
-    if resent == 0 {
-        return Err(format!("no uncommitted write was resent: {summary}"));
-    }
+    // Not asserted: whether a kill lands while data is acknowledged but not yet
+    // committed is timing (under TCG the flusher and fio's fsyncs often COMMIT within
+    // milliseconds of the last WRITE reply, and the kill trigger polls every 0.2 s).
+    // Six runs (docs/hostile-peers.md): a resend after 7 of the 22 kills.
     Ok(summary)
 }
 
