@@ -271,7 +271,7 @@ fn check_resend(o: &Outcome) -> Result<String, String> {
     // Not asserted: whether a kill lands while data is acknowledged but not yet
     // committed is timing (under TCG the flusher and fio's fsyncs often COMMIT within
     // milliseconds of the last WRITE reply, and the kill trigger polls every 0.2 s).
-    // Six runs (docs/hostile-peers.md): a resend after 7 of the 22 kills.
+    // Six runs (docs/hostile-peers.md): a resend after at least 7 of the 22 kills.
     Ok(summary)
 }
 
