@@ -652,6 +652,9 @@ fn copy_payload(share: &Path, cfg: &GuestConfig) -> Result<(), LabError> {
         }
         fs::copy(src, share.join("bin").join(name)).map_err(|e| io("copy binary", e))?;
     }
+    for bin in &cfg.script.library_closures {
+        copy_libraries(bin, &share.join("lib"))?;
+    }
     for (rel, contents) in &cfg.script.files {
         if rel.split('/').any(|c| c == "..") || rel.starts_with('/') {
             return Err(LabError::NotFound(PathBuf::from(rel)));
@@ -661,6 +664,54 @@ fn copy_payload(share: &Path, cfg: &GuestConfig) -> Result<(), LabError> {
             fs::create_dir_all(d).map_err(|e| io("create dir", e))?;
         }
         fs::write(&p, contents).map_err(|e| io("write file", e))?;
+    }
+    Ok(())
+}
+
+/// The shared libraries `bin` needs on the host (`ldd`), into `dir`, less those the
+/// initramfs carries for every binary (the libc family and the loader).
+fn copy_libraries(bin: &Path, dir: &Path) -> Result<(), LabError> {
+    const IN_INITRAMFS: &[&str] = &[
+        "libc.so.6",
+        "libm.so.6",
+        "libgcc_s.so.1",
+        "libpthread.so.0",
+        "libdl.so.2",
+        "librt.so.1",
+        "ld-linux-x86-64.so.2",
+    ];
+    let io = |what: &str, e| LabError::io(format!("{what} for {}", bin.display()), e);
+    let out = std::process::Command::new("ldd")
+        .arg(bin)
+        .output()
+        .map_err(|e| io("ldd", e))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    if !out.status.success() || text.contains("not found") {
+        return Err(io(
+            "ldd",
+            std::io::Error::other(format!("ldd {}: {text}", bin.display())),
+        ));
+    }
+    fs::create_dir_all(dir).map_err(|e| io("create lib dir", e))?;
+    // "libz.so.1 => /lib/x86_64-linux-gnu/libz.so.1 (0x...)"
+    for lib in text.lines().filter_map(|l| l.split_whitespace().nth(2)) {
+        let src = Path::new(lib);
+        let Some(name) = src.file_name() else {
+            continue;
+        };
+        if !src.is_absolute() || IN_INITRAMFS.iter().any(|n| name == *n) {
+            continue;
+        }
+        let dst = dir.join(name);
+        // Already there (another scenario of a shared boot): never copy over it, since
+        // it may be a hard link to the host's own library.
+        if dst.symlink_metadata().is_ok() {
+            continue;
+        }
+        let real = fs::canonicalize(src).map_err(|e| io("resolve library", e))?;
+        if fs::hard_link(&real, &dst).is_err() {
+            fs::copy(&real, &dst).map_err(|e| io("copy library", e))?;
+        }
     }
     Ok(())
 }

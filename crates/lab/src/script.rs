@@ -15,6 +15,8 @@ pub struct GuestScript {
     pub(crate) env: BTreeMap<String, String>,
     pub(crate) binaries: Vec<(String, PathBuf)>,
     pub(crate) files: Vec<(String, Vec<u8>)>,
+    /// Host binaries whose shared libraries go to `/share/lib` (see `with_libraries`).
+    pub(crate) library_closures: Vec<PathBuf>,
 }
 
 impl GuestScript {
@@ -35,6 +37,7 @@ impl GuestScript {
             env: BTreeMap::new(),
             binaries: Vec::new(),
             files: Vec::new(),
+            library_closures: Vec::new(),
         }
     }
 
@@ -51,6 +54,20 @@ impl GuestScript {
     pub fn binary(mut self, name: &str, host_path: impl Into<PathBuf>) -> GuestScript {
         self.binaries.push((name.to_string(), host_path.into()));
         self
+    }
+
+    /// Copy a host binary to `/share/bin/<name>` as `binary` does, and the shared
+    /// libraries it needs (its `ldd` closure on the host, less the libc family the
+    /// initramfs already carries) to `/share/lib`: for a host tool the initramfs does
+    /// not carry, such as fio (whose Debian build links ceph, gluster and nbd
+    /// libraries: ~80 MB, too much for every boot). Run it as
+    /// `LD_LIBRARY_PATH=/share/lib /share/bin/<name>`. The libraries are hard links
+    /// when the out directory shares the host's file system, copies otherwise.
+    pub fn binary_with_libraries(self, name: &str, host_path: impl Into<PathBuf>) -> GuestScript {
+        let host_path = host_path.into();
+        let mut s = self.binary(name, host_path.clone());
+        s.library_closures.push(host_path);
+        s
     }
 
     /// Put a file at `/share/<rel>` (rel must not escape the share).

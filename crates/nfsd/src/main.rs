@@ -341,6 +341,15 @@ async fn run(
     for line in bound.describe() {
         println!("nfsd: {line}");
     }
+    // RFC 1813 §3.3.7: new on every start; clients that see it change in a COMMIT
+    // reply resend what they wrote UNSTABLE before (the lab's crash test reads it here).
+    let verf: String = bound
+        .server()
+        .verifier
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    println!("nfsd: write verifier {verf}");
     tokio::spawn(reload_on_sighup(bound.server().clone(), exports_file));
     println!("nfsd: ready");
     let shutdown = async {

@@ -11,6 +11,7 @@ mod common;
 
 mod kclient_to_host_peer;
 mod kclient_to_iwarp;
+mod nfs_crash_restart;
 mod nfs_exports;
 mod nfs_locking;
 mod nfs_plain_mounts;
