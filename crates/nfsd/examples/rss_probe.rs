@@ -30,6 +30,7 @@ use xdr::Bytes;
 struct Args {
     nfsd: PathBuf,
     conns: usize,
+    rounds: usize,
     burst_clients: usize,
     burst_bytes: u64,
     settle: Duration,
@@ -38,7 +39,7 @@ struct Args {
 
 fn usage() -> ! {
     eprintln!(
-        "usage: rss_probe --nfsd PATH [--conns N] [--burst-clients N] [--burst-bytes N] \
+        "usage: rss_probe --nfsd PATH [--conns N] [--rounds N] [--burst-clients N] [--burst-bytes N] \
          [--settle SECS] [-- nfsd options]"
     );
     std::process::exit(2)
@@ -48,6 +49,7 @@ fn parse_args() -> Args {
     let mut a = Args {
         nfsd: PathBuf::new(),
         conns: 1000,
+        rounds: 1,
         burst_clients: 8,
         burst_bytes: 256 << 20,
         settle: Duration::from_secs(3),
@@ -59,6 +61,7 @@ fn parse_args() -> Args {
         match arg.as_str() {
             "--nfsd" => a.nfsd = PathBuf::from(value()),
             "--conns" => a.conns = value().parse().unwrap_or_else(|_| usage()),
+            "--rounds" => a.rounds = value().parse().unwrap_or_else(|_| usage()),
             "--burst-clients" => a.burst_clients = value().parse().unwrap_or_else(|_| usage()),
             "--burst-bytes" => a.burst_bytes = value().parse().unwrap_or_else(|_| usage()),
             "--settle" => {
@@ -173,21 +176,15 @@ fn sampler(pid: u32, running: Arc<AtomicBool>, peak: Arc<AtomicU64>) {
     });
 }
 
-#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
-async fn main() {
-    let args = parse_args();
-    raise_nofile();
-    let server = start_server(&args.nfsd, &args.extra);
-    let pid = server.child.id();
-    tokio::time::sleep(args.settle).await;
-    let idle = rss_kib(pid);
-    println!("idle: {:.1} MiB", mib(idle));
-
+/// Opens `args.conns` idle connections (each answers NULL), samples, closes them,
+/// samples; returns the bytes per connection over `idle`.
+async fn idle_connections(args: &Args, server: &Server, idle: u64) -> f64 {
     // N idle connections, each answering NULL.
     let client_rdma = RdmaConfig {
         credits: 8,
         ..RdmaConfig::default()
     };
+    let pid = server.child.id();
     let mut clients = Vec::with_capacity(args.conns);
     let started = Instant::now();
     for _ in 0..args.conns {
@@ -229,6 +226,25 @@ async fn main() {
         args.settle.as_secs_f64(),
         mib(after_conns)
     );
+    per_conn
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let args = parse_args();
+    raise_nofile();
+    let server = start_server(&args.nfsd, &args.extra);
+    let pid = server.child.id();
+    tokio::time::sleep(args.settle).await;
+    let idle = rss_kib(pid);
+    println!("idle: {:.1} MiB", mib(idle));
+
+    // N idle connections, each answering NULL; opened and closed `rounds` times.
+    let mut per_conn = 0.0;
+    for round in 1..=args.rounds.max(1) {
+        println!("round {round}:");
+        per_conn = idle_connections(&args, &server, idle).await;
+    }
 
     // A burst: each client writes `burst_bytes` in 1 MiB WRITEs (RDMA Read chunks)
     // and reads them back (RDMA Write chunks), 8 in flight, over its own connection.
@@ -295,13 +311,10 @@ async fn main() {
             took.as_secs_f64(),
             mib(during)
         );
-        for wait in [1u64, 5, 10] {
-            let slept: u64 = match wait {
-                1 => 1,
-                5 => 4,
-                _ => 5,
-            };
-            tokio::time::sleep(Duration::from_secs(slept)).await;
+        let mut slept = 0;
+        for wait in [1u64, 5, 10, 20, 30] {
+            tokio::time::sleep(Duration::from_secs(wait - slept)).await;
+            slept = wait;
             println!("{wait} s after the burst: {:.1} MiB", mib(rss_kib(pid)));
         }
         let _ = std::fs::remove_dir_all(&server.export);

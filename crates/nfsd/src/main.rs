@@ -315,6 +315,8 @@ fn main() -> std::process::ExitCode {
             ..NlmConfig::new(cli.state_dir.clone())
         }),
     };
+    // Memory goes back after load (issue 16).
+    nfsd::malloc::configure();
     // Modes from clients are applied exactly, as knfsd does.
     rustix::process::umask(rustix::fs::Mode::empty());
     let runtime = match tokio::runtime::Runtime::new() {
@@ -384,6 +386,7 @@ async fn run(
         println!("nfsd: {line}");
     }
     tokio::spawn(reload_on_sighup(bound.server().clone(), exports_file));
+    tokio::spawn(nfsd::malloc::trim_when_idle());
     println!("nfsd: ready");
     let shutdown = async {
         let name = signal().await;

@@ -154,7 +154,10 @@ impl<P: ConnectionManager + 'static> RdmaServer<P> {
     }
 
     /// Accepts connections on `listener` until it fails, serving each on its own task.
+    /// Meanwhile, idle pooled buffers are freed after [`QUIET_PERIOD`] without use.
     pub async fn serve(&self, mut listener: P::Listener) -> io::Result<()> {
+        let trimmer = tokio::spawn(release_when_quiet(self.buffers.clone(), QUIET_PERIOD));
+        let _trimmer = AbortOnDrop(trimmer);
         loop {
             let req = listener.accept().await?;
             let peer = req.peer().clone();
@@ -287,6 +290,37 @@ impl<P: ConnectionManager + 'static> RdmaServer<P> {
             };
             tokio::spawn(conn.run(replies_rx));
         }
+    }
+}
+
+/// How long the buffer pool must go unused before its idle buffers are freed.
+pub const QUIET_PERIOD: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Frees the pool's idle buffers (up to `RdmaConfig::max_idle_buffers`, kept for the
+/// next burst) once a whole `period` went by without a buffer taken: after load, that
+/// memory goes back (issue 16).
+async fn release_when_quiet(pool: BufferPool, period: std::time::Duration) {
+    let mut tick = tokio::time::interval(period);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut last = pool.stats();
+    loop {
+        tick.tick().await;
+        let now = pool.stats();
+        let used = (now.reused, now.allocated) != (last.reused, last.allocated);
+        if !used && now.idle_bytes > 0 {
+            let freed = pool.release_idle();
+            tracing::debug!(target: "rpcrdma_transport", freed, "idle buffers released");
+        }
+        last = pool.stats();
+    }
+}
+
+/// Aborts a task when dropped (the server's future ended or was dropped).
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 
@@ -940,5 +974,30 @@ async fn recv_backward(
     match rx {
         Some(rx) => rx.recv().await,
         None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[tokio::test]
+    async fn idle_buffers_go_after_a_quiet_period_not_while_in_use() {
+        let pool = BufferPool::new(16 << 20);
+        drop(pool.get(100_000));
+        let idle = pool.stats().idle_bytes;
+        assert!(idle > 0);
+        let period = Duration::from_millis(300);
+        let _task = AbortOnDrop(tokio::spawn(release_when_quiet(pool.clone(), period)));
+        // Busy: a buffer taken in every period keeps the pool's memory.
+        for _ in 0..10 {
+            drop(pool.get(100_000));
+            tokio::time::sleep(period / 6).await;
+        }
+        assert_eq!(pool.stats().idle_bytes, idle, "kept while in use");
+        // Quiet: released within two periods or so.
+        tokio::time::sleep(period * 4).await;
+        assert_eq!(pool.stats().idle_bytes, 0);
     }
 }
