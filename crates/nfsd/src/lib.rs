@@ -51,6 +51,7 @@ pub mod exports;
 pub mod fh;
 pub mod handle_key;
 pub mod kernel_fh;
+pub mod malloc;
 pub mod mount;
 pub mod nfs;
 pub mod nlm;

@@ -30,6 +30,7 @@ use nfsd::nlm::NlmConfig;
 use nfsd::rdma::{Provider, RdmaOptions};
 use nfsd::server::{export_lines, Bound, Config, RpcbindMode};
 use nfsd::{ExportLine, ExportOptions, HandleConfig, HandleKey, NfsServer, Squash};
+use rpcrdma_transport::RdmaConfig;
 
 /// Serve local directories over NFS version 3 and MOUNT version 3.
 #[derive(Debug, Parser)]
@@ -72,6 +73,7 @@ struct Cli {
     #[arg(long, conflicts_with_all = [
         "rdma_port", "rdma_provider", "rdma_crc", "rdma_max_ulpdu", "rdma_version",
         "rdma_handshake_timeout", "rdma_handshakes_per_source", "rdma_max_handshakes",
+        "rdma_max_read_memory", "rdma_read_timeout",
     ])]
     no_rdma: bool,
     /// Highest RPC-over-RDMA version accepted: 2 serves Version One and Version Two
@@ -105,6 +107,18 @@ struct Cli {
     #[arg(long, value_name = "N", default_value_t = 4096,
           value_parser = clap::value_parser!(u32).range(1..))]
     rdma_max_handshakes: u32,
+    /// Memory for the data of NFS WRITEs pulled by RDMA Read, shared by all RDMA
+    /// connections (bytes; K, M, G suffixes): a WRITE that would exceed it waits until
+    /// earlier ones are answered, so peers announcing large writes on many connections
+    /// cannot make the server allocate past it. Default: an eighth of the machine's
+    /// memory, from 256 MiB to 4 GiB.
+    #[arg(long, value_name = "BYTES", value_parser = parse_size)]
+    rdma_max_read_memory: Option<u64>,
+    /// Seconds an RDMA peer has to answer the RDMA Reads of a WRITE's data; after that
+    /// its connection is closed and what the WRITE held is released. Decimals allowed.
+    #[arg(long, value_name = "SECS", default_value_t = 30.0,
+          value_parser = parse_timeout)]
+    rdma_read_timeout: f64,
     /// MOUNT port (TCP); the same as --nfs-port serves both on one port.
     #[arg(long, default_value_t = 20048)]
     mount_port: u16,
@@ -158,6 +172,28 @@ struct Cli {
     #[arg(long, value_name = "N", default_value_t = 1 << 20,
           value_parser = clap::value_parser!(u64).range(1..))]
     max_locks: u64,
+}
+
+/// A size in bytes, with an optional K, M or G suffix (powers of 1024), at least
+/// 16 MiB (one whole Call of the largest size the transport accepts).
+fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let (digits, shift) = match t.char_indices().last() {
+        Some((i, 'k' | 'K')) => (&t[..i], 10),
+        Some((i, 'm' | 'M')) => (&t[..i], 20),
+        Some((i, 'g' | 'G')) => (&t[..i], 30),
+        _ => (t, 0),
+    };
+    let n = digits
+        .parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(1 << shift))
+        .ok_or_else(|| format!("{s:?}: a number of bytes, with an optional K, M or G suffix"))?;
+    let min = RdmaConfig::default().max_message;
+    if n < min {
+        return Err(format!("at least {} MiB (the largest Call)", min >> 20));
+    }
+    Ok(n)
 }
 
 fn parse_timeout(s: &str) -> Result<f64, String> {
@@ -279,6 +315,8 @@ fn main() -> std::process::ExitCode {
             ..NlmConfig::new(cli.state_dir.clone())
         }),
     };
+    // Memory goes back after load (issue 16).
+    nfsd::malloc::configure();
     // Modes from clients are applied exactly, as knfsd does.
     rustix::process::umask(rustix::fs::Mode::empty());
     let runtime = match tokio::runtime::Runtime::new() {
@@ -309,7 +347,13 @@ fn main() -> std::process::ExitCode {
         },
         crc: cli.rdma_crc,
         max_ulpdu: cli.rdma_max_ulpdu.map(usize::from),
-        transport: RdmaOptions::server_transport(cli.rdma_version == 2),
+        transport: RdmaConfig {
+            max_read_memory: cli
+                .rdma_max_read_memory
+                .unwrap_or_else(nfsd::rdma::default_read_memory),
+            read_timeout: std::time::Duration::from_secs_f64(cli.rdma_read_timeout),
+            ..RdmaOptions::server_transport(cli.rdma_version == 2)
+        },
         provider: match cli.rdma_provider {
             ProviderArg::Auto => Provider::Auto,
             ProviderArg::Verbs => Provider::Verbs,
@@ -351,6 +395,7 @@ async fn run(
         .collect();
     println!("nfsd: write verifier {verf}");
     tokio::spawn(reload_on_sighup(bound.server().clone(), exports_file));
+    tokio::spawn(nfsd::malloc::trim_when_idle());
     println!("nfsd: ready");
     let shutdown = async {
         let name = signal().await;
@@ -401,5 +446,25 @@ async fn signal() -> &'static str {
     tokio::select! {
         _ = int.recv() => "SIGINT",
         _ = term.recv() => "SIGTERM",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_size;
+
+    #[test]
+    fn sizes_take_suffixes_and_refuse_less_than_one_call() {
+        assert_eq!(parse_size("1G"), Ok(1 << 30));
+        assert_eq!(parse_size(" 2g "), Ok(2 << 30));
+        assert_eq!(parse_size("512m"), Ok(512 << 20));
+        assert_eq!(parse_size("16384K"), Ok(16 << 20));
+        assert_eq!(parse_size("33554432"), Ok(32 << 20));
+        assert!(parse_size("1M").is_err(), "below one 16 MiB Call");
+        assert!(parse_size("lots").is_err());
+        assert!(parse_size("99999999999G").is_err(), "overflow");
+        assert!(parse_size("").is_err());
+        let d = nfsd::rdma::default_read_memory();
+        assert!((256 << 20..=4 << 30).contains(&d), "{d}");
     }
 }

@@ -121,6 +121,17 @@ impl BufferPool {
     pub fn stats(&self) -> PoolStats {
         *lock(&self.inner.stats)
     }
+
+    /// Frees every idle buffer (buffers in use come back as usual); returns the bytes
+    /// freed. For a quiet period: the pool keeps up to its cap idle for the next
+    /// burst, and this gives that memory back when no burst comes.
+    pub fn release_idle(&self) -> usize {
+        let idle = std::mem::take(&mut *lock(&self.inner.free));
+        let freed: usize = idle.values().flatten().map(|m| m.len()).sum();
+        let mut st = lock(&self.inner.stats);
+        st.idle_bytes = st.idle_bytes.saturating_sub(freed);
+        freed
+    }
 }
 
 impl std::fmt::Debug for BufferPool {
@@ -416,6 +427,22 @@ mod tests {
         drop(a);
         drop(b);
         assert_eq!(pool.stats().idle_bytes, GRANULE);
+    }
+
+    #[test]
+    fn idle_buffers_are_released_on_demand_and_buffers_in_use_still_come_back() {
+        let pool = BufferPool::new(4 * GRANULE);
+        let (a, b, c) = (pool.get(1), pool.get(GRANULE + 1), pool.get(1));
+        drop((a, b));
+        assert_eq!(pool.stats().idle_bytes, 3 * GRANULE);
+        assert_eq!(pool.release_idle(), 3 * GRANULE);
+        assert_eq!(pool.stats().idle_bytes, 0);
+        assert_eq!(pool.release_idle(), 0);
+        drop(c);
+        assert_eq!(pool.stats().idle_bytes, GRANULE, "in use then, pooled now");
+        let before = pool.stats().allocated;
+        drop(pool.get(GRANULE + 1));
+        assert_eq!(pool.stats().allocated, before + 1, "released ones are gone");
     }
 
     #[test]

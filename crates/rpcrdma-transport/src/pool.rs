@@ -35,10 +35,14 @@ pub(crate) mod wr_kind {
     pub(crate) const MASK: u64 = 0xff << 56;
 }
 
-/// A connection's receive buffers.
+/// The Receive buffers of one connection: `n` buffers of `len` bytes, cut out of
+/// one registered region (one allocation, one registration). The region is
+/// zero-filled by the allocator without touching its pages (a large `calloc` is a
+/// fresh mapping), so a buffer costs resident memory only once a message has been
+/// placed in it: an idle connection costs its first pages, not `n × len`
+/// (docs/hostile-peers.md, "Memory").
 pub(crate) struct RecvPool {
-    bufs: Vec<MemoryRegion>,
-    len: usize,
+    slabs: Slabs,
 }
 
 impl RecvPool {
@@ -49,48 +53,90 @@ impl RecvPool {
         len: usize,
     ) -> Result<RecvPool, RegisterError> {
         Ok(RecvPool {
-            bufs: (0..n)
-                .map(|_| pd.register_zeroed(len, Access::LOCAL_WRITE))
-                .collect::<Result<_, _>>()?,
-            len,
+            slabs: Slabs::new(pd, n as usize, len, Access::LOCAL_WRITE)?,
         })
     }
 
-    fn wr(&self, index: usize, mr: &MemoryRegion) -> RecvWr {
-        RecvWr {
+    fn wr(&self, index: usize) -> Option<RecvWr> {
+        let (mr, offset) = self.slabs.get(index)?;
+        Some(RecvWr {
             wr_id: wr_kind::RECV | index as u64,
             sgl: vec![LocalSge {
                 mr: mr.clone(),
-                offset: 0,
-                len: self.len,
+                offset,
+                len: self.slabs.len,
             }],
-        }
+        })
     }
 
     /// Posts buffer `index` again.
     pub(crate) fn post(&self, qp: &dyn QueuePair, index: usize) -> Result<(), PostError> {
-        let Some(mr) = self.bufs.get(index) else {
+        let Some(wr) = self.wr(index) else {
             return Err(PostError::LocalProtection);
         };
-        qp.post_recv(self.wr(index, mr))
+        qp.post_recv(wr)
     }
 
-    /// A Receive for every buffer, to be posted at connection setup
-    /// ([`rdma::ConnectParams::recvs`]), before the peer can send anything.
+    /// Every buffer, to post with the connection.
     pub(crate) fn initial(&self) -> Vec<RecvWr> {
-        self.bufs
-            .iter()
-            .enumerate()
-            .map(|(i, mr)| self.wr(i, mr))
-            .collect()
+        (0..self.slabs.n).filter_map(|i| self.wr(i)).collect()
     }
 
     /// Takes the `len` bytes a Receive completion left in buffer `index`, so that the
     /// buffer can be re-posted at once. `None` for a bad index or length.
     pub(crate) fn take(&self, index: usize, len: usize) -> Option<Bytes> {
+        if len > self.slabs.len {
+            return None;
+        }
+        let (mr, offset) = self.slabs.get(index)?;
         // COPY: receive buffer → message buffer (the inline part of a Call or Reply;
         // at most the inline threshold), so the registered buffer can be re-posted.
-        self.bufs.get(index)?.read(0, len)
+        mr.read(offset, len)
+    }
+}
+
+/// `n` buffers of `len` bytes cut out of as few registered regions as the device
+/// allows (each at most its `max_mr_size`): one allocation and one registration
+/// per region instead of per buffer. A region is zero-filled by the allocator, which
+/// for a large one is a fresh mapping whose pages become resident only when written.
+struct Slabs {
+    regions: Vec<MemoryRegion>,
+    /// Buffers per region.
+    per_region: usize,
+    n: usize,
+    len: usize,
+}
+
+impl Slabs {
+    fn new(
+        pd: &ProtectionDomain,
+        n: usize,
+        len: usize,
+        access: Access,
+    ) -> Result<Slabs, RegisterError> {
+        let max = usize::try_from(pd.attributes().max_mr_size).unwrap_or(usize::MAX);
+        let per_region = (max / len.max(1)).clamp(1, n.max(1));
+        let regions = (0..n.div_ceil(per_region))
+            .map(|r| {
+                let count = per_region.min(n - r * per_region);
+                pd.register_zeroed((count * len).max(1), access)
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(Slabs {
+            regions,
+            per_region,
+            n,
+            len,
+        })
+    }
+
+    /// Buffer `index`: its region and offset there.
+    fn get(&self, index: usize) -> Option<(&MemoryRegion, usize)> {
+        if index >= self.n {
+            return None;
+        }
+        let mr = self.regions.get(index / self.per_region)?;
+        Some((mr, (index % self.per_region) * self.len))
     }
 }
 
@@ -113,11 +159,11 @@ pub(crate) enum SendFailure {
 }
 
 /// Registered buffers for the transport headers of Sends, taken when a Send is posted
-/// and given back by its completion.
+/// and given back by its completion: slots of one registered region, resident only
+/// once used (as [`RecvPool`]'s).
 pub(crate) struct SendPool {
     pd: ProtectionDomain,
-    bufs: Vec<MemoryRegion>,
-    len: usize,
+    slabs: Slabs,
     free: Mutex<Vec<usize>>,
 }
 
@@ -130,10 +176,7 @@ impl SendPool {
     ) -> Result<SendPool, RegisterError> {
         Ok(SendPool {
             pd: pd.clone(),
-            bufs: (0..n)
-                .map(|_| pd.register_zeroed(len, Access::NONE))
-                .collect::<Result<_, _>>()?,
-            len,
+            slabs: Slabs::new(pd, n, len, Access::NONE)?,
             free: Mutex::new((0..n).rev().collect()),
         })
     }
@@ -161,7 +204,7 @@ impl SendPool {
         } else {
             send.remove(0)
         };
-        let slot = if header.len() <= self.len {
+        let slot = if header.len() <= self.slabs.len {
             self.free().pop()
         } else {
             None
@@ -169,15 +212,14 @@ impl SendPool {
         let mut sgl = Vec::with_capacity(1 + send.len());
         let mut id = wr_id;
         let gathered = (|| {
-            match slot {
-                Some(i) => {
-                    let mr = &self.bufs[i];
+            match slot.and_then(|i| Some((i, self.slabs.get(i)?))) {
+                Some((i, (mr, offset))) => {
                     // COPY: the transport header (tens of bytes; at most the inline
                     // threshold) into its registered send buffer.
-                    mr.write(0, &header);
+                    mr.write(offset, &header);
                     sgl.push(LocalSge {
                         mr: mr.clone(),
-                        offset: 0,
+                        offset,
                         len: header.len(),
                     });
                     id |= (i as u64 + 1) << 32;
@@ -204,8 +246,33 @@ impl SendPool {
     /// A Send completed (in any status): its slot is free again.
     pub(crate) fn complete(&self, wr_id: u64) {
         let slot = ((wr_id >> 32) & 0xff_ffff) as usize;
-        if slot > 0 && slot <= self.bufs.len() {
+        if slot > 0 && slot <= self.slabs.n {
             self.free().push(slot - 1);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buffers_share_regions_no_larger_than_the_device_allows() {
+        let pd = ProtectionDomain::software(rdma::DeviceAttributes {
+            max_mr_size: 10_000,
+            ..rdma::DeviceAttributes::SOFTWARE
+        });
+        let slabs = Slabs::new(&pd, 5, 4096, Access::LOCAL_WRITE).unwrap();
+        assert_eq!(slabs.regions.len(), 3, "2 + 2 + 1 buffers");
+        assert!(slabs.regions.iter().all(|r| r.len() <= 10_000));
+        let (r4, at4) = slabs.get(4).unwrap();
+        assert_eq!((r4.stag(), at4), (slabs.regions[2].stag(), 0));
+        assert_eq!(slabs.get(3).unwrap().1, 4096);
+        assert!(slabs.get(5).is_none());
+        let pool = RecvPool::new(&pd, 5, 4096).unwrap();
+        assert_eq!(pool.initial().len(), 5);
+        assert!(pool.take(4, 4097).is_none(), "longer than a buffer");
+        assert!(pool.take(5, 1).is_none(), "no such buffer");
+        assert_eq!(pool.take(4, 10).unwrap().len(), 10);
     }
 }

@@ -42,6 +42,7 @@ use rdma::{
     WcOpcode, WcStatus,
 };
 use rpcrdma::marshal::RdmaWrite;
+use rpcrdma::memory::MemoryBudget;
 use rpcrdma::private_data::PrivateData;
 use rpcrdma::responder::{BackwardFailure, ReliableReplyConfig};
 use rpcrdma::rpc;
@@ -69,6 +70,8 @@ pub struct RdmaServer<P> {
     backward: Mutex<Option<mpsc::UnboundedSender<BackwardChannel>>>,
     /// RDMA Read sinks, shared by the connections (`RdmaConfig::max_idle_buffers`).
     buffers: BufferPool,
+    /// Read chunk data held by all connections (`RdmaConfig::max_read_memory`).
+    read_memory: Arc<MemoryBudget>,
 }
 
 impl<P> std::fmt::Debug for RdmaServer<P> {
@@ -92,6 +95,7 @@ impl<P: ConnectionManager + 'static> RdmaServer<P> {
             dispatcher,
             binding,
             buffers: BufferPool::new(config.max_idle_buffers),
+            read_memory: MemoryBudget::new(config.max_read_memory),
             config,
             stats: StatsRegistry::default(),
             shutdown: watch::channel(false).0,
@@ -113,6 +117,12 @@ impl<P: ConnectionManager + 'static> RdmaServer<P> {
     /// the requester sees it. Stop [`RdmaServer::serve`] by dropping its future.
     pub fn shutdown(&self) {
         self.shutdown.send_replace(true);
+    }
+
+    /// The budget for Read chunk data shared by this server's connections
+    /// (`RdmaConfig::max_read_memory`): bytes held now, the peak, waits.
+    pub fn read_memory(&self) -> Arc<MemoryBudget> {
+        self.read_memory.clone()
     }
 
     /// Every connection's counters.
@@ -144,7 +154,10 @@ impl<P: ConnectionManager + 'static> RdmaServer<P> {
     }
 
     /// Accepts connections on `listener` until it fails, serving each on its own task.
+    /// Meanwhile, idle pooled buffers are freed after [`QUIET_PERIOD`] without use.
     pub async fn serve(&self, mut listener: P::Listener) -> io::Result<()> {
+        let trimmer = tokio::spawn(release_when_quiet(self.buffers.clone(), QUIET_PERIOD));
+        let _trimmer = AbortOnDrop(trimmer);
         loop {
             let req = listener.accept().await?;
             let peer = req.peer().clone();
@@ -212,6 +225,7 @@ impl<P: ConnectionManager + 'static> RdmaServer<P> {
                         },
                     ),
                     max_read_in_flight: config.max_read_in_flight,
+                    read_memory: Some(self.read_memory.clone()),
                     served: self.dispatcher.registrations(),
                 },
             );
@@ -265,6 +279,7 @@ impl<P: ConnectionManager + 'static> RdmaServer<P> {
                 invalidating: HashMap::new(),
                 wholes: HashMap::new(),
                 room_head: config.recv_buffer_len(),
+                read_timeout: config.read_timeout,
                 shutdown: self.shutdown.subscribe(),
                 replies,
                 backward_rx,
@@ -275,6 +290,37 @@ impl<P: ConnectionManager + 'static> RdmaServer<P> {
             };
             tokio::spawn(conn.run(replies_rx));
         }
+    }
+}
+
+/// How long the buffer pool must go unused before its idle buffers are freed.
+pub const QUIET_PERIOD: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Frees the pool's idle buffers (up to `RdmaConfig::max_idle_buffers`, kept for the
+/// next burst) once a whole `period` went by without a buffer taken: after load, that
+/// memory goes back (issue 16).
+async fn release_when_quiet(pool: BufferPool, period: std::time::Duration) {
+    let mut tick = tokio::time::interval(period);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut last = pool.stats();
+    loop {
+        tick.tick().await;
+        let now = pool.stats();
+        let used = (now.reused, now.allocated) != (last.reused, last.allocated);
+        if !used && now.idle_bytes > 0 {
+            let freed = pool.release_idle();
+            tracing::debug!(target: "rpcrdma_transport", freed, "idle buffers released");
+        }
+        last = pool.stats();
+    }
+}
+
+/// Aborts a task when dropped (the server's future ended or was dropped).
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 
@@ -295,6 +341,8 @@ enum CloseReason {
     Core,
     /// The provider reported a Receive we cannot read (unknown buffer, bad length).
     BadReceive(Completion),
+    /// A Call's RDMA Reads did not complete within `RdmaConfig::read_timeout`.
+    ReadTimeout(std::time::Duration),
 }
 
 impl std::fmt::Display for CloseReason {
@@ -307,6 +355,9 @@ impl std::fmt::Display for CloseReason {
                 write!(f, "{:?} completed with {:?}", c.opcode, c.status)
             }
             CloseReason::Core => f.write_str("protocol error: no reply possible"),
+            CloseReason::ReadTimeout(t) => {
+                write!(f, "RDMA Reads of a Call not complete within {t:?}")
+            }
             CloseReason::BadReceive(c) => {
                 write!(
                     f,
@@ -320,6 +371,8 @@ impl std::fmt::Display for CloseReason {
 
 /// One RDMA Read chunk being pulled into its sink.
 struct Pull {
+    /// When its Reads were posted (`RdmaConfig::read_timeout` runs from here).
+    started: Instant,
     xid: Xid,
     chunk: usize,
     len: usize,
@@ -360,6 +413,8 @@ struct ServerConn<Q> {
     wholes: HashMap<Xid, (PooledBuffer, usize)>,
     /// Room in front of a Read sink: our receive buffer length.
     room_head: usize,
+    /// How long a Read chunk may take to pull before the connection is closed.
+    read_timeout: std::time::Duration,
     shutdown: watch::Receiver<bool>,
     /// Replies from the dispatcher.
     replies: mpsc::UnboundedSender<(Xid, Option<XdrStream>)>,
@@ -404,6 +459,26 @@ impl<Q: QueuePair + 'static> ServerConn<Q> {
                     None => std::future::pending().await,
                 }
             };
+            // Reads posted longest ago: a peer that stops answering them loses the
+            // connection after `read_timeout`.
+            let oldest_read = self.pulls.values().map(|p| p.started).min();
+            let read_deadline = oldest_read.map(|t| t + self.read_timeout);
+            let read_timer = async move {
+                match read_deadline {
+                    Some(d) => tokio::time::sleep_until(d.into()).await,
+                    None => std::future::pending().await,
+                }
+            };
+            // A Call waits for the server's memory budget: wake on the next release.
+            let memory = self.core.memory_wait().map(|(b, g)| (b.clone(), g));
+            let released = async move {
+                match memory {
+                    Some((budget, since)) => {
+                        std::future::poll_fn(|cx| budget.poll_released(since, cx)).await
+                    }
+                    None => std::future::pending().await,
+                }
+            };
             let mut remote = None;
             tokio::select! {
                 _ = shutdown.changed(), if self.closing.is_none() => {}
@@ -419,6 +494,11 @@ impl<Q: QueuePair + 'static> ServerConn<Q> {
                     None => self.core.drop_call(xid),
                 },
                 _ = timer => self.core.handle_timeout(Instant::now()),
+                _ = released, if self.closing.is_none() => self.core.handle_memory_released(),
+                _ = read_timer, if self.closing.is_none() => {
+                    self.stats.inc(Counter::ReadTimeouts);
+                    self.close(CloseReason::ReadTimeout(self.read_timeout));
+                }
                 req = recv_backward(&mut backward_rx) => match req {
                     Some(req) => self.handle_backward_request(req),
                     None => backward_rx = None,
@@ -749,6 +829,7 @@ impl<Q: QueuePair + 'static> ServerConn<Q> {
             self.pulls.insert(
                 pull_id,
                 Pull {
+                    started: Instant::now(),
                     xid,
                     chunk,
                     len: len as usize,
@@ -893,5 +974,30 @@ async fn recv_backward(
     match rx {
         Some(rx) => rx.recv().await,
         None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[tokio::test]
+    async fn idle_buffers_go_after_a_quiet_period_not_while_in_use() {
+        let pool = BufferPool::new(16 << 20);
+        drop(pool.get(100_000));
+        let idle = pool.stats().idle_bytes;
+        assert!(idle > 0);
+        let period = Duration::from_millis(300);
+        let _task = AbortOnDrop(tokio::spawn(release_when_quiet(pool.clone(), period)));
+        // Busy: a buffer taken in every period keeps the pool's memory.
+        for _ in 0..10 {
+            drop(pool.get(100_000));
+            tokio::time::sleep(period / 6).await;
+        }
+        assert_eq!(pool.stats().idle_bytes, idle, "kept while in use");
+        // Quiet: released within two periods or so.
+        tokio::time::sleep(period * 4).await;
+        assert_eq!(pool.stats().idle_bytes, 0);
     }
 }

@@ -42,6 +42,17 @@ pub struct RdmaConfig {
     /// (a single Call may still use up to `max_message`). With the receive buffers
     /// (`credits` × `max_recv`) this bounds a connection's memory.
     pub max_read_in_flight: u64,
+    /// Responder: most bytes of Read chunk data held by all the connections of one
+    /// [`crate::RdmaServer`] at once, from the start of a Call's RDMA Reads until its
+    /// Reply is sent ([`rpcrdma::memory::MemoryBudget`]). A Call that would exceed it
+    /// waits, holding its Receive, until memory is released; one larger than the
+    /// whole budget is answered GARBAGE_ARGS.
+    pub max_read_memory: u64,
+    /// Responder: a Call's RDMA Reads must complete within this time, else the
+    /// connection is closed (§5.5.3: RDMA operational errors are fatal to the
+    /// connection), which releases what the Call held. A peer that announces Read
+    /// chunks and never answers the Reads holds memory no longer than this.
+    pub read_timeout: Duration,
     /// Most bytes of idle data buffers (Read sinks; Write and Reply chunks) kept for
     /// reuse across calls and connections (`rdma::BufferPool`): buffers beyond it are
     /// freed when they come back.
@@ -93,6 +104,8 @@ impl Default for RdmaConfig {
             limits: rpcrdma::Limits::default(),
             max_message: 16 << 20,
             max_read_in_flight: 64 << 20,
+            max_read_memory: 1 << 30,
+            read_timeout: Duration::from_secs(30),
             max_idle_buffers: 64 << 20,
             version_two: false,
             reliable_reply: false,

@@ -64,6 +64,7 @@ pub mod credits;
 pub mod error;
 pub mod header;
 pub mod marshal;
+pub mod memory;
 pub mod options;
 pub mod private_data;
 pub mod pull;

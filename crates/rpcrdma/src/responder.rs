@@ -48,6 +48,7 @@ use crate::credits::{RequesterCredits, ResponderCredits};
 use crate::error::{ArgsError, CreditError, Error, HeaderError, MarshalError, WireAnswer};
 use crate::header::{ErrorBody, Header, Prefix};
 use crate::marshal::{marshal_backward, marshal_reply, ReadChunkReply, Shape};
+use crate::memory::{Charge, MemoryBudget};
 use crate::options::{ReliableReplyInfo, RELIABLE_REPLY};
 use crate::private_data::PeerLimits;
 use crate::pull::{PullTable, DEFAULT_PULL_TIMEOUT};
@@ -82,6 +83,15 @@ pub struct ResponderConfig {
     /// (one Call alone may still pull up to `reassembly.max_len`). Later Calls wait,
     /// each still holding its Receive.
     pub max_read_in_flight: u64,
+    /// DoS bound across connections (issue 16): the server's budget for Read chunk
+    /// data ([`MemoryBudget`]). Each Call with Read chunks is charged their length
+    /// before any RDMA Read is issued and keeps the charge until it is finished with
+    /// (Reply queued, dropped, refused, connection lost); a Call that finds the
+    /// budget spent waits, holding its Receive, until
+    /// [`Responder::handle_memory_released`]. A Call larger than the whole budget is
+    /// answered GARBAGE_ARGS, as one over `reassembly.max_len`. `None`: no bound but
+    /// the per-connection one.
+    pub read_memory: Option<Arc<MemoryBudget>>,
     /// The (program, version) pairs the upper layer serves. A Call for one of them
     /// that the binding does not cover is dropped unanswered (§8); a Call for
     /// anything else is handed up, so that RPC answers it PROG_UNAVAIL or
@@ -121,6 +131,7 @@ impl Default for ResponderConfig {
             backward_credits: None,
             reliable_reply: None,
             max_read_in_flight: 64 << 20,
+            read_memory: None,
             served: Vec::new(),
         }
     }
@@ -180,6 +191,19 @@ struct PendingCall {
     data: Vec<Option<Bytes>>,
     /// Bytes of its Read chunks (charged to the read budget while they are pulled).
     read_len: u64,
+    /// Its charge to the server's memory budget (`ResponderConfig::read_memory`),
+    /// from the start of its RDMA Reads until the Call is forgotten (dropping it
+    /// releases the bytes).
+    charge: Option<Charge>,
+}
+
+/// Whether a Call's RDMA Reads could start.
+enum ReadStart {
+    Started,
+    /// The connection's own read budget is in use (`max_read_in_flight`).
+    WaitConnection,
+    /// The server's memory budget is spent.
+    WaitMemory,
 }
 
 /// One responder connection.
@@ -216,6 +240,9 @@ pub struct Responder<B> {
     reading_bytes: u64,
     /// Calls waiting for the read budget, oldest first.
     deferred_reads: VecDeque<Xid>,
+    /// The memory budget generation the first deferred Call failed to charge at:
+    /// the driver waits for a release after it.
+    memory_wait: Option<u64>,
     counters: Arc<dyn CounterSink>,
 }
 
@@ -247,6 +274,7 @@ impl<B: UpperLayerBinding> Responder<B> {
             reposts: 0,
             reading_bytes: 0,
             deferred_reads: VecDeque::new(),
+            memory_wait: None,
             counters: Arc::new(NoCounters),
         })
     }
@@ -414,7 +442,8 @@ impl<B: UpperLayerBinding> Responder<B> {
         let read_len = chunks.reads.iter().map(|c| c.len()).sum::<u64>();
         // DoS bound: never RDMA Read more than a reassembled Call may hold.
         let total = read_len + inline.len() as u64;
-        let too_large = total > self.config.reassembly.max_len;
+        let too_large = total > self.config.reassembly.max_len
+            || (self.config.read_memory.as_ref()).is_some_and(|b| read_len > b.limit());
         let n = chunks.reads.len();
         if chunks.position_zero().is_some() {
             self.counters.inc(Counter::PositionZeroReadChunks);
@@ -431,6 +460,7 @@ impl<B: UpperLayerBinding> Responder<B> {
                 inline,
                 data: vec![None; n],
                 read_len,
+                charge: None,
             },
         );
         if too_large {
@@ -439,24 +469,43 @@ impl<B: UpperLayerBinding> Responder<B> {
         if n == 0 {
             return self.finish_call(prefix.xid);
         }
-        // DoS bound: Read chunks of at most `max_read_in_flight` bytes are pulled at once
-        // (one Call alone may exceed it). Later Calls wait, holding their Receive.
-        if self.reading_bytes == 0
-            || self.reading_bytes + read_len <= self.config.max_read_in_flight
-        {
-            self.start_reads(prefix.xid);
-        } else {
-            self.counters.inc(Counter::ReadsDeferred);
-            self.deferred_reads.push_back(prefix.xid);
+        match self.try_start_reads(prefix.xid) {
+            ReadStart::Started => {}
+            wait => {
+                self.counters.inc(Counter::ReadsDeferred);
+                if matches!(wait, ReadStart::WaitMemory) {
+                    self.counters.inc(Counter::ReadsWaitedForMemory);
+                }
+                self.deferred_reads.push_back(prefix.xid);
+            }
         }
     }
 
-    /// §4.4.5: one RDMA Read action per Read chunk of Call `xid`.
-    fn start_reads(&mut self, xid: Xid) {
-        let Some(call) = self.calls.get(&xid) else {
-            return;
+    /// §4.4.5: one RDMA Read action per Read chunk of Call `xid`, if both budgets
+    /// allow. DoS bounds: Read chunks of at most `max_read_in_flight` bytes are pulled
+    /// at once on this connection (one Call alone may exceed it), and every Call is
+    /// charged to the server's memory budget (`read_memory`) before its Reads are
+    /// issued. A Call that may not start waits, holding its Receive.
+    fn try_start_reads(&mut self, xid: Xid) -> ReadStart {
+        let Some(call) = self.calls.get_mut(&xid) else {
+            // Gone: nothing to wait for.
+            return ReadStart::Started;
         };
-        self.reading_bytes += call.read_len;
+        let read_len = call.read_len;
+        if self.reading_bytes != 0 && self.reading_bytes + read_len > self.config.max_read_in_flight
+        {
+            return ReadStart::WaitConnection;
+        }
+        if let Some(budget) = &self.config.read_memory {
+            match budget.try_charge(read_len) {
+                Ok(charge) => call.charge = Some(charge),
+                Err(generation) => {
+                    self.memory_wait = Some(generation);
+                    return ReadStart::WaitMemory;
+                }
+            }
+        }
+        self.reading_bytes += read_len;
         for (i, c) in call.chunks.reads.iter().enumerate() {
             self.actions.push_back(Action::RdmaRead {
                 xid,
@@ -464,24 +513,39 @@ impl<B: UpperLayerBinding> Responder<B> {
                 segments: c.segments.clone(),
             });
         }
+        ReadStart::Started
     }
 
-    /// Call `xid` has all its Read data (or is gone): its share of the read budget
-    /// returns, and Calls that waited for it start.
+    /// Call `xid` has all its Read data (or is gone): its share of the connection's
+    /// read budget returns, and Calls that waited for it start.
     fn end_reads(&mut self, read_len: u64) {
         self.reading_bytes = self.reading_bytes.saturating_sub(read_len);
+        self.start_deferred();
+    }
+
+    /// Starts waiting Calls, oldest first, while the budgets allow.
+    fn start_deferred(&mut self) {
+        self.memory_wait = None;
         while let Some(&next) = self.deferred_reads.front() {
-            let Some(len) = self.calls.get(&next).map(|c| c.read_len) else {
-                self.deferred_reads.pop_front();
-                continue;
-            };
-            if self.reading_bytes != 0 && self.reading_bytes + len > self.config.max_read_in_flight
-            {
+            if !matches!(self.try_start_reads(next), ReadStart::Started) {
                 break;
             }
             self.deferred_reads.pop_front();
-            self.start_reads(next);
         }
+    }
+
+    /// The memory budget this connection waits for, and the generation to wait past
+    /// ([`MemoryBudget::poll_released`]): `Some` while a Call waits because the
+    /// server's budget was spent. Then call [`Responder::handle_memory_released`].
+    pub fn memory_wait(&self) -> Option<(&Arc<MemoryBudget>, u64)> {
+        let budget = self.config.read_memory.as_ref()?;
+        Some((budget, self.memory_wait?))
+    }
+
+    /// Memory was released to the server's budget: Calls waiting for it start, if it
+    /// now has room for them.
+    pub fn handle_memory_released(&mut self) {
+        self.start_deferred();
     }
 
     fn handle_backward_reply(&mut self, prefix: Prefix, chunks: ChunkLists, payload: Bytes) {
@@ -550,6 +614,7 @@ impl<B: UpperLayerBinding> Responder<B> {
     pub fn handle_disconnect(&mut self) {
         self.calls.clear();
         self.deferred_reads.clear();
+        self.memory_wait = None;
         self.reading_bytes = 0;
         self.reposts = 0;
         self.invalidate_all_pulls();

@@ -62,6 +62,12 @@ counters! {
     RdmaReadBytes = "rdma_read_bytes",
     /// Calls whose RDMA Reads waited for the per-connection read budget (responder).
     ReadsDeferred = "reads_deferred",
+    /// Of those, Calls that waited because the server's memory budget was spent
+    /// (responder, `ResponderConfig::read_memory`).
+    ReadsWaitedForMemory = "reads_waited_for_memory",
+    /// Connections closed because a Call's RDMA Reads did not complete within the
+    /// read timeout (responder driver: a peer that stops answering RDMA Reads).
+    ReadTimeouts = "read_timeouts",
     /// RDMA Writes posted (responder).
     RdmaWrites = "rdma_writes",
     /// Bytes pushed by RDMA Write.

@@ -112,6 +112,26 @@ impl RdmaOptions {
     }
 }
 
+/// The default budget for the data of WRITEs pulled by RDMA Read, shared by all
+/// RDMA connections (`RdmaConfig::max_read_memory`, `--rdma-max-read-memory`): an
+/// eighth of the machine's physical memory, at least 256 MiB and at most 4 GiB
+/// (1 GiB if the size cannot be read).
+pub fn default_read_memory() -> u64 {
+    // SAFETY: sysconf reads a system parameter; no memory is passed.
+    let (pages, page) = unsafe {
+        (
+            libc::sysconf(libc::_SC_PHYS_PAGES),
+            libc::sysconf(libc::_SC_PAGESIZE),
+        )
+    };
+    match (u64::try_from(pages), u64::try_from(page)) {
+        (Ok(pages), Ok(page)) if pages > 0 && page > 0 => {
+            (pages.saturating_mul(page) / 8).clamp(256 << 20, 4 << 30)
+        }
+        _ => 1 << 30,
+    }
+}
+
 /// A bound NFS/RDMA listener, not yet serving.
 pub struct RdmaListener {
     served: Served,

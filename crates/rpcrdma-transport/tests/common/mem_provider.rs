@@ -88,6 +88,10 @@ struct SideState {
     events: VecDeque<QpEvent>,
     ev_waker: Option<Waker>,
     connected: bool,
+    /// RDMA Reads of this side's memory are never answered (a hostile peer).
+    unresponsive: bool,
+    /// This side's RDMA Reads left unanswered by such a peer: flushed at the end.
+    parked_reads: Vec<u64>,
 }
 
 struct Side {
@@ -122,6 +126,14 @@ impl Side {
             return;
         }
         st.connected = false;
+        for wr_id in std::mem::take(&mut st.parked_reads) {
+            st.cq.push_back(Completion::new(
+                wr_id,
+                WcOpcode::RdmaRead,
+                WcStatus::Flushed,
+                0,
+            ));
+        }
         let flushed: Vec<RecvWr> = st.recvs.drain(..).collect();
         for r in flushed {
             st.cq.push_back(Completion::new(
@@ -149,6 +161,13 @@ pub struct MemQp {
 }
 
 impl MemQp {
+    /// From now on RDMA Reads of this side's memory are never answered: the peer's
+    /// Reads stay outstanding until the connection ends (then they flush), as with
+    /// a peer whose RDMA layer stops responding.
+    pub fn stop_answering_reads(&self) {
+        lock(&self.me.state).unresponsive = true;
+    }
+
     fn gather(&self, sgl: &[LocalSge]) -> Option<Bytes> {
         let mut out = BytesMut::new();
         for l in sgl {
@@ -242,6 +261,10 @@ impl QueuePair for MemQp {
                     )
                     .and_then(|r| r.place(remote.offset, &data));
                 (WcOpcode::RdmaWrite, placed.is_ok(), data.len())
+            }
+            SendOp::RdmaRead { .. } if lock(&self.peer.state).unresponsive => {
+                lock(&self.me.state).parked_reads.push(wr.wr_id);
+                return Ok(());
             }
             SendOp::RdmaRead { remote, sink } => {
                 let mut out = Vec::new();

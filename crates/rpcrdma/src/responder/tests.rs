@@ -461,3 +461,74 @@ fn rr_s6_rdma_done_without_the_feature_still_gets_err_badheader() {
     let (sent, _) = sent(&mut r);
     assert_eq!(sent, words(&[0x42, 2, 64, 4, 2]));
 }
+
+struct Noop;
+
+impl std::task::Wake for Noop {
+    fn wake(self: Arc<Self>) {}
+}
+
+fn budgeted(budget: &Arc<MemoryBudget>) -> Responder<TestUlb> {
+    Responder::new(
+        TestUlb {
+            call_ddp: 1,
+            ..TestUlb::default()
+        },
+        ResponderConfig {
+            read_memory: Some(budget.clone()),
+            ..ResponderConfig::default()
+        },
+    )
+    .unwrap()
+}
+
+/// Issue 16: connections sharing a memory budget. A Call whose Read chunks do not
+/// fit waits (no RDMA Read, so no sink allocated) until another connection's Call is
+/// answered and releases its charge; one larger than the whole budget is refused.
+#[test]
+fn read_chunks_wait_for_the_shared_memory_budget() {
+    let budget = MemoryBudget::new(200_000);
+    let (mut a, mut b) = (budgeted(&budget), budgeted(&budget));
+    let (send, data) = linux_write_call();
+    a.handle_receive(send.clone());
+    assert!(matches!(a.poll_action(), Some(Action::RdmaRead { .. })));
+    assert_eq!(budget.used(), 131_072);
+    b.handle_receive(send);
+    assert_eq!(b.poll_action(), None, "no RDMA Read past the budget");
+    let (_, since) = b.memory_wait().expect("waits for memory");
+    let waker = std::task::Waker::from(Arc::new(Noop));
+    let mut cx = std::task::Context::from_waker(&waker);
+    assert!(budget.poll_released(since, &mut cx).is_pending());
+    // A's Call keeps its charge while it is served, until its Reply goes.
+    a.handle_read_done(Xid(0x10c7_04b8), 0, data);
+    assert!(matches!(a.poll_event(), Some(ResponderEvent::Call { .. })));
+    assert_eq!(budget.used(), 131_072);
+    a.send_reply(Xid(0x10c7_04b8), rpc_reply(0x10c7_04b8, &[], None))
+        .unwrap();
+    assert_eq!(budget.used(), 0);
+    assert!(budget.poll_released(since, &mut cx).is_ready());
+    b.handle_memory_released();
+    assert!(matches!(b.poll_action(), Some(Action::RdmaRead { .. })));
+    assert_eq!((budget.used(), budget.peak()), (131_072, 131_072));
+    assert!(b.memory_wait().is_none());
+    // The connection ends: its Call's charge goes with it.
+    b.handle_disconnect();
+    assert_eq!(budget.used(), 0);
+
+    // A Call larger than the whole budget could never start: GARBAGE_ARGS at once.
+    let small = MemoryBudget::new(65_536);
+    let mut c = budgeted(&small);
+    c.handle_receive(linux_write_call().0);
+    assert_eq!(
+        c.poll_event(),
+        Some(ResponderEvent::Refused {
+            xid: Some(Xid(0x10c7_04b8)),
+            error: ArgsError::TooLarge(112 + 131_072).into(),
+            answer: WireAnswer::GarbageArgs,
+        })
+    );
+    let (bytes, _) = sent(&mut c);
+    assert_eq!(&bytes[28..], &rpc::garbage_args_reply(Xid(0x10c7_04b8))[..]);
+    assert_eq!(c.poll_action(), None, "no RDMA Read issued");
+    assert_eq!(small.used(), 0);
+}
