@@ -85,9 +85,6 @@ impl FromStr for TransportKind {
     }
 }
 
-/// An RPC client to `addr` over `kind`. Connects lazily, at the first call (and
-/// reconnects by itself, retransmitting outstanding calls).
-///
 /// Which RDMA provider carries RPC-over-RDMA.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum RdmaProvider {
@@ -153,6 +150,9 @@ async fn verbs_route(server: SocketAddr) -> std::result::Result<String, String> 
     Ok(name)
 }
 
+/// An RPC client to `addr` over `kind`. Connects lazily, at the first call (and
+/// reconnects by itself, retransmitting outstanding calls).
+///
 /// RDMA carries only NFSv3 (the binding of [`crate::rdma`]), with the default
 /// [`RdmaConfig`] (4 KiB inline thresholds, 128 credits, as Linux offers) and
 /// the iWARP provider's defaults.
