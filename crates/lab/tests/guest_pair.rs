@@ -15,6 +15,9 @@
 //!   chunk shows as RPC-over-RDMA only: tshark does not follow the RDMA Reads.
 //! - Our `nfs` client on verbs against the other guest's knfsd, over rxe1 and siw1:
 //!   a Version Two probe, fallback to Version One, 8 MiB PUT and GET, equal.
+//! - The providers across the wire over siw1: our `nfs` on verbs against our `nfsd`
+//!   on userspace iWARP, and our `nfs` on userspace iWARP (a TCP socket, no device)
+//!   against our `nfsd` on verbs; Version Two both ways (both ends speak it).
 
 use std::process::Command;
 use std::time::Duration;
@@ -44,12 +47,12 @@ TPID=$!
 step tcpdump_up sh -c 'i=0; until grep -q "listening on eth1" /share/tcpdump.log; do i=$((i+1)); [ $i -gt 100 ] && exit 1; sleep 0.1; done'
 "#;
 
-/// Our nfsd on verbs, exporting /srv/p.
+/// Our nfsd (on `$SERVER_PROVIDER`, default verbs), exporting /srv/p.
 const OUR_SERVER: &str = r#"
 EXPORT=/srv/p
 step export sh -c 'mkdir -p /srv/p && mount -t tmpfs -o size=64m tmpfs /srv/p && chmod 777 /srv/p'
 /share/bin/nfsd --bind 10.0.3.1 --nfs-port 2049 --mount-port 20048 --rdma-port 20049 \
-  --rdma-provider verbs --rpcbind off --no-nlm --squash none --state-dir /tmp/nfsd-state \
+  --rdma-provider ${SERVER_PROVIDER:-verbs} --rpcbind off --no-nlm --squash none --state-dir /tmp/nfsd-state \
   /srv/p >/share/nfsd.txt 2>&1 &
 SPID=$!
 step nfsd_ready sh -c 'i=0; until grep -q "^nfsd: ready" /share/nfsd.txt; do i=$((i+1)); [ $i -gt 300 ] && exit 1; sleep 0.1; done'
@@ -92,21 +95,22 @@ step umount umount /mnt/p
 exit 0
 "#;
 
-/// Our client on verbs against knfsd's /export: Version Two probe, PUT, GET.
+/// Our client (on `$CLIENT_PROVIDER`, default verbs) against the server's
+/// `$REMOTE` export: Version Two probe, PUT, GET.
 const OUR_CLIENT: &str = r#"
 step make sh -c 'head -c 8388608 /dev/urandom > /tmp/f'
 record md5 "$(md5sum /tmp/f | cut -d' ' -f1)"
 cat >/tmp/nfs <<'X'
 #!/bin/sh
-NFS_LOG=nfsclient=info exec /share/bin/nfs -q -v -t rdma --rdma-provider verbs --rdma-version 2 \
+NFS_LOG=nfsclient=info exec /share/bin/nfs -q -v -t rdma --rdma-provider ${CLIENT_PROVIDER:-verbs} --rdma-version 2 \
   --nfs-port 20049 --mount-port 20048 --timeout 60 "$@"
 X
 chmod +x /tmp/nfs
 step reach sh -c 'i=0; until ping -c 1 -W 1 10.0.3.1 >/dev/null 2>&1; do i=$((i+1)); [ $i -gt 120 ] && exit 1; sleep 1; done'
-step put sh -c 'i=0; until /tmp/nfs put /tmp/f 10.0.3.1:/export/f 2>/share/put.txt; do i=$((i+1)); [ $i -gt 30 ] && { cat /share/put.txt; exit 1; }; sleep 2; done; cat /share/put.txt'
-step get sh -c '/tmp/nfs get 10.0.3.1:/export/f /tmp/back 2>/share/get.txt; rc=$?; cat /share/get.txt; exit $rc'
+step put sh -c 'i=0; until /tmp/nfs put /tmp/f 10.0.3.1:$REMOTE/f 2>/share/put.txt; do i=$((i+1)); [ $i -gt 30 ] && { cat /share/put.txt; exit 1; }; sleep 2; done; cat /share/put.txt'
+step get sh -c '/tmp/nfs get 10.0.3.1:$REMOTE/f /tmp/back 2>/share/get.txt; rc=$?; cat /share/get.txt; exit $rc'
 step same cmp /tmp/f /tmp/back
-step done sh -c 'echo done >/tmp/done && /tmp/nfs put /tmp/done 10.0.3.1:/export/done 2>/dev/null'
+step done sh -c 'echo done >/tmp/done && /tmp/nfs put /tmp/done 10.0.3.1:$REMOTE/done 2>/dev/null'
 exit 0
 "#;
 
@@ -127,8 +131,15 @@ fn count(pcap: &std::path::Path, filter: &str) -> Result<usize, String> {
     Ok(String::from_utf8_lossy(&out.stdout).lines().count())
 }
 
-/// Server and client of one pair run, over `dev` ("rxe" or "siw").
-fn run_pair(name: &str, dev: &str, server: &str, client: &str) -> (Outcome, Outcome) {
+/// Server and client of one pair run, over `dev` ("rxe" or "siw"), with `env` in
+/// both guests.
+fn run_pair(
+    name: &str,
+    dev: &str,
+    server: &str,
+    client: &str,
+    env: &[(&str, &str)],
+) -> (Outcome, Outcome) {
     let lab = Lab::open().unwrap_or_else(|e| panic!("{e}"));
     let nfsd = build_binary("nfsd", "nfsd");
     let nfs = build_binary("nfsclient", "nfs");
@@ -140,11 +151,16 @@ fn run_pair(name: &str, dev: &str, server: &str, client: &str) -> (Outcome, Outc
     .env("DEV", dev)
     .env("ADDR", "10.0.3.1")
     .env("LAB_STEP_TIMEOUT", "280");
-    let client = GuestScript::inline(&format!("{name}-client"), format!("{UP}{client}"))
+    let mut client = GuestScript::inline(&format!("{name}-client"), format!("{UP}{client}"))
         .binary("nfs", &nfs)
         .env("DEV", dev)
         .env("ADDR", "10.0.3.2")
         .env("LAB_STEP_TIMEOUT", "200");
+    let mut server = server;
+    for (k, v) in env {
+        server = server.env(k, *v);
+        client = client.env(k, *v);
+    }
     lab.pair(server, client)
         .run_name(name)
         .timeout(Duration::from_secs(400))
@@ -165,7 +181,7 @@ fn same_bytes(s: &mut Outcome, c: &Outcome) {
 
 /// Kernel client -> our nfsd on verbs over `dev`; the startup line names the device.
 fn kernel_client_to_our_nfsd(name: &str, dev: &str) -> (Outcome, Outcome) {
-    let (mut s, mut c) = run_pair(name, dev, OUR_SERVER, KERNEL_CLIENT);
+    let (mut s, mut c) = run_pair(name, dev, OUR_SERVER, KERNEL_CLIENT, &[]);
     c.host_step("mounted_over_rdma", |c| match c.value("xprt") {
         Some(x) if x.split_whitespace().take(2).eq(["xprt:", "rdma"]) => Ok(()),
         other => Err(format!("mountstats xprt line is {other:?}, not rdma")),
@@ -228,7 +244,7 @@ fn kernel_client_mounts_our_verbs_nfsd_across_a_wire_over_siw() {
 
 /// Our client on verbs -> the other guest's knfsd over `dev`.
 fn our_client_to_knfsd(name: &str, dev: &str) {
-    let (mut s, mut c) = run_pair(name, dev, KNFSD, OUR_CLIENT);
+    let (mut s, mut c) = run_pair(name, dev, KNFSD, OUR_CLIENT, &[("REMOTE", "/export")]);
     same_bytes(&mut s, &c);
     c.host_step("version_one_after_a_fallback_on_the_device", |c| {
         let log = std::fs::read_to_string(c.share_file("put.txt"))
@@ -261,4 +277,63 @@ fn our_verbs_client_to_knfsd_across_a_wire_over_rxe() {
 #[ignore = "kernel lab: run by lab/test"]
 fn our_verbs_client_to_knfsd_across_a_wire_over_siw() {
     our_client_to_knfsd("pair-client-knfsd-siw", "siw");
+}
+
+/// Our client on `client` against our nfsd on `server` across the wire over siw1:
+/// Version Two end to end (no fallback), each side naming its provider.
+fn providers_across_the_wire(name: &str, server: &str, client: &str) {
+    let env = [
+        ("REMOTE", "/srv/p"),
+        ("SERVER_PROVIDER", server),
+        ("CLIENT_PROVIDER", client),
+    ];
+    let (mut s, mut c) = run_pair(name, "siw", OUR_SERVER, OUR_CLIENT, &env);
+    same_bytes(&mut s, &c);
+    let server_line = match server {
+        "verbs" => "via verbs on siw1 [--rdma-provider verbs]",
+        _ => "via userspace iWARP [--rdma-provider iwarp]",
+    };
+    s.host_step("server_provider", |s| {
+        let text = std::fs::read_to_string(s.share_file("nfsd.txt"))
+            .map_err(|e| format!("share/nfsd.txt: {e}"))?;
+        if text.lines().any(|l| l.ends_with(server_line)) {
+            Ok(())
+        } else {
+            Err(format!("no line ending {server_line:?} in:\n{text}"))
+        }
+    });
+    let client_says = match client {
+        "verbs" => "provider=verbs on siw1",
+        _ => "provider=userspace iWARP",
+    };
+    c.host_step("client_provider_and_version_two", |c| {
+        let log = std::fs::read_to_string(c.share_file("put.txt"))
+            .map_err(|e| format!("share/put.txt: {e}"))?;
+        let v2 = log.lines().any(|l| {
+            l.starts_with("nfs: rdma ")
+                && l.contains("version_fallbacks=0")
+                && l.contains("rpcrdma_version=2")
+        });
+        if log.contains(client_says) && v2 {
+            Ok(())
+        } else {
+            Err(format!(
+                "want {client_says:?} and Version Two without fallback in:\n{log}"
+            ))
+        }
+    });
+    c.assert_passed();
+    s.assert_passed();
+}
+
+#[test]
+#[ignore = "kernel lab: run by lab/test"]
+fn our_verbs_client_to_our_iwarp_nfsd_across_a_wire_over_siw() {
+    providers_across_the_wire("pair-verbs-to-iwarp", "iwarp", "verbs");
+}
+
+#[test]
+#[ignore = "kernel lab: run by lab/test"]
+fn our_iwarp_client_to_our_verbs_nfsd_across_a_wire_over_siw() {
+    providers_across_the_wire("pair-iwarp-to-verbs", "verbs", "iwarp");
 }
