@@ -74,17 +74,21 @@ fio_wait() {
   done
   wait $FIO_PID
 }
+# The events are enabled once per boot and never disabled, and the buffer sized
+# once: switching a tracepoint off patches kernel text across CPUs, and under TCG a
+# guest once locked up there for 10 minutes (soft lockup in the writing shell).
+# Between runs only tracing_on (a flag) changes, and trace_on clears the buffer.
 trace_on() {
   [ -d $T/events ] || mount -t tracefs nodev $T || return 1
-  echo 0 >$T/tracing_on && echo >$T/trace && echo 8192 >$T/buffer_size_kb &&
-    echo 1 >$T/events/nfs/nfs_writeback_done/enable &&
-    echo 1 >$T/events/nfs/nfs_commit_done/enable && echo 1 >$T/tracing_on
+  if [ ! -e /run/nfs-crash-trace ]; then
+    echo 0 >$T/tracing_on && echo 8192 >$T/buffer_size_kb &&
+      echo 1 >$T/events/nfs/nfs_writeback_done/enable &&
+      echo 1 >$T/events/nfs/nfs_commit_done/enable && touch /run/nfs-crash-trace || return 1
+  fi
+  echo 0 >$T/tracing_on && echo >$T/trace && echo 1 >$T/tracing_on
 }
 trace_off() {
-  echo 0 >$T/tracing_on
-  echo 0 >$T/events/nfs/nfs_writeback_done/enable
-  echo 0 >$T/events/nfs/nfs_commit_done/enable
-  cp $T/trace "$LAB_RUN_DIR/trace.txt" && echo >$T/trace
+  echo 0 >$T/tracing_on && cp $T/trace "$LAB_RUN_DIR/trace.txt"
 }
 fio_verify() {
   $FIO $C --verify_only=1 >"$LAB_RUN_DIR/fio-verify.txt" 2>&1
