@@ -94,34 +94,40 @@ async fn serve(opts: &ServeOptions) -> std::io::Result<()> {
         .rdma_addr()
         .map_or_else(|| "none".to_string(), |a| a.to_string());
     println!("{ANNOUNCE} nfs={nfs} mount={mount} rdma={rdma_addr}");
+    // Handlers first: a SIGTERM sent as soon as "ready" is read must be caught.
+    let stop = stop_signal();
     println!("ready");
-    bound.serve(stop_signal()).await
+    bound.serve(stop).await
 }
 
-/// SIGTERM, SIGINT, or EOF on stdin.
-async fn stop_signal() {
+/// SIGTERM, SIGINT, or EOF on stdin. The signal handlers are installed when this is
+/// called, not when the future is first polled.
+fn stop_signal() -> impl std::future::Future<Output = ()> {
     use tokio::io::AsyncReadExt;
     use tokio::signal::unix::{signal, SignalKind};
-    let stdin_eof = async {
-        let mut buf = [0u8; 64];
-        let mut stdin = tokio::io::stdin();
-        while let Ok(n) = stdin.read(&mut buf).await {
-            if n == 0 {
-                break;
-            }
-        }
-    };
-    match (
+    let handlers = (
         signal(SignalKind::interrupt()),
         signal(SignalKind::terminate()),
-    ) {
-        (Ok(mut int), Ok(mut term)) => {
-            tokio::select! {
-                _ = int.recv() => {}
-                _ = term.recv() => {}
-                _ = stdin_eof => {}
+    );
+    async move {
+        let stdin_eof = async {
+            let mut buf = [0u8; 64];
+            let mut stdin = tokio::io::stdin();
+            while let Ok(n) = stdin.read(&mut buf).await {
+                if n == 0 {
+                    break;
+                }
             }
+        };
+        match handlers {
+            (Ok(mut int), Ok(mut term)) => {
+                tokio::select! {
+                    _ = int.recv() => {}
+                    _ = term.recv() => {}
+                    _ = stdin_eof => {}
+                }
+            }
+            _ => stdin_eof.await,
         }
-        _ => stdin_eof.await,
     }
 }

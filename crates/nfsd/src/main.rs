@@ -396,9 +396,12 @@ async fn run(
     println!("nfsd: write verifier {verf}");
     tokio::spawn(reload_on_sighup(bound.server().clone(), exports_file));
     tokio::spawn(nfsd::malloc::trim_when_idle());
+    // The handlers are installed before "ready": a SIGTERM sent the moment a
+    // supervisor (or a test) sees that line must find them, not the default action.
+    let signals = ShutdownSignals::install();
     println!("nfsd: ready");
     let shutdown = async {
-        let name = signal().await;
+        let name = signals.recv().await;
         println!("nfsd: {name}: shutting down, finishing calls in flight");
     };
     bound.serve(shutdown).await?;
@@ -433,19 +436,37 @@ async fn reload_on_sighup(server: Arc<NfsServer>, file: Option<PathBuf>) {
     }
 }
 
-/// Waits for SIGINT or SIGTERM and names it.
-async fn signal() -> &'static str {
-    use tokio::signal::unix::{signal, SignalKind};
-    let (Ok(mut int), Ok(mut term)) = (
-        signal(SignalKind::interrupt()),
-        signal(SignalKind::terminate()),
-    ) else {
-        // Without signal handlers, run until killed.
-        return std::future::pending().await;
-    };
-    tokio::select! {
-        _ = int.recv() => "SIGINT",
-        _ = term.recv() => "SIGTERM",
+/// SIGINT and SIGTERM, caught from the moment they are installed.
+struct ShutdownSignals {
+    handlers: Option<(tokio::signal::unix::Signal, tokio::signal::unix::Signal)>,
+}
+
+impl ShutdownSignals {
+    fn install() -> Self {
+        use tokio::signal::unix::{signal, SignalKind};
+        let handlers = match (
+            signal(SignalKind::interrupt()),
+            signal(SignalKind::terminate()),
+        ) {
+            (Ok(int), Ok(term)) => Some((int, term)),
+            (Err(e), _) | (_, Err(e)) => {
+                eprintln!("nfsd: cannot catch SIGINT/SIGTERM ({e}): they stop the server at once");
+                None
+            }
+        };
+        ShutdownSignals { handlers }
+    }
+
+    /// Waits for SIGINT or SIGTERM and names it.
+    async fn recv(self) -> &'static str {
+        let Some((mut int, mut term)) = self.handlers else {
+            // Without signal handlers, run until killed.
+            return std::future::pending().await;
+        };
+        tokio::select! {
+            _ = int.recv() => "SIGINT",
+            _ = term.recv() => "SIGTERM",
+        }
     }
 }
 

@@ -315,6 +315,20 @@ fn libnfs_lists_reads_and_writes_byte_exact() {
     assert!(rest.iter().any(|l| l == "nfsd: stopped"), "{rest:?}");
 }
 
+/// A SIGTERM sent the moment `nfsd: ready` is printed is caught and stops the server
+/// cleanly: the handlers are in place before that line (once they were installed
+/// only when serving began, and about one start in five died of the signal).
+#[test]
+fn sigterm_right_after_ready_is_a_clean_stop() {
+    let base = TempDir::new("sigterm");
+    let export = make_export(&base);
+    for _ in 0..20 {
+        let (status, rest) = Nfsd::start(&[], &export).terminate();
+        assert!(status.success(), "exit status {status:?}: {rest:?}");
+        assert!(rest.iter().any(|l| l == "nfsd: stopped"), "{rest:?}");
+    }
+}
+
 /// Runs `cmd args`, as uid/gid 65534 if `nobody` (so libnfs cannot bind a port
 /// below 1024); its exit status and stderr.
 fn try_run(cmd: &Path, args: &[&str], nobody: bool) -> (bool, String) {
@@ -749,7 +763,8 @@ mod wire {
         let before = walk(&server, &export, &path).await;
         let key = std::fs::metadata(state.join("fh.key")).unwrap();
         assert_eq!(key.permissions().mode() & 0o777, 0o600);
-        assert!(server.terminate().0.success());
+        let (status, rest) = server.terminate();
+        assert!(status.success(), "{status}: {rest:?}");
 
         // Restarted as root: the old handles work, and are the ones LOOKUP gives.
         let server = Nfsd::start_with(&args);
@@ -757,7 +772,8 @@ mod wire {
             assert_eq!(getattr(&server, fh).await, NfsStat3::NFS3_OK);
         }
         assert_eq!(walk(&server, &export, &path).await, before);
-        assert!(server.terminate().0.success());
+        let (status, rest) = server.terminate();
+        assert!(status.success(), "{status}: {rest:?}");
 
         // As nobody, the root-owned key cannot be read: a clear error, no server.
         let out = Command::new("setpriv")
@@ -809,6 +825,7 @@ mod wire {
         // Removed: stale, on the fallback too.
         std::fs::remove_file(export.join("sub/deeper/note.txt")).unwrap();
         assert_eq!(getattr(&server, &before[3]).await, NfsStat3::NFS3ERR_STALE);
-        assert!(server.terminate().0.success());
+        let (status, rest) = server.terminate();
+        assert!(status.success(), "{status}: {rest:?}");
     }
 }
