@@ -13,7 +13,7 @@ use rand::Rng;
 
 use crate::access::{Access, STag};
 use crate::device::{DeviceAttributes, DeviceRegistration, RegisterError, Registrar};
-use crate::pool::{BufferError, Lent, PooledBuffer};
+use crate::pool::{self, BufferError, Lent, PooledBuffer};
 
 /// Why a remote (or local) access to a memory region was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -51,6 +51,36 @@ struct PdInner {
     /// The device that registers memory too (a verbs device); `None` for software.
     registrar: Option<Arc<dyn Registrar>>,
     table: Mutex<Table>,
+    /// Registrations the device made (`registrar` calls that succeeded).
+    device_registrations: AtomicU64,
+    /// Regions that used a pooled allocation's cached registration instead.
+    cached_registrations: AtomicU64,
+}
+
+/// How a protection domain's regions got their device registrations
+/// ([`ProtectionDomain::registration_stats`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RegistrationStats {
+    /// Registrations the device made (for a verbs device, `ibv_reg_mr` calls).
+    pub device: u64,
+    /// Regions for local access that used the cached registration of their pooled
+    /// allocation instead of a registration of their own ([`crate::pool`]).
+    pub cached: u64,
+}
+
+/// A region's share of the cached registration of its pooled allocation.
+struct CachedShare(Arc<dyn DeviceRegistration>);
+
+impl DeviceRegistration for CachedShare {
+    fn lkey(&self) -> u32 {
+        self.0.lkey()
+    }
+    fn rkey(&self) -> u32 {
+        self.0.rkey()
+    }
+    fn remote_base(&self) -> u64 {
+        self.0.remote_base()
+    }
 }
 
 #[derive(Default)]
@@ -190,8 +220,55 @@ impl ProtectionDomain {
                 attributes,
                 registrar,
                 table: Mutex::new(Table::default()),
+                device_registrations: AtomicU64::new(0),
+                cached_registrations: AtomicU64::new(0),
             }),
         }
+    }
+
+    /// How this PD's regions got their device registrations so far.
+    pub fn registration_stats(&self) -> RegistrationStats {
+        RegistrationStats {
+            device: self.inner.device_registrations.load(Ordering::Relaxed),
+            cached: self.inner.cached_registrations.load(Ordering::Relaxed),
+        }
+    }
+
+    /// The device registration a region of `access` rights gets from the cache of
+    /// pooled allocations ([`crate::pool`], "Registration cache"): only for local
+    /// access (a registration with remote rights is made for one region, one call,
+    /// and never kept), and only with a device registrar. `find` looks the cache up,
+    /// given a function that registers a whole allocation for local access.
+    fn cached(
+        &self,
+        access: Access,
+        find: impl FnOnce(
+            &dyn Fn(&[u8]) -> Result<Box<dyn DeviceRegistration>, RegisterError>,
+        ) -> Result<Option<Arc<dyn DeviceRegistration>>, RegisterError>,
+    ) -> Option<Box<dyn DeviceRegistration>> {
+        let r = self.inner.registrar.as_ref()?;
+        if access.contains(Access::REMOTE_READ) || access.contains(Access::REMOTE_WRITE) {
+            return None;
+        }
+        let register = |whole: &[u8]| {
+            // SAFETY: the `Registrar` contract, kept by `crate::pool`: `whole` is a
+            // pooled allocation that drops this registration before its memory is
+            // freed, and whose bytes are written only through ranges lent to one
+            // region at a time.
+            let reg = unsafe { r.register(whole, Access::LOCAL_WRITE) }?;
+            self.inner
+                .device_registrations
+                .fetch_add(1, Ordering::Relaxed);
+            Ok(reg)
+        };
+        // A cache that cannot register the whole allocation (a device limit, locked
+        // memory) leaves the region to register its own range, as without a cache.
+        find(&register).ok().flatten().map(|reg| {
+            self.inner
+                .cached_registrations
+                .fetch_add(1, Ordering::Relaxed);
+            Box::new(CachedShare(reg)) as Box<dyn DeviceRegistration>
+        })
     }
 
     /// A process-unique id of this PD.
@@ -252,13 +329,38 @@ impl ProtectionDomain {
         range: std::ops::Range<usize>,
         access: Access,
     ) -> Result<MemoryRegion, RegisterError> {
+        // Before lending: the cache registers the whole allocation, which it may only
+        // borrow while nothing of it is lent.
+        let pd_id = self.inner.id;
+        let cached = self.cached(access, |register| buf.local_registration(pd_id, register));
         let lent = buf.lend(range).map_err(|e: BufferError| {
             RegisterError::Provider(std::io::Error::new(std::io::ErrorKind::InvalidInput, e))
         })?;
-        self.register_mem(Mem::Pooled(lent), access)
+        self.register_with(Mem::Pooled(lent), access, cached)
     }
 
     fn register_mem(&self, mem: Mem, access: Access) -> Result<MemoryRegion, RegisterError> {
+        let cached = match &mem {
+            // Shared bytes are read-only to a device: gather elements only.
+            Mem::Shared(b) if access == Access::NONE => {
+                let pd_id = self.inner.id;
+                self.cached(access, |register| {
+                    pool::local_registration_of(b, pd_id, register)
+                })
+            }
+            _ => None,
+        };
+        self.register_with(mem, access, cached)
+    }
+
+    /// Registers `mem`; with the device, through `cached` (a share of a pooled
+    /// allocation's registration, for local access) or else a registration of its own.
+    fn register_with(
+        &self,
+        mem: Mem,
+        access: Access,
+        cached: Option<Box<dyn DeviceRegistration>>,
+    ) -> Result<MemoryRegion, RegisterError> {
         let attrs = self.inner.attributes;
         // Verbs (`ibv_reg_mr`): "If IBV_ACCESS_REMOTE_WRITE is set, then
         // IBV_ACCESS_LOCAL_WRITE must be set too."
@@ -287,14 +389,25 @@ impl ProtectionDomain {
                         "the consumer's shared bytes are immutable to a device",
                     ));
                 }
-                // SAFETY: the `Registrar` contract, kept by `MrShared`: the memory moves
-                // into the region created below and stays at this address (an owned
-                // buffer is never grown, shared bytes are never copied on write while
-                // registered, a pooled range is lent to the region alone) until the
-                // region drops its device registration, which it does before its
-                // memory (field order, `deregister`, `release`); shared bytes get no
-                // write right (checked above).
-                Some(unsafe { r.register(mem.as_slice(), access) }?)
+                match cached {
+                    // A share of the pooled allocation's own registration (`cached`).
+                    Some(share) => Some(share),
+                    None => {
+                        // SAFETY: the `Registrar` contract, kept by `MrShared`: the
+                        // memory moves into the region created below and stays at this
+                        // address (an owned buffer is never grown, shared bytes are
+                        // never copied on write while registered, a pooled range is
+                        // lent to the region alone) until the region drops its device
+                        // registration, which it does before its memory (field order,
+                        // `deregister`, `release`); shared bytes get no write right
+                        // (checked above).
+                        let reg = unsafe { r.register(mem.as_slice(), access) }?;
+                        self.inner
+                            .device_registrations
+                            .fetch_add(1, Ordering::Relaxed);
+                        Some(reg)
+                    }
+                }
             }
         };
         let mut t = lock(&self.inner.table);
@@ -698,6 +811,52 @@ impl ResolvedRegion {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::device::{DeviceRegistration, Registrar};
+    use std::sync::atomic::AtomicUsize;
+
+    /// A device registrar that counts its live registrations and what they covered.
+    #[derive(Default)]
+    struct Fake {
+        live: Arc<AtomicUsize>,
+        next: AtomicU32,
+        /// (address, length, access) of each registration made.
+        made: Mutex<Vec<(usize, usize, Access)>>,
+    }
+    struct Reg {
+        key: u32,
+        live: Arc<AtomicUsize>,
+    }
+    impl DeviceRegistration for Reg {
+        fn lkey(&self) -> u32 {
+            self.key
+        }
+        fn rkey(&self) -> u32 {
+            self.key | 0x8000_0000
+        }
+        fn remote_base(&self) -> u64 {
+            0x1000 * u64::from(self.key)
+        }
+    }
+    impl Drop for Reg {
+        fn drop(&mut self) {
+            self.live.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+    impl Registrar for Fake {
+        unsafe fn register(
+            &self,
+            mem: &[u8],
+            access: Access,
+        ) -> Result<Box<dyn DeviceRegistration>, RegisterError> {
+            assert!(!mem.is_empty());
+            lock(&self.made).push((mem.as_ptr() as usize, mem.len(), access));
+            self.live.fetch_add(1, Ordering::SeqCst);
+            Ok(Box::new(Reg {
+                key: self.next.fetch_add(1, Ordering::SeqCst) + 1,
+                live: self.live.clone(),
+            }))
+        }
+    }
 
     #[test]
     fn resolve_checks_rights_bounds_and_keys() {
@@ -783,48 +942,6 @@ mod tests {
     /// shared bytes it registered.
     #[test]
     fn a_device_registrar_gives_its_keys_and_deregisters_first() {
-        use crate::device::{DeviceRegistration, Registrar};
-        use std::sync::atomic::AtomicUsize;
-
-        #[derive(Default)]
-        struct Fake {
-            live: Arc<AtomicUsize>,
-            next: AtomicU32,
-        }
-        struct Reg {
-            key: u32,
-            live: Arc<AtomicUsize>,
-        }
-        impl DeviceRegistration for Reg {
-            fn lkey(&self) -> u32 {
-                self.key
-            }
-            fn rkey(&self) -> u32 {
-                self.key | 0x8000_0000
-            }
-            fn remote_base(&self) -> u64 {
-                0x1000 * u64::from(self.key)
-            }
-        }
-        impl Drop for Reg {
-            fn drop(&mut self) {
-                self.live.fetch_sub(1, Ordering::SeqCst);
-            }
-        }
-        impl Registrar for Fake {
-            unsafe fn register(
-                &self,
-                mem: &[u8],
-                _: Access,
-            ) -> Result<Box<dyn DeviceRegistration>, RegisterError> {
-                assert!(!mem.is_empty());
-                self.live.fetch_add(1, Ordering::SeqCst);
-                Ok(Box::new(Reg {
-                    key: self.next.fetch_add(1, Ordering::SeqCst) + 1,
-                    live: self.live.clone(),
-                }))
-            }
-        }
         let fake = Arc::new(Fake::default());
         let live = fake.live.clone();
         let pd = ProtectionDomain::with_registrar(DeviceAttributes::SOFTWARE, fake);
@@ -853,6 +970,120 @@ mod tests {
         // Dropped without deregistering: the registration goes too.
         drop(pd.register_zeroed(8, Access::NONE).unwrap());
         assert_eq!(live.load(Ordering::SeqCst), 0);
+    }
+
+    /// The registration cache of pooled allocations (`crate::pool`): a region for local
+    /// access shares its allocation's one device registration, which outlives the
+    /// region and the buffer's idle time in the pool and goes before the memory does;
+    /// regions with remote rights always get a registration of their own.
+    #[test]
+    fn pooled_allocations_keep_one_local_registration_per_pd() {
+        let fake = Arc::new(Fake::default());
+        let live = fake.live.clone();
+        let pd = ProtectionDomain::with_registrar(DeviceAttributes::SOFTWARE, fake.clone());
+        let pool = crate::BufferPool::new(1 << 20);
+
+        // An RDMA Read sink: the whole allocation is registered once, for local write.
+        let buf = pool.get(1000);
+        let base = buf.addr(0).unwrap() as usize;
+        let sink = pd
+            .register_pooled(&buf, 100..600, Access::LOCAL_WRITE)
+            .unwrap();
+        assert_eq!(lock(&fake.made)[0], (base, 64 * 1024, Access::LOCAL_WRITE));
+        assert_eq!(sink.lkey(), STag(1));
+        assert_eq!(sink.rkey(), None);
+        sink.release();
+        assert_eq!(live.load(Ordering::SeqCst), 1, "kept with the allocation");
+
+        // Its data frozen and sent: the gather element shares the same registration.
+        let data = buf.freeze(100..600).unwrap();
+        let sge = pd.sge(data.slice(10..20)).unwrap();
+        assert_eq!(sge.mr.lkey(), STag(1));
+        drop((sge, data, buf));
+        assert_eq!(pool.stats().idle_bytes, 64 * 1024);
+        assert_eq!(
+            live.load(Ordering::SeqCst),
+            1,
+            "idle in the pool, still registered"
+        );
+
+        // Reused: no new registration.
+        let again = pool.get(6000);
+        assert_eq!(again.addr(0).unwrap() as usize, base);
+        let sink = pd
+            .register_pooled(&again, 0..2000, Access::LOCAL_WRITE)
+            .unwrap();
+        assert_eq!(sink.lkey(), STag(1));
+        assert_eq!(
+            pd.registration_stats(),
+            RegistrationStats {
+                device: 1,
+                cached: 3
+            }
+        );
+
+        // Remote rights: a registration of the region's own, gone with the region.
+        let chunk = pd
+            .register_pooled(
+                &again,
+                4000..5000,
+                Access::LOCAL_WRITE | Access::REMOTE_WRITE,
+            )
+            .unwrap();
+        assert_eq!(chunk.rkey(), Some(STag(0x8000_0002)));
+        assert_eq!(
+            lock(&fake.made)[1],
+            (
+                base + 4000,
+                1000,
+                Access::LOCAL_WRITE | Access::REMOTE_WRITE
+            )
+        );
+        chunk.release();
+        assert_eq!(live.load(Ordering::SeqCst), 1);
+
+        // Another PD keeps a registration of its own (here of a second allocation).
+        let other = ProtectionDomain::with_registrar(DeviceAttributes::SOFTWARE, fake.clone());
+        let b = pool.get(10);
+        let r = other.register_pooled(&b, 0..10, Access::NONE).unwrap();
+        assert_eq!(r.lkey(), STag(3));
+        assert_eq!(live.load(Ordering::SeqCst), 2);
+        assert_eq!(other.registration_stats().device, 1);
+
+        // Bytes that are not from a pool, or not wholly inside one allocation:
+        // registered as they are.
+        let plain = pd.sge(Bytes::from(vec![1u8; 100])).unwrap();
+        assert_eq!(plain.mr.lkey(), STag(4));
+        drop(plain);
+        assert_eq!(pd.registration_stats().device, 3);
+
+        // The pool lets its allocations go: registrations first, then the memory.
+        drop((sink, again, r, b));
+        assert_eq!(live.load(Ordering::SeqCst), 2);
+        assert_eq!(pool.release_idle(), 2 * 64 * 1024);
+        assert_eq!(live.load(Ordering::SeqCst), 0);
+    }
+
+    /// While part of a buffer is lent to a region, the cache cannot borrow the whole
+    /// allocation to register it: the next region registers its own range.
+    #[test]
+    fn a_buffer_with_a_lent_range_and_no_cached_registration_registers_the_range() {
+        let fake = Arc::new(Fake::default());
+        let soft = ProtectionDomain::software(DeviceAttributes::SOFTWARE);
+        let pd = ProtectionDomain::with_registrar(DeviceAttributes::SOFTWARE, fake.clone());
+        let pool = crate::BufferPool::new(1 << 20);
+        let buf = pool.get(1000);
+        let base = buf.addr(0).unwrap() as usize;
+        let _software = soft
+            .register_pooled(&buf, 0..10, Access::LOCAL_WRITE)
+            .unwrap();
+        let r = pd
+            .register_pooled(&buf, 10..20, Access::LOCAL_WRITE)
+            .unwrap();
+        assert_eq!(lock(&fake.made)[0], (base + 10, 10, Access::LOCAL_WRITE));
+        assert_eq!(pd.registration_stats().cached, 0);
+        drop(r);
+        assert_eq!(fake.live.load(Ordering::SeqCst), 0);
     }
 
     #[test]

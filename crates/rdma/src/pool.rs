@@ -26,12 +26,31 @@
 //! written while anyone else can read it, and every `&[u8]`/`&mut [u8]` made from the
 //! pointer covers bytes only its maker may touch. The allocation is a `Box<[u8]>`
 //! taken apart with `Box::into_raw` and put back together once, on drop.
+//!
+//! # Registration cache
+//!
+//! A device that registers memory itself (verbs `ibv_reg_mr`: a system call that
+//! pins pages) would otherwise register every RDMA Read sink and every reply's data
+//! again for each call. An allocation of a pool therefore keeps, per protection
+//! domain, one device registration of its whole self for **local access only**
+//! ([`PooledBuffer::local_registration`]): made on first use, kept while the
+//! allocation is idle in its pool, and dropped (deregistered) before the memory is
+//! freed (`Idle`'s field order, `BufShared`'s drop). No peer can reach such a
+//! registration (no remote rights), so keeping it across calls exposes nothing, as
+//! the long-lived Send and Receive buffers of a connection expose nothing; regions
+//! with remote rights are still registered for one call each. The cached
+//! registration is only ever named through regions: written through ranges lent to
+//! one region (RDMA Read sinks), read through frozen ranges (gather lists), so the
+//! range rules above still say who touches which byte. [`local_registration_of`]
+//! finds the allocation behind `Bytes` frozen from a pooled buffer by address.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::ops::Range;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use bytes::Bytes;
+
+use crate::device::{DeviceRegistration, RegisterError};
 
 /// Why a pooled buffer refused an access.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -57,9 +76,20 @@ pub struct BufferPool {
     inner: Arc<PoolShared>,
 }
 
+/// A device registration of a whole allocation for local access, and the id of the
+/// protection domain it belongs to.
+type CachedRegistration = (u64, Arc<dyn DeviceRegistration>);
+
+/// An allocation idle in its pool, with the registrations it keeps. Field order
+/// matters: the registrations are dropped (deregistered) before the memory is freed.
+struct Idle {
+    registrations: Vec<CachedRegistration>,
+    mem: Box<[u8]>,
+}
+
 struct PoolShared {
     /// Idle allocations by capacity.
-    free: Mutex<HashMap<usize, Vec<Box<[u8]>>>>,
+    free: Mutex<HashMap<usize, Vec<Idle>>>,
     /// Most bytes kept idle; a buffer coming back beyond it is freed.
     max_idle: usize,
     stats: Mutex<PoolStats>,
@@ -99,7 +129,7 @@ impl BufferPool {
     pub fn get(&self, len: usize) -> PooledBuffer {
         let capacity = len.div_ceil(GRANULE).max(1) * GRANULE;
         let reused = lock(&self.inner.free).get_mut(&capacity).and_then(Vec::pop);
-        let mem = {
+        let idle = {
             let mut st = lock(&self.inner.stats);
             match reused {
                 Some(m) => {
@@ -110,11 +140,14 @@ impl BufferPool {
                 None => {
                     st.allocated += 1;
                     drop(st);
-                    vec![0u8; capacity].into_boxed_slice()
+                    Idle {
+                        registrations: Vec::new(),
+                        mem: vec![0u8; capacity].into_boxed_slice(),
+                    }
                 }
             }
         };
-        PooledBuffer::from_box(mem, len, Arc::downgrade(&self.inner))
+        PooledBuffer::from_idle(idle, len, Arc::downgrade(&self.inner))
     }
 
     /// What the pool did so far.
@@ -127,7 +160,7 @@ impl BufferPool {
     /// burst, and this gives that memory back when no burst comes.
     pub fn release_idle(&self) -> usize {
         let idle = std::mem::take(&mut *lock(&self.inner.free));
-        let freed: usize = idle.values().flatten().map(|m| m.len()).sum();
+        let freed: usize = idle.values().flatten().map(|m| m.mem.len()).sum();
         let mut st = lock(&self.inner.stats);
         st.idle_bytes = st.idle_bytes.saturating_sub(freed);
         freed
@@ -144,8 +177,8 @@ impl std::fmt::Debug for BufferPool {
 }
 
 impl PoolShared {
-    fn give_back(&self, mem: Box<[u8]>) {
-        let capacity = mem.len();
+    fn give_back(&self, mem: Idle) {
+        let capacity = mem.mem.len();
         let mut st = lock(&self.stats);
         if st.idle_bytes + capacity > self.max_idle {
             return;
@@ -190,7 +223,74 @@ struct BufShared {
     /// Bytes usable: `len <= capacity`.
     len: usize,
     ranges: Mutex<Ranges>,
+    /// Device registrations of the whole allocation for local access, one per
+    /// protection domain (module docs, "Registration cache").
+    registrations: Mutex<Vec<CachedRegistration>>,
     pool: Weak<PoolShared>,
+}
+
+/// Allocations of pools by start address, so that `Bytes` frozen from one can be
+/// traced back to it ([`local_registration_of`]). An entry lives as long as its
+/// `BufShared`: inserted when made, removed when dropped, before the memory goes.
+static LIVE: Mutex<BTreeMap<usize, (usize, Weak<BufShared>)>> = Mutex::new(BTreeMap::new());
+
+/// The cached local registration, with protection domain `pd_id`, of the pooled
+/// allocation that `bytes` lie in, making it if there is none yet
+/// ([`PooledBuffer::local_registration`]); `None` when `bytes` are not (wholly)
+/// inside a live pooled allocation, or when one cannot be made now.
+///
+/// Sound because two live allocations never overlap: if `bytes` (alive, held by the
+/// caller) lie inside a live allocation's range, they are that allocation's, and the
+/// caller's `Bytes` keep it alive.
+pub(crate) fn local_registration_of(
+    bytes: &[u8],
+    pd_id: u64,
+    register: impl FnOnce(&[u8]) -> Result<Box<dyn DeviceRegistration>, RegisterError>,
+) -> Result<Option<Arc<dyn DeviceRegistration>>, RegisterError> {
+    let start = bytes.as_ptr() as usize;
+    let Some(end) = start.checked_add(bytes.len()) else {
+        return Ok(None);
+    };
+    let buf = {
+        let live = lock(&LIVE);
+        match live.range(..=start).next_back() {
+            Some((_, (alloc_end, buf))) if end <= *alloc_end => buf.upgrade(),
+            _ => None,
+        }
+    };
+    match buf {
+        Some(buf) => buf.local_registration(pd_id, register),
+        None => Ok(None),
+    }
+}
+
+impl BufShared {
+    /// See [`PooledBuffer::local_registration`].
+    fn local_registration(
+        &self,
+        pd_id: u64,
+        register: impl FnOnce(&[u8]) -> Result<Box<dyn DeviceRegistration>, RegisterError>,
+    ) -> Result<Option<Arc<dyn DeviceRegistration>>, RegisterError> {
+        let mut regs = lock(&self.registrations);
+        if let Some((_, r)) = regs.iter().find(|(id, _)| *id == pd_id) {
+            return Ok(Some(r.clone()));
+        }
+        // Held while the device registers: no range can be lent or written meanwhile.
+        let ranges = lock(&self.ranges);
+        if !ranges.lent.is_empty() {
+            // A region may be writing a lent range: the whole allocation cannot be
+            // borrowed as `&[u8]` now. The caller registers its own range instead.
+            return Ok(None);
+        }
+        // SAFETY: the whole allocation, live while `self` is; nothing is lent
+        // (checked) and nothing can be written or lent while we hold `ranges`, so a
+        // shared borrow for the duration of the registration call is sound.
+        let whole = unsafe { std::slice::from_raw_parts(self.ptr, self.capacity) };
+        let reg: Arc<dyn DeviceRegistration> = Arc::from(register(whole)?);
+        drop(ranges);
+        regs.push((pd_id, reg.clone()));
+        Ok(Some(reg))
+    }
 }
 
 // SAFETY: the allocation is owned by `BufShared` alone and every access to its bytes
@@ -204,36 +304,75 @@ unsafe impl Sync for BufShared {}
 
 impl Drop for BufShared {
     fn drop(&mut self) {
+        {
+            let mut live = lock(&LIVE);
+            if matches!(live.get(&(self.ptr as usize)), Some((_, w)) if std::ptr::eq(w.as_ptr(), &*self))
+            {
+                live.remove(&(self.ptr as usize));
+            }
+        }
+        let registrations = std::mem::take(
+            self.registrations
+                .get_mut()
+                .unwrap_or_else(|e| e.into_inner()),
+        );
         // SAFETY: `ptr`/`capacity` came from `Box::into_raw` of a `Box<[u8]>` of that
-        // length (`from_box`), and this is the only place that rebuilds it, once. No
+        // length (`from_idle`), and this is the only place that rebuilds it, once. No
         // `Bytes` or region can still point into it: each holds an `Arc<BufShared>`.
         let mem =
             unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(self.ptr, self.capacity)) };
+        // Dropped here or by the pool: registrations first, then the memory.
+        let idle = Idle { registrations, mem };
         if let Some(pool) = self.pool.upgrade() {
-            pool.give_back(mem);
+            pool.give_back(idle);
         }
     }
 }
 
 impl PooledBuffer {
-    fn from_box(mem: Box<[u8]>, len: usize, pool: Weak<PoolShared>) -> PooledBuffer {
+    fn from_idle(idle: Idle, len: usize, pool: Weak<PoolShared>) -> PooledBuffer {
+        let Idle { registrations, mem } = idle;
         let capacity = mem.len();
         let ptr = Box::into_raw(mem).cast::<u8>();
-        PooledBuffer {
-            shared: Arc::new(BufShared {
-                ptr,
-                capacity,
-                len: len.min(capacity),
-                ranges: Mutex::new(Ranges::default()),
-                pool,
-            }),
+        let pooled = pool.strong_count() > 0;
+        let shared = Arc::new(BufShared {
+            ptr,
+            capacity,
+            len: len.min(capacity),
+            ranges: Mutex::new(Ranges::default()),
+            registrations: Mutex::new(registrations),
+            pool,
+        });
+        if pooled {
+            lock(&LIVE).insert(
+                ptr as usize,
+                (ptr as usize + capacity, Arc::downgrade(&shared)),
+            );
         }
+        PooledBuffer { shared }
     }
 
     /// A buffer holding `data`, in no pool (freed when dropped).
     pub fn from_vec(data: Vec<u8>) -> PooledBuffer {
         let len = data.len();
-        PooledBuffer::from_box(data.into_boxed_slice(), len, Weak::new())
+        let idle = Idle {
+            registrations: Vec::new(),
+            mem: data.into_boxed_slice(),
+        };
+        PooledBuffer::from_idle(idle, len, Weak::new())
+    }
+
+    /// The device registration of this buffer's whole allocation, for local access,
+    /// with protection domain `pd_id`: the cached one, or one made now by `register`
+    /// (called with the whole allocation) and kept with the allocation, idle periods
+    /// in its pool included, until the allocation is freed (module docs). `Ok(None)`
+    /// when none exists and part of the buffer is lent (register the range alone).
+    pub(crate) fn local_registration(
+        &self,
+        pd_id: u64,
+        register: impl FnOnce(&[u8]) -> Result<Box<dyn DeviceRegistration>, RegisterError>,
+    ) -> Result<Option<Arc<dyn DeviceRegistration>>, RegisterError> {
+        self.shared.local_registration(pd_id, register)
     }
 
     /// Length in bytes.
