@@ -416,6 +416,11 @@ impl Bound {
             let s = Server::new(dispatcher()?, ServerConfig::default());
             tasks.spawn(s.serve(listener, stopped(stop_rx.clone())));
         }
+        // Idle READ buffers go back after a quiet period (issue 16), until we stop.
+        let trim = tokio::spawn(rpcrdma_transport::release_when_quiet(
+            self.server.read_buffers.clone(),
+            rpcrdma_transport::QUIET_PERIOD,
+        ));
         // Stop everything on the shutdown signal, or when one server fails.
         let registrar = self.registrar.clone();
         let mut result = Ok(());
@@ -427,6 +432,7 @@ impl Bound {
             }
         }
         let _ = stop_tx.send(true);
+        trim.abort();
         while let Some(done) = tasks.join_next().await {
             if result.is_ok() {
                 result = flatten(done);

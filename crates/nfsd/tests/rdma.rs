@@ -385,7 +385,7 @@ fn binary_with_verbs_provider_and_no_device_for_the_address_fails_saying_why() {
             "--mount-port",
             "0",
         ])
-        .args(["--rpcbind", "off", "--rdma-port", "0"])
+        .args(["--rpcbind", "off", "--rdma-port", "0", "--nlm-port", "0"])
         .args(["--rdma-provider", "verbs"])
         .arg(dir.path())
         .output()

@@ -42,7 +42,9 @@ pub use cm::{
 pub use device::{
     Device, DeviceAttributes, DeviceRegistration, RegisterError, Registrar, SoftwareDevice,
 };
-pub use mr::{AccessError, MemoryRegion, ProtectionDomain, RegistrationStats, ResolvedRegion};
+pub use mr::{
+    AccessError, MemoryRegion, ProtectionDomain, Registered, RegistrationStats, ResolvedRegion,
+};
 pub use pool::{BufferError, BufferPool, PooledBuffer};
 pub use qp::{CompletionFuture, EventFuture, QueuePair, QueuePairExt};
 pub use wr::{

@@ -68,6 +68,17 @@ pub struct RegistrationStats {
     pub cached: u64,
 }
 
+/// How a memory region is known to its device ([`MemoryRegion::registered`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Registered {
+    /// In this crate's software table only (a software provider).
+    Software,
+    /// By a device registration of its own (verbs `ibv_reg_mr` for this region).
+    Device,
+    /// By the cached device registration of its pooled allocation ([`crate::pool`]).
+    Cached,
+}
+
 /// A region's share of the cached registration of its pooled allocation.
 struct CachedShare(Arc<dyn DeviceRegistration>);
 
@@ -107,6 +118,8 @@ struct MrShared {
     /// takes it out before the memory, and a local write never moves memory the device
     /// has registered (`Mem::make_mut` refuses copy-on-write then).
     device: Mutex<Option<Box<dyn DeviceRegistration>>>,
+    /// How the device knows the region, as registered.
+    registered: Registered,
     /// Registered memory. Invariant: its length only changes on deregistration (to 0),
     /// and its address never changes while `device` holds a registration of it.
     mem: Mutex<Mem>,
@@ -379,6 +392,11 @@ impl ProtectionDomain {
         let max = attrs.max_mr.min(1 << STag::INDEX_BITS);
         // The device registers first, outside the table's lock (a system call); a
         // registration refused below is dropped, which deregisters it.
+        let registered = match (&self.inner.registrar, &cached) {
+            (None, _) => Registered::Software,
+            (Some(_), Some(_)) => Registered::Cached,
+            (Some(_), None) => Registered::Device,
+        };
         let device = match &self.inner.registrar {
             None => None,
             Some(r) => {
@@ -430,6 +448,7 @@ impl ProtectionDomain {
             stag: AtomicU32::new(STag::new(index, random_key()).0),
             valid: AtomicBool::new(true),
             device: Mutex::new(device),
+            registered,
             mem: Mutex::new(mem),
         });
         t.slots[index as usize] = Some(Arc::downgrade(&shared));
@@ -580,6 +599,11 @@ impl MemoryRegion {
     /// The access rights given at registration.
     pub fn access(&self) -> Access {
         self.shared.access
+    }
+
+    /// How the device knows this region (as registered; deregistration aside).
+    pub fn registered(&self) -> Registered {
+        self.shared.registered
     }
 
     /// Length in bytes.

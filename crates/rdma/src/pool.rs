@@ -417,6 +417,31 @@ impl PooledBuffer {
         Ok(())
     }
 
+    /// Runs `f` over the bytes of `r` (neither handed out nor lent), mutably: to fill
+    /// them in place, e.g. by reading a file into them. The buffer's lock is held while
+    /// `f` runs; its other ranges cannot be frozen or lent meanwhile.
+    pub fn with_mut<R>(
+        &self,
+        r: Range<usize>,
+        f: impl FnOnce(&mut [u8]) -> R,
+    ) -> Result<R, BufferError> {
+        self.check(&r)?;
+        let ranges = lock(&self.shared.ranges);
+        if ranges.frozen_overlap(&r) {
+            return Err(BufferError::Frozen(r));
+        }
+        if ranges.lent_overlap(&r) {
+            return Err(BufferError::Lent(r));
+        }
+        // SAFETY: as in `write`: `r` is inside the allocation, neither frozen nor lent,
+        // and we hold the lock, so this is the only reference to those bytes.
+        let bytes =
+            unsafe { std::slice::from_raw_parts_mut(self.shared.ptr.add(r.start), r.len()) };
+        let out = f(bytes);
+        drop(ranges);
+        Ok(out)
+    }
+
     /// Zeroes the bytes of `r` (neither handed out nor lent).
     pub fn zero(&self, r: Range<usize>) -> Result<(), BufferError> {
         self.check(&r)?;
@@ -557,6 +582,22 @@ mod tests {
                 idle_bytes: 0
             }
         );
+    }
+
+    #[test]
+    fn with_mut_fills_free_bytes_only() {
+        let b = PooledBuffer::from_vec(vec![0; 16]);
+        assert_eq!(b.with_mut(0..4, |m| m.copy_from_slice(b"abcd")), Ok(()));
+        let frozen = b.freeze(0..4).unwrap();
+        assert_eq!(&frozen[..], b"abcd");
+        assert_eq!(b.with_mut(2..6, |_| ()), Err(BufferError::Frozen(2..6)));
+        let _lent = b.lend(8..12).unwrap();
+        assert_eq!(b.with_mut(10..11, |_| ()), Err(BufferError::Lent(10..11)));
+        assert_eq!(
+            b.with_mut(12..17, |_| ()),
+            Err(BufferError::OutOfBounds(12..17))
+        );
+        assert_eq!(b.with_mut(4..8, |m| m.len()), Ok(4));
     }
 
     #[test]

@@ -733,6 +733,7 @@ impl<Q: QueuePair + 'static> Conn<Q> {
                 return self.execute(work.1, None);
             }
         };
+        self.stats.count_region(&sink.mr);
         let mut wrs = Vec::with_capacity(segments.len());
         let mut at = 0usize;
         let id = {
@@ -792,10 +793,13 @@ impl<Q: QueuePair + 'static> Conn<Q> {
         };
         // The header from the send pool, then the Payload stream slices, gathered: no
         // copy of the payload here.
-        match self
-            .sends
-            .post(&self.qp, wr_kind::SEND | u64::from(xid.0), op, send)
-        {
+        match self.sends.post(
+            &self.qp,
+            wr_kind::SEND | u64::from(xid.0),
+            op,
+            send,
+            &self.stats,
+        ) {
             Ok(true) => {}
             Ok(false) => self.stats.inc(Counter::SendPoolFallbacks),
             Err(e) => {

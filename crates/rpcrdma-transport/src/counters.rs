@@ -58,6 +58,16 @@ impl ConnStats {
         self.values[Self::index(c)].store(v, Ordering::Relaxed);
     }
 
+    /// Counts how `mr`, just registered for this connection, is known to the device:
+    /// a registration of its own or a share of its pooled buffer's cached one.
+    pub(crate) fn count_region(&self, mr: &rdma::MemoryRegion) {
+        match mr.registered() {
+            rdma::Registered::Device => self.inc(Counter::DeviceRegistrations),
+            rdma::Registered::Cached => self.inc(Counter::CachedRegistrations),
+            rdma::Registered::Software => {}
+        }
+    }
+
     /// The current value of `c`.
     pub fn get(&self, c: Counter) -> u64 {
         self.values[Self::index(c)].load(Ordering::Relaxed)

@@ -71,8 +71,11 @@
 //!   service's own calls).
 //!
 //! # Copies per byte (userspace; the iWARP provider's own copies are listed in `iwarp`)
-//! - Call, Short or Chunked inline part: 0 on the requester (header and XDR slices go
-//!   out as a gather list); 1 on the responder (receive buffer → call buffer, `pool`).
+//! - Call, Short or Chunked inline part: 1 on the requester (header and XDR slices are
+//!   copied into the registered send buffer, at most the inline threshold, so that a
+//!   Send is one gather element with no registration of its own; 0 when every send
+//!   buffer is busy: then they go out as a gather list); 1 on the responder (receive
+//!   buffer → call buffer, `pool`).
 //! - Call, DDP-eligible argument (Read chunk): 0 on the requester when the argument is
 //!   one piece (an NFS WRITE's data: its `Bytes` are registered as the region,
 //!   `rdma::ProtectionDomain::register_bytes`, and the provider answers the peer's
@@ -98,7 +101,8 @@
 //!   chunk is a pooled buffer that only ever held bytes from the same server
 //!   (`registration` module docs: what a responder that returns more than it wrote
 //!   can show, and why that is safe).
-//! - Reply, inline: 1 on the requester (receive buffer → reply buffer), 2 for the
+//! - Reply, inline: 1 on the responder (into the registered send buffer, as a Call's
+//!   inline part); 1 on the requester (receive buffer → reply buffer), 2 for the
 //!   inline pieces of a Reply with Write chunk data (into the room around the chunk,
 //!   or the joining copy).
 //! - Transport headers: 1 each way (into a registered send buffer; out of the
@@ -129,7 +133,7 @@ pub use binding::RdmaBinding;
 pub use client::{RdmaReceiver, RdmaSender, RdmaTransport};
 pub use counters::{ConnStats, Counter, Snapshot, StatsRegistry};
 pub use error::TransportError;
-pub use server::RdmaServer;
+pub use server::{release_when_quiet, RdmaServer, QUIET_PERIOD};
 pub use setup::RdmaConfig;
 
 /// rpcrdma-v1-draft-ietf-nfsv4-rfc5666bis-04 §11: the netid for RPC-over-RDMA on IPv4.

@@ -18,6 +18,8 @@ use rdma::{
     SendOp, SendWr,
 };
 
+use crate::counters::{ConnStats, Counter};
+
 /// Kinds of work request, in the top byte of `wr_id`.
 pub(crate) mod wr_kind {
     /// A Receive; the low bits are the pool index.
@@ -142,9 +144,17 @@ impl Slabs {
 
 /// Caller bytes as a gather element: registered as they are, for local access only
 /// (`rdma::ProtectionDomain::register_bytes`; software providers send from them
-/// without a copy). The registration lives as long as the work request holds it.
-pub(crate) fn gather(pd: &ProtectionDomain, bytes: Bytes) -> Result<LocalSge, RegisterError> {
-    pd.sge(bytes)
+/// without a copy; a device shares the cached registration of the pooled buffer they
+/// were frozen from, if they were). The registration lives as long as the work
+/// request holds it.
+pub(crate) fn gather(
+    pd: &ProtectionDomain,
+    bytes: Bytes,
+    stats: &ConnStats,
+) -> Result<LocalSge, RegisterError> {
+    let sge = pd.sge(bytes)?;
+    stats.count_region(&sge.mr);
+    Ok(sge)
 }
 
 /// Why a Send could not be posted.
@@ -187,9 +197,9 @@ impl SendPool {
     }
 
     /// Posts a Send of `send` (header first, then payload pieces) with `op`, the header
-    /// in a pool slot. When every slot is busy, or the header does not fit one, the
-    /// header is registered as it is instead ([`gather`]); returns whether a slot was
-    /// used.
+    /// and, when they fit behind it, the payload pieces copied into a pool slot. When
+    /// every slot is busy, or the header does not fit one, the pieces are registered as
+    /// they are instead ([`gather`]); returns whether a slot was used.
     ///
     /// `wr_id` must have its bits 32..56 clear: the slot number goes there.
     pub(crate) fn post(
@@ -198,6 +208,7 @@ impl SendPool {
         wr_id: u64,
         op: SendOp,
         mut send: Vec<Bytes>,
+        stats: &ConnStats,
     ) -> Result<bool, SendFailure> {
         let header = if send.is_empty() {
             Bytes::new()
@@ -209,6 +220,7 @@ impl SendPool {
         } else {
             None
         };
+        let payload: usize = send.iter().map(Bytes::len).sum();
         let mut sgl = Vec::with_capacity(1 + send.len());
         let mut id = wr_id;
         let gathered = (|| {
@@ -217,17 +229,29 @@ impl SendPool {
                     // COPY: the transport header (tens of bytes; at most the inline
                     // threshold) into its registered send buffer.
                     mr.write(offset, &header);
+                    let mut len = header.len();
+                    if len + payload <= self.slabs.len {
+                        // COPY: the inline payload behind it (a Send is at most the
+                        // inline threshold, which a slot holds): one gather element,
+                        // and no registration per Send, which on a device is a system
+                        // call that pins pages (`ibv_reg_mr`).
+                        for piece in std::mem::take(&mut send) {
+                            mr.write(offset + len, &piece);
+                            len += piece.len();
+                        }
+                        stats.add(Counter::SendCopyBytes, payload as u64);
+                    }
                     sgl.push(LocalSge {
                         mr: mr.clone(),
                         offset,
-                        len: header.len(),
+                        len,
                     });
                     id |= (i as u64 + 1) << 32;
                 }
-                None => sgl.push(gather(&self.pd, header)?),
+                None => sgl.push(gather(&self.pd, header, stats)?),
             }
             for piece in send.into_iter().filter(|b| !b.is_empty()) {
-                sgl.push(gather(&self.pd, piece)?);
+                sgl.push(gather(&self.pd, piece, stats)?);
             }
             Ok::<_, RegisterError>(())
         })();

@@ -125,6 +125,7 @@ impl ChunkRegion {
                 (mr, Some((buf, room.head)))
             }
         };
+        stats.count_region(&mr);
         Ok(ChunkRegion {
             rkey: remote_key(&mr)?,
             mr,

@@ -299,7 +299,7 @@ pub const QUIET_PERIOD: std::time::Duration = std::time::Duration::from_secs(10)
 /// Frees the pool's idle buffers (up to `RdmaConfig::max_idle_buffers`, kept for the
 /// next burst) once a whole `period` went by without a buffer taken: after load, that
 /// memory goes back (issue 16).
-async fn release_when_quiet(pool: BufferPool, period: std::time::Duration) {
+pub async fn release_when_quiet(pool: BufferPool, period: std::time::Duration) {
     let mut tick = tokio::time::interval(period);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut last = pool.stats();
@@ -806,6 +806,7 @@ impl<Q: QueuePair + 'static> ServerConn<Q> {
             Ok(sink) => sink,
             Err(e) => return self.close(CloseReason::Register("an RDMA Read sink", e)),
         };
+        self.stats.count_region(&sink.mr);
         let pull_id = self.take_id();
         let mut at = 0usize;
         for seg in segments.iter().filter(|s| s.length > 0) {
@@ -851,7 +852,7 @@ impl<Q: QueuePair + 'static> ServerConn<Q> {
             None => SendOp::Send,
         };
         let wr_id = wr_kind::SEND | u64::from(xid.0);
-        match self.sends.post(&*self.qp, wr_id, op, send) {
+        match self.sends.post(&*self.qp, wr_id, op, send, &self.stats) {
             Ok(true) => {}
             Ok(false) => self.stats.inc(Counter::SendPoolFallbacks),
             Err(SendFailure::Post(e)) => self.close(CloseReason::Post("a Send", e)),
@@ -865,7 +866,12 @@ impl<Q: QueuePair + 'static> ServerConn<Q> {
         self.stats.inc(Counter::RdmaWrites);
         self.stats.add(Counter::RdmaWriteBytes, w.len());
         // The result's own buffers, registered as they are: no copy.
-        let sgl = match w.data.into_iter().map(|b| gather(&self.pd, b)).collect() {
+        let sgl = match w
+            .data
+            .into_iter()
+            .map(|b| gather(&self.pd, b, &self.stats))
+            .collect()
+        {
             Ok(sgl) => sgl,
             Err(e) => return self.close(CloseReason::Register("an RDMA Write's data", e)),
         };

@@ -46,10 +46,20 @@ counters! {
     WriteChunks = "write_chunks",
     /// Reply chunks provided (requester) or used (responder).
     ReplyChunks = "reply_chunks",
+    /// Memory regions registered with the device for this connection's calls (verbs
+    /// `ibv_reg_mr`; never on a software provider).
+    DeviceRegistrations = "device_registrations",
+    /// Regions for local access (RDMA Read sinks, gathered data) that shared their
+    /// pooled buffer's cached device registration instead of a registration of their
+    /// own.
+    CachedRegistrations = "cached_registrations",
     /// Sends posted.
     Sends = "sends",
     /// Sends whose header went as caller bytes because every send buffer was busy.
     SendPoolFallbacks = "send_pool_fallbacks",
+    /// Bytes of Send payload (the inline part behind the transport header) copied
+    /// into the registered send buffer, so that a Send is one gather element.
+    SendCopyBytes = "send_copy_bytes",
     /// Bytes in Sends posted.
     SendBytes = "send_bytes",
     /// Receives completed.

@@ -307,7 +307,12 @@ fn check_rpc_stats(text: &str) -> Result<(), String> {
 /// nfsd's connection counters (logged when a connection closes: `closed: xprt: rdma
 /// server ...`): one connection
 /// (a reconnect means a Terminate or a refused registration), the kernel client's
-/// 8 MiB WRITE came by our RDMA Reads, its READ back went by our RDMA Writes.
+/// 8 MiB WRITE came by our RDMA Reads, its READ back went by our RDMA Writes; and
+/// the data paths registered no memory per call: the RDMA Read sinks and the READ
+/// data (pooled buffers) shared their buffers' cached registrations (at least one
+/// per 1 MiB each way), and Sends went from their registered send buffers; at most a
+/// few regions of their own (`device_registrations`: a Reply chunk's body, a Send
+/// when every send buffer was busy).
 fn check_nfsd_stats(text: &str) -> Result<(), String> {
     let conns: Vec<&str> = text
         .lines()
@@ -325,7 +330,11 @@ fn check_nfsd_stats(text: &str) -> Result<(), String> {
             .and_then(|v| v.parse().ok())
             .unwrap_or(0)
     };
-    if get("rdma_read_bytes") >= 8 << 20 && get("rdma_write_bytes") >= 8 << 20 {
+    if get("rdma_read_bytes") >= 8 << 20
+        && get("rdma_write_bytes") >= 8 << 20
+        && get("cached_registrations") >= 16
+        && get("device_registrations") <= 4
+    {
         Ok(())
     } else {
         Err(format!("server counters: {line}"))
@@ -353,13 +362,17 @@ fn side_checks_want_every_line_in_order_on_the_device() {
 }
 
 #[test]
-fn nfsd_stats_check_wants_one_connection_with_8_mib_each_way() {
+fn nfsd_stats_check_wants_one_connection_8_mib_each_way_and_cached_registrations() {
     let log = "T INFO rpcrdma_transport: closed: xprt: rdma server";
     let one = format!(
         "nfsd: ready\n{log} #1 10.0.2.15:1 rdma_reads=64 rdma_read_bytes=8388608 \
-         rdma_write_bytes=8388608\n"
+         rdma_write_bytes=8388608 cached_registrations=24\n"
     );
     assert!(check_nfsd_stats(&one).is_ok());
+    let per_call = one.replace("cached_registrations=24", "device_registrations=24");
+    assert!(check_nfsd_stats(&per_call).is_err());
+    let few = one.replace("=24", "=24 device_registrations=4");
+    assert!(check_nfsd_stats(&few).is_ok());
     let reconnected = format!("{one}{log} #2 10.0.2.15:2 rdma_read_bytes=8388608\n");
     assert!(check_nfsd_stats(&reconnected).is_err());
     let short = format!("{log} #1 10.0.2.15:1 rdma_read_bytes=8388608 rdma_write_bytes=4096\n");

@@ -55,21 +55,27 @@ pub(crate) fn read(cx: &Cx<'_>, a: Read3Args) -> Read3Res {
     let count = a.count.min(MAX_IO) as usize;
     let got = regular(&node).and_then(|()| {
         let fd = open_io(cx, &node, OFlags::RDONLY)?;
-        // The reply buffer: the kernel copies file data into it (the one copy on the
-        // server), and it is handed to the encoder as the DDP-eligible item.
-        let mut buf: Vec<u8> = Vec::with_capacity(count);
-        while buf.len() < count {
-            let at = a.offset.saturating_add(buf.len() as u64);
-            // Reads into the vector's spare capacity and extends its length.
-            let n =
-                rustix::io::pread(&fd, rustix::buffer::spare_capacity(&mut buf), at).or_stat()?;
+        if count == 0 {
+            return Ok(Bytes::new());
+        }
+        // The reply buffer, from the server's pool: the kernel copies file data into
+        // it (the one copy on the server), and it is handed to the encoder as the
+        // DDP-eligible item. Its stale bytes beyond what was read are never handed out.
+        let buf = cx.s.read_buffers.get(count);
+        let mut filled = 0;
+        while filled < count {
+            let at = a.offset.saturating_add(filled as u64);
+            let n = buf
+                .with_mut(filled..count, |free| rustix::io::pread(&fd, free, at))
+                .map_err(|_| NfsStat3::NFS3ERR_SERVERFAULT)?
+                .or_stat()?;
             if n == 0 {
                 break;
             }
+            filled += n;
         }
-        // `with_capacity` may have given more room than asked for.
-        buf.truncate(count);
-        Ok(buf)
+        buf.freeze(0..filled)
+            .map_err(|_| NfsStat3::NFS3ERR_SERVERFAULT)
     });
     match got {
         Ok(buf) => {
@@ -81,8 +87,8 @@ pub(crate) fn read(cx: &Cx<'_>, a: Read3Args) -> Read3Res {
                 file_attributes: attrs.map(|m| m.fattr(ex.id)),
                 count: buf.len() as u32,
                 eof,
-                // Bytes::from(Vec) takes the allocation over: no copy.
-                data: DdpData(Bytes::from(buf)),
+                // Frozen from the pooled buffer: no copy.
+                data: DdpData(buf),
             })
         }
         Err(s) => NfsResult::Fail(
