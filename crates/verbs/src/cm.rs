@@ -29,6 +29,10 @@ const SETUP: Duration = Duration::from_secs(30);
 const QUEUE_DEPTH: u32 = 1024;
 /// SGEs per work request asked for (capped by the device's `max_sge`).
 const MAX_SGE: u32 = 6;
+/// Inline data asked for (`max_inline_data`): a Send of up to this many bytes (an
+/// RPC-over-RDMA header with a small reply, e.g. GETATTR's) goes without a DMA read
+/// of its buffer. Devices that offer less get less (`sys_conn::INLINE_FALLBACKS`).
+const MAX_INLINE: u32 = 256;
 
 /// IB CM reject reason "consumer defined" (the peer's ULP rejected, with private
 /// data); IB_CM_REJ_CONSUMER_DEFINED.
@@ -253,6 +257,7 @@ fn prepare(
         recv_wr: QUEUE_DEPTH.max(params.recvs.len() as u32).min(a.max_qp_wr),
         send_sge: MAX_SGE.min(a.max_sge).max(1),
         recv_sge: MAX_SGE.min(a.max_sge).max(1),
+        inline: MAX_INLINE,
     };
     let qp = sys_conn::Qp::new(id, &dpd, pd.id(), &caps)?;
     for r in &params.recvs {

@@ -54,4 +54,4 @@ mod sys_conn;
 pub use cm::{VerbsCm, VerbsListener, VerbsRequest, VerbsRoute};
 pub use device::{devices, LinkLayer, OpenError, PortInfo, PortState, Transport, VerbsDevice};
 pub use limits::{locked_memory_limit, raise_locked_memory_limit};
-pub use qp::VerbsQp;
+pub use qp::{InlineData, VerbsQp};

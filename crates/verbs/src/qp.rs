@@ -87,6 +87,23 @@ impl VerbsQp {
         tokio::spawn(cm_events(Arc::downgrade(&shared), chan, stopped));
         Ok(VerbsQp { shared })
     }
+
+    /// Inline data on this QP: the most bytes a Send or RDMA Write may carry inline
+    /// (`max_inline_data`; 0 where the device offers none), and how many work
+    /// requests went inline so far.
+    pub fn inline_data(&self) -> InlineData {
+        let (max, posted) = self.shared.qp().inline_data();
+        InlineData { max, posted }
+    }
+}
+
+/// See [`VerbsQp::inline_data`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct InlineData {
+    /// The QP's `max_inline_data`.
+    pub max: u32,
+    /// Work requests posted with `IBV_SEND_INLINE`.
+    pub posted: u64,
 }
 
 /// The connection's CM events: DISCONNECTED and DEVICE_REMOVAL move the QP to the

@@ -36,6 +36,10 @@
 //! 6. Threads: as `crate::sys` invariant 5; librdmacm calls on one id from several
 //!    threads are serialized by librdmacm, and the outstanding-work table is behind a
 //!    mutex.
+//! 7. Inline data (`IBV_SEND_INLINE`): only for a Send or RDMA Write whose gather
+//!    list totals at most the `max_inline_data` the QP was created with (what
+//!    `rdma_create_qp` wrote back); the provider copies the bytes at post time, and
+//!    the regions are kept until the completion as for any other work request.
 #![allow(unsafe_code)]
 
 use std::collections::HashMap;
@@ -518,7 +522,15 @@ pub(crate) struct QpCaps {
     pub(crate) recv_wr: u32,
     pub(crate) send_sge: u32,
     pub(crate) recv_sge: u32,
+    /// Most inline data asked for; a device that offers less gets a QP with the next
+    /// smaller of [`INLINE_FALLBACKS`] it accepts (0: none).
+    pub(crate) inline: u32,
 }
+
+/// Inline sizes tried, largest first, when a device refuses the one asked for (a
+/// device refuses a QP whose `max_inline_data` exceeds its own limit: e.g. siw's 80
+/// bytes, rxe's larger one).
+pub(crate) const INLINE_FALLBACKS: [u32; 2] = [64, 0];
 
 struct Outstanding {
     wr_id: u64,
@@ -545,6 +557,10 @@ pub(crate) struct Qp {
     pd_id: u64,
     next: Mutex<u64>,
     outstanding: Mutex<HashMap<u64, Outstanding>>,
+    /// The QP's `max_inline_data` (invariant 7).
+    max_inline: u32,
+    /// Work requests posted with `IBV_SEND_INLINE`.
+    inline_posts: std::sync::atomic::AtomicU64,
 }
 
 // SAFETY: invariant 6.
@@ -600,8 +616,17 @@ impl Qp {
         attr.cap.max_recv_wr = caps.recv_wr;
         attr.cap.max_send_sge = caps.send_sge;
         attr.cap.max_recv_sge = caps.recv_sge;
-        // SAFETY: live id, PD and CQ of the id's context (checked above).
-        let rc = unsafe { (cm.rdma_create_qp)(id.ptr.as_ptr(), pd.as_ptr(), &mut attr) };
+        let inline_sizes = std::iter::once(caps.inline)
+            .chain(INLINE_FALLBACKS.into_iter().filter(|&n| n < caps.inline));
+        let mut rc = -1;
+        for inline in inline_sizes {
+            attr.cap.max_inline_data = inline;
+            // SAFETY: live id, PD and CQ of the id's context (checked above).
+            rc = unsafe { (cm.rdma_create_qp)(id.ptr.as_ptr(), pd.as_ptr(), &mut attr) };
+            if rc == 0 {
+                break;
+            }
+        }
         // SAFETY: live id; a successful rdma_create_qp sets `id->qp`.
         let qp = (rc == 0).then(|| unsafe { (*id.ptr.as_ptr()).qp });
         let Some(qp) = qp.and_then(NonNull::new) else {
@@ -620,6 +645,9 @@ impl Qp {
             pd_id,
             next: Mutex::new(1),
             outstanding: Mutex::new(HashMap::new()),
+            // What the provider wrote back: at least what was asked for.
+            max_inline: attr.cap.max_inline_data,
+            inline_posts: std::sync::atomic::AtomicU64::new(0),
         };
         q.req_notify()?;
         Ok(q)
@@ -738,6 +766,12 @@ impl Qp {
         sgl: &[&LocalSge],
     ) -> Result<(), PostFailure> {
         let mut sges = self.sges(sgl)?;
+        let total: u64 = sges.iter().map(|s| u64::from(s.length)).sum();
+        let inline = matches!(
+            op,
+            RawSendOp::Send | RawSendOp::SendWithInvalidate(_) | RawSendOp::RdmaWrite { .. }
+        ) && total > 0
+            && total <= u64::from(self.max_inline);
         let opcode = match op {
             RawSendOp::Send | RawSendOp::SendWithInvalidate(_) => WcOpcode::Send,
             RawSendOp::RdmaWrite { .. } => WcOpcode::RdmaWrite,
@@ -755,6 +789,10 @@ impl Qp {
         };
         wr.num_sge = sges.len() as i32;
         wr.send_flags = ffi::ibv_send_flags::IBV_SEND_SIGNALED;
+        if inline {
+            // Invariant 7: the device copies the bytes now, not by DMA later.
+            wr.send_flags |= ffi::ibv_send_flags::IBV_SEND_INLINE;
+        }
         match op {
             RawSendOp::Send => wr.opcode = ffi::ibv_wr_opcode::IBV_WR_SEND,
             RawSendOp::SendWithInvalidate(rkey) => {
@@ -799,7 +837,19 @@ impl Qp {
             lock(&self.outstanding).remove(&id);
             return Err(PostFailure::Os(errno(rc)));
         }
+        if inline {
+            self.inline_posts
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
         Ok(())
+    }
+
+    /// The QP's `max_inline_data`, and how many work requests went inline so far.
+    pub(crate) fn inline_data(&self) -> (u32, u64) {
+        (
+            self.max_inline,
+            self.inline_posts.load(std::sync::atomic::Ordering::Relaxed),
+        )
     }
 
     /// `ibv_post_recv` of one work request.

@@ -5,6 +5,8 @@
 //! connect rejected with private data; private data both ways on connect/accept;
 //! Send/Receive both ways; a 64 KiB RDMA Read and RDMA Write with byte checks; an
 //! orderly disconnect seen by both sides with their outstanding Receives flushed;
+//! small Sends posted inline (`IBV_SEND_INLINE`, the QP's `max_inline_data`: the
+//! server prints it and how many went inline, and fails if none did where offered);
 //! a Send With Invalidate naming the peer's region reaches the peer with its rkey:
 //! siw invalidates the `ibv_reg_mr` region (the peer's later RDMA Write to it fails;
 //! libsiw does not report the invalidation in the Receive's completion),
@@ -134,6 +136,7 @@ const SERVER: &[&str] = &[
     "ok recv msg=\"hello from client\"",
     "ok send regions",
     "ok write-check bytes=65536",
+    "ok inline max=",
     "ok closed event=Disconnected(PeerClosed)",
     "INVALIDATE",
     "ok v-untouched",

@@ -267,6 +267,12 @@ async fn server(addr: SocketAddr) -> R<()> {
         return Err("the client's RDMA Write did not land in t".into());
     }
     println!("ok write-check bytes={T_LEN}");
+    // Small Sends go inline where the device offers it (both messages above are).
+    let inline = p.qp.inline_data();
+    if inline.max > 0 && inline.posted < 1 {
+        return Err(format!("no Send went inline: {inline:?}"));
+    }
+    println!("ok inline max={} posted={}", inline.max, inline.posted);
     p.send("done").await?;
     let (ev, flushed) = p.closed().await?;
     println!("ok closed event={ev:?} flushed={flushed}");
