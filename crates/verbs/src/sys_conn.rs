@@ -36,7 +36,7 @@
 //! 6. Threads: as `crate::sys` invariant 5; librdmacm calls on one id from several
 //!    threads are serialized by librdmacm, and the outstanding-work table is behind a
 //!    mutex.
-//! 7. Inline data (`IBV_SEND_INLINE`): only for a Send or RDMA Write whose gather
+//! 7. Inline data (`IBV_SEND_INLINE`): only for a plain Send or an RDMA Write whose gather
 //!    list totals at most the `max_inline_data` the QP was created with (what
 //!    `rdma_create_qp` wrote back); the provider copies the bytes at post time, and
 //!    the regions are kept until the completion as for any other work request.
@@ -767,10 +767,11 @@ impl Qp {
     ) -> Result<(), PostFailure> {
         let mut sges = self.sges(sgl)?;
         let total: u64 = sges.iter().map(|s| u64::from(s.length)).sum();
-        let inline = matches!(
-            op,
-            RawSendOp::Send | RawSendOp::SendWithInvalidate(_) | RawSendOp::RdmaWrite { .. }
-        ) && total > 0
+        // Not a Send With Invalidate: siw refused one posted inline (the post failed
+        // with EINVAL in the lab; rxe took it), and a Reply that invalidates carries
+        // chunk results, rarely fits inline anyway.
+        let inline = matches!(op, RawSendOp::Send | RawSendOp::RdmaWrite { .. })
+            && total > 0
             && total <= u64::from(self.max_inline);
         let opcode = match op {
             RawSendOp::Send | RawSendOp::SendWithInvalidate(_) => WcOpcode::Send,
