@@ -47,11 +47,23 @@ pub fn switching() -> bool {
 }
 
 /// While alive, the current thread's file-system identity is the caller's. Dropping
-/// it restores the server's (uid 0, gid 0, no supplementary groups).
+/// it restores the server's (uid 0, gid 0, no supplementary groups), or the identity
+/// of an enclosing guard.
+///
+/// Guards nest: a guard entered while the thread already acts as the same identity
+/// (a procedure that switches once around a loop whose steps switch too, such as
+/// READDIRPLUS's entries) makes no system call, entering or leaving. Switching costs
+/// three per direction (setgroups, setfsgid, setfsuid).
 #[derive(Debug)]
 #[must_use = "the identity is switched back when this guard drops"]
 pub struct AsCaller {
     active: bool,
+}
+
+thread_local! {
+    /// The identities the current thread acts as, innermost last (empty: the
+    /// server's own).
+    static ACTING_AS: std::cell::RefCell<Vec<Identity>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 impl AsCaller {
@@ -63,17 +75,48 @@ impl AsCaller {
         if !switching {
             return AsCaller { active: false };
         }
-        let groups: Vec<Gid> = id.groups.iter().map(|&g| Gid::from_raw(g)).collect();
-        // Order: groups and gid while we still hold CAP_SETGID, then the uid.
-        let _ = rustix::thread::set_thread_groups(&groups);
-        set_fs_ids(id.uid, id.gid);
+        ACTING_AS.with(|stack| {
+            let mut stack = stack.borrow_mut();
+            if stack.last() != Some(id) {
+                switch_to(Some(id));
+            }
+            stack.push(id.clone());
+        });
         AsCaller { active: true }
+    }
+
+    /// How many guards the current thread is inside (tests).
+    #[cfg(test)]
+    fn depth() -> usize {
+        ACTING_AS.with(|stack| stack.borrow().len())
     }
 }
 
 impl Drop for AsCaller {
     fn drop(&mut self) {
         if self.active {
+            ACTING_AS.with(|stack| {
+                let mut stack = stack.borrow_mut();
+                let left = stack.pop();
+                if stack.last() != left.as_ref() {
+                    switch_to(stack.last());
+                }
+            });
+        }
+    }
+}
+
+/// Makes `id` (`None`: the server's own, uid 0, gid 0, no supplementary groups) the
+/// thread's file-system identity.
+fn switch_to(id: Option<&Identity>) {
+    match id {
+        Some(id) => {
+            let groups: Vec<Gid> = id.groups.iter().map(|&g| Gid::from_raw(g)).collect();
+            // Order: groups and gid while we still hold CAP_SETGID, then the uid.
+            let _ = rustix::thread::set_thread_groups(&groups);
+            set_fs_ids(id.uid, id.gid);
+        }
+        None => {
             set_fs_ids(0, 0);
             let _ = rustix::thread::set_thread_groups(&[]);
         }
@@ -87,5 +130,59 @@ fn set_fs_ids(uid: u32, gid: u32) {
     unsafe {
         libc::setfsgid(gid);
         libc::setfsuid(uid);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The thread's file-system uid (`setfsuid` with an invalid id changes nothing and
+    /// returns the current one).
+    fn fsuid() -> u32 {
+        // SAFETY: setfsuid with an invalid id only reads the calling thread's fsuid.
+        unsafe { libc::setfsuid(u32::MAX) as u32 }
+    }
+
+    fn id(uid: u32) -> Identity {
+        Identity {
+            uid,
+            gid: uid,
+            groups: vec![],
+        }
+    }
+
+    #[test]
+    fn nested_guards_switch_only_when_the_identity_changes() {
+        if !switching() {
+            // Not root: nothing can be switched, and the guards do nothing.
+            let g = AsCaller::enter(false, &id(1000));
+            assert!(!g.active);
+            return;
+        }
+        // On a thread of its own: the identity is per thread.
+        std::thread::spawn(|| {
+            assert_eq!(fsuid(), 0);
+            let outer = AsCaller::enter(true, &id(1000));
+            assert_eq!((fsuid(), AsCaller::depth()), (1000, 1));
+            {
+                let _same = AsCaller::enter(true, &id(1000));
+                assert_eq!((fsuid(), AsCaller::depth()), (1000, 2));
+                {
+                    let _other = AsCaller::enter(true, &id(2000));
+                    assert_eq!(fsuid(), 2000);
+                }
+                assert_eq!(fsuid(), 1000, "back to the enclosing identity");
+            }
+            assert_eq!(
+                (fsuid(), AsCaller::depth()),
+                (1000, 1),
+                "still the caller's"
+            );
+            drop(outer);
+            assert_eq!((fsuid(), AsCaller::depth()), (0, 0), "the server's again");
+        })
+        .join()
+        .unwrap();
     }
 }

@@ -686,6 +686,18 @@ impl Export {
     /// Opens entry `name` (already checked, not `.` or `..`) of directory `dir`,
     /// without following a symbolic link, and remembers it.
     pub fn child(&self, dir: &Node, name: &[u8]) -> Result<Node, NfsStat3> {
+        let node = self.peek_child(dir, name)?;
+        let parent = rustix::io::fcntl_dupfd_cloexec(&dir.fd, 0).or_stat()?;
+        Ok(Node {
+            at: Some((parent, name.to_vec())),
+            ..node
+        })
+    }
+
+    /// As [`Export::child`], for an object only looked at (its attributes and handle:
+    /// READDIRPLUS's entries), never re-opened for I/O: it keeps no descriptor of its
+    /// parent, which saves two system calls per entry (a dup and its close).
+    pub fn peek_child(&self, dir: &Node, name: &[u8]) -> Result<Node, NfsStat3> {
         let fd = rustix::fs::openat(
             &dir.fd,
             name,
@@ -695,12 +707,7 @@ impl Export {
         .or_stat()?;
         let meta = stat_fd(&fd)?;
         self.remember(meta.key, dir.meta.key, name);
-        let parent = rustix::io::fcntl_dupfd_cloexec(&dir.fd, 0).or_stat()?;
-        Ok(Node {
-            fd,
-            meta,
-            at: Some((parent, name.to_vec())),
-        })
+        Ok(Node { fd, meta, at: None })
     }
 
     /// Another descriptor for the same object (LOOKUP ".").

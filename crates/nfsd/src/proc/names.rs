@@ -42,7 +42,8 @@ pub(crate) fn lookup(cx: &Cx<'_>, a: Lookup3Args) -> Lookup3Res {
         match name {
             b"." => ex.same(&dir),
             b".." => ex.parent(&dir),
-            _ => ex.child(&dir, name),
+            // Only its handle and attributes go back.
+            _ => ex.peek_child(&dir, name),
         }
     });
     match found {

@@ -253,7 +253,7 @@ fn plus_parts(cx: &Cx<'_>, ex: &Export, dir: &Node, e: &Raw) -> (u64, Option<(Fa
         },
         Kind::Entry => (
             e.ino,
-            cx.as_caller(|| ex.child(dir, &e.name))
+            cx.as_caller(|| ex.peek_child(dir, &e.name))
                 .ok()
                 .map(|c| parts(&c)),
         ),
@@ -268,7 +268,10 @@ pub(crate) fn readdirplus(cx: &Cx<'_>, a: ReadDirPlus3Args) -> ReadDirPlus3Res {
         Ok(r) => r,
         Err(s) => return NfsResult::Fail(s, fail_attrs(None)),
     };
-    let listed = Cursor::open(cx, ex, &dir, a.cookie, &a.cookieverf).and_then(|mut c| {
+    // As the caller once for the whole listing: the entries' own switches nest
+    // without system calls (`creds::AsCaller`).
+    let listed = cx.as_caller(|| {
+        let mut c = Cursor::open(cx, ex, &dir, a.cookie, &a.cookieverf)?;
         let mut used = RESOK_FIXED_SIZE;
         let mut dir_used = 0;
         let mut entries = Vec::new();
