@@ -14,10 +14,18 @@
 //! whole budget can never be charged and is answered as one over the reassembly limit
 //! (GARBAGE_ARGS, §5.5.2).
 //!
+//! Waiting is first come, first served: a charge that does not fit, or that finds
+//! others already waiting, takes a place in line (a [`Waiter`]) and is charged only
+//! from the head of the line, so a large Call cannot be starved by smaller ones that
+//! keep fitting into what is released (a peer announcing small chunks on many
+//! connections cannot keep another's large Call out). A waiter dropped (its Call or
+//! connection gone) leaves the line.
+//!
 //! The budget does no I/O. A driver whose [`crate::Responder`] waits
 //! ([`crate::Responder::memory_wait`]) waits with [`MemoryBudget::poll_released`] and
 //! then calls [`crate::Responder::handle_memory_released`].
 
+use std::collections::VecDeque;
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
@@ -37,6 +45,17 @@ struct State {
     generation: u64,
     refused: u64,
     wakers: Vec<Waker>,
+    /// Waiters' tickets, first come first.
+    line: VecDeque<u64>,
+    next_ticket: u64,
+}
+
+impl State {
+    /// Something changed for the waiters: they look again.
+    fn wake_all(&mut self) -> Vec<Waker> {
+        self.generation = self.generation.wrapping_add(1);
+        std::mem::take(&mut self.wakers)
+    }
 }
 
 impl fmt::Debug for MemoryBudget {
@@ -90,32 +109,48 @@ impl MemoryBudget {
         self.state().refused
     }
 
-    /// Charges `bytes` if they fit: a [`Charge`] that gives them back when dropped.
-    /// If they do not, the generation to wait past ([`MemoryBudget::poll_released`]).
-    pub fn try_charge(self: &Arc<Self>, bytes: u64) -> Result<Charge, u64> {
+    /// Charges `bytes` if they fit and no one is waiting: a [`Charge`] that gives them
+    /// back when dropped. Otherwise a place at the end of the line, to try again from
+    /// ([`Waiter::try_charge`]) once something was released
+    /// ([`MemoryBudget::poll_released`]).
+    pub fn try_charge(self: &Arc<Self>, bytes: u64) -> Result<Charge, Waiter> {
         let mut st = self.state();
-        match st.used.checked_add(bytes).filter(|&u| u <= self.limit) {
-            Some(used) => {
-                st.used = used;
-                st.peak = st.peak.max(used);
-                Ok(Charge {
-                    budget: self.clone(),
-                    bytes,
-                })
-            }
-            None => {
-                st.refused += 1;
-                Err(st.generation)
+        if st.line.is_empty() {
+            if let Some(charge) = self.charge_locked(&mut st, bytes) {
+                return Ok(charge);
             }
         }
+        st.refused += 1;
+        let ticket = st.next_ticket;
+        st.next_ticket = st.next_ticket.wrapping_add(1);
+        st.line.push_back(ticket);
+        Err(Waiter {
+            budget: self.clone(),
+            ticket: Some(ticket),
+            since: st.generation,
+        })
+    }
+
+    fn charge_locked(self: &Arc<Self>, st: &mut State, bytes: u64) -> Option<Charge> {
+        let used = st.used.checked_add(bytes).filter(|&u| u <= self.limit)?;
+        st.used = used;
+        st.peak = st.peak.max(used);
+        Some(Charge {
+            budget: self.clone(),
+            bytes,
+        })
+    }
+
+    /// Waiters in line now.
+    pub fn waiting(&self) -> usize {
+        self.state().line.len()
     }
 
     fn release(&self, bytes: u64) {
         let wakers = {
             let mut st = self.state();
             st.used = st.used.saturating_sub(bytes);
-            st.generation = st.generation.wrapping_add(1);
-            std::mem::take(&mut st.wakers)
+            st.wake_all()
         };
         for w in wakers {
             w.wake();
@@ -133,6 +168,77 @@ impl MemoryBudget {
             st.wakers.push(cx.waker().clone());
         }
         Poll::Pending
+    }
+}
+
+/// A place in a [`MemoryBudget`]'s line (module docs); dropping it leaves the line.
+pub struct Waiter {
+    budget: Arc<MemoryBudget>,
+    /// Its place in the line; `None` once charged (out of line).
+    ticket: Option<u64>,
+    /// The budget's generation when this waiter last failed to be charged.
+    since: u64,
+}
+
+impl Waiter {
+    /// Charges `bytes` if this waiter is at the head of the line and they fit; the
+    /// waiter then leaves the line (and the next one gets its turn). Else the waiter
+    /// back, still in line, to wait past the budget's present generation.
+    pub fn try_charge(mut self, bytes: u64) -> Result<Charge, Waiter> {
+        let budget = self.budget.clone();
+        let mut st = budget.state();
+        if st.line.front() == self.ticket.as_ref() {
+            if let Some(charge) = budget.charge_locked(&mut st, bytes) {
+                st.line.pop_front();
+                // The next in line may fit too.
+                let wakers = st.wake_all();
+                drop(st);
+                // Out of line already: dropping it has nothing to leave.
+                self.ticket = None;
+                drop(self);
+                for w in wakers {
+                    w.wake();
+                }
+                return Ok(charge);
+            }
+        }
+        self.since = st.generation;
+        drop(st);
+        Err(self)
+    }
+
+    /// The budget waited for, and the generation to wait past
+    /// ([`MemoryBudget::poll_released`]).
+    pub fn wait(&self) -> (&Arc<MemoryBudget>, u64) {
+        (&self.budget, self.since)
+    }
+}
+
+impl fmt::Debug for Waiter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Waiter({:?})", self.ticket)
+    }
+}
+
+impl Drop for Waiter {
+    fn drop(&mut self) {
+        let wakers = {
+            let Some(ticket) = self.ticket else { return };
+            let mut st = self.budget.state();
+            let Some(at) = st.line.iter().position(|&t| t == ticket) else {
+                return;
+            };
+            st.line.remove(at);
+            // The head may have changed: let the others look again.
+            if at == 0 {
+                st.wake_all()
+            } else {
+                Vec::new()
+            }
+        };
+        for w in wakers {
+            w.wake();
+        }
     }
 }
 
@@ -174,26 +280,70 @@ mod tests {
         }
     }
 
+    fn cx_counting() -> (Arc<Count>, Waker) {
+        let count = Arc::new(Count(AtomicUsize::new(0)));
+        let waker = Waker::from(count.clone());
+        (count, waker)
+    }
+
     #[test]
     fn charges_up_to_the_limit_and_releases_on_drop() {
         let b = MemoryBudget::new(100);
         let a = b.try_charge(60).unwrap();
-        let since = b.try_charge(41).unwrap_err();
-        let c = b.try_charge(40).unwrap();
-        assert_eq!((b.used(), b.peak(), b.refused()), (100, 100, 1));
-        assert!(b.try_charge(u64::MAX).is_err(), "no overflow");
-        drop(a);
-        assert_eq!(b.used(), 40);
-        let count = Arc::new(Count(AtomicUsize::new(0)));
-        let waker = Waker::from(count.clone());
+        let waiter = b.try_charge(41).unwrap_err();
+        assert_eq!((b.used(), b.refused(), b.waiting()), (60, 1, 1));
+        // Someone waits: a newcomer queues behind, even one that would fit.
+        let behind = b.try_charge(40).unwrap_err();
+        assert_eq!(b.waiting(), 2);
+        drop(behind);
+        assert_eq!(b.waiting(), 1, "a dropped waiter leaves the line");
+        let (count, waker) = cx_counting();
         let mut cx = Context::from_waker(&waker);
-        // A release after the failed charge: ready at once, nothing lost.
+        let (budget, since) = waiter.wait();
+        assert!(budget.poll_released(since, &mut cx).is_pending());
+        drop(a);
+        assert_eq!(count.0.load(Ordering::SeqCst), 1, "woken by the release");
         assert!(b.poll_released(since, &mut cx).is_ready());
-        let since = b.try_charge(61).unwrap_err();
-        assert!(b.poll_released(since, &mut cx).is_pending());
+        let c = waiter.try_charge(41).unwrap();
+        assert_eq!((b.used(), b.peak(), b.waiting()), (41, 60, 0));
+        assert!(b.try_charge(u64::MAX).is_err(), "no overflow");
         drop(c);
-        assert_eq!(count.0.load(Ordering::SeqCst), 1);
-        assert!(b.poll_released(since, &mut cx).is_ready());
-        assert_eq!((b.used(), b.peak()), (0, 100));
+        assert_eq!(b.used(), 0);
+    }
+
+    /// First come, first served: a large charge at the head of the line is not
+    /// overtaken by smaller ones that would fit into what is released.
+    #[test]
+    fn the_head_of_the_line_is_charged_first() {
+        let b = MemoryBudget::new(100);
+        let held = b.try_charge(90).unwrap();
+        let big = b.try_charge(80).unwrap_err();
+        let small = b.try_charge(5).unwrap_err();
+        // Not its turn, although 5 fits into the 10 left.
+        let small = small.try_charge(5).unwrap_err();
+        drop(held);
+        let small = small.try_charge(5).unwrap_err();
+        let big = big.try_charge(80).unwrap();
+        // Now the small one is at the head, and fits.
+        let s = small.try_charge(5).unwrap();
+        assert_eq!((b.used(), b.waiting()), (85, 0));
+        drop((big, s));
+        // A head that leaves (its connection gone) lets the next one through.
+        let held = b.try_charge(100).unwrap();
+        let first = b.try_charge(50).unwrap_err();
+        let second = b.try_charge(10).unwrap_err();
+        drop(held);
+        let second = second.try_charge(10).unwrap_err();
+        let (count, waker) = cx_counting();
+        let mut cx = Context::from_waker(&waker);
+        let (_, since) = second.wait();
+        assert!(b.poll_released(since, &mut cx).is_pending());
+        drop(first);
+        assert_eq!(
+            count.0.load(Ordering::SeqCst),
+            1,
+            "the next in line is woken"
+        );
+        assert!(second.try_charge(10).is_ok());
     }
 }

@@ -48,7 +48,7 @@ use crate::credits::{RequesterCredits, ResponderCredits};
 use crate::error::{ArgsError, CreditError, Error, HeaderError, MarshalError, WireAnswer};
 use crate::header::{ErrorBody, Header, Prefix};
 use crate::marshal::{marshal_backward, marshal_reply, ReadChunkReply, Shape};
-use crate::memory::{Charge, MemoryBudget};
+use crate::memory::{Charge, MemoryBudget, Waiter};
 use crate::options::{ReliableReplyInfo, RELIABLE_REPLY};
 use crate::private_data::PeerLimits;
 use crate::pull::{PullTable, DEFAULT_PULL_TIMEOUT};
@@ -240,9 +240,9 @@ pub struct Responder<B> {
     reading_bytes: u64,
     /// Calls waiting for the read budget, oldest first.
     deferred_reads: VecDeque<Xid>,
-    /// The memory budget generation the first deferred Call failed to charge at:
-    /// the driver waits for a release after it.
-    memory_wait: Option<u64>,
+    /// The first deferred Call's place in the memory budget's line
+    /// ([`crate::memory::Waiter`]): the driver waits for a release, then it tries again.
+    memory_wait: Option<Waiter>,
     counters: Arc<dyn CounterSink>,
 }
 
@@ -469,7 +469,15 @@ impl<B: UpperLayerBinding> Responder<B> {
         if n == 0 {
             return self.finish_call(prefix.xid);
         }
-        match self.try_start_reads(prefix.xid) {
+        // Behind Calls of this connection that wait already: they start in order.
+        let start = if self.deferred_reads.is_empty() {
+            self.try_start_reads(prefix.xid)
+        } else if self.memory_wait.is_some() {
+            ReadStart::WaitMemory
+        } else {
+            ReadStart::WaitConnection
+        };
+        match start {
             ReadStart::Started => {}
             wait => {
                 self.counters.inc(Counter::ReadsDeferred);
@@ -497,10 +505,16 @@ impl<B: UpperLayerBinding> Responder<B> {
             return ReadStart::WaitConnection;
         }
         if let Some(budget) = &self.config.read_memory {
-            match budget.try_charge(read_len) {
+            // This connection's place in line, if it already waits (only its first
+            // deferred Call ever does: they start in order).
+            let charged = match self.memory_wait.take() {
+                Some(waiter) => waiter.try_charge(read_len),
+                None => budget.try_charge(read_len),
+            };
+            match charged {
                 Ok(charge) => call.charge = Some(charge),
-                Err(generation) => {
-                    self.memory_wait = Some(generation);
+                Err(waiter) => {
+                    self.memory_wait = Some(waiter);
                     return ReadStart::WaitMemory;
                 }
             }
@@ -525,12 +539,16 @@ impl<B: UpperLayerBinding> Responder<B> {
 
     /// Starts waiting Calls, oldest first, while the budgets allow.
     fn start_deferred(&mut self) {
-        self.memory_wait = None;
         while let Some(&next) = self.deferred_reads.front() {
             if !matches!(self.try_start_reads(next), ReadStart::Started) {
                 break;
             }
             self.deferred_reads.pop_front();
+        }
+        if self.deferred_reads.is_empty() {
+            // No Call waits any more: out of the memory budget's line, so that a
+            // place held for nothing never stalls the other connections.
+            self.memory_wait = None;
         }
     }
 
@@ -538,8 +556,7 @@ impl<B: UpperLayerBinding> Responder<B> {
     /// ([`MemoryBudget::poll_released`]): `Some` while a Call waits because the
     /// server's budget was spent. Then call [`Responder::handle_memory_released`].
     pub fn memory_wait(&self) -> Option<(&Arc<MemoryBudget>, u64)> {
-        let budget = self.config.read_memory.as_ref()?;
-        Some((budget, self.memory_wait?))
+        self.memory_wait.as_ref().map(Waiter::wait)
     }
 
     /// Memory was released to the server's budget: Calls waiting for it start, if it

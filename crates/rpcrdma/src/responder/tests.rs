@@ -532,3 +532,34 @@ fn read_chunks_wait_for_the_shared_memory_budget() {
     assert_eq!(c.poll_action(), None, "no RDMA Read issued");
     assert_eq!(small.used(), 0);
 }
+
+/// Issue 16: connections waiting for the shared budget are served first come, first
+/// served, and one that goes away leaves the line: a Call that would fit into what
+/// is left does not overtake a waiting one, and a connection lost while waiting does
+/// not hold the others up.
+#[test]
+fn connections_wait_for_the_budget_in_line() {
+    // Room for one 131,072-byte Call and a little more.
+    let budget = MemoryBudget::new(140_000);
+    let (mut a, mut b, mut c) = (budgeted(&budget), budgeted(&budget), budgeted(&budget));
+    let (send, data) = linux_write_call();
+    a.handle_receive(send.clone());
+    assert!(matches!(a.poll_action(), Some(Action::RdmaRead { .. })));
+    b.handle_receive(send.clone());
+    c.handle_receive(send);
+    assert_eq!(b.poll_action(), None);
+    assert_eq!(c.poll_action(), None);
+    assert_eq!(budget.waiting(), 2, "b, then c");
+    // b's connection is lost while it waits: it leaves the line.
+    b.handle_disconnect();
+    assert_eq!(budget.waiting(), 1);
+    // a's Call is answered: c, now first, gets the memory.
+    a.handle_read_done(Xid(0x10c7_04b8), 0, data);
+    assert!(matches!(a.poll_event(), Some(ResponderEvent::Call { .. })));
+    a.send_reply(Xid(0x10c7_04b8), rpc_reply(0x10c7_04b8, &[], None))
+        .unwrap();
+    c.handle_memory_released();
+    assert!(matches!(c.poll_action(), Some(Action::RdmaRead { .. })));
+    assert_eq!((budget.used(), budget.waiting()), (131_072, 0));
+    assert!(c.memory_wait().is_none());
+}
