@@ -43,7 +43,7 @@ pub enum OpenError {
 
 impl OpenError {
     /// The error for a failed [`sys::open_devices`].
-    fn from_list_error(e: sys::ListError) -> OpenError {
+    pub(crate) fn from_list_error(e: sys::ListError) -> OpenError {
         const ENOSYS: i32 = 38;
         match e {
             sys::ListError::NoLibrary => OpenError::NoLibrary,

@@ -32,8 +32,12 @@
 //! Zero-based registration needs page-aligned memory (the kernel refuses it
 //! otherwise), which the `rdma` crate's regions are not.
 //!
+//! Device events: [`watch_device_events`] reports a device's asynchronous events
+//! (port down/up, address changes, fatal errors) as [`DeviceEvent`]s.
+//!
 //! `unsafe` code lives in `ffi` (loading, the headers' inline verbs), `sys` (devices,
-//! PDs, MRs) and `sys_conn` (CM, QP, CQ), each with its invariants written down.
+//! PDs, MRs, async events) and `sys_conn` (CM, QP, CQ), each with its invariants
+//! written down.
 //!
 //! A binary using this crate starts on hosts without rdma-core: nothing links it;
 //! libibverbs is loaded at the first [`devices`] call (librdmacm at the first
@@ -44,6 +48,7 @@
 
 mod cm;
 mod device;
+mod events;
 mod ffi;
 mod limits;
 mod mr;
@@ -53,5 +58,6 @@ mod sys_conn;
 
 pub use cm::{VerbsCm, VerbsListener, VerbsRequest, VerbsRoute};
 pub use device::{devices, LinkLayer, OpenError, PortInfo, PortState, Transport, VerbsDevice};
+pub use events::{watch_device_events, DeviceEvent, DeviceEventKind};
 pub use limits::{locked_memory_limit, raise_locked_memory_limit};
 pub use qp::{InlineData, VerbsQp};

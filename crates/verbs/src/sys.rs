@@ -35,6 +35,10 @@
 //!    (`ibv_reg_mr_iova` at IOVA 0) is refused by the kernel (EINVAL, checked on
 //!    rxe) unless the memory starts on a page boundary, which the `rdma` crate's
 //!    regions need not.
+//! 8. Asynchronous events: [`Context::next_async_event`] acknowledges every event it
+//!    gets (`ibv_ack_async_event`) before returning a copy, so nothing waits on an
+//!    unacknowledged event, and it reads the union member the event type says
+//!    (`port_num` only for port events).
 //! 5. Threads: libibverbs verbs may be called from any thread on shared objects
 //!    (rdma-core's locking; RDMAmojo, "libibverbs thread safe level"), and none of
 //!    these wrappers mutates through `&self`, so they are `Send` and `Sync`.
@@ -104,6 +108,30 @@ pub(crate) struct RawPortAttr {
     pub(crate) link_layer: u8,
     /// `IBV_MTU_*` enum (1 = 256 ... 5 = 4096).
     pub(crate) active_mtu: u32,
+}
+
+/// One asynchronous event of a device (`struct ibv_async_event`), copied out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct RawAsyncEvent {
+    /// `IBV_EVENT_*`.
+    pub(crate) event_type: u32,
+    /// The port, for port events.
+    pub(crate) port: Option<u8>,
+}
+
+/// Whether `IBV_EVENT_*` `t` names a port (`element.port_num`).
+pub(crate) fn is_port_event(t: u32) -> bool {
+    use ffi::ibv_event_type::*;
+    matches!(
+        t,
+        IBV_EVENT_PORT_ACTIVE
+            | IBV_EVENT_PORT_ERR
+            | IBV_EVENT_LID_CHANGE
+            | IBV_EVENT_PKEY_CHANGE
+            | IBV_EVENT_SM_CHANGE
+            | IBV_EVENT_CLIENT_REREGISTER
+            | IBV_EVENT_GID_CHANGE
+    )
 }
 
 /// Why [`open_devices`] has no list.
@@ -221,6 +249,37 @@ impl Context {
 
     pub(crate) fn node_type(&self) -> i32 {
         self.node_type
+    }
+
+    /// The descriptor libibverbs delivers this context's asynchronous events on
+    /// (`ibv_context.async_fd`), open as long as the context is.
+    pub(crate) fn async_fd(&self) -> std::os::fd::RawFd {
+        // SAFETY: live context (invariant 1).
+        unsafe { (*self.ptr.as_ptr()).async_fd }
+    }
+
+    /// The next asynchronous event, acknowledged (invariant 8); `None` when there is
+    /// none now (the descriptor must be non-blocking: EAGAIN).
+    pub(crate) fn next_async_event(&self) -> io::Result<Option<RawAsyncEvent>> {
+        let mut ev = MaybeUninit::<ffi::ibv_async_event>::zeroed();
+        // SAFETY: live context (invariant 1); `ev` is a valid out pointer.
+        let rc = unsafe { (self.v.ibv_get_async_event)(self.ptr.as_ptr(), ev.as_mut_ptr()) };
+        if rc != 0 {
+            let e = io::Error::last_os_error();
+            return match e.kind() {
+                io::ErrorKind::WouldBlock => Ok(None),
+                _ => Err(e),
+            };
+        }
+        // SAFETY: filled in by a successful call.
+        let event_type = unsafe { (*ev.as_ptr()).event_type };
+        let port = is_port_event(event_type)
+            // SAFETY: the member a port event sets (invariant 8).
+            .then(|| unsafe { (*ev.as_ptr()).element.port_num })
+            .and_then(|p| u8::try_from(p).ok());
+        // SAFETY: the event got above, acknowledged once (invariant 8).
+        unsafe { (self.v.ibv_ack_async_event)(ev.as_mut_ptr()) };
+        Ok(Some(RawAsyncEvent { event_type, port }))
     }
 
     /// `ibv_query_device`.

@@ -111,6 +111,26 @@ pub(crate) fn watch_channel(chan: Arc<EventChannel>) -> io::Result<AsyncFd<ChanF
     Ok(unsafe { AsyncFd::register(ChanFd(chan)) }?)
 }
 
+/// A device context's asynchronous-event fd for tokio, holding the context (so the
+/// fd stays open).
+pub(crate) struct ContextFd(pub(crate) Arc<Context>);
+
+impl AsRawFd for ContextFd {
+    fn as_raw_fd(&self) -> RawFd {
+        self.0.async_fd()
+    }
+}
+
+/// Sets a context's async-event fd non-blocking (invariant 5) and registers it with
+/// tokio (needs a runtime). Meant for a context opened for this alone
+/// (`sys::open_devices`): the flag is the context's.
+pub(crate) fn watch_context(ctx: Arc<Context>) -> io::Result<AsyncFd<ContextFd>> {
+    set_nonblocking(ctx.async_fd())?;
+    // SAFETY: the AsyncFd owns an Arc of the context, whose async fd stays open and
+    // the same until the context is closed, which is after the AsyncFd is dropped.
+    Ok(unsafe { AsyncFd::register(ContextFd(ctx)) }?)
+}
+
 /// Registers a QP's completion-channel fd with tokio (needs a runtime).
 pub(crate) fn watch_qp(qp: Qp) -> io::Result<AsyncFd<QpFd>> {
     // SAFETY: the AsyncFd owns the QP, whose completion channel (and fd) is

@@ -32,6 +32,10 @@
 //! answered each Reply with a Terminate), and siw charges registrations to
 //! RLIMIT_MEMLOCK even for root (nfsd raises the limit when it takes verbs).
 //!
+//! With nfsd still serving on rxe0, eth0 goes down and up: nfsd reports the device's
+//! port events (`nfsd: RDMA device rxe0 port 1: link down ...`, `... link up`, from
+//! `verbs::watch_device_events`).
+//!
 //! rdma_cm picks the device for 10.0.2.15 among those on eth0, so for the rxe run
 //! siw0 is taken away (and put back afterwards, also on failure), and rxe0 is removed
 //! again before the siw run and before the next scenario of the shared boot.
@@ -48,6 +52,19 @@ siw0_back() {
 }
 lab_on_exit siw0_back
 lab_on_exit lab_rxe_down
+# Runs first, on a failure too: an nfsd still holding rxe0 makes `rdma link delete`
+# block until it exits, and eth0 must be up for the next scenarios.
+nfsds_gone() {
+  for f in /tmp/nfsd-*.pid; do [ -f "$f" ] && kill -9 "$(cat "$f")" 2>/dev/null; rm -f "$f"; done
+  sleep 0.5
+  eth0_up
+}
+eth0_up() {
+  ip link set eth0 up
+  [ -z "$DEFAULT_ROUTE" ] || ip route | grep -q "^default" || ip route add default $DEFAULT_ROUTE
+}
+DEFAULT_ROUTE=$(ip route | sed -n 's/^default //p' | head -n 1)
+lab_on_exit nfsds_gone
 pingpong() {
   out="$LAB_RUN_DIR/pingpong-$1"
   /share/bin/verbs-pingpong server "$2" >"$out-server.txt" 2>&1 &
@@ -94,12 +111,28 @@ verbs_nfsd_up() {
 }
 verbs_nfsd_down() {
   pid=$(cat /tmp/nfsd-$1.pid)
+  rm -f /tmp/nfsd-$1.pid
   kill -TERM $pid
   i=0
   while kill -0 $pid 2>/dev/null; do
     i=$((i + 1)); [ $i -gt 50 ] && { kill -9 $pid; break; }; sleep 0.1
   done
   cat "$LAB_RUN_DIR/nfsd-$1.txt"
+}
+# The device's events on nfsd's output: eth0 (rxe0's netdev) down and up gives
+# IBV_EVENT_PORT_ERR and IBV_EVENT_PORT_ACTIVE (verbs::watch_device_events). The
+# default route, which a link going down takes away, is put back.
+port_events() {
+  out="$LAB_RUN_DIR/nfsd-$1.txt"
+  ip link set eth0 down || return 1
+  sleep 1
+  eth0_up || return 1
+  i=0
+  while ! grep -q '^nfsd: RDMA device rxe0 port 1: link up' "$out"; do
+    i=$((i + 1)); [ $i -gt 100 ] && { cat "$out"; return 1; }; sleep 0.1
+  done
+  grep '^nfsd: RDMA device rxe0 port 1: link' "$out"
+  grep -q '^nfsd: RDMA device rxe0 port 1: link down' "$out"
 }
 nfs_over() {
   M=/mnt/v$1
@@ -112,6 +145,7 @@ nfs_over() {
   step nfs_${1}_drop_caches sh -c 'sync; echo 3 >/proc/sys/vm/drop_caches'
   step nfs_${1}_read_back lab_same_md5 /tmp/v$1 $M/f /srv/v$1/f
   step nfs_${1}_umount umount $M
+  [ "$1" = rxe ] && step nfs_rxe_port_events port_events $1
   step nfs_${1}_down verbs_nfsd_down $1
 }
 step siw0_away rdma link delete siw0

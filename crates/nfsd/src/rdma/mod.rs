@@ -322,6 +322,11 @@ async fn bind_verbs(
         Some(name) => name,
         None => format!("all RDMA devices ({})", names.join(", ")),
     };
+    // A port going down, or the device failing, is said on the server's output: the
+    // first thing to know when NFS/RDMA clients stop.
+    if let Err(e) = verbs::watch_device_events(|event| println!("nfsd: {event}")) {
+        tracing::warn!(error = %e, "cannot watch the RDMA devices' events");
+    }
     Ok((Served::Verbs(server, listener), device))
 }
 

@@ -907,6 +907,72 @@ const _: () = {
     ["Offset of field: ibv_port_attr::port_cap_flags2"]
         [::std::mem::offset_of!(ibv_port_attr, port_cap_flags2) - 48usize];
 };
+pub mod ibv_event_type {
+    #[allow(unused_imports)]
+    use super::*;
+    pub type Type = ::std::os::raw::c_uint;
+    pub const IBV_EVENT_CQ_ERR: Type = 0;
+    pub const IBV_EVENT_QP_FATAL: Type = 1;
+    pub const IBV_EVENT_QP_REQ_ERR: Type = 2;
+    pub const IBV_EVENT_QP_ACCESS_ERR: Type = 3;
+    pub const IBV_EVENT_COMM_EST: Type = 4;
+    pub const IBV_EVENT_SQ_DRAINED: Type = 5;
+    pub const IBV_EVENT_PATH_MIG: Type = 6;
+    pub const IBV_EVENT_PATH_MIG_ERR: Type = 7;
+    pub const IBV_EVENT_DEVICE_FATAL: Type = 8;
+    pub const IBV_EVENT_PORT_ACTIVE: Type = 9;
+    pub const IBV_EVENT_PORT_ERR: Type = 10;
+    pub const IBV_EVENT_LID_CHANGE: Type = 11;
+    pub const IBV_EVENT_PKEY_CHANGE: Type = 12;
+    pub const IBV_EVENT_SM_CHANGE: Type = 13;
+    pub const IBV_EVENT_SRQ_ERR: Type = 14;
+    pub const IBV_EVENT_SRQ_LIMIT_REACHED: Type = 15;
+    pub const IBV_EVENT_QP_LAST_WQE_REACHED: Type = 16;
+    pub const IBV_EVENT_CLIENT_REREGISTER: Type = 17;
+    pub const IBV_EVENT_GID_CHANGE: Type = 18;
+    pub const IBV_EVENT_WQ_FATAL: Type = 19;
+}
+#[repr(C)]
+#[derive(Copy, Clone)]
+pub struct ibv_async_event {
+    pub element: ibv_async_event__bindgen_ty_1,
+    pub event_type: ibv_event_type::Type,
+}
+#[repr(C)]
+#[derive(Copy, Clone)]
+pub union ibv_async_event__bindgen_ty_1 {
+    pub cq: *mut ibv_cq,
+    pub qp: *mut ibv_qp,
+    pub srq: *mut ibv_srq,
+    pub wq: *mut ibv_wq,
+    pub port_num: ::std::os::raw::c_int,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of ibv_async_event__bindgen_ty_1"]
+        [::std::mem::size_of::<ibv_async_event__bindgen_ty_1>() - 8usize];
+    ["Alignment of ibv_async_event__bindgen_ty_1"]
+        [::std::mem::align_of::<ibv_async_event__bindgen_ty_1>() - 8usize];
+    ["Offset of field: ibv_async_event__bindgen_ty_1::cq"]
+        [::std::mem::offset_of!(ibv_async_event__bindgen_ty_1, cq) - 0usize];
+    ["Offset of field: ibv_async_event__bindgen_ty_1::qp"]
+        [::std::mem::offset_of!(ibv_async_event__bindgen_ty_1, qp) - 0usize];
+    ["Offset of field: ibv_async_event__bindgen_ty_1::srq"]
+        [::std::mem::offset_of!(ibv_async_event__bindgen_ty_1, srq) - 0usize];
+    ["Offset of field: ibv_async_event__bindgen_ty_1::wq"]
+        [::std::mem::offset_of!(ibv_async_event__bindgen_ty_1, wq) - 0usize];
+    ["Offset of field: ibv_async_event__bindgen_ty_1::port_num"]
+        [::std::mem::offset_of!(ibv_async_event__bindgen_ty_1, port_num) - 0usize];
+};
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of ibv_async_event"][::std::mem::size_of::<ibv_async_event>() - 16usize];
+    ["Alignment of ibv_async_event"][::std::mem::align_of::<ibv_async_event>() - 8usize];
+    ["Offset of field: ibv_async_event::element"]
+        [::std::mem::offset_of!(ibv_async_event, element) - 0usize];
+    ["Offset of field: ibv_async_event::event_type"]
+        [::std::mem::offset_of!(ibv_async_event, event_type) - 8usize];
+};
 pub mod ibv_wc_status {
     #[allow(unused_imports)]
     use super::*;

@@ -51,6 +51,11 @@ functions! {
             cq_context: *mut *mut c_void,
         ) -> c_int;
         "IBVERBS_1.1" fn ibv_ack_cq_events(cq: *mut ibv_cq, nevents: c_uint);
+        "IBVERBS_1.1" fn ibv_get_async_event(
+            context: *mut ibv_context,
+            event: *mut ibv_async_event,
+        ) -> c_int;
+        "IBVERBS_1.1" fn ibv_ack_async_event(event: *mut ibv_async_event);
     }
     /// librdmacm.so.1 (`<rdma/rdma_cma.h>`).
     Rdmacm {

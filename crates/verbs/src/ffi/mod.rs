@@ -7,7 +7,7 @@
 //!   generated once by `scripts/gen-bindings` and committed. The headers are
 //!   dual-licensed (GPL-2.0 or OpenIB.org BSD); the translation is taken under the
 //!   BSD license, whose notice heads the file.
-//! - Functions: `functions.rs` lists the 33 exported functions the crate calls, each
+//! - Functions: `functions.rs` lists the 35 exported functions the crate calls, each
 //!   with the header's prototype and the symbol version it binds to at link time.
 //!   [`verbs`] and [`rdmacm`] `dlopen` `libibverbs.so.1` / `librdmacm.so.1` at first
 //!   use (`libloading`) and resolve them (`dlvsym`) into tables of typed function
