@@ -401,20 +401,7 @@ impl PooledBuffer {
     /// Copies `data` in at `offset`: those bytes must be neither handed out nor lent.
     pub fn write(&self, offset: usize, data: &[u8]) -> Result<(), BufferError> {
         let r = offset..offset.saturating_add(data.len());
-        self.check(&r)?;
-        let ranges = lock(&self.shared.ranges);
-        if ranges.frozen_overlap(&r) {
-            return Err(BufferError::Frozen(r));
-        }
-        if ranges.lent_overlap(&r) {
-            return Err(BufferError::Lent(r));
-        }
-        // SAFETY: `r` is inside the allocation (checked) and neither frozen nor lent
-        // (checked under the lock, which we hold): no one else reads or writes it.
-        unsafe {
-            std::ptr::copy_nonoverlapping(data.as_ptr(), self.shared.ptr.add(r.start), data.len())
-        };
-        Ok(())
+        self.with_mut(r, |m| m.copy_from_slice(data))
     }
 
     /// Runs `f` over the bytes of `r` (neither handed out nor lent), mutably: to fill
@@ -433,8 +420,9 @@ impl PooledBuffer {
         if ranges.lent_overlap(&r) {
             return Err(BufferError::Lent(r));
         }
-        // SAFETY: as in `write`: `r` is inside the allocation, neither frozen nor lent,
-        // and we hold the lock, so this is the only reference to those bytes.
+        // SAFETY: `r` is inside the allocation (checked) and neither frozen nor lent
+        // (checked under the lock, which we hold until `f` returns): no one else reads
+        // or writes it, so this is the only reference to those bytes.
         let bytes =
             unsafe { std::slice::from_raw_parts_mut(self.shared.ptr.add(r.start), r.len()) };
         let out = f(bytes);
@@ -444,17 +432,7 @@ impl PooledBuffer {
 
     /// Zeroes the bytes of `r` (neither handed out nor lent).
     pub fn zero(&self, r: Range<usize>) -> Result<(), BufferError> {
-        self.check(&r)?;
-        let ranges = lock(&self.shared.ranges);
-        if ranges.frozen_overlap(&r) {
-            return Err(BufferError::Frozen(r));
-        }
-        if ranges.lent_overlap(&r) {
-            return Err(BufferError::Lent(r));
-        }
-        // SAFETY: as in `write`.
-        unsafe { std::ptr::write_bytes(self.shared.ptr.add(r.start), 0, r.len()) };
-        Ok(())
+        self.with_mut(r, |m| m.fill(0))
     }
 
     /// The bytes of `r` as `Bytes`, without a copy. They are immutable from now on;
