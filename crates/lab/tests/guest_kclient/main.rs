@@ -2,8 +2,8 @@
 //! guest) is the guest's part and no knfsd runs: siw stock, no port forwards. One
 //! shared boot (`GuestConfig::shared_boot("kclient")`) runs each scenario's
 //! script in turn; each is still its own test with its own `lab/out/<run>/`,
-//! results, host processes, capture and verdict. `nfs_locking` needs port forwards
-//! to the guest's rpcbind, lockd and statd, so it boots its own guest
+//! results, host processes, capture and verdict. `nfs_locking` and `nfs_cthon` need
+//! port forwards to the guest's rpcbind, lockd and statd, so they share another boot
 //! (`shared_boot("kclient-nlm")`).
 
 #[path = "../common/mod.rs"]
@@ -12,6 +12,7 @@ mod common;
 mod kclient_to_host_peer;
 mod kclient_to_iwarp;
 mod nfs_crash_restart;
+mod nfs_cthon;
 mod nfs_exports;
 mod nfs_locking;
 mod nfs_plain_mounts;
