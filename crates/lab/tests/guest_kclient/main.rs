@@ -2,9 +2,10 @@
 //! guest) is the guest's part and no knfsd runs: siw stock, no port forwards. One
 //! shared boot (`GuestConfig::shared_boot("kclient")`) runs each scenario's
 //! script in turn; each is still its own test with its own `lab/out/<run>/`,
-//! results, host processes, capture and verdict. `nfs_locking` and `nfs_cthon` need
+//! results, host processes, capture and verdict. `nfs_locking` and `nfs_locking_cthon` need
 //! port forwards to the guest's rpcbind, lockd and statd, so they share another boot
-//! (`shared_boot("kclient-nlm")`).
+//! (`shared_boot("kclient-nlm")`); their names sort next to each other, so that
+//! `--test-threads=1` (libtest runs tests in name order) boots that guest once.
 
 #[path = "../common/mod.rs"]
 mod common;
@@ -12,9 +13,9 @@ mod common;
 mod kclient_to_host_peer;
 mod kclient_to_iwarp;
 mod nfs_crash_restart;
-mod nfs_cthon;
 mod nfs_exports;
 mod nfs_locking;
+mod nfs_locking_cthon;
 mod nfs_plain_mounts;
 mod nfs_rdma;
 mod nfs_rdma_guest_server;

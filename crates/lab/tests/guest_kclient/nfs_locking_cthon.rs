@@ -20,7 +20,8 @@
 //! For the lock group's GRANTED callbacks the server must reach the guest's lockd:
 //! the same port forwards as `nfs_locking` (guest rpcbind as host 30111, lockd 30021,
 //! statd 30662), so this scenario shares `nfs_locking`'s boot (`kclient-nlm`) rather
-//! than the plain `kclient` one. nfsd serves its own portmapper on 127.0.0.1:111 and
+//! than the plain `kclient` one; its module name sorts right after `nfs_locking`, so
+//! a `--test-threads=1` run of the test binary boots that guest once for both. nfsd serves its own portmapper on 127.0.0.1:111 and
 //! its default ports (NFS 2049, MOUNT 20048, NLM 4045), RDMA on 30049: those host ports
 //! must be free.
 
@@ -109,7 +110,7 @@ exit 0
 #[test]
 #[ignore = "kernel lab: run by lab/test"]
 fn connectathon_basic_special_general_and_lock_pass_over_tcp_and_rdma_with_locking() {
-    let run_name = "nfs-cthon";
+    let run_name = "nfs-locking-cthon";
     let lab = Lab::open().unwrap_or_else(|e| panic!("{e}"));
     let nfsd = build_binary("nfsd", "nfsd");
     let suite = build_binary("lab", "cthon-suite");
