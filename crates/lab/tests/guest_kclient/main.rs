@@ -2,9 +2,10 @@
 //! guest) is the guest's part and no knfsd runs: siw stock, no port forwards. One
 //! shared boot (`GuestConfig::shared_boot("kclient")`) runs each scenario's
 //! script in turn; each is still its own test with its own `lab/out/<run>/`,
-//! results, host processes, capture and verdict. `nfs_locking` needs port forwards
-//! to the guest's rpcbind, lockd and statd, so it boots its own guest
-//! (`shared_boot("kclient-nlm")`).
+//! results, host processes, capture and verdict. `nfs_locking` and `nfs_locking_cthon` need
+//! port forwards to the guest's rpcbind, lockd and statd, so they share another boot
+//! (`shared_boot("kclient-nlm")`); their names sort next to each other, so that
+//! `--test-threads=1` (libtest runs tests in name order) boots that guest once.
 
 #[path = "../common/mod.rs"]
 mod common;
@@ -14,6 +15,7 @@ mod kclient_to_iwarp;
 mod nfs_crash_restart;
 mod nfs_exports;
 mod nfs_locking;
+mod nfs_locking_cthon;
 mod nfs_plain_mounts;
 mod nfs_rdma;
 mod nfs_rdma_guest_server;

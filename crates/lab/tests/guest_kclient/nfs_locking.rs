@@ -26,7 +26,8 @@
 //! 111 is host 30111 (nfsd `--client-portmap-port 30111`), the guest's lockd is pinned
 //! to 30021 (`/proc/sys/fs/nfs/nlm_tcpport`) and its rpc.statd to 30662 (`-p`), each
 //! forwarded from the same host port, so the ports the guest's rpcbind names are the
-//! ports the host connects to. The forwards make this scenario boot its own guest.
+//! ports the host connects to. The forwards make this scenario boot its own guest
+//! (`kclient-nlm`, shared with `nfs_locking_cthon`).
 //! nfsd serves its own portmapper on 127.0.0.1:111 (the guest looks NLM up there) and
 //! its default ports (NFS 2049, MOUNT 20048, NLM/NSM 4045), RDMA on 30049.
 
@@ -63,6 +64,8 @@ statd_up() {
   local i=0
   mkdir -p /run/rpcbind /var/lib/nfs/sm /var/lib/nfs/sm.bak || return 1
   rpcinfo -p 127.0.0.1 >/dev/null 2>&1 || rpcbind -w || return 1
+  # Already up when nfs_locking_cthon ran first in this boot (same port).
+  rpcinfo -T tcp 127.0.0.1 100024 1 >/dev/null 2>&1 && return 0
   /share/bin/rpc.statd --no-notify -p "$LAB_STATD_PORT" || return 1
   until rpcinfo -T tcp 127.0.0.1 100024 1 >/dev/null 2>&1; do
     [ $i -ge 50 ] && { rpcinfo -p 127.0.0.1; return 1; }
