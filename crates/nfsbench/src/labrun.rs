@@ -184,6 +184,19 @@ while [ $i -lt "$LAB_REPS" ]; do
   [ "${LAB_CEILING:-0}" = 1 ] && step "ceiling_$i" ceiling $i
   i=$((i + 1))
 done
+# Diagnostics (--strace): one more read from ours, outside the measured ones, with
+# `strace -c -f` attached to our nfsd: its system calls, counted and timed.
+strace_ours() {
+  local spid
+  strace -c -f -p "$LAB_PID_nfsd" -o "$LAB_RUN_DIR/strace-ours.txt" &
+  spid=$!
+  sleep 2
+  readone ours 30049 12048 strace
+  kill -INT $spid
+  wait $spid
+  cat "$LAB_RUN_DIR/strace-ours.txt"
+}
+[ "${LAB_STRACE:-0}" = 1 ] && strace_ours
 exit 0
 "#;
 
@@ -334,13 +347,15 @@ fn secs_jiffies(key: &str, v: &str) -> Result<(f64, f64), String> {
 
 /// Boots the guest and runs the comparison on `fabric`; `nfsd` is the host path of
 /// our `nfsd` binary (shipped into the guest), `lab_dir` the `lab/` directory (with
-/// its cache).
+/// its cache). With `strace`, one more read from ours after the measured ones runs
+/// under `strace -c -f` (left in the run's share as `strace-ours.txt`).
 pub fn run(
     fabric: Fabric,
     nfsd: &Path,
     lab_dir: Option<&Path>,
     mib: u32,
     reps: u32,
+    strace: bool,
 ) -> Result<LabReport, String> {
     let lab = match lab_dir {
         Some(d) => Lab::open_at(d),
@@ -358,6 +373,9 @@ pub fn run(
         .env("LAB_STEP_TIMEOUT", "300");
     if fabric == Fabric::Rxe {
         script = script.env("LAB_CEILING", "1");
+    }
+    if strace {
+        script = script.env("LAB_STRACE", "1");
     }
     let o = lab
         .guest(script)

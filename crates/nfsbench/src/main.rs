@@ -90,6 +90,11 @@ struct LabArgs {
     /// after each pair of reads).
     #[arg(long, value_enum, default_value_t = nfsbench::labrun::Fabric::Siw)]
     fabric: nfsbench::labrun::Fabric,
+    /// Diagnostics: after the measured reads, one more read from our nfsd with
+    /// `strace -c -f` attached (its system call counts and times, in the run's
+    /// share as strace-ours.txt); not part of the figures.
+    #[arg(long)]
+    strace: bool,
     /// Output directory for lab.json and lab.txt (lab-rxe.json and lab-rxe.txt for
     /// `--fabric rxe`).
     #[arg(long, default_value = "nfsbench-report")]
@@ -337,7 +342,14 @@ fn lab(a: LabArgs) -> Result<(), grid::BenchError> {
     }
     let command = std::env::args().collect::<Vec<_>>().join(" ");
     let started = utc_now();
-    let r = nfsbench::labrun::run(a.fabric, &nfsd, a.lab_dir.as_deref(), a.mib, a.reps.max(1))?;
+    let r = nfsbench::labrun::run(
+        a.fabric,
+        &nfsd,
+        a.lab_dir.as_deref(),
+        a.mib,
+        a.reps.max(1),
+        a.strace,
+    )?;
     let stem = match a.fabric {
         nfsbench::labrun::Fabric::Siw => "lab",
         nfsbench::labrun::Fabric::Rxe => "lab-rxe",
