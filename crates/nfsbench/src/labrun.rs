@@ -1,7 +1,12 @@
 //! The lab variant: in the qemu guest (`crates/lab`, `lab/`), the Linux kernel NFSv3
-//! client (xprtrdma over soft-iWARP) reads the same file from the guest's knfsd
-//! (over siw) and from our `nfsd` running in the guest on its own userspace iWARP,
-//! interleaved, `proto=rdma` both; reports throughput, guest CPU and ours/knfsd.
+//! client (xprtrdma) reads the same file from the guest's knfsd and from our `nfsd`
+//! running in the guest, interleaved, `proto=rdma` both; reports throughput, guest
+//! CPU and ours/knfsd. [`Fabric::Siw`]: over soft-iWARP siw0, our nfsd with its
+//! default `--rdma-provider auto` (rdma-core verbs on siw0 where it has them, else its
+//! userspace iWARP; the report records which). [`Fabric::Rxe`]: over soft-RoCE rxe0,
+//! our nfsd on `--rdma-provider verbs`, and after each pair of reads perftest's
+//! `ib_write_bw` over rxe0 (server and client in the guest, so the device loops back
+//! to itself, as it does for the reads) as the ceiling: ours/ceiling, knfsd/ceiling.
 //!
 //! Both servers export the same tmpfs `/export` (so both read from memory). knfsd is
 //! started as `lab_knfsd_up` does, but with `/proc/fs/nfsd/max_block_size` raised to
