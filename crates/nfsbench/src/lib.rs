@@ -18,7 +18,8 @@
 //! client's (the bench process itself).
 //!
 //! `nfsbench lab` ([`labrun`]) is the qemu-guest variant: the Linux kernel client reads
-//! from knfsd over siw and from our `nfsd` in the guest over its own iWARP.
+//! from knfsd and from our `nfsd` in the guest, over siw or (`--fabric rxe`, with an
+//! `ib_write_bw` ceiling) over rxe.
 //!
 //! This crate does not assert performance goals (it reports against them) or tune
 //! the crates it measures.

@@ -6,6 +6,7 @@
 //! nfsbench run --file-size 16M --read-sizes 64K --depths 4 --reps 1 --out /tmp/b
 //! nfsbench serve --export DIR --rdma-port 0      # the server child (used by `run`)
 //! nfsbench lab --out docs/bench                 # the qemu-guest variant (lab/setup first)
+//! nfsbench lab --fabric rxe --out docs/bench    # the same over soft-RoCE, with ib_write_bw
 //! nfsbench handles --sizes 10000,1000000 --out docs/bench   # GETATTR after a restart vs export size
 //! ```
 
@@ -33,8 +34,9 @@ enum Command {
     Run(RunArgs),
     /// Serve an export over NFSv3 on TCP (and RDMA): the server child of `run`.
     Serve(ServeArgs),
-    /// The qemu-lab variant: the guest kernel client reads from knfsd (siw) and from
-    /// our nfsd in the guest (userspace iWARP); needs `lab/setup` and root.
+    /// The qemu-lab variant: the guest kernel client reads from knfsd and from our
+    /// nfsd in the guest over siw (or rxe, with an ib_write_bw ceiling); needs
+    /// `lab/setup` and root.
     Lab(LabArgs),
     /// GETATTR of handles taken before a server restart, for exports of different
     /// sizes: is the time per call independent of the export size?
@@ -83,7 +85,18 @@ struct LabArgs {
     /// Repetitions (interleaved knfsd / ours).
     #[arg(long, default_value_t = 3)]
     reps: u32,
-    /// Output directory for lab.json and lab.txt.
+    /// The guest's RDMA device: siw (soft-iWARP siw0) or rxe (soft-RoCE rxe0, our
+    /// nfsd on `--rdma-provider verbs`, plus `ib_write_bw` over rxe0 as the ceiling
+    /// after each pair of reads).
+    #[arg(long, value_enum, default_value_t = nfsbench::labrun::Fabric::Siw)]
+    fabric: nfsbench::labrun::Fabric,
+    /// Diagnostics: after the measured reads, one more read from our nfsd with
+    /// `strace -c -f` attached (its system call counts and times, in the run's
+    /// share as strace-ours.txt); not part of the figures.
+    #[arg(long)]
+    strace: bool,
+    /// Output directory for lab.json and lab.txt (lab-rxe.json and lab-rxe.txt for
+    /// `--fabric rxe`).
     #[arg(long, default_value = "nfsbench-report")]
     out: PathBuf,
 }
@@ -329,7 +342,18 @@ fn lab(a: LabArgs) -> Result<(), grid::BenchError> {
     }
     let command = std::env::args().collect::<Vec<_>>().join(" ");
     let started = utc_now();
-    let r = nfsbench::labrun::run(&nfsd, a.lab_dir.as_deref(), a.mib, a.reps.max(1))?;
+    let r = nfsbench::labrun::run(
+        a.fabric,
+        &nfsd,
+        a.lab_dir.as_deref(),
+        a.mib,
+        a.reps.max(1),
+        a.strace,
+    )?;
+    let stem = match a.fabric {
+        nfsbench::labrun::Fabric::Siw => "lab",
+        nfsbench::labrun::Fabric::Rxe => "lab-rxe",
+    };
     let text = format!(
         "command: {command}\nstarted: {started}, finished: {}\n{}",
         utc_now(),
@@ -337,7 +361,7 @@ fn lab(a: LabArgs) -> Result<(), grid::BenchError> {
     );
     print!("{text}");
     std::fs::create_dir_all(&a.out)?;
-    std::fs::write(a.out.join("lab.txt"), &text)?;
+    std::fs::write(a.out.join(format!("{stem}.txt")), &text)?;
     let json = serde_json::json!({
         "command": command,
         "started_utc": started,
@@ -346,7 +370,10 @@ fn lab(a: LabArgs) -> Result<(), grid::BenchError> {
         "host_loadavg_end": nfsbench::machine::loadavg(),
         "lab": r,
     });
-    std::fs::write(a.out.join("lab.json"), serde_json::to_string_pretty(&json)?)?;
+    std::fs::write(
+        a.out.join(format!("{stem}.json")),
+        serde_json::to_string_pretty(&json)?,
+    )?;
     Ok(())
 }
 
