@@ -256,6 +256,27 @@ fn warm_up_end(samples: &[Sample], secs: f64, warm_calls: u64) -> f64 {
     worked.max(secs / 3.0)
 }
 
+/// The least-squares slope of RSS over time in `[from, to)`, in MiB per minute:
+/// reported, not asserted (the halves are).
+fn rss_slope(samples: &[Sample], from: f64, to: f64) -> Option<f64> {
+    let pts: Vec<(f64, f64)> = samples
+        .iter()
+        .filter(|s| s.t >= from && s.t < to)
+        .map(|s| (s.t, s.rss_kib as f64 / 1024.0))
+        .collect();
+    let n = pts.len() as f64;
+    if pts.len() < 2 {
+        return None;
+    }
+    let (mx, my) = (
+        pts.iter().map(|p| p.0).sum::<f64>() / n,
+        pts.iter().map(|p| p.1).sum::<f64>() / n,
+    );
+    let sxx: f64 = pts.iter().map(|p| (p.0 - mx).powi(2)).sum();
+    let sxy: f64 = pts.iter().map(|p| (p.0 - mx) * (p.1 - my)).sum();
+    (sxx > 0.0).then(|| sxy / sxx * 60.0)
+}
+
 /// The medians of the values `f` picks from the two halves of `[from, to)`, or
 /// `None` if either half has fewer than 5 samples (warm-up took most of the run).
 fn halves(
@@ -650,6 +671,8 @@ fn flatness_check_fails_on_growth_and_passes_noise() {
     // + 10 % allowed: fails. (1 MiB/s would pass in 60 s and fail in 600 s.)
     let leak = series(&|t| base + (t * 2048.0) as u64, 1000.0);
     assert!(!check(&leak));
+    let slope = rss_slope(&leak, 20.0, 60.0).unwrap();
+    assert!((slope - 120.0).abs() < 0.1, "{slope} MiB/min");
     // A slow warm-up (a loaded machine): 2 MiB/s until the 5,000th call at 40 s, flat
     // after; the windows are [40, 50) and [50, 60): passes.
     let slow = series(&|t| base + (t.min(40.0) * 2048.0) as u64, 125.0);
@@ -828,6 +851,9 @@ fn soak() {
         returned_after
     );
     println!("soak: after warm-up, halves of the rest: {windows}");
+    if let Some(slope) = rss_slope(&during, warm_end, secs as f64) {
+        println!("soak: RSS slope after warm-up (least squares): {slope:.2} MiB/min");
+    }
     println!(
         "soak: descriptors idle {idle_fds}, peak {peak_fds}, after the clients left \
          {after_fds} (in {fds_settled:.1} s)"
