@@ -307,7 +307,7 @@ fn flat(middle: u64, last: u64, slack: u64, ratio: f64) -> bool {
 /// whose clients have at most `depth` READs or WRITEs in flight each, half of the
 /// clients of each transport in 1 MiB and half in 64 KiB. A worst case from the code
 /// and the figures of docs/hostile-peers.md ("Memory"), not a prediction (30 s runs
-/// peak near 150 MiB):
+/// peak at 150-200 MiB):
 ///
 /// - idle: 6 MiB measured, 16 MiB allowed (the runtime's threads grown);
 /// - per RDMA connection: its Receive and Send slabs once every credit has been used,
@@ -315,6 +315,8 @@ fn flat(middle: u64, last: u64, slack: u64, ratio: f64) -> bool {
 /// - per TCP connection: 256 KiB of record buffers and state;
 /// - WRITE data pulled by RDMA Read: `--rdma-max-read-memory 64M`, and up to
 ///   `RdmaConfig::max_idle_buffers` (64 MiB) of pooled buffers kept idle;
+/// - nfsd's pool of READ buffers: up to `nfsd::nfs::MAX_IDLE_READ_BUFFERS` (64 MiB) kept
+///   idle between calls;
 /// - every call of every client in flight at once, twice its data each (a WRITE's
 ///   record and what copies it, a READ's buffer and its reply);
 ///
@@ -325,10 +327,11 @@ fn rss_budget_kib(rdma: u64, tcp: u64, depth: u64) -> u64 {
     let per_rdma = 1056 + 70;
     let per_tcp = 256;
     let read_memory = (64 << 10) + (64 << 10);
+    let read_buffers = (nfsd::nfs::MAX_IDLE_READ_BUFFERS >> 10) as u64;
     let clients = rdma + tcp;
     let big = clients / 2;
     let in_flight = depth * 2 * (big * 1024 + (clients - big) * 64);
-    let sum = idle + rdma * per_rdma + tcp * per_tcp + read_memory + in_flight;
+    let sum = idle + rdma * per_rdma + tcp * per_tcp + read_memory + read_buffers + in_flight;
     sum + sum / 2
 }
 
