@@ -160,25 +160,37 @@ lab_knfsd_up() {
   echo "${LAB_NFSD_RDMA_PORT:-20049}" >/run/lab-knfsd-up
 }
 
-# lab_statd_up: rpcbind and rpc.statd in the guest, the client side of NFSv3
+# lab_statd_up [PORT]: rpcbind and rpc.statd in the guest, the client side of NFSv3
 # locking: mount.nfs refuses a mount without `nolock` unless statd answers on
 # the local rpcbind, and the kernel's lockd registers there. The initramfs has
 # rpcbind but no rpc.statd: the scenario ships the host's
-# (GuestScript::binary("rpc.statd", "/usr/sbin/rpc.statd")). Once per boot.
+# (GuestScript::binary("rpc.statd", "/usr/sbin/rpc.statd")). With PORT, statd
+# listens there (a port the host forwards). Once per boot: a statd already
+# answering (started by another scenario of the boot) is kept.
 lab_statd_up() {
   local i=0
-  if [ -e /run/lab-statd-up ]; then lab_log "statd already up in this boot" && return 0; fi
   mkdir -p /run/rpcbind /var/lib/nfs/sm /var/lib/nfs/sm.bak || return 1
   rpcinfo -p 127.0.0.1 >/dev/null 2>&1 || rpcbind -w || return 1
+  if rpcinfo -T tcp 127.0.0.1 100024 1 >/dev/null 2>&1; then
+    lab_log "statd already up in this boot" && return 0
+  fi
   # --no-notify: no SM_NOTIFY to former servers (and no sm-notify binary needed).
-  /share/bin/rpc.statd --no-notify || return 1
-  until rpcinfo -T udp 127.0.0.1 100024 1 >/dev/null 2>&1; do
+  /share/bin/rpc.statd --no-notify ${1:+-p "$1"} || return 1
+  until rpcinfo -T tcp 127.0.0.1 100024 1 >/dev/null 2>&1 &&
+    rpcinfo -T udp 127.0.0.1 100024 1 >/dev/null 2>&1; do
     [ $i -ge 50 ] && { lab_log "rpc.statd does not answer after 10 s"; rpcinfo -p 127.0.0.1; return 1; }
     sleep 0.2
     i=$((i + 1))
   done
   rpcinfo -p 127.0.0.1
-  touch /run/lab-statd-up
+}
+
+# lab_lockd_port PORT: the kernel's lockd on a fixed port (TCP and UDP), set before
+# lockd starts (a port the host forwards, for a server's GRANTED callbacks).
+lab_lockd_port() {
+  modprobe lockd || return 1
+  echo "$1" >/proc/sys/fs/nfs/nlm_tcpport || return 1
+  echo "$1" >/proc/sys/fs/nfs/nlm_udpport
 }
 
 # lab_capture_start IFACE FILE [FILTER...]: tcpdump in the guest (for traffic

@@ -79,18 +79,14 @@ fn env_or(name: &str, default: u64) -> u64 {
 /// Raises this process's soft open file limit to its hard limit: every client holds
 /// a socket (and an RDMA client its provider's), 200 of them by default.
 fn raise_nofile() -> u64 {
-    let mut lim = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
+    use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
+    let lim = getrlimit(Resource::Nofile);
+    let raised = Rlimit {
+        current: lim.maximum,
+        maximum: lim.maximum,
     };
-    // SAFETY: getrlimit/setrlimit with a valid pointer to an rlimit.
-    unsafe {
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 {
-            lim.rlim_cur = lim.rlim_max;
-            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
-        }
-    }
-    lim.rlim_cur
+    let _ = setrlimit(Resource::Nofile, raised);
+    getrlimit(Resource::Nofile).current.unwrap_or(u64::MAX)
 }
 
 /// VmRSS of `pid` in KiB (0 once it is gone).

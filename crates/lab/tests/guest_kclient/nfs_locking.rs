@@ -53,26 +53,6 @@ const HOST_NAME: &str = "lab-host-client";
 
 const GUEST: &str = r#". /share/lib.sh
 step rdma_up lab_rdma_up
-# The guest's lockd on a fixed port (forwarded from the host), before it starts.
-lockd_port() {
-  modprobe lockd || return 1
-  echo "$LAB_LOCKD_PORT" >/proc/sys/fs/nfs/nlm_tcpport || return 1
-  echo "$LAB_LOCKD_PORT" >/proc/sys/fs/nfs/nlm_udpport
-}
-# rpcbind and rpc.statd (shipped from the host) on a fixed port.
-statd_up() {
-  local i=0
-  mkdir -p /run/rpcbind /var/lib/nfs/sm /var/lib/nfs/sm.bak || return 1
-  rpcinfo -p 127.0.0.1 >/dev/null 2>&1 || rpcbind -w || return 1
-  # Already up when nfs_locking_cthon ran first in this boot (same port).
-  rpcinfo -T tcp 127.0.0.1 100024 1 >/dev/null 2>&1 && return 0
-  /share/bin/rpc.statd --no-notify -p "$LAB_STATD_PORT" || return 1
-  until rpcinfo -T tcp 127.0.0.1 100024 1 >/dev/null 2>&1; do
-    [ $i -ge 50 ] && { rpcinfo -p 127.0.0.1; return 1; }
-    sleep 0.2
-    i=$((i + 1))
-  done
-}
 wait_line() { # FILE WORD SECS
   local i=0
   until grep -q "$2" "$1" 2>/dev/null; do
@@ -84,8 +64,8 @@ wait_line() { # FILE WORD SECS
 locking_on() { ! awk -v m="$1" '$2==m' /proc/mounts | grep -q nolock; }
 suite() { /share/bin/nlm-locktest suite "$1" >"$LAB_RUN_DIR/suite-$2.txt" 2>&1; local rc=$?; cat "$LAB_RUN_DIR/suite-$2.txt"; return $rc; }
 L=/share/bin/nlm-locktest
-step lockd_port lockd_port
-step statd_up statd_up
+step lockd_port lab_lockd_port "$LAB_LOCKD_PORT"
+step statd_up lab_statd_up "$LAB_STATD_PORT"
 mkdir -p /mnt/tcp /mnt/rdma
 step mount_tcp mount.nfs "10.0.2.2:$LAB_EXPORT" /mnt/tcp -n -o vers=3,proto=tcp
 step mount_rdma mount.nfs "10.0.2.2:$LAB_EXPORT" /mnt/rdma -n -o "vers=3,proto=rdma,port=$LAB_RDMA_PORT"

@@ -40,24 +40,6 @@ const LOCK_TESTS: usize = 13;
 
 const GUEST: &str = r#". /share/lib.sh
 step rdma_up lab_rdma_up
-# As nfs_locking (same boot): lockd on a fixed, forwarded port; rpcbind and statd.
-lockd_port() {
-  modprobe lockd || return 1
-  echo "$LAB_LOCKD_PORT" >/proc/sys/fs/nfs/nlm_tcpport || return 1
-  echo "$LAB_LOCKD_PORT" >/proc/sys/fs/nfs/nlm_udpport
-}
-statd_up() {
-  local i=0
-  mkdir -p /run/rpcbind /var/lib/nfs/sm /var/lib/nfs/sm.bak || return 1
-  rpcinfo -p 127.0.0.1 >/dev/null 2>&1 || rpcbind -w || return 1
-  rpcinfo -T tcp 127.0.0.1 100024 1 >/dev/null 2>&1 && return 0
-  /share/bin/rpc.statd --no-notify -p "$LAB_STATD_PORT" || return 1
-  until rpcinfo -T tcp 127.0.0.1 100024 1 >/dev/null 2>&1; do
-    [ $i -ge 50 ] && { rpcinfo -p 127.0.0.1; return 1; }
-    sleep 0.2
-    i=$((i + 1))
-  done
-}
 locking_on() { ! awk -v m="$1" '$2==m' /proc/mounts | grep -q nolock; }
 # cthon MNT PROTO: the suite in MNT/cthon-PROTO, output to cthon-PROTO.txt, timed.
 cthon() {
@@ -81,8 +63,8 @@ locks() {
   rm -f "$1/locktest-$2"
   return $rc
 }
-step lockd_port lockd_port
-step statd_up statd_up
+step lockd_port lab_lockd_port "$LAB_LOCKD_PORT"
+step statd_up lab_statd_up "$LAB_STATD_PORT"
 mkdir -p /mnt/ct-tcp /mnt/ct-rdma
 step mount_tcp mount.nfs "10.0.2.2:$LAB_EXPORT" /mnt/ct-tcp -n -o vers=3,proto=tcp
 step mount_rdma mount.nfs "10.0.2.2:$LAB_EXPORT" /mnt/ct-rdma -n -o "vers=3,proto=rdma,port=$LAB_RDMA_PORT"
