@@ -16,6 +16,16 @@ pub trait QueuePair: Send + Sync {
     /// Posts to the send queue.
     fn post_send(&self, wr: SendWr) -> Result<(), PostError>;
 
+    /// Posts `wrs` to the send queue, in order, as one batch: a provider that rings a
+    /// doorbell per post (a verbs device; on rxe and siw a system call) rings it once,
+    /// and may leave RDMA Writes other than the last unsignaled, giving each its
+    /// completion when a later work request completes. Every work request still gets
+    /// exactly one completion, in posting order. On an error, the work requests before
+    /// the failing one were posted, it and those after it were not.
+    fn post_send_list(&self, wrs: Vec<SendWr>) -> Result<(), PostError> {
+        wrs.into_iter().try_for_each(|wr| self.post_send(wr))
+    }
+
     /// Posts to the receive queue.
     fn post_recv(&self, wr: RecvWr) -> Result<(), PostError>;
 

@@ -795,6 +795,7 @@ impl<Q: QueuePair + 'static> Conn<Q> {
         // copy of the payload here.
         match self.sends.post(
             &self.qp,
+            Vec::new(),
             wr_kind::SEND | u64::from(xid.0),
             op,
             send,

@@ -199,12 +199,14 @@ impl SendPool {
     /// Posts a Send of `send` (header first, then payload pieces) with `op`, the header
     /// and, when they fit behind it, the payload pieces copied into a pool slot. When
     /// every slot is busy, or the header does not fit one, the pieces are registered as
-    /// they are instead ([`gather`]); returns whether a slot was used.
+    /// they are instead ([`gather`]); returns whether a slot was used. `before` (the
+    /// Reply's RDMA Writes) goes in the same list ahead of the Send: one doorbell.
     ///
     /// `wr_id` must have its bits 32..56 clear: the slot number goes there.
     pub(crate) fn post(
         &self,
         qp: &dyn QueuePair,
+        mut before: Vec<SendWr>,
         wr_id: u64,
         op: SendOp,
         mut send: Vec<Bytes>,
@@ -256,9 +258,10 @@ impl SendPool {
             Ok::<_, RegisterError>(())
         })();
         let r = match gathered {
-            Ok(()) => qp
-                .post_send(SendWr { wr_id: id, op, sgl })
-                .map_err(SendFailure::from),
+            Ok(()) => {
+                before.push(SendWr { wr_id: id, op, sgl });
+                qp.post_send_list(before).map_err(SendFailure::from)
+            }
             Err(e) => Err(e.into()),
         };
         if r.is_err() {

@@ -272,6 +272,7 @@ impl<P: ConnectionManager + 'static> RdmaServer<P> {
                 pool,
                 free_recvs,
                 sends,
+                writes: Vec::new(),
                 pulls: HashMap::new(),
                 reads: HashMap::new(),
                 next_id: 0,
@@ -399,6 +400,10 @@ struct ServerConn<Q> {
     /// (backward Receives before the peer is ready).
     free_recvs: Vec<usize>,
     sends: SendPool,
+    /// RDMA Writes of the Reply being sent, posted in one list with its Send (one
+    /// doorbell; on a verbs device the Writes go unsignaled), or before any other work
+    /// request, in the order the core asked for them.
+    writes: Vec<SendWr>,
     /// Read chunks being pulled, by sink id; RDMA Reads in flight, by work request id.
     pulls: HashMap<u64, Pull>,
     reads: HashMap<u64, u64>,
@@ -563,6 +568,7 @@ impl<Q: QueuePair + 'static> ServerConn<Q> {
             };
             self.handle_event(ev);
         }
+        self.flush_writes();
         if !self.wholes.is_empty() {
             // Calls the core dropped or refused leave nothing behind.
             let core = &self.core;
@@ -585,6 +591,10 @@ impl<Q: QueuePair + 'static> ServerConn<Q> {
     }
 
     fn execute(&mut self, action: Action, remote: Option<STag>) {
+        if !matches!(action, Action::RdmaWrite { .. } | Action::Send { .. }) {
+            // Send-queue order is the order the core asked for.
+            self.flush_writes();
+        }
         match action {
             Action::Send {
                 xid,
@@ -852,7 +862,11 @@ impl<Q: QueuePair + 'static> ServerConn<Q> {
             None => SendOp::Send,
         };
         let wr_id = wr_kind::SEND | u64::from(xid.0);
-        match self.sends.post(&*self.qp, wr_id, op, send, &self.stats) {
+        let writes = std::mem::take(&mut self.writes);
+        match self
+            .sends
+            .post(&*self.qp, writes, wr_id, op, send, &self.stats)
+        {
             Ok(true) => {}
             Ok(false) => self.stats.inc(Counter::SendPoolFallbacks),
             Err(SendFailure::Post(e)) => self.close(CloseReason::Post("a Send", e)),
@@ -875,15 +889,23 @@ impl<Q: QueuePair + 'static> ServerConn<Q> {
             Ok(sgl) => sgl,
             Err(e) => return self.close(CloseReason::Register("an RDMA Write's data", e)),
         };
-        let wr = SendWr {
+        self.writes.push(SendWr {
             wr_id: wr_kind::WRITE | u64::from(xid.0),
             op: SendOp::RdmaWrite(RemoteAddr {
                 stag: STag(w.handle),
                 offset: w.offset,
             }),
             sgl,
-        };
-        if let Err(e) = self.qp.post_send(wr) {
+        });
+    }
+
+    /// Posts the RDMA Writes no Send took along (the core asked for other work first).
+    fn flush_writes(&mut self) {
+        if self.writes.is_empty() {
+            return;
+        }
+        let writes = std::mem::take(&mut self.writes);
+        if let Err(e) = self.qp.post_send_list(writes) {
             self.close(CloseReason::Post("an RDMA Write", e));
         }
     }

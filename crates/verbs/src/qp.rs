@@ -18,7 +18,7 @@ use rdma::{
 };
 use tokio::io::unix::AsyncFd;
 
-use crate::sys_conn::{self, event, ChanFd, PostFailure, QpFd, RawSendOp, RawWc};
+use crate::sys_conn::{self, event, ChanFd, PostFailure, QpFd, RawSendOp, RawSendWr, RawWc};
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
@@ -223,40 +223,69 @@ impl Shared {
     }
 }
 
+/// `wr` in verbs terms.
+fn raw_send(wr: &SendWr) -> Result<RawSendWr<'_>, PostError> {
+    let sgl: Vec<&rdma::LocalSge> = wr.sgl.iter().collect();
+    let (op, sgl) = match &wr.op {
+        SendOp::Send | SendOp::SendWithSolicitedEvent => (RawSendOp::Send, sgl),
+        SendOp::SendWithInvalidate(t) | SendOp::SendWithSolicitedEventAndInvalidate(t) => {
+            (RawSendOp::SendWithInvalidate(t.0), sgl)
+        }
+        SendOp::RdmaWrite(r) => (
+            RawSendOp::RdmaWrite {
+                rkey: r.stag.0,
+                addr: r.offset,
+            },
+            sgl,
+        ),
+        SendOp::RdmaRead { remote, sink } => (
+            RawSendOp::RdmaRead {
+                rkey: remote.stag.0,
+                addr: remote.offset,
+            },
+            vec![sink],
+        ),
+        SendOp::LocalInvalidate(t) => (RawSendOp::LocalInvalidate(t.0), Vec::new()),
+    };
+    if sgl.iter().map(|s| s.len as u64).sum::<u64>() > u64::from(u32::MAX) {
+        return Err(PostError::TooLong);
+    }
+    Ok(RawSendWr {
+        wr_id: wr.wr_id,
+        op,
+        sgl,
+    })
+}
+
 impl rdma::QueuePair for VerbsQp {
     fn post_send(&self, wr: SendWr) -> Result<(), PostError> {
+        self.post_send_list(vec![wr])
+    }
+
+    /// One `ibv_post_send` of the chained list; RDMA Writes but the last unsignaled
+    /// (`sys_conn` invariant 8).
+    fn post_send_list(&self, wrs: Vec<SendWr>) -> Result<(), PostError> {
         let s = &self.shared;
         if lock(&s.state).dead {
             return Err(PostError::NotConnected);
         }
-        let sgl: Vec<&rdma::LocalSge> = wr.sgl.iter().collect();
-        let (op, sgl) = match &wr.op {
-            SendOp::Send | SendOp::SendWithSolicitedEvent => (RawSendOp::Send, sgl),
-            SendOp::SendWithInvalidate(t) | SendOp::SendWithSolicitedEventAndInvalidate(t) => {
-                (RawSendOp::SendWithInvalidate(t.0), sgl)
+        // A work request that cannot be expressed ends the list there: those before
+        // it are posted, as the trait says.
+        let mut raw = Vec::with_capacity(wrs.len());
+        let mut refused = None;
+        for wr in &wrs {
+            match raw_send(wr) {
+                Ok(r) => raw.push(r),
+                Err(e) => {
+                    refused = Some(e);
+                    break;
+                }
             }
-            SendOp::RdmaWrite(r) => (
-                RawSendOp::RdmaWrite {
-                    rkey: r.stag.0,
-                    addr: r.offset,
-                },
-                sgl,
-            ),
-            SendOp::RdmaRead { remote, sink } => (
-                RawSendOp::RdmaRead {
-                    rkey: remote.stag.0,
-                    addr: remote.offset,
-                },
-                vec![sink],
-            ),
-            SendOp::LocalInvalidate(t) => (RawSendOp::LocalInvalidate(t.0), Vec::new()),
-        };
-        if sgl.iter().map(|s| s.len as u64).sum::<u64>() > u64::from(u32::MAX) {
-            return Err(PostError::TooLong);
         }
         s.qp()
-            .post_send(wr.wr_id, op, &sgl)
-            .map_err(|f| post_error(f, lock(&s.state).dead))
+            .post_sends(&raw)
+            .map_err(|(_, f)| post_error(f, lock(&s.state).dead))?;
+        refused.map_or(Ok(()), Err)
     }
 
     fn post_recv(&self, wr: RecvWr) -> Result<(), PostError> {

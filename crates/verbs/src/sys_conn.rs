@@ -40,9 +40,23 @@
 //!    list totals at most the `max_inline_data` the QP was created with (what
 //!    `rdma_create_qp` wrote back); the provider copies the bytes at post time, and
 //!    the regions are kept until the completion as for any other work request.
+//! 8. Unsignaled work requests: the QP is created with `sq_sig_all = 0`. In a list
+//!    posted by [`Qp::post_sends`], an RDMA Write that is not the list's last work
+//!    request goes without `IBV_SEND_SIGNALED`; every other work request is signaled,
+//!    so each unsignaled one is followed on the send queue by a signaled one. Send
+//!    queue work of an RC QP completes in posting order, so when the completion of a
+//!    later work request is polled, every unsignaled one posted before it has
+//!    completed too (Linux xprtrdma relies on the same rule: `frwr_ops.c`, "FAST_REG
+//!    Work Requests are not signaled, and neither are RDMA Send Work Requests").
+//!    [`Qp::poll`] then gives each of those a completion of its own (success if the
+//!    later one succeeded, else flushed), in posting order ahead of the later one,
+//!    and only then releases its regions (invariant 3). A work request that fails
+//!    is reported whether signaled or not (rxe's `do_complete` posts a completion
+//!    when `wqe->status != IB_WC_SUCCESS`, flushes included); that completion takes
+//!    it out of the unsignaled line.
 #![allow(unsafe_code)]
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 use std::os::fd::{AsRawFd, RawFd};
@@ -555,7 +569,73 @@ pub(crate) const INLINE_FALLBACKS: [u32; 2] = [64, 0];
 struct Outstanding {
     wr_id: u64,
     opcode: WcOpcode,
+    /// Bytes of the gather list (an unsignaled work request's completion reports it).
+    len: u32,
     _regions: Vec<MemoryRegion>,
+}
+
+/// Posted work whose completion was not polled yet (invariants 3 and 8).
+#[derive(Default)]
+struct Outstandings {
+    /// By the id given to the device.
+    table: HashMap<u64, Outstanding>,
+    /// Unsignaled send work requests, by id in posting order.
+    unsignaled: VecDeque<u64>,
+}
+
+impl Outstandings {
+    /// Takes the work request of device completion `id` out, and before it, in posting
+    /// order, every unsignaled send work request posted earlier (invariant 8), each
+    /// with a completion of `status` (flushed if the later one failed).
+    fn complete(&mut self, w: &ffi::ibv_wc, out: &mut Vec<RawWc>) {
+        let Some(o) = self.table.remove(&w.wr_id) else {
+            return;
+        };
+        if o.opcode != WcOpcode::Recv && !self.unsignaled.is_empty() {
+            if let Some(at) = self.unsignaled.iter().position(|&id| id == w.wr_id) {
+                // An unsignaled one reported on its own: it failed.
+                self.unsignaled.remove(at);
+            }
+            let status = if w.status == ffi::ibv_wc_status::IBV_WC_SUCCESS {
+                w.status
+            } else {
+                ffi::ibv_wc_status::IBV_WC_WR_FLUSH_ERR
+            };
+            while let Some(&id) = self.unsignaled.front() {
+                if id > w.wr_id {
+                    break;
+                }
+                self.unsignaled.pop_front();
+                if let Some(u) = self.table.remove(&id) {
+                    out.push(RawWc {
+                        wr_id: u.wr_id,
+                        opcode: u.opcode,
+                        status,
+                        byte_len: u.len,
+                        invalidated: None,
+                    });
+                }
+            }
+        }
+        let with_inv = w.wc_flags & ffi::ibv_wc_flags::IBV_WC_WITH_INV != 0;
+        // SAFETY: both members of the union are plain 32-bit integers; the value
+        // means the invalidated rkey only with IBV_WC_WITH_INV, checked below.
+        let rkey = unsafe { w.__bindgen_anon_1.invalidated_rkey };
+        out.push(RawWc {
+            wr_id: o.wr_id,
+            opcode: o.opcode,
+            status: w.status,
+            byte_len: w.byte_len,
+            invalidated: (with_inv && o.opcode == WcOpcode::Recv).then_some(rkey),
+        });
+    }
+}
+
+/// One send work request, in verbs terms, for [`Qp::post_sends`].
+pub(crate) struct RawSendWr<'a> {
+    pub(crate) wr_id: u64,
+    pub(crate) op: RawSendOp,
+    pub(crate) sgl: Vec<&'a LocalSge>,
 }
 
 /// Why a work request was not posted.
@@ -576,7 +656,7 @@ pub(crate) struct Qp {
     pd: Arc<Pd>,
     pd_id: u64,
     next: Mutex<u64>,
-    outstanding: Mutex<HashMap<u64, Outstanding>>,
+    outstanding: Mutex<Outstandings>,
     /// The QP's `max_inline_data` (invariant 7).
     max_inline: u32,
     /// Work requests posted with `IBV_SEND_INLINE`.
@@ -631,7 +711,8 @@ impl Qp {
         attr.send_cq = cq.as_ptr();
         attr.recv_cq = cq.as_ptr();
         attr.qp_type = ffi::ibv_qp_type::IBV_QPT_RC;
-        attr.sq_sig_all = 1;
+        // Invariant 8: each work request says whether it is signaled.
+        attr.sq_sig_all = 0;
         attr.cap.max_send_wr = caps.send_wr;
         attr.cap.max_recv_wr = caps.recv_wr;
         attr.cap.max_send_sge = caps.send_sge;
@@ -664,7 +745,7 @@ impl Qp {
             pd: pd.clone(),
             pd_id,
             next: Mutex::new(1),
-            outstanding: Mutex::new(HashMap::new()),
+            outstanding: Mutex::new(Outstandings::default()),
             // What the provider wrote back: at least what was asked for.
             max_inline: attr.cap.max_inline_data,
             inline_posts: std::sync::atomic::AtomicU64::new(0),
@@ -681,7 +762,7 @@ impl Qp {
 
     /// Number of posted work requests whose completion was not polled yet.
     pub(crate) fn outstanding(&self) -> usize {
-        lock(&self.outstanding).len()
+        lock(&self.outstanding).table.len()
     }
 
     /// Arms the CQ (`ibv_req_notify_cq`, all completions).
@@ -720,24 +801,12 @@ impl Qp {
             return Err(io::Error::other(format!("ibv_poll_cq: {n}")));
         }
         let n = n as usize;
-        let mut table = lock(&self.outstanding);
+        let mut outstanding = lock(&self.outstanding);
         for w in &wc[..n.min(N)] {
-            // Invariant 3: the work request's regions are released here, after the
-            // device finished with it.
-            let Some(o) = table.remove(&w.wr_id) else {
-                continue;
-            };
-            let with_inv = w.wc_flags & ffi::ibv_wc_flags::IBV_WC_WITH_INV != 0;
-            // SAFETY: both members of the union are plain 32-bit integers; the value
-            // means the invalidated rkey only with IBV_WC_WITH_INV, checked below.
-            let rkey = unsafe { w.__bindgen_anon_1.invalidated_rkey };
-            out.push(RawWc {
-                wr_id: o.wr_id,
-                opcode: o.opcode,
-                status: w.status,
-                byte_len: w.byte_len,
-                invalidated: (with_inv && o.opcode == WcOpcode::Recv).then_some(rkey),
-            });
+            // Invariants 3 and 8: the work request's regions (and those of the
+            // unsignaled ones before it) are released here, after the device
+            // finished with them.
+            outstanding.complete(w, out);
         }
         Ok(n)
     }
@@ -760,108 +829,119 @@ impl Qp {
             .collect()
     }
 
+    /// A new device id for a work request, in posting order.
+    fn next_id(&self) -> u64 {
+        let mut n = lock(&self.next);
+        let id = *n;
+        *n = n.wrapping_add(1);
+        id
+    }
+
     fn record(&self, wr_id: u64, opcode: WcOpcode, sgl: &[&LocalSge]) -> u64 {
-        let id = {
-            let mut n = lock(&self.next);
-            let id = *n;
-            *n = n.wrapping_add(1);
-            id
-        };
-        lock(&self.outstanding).insert(
+        let id = self.next_id();
+        lock(&self.outstanding).table.insert(
             id,
             Outstanding {
                 wr_id,
                 opcode,
+                len: 0,
                 _regions: sgl.iter().map(|s| s.mr.clone()).collect(),
             },
         );
         id
     }
 
-    /// `ibv_post_send` of one signaled work request.
-    pub(crate) fn post_send(
-        &self,
-        wr_id: u64,
-        op: RawSendOp,
-        sgl: &[&LocalSge],
-    ) -> Result<(), PostFailure> {
-        let mut sges = self.sges(sgl)?;
-        let total: u64 = sges.iter().map(|s| u64::from(s.length)).sum();
-        // Not a Send With Invalidate: siw refused one posted inline (the post failed
-        // with EINVAL in the lab; rxe took it), and a Reply that invalidates carries
-        // chunk results, rarely fits inline anyway.
-        let inline = matches!(op, RawSendOp::Send | RawSendOp::RdmaWrite { .. })
-            && total > 0
-            && total <= u64::from(self.max_inline);
-        let opcode = match op {
-            RawSendOp::Send | RawSendOp::SendWithInvalidate(_) => WcOpcode::Send,
-            RawSendOp::RdmaWrite { .. } => WcOpcode::RdmaWrite,
-            RawSendOp::RdmaRead { .. } => WcOpcode::RdmaRead,
-            RawSendOp::LocalInvalidate(_) => WcOpcode::LocalInvalidate,
+    /// `ibv_post_send` of `wrs` chained, in order: one call, one doorbell (on rxe and
+    /// siw one system call, in which rxe does a userspace QP's packet work). RDMA
+    /// Writes but the last work request go unsignaled (invariant 8). A bad gather
+    /// list posts nothing (`Err((0, Sge))`); when the provider refuses work request
+    /// `i`, those before it were posted and `Err((i, Os))` says so.
+    pub(crate) fn post_sends(&self, wrs: &[RawSendWr<'_>]) -> Result<(), (usize, PostFailure)> {
+        let Some(last) = wrs.len().checked_sub(1) else {
+            return Ok(());
         };
-        let id = self.record(wr_id, opcode, sgl);
-        // SAFETY: all-zero is a valid ibv_send_wr.
-        let mut wr: ffi::ibv_send_wr = unsafe { std::mem::zeroed() };
-        wr.wr_id = id;
-        wr.sg_list = if sges.is_empty() {
-            std::ptr::null_mut()
-        } else {
-            sges.as_mut_ptr()
-        };
-        wr.num_sge = sges.len() as i32;
-        wr.send_flags = ffi::ibv_send_flags::IBV_SEND_SIGNALED;
-        if inline {
-            // Invariant 7: the device copies the bytes now, not by DMA later.
-            wr.send_flags |= ffi::ibv_send_flags::IBV_SEND_INLINE;
+        let mut sges = Vec::with_capacity(wrs.len());
+        for w in wrs {
+            sges.push(self.sges(&w.sgl).map_err(|f| (0, f))?);
         }
-        match op {
-            RawSendOp::Send => wr.opcode = ffi::ibv_wr_opcode::IBV_WR_SEND,
-            RawSendOp::SendWithInvalidate(rkey) => {
-                wr.opcode = ffi::ibv_wr_opcode::IBV_WR_SEND_WITH_INV;
-                wr.__bindgen_anon_1.invalidate_rkey = rkey;
-                // libsiw (rdma-core providers/siw/siw.c, push_send_wqe) takes the
-                // STag a Send With Invalidate names from `wr.rdma.rkey`, not from
-                // `invalidate_rkey`; with only the latter set, siw sends STag 0 and
-                // the peer answers with a Terminate (cannot invalidate). The union
-                // member is unused by a Send on every other provider.
-                wr.wr.rdma = ffi::ibv_send_wr_rdma {
-                    remote_addr: 0,
-                    rkey,
+        // SAFETY: all-zero is a valid ibv_send_wr.
+        let mut raw: Vec<ffi::ibv_send_wr> = (0..wrs.len())
+            .map(|_| unsafe { std::mem::zeroed() })
+            .collect();
+        let mut inline_count = 0;
+        {
+            let mut outstanding = lock(&self.outstanding);
+            for (i, (w, sges)) in wrs.iter().zip(sges.iter_mut()).enumerate() {
+                let total: u64 = sges.iter().map(|s| u64::from(s.length)).sum();
+                // Not a Send With Invalidate: siw refused one posted inline (the post
+                // failed with EINVAL in the lab; rxe took it), and a Reply that
+                // invalidates carries chunk results, rarely fits inline anyway.
+                let inline = matches!(w.op, RawSendOp::Send | RawSendOp::RdmaWrite { .. })
+                    && total > 0
+                    && total <= u64::from(self.max_inline);
+                let signaled = i == last || !matches!(w.op, RawSendOp::RdmaWrite { .. });
+                let opcode = match w.op {
+                    RawSendOp::Send | RawSendOp::SendWithInvalidate(_) => WcOpcode::Send,
+                    RawSendOp::RdmaWrite { .. } => WcOpcode::RdmaWrite,
+                    RawSendOp::RdmaRead { .. } => WcOpcode::RdmaRead,
+                    RawSendOp::LocalInvalidate(_) => WcOpcode::LocalInvalidate,
                 };
-            }
-            RawSendOp::RdmaWrite { rkey, addr } => {
-                wr.opcode = ffi::ibv_wr_opcode::IBV_WR_RDMA_WRITE;
-                wr.wr.rdma = ffi::ibv_send_wr_rdma {
-                    remote_addr: addr,
-                    rkey,
+                let id = self.next_id();
+                outstanding.table.insert(
+                    id,
+                    Outstanding {
+                        wr_id: w.wr_id,
+                        opcode,
+                        len: u32::try_from(total).unwrap_or(u32::MAX),
+                        _regions: w.sgl.iter().map(|s| s.mr.clone()).collect(),
+                    },
+                );
+                if !signaled {
+                    outstanding.unsignaled.push_back(id);
+                }
+                let wr = &mut raw[i];
+                wr.wr_id = id;
+                wr.sg_list = if sges.is_empty() {
+                    std::ptr::null_mut()
+                } else {
+                    sges.as_mut_ptr()
                 };
+                wr.num_sge = sges.len() as i32;
+                if signaled {
+                    wr.send_flags = ffi::ibv_send_flags::IBV_SEND_SIGNALED;
+                }
+                if inline {
+                    // Invariant 7: the device copies the bytes now, not by DMA later.
+                    wr.send_flags |= ffi::ibv_send_flags::IBV_SEND_INLINE;
+                    inline_count += 1;
+                }
+                set_op(wr, &w.op);
             }
-            RawSendOp::RdmaRead { rkey, addr } => {
-                wr.opcode = ffi::ibv_wr_opcode::IBV_WR_RDMA_READ;
-                wr.wr.rdma = ffi::ibv_send_wr_rdma {
-                    remote_addr: addr,
-                    rkey,
-                };
-            }
-            RawSendOp::LocalInvalidate(rkey) => {
-                wr.opcode = ffi::ibv_wr_opcode::IBV_WR_LOCAL_INV;
-                wr.num_sge = 0;
-                wr.sg_list = std::ptr::null_mut();
-                wr.__bindgen_anon_1.invalidate_rkey = rkey;
-            }
+        }
+        // Chain them, last to first (the vector no longer moves).
+        for i in (0..last).rev() {
+            let next: *mut ffi::ibv_send_wr = &mut raw[i + 1];
+            raw[i].next = next;
         }
         let mut bad: *mut ffi::ibv_send_wr = std::ptr::null_mut();
-        // SAFETY: live QP; `wr` and `sges` are valid for the call (the provider
-        // copies them); the SGEs name memory kept alive by the table (invariant 3).
-        let rc = unsafe { ffi::ibv_post_send(self.qp.as_ptr(), &mut wr, &mut bad) };
+        // SAFETY: live QP; the chained `raw` and their `sges` are valid for the call
+        // (the provider copies them); the SGEs name memory kept alive by the table
+        // (invariant 3); `bad`, if set, points into `raw`.
+        let rc = unsafe { ffi::ibv_post_send(self.qp.as_ptr(), raw.as_mut_ptr(), &mut bad) };
         if rc != 0 {
-            lock(&self.outstanding).remove(&id);
-            return Err(PostFailure::Os(errno(rc)));
+            let first_bad = raw.iter().position(|w| std::ptr::eq(w, bad)).unwrap_or(0);
+            // Not posted: out of the table. (The posted ones stay: an unsignaled one
+            // left without a signaled one behind it completes, as any work, when the
+            // failing connection's QP is flushed.)
+            let mut outstanding = lock(&self.outstanding);
+            for w in &raw[first_bad..] {
+                outstanding.table.remove(&w.wr_id);
+                outstanding.unsignaled.retain(|&id| id != w.wr_id);
+            }
+            return Err((first_bad, PostFailure::Os(errno(rc))));
         }
-        if inline {
-            self.inline_posts
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        }
+        self.inline_posts
+            .fetch_add(inline_count, std::sync::atomic::Ordering::Relaxed);
         Ok(())
     }
 
@@ -891,7 +971,7 @@ impl Qp {
         // SAFETY: as post_send.
         let rc = unsafe { ffi::ibv_post_recv(self.qp.as_ptr(), &mut wr, &mut bad) };
         if rc != 0 {
-            lock(&self.outstanding).remove(&id);
+            lock(&self.outstanding).table.remove(&id);
             return Err(PostFailure::Os(errno(rc)));
         }
         Ok(())
@@ -907,6 +987,46 @@ impl Qp {
     }
 }
 
+/// The opcode and its fields of `op` in `wr`.
+fn set_op(wr: &mut ffi::ibv_send_wr, op: &RawSendOp) {
+    match *op {
+        RawSendOp::Send => wr.opcode = ffi::ibv_wr_opcode::IBV_WR_SEND,
+        RawSendOp::SendWithInvalidate(rkey) => {
+            wr.opcode = ffi::ibv_wr_opcode::IBV_WR_SEND_WITH_INV;
+            wr.__bindgen_anon_1.invalidate_rkey = rkey;
+            // libsiw (rdma-core providers/siw/siw.c, push_send_wqe) takes the STag a
+            // Send With Invalidate names from `wr.rdma.rkey`, not from
+            // `invalidate_rkey`; with only the latter set, siw sends STag 0 and the
+            // peer answers with a Terminate (cannot invalidate). The union member is
+            // unused by a Send on every other provider.
+            wr.wr.rdma = ffi::ibv_send_wr_rdma {
+                remote_addr: 0,
+                rkey,
+            };
+        }
+        RawSendOp::RdmaWrite { rkey, addr } => {
+            wr.opcode = ffi::ibv_wr_opcode::IBV_WR_RDMA_WRITE;
+            wr.wr.rdma = ffi::ibv_send_wr_rdma {
+                remote_addr: addr,
+                rkey,
+            };
+        }
+        RawSendOp::RdmaRead { rkey, addr } => {
+            wr.opcode = ffi::ibv_wr_opcode::IBV_WR_RDMA_READ;
+            wr.wr.rdma = ffi::ibv_send_wr_rdma {
+                remote_addr: addr,
+                rkey,
+            };
+        }
+        RawSendOp::LocalInvalidate(rkey) => {
+            wr.opcode = ffi::ibv_wr_opcode::IBV_WR_LOCAL_INV;
+            wr.num_sge = 0;
+            wr.sg_list = std::ptr::null_mut();
+            wr.__bindgen_anon_1.invalidate_rkey = rkey;
+        }
+    }
+}
+
 impl Drop for Qp {
     fn drop(&mut self) {
         // SAFETY: invariant 1: QP, then CQ (every event acknowledged, invariant 4),
@@ -918,5 +1038,92 @@ impl Drop for Qp {
             (self.v().ibv_destroy_comp_channel)(self.comp.as_ptr());
         }
         let _ = &self.pd;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ffi::ibv_wc_status as st;
+
+    fn posted(o: &mut Outstandings, id: u64, opcode: WcOpcode, signaled: bool) {
+        o.table.insert(
+            id,
+            Outstanding {
+                wr_id: id * 100,
+                opcode,
+                len: 7,
+                _regions: Vec::new(),
+            },
+        );
+        if !signaled {
+            o.unsignaled.push_back(id);
+        }
+    }
+
+    fn cqe(id: u64, status: u32) -> ffi::ibv_wc {
+        // SAFETY: plain C data; all-zero is valid.
+        let mut w: ffi::ibv_wc = unsafe { std::mem::zeroed() };
+        w.wr_id = id;
+        w.status = status;
+        w
+    }
+
+    fn ids(out: &[RawWc]) -> Vec<(u64, u32)> {
+        out.iter().map(|w| (w.wr_id / 100, w.status)).collect()
+    }
+
+    #[test]
+    fn a_signaled_completion_completes_the_unsignaled_writes_before_it_in_order() {
+        let mut o = Outstandings::default();
+        posted(&mut o, 1, WcOpcode::RdmaWrite, false);
+        posted(&mut o, 2, WcOpcode::RdmaWrite, false);
+        posted(&mut o, 3, WcOpcode::Send, true);
+        posted(&mut o, 4, WcOpcode::RdmaWrite, false);
+        posted(&mut o, 5, WcOpcode::Send, true);
+        let mut out = Vec::new();
+        o.complete(&cqe(3, st::IBV_WC_SUCCESS), &mut out);
+        assert_eq!(
+            ids(&out),
+            [
+                (1, st::IBV_WC_SUCCESS),
+                (2, st::IBV_WC_SUCCESS),
+                (3, st::IBV_WC_SUCCESS)
+            ]
+        );
+        assert_eq!(out[0].byte_len, 7, "an unsignaled Write reports its length");
+        assert_eq!(o.table.len(), 2, "4 and 5 are still on the device");
+        out.clear();
+        o.complete(&cqe(5, st::IBV_WC_WR_FLUSH_ERR), &mut out);
+        assert_eq!(
+            ids(&out),
+            [(4, st::IBV_WC_WR_FLUSH_ERR), (5, st::IBV_WC_WR_FLUSH_ERR)],
+            "behind a failed one, the unsignaled are flushed, not successes"
+        );
+        assert!(o.table.is_empty() && o.unsignaled.is_empty());
+    }
+
+    #[test]
+    fn a_failed_unsignaled_write_is_reported_once_and_receives_complete_nothing_else() {
+        let mut o = Outstandings::default();
+        posted(&mut o, 1, WcOpcode::RdmaWrite, false);
+        posted(&mut o, 2, WcOpcode::RdmaWrite, false);
+        posted(&mut o, 3, WcOpcode::Send, true);
+        posted(&mut o, 4, WcOpcode::Recv, true);
+        let mut out = Vec::new();
+        // A Receive completes: the send queue's unsignaled work is not its business.
+        o.complete(&cqe(4, st::IBV_WC_SUCCESS), &mut out);
+        assert_eq!(ids(&out), [(4, st::IBV_WC_SUCCESS)]);
+        out.clear();
+        // Write 1 succeeded silently; Write 2 failed and is reported on its own.
+        o.complete(&cqe(2, st::IBV_WC_REM_ACCESS_ERR), &mut out);
+        assert_eq!(
+            ids(&out),
+            [(1, st::IBV_WC_WR_FLUSH_ERR), (2, st::IBV_WC_REM_ACCESS_ERR)]
+        );
+        out.clear();
+        o.complete(&cqe(3, st::IBV_WC_WR_FLUSH_ERR), &mut out);
+        assert_eq!(ids(&out), [(3, st::IBV_WC_WR_FLUSH_ERR)]);
+        assert!(o.table.is_empty() && o.unsignaled.is_empty());
     }
 }
