@@ -63,9 +63,12 @@ const KNFSD: &str = r#"
 EXPORT=/export
 step knfsd_up lab_knfsd_up
 "#;
-/// The server's guest, after its server started: wait for the client's marker.
+/// The server's guest, after its server started: wait for the client's marker. The
+/// marker counts once its data is written (not when CREATE made it: the client still
+/// WRITEs and COMMITs it, and a server stopped in between failed the client's last
+/// step), and the client gets 2 s more for the replies in flight.
 const SERVER_END: &str = r#"
-step client_done sh -c "i=0; until [ -e $EXPORT/done ]; do i=\$((i+1)); [ \$i -gt 240 ] && exit 1; sleep 1; done"
+step client_done sh -c "i=0; until [ -s $EXPORT/done ]; do i=\$((i+1)); [ \$i -gt 240 ] && exit 1; sleep 1; done; sleep 2"
 record md5 "$(md5sum $EXPORT/f | cut -d' ' -f1)"
 if [ -n "$TPID" ]; then kill -INT $TPID; wait $TPID; fi
 if [ -n "$SPID" ]; then kill -TERM $SPID; wait $SPID; record server_exit "$?"; cat /share/nfsd.txt; fi
