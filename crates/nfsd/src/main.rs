@@ -121,7 +121,7 @@ struct Cli {
     /// was budgeted. Now sets --max-memory (which also counts connections' buffers
     /// and READ buffers), and says so at startup.
     #[arg(long, value_name = "BYTES", value_parser = parse_size,
-          conflicts_with_all = ["max_memory", "no_rdma"])]
+          conflicts_with = "max_memory")]
     rdma_max_read_memory: Option<u64>,
     /// Seconds an RDMA peer has to answer the RDMA Reads of a WRITE's data; after that
     /// its connection is closed and what the WRITE held is released. Decimals allowed.
