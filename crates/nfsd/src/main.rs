@@ -111,7 +111,8 @@ struct Cli {
     /// The server's memory budget (bytes; K, M, G suffixes), one for everything it
     /// charges: each RDMA connection's Receive and Send buffers (about 1 MiB at the
     /// default 128 credits and 4 KiB inline), the data of NFS WRITEs pulled by RDMA
-    /// Read, and READ reply buffers. Past it a new RDMA connection is rejected, a
+    /// Read, and READ reply buffers; connections never take the last 16 MiB, kept for
+    /// one whole WRITE. At least 32 MiB. Past it a new RDMA connection is rejected, a
     /// WRITE waits in line until earlier ones are answered, a READ is answered
     /// NFS3ERR_JUKEBOX (the client retries); nothing charged is allocated past it.
     /// Default: a quarter of the machine's memory (MemTotal), from 256 MiB to 16 GiB.
@@ -184,7 +185,8 @@ struct Cli {
 }
 
 /// A size in bytes, with an optional K, M or G suffix (powers of 1024), at least
-/// 16 MiB (one whole Call of the largest size the transport accepts).
+/// twice the largest Call the transport accepts (32 MiB): room for one whole Call is
+/// kept free of connections' buffers, and the rest must hold some connections.
 fn parse_size(s: &str) -> Result<u64, String> {
     let t = s.trim();
     let (digits, shift) = match t.char_indices().last() {
@@ -198,9 +200,14 @@ fn parse_size(s: &str) -> Result<u64, String> {
         .ok()
         .and_then(|n| n.checked_mul(1 << shift))
         .ok_or_else(|| format!("{s:?}: a number of bytes, with an optional K, M or G suffix"))?;
-    let min = RdmaConfig::default().max_message;
+    let call = RdmaConfig::default().max_message;
+    let min = 2 * call;
     if n < min {
-        return Err(format!("at least {} MiB (the largest Call)", min >> 20));
+        return Err(format!(
+            "at least {} MiB (room for the largest Call, {} MiB, and for connections)",
+            min >> 20,
+            call >> 20
+        ));
     }
     Ok(n)
 }
@@ -495,13 +502,14 @@ mod tests {
     use super::parse_size;
 
     #[test]
-    fn sizes_take_suffixes_and_refuse_less_than_one_call() {
+    fn sizes_take_suffixes_and_refuse_less_than_two_calls() {
         assert_eq!(parse_size("1G"), Ok(1 << 30));
         assert_eq!(parse_size(" 2g "), Ok(2 << 30));
         assert_eq!(parse_size("512m"), Ok(512 << 20));
-        assert_eq!(parse_size("16384K"), Ok(16 << 20));
+        assert_eq!(parse_size("32768K"), Ok(32 << 20));
         assert_eq!(parse_size("33554432"), Ok(32 << 20));
         assert!(parse_size("1M").is_err(), "below one 16 MiB Call");
+        assert!(parse_size("16M").is_err(), "no room for connections");
         assert!(parse_size("lots").is_err());
         assert!(parse_size("99999999999G").is_err(), "overflow");
         assert!(parse_size("").is_err());

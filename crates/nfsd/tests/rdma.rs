@@ -402,7 +402,7 @@ fn binary_with_verbs_provider_and_no_device_for_the_address_fails_saying_why() {
 
 /// Issue 16, one memory budget (`Config::max_memory`, `--max-memory`) shared by the
 /// NFS/RDMA transport and the NFS program: with room for two RDMA connections'
-/// buffers and half a MiB more, two RDMA mounts are accepted and a third connection
+/// buffers, one (small) Call and half a MiB more, two RDMA mounts are accepted and a third connection
 /// is rejected at setup while the two still answer; a 1 MiB READ (over TCP, whose
 /// READ buffers are charged too) is answered NFS3ERR_JUKEBOX, a 256 KiB one is
 /// served; once a mount leaves, a new connection gets in and the 1 MiB READ is
@@ -416,15 +416,16 @@ async fn one_budget_rejects_rdma_connections_and_reads_past_it() {
     const CONN: u64 = 128 * 4096 + 136 * 4096;
     let dir = TempDir::new("rdma-budget");
     std::fs::write(dir.path().join("f"), pattern(1 << 20, 3)).unwrap();
+    // Connections leave one whole Call's room free (`RdmaConfig::max_message`):
+    // 64 KiB here (only NULLs go over RDMA).
+    let mut opts = iwarp_options((Ipv4Addr::LOCALHOST, 0).into());
+    opts.transport.max_message = 64 << 10;
     let config = Config {
-        max_memory: 2 * CONN + (512 << 10),
+        max_memory: 2 * CONN + (64 << 10) + (512 << 10),
         ..config(&dir)
     };
     let mut bound = Bound::new(&config).await.unwrap();
-    bound
-        .listen_rdma(&iwarp_options((Ipv4Addr::LOCALHOST, 0).into()))
-        .await
-        .unwrap();
+    bound.listen_rdma(&opts).await.unwrap();
     let rdma = bound.rdma_addr().unwrap();
     let nfs_port = bound.nfs_addr().unwrap().port();
     let mount_port = bound.mount_addr().unwrap().port();

@@ -186,9 +186,11 @@ impl<P: ConnectionManager + 'static> RdmaServer<P> {
             // Issue 16: the connection's Receive and Send buffers are charged to the
             // server's memory budget before they are allocated, for as long as it
             // lives. One that does not fit (or that arrives while Calls wait for
-            // memory) is rejected: the server never allocates past its budget.
+            // memory) is rejected: the server never allocates past its budget. Room
+            // for one whole Call is kept from connections, so that idle ones cannot
+            // keep every Call with Read chunks waiting.
             let needed = conn_buffer_bytes(&config, send_buffer_len);
-            let Some(memory) = self.memory.try_charge_now(needed) else {
+            let Some(memory) = self.memory.try_charge_now(needed, config.max_message) else {
                 self.stats.connection_refused(peer.addr, needed);
                 let _ = req.reject(Bytes::new()).await;
                 continue;

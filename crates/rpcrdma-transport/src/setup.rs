@@ -45,8 +45,9 @@ pub struct RdmaConfig {
     /// Responder: the memory budget of one [`crate::RdmaServer`], shared by all its
     /// connections ([`rpcrdma::memory::MemoryBudget`]; an upper layer may share it
     /// too, `RdmaServer::with_memory`). Charged to it: each connection's Receive and
-    /// Send buffers from accept until it ends (a connection that does not fit, or
-    /// that arrives while Calls wait for memory, is rejected), and the Read chunk
+    /// Send buffers from accept until it ends (a connection that does not fit, with
+    /// [`RdmaConfig::max_message`] kept free for one whole Call, or that arrives
+    /// while Calls wait for memory, is rejected), and the Read chunk
     /// data of each Call from the start of its RDMA Reads until its Reply is sent (a
     /// Call that would exceed it waits in line, holding its Receive, until memory is
     /// released; one larger than the whole budget is answered GARBAGE_ARGS). Nothing

@@ -241,14 +241,18 @@ async fn hostile_read_chunks_on_many_connections_stay_within_the_server_budget()
 }
 
 /// Over the userspace iWARP provider on TCP loopback: a budget that holds three
-/// connections' buffers (and a little more) admits three clients; the fourth is
-/// rejected at connection setup while the three still answer NULL; when one leaves,
+/// connections' buffers (and a little more, besides the room kept for one Call)
+/// admits three clients; the fourth is
+/// rejected at connection setup while the three still answer NULL and a Call with a
+/// Read chunk is served in the room kept for Calls; when one leaves,
 /// a new one gets in; when all have left, nothing is charged.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_server_rejects_the_next_connection_and_serves_the_others() {
     init_tracing();
+    // Connections leave room for one whole Call (`max_message`) free.
     let config = RdmaConfig {
-        max_memory: 3 * CONN + CONN / 2,
+        max_memory: 3 * CONN + CONN / 2 + MIB,
+        max_message: MIB,
         ..RdmaConfig::default()
     };
     let server = start_server(config).await;
@@ -285,6 +289,13 @@ async fn a_full_server_rejects_the_next_connection_and_serves_the_others() {
     for c in &clients {
         null(c).await.unwrap();
     }
+    // The room kept from connections: a Call with a Read chunk still gets in.
+    let big = pattern(700_001, 5);
+    let got = tokio::time::timeout(Duration::from_secs(20), echo(&clients[0], big.clone()))
+        .await
+        .expect("a Call with a Read chunk is not kept out by connections");
+    assert!(got == big);
+    assert_eq!(server.stats.total(Counter::ReadsWaitedForMemory), 0);
 
     // One leaves: its buffers are released and a newcomer fits.
     drop(clients.pop());
@@ -297,5 +308,11 @@ async fn a_full_server_rejects_the_next_connection_and_serves_the_others() {
     drop(clients);
     until(|| server.stats.memory().unwrap().charged == 0).await;
     let m = server.stats.memory().unwrap();
-    assert_eq!((m.peak, m.connections_refused), (3 * CONN, 1), "{m}");
+    // The peak: three connections and the Call's Read chunk.
+    assert_eq!(
+        (m.peak, m.connections_refused),
+        (3 * CONN + 700_001, 1),
+        "{m}"
+    );
+    assert!(m.peak <= m.limit);
 }

@@ -121,12 +121,18 @@ impl MemoryBudget {
         self.state().refused
     }
 
-    /// Charges `bytes` if they fit and no one is waiting in line, else `None` (and
-    /// nothing is queued): for new long-lived work that is refused under memory
-    /// pressure rather than queued, such as a new connection's buffers (module docs).
-    pub fn try_charge_now(self: &Arc<Self>, bytes: u64) -> Option<Charge> {
+    /// Charges `bytes` if they fit with `keep_free` bytes to spare and no one is
+    /// waiting in line, else `None` (and nothing is queued): for new long-lived work
+    /// that is refused under memory pressure rather than queued, such as a new
+    /// connection's buffers (module docs). `keep_free` is room such charges may never
+    /// take: a connection's buffers stay charged while it is idle, so without room
+    /// kept for one whole Call, connections alone could fill the budget and every Call
+    /// with Read chunks would wait for ever.
+    pub fn try_charge_now(self: &Arc<Self>, bytes: u64, keep_free: u64) -> Option<Charge> {
         let mut st = self.state();
-        let charge = if st.line.is_empty() {
+        let room = self.limit.saturating_sub(keep_free);
+        let fits = st.used.checked_add(bytes).is_some_and(|u| u <= room);
+        let charge = if st.line.is_empty() && fits {
             self.charge_locked(&mut st, bytes)
         } else {
             None
@@ -392,18 +398,23 @@ mod tests {
     #[test]
     fn charges_now_are_refused_not_queued() {
         let b = MemoryBudget::new(100);
-        let conn = b.try_charge_now(60).unwrap();
-        assert!(b.try_charge_now(41).is_none(), "over the limit");
-        assert_eq!((b.used(), b.refused(), b.waiting()), (60, 1, 0));
+        let conn = b.try_charge_now(60, 0).unwrap();
+        assert!(b.try_charge_now(41, 0).is_none(), "over the limit");
+        assert!(
+            b.try_charge_now(30, 20).is_none(),
+            "into the room kept free"
+        );
+        assert_eq!((b.used(), b.refused(), b.waiting()), (60, 2, 0));
         let waiter = b.try_charge(50).unwrap_err();
-        assert!(b.try_charge_now(10).is_none(), "a Call waits in line");
+        assert!(b.try_charge_now(10, 0).is_none(), "a Call waits in line");
         let reply = b.charge_ahead(40).unwrap();
         assert_eq!(b.used(), 100);
         assert!(b.charge_ahead(1).is_none(), "never past the limit");
-        assert_eq!((b.refused(), b.peak()), (4, 100));
+        assert_eq!((b.refused(), b.peak()), (5, 100));
         drop((conn, reply));
         let call = waiter.try_charge(50).unwrap();
-        assert!(b.try_charge_now(50).is_some_and(|c| c.bytes() == 50));
+        assert!(b.try_charge_now(50, 0).is_some_and(|c| c.bytes() == 50));
+        assert!(b.try_charge_now(40, u64::MAX).is_none(), "no overflow");
         drop(call);
         assert_eq!(b.used(), 0);
     }
