@@ -185,17 +185,26 @@ async fn idle_connections(args: &Args, server: &Server, idle: u64) -> f64 {
     let pid = server.child.id();
     let mut clients = Vec::with_capacity(args.conns);
     let started = Instant::now();
-    for _ in 0..args.conns {
+    // A connection the server rejects (its memory budget, `--max-memory`, is
+    // spent) fails its NULL at once instead of retrying: it ends the opening.
+    let config = ClientConfig {
+        fail_if_unreachable: true,
+        ..ClientConfig::default()
+    };
+    for i in 0..args.conns {
         let (c, _) = rpc_client_with(
             TransportKind::Rdma,
             server.rdma,
-            ClientConfig::default(),
+            config.clone(),
             &client_rdma,
             RdmaProvider::Iwarp,
         )
         .expect("client");
         let nfs = NfsClient::new(c);
-        nfs.null().await.expect("NULL over RDMA");
+        if let Err(e) = nfs.null().await {
+            println!("connection {} refused after {i} were accepted: {e}", i + 1);
+            break;
+        }
         clients.push(nfs);
     }
     let opened = started.elapsed();
@@ -207,10 +216,10 @@ async fn idle_connections(args: &Args, server: &Server, idle: u64) -> f64 {
             answered += 1;
         }
     }
-    let per_conn = (with_conns.saturating_sub(idle) as f64 * 1024.0) / args.conns.max(1) as f64;
+    let per_conn = (with_conns.saturating_sub(idle) as f64 * 1024.0) / clients.len().max(1) as f64;
     println!(
         "{} idle connections (opened in {:.1} s, {} answered NULL again): {:.1} MiB, {:.0} KiB per connection",
-        args.conns,
+        clients.len(),
         opened.as_secs_f64(),
         answered,
         mib(with_conns),

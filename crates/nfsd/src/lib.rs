@@ -52,6 +52,7 @@ pub mod fh;
 pub mod handle_key;
 pub mod kernel_fh;
 pub mod malloc;
+pub mod memory;
 pub mod mount;
 pub mod nfs;
 pub mod nlm;

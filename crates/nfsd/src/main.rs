@@ -12,6 +12,7 @@
 //! nfsd --state-dir /var/lib/nfsd-rs /srv/export   # handle key and lock manager state
 //! nfsd --grace-period 15 /srv/export       # NLM: reclaims only for 15 s after a restart
 //! nfsd --no-nlm /srv/export                # no locking: clients mount with nolock
+//! nfsd --max-memory 2G /srv/export         # one memory budget (default: 1/4 of RAM)
 //! ```
 //! Locking (NLM v4 and NSM on port 4045) is on by default; see docs/locking.md.
 //! Clients find MOUNT (and NFS over TCP) through the host's rpcbind, or, when none
@@ -73,7 +74,7 @@ struct Cli {
     #[arg(long, conflicts_with_all = [
         "rdma_port", "rdma_provider", "rdma_crc", "rdma_max_ulpdu", "rdma_version",
         "rdma_handshake_timeout", "rdma_handshakes_per_source", "rdma_max_handshakes",
-        "rdma_max_read_memory", "rdma_read_timeout",
+        "rdma_read_timeout",
     ])]
     no_rdma: bool,
     /// Highest RPC-over-RDMA version accepted: 2 serves Version One and Version Two
@@ -107,12 +108,21 @@ struct Cli {
     #[arg(long, value_name = "N", default_value_t = 4096,
           value_parser = clap::value_parser!(u32).range(1..))]
     rdma_max_handshakes: u32,
-    /// Memory for the data of NFS WRITEs pulled by RDMA Read, shared by all RDMA
-    /// connections (bytes; K, M, G suffixes): a WRITE that would exceed it waits until
-    /// earlier ones are answered, so peers announcing large writes on many connections
-    /// cannot make the server allocate past it. Default: an eighth of the machine's
-    /// memory, from 256 MiB to 4 GiB.
+    /// The server's memory budget (bytes; K, M, G suffixes), one for everything it
+    /// charges: each RDMA connection's Receive and Send buffers (about 1 MiB at the
+    /// default 128 credits and 4 KiB inline), the data of NFS WRITEs pulled by RDMA
+    /// Read, and READ reply buffers; connections never take the last 16 MiB, kept for
+    /// one whole WRITE. At least 32 MiB. Past it a new RDMA connection is rejected, a
+    /// WRITE waits in line until earlier ones are answered, a READ is answered
+    /// NFS3ERR_JUKEBOX (the client retries); nothing charged is allocated past it.
+    /// Default: a quarter of the machine's memory (MemTotal), from 256 MiB to 16 GiB.
     #[arg(long, value_name = "BYTES", value_parser = parse_size)]
+    max_memory: Option<u64>,
+    /// Deprecated: the name --max-memory had when only WRITE data pulled by RDMA Read
+    /// was budgeted. Now sets --max-memory (which also counts connections' buffers
+    /// and READ buffers), and says so at startup.
+    #[arg(long, value_name = "BYTES", value_parser = parse_size,
+          conflicts_with = "max_memory")]
     rdma_max_read_memory: Option<u64>,
     /// Seconds an RDMA peer has to answer the RDMA Reads of a WRITE's data; after that
     /// its connection is closed and what the WRITE held is released. Decimals allowed.
@@ -175,7 +185,8 @@ struct Cli {
 }
 
 /// A size in bytes, with an optional K, M or G suffix (powers of 1024), at least
-/// 16 MiB (one whole Call of the largest size the transport accepts).
+/// twice the largest Call the transport accepts (32 MiB): room for one whole Call is
+/// kept free of connections' buffers, and the rest must hold some connections.
 fn parse_size(s: &str) -> Result<u64, String> {
     let t = s.trim();
     let (digits, shift) = match t.char_indices().last() {
@@ -189,9 +200,14 @@ fn parse_size(s: &str) -> Result<u64, String> {
         .ok()
         .and_then(|n| n.checked_mul(1 << shift))
         .ok_or_else(|| format!("{s:?}: a number of bytes, with an optional K, M or G suffix"))?;
-    let min = RdmaConfig::default().max_message;
+    let call = RdmaConfig::default().max_message;
+    let min = 2 * call;
     if n < min {
-        return Err(format!("at least {} MiB (the largest Call)", min >> 20));
+        return Err(format!(
+            "at least {} MiB (room for the largest Call, {} MiB, and for connections)",
+            min >> 20,
+            call >> 20
+        ));
     }
     Ok(n)
 }
@@ -291,7 +307,19 @@ fn main() -> std::process::ExitCode {
             return std::process::ExitCode::FAILURE;
         }
     };
+    if cli.rdma_max_read_memory.is_some() {
+        println!(
+            "nfsd: --rdma-max-read-memory is deprecated: it sets --max-memory, the one \
+             budget for RDMA connections' buffers, WRITE data pulled by RDMA Read and READ \
+             buffers"
+        );
+    }
+    let max_memory = cli
+        .max_memory
+        .or(cli.rdma_max_read_memory)
+        .unwrap_or_else(nfsd::memory::default_max_memory);
     let config = Config {
+        max_memory,
         exports,
         handles,
         bind: cli.bind,
@@ -348,9 +376,8 @@ fn main() -> std::process::ExitCode {
         crc: cli.rdma_crc,
         max_ulpdu: cli.rdma_max_ulpdu.map(usize::from),
         transport: RdmaConfig {
-            max_read_memory: cli
-                .rdma_max_read_memory
-                .unwrap_or_else(nfsd::rdma::default_read_memory),
+            // The budget itself is the NFS server's (`Config::max_memory`), shared.
+            max_memory,
             read_timeout: std::time::Duration::from_secs_f64(cli.rdma_read_timeout),
             ..RdmaOptions::server_transport(cli.rdma_version == 2)
         },
@@ -475,17 +502,18 @@ mod tests {
     use super::parse_size;
 
     #[test]
-    fn sizes_take_suffixes_and_refuse_less_than_one_call() {
+    fn sizes_take_suffixes_and_refuse_less_than_two_calls() {
         assert_eq!(parse_size("1G"), Ok(1 << 30));
         assert_eq!(parse_size(" 2g "), Ok(2 << 30));
         assert_eq!(parse_size("512m"), Ok(512 << 20));
-        assert_eq!(parse_size("16384K"), Ok(16 << 20));
+        assert_eq!(parse_size("32768K"), Ok(32 << 20));
         assert_eq!(parse_size("33554432"), Ok(32 << 20));
         assert!(parse_size("1M").is_err(), "below one 16 MiB Call");
+        assert!(parse_size("16M").is_err(), "no room for connections");
         assert!(parse_size("lots").is_err());
         assert!(parse_size("99999999999G").is_err(), "overflow");
         assert!(parse_size("").is_err());
-        let d = nfsd::rdma::default_read_memory();
-        assert!((256 << 20..=4 << 30).contains(&d), "{d}");
+        let d = nfsd::memory::default_max_memory();
+        assert!((256 << 20..=16 << 30).contains(&d), "{d}");
     }
 }

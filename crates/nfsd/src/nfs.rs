@@ -159,6 +159,11 @@ pub struct NfsServer {
     /// registration the pool keeps with each buffer (`rdma::pool`). `serve` frees
     /// the idle ones after a quiet period.
     pub read_buffers: rdma::BufferPool,
+    /// The server's memory budget (`--max-memory`, [`crate::memory`]), shared with
+    /// the NFS/RDMA transport: each READ buffer is charged to it while in use.
+    pub memory: std::sync::Arc<rpcrdma::memory::MemoryBudget>,
+    /// READs refused because their buffer did not fit [`NfsServer::memory`].
+    pub memory_refusals: crate::memory::Refusals,
 }
 
 /// Most bytes of idle READ buffers kept for the next calls (a burst of 64 READs of
@@ -178,7 +183,16 @@ impl NfsServer {
             switching: crate::creds::switching(),
             verifier,
             read_buffers: rdma::BufferPool::new(MAX_IDLE_READ_BUFFERS),
+            memory: rpcrdma::memory::MemoryBudget::new(crate::memory::default_max_memory()),
+            memory_refusals: crate::memory::Refusals::default(),
         }
+    }
+
+    /// The same server, charging its buffers to `budget` (shared with the NFS/RDMA
+    /// transport: one budget for the process).
+    pub fn with_memory(mut self, budget: std::sync::Arc<rpcrdma::memory::MemoryBudget>) -> Self {
+        self.memory = budget;
+        self
     }
 
     /// The exports in force now.

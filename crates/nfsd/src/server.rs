@@ -68,6 +68,10 @@ pub struct Config {
     /// Locking (NLM v4 and NSM, [`crate::nlm`]); `None`: no lock manager (clients
     /// must mount with `nolock`).
     pub nlm: Option<NlmConfig>,
+    /// The server's memory budget in bytes (`--max-memory`, [`crate::memory`]):
+    /// NFS/RDMA connections' buffers, WRITE data pulled by RDMA Read, READ buffers.
+    /// [`crate::memory::default_max_memory`] by default.
+    pub max_memory: u64,
 }
 
 /// Listeners bound and exports opened, not yet serving.
@@ -93,11 +97,10 @@ pub struct Bound {
 impl Bound {
     /// Opens the exports and binds the listeners.
     pub async fn new(config: &Config) -> std::io::Result<Bound> {
-        let server = Arc::new(NfsServer::new(Table::open(
-            &config.exports,
-            &config.handles,
-            None,
-        )?));
+        let server = Arc::new(
+            NfsServer::new(Table::open(&config.exports, &config.handles, None)?)
+                .with_memory(rpcrdma::memory::MemoryBudget::new(config.max_memory)),
+        );
         let listen = |port| TcpListener::bind(SocketAddr::new(config.bind, port));
         let nfs = listen(config.nfs_port).await?;
         let nfs_port = nfs.local_addr()?.port();
@@ -220,6 +223,12 @@ impl Bound {
         }
         lines.push(self.describe_nlm());
         lines.push(self.describe_rpcbind());
+        let limit = self.server.memory.limit();
+        lines.push(format!(
+            "memory budget {} MiB [--max-memory]: RDMA connections' buffers, WRITE data \
+             pulled by RDMA Read, READ buffers",
+            limit >> 20
+        ));
         lines.push(if self.server.switching {
             "AUTH_SYS identities applied, squashed per export".to_string()
         } else {

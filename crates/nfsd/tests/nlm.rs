@@ -123,6 +123,7 @@ async fn start(export: &TempDir, state: &TempDir, pm_port: u16, grace: Duration)
         rpcbind: RpcbindMode::Off,
         portmap_port: 0,
         handles: nfsd::HandleConfig::new(nfsd::HandleKey::load_or_create(state.path()).unwrap()),
+        max_memory: nfsd::memory::default_max_memory(),
         nlm: Some(NlmConfig {
             port: 0,
             grace,

@@ -38,6 +38,7 @@ fn config(dir: &TempDir) -> Config {
         portmap_port: 0,
         handles: nfsd::HandleConfig::ephemeral().unwrap(),
         nlm: None,
+        max_memory: nfsd::memory::default_max_memory(),
     }
 }
 
@@ -397,4 +398,129 @@ fn binary_with_verbs_provider_and_no_device_for_the_address_fails_saying_why() {
         err.contains("nfsd: NFS/RDMA listener on 127.0.0.1:0: ") && err.contains(&why_not),
         "stderr {err:?} (expected the reason {why_not:?})"
     );
+}
+
+/// Issue 16, one memory budget (`Config::max_memory`, `--max-memory`) shared by the
+/// NFS/RDMA transport and the NFS program: with room for two RDMA connections'
+/// buffers, one (small) Call and half a MiB more, two RDMA mounts are accepted and a third connection
+/// is rejected at setup while the two still answer; a 1 MiB READ (over TCP, whose
+/// READ buffers are charged too) is answered NFS3ERR_JUKEBOX, a 256 KiB one is
+/// served; once a mount leaves, a new connection gets in and the 1 MiB READ is
+/// served; once all have left, nothing stays charged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_budget_rejects_rdma_connections_and_reads_past_it() {
+    use nfsclient::nfs3::NfsStat3;
+    use std::sync::Arc;
+    // One connection's Receive and Send buffers at nfsd's defaults: 128 of 4 KiB
+    // each way, and 8 Send buffers more.
+    const CONN: u64 = 128 * 4096 + 136 * 4096;
+    let dir = TempDir::new("rdma-budget");
+    std::fs::write(dir.path().join("f"), pattern(1 << 20, 3)).unwrap();
+    // Connections leave one whole Call's room free (`RdmaConfig::max_message`):
+    // 64 KiB here (only NULLs go over RDMA).
+    let mut opts = iwarp_options((Ipv4Addr::LOCALHOST, 0).into());
+    opts.transport.max_message = 64 << 10;
+    let config = Config {
+        max_memory: 2 * CONN + (64 << 10) + (512 << 10),
+        ..config(&dir)
+    };
+    let mut bound = Bound::new(&config).await.unwrap();
+    bound.listen_rdma(&opts).await.unwrap();
+    let rdma = bound.rdma_addr().unwrap();
+    let nfs_port = bound.nfs_addr().unwrap().port();
+    let mount_port = bound.mount_addr().unwrap().port();
+    let stats = bound.rdma_stats().unwrap();
+    let server = bound.server().clone();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let serving = tokio::spawn(bound.serve(async move {
+        let _ = stopped.await;
+    }));
+    let export = dir.path().to_str().unwrap().to_string();
+    let over = |transport, port| MountOptions {
+        transport,
+        nfs_port: Some(port),
+        mount_port: Some(mount_port),
+        timeout: Duration::from_secs(20),
+        ..MountOptions::default()
+    };
+    let rdma_opts = over(TransportKind::Rdma, rdma.port());
+    let a = Mount::mount("127.0.0.1", &export, &rdma_opts)
+        .await
+        .unwrap();
+    let b = Mount::mount("127.0.0.1", &export, &rdma_opts)
+        .await
+        .unwrap();
+    let tcp = Mount::mount("127.0.0.1", &export, &over(TransportKind::Tcp, nfs_port))
+        .await
+        .unwrap();
+    let m = stats.memory().unwrap();
+    assert_eq!((m.charged, m.connections_refused), (2 * CONN, 0), "{m}");
+
+    let connect = || {
+        rpcrdma_transport::RdmaTransport::new(
+            iwarp::IwarpProvider::new(iwarp::IwarpConfig::default()),
+            rdma,
+            rpcrdma_transport::RdmaConfig::default(),
+            Arc::new(nfs3::rdma::Nfs3Binding),
+        )
+    };
+    let refused = connect().connect_once().await.err().expect("rejected");
+    assert!(
+        matches!(
+            refused,
+            rpcrdma_transport::TransportError::Connect(rdma::ConnectError::Rejected { .. })
+        ),
+        "{refused:?}"
+    );
+    assert_eq!(stats.memory().unwrap().connections_refused, 1);
+    a.nfs().null().await.unwrap();
+    b.nfs().null().await.unwrap();
+
+    let (fh, _) = tcp.lookup_path("f").await.unwrap();
+    match tcp.nfs().read(&fh, 0, 1 << 20).await {
+        Err(nfsclient::Error::Nfs { status, .. }) => {
+            assert_eq!(status, NfsStat3::NFS3ERR_JUKEBOX)
+        }
+        other => panic!("a 1 MiB READ past the budget: {:?}", other.map(|r| r.count)),
+    }
+    assert_eq!(server.memory_refusals.total(), 1);
+    let got = tcp.nfs().read(&fh, 0, 256 << 10).await.unwrap();
+    assert_eq!(got.data.0.len(), 256 << 10);
+    assert!(stats.memory().unwrap().peak <= config.max_memory);
+
+    drop(b);
+    until_charged(&stats, CONN).await;
+    let c = connect();
+    c.connect_once()
+        .await
+        .expect("accepted once memory was released");
+    drop(c);
+    until_charged(&stats, CONN).await;
+    let got = tcp.nfs().read(&fh, 0, 1 << 20).await.unwrap();
+    assert_eq!(got.data.0.len(), 1 << 20);
+    a.nfs().null().await.unwrap();
+
+    drop((a, tcp, got));
+    until_charged(&stats, 0).await;
+    let m = stats.memory().unwrap();
+    assert!(m.peak <= m.limit, "{m}");
+    stop.send(()).unwrap();
+    tokio::time::timeout(Duration::from_secs(10), serving)
+        .await
+        .expect("serve returns after shutdown")
+        .unwrap()
+        .unwrap();
+}
+
+/// Waits until the budget holds exactly `bytes` (connections end asynchronously).
+async fn until_charged(stats: &rpcrdma_transport::StatsRegistry, bytes: u64) {
+    let give_up = Instant::now() + Duration::from_secs(20);
+    loop {
+        let m = stats.memory().unwrap();
+        if m.charged == bytes {
+            return;
+        }
+        assert!(Instant::now() < give_up, "charged {m}, expected {bytes}");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
 }

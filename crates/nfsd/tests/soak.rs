@@ -126,9 +126,11 @@ impl Nfsd {
             .args(["--bind", "127.0.0.1", "--rdma-provider", "iwarp"])
             .args(["--nfs-port", "0", "--mount-port", "0", "--rdma-port", "0"])
             .args(["--rpcbind", "off", "--no-nlm", "--squash", "none"])
-            // A budget for WRITE data pulled by RDMA Read that the RSS budget can
-            // count on (the default is 1/8 of RAM).
-            .args(["--rdma-max-read-memory", "64M"])
+            // A memory budget that does not depend on the machine (the default is a
+            // quarter of RAM) and holds the worst case of this load, so that no
+            // call is refused: 100 RDMA connections' buffers (103 MiB), and every
+            // WRITE's and READ's data in flight at once (about 420 MiB).
+            .args(["--max-memory", "768M"])
             .arg("--state-dir")
             .arg(state)
             .arg(export)
@@ -309,8 +311,9 @@ fn flat(middle: u64, last: u64, slack: u64, ratio: f64) -> bool {
 /// - per RDMA connection: its Receive and Send slabs once every credit has been used,
 ///   128 × 4 KiB + 136 × 4 KiB = 1,056 KiB, and about 70 KiB of connection state;
 /// - per TCP connection: 256 KiB of record buffers and state;
-/// - WRITE data pulled by RDMA Read: `--rdma-max-read-memory 64M`, and up to
-///   `RdmaConfig::max_idle_buffers` (64 MiB) of pooled buffers kept idle;
+/// - WRITE data pulled by RDMA Read (charged to `--max-memory`, as are the RDMA
+///   connections' slabs and READ buffers, all counted here already): 64 MiB, and up
+///   to `RdmaConfig::max_idle_buffers` (64 MiB) of pooled buffers kept idle;
 /// - nfsd's pool of READ buffers: up to `nfsd::nfs::MAX_IDLE_READ_BUFFERS` (64 MiB) kept
 ///   idle between calls;
 /// - every call of every client in flight at once, twice its data each (a WRITE's

@@ -227,6 +227,9 @@ struct BufShared {
     /// protection domain (module docs, "Registration cache").
     registrations: Mutex<Vec<CachedRegistration>>,
     pool: Weak<PoolShared>,
+    /// What the user asked to keep while the buffer is in use
+    /// ([`PooledBuffer::hold`]); dropped with it.
+    held: Mutex<Vec<Box<dyn std::any::Any + Send + Sync>>>,
 }
 
 /// Allocations of pools by start address, so that `Bytes` frozen from one can be
@@ -342,6 +345,7 @@ impl PooledBuffer {
             ranges: Mutex::new(Ranges::default()),
             registrations: Mutex::new(registrations),
             pool,
+            held: Mutex::new(Vec::new()),
         });
         if pooled {
             lock(&LIVE).insert(
@@ -350,6 +354,15 @@ impl PooledBuffer {
             );
         }
         PooledBuffer { shared }
+    }
+
+    /// Keeps `guard` until this buffer is done with: until its last clone and the
+    /// last `Bytes` frozen from it are dropped, which is when its memory goes back to
+    /// the pool or is freed. For a charge to a memory budget that must last as long
+    /// as the memory it stands for, wherever the frozen bytes travel (a reply's data
+    /// gathered into a Send or an RDMA Write).
+    pub fn hold(&self, guard: Box<dyn std::any::Any + Send + Sync>) {
+        lock(&self.shared.held).push(guard);
     }
 
     /// A buffer holding `data`, in no pool (freed when dropped).
@@ -534,6 +547,26 @@ impl Drop for Lent {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What a buffer holds lasts as long as the last `Bytes` frozen from it.
+    #[test]
+    fn a_held_guard_goes_with_the_last_frozen_bytes() {
+        struct Guard(Arc<std::sync::atomic::AtomicBool>);
+        impl Drop for Guard {
+            fn drop(&mut self) {
+                self.0.store(true, std::sync::atomic::Ordering::SeqCst);
+            }
+        }
+        let dropped = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let pool = BufferPool::new(1 << 20);
+        let b = pool.get(100);
+        b.hold(Box::new(Guard(dropped.clone())));
+        let bytes = b.freeze(0..10).unwrap();
+        drop(b);
+        assert!(!dropped.load(std::sync::atomic::Ordering::SeqCst));
+        drop(bytes);
+        assert!(dropped.load(std::sync::atomic::Ordering::SeqCst));
+    }
 
     #[test]
     fn buffers_come_back_and_are_reused_without_zeroing() {

@@ -6,6 +6,9 @@ use std::fmt;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use rpcrdma::memory::MemoryBudget;
 
 pub use rpcrdma::stats::Counter;
 
@@ -149,10 +152,57 @@ impl fmt::Display for Snapshot {
     }
 }
 
-/// The connections of one transport or server, for reading their counters.
+/// The connections of one transport or server, for reading their counters, and the
+/// server's memory budget.
 #[derive(Debug, Clone, Default)]
 pub struct StatsRegistry {
     conns: Arc<Mutex<Vec<Arc<ConnStats>>>>,
+    memory: Arc<ServerMemory>,
+}
+
+/// A server's memory budget as its counters see it, and its refusals of connections.
+#[derive(Debug, Default)]
+struct ServerMemory {
+    budget: Mutex<Option<Arc<MemoryBudget>>>,
+    refusals: Mutex<Refusals>,
+}
+
+/// Connections refused for memory: the total, and what the rate-limited warning has
+/// not reported yet.
+#[derive(Debug, Default)]
+struct Refusals {
+    total: u64,
+    unreported: u64,
+    last_warning: Option<Instant>,
+}
+
+/// At most one warning about refused connections per this period (as the iWARP
+/// listener's handshake drops): a flood of connections must not flood the log.
+const REFUSAL_WARNING_PERIOD: Duration = Duration::from_secs(10);
+
+/// A server's memory budget at one moment (`RdmaConfig::max_memory`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MemoryStats {
+    /// The budget in bytes.
+    pub limit: u64,
+    /// Bytes charged now.
+    pub charged: u64,
+    /// Most bytes charged at once.
+    pub peak: u64,
+    /// Charges that failed: Calls that waited for memory, and refusals.
+    pub failed_charges: u64,
+    /// Connections rejected because their buffers did not fit the budget.
+    pub connections_refused: u64,
+}
+
+impl fmt::Display for MemoryStats {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "memory: charged={} peak={} limit={} failed_charges={} connections_refused={}",
+            self.charged, self.peak, self.limit, self.failed_charges, self.connections_refused
+        )
+    }
 }
 
 impl StatsRegistry {
@@ -184,6 +234,57 @@ impl StatsRegistry {
     pub fn total(&self, c: Counter) -> u64 {
         self.lock().iter().map(|s| s.get(c)).sum()
     }
+
+    /// The server's memory budget now; `None` for a client's registry.
+    pub fn memory(&self) -> Option<MemoryStats> {
+        let budget = lock(&self.memory.budget).clone()?;
+        Some(MemoryStats {
+            limit: budget.limit(),
+            charged: budget.used(),
+            peak: budget.peak(),
+            failed_charges: budget.refused(),
+            connections_refused: lock(&self.memory.refusals).total,
+        })
+    }
+
+    pub(crate) fn set_memory(&self, budget: Arc<MemoryBudget>) {
+        *lock(&self.memory.budget) = Some(budget);
+    }
+
+    /// Counts a connection refused because its `needed` bytes of buffers did not fit
+    /// the budget, and warns: at the first refusal, then at most once per
+    /// [`REFUSAL_WARNING_PERIOD`] with the count since the last warning.
+    pub(crate) fn connection_refused(&self, peer: Option<SocketAddr>, needed: u64) {
+        let mut r = lock(&self.memory.refusals);
+        r.total += 1;
+        r.unreported += 1;
+        let now = Instant::now();
+        let first = r.last_warning.is_none();
+        if first
+            || r.last_warning
+                .is_some_and(|t| now - t >= REFUSAL_WARNING_PERIOD)
+        {
+            let refused = std::mem::take(&mut r.unreported);
+            r.last_warning = Some(now);
+            let total = r.total;
+            drop(r);
+            let memory = self.memory().map(|m| m.to_string()).unwrap_or_default();
+            tracing::warn!(
+                target: "rpcrdma_transport",
+                latest_peer = ?peer,
+                needed,
+                "RDMA connections rejected: the server's memory budget is spent{}: {refused} since the last warning, {total} in all; {memory}",
+                if first { " (first; further refusals are summed at most every 10 s)" } else { "" },
+            );
+        } else {
+            tracing::debug!(target: "rpcrdma_transport", peer = ?peer, needed, "RDMA connection rejected: memory budget spent");
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A poisoned lock only means a panic elsewhere; the data stays valid.
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// The state machines of `rpcrdma` count into the connection's counters directly.

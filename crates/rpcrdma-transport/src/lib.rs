@@ -131,7 +131,7 @@ pub mod setup;
 pub use backward::{BackwardChannel, BackwardError};
 pub use binding::RdmaBinding;
 pub use client::{RdmaReceiver, RdmaSender, RdmaTransport};
-pub use counters::{ConnStats, Counter, Snapshot, StatsRegistry};
+pub use counters::{ConnStats, Counter, MemoryStats, Snapshot, StatsRegistry};
 pub use error::TransportError;
 pub use server::{release_when_quiet, RdmaServer, QUIET_PERIOD};
 pub use setup::RdmaConfig;

@@ -70,8 +70,9 @@ pub struct RdmaServer<P> {
     backward: Mutex<Option<mpsc::UnboundedSender<BackwardChannel>>>,
     /// RDMA Read sinks, shared by the connections (`RdmaConfig::max_idle_buffers`).
     buffers: BufferPool,
-    /// Read chunk data held by all connections (`RdmaConfig::max_read_memory`).
-    read_memory: Arc<MemoryBudget>,
+    /// The memory all connections hold (`RdmaConfig::max_memory`): their buffers and
+    /// Read chunk data.
+    memory: Arc<MemoryBudget>,
 }
 
 impl<P> std::fmt::Debug for RdmaServer<P> {
@@ -95,7 +96,7 @@ impl<P: ConnectionManager + 'static> RdmaServer<P> {
             dispatcher,
             binding,
             buffers: BufferPool::new(config.max_idle_buffers),
-            read_memory: MemoryBudget::new(config.max_read_memory),
+            memory: MemoryBudget::new(config.max_memory),
             config,
             stats: StatsRegistry::default(),
             shutdown: watch::channel(false).0,
@@ -119,10 +120,18 @@ impl<P: ConnectionManager + 'static> RdmaServer<P> {
         self.shutdown.send_replace(true);
     }
 
-    /// The budget for Read chunk data shared by this server's connections
-    /// (`RdmaConfig::max_read_memory`): bytes held now, the peak, waits.
-    pub fn read_memory(&self) -> Arc<MemoryBudget> {
-        self.read_memory.clone()
+    /// This server's memory budget ([`RdmaConfig::max_memory`]): bytes held now, the
+    /// peak, waits and refusals.
+    pub fn memory(&self) -> Arc<MemoryBudget> {
+        self.memory.clone()
+    }
+
+    /// Charges this server's connections to `budget` instead of one of its own
+    /// ([`RdmaConfig::max_memory`] is then ignored): one budget for a whole process
+    /// whose upper layer charges its own buffers too (nfsd's READ replies).
+    pub fn with_memory(mut self, budget: Arc<MemoryBudget>) -> Self {
+        self.memory = budget;
+        self
     }
 
     /// Every connection's counters.
@@ -158,6 +167,7 @@ impl<P: ConnectionManager + 'static> RdmaServer<P> {
     pub async fn serve(&self, mut listener: P::Listener) -> io::Result<()> {
         let trimmer = tokio::spawn(release_when_quiet(self.buffers.clone(), QUIET_PERIOD));
         let _trimmer = AbortOnDrop(trimmer);
+        self.stats.set_memory(self.memory.clone());
         loop {
             let req = listener.accept().await?;
             let peer = req.peer().clone();
@@ -166,6 +176,25 @@ impl<P: ConnectionManager + 'static> RdmaServer<P> {
             let limits = config.negotiate(&peer);
             let credits = config.credits.max(1);
             let backward_credits = config.backward_credits;
+            // A Version Two peer without private data gets Sends of up to 4096 bytes
+            // (v2 §2.3), a Version One peer 1024 (v1 §4.3.3).
+            let private_data = PrivateData::parse(&peer.private_data);
+            let send_buffer_len = match private_data {
+                None if config.version_two => 4096,
+                _ => limits.send_threshold,
+            };
+            // Issue 16: the connection's Receive and Send buffers are charged to the
+            // server's memory budget before they are allocated, for as long as it
+            // lives. One that does not fit (or that arrives while Calls wait for
+            // memory) is rejected: the server never allocates past its budget. Room
+            // for one whole Call is kept from connections, so that idle ones cannot
+            // keep every Call with Read chunks waiting.
+            let needed = conn_buffer_bytes(&config, send_buffer_len);
+            let Some(memory) = self.memory.try_charge_now(needed, config.max_message) else {
+                self.stats.connection_refused(peer.addr, needed);
+                let _ = req.reject(Bytes::new()).await;
+                continue;
+            };
             // §4.3.1: the Receives for the credits we grant go up with the connection,
             // before the requester can send its first Call. §7.2.2.2: one more per
             // backward credit, posted when the peer is ready for backward Calls. A
@@ -199,14 +228,8 @@ impl<P: ConnectionManager + 'static> RdmaServer<P> {
             stats.set(Counter::SendThreshold, u64::from(limits.send_threshold));
             stats.set(Counter::RecvThreshold, u64::from(limits.recv_threshold));
             stats.set(Counter::CreditsRequested, u64::from(config.credits));
+            stats.set(Counter::MemoryCharged, memory.bytes());
             self.stats.add(stats.clone());
-            let private_data = PrivateData::parse(&peer.private_data);
-            // A Version Two peer without private data gets Sends of up to 4096 bytes
-            // (v2 §2.3), a Version One peer 1024 (v1 §4.3.3).
-            let send_buffer_len = match private_data {
-                None if config.version_two => 4096,
-                _ => limits.send_threshold,
-            };
             let core = Responder::new(
                 self.binding.clone(),
                 ResponderConfig {
@@ -225,7 +248,7 @@ impl<P: ConnectionManager + 'static> RdmaServer<P> {
                         },
                     ),
                     max_read_in_flight: config.max_read_in_flight,
-                    read_memory: Some(self.read_memory.clone()),
+                    read_memory: Some(self.memory.clone()),
                     served: self.dispatcher.registrations(),
                 },
             );
@@ -249,11 +272,7 @@ impl<P: ConnectionManager + 'static> RdmaServer<P> {
             };
             // Replies are at most one per credit; RDMA_ERRORs and GARBAGE_ARGS answers
             // fall back to registering caller bytes if they find the pool empty.
-            let sends = match SendPool::new(
-                &pd,
-                config.credits.clamp(1, 1024) as usize + 8,
-                send_buffer_len as usize,
-            ) {
+            let sends = match SendPool::new(&pd, send_buffers(&config), send_buffer_len as usize) {
                 Ok(p) => p,
                 Err(e) => {
                     tracing::warn!(target: "rpcrdma_transport", peer = ?peer.addr, error = %e, "cannot register send buffers: connection closed");
@@ -288,10 +307,29 @@ impl<P: ConnectionManager + 'static> RdmaServer<P> {
                 backward_queue: VecDeque::new(),
                 has_backward: backward_credits > 0,
                 closing: None,
+                _memory: memory,
             };
             tokio::spawn(conn.run(replies_rx));
         }
     }
+}
+
+/// Send buffers of a connection: one Reply per credit, and room for RDMA_ERRORs and
+/// GARBAGE_ARGS answers (which fall back to registering caller bytes if they find
+/// the pool empty).
+fn send_buffers(config: &RdmaConfig) -> usize {
+    config.credits.clamp(1, 1024) as usize + 8
+}
+
+/// The bytes a connection's Receive and Send buffers take ([`RecvPool`],
+/// [`SendPool`]), charged to the server's memory budget while it lives. Counted
+/// whole, although an idle connection touches only their first pages: a peer that
+/// uses all its credits makes them resident.
+fn conn_buffer_bytes(config: &RdmaConfig, send_buffer_len: u32) -> u64 {
+    let recvs = u64::from(config.credits.max(1)) + u64::from(config.backward_credits);
+    let recv = recvs * config.recv_buffer_len() as u64;
+    let send = send_buffers(config) as u64 * u64::from(send_buffer_len);
+    recv + send
 }
 
 /// How long the buffer pool must go unused before its idle buffers are freed.
@@ -431,6 +469,9 @@ struct ServerConn<Q> {
     backward_queue: VecDeque<(Xid, XdrStream, Waiter)>,
     has_backward: bool,
     closing: Option<CloseReason>,
+    /// This connection's buffers' charge to the server's memory budget, released
+    /// when the connection task ends (its buffers go with it).
+    _memory: rpcrdma::memory::Charge,
 }
 
 type Waiter = oneshot::Sender<Result<Bytes, BackwardError>>;

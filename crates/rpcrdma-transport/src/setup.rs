@@ -42,12 +42,17 @@ pub struct RdmaConfig {
     /// (a single Call may still use up to `max_message`). With the receive buffers
     /// (`credits` × `max_recv`) this bounds a connection's memory.
     pub max_read_in_flight: u64,
-    /// Responder: most bytes of Read chunk data held by all the connections of one
-    /// [`crate::RdmaServer`] at once, from the start of a Call's RDMA Reads until its
-    /// Reply is sent ([`rpcrdma::memory::MemoryBudget`]). A Call that would exceed it
-    /// waits, holding its Receive, until memory is released; one larger than the
-    /// whole budget is answered GARBAGE_ARGS.
-    pub max_read_memory: u64,
+    /// Responder: the memory budget of one [`crate::RdmaServer`], shared by all its
+    /// connections ([`rpcrdma::memory::MemoryBudget`]; an upper layer may share it
+    /// too, `RdmaServer::with_memory`). Charged to it: each connection's Receive and
+    /// Send buffers from accept until it ends (a connection that does not fit, with
+    /// [`RdmaConfig::max_message`] kept free for one whole Call, or that arrives
+    /// while Calls wait for memory, is rejected), and the Read chunk
+    /// data of each Call from the start of its RDMA Reads until its Reply is sent (a
+    /// Call that would exceed it waits in line, holding its Receive, until memory is
+    /// released; one larger than the whole budget is answered GARBAGE_ARGS). Nothing
+    /// charged is ever allocated past it.
+    pub max_memory: u64,
     /// Responder: a Call's RDMA Reads must complete within this time, else the
     /// connection is closed (§5.5.3: RDMA operational errors are fatal to the
     /// connection), which releases what the Call held. A peer that announces Read
@@ -104,7 +109,7 @@ impl Default for RdmaConfig {
             limits: rpcrdma::Limits::default(),
             max_message: 16 << 20,
             max_read_in_flight: 64 << 20,
-            max_read_memory: 1 << 30,
+            max_memory: 1 << 30,
             read_timeout: Duration::from_secs(30),
             max_idle_buffers: 64 << 20,
             version_two: false,

@@ -1,9 +1,15 @@
-//! Issue 16: one memory budget for the Read chunks of all of a server's connections
-//! (`RdmaConfig::max_read_memory`). Hostile requesters on the in-memory provider
-//! announce large Read chunks on several connections and never answer the server's
-//! RDMA Reads: the server holds at most its budget for them, a bystander's NULL and
-//! inline calls are answered at once, its Call with a Read chunk waits for memory and
-//! is served once the read timeout has closed the hostile connections.
+//! Issue 16: one memory budget for all of a server's connections
+//! (`RdmaConfig::max_memory`): their Receive and Send buffers and the Read chunk data
+//! of their Calls.
+//!
+//! Hostile requesters on the in-memory provider announce large Read chunks on several
+//! connections and never answer the server's RDMA Reads: the server holds at most its
+//! budget for them, a connection attempted meanwhile is rejected, a bystander's NULL
+//! and inline calls are answered at once, its Call with a Read chunk waits for memory
+//! and is served once the read timeout has closed the hostile connections. Over the
+//! userspace iWARP provider: a server whose budget holds three connections accepts
+//! three, rejects the fourth while the three still answer, and accepts one again when
+//! one leaves; nothing stays charged once all are gone.
 
 mod common;
 
@@ -25,6 +31,11 @@ use rpcrdma_transport::{Counter, RdmaConfig, RdmaServer, RdmaTransport};
 use xdr::{Encode, Encoder};
 
 const MIB: u64 = 1 << 20;
+
+/// What one connection of the default configuration charges to the budget, computed
+/// here independently of the server: 128 Receive buffers (one per credit) and
+/// 128 + 8 Send buffers, 4 KiB each (the thresholds both sides advertise).
+const CONN: u64 = 128 * 4096 + 136 * 4096;
 
 /// A requester on the raw provider API whose memory never answers RDMA Reads.
 struct Hostile {
@@ -110,15 +121,17 @@ impl Hostile {
 async fn hostile_read_chunks_on_many_connections_stay_within_the_server_budget() {
     init_tracing();
     let p = MemProvider::default();
-    let budget_bytes = 16 * MIB;
+    // Read chunk data for two 8 MiB Calls, once the buffers of 4 hostile connections
+    // and a bystander's are charged.
+    let budget_bytes = 16 * MIB + 5 * CONN;
     let chunk = 8 * MIB as usize;
     let config = RdmaConfig {
-        max_read_memory: budget_bytes,
+        max_memory: budget_bytes,
         read_timeout: Duration::from_secs(1),
         ..RdmaConfig::default()
     };
     let server = RdmaServer::new(p.clone(), dispatcher(), Arc::new(TestBinding), config);
-    let budget = server.read_memory();
+    let budget = server.memory();
     let stats = server.stats();
     let listener = server.bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
     let addr = rdma::Listener::local_addr(&listener).unwrap();
@@ -126,20 +139,7 @@ async fn hostile_read_chunks_on_many_connections_stay_within_the_server_budget()
         let _ = server.serve(listener).await;
     });
 
-    // 4 connections × 4 Calls × 8 MiB = 128 MiB announced, against 16 MiB.
-    let mut hostile = Vec::new();
-    for c in 0..4u32 {
-        let h = Hostile::connect(&p, addr, chunk).await;
-        for i in 0..4 {
-            assert!(h.send_echo(0x1000 * (c + 1) + i));
-        }
-        hostile.push(h);
-    }
-    until(|| stats.total(Counter::ReadsWaitedForMemory) >= 14).await;
-    assert_eq!(budget.used(), budget_bytes, "two Calls pulled, 14 wait");
-    assert_eq!(stats.total(Counter::RdmaReads), 2);
-
-    // A bystander: NULL and inline calls are answered at once.
+    // A bystander, connected before the flood.
     let bystander = Client::new(
         RdmaTransport::new(
             p.clone(),
@@ -152,6 +152,51 @@ async fn hostile_read_chunks_on_many_connections_stay_within_the_server_budget()
             ..ClientConfig::default()
         },
     );
+    bystander
+        .call(PROG, VERS, NULL, Encoder::new().finish())
+        .await
+        .unwrap();
+    assert_eq!(budget.used(), CONN, "the bystander's buffers");
+
+    // 4 connections × 4 Calls × 8 MiB = 128 MiB announced, against 16 MiB left.
+    // All connect first: once Calls wait for memory, new connections are rejected.
+    let mut hostile = Vec::new();
+    for _ in 0..4 {
+        hostile.push(Hostile::connect(&p, addr, chunk).await);
+    }
+    for (c, h) in (1u32..).zip(&hostile) {
+        for i in 0..4 {
+            assert!(h.send_echo(0x1000 * c + i));
+        }
+    }
+    until(|| stats.total(Counter::ReadsWaitedForMemory) >= 14).await;
+    assert_eq!(
+        budget.used(),
+        budget_bytes,
+        "5 connections' buffers and two Calls pulled; 14 wait"
+    );
+    assert_eq!(stats.total(Counter::RdmaReads), 2);
+    assert_eq!(stats.total(Counter::MemoryCharged), 5 * CONN);
+
+    // A new connection does not fit (and Calls wait in line): rejected.
+    let late = RdmaTransport::new(
+        p.clone(),
+        addr,
+        RdmaConfig::default(),
+        Arc::new(TestBinding),
+    );
+    let refused = late.connect_once().await.err().expect("rejected");
+    assert!(
+        matches!(
+            refused,
+            rpcrdma_transport::TransportError::Connect(rdma::ConnectError::Rejected { .. })
+        ),
+        "{refused:?}"
+    );
+    let m = stats.memory().unwrap();
+    assert_eq!((m.connections_refused, m.charged), (1, budget_bytes), "{m}");
+
+    // The bystander's NULL and inline calls are answered at once.
     let t = Instant::now();
     bystander
         .call(PROG, VERS, NULL, Encoder::new().finish())
@@ -179,10 +224,95 @@ async fn hostile_read_chunks_on_many_connections_stay_within_the_server_budget()
         "peak {} over the budget",
         budget.peak()
     );
-    // Every hostile connection ends by the read timeout; then nothing is held.
+    // Every hostile connection ends by the read timeout; then only the bystander's
+    // buffers are held, and nothing once it has gone.
     until(|| stats.total(Counter::ReadTimeouts) == 4).await;
+    until(|| budget.used() == CONN).await;
+    // Memory is back: a new connection is accepted.
+    late.connect_once()
+        .await
+        .expect("accepted once memory was released");
+    drop(bystander);
     until(|| budget.used() == 0).await;
     assert!(budget.peak() <= budget_bytes);
+    assert_eq!(stats.memory().unwrap().connections_refused, 1);
     drop(hostile);
     task.abort();
+}
+
+/// Over the userspace iWARP provider on TCP loopback: a budget that holds three
+/// connections' buffers (and a little more, besides the room kept for one Call)
+/// admits three clients; the fourth is
+/// rejected at connection setup while the three still answer NULL and a Call with a
+/// Read chunk is served in the room kept for Calls; when one leaves,
+/// a new one gets in; when all have left, nothing is charged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_server_rejects_the_next_connection_and_serves_the_others() {
+    init_tracing();
+    // Connections leave room for one whole Call (`max_message`) free.
+    let config = RdmaConfig {
+        max_memory: 3 * CONN + CONN / 2 + MIB,
+        max_message: MIB,
+        ..RdmaConfig::default()
+    };
+    let server = start_server(config).await;
+    let null = |c: &Client| {
+        let c = c.clone();
+        async move { c.call(PROG, VERS, NULL, Encoder::new().finish()).await }
+    };
+    let mut clients = Vec::new();
+    for _ in 0..3 {
+        let (c, _) = client(server.addr, RdmaConfig::default());
+        null(&c).await.unwrap();
+        clients.push(c);
+    }
+    let m = server.stats.memory().unwrap();
+    assert_eq!((m.charged, m.connections_refused), (3 * CONN, 0), "{m}");
+
+    let fourth = RdmaTransport::new(
+        iwarp(),
+        server.addr,
+        RdmaConfig::default(),
+        Arc::new(TestBinding),
+    );
+    let refused = fourth.connect_once().await.err().expect("rejected");
+    assert!(
+        matches!(
+            refused,
+            rpcrdma_transport::TransportError::Connect(rdma::ConnectError::Rejected { .. })
+        ),
+        "{refused:?}"
+    );
+    let m = server.stats.memory().unwrap();
+    assert_eq!((m.charged, m.connections_refused), (3 * CONN, 1), "{m}");
+    assert!(m.peak <= m.limit, "{m}");
+    for c in &clients {
+        null(c).await.unwrap();
+    }
+    // The room kept from connections: a Call with a Read chunk still gets in.
+    let big = pattern(700_001, 5);
+    let got = tokio::time::timeout(Duration::from_secs(20), echo(&clients[0], big.clone()))
+        .await
+        .expect("a Call with a Read chunk is not kept out by connections");
+    assert!(got == big);
+    assert_eq!(server.stats.total(Counter::ReadsWaitedForMemory), 0);
+
+    // One leaves: its buffers are released and a newcomer fits.
+    drop(clients.pop());
+    until(|| server.stats.memory().unwrap().charged == 2 * CONN).await;
+    let (c, _) = client(server.addr, RdmaConfig::default());
+    null(&c).await.unwrap();
+    clients.push(c);
+    assert_eq!(server.stats.memory().unwrap().charged, 3 * CONN);
+
+    drop(clients);
+    until(|| server.stats.memory().unwrap().charged == 0).await;
+    let m = server.stats.memory().unwrap();
+    // The peak: three connections and the Call's Read chunk.
+    assert_eq!(
+        (m.peak, m.connections_refused),
+        (3 * CONN + 700_001, 1),
+        "{m}"
+    );
+    assert!(m.peak <= m.limit);
 }

@@ -1,5 +1,7 @@
 //! A memory budget shared by the connections of one server (issue 16): the bytes of
-//! Read chunk data the responders of all its connections hold at once.
+//! Read chunk data the responders of all its connections hold at once, and whatever
+//! else its driver and upper layer charge to the same budget (each connection's
+//! Receive and Send buffers, reply buffers): one limit for the server's memory.
 //!
 //! A Call's Read chunks (rpcrdma-v1-draft-ietf-nfsv4-rfc5666bis-04 §3.4.5, §4.4.5)
 //! are RDMA-Read into memory the responder provides, sized by what the requester
@@ -20,6 +22,14 @@
 //! keep fitting into what is released (a peer announcing small chunks on many
 //! connections cannot keep another's large Call out). A waiter dropped (its Call or
 //! connection gone) leaves the line.
+//!
+//! Memory that should not wait is charged without a place in line, and a failed
+//! charge is a refusal the caller answers: [`MemoryBudget::try_charge_now`] for new
+//! long-lived work (a connection's buffers: under memory pressure, while Calls wait
+//! in line, a new connection is refused rather than let past them),
+//! [`MemoryBudget::charge_ahead`] for memory that finishes work already admitted (a
+//! reply's buffer), which goes ahead of the line because finishing it releases
+//! memory soon. Neither ever charges past the limit.
 //!
 //! The budget does no I/O. A driver whose [`crate::Responder`] waits
 //! ([`crate::Responder::memory_wait`]) waits with [`MemoryBudget::poll_released`] and
@@ -104,9 +114,45 @@ impl MemoryBudget {
         self.state().peak
     }
 
-    /// Charges that failed (each made a Call wait) since the budget was made.
+    /// Charges that failed since the budget was made: each made a Call wait
+    /// ([`MemoryBudget::try_charge`]) or was refused ([`MemoryBudget::try_charge_now`],
+    /// [`MemoryBudget::charge_ahead`]).
     pub fn refused(&self) -> u64 {
         self.state().refused
+    }
+
+    /// Charges `bytes` if they fit with `keep_free` bytes to spare and no one is
+    /// waiting in line, else `None` (and nothing is queued): for new long-lived work
+    /// that is refused under memory pressure rather than queued, such as a new
+    /// connection's buffers (module docs). `keep_free` is room such charges may never
+    /// take: a connection's buffers stay charged while it is idle, so without room
+    /// kept for one whole Call, connections alone could fill the budget and every Call
+    /// with Read chunks would wait for ever.
+    pub fn try_charge_now(self: &Arc<Self>, bytes: u64, keep_free: u64) -> Option<Charge> {
+        let mut st = self.state();
+        let room = self.limit.saturating_sub(keep_free);
+        let fits = st.used.checked_add(bytes).is_some_and(|u| u <= room);
+        let charge = if st.line.is_empty() && fits {
+            self.charge_locked(&mut st, bytes)
+        } else {
+            None
+        };
+        if charge.is_none() {
+            st.refused += 1;
+        }
+        charge
+    }
+
+    /// Charges `bytes` if they fit, ahead of any waiters in line, else `None`: for
+    /// memory that finishes work already admitted (a reply's buffer), whose release
+    /// follows soon. Never past the limit.
+    pub fn charge_ahead(self: &Arc<Self>, bytes: u64) -> Option<Charge> {
+        let mut st = self.state();
+        let charge = self.charge_locked(&mut st, bytes);
+        if charge.is_none() {
+            st.refused += 1;
+        }
+        charge
     }
 
     /// Charges `bytes` if they fit and no one is waiting: a [`Charge`] that gives them
@@ -345,5 +391,31 @@ mod tests {
             "the next in line is woken"
         );
         assert!(second.try_charge(10).is_ok());
+    }
+
+    /// Charges that do not wait: refused at the limit, `try_charge_now` also while
+    /// someone waits in line, `charge_ahead` past the line but never past the limit.
+    #[test]
+    fn charges_now_are_refused_not_queued() {
+        let b = MemoryBudget::new(100);
+        let conn = b.try_charge_now(60, 0).unwrap();
+        assert!(b.try_charge_now(41, 0).is_none(), "over the limit");
+        assert!(
+            b.try_charge_now(30, 20).is_none(),
+            "into the room kept free"
+        );
+        assert_eq!((b.used(), b.refused(), b.waiting()), (60, 2, 0));
+        let waiter = b.try_charge(50).unwrap_err();
+        assert!(b.try_charge_now(10, 0).is_none(), "a Call waits in line");
+        let reply = b.charge_ahead(40).unwrap();
+        assert_eq!(b.used(), 100);
+        assert!(b.charge_ahead(1).is_none(), "never past the limit");
+        assert_eq!((b.refused(), b.peak()), (5, 100));
+        drop((conn, reply));
+        let call = waiter.try_charge(50).unwrap();
+        assert!(b.try_charge_now(50, 0).is_some_and(|c| c.bytes() == 50));
+        assert!(b.try_charge_now(40, u64::MAX).is_none(), "no overflow");
+        drop(call);
+        assert_eq!(b.used(), 0);
     }
 }

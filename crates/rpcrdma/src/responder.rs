@@ -90,7 +90,9 @@ pub struct ResponderConfig {
     /// budget spent waits, holding its Receive, until
     /// [`Responder::handle_memory_released`]. A Call larger than the whole budget is
     /// answered GARBAGE_ARGS, as one over `reassembly.max_len`. `None`: no bound but
-    /// the per-connection one.
+    /// the per-connection one. The driver may charge other memory to the same budget
+    /// (the transport: each connection's buffers; nfsd: READ buffers), so that one
+    /// limit bounds the server.
     pub read_memory: Option<Arc<MemoryBudget>>,
     /// The (program, version) pairs the upper layer serves. A Call for one of them
     /// that the binding does not cover is dropped unanswered (§8); a Call for

@@ -78,6 +78,9 @@ counters! {
     /// Connections closed because a Call's RDMA Reads did not complete within the
     /// read timeout (responder driver: a peer that stops answering RDMA Reads).
     ReadTimeouts = "read_timeouts",
+    /// Bytes of the server's memory budget this connection's own buffers hold
+    /// (its Receive and Send buffers, charged at accept; responder driver): a gauge.
+    MemoryCharged = "memory_charged",
     /// RDMA Writes posted (responder).
     RdmaWrites = "rdma_writes",
     /// Bytes pushed by RDMA Write.

@@ -101,6 +101,7 @@ impl TestServer {
             portmap_port: 0,
             handles: nfsd::HandleConfig::new(key_for(dir.path())),
             nlm: None,
+            max_memory: nfsd::memory::default_max_memory(),
         };
         let bound = Bound::new(&config).await.expect("nfsd binds");
         let nfs = bound.nfs_addr().unwrap();

@@ -61,7 +61,16 @@ pub(crate) fn read(cx: &Cx<'_>, a: Read3Args) -> Read3Res {
         // The reply buffer, from the server's pool: the kernel copies file data into
         // it (the one copy on the server), and it is handed to the encoder as the
         // DDP-eligible item. Its stale bytes beyond what was read are never handed out.
+        // Issue 16: charged to the server's memory budget for as long as the buffer
+        // (or the reply's bytes frozen from it) lives; ahead of WRITEs waiting for
+        // memory, since answering releases memory soon. Past the budget: JUKEBOX,
+        // the client retries later.
+        let Some(charge) = cx.s.memory.charge_ahead(count as u64) else {
+            cx.s.memory_refusals.refused(count as u64, &cx.s.memory);
+            return Err(NfsStat3::NFS3ERR_JUKEBOX);
+        };
         let buf = cx.s.read_buffers.get(count);
+        buf.hold(Box::new(charge));
         let mut filled = 0;
         while filled < count {
             let at = a.offset.saturating_add(filled as u64);

@@ -35,6 +35,7 @@ use iwarp::{HandshakeLimits, IwarpConfig, IwarpListener, IwarpProvider};
 use nfs3::{NFS_PROGRAM, NFS_V3};
 use oncrpc::rpcbind::Registrar;
 use oncrpc::Dispatcher;
+use rpcrdma::memory::MemoryBudget;
 use rpcrdma_transport::{RdmaConfig, RdmaServer, StatsRegistry};
 use verbs::{VerbsCm, VerbsListener};
 
@@ -112,26 +113,6 @@ impl RdmaOptions {
     }
 }
 
-/// The default budget for the data of WRITEs pulled by RDMA Read, shared by all
-/// RDMA connections (`RdmaConfig::max_read_memory`, `--rdma-max-read-memory`): an
-/// eighth of the machine's physical memory, at least 256 MiB and at most 4 GiB
-/// (1 GiB if the size cannot be read).
-pub fn default_read_memory() -> u64 {
-    // SAFETY: sysconf reads a system parameter; no memory is passed.
-    let (pages, page) = unsafe {
-        (
-            libc::sysconf(libc::_SC_PHYS_PAGES),
-            libc::sysconf(libc::_SC_PAGESIZE),
-        )
-    };
-    match (u64::try_from(pages), u64::try_from(page)) {
-        (Ok(pages), Ok(page)) if pages > 0 && page > 0 => {
-            (pages.saturating_mul(page) / 8).clamp(256 << 20, 4 << 30)
-        }
-        _ => 1 << 30,
-    }
-}
-
 /// A bound NFS/RDMA listener, not yet serving.
 pub struct RdmaListener {
     served: Served,
@@ -161,6 +142,8 @@ impl RdmaListener {
     /// Binds `opts.addr` for the NFS program of `nfs` (an NFS-only dispatcher:
     /// RFC 8267 binds no MOUNT), on the provider `opts.provider` names.
     pub async fn bind(nfs: Arc<NfsServer>, opts: &RdmaOptions) -> io::Result<RdmaListener> {
+        // One memory budget for the process: the transport charges the NFS program's.
+        let memory = nfs.memory.clone();
         let mut d = Dispatcher::new();
         d.register(NFS_PROGRAM, [NFS_V3], Arc::new(NfsService::new(nfs)))
             .map_err(io::Error::other)?;
@@ -170,19 +153,25 @@ impl RdmaListener {
         };
         let (served, provider) = match opts.provider {
             Provider::Iwarp => (
-                bind_iwarp(dispatcher, opts).await.map_err(context)?,
+                bind_iwarp(dispatcher, opts, memory)
+                    .await
+                    .map_err(context)?,
                 "userspace iWARP [--rdma-provider iwarp]".to_string(),
             ),
             Provider::Verbs => {
-                let (served, device) = bind_verbs(dispatcher, opts).await.map_err(context)?;
+                let (served, device) = bind_verbs(dispatcher, opts, memory)
+                    .await
+                    .map_err(context)?;
                 (served, format!("verbs on {device} [--rdma-provider verbs]"))
             }
-            Provider::Auto => match bind_verbs(dispatcher.clone(), opts).await {
+            Provider::Auto => match bind_verbs(dispatcher.clone(), opts, memory.clone()).await {
                 Ok((served, device)) => (served, format!("verbs on {device} [auto]")),
                 // A port taken is an error whatever the provider.
                 Err(e) if e.kind() == io::ErrorKind::AddrInUse => return Err(context(e)),
                 Err(why) => (
-                    bind_iwarp(dispatcher, opts).await.map_err(context)?,
+                    bind_iwarp(dispatcher, opts, memory)
+                        .await
+                        .map_err(context)?,
                     format!("userspace iWARP [auto: no verbs: {why}]"),
                 ),
             },
@@ -253,7 +242,11 @@ impl RdmaListener {
 }
 
 /// The userspace iWARP listener at `opts.addr`.
-async fn bind_iwarp(dispatcher: Arc<Dispatcher>, opts: &RdmaOptions) -> io::Result<Served> {
+async fn bind_iwarp(
+    dispatcher: Arc<Dispatcher>,
+    opts: &RdmaOptions,
+    memory: Arc<MemoryBudget>,
+) -> io::Result<Served> {
     let mut iwarp = IwarpConfig {
         crc: opts.crc,
         handshake: opts.handshake,
@@ -267,7 +260,8 @@ async fn bind_iwarp(dispatcher: Arc<Dispatcher>, opts: &RdmaOptions) -> io::Resu
         dispatcher,
         Arc::new(Nfs3Binding),
         opts.transport.clone(),
-    );
+    )
+    .with_memory(memory);
     let listener = server.bind(opts.addr).await?;
     Ok(Served::Iwarp(server, Box::new(listener)))
 }
@@ -279,6 +273,7 @@ async fn bind_iwarp(dispatcher: Arc<Dispatcher>, opts: &RdmaOptions) -> io::Resu
 async fn bind_verbs(
     dispatcher: Arc<Dispatcher>,
     opts: &RdmaOptions,
+    memory: Arc<MemoryBudget>,
 ) -> io::Result<(Served, String)> {
     let devices = verbs::devices().map_err(|e| io::Error::new(io::ErrorKind::NotFound, e))?;
     let names: Vec<String> = devices
@@ -303,7 +298,8 @@ async fn bind_verbs(
         dispatcher,
         Arc::new(Nfs3Binding),
         opts.transport.clone(),
-    );
+    )
+    .with_memory(memory);
     let listener = server.bind(opts.addr).await.map_err(|e| {
         if e.raw_os_error() == Some(libc::ENODEV) {
             io::Error::new(
