@@ -4,8 +4,10 @@
 //! [`DdpData`]: encoded with [`xdr::Encoder::ddp_opaque`], decoded as a slice of the
 //! received buffer.
 
+use xdr::{Encode, Encoder, FileRange, XdrStream};
+
 use crate::attr::ObjAttrFail;
-use crate::{DdpData, NfsFh3, PostOpAttr, StableHow, WccData, WriteVerf3};
+use crate::{DdpData, NfsFh3, NfsStat3, PostOpAttr, StableHow, WccData, WriteVerf3};
 
 xdr_struct! {
     /// §3.3.6 `READ3args`.
@@ -37,6 +39,20 @@ nfs_result!(
     /// §3.3.6 `READ3res`; the fail arm is `file_attributes`.
     Read3Res = Read3ResOk, ObjAttrFail
 );
+
+/// §3.3.6 `READ3res`, NFS3_OK arm, whose data is left in a file: `data` is the
+/// range ([`Encoder::ddp_file`]), and `count` its length. The same encoding as
+/// `Read3Res::Ok(Read3ResOk { .. })` with the range's bytes as `data`, for a
+/// byte-stream transport to send from the page cache.
+pub fn read_ok_from_file(file_attributes: &PostOpAttr, eof: bool, data: FileRange) -> XdrStream {
+    let mut enc = Encoder::new();
+    NfsStat3::NFS3_OK.encode(&mut enc);
+    file_attributes.encode(&mut enc);
+    enc.u32(u32::try_from(data.len).expect("a READ count fits in 32 bits"));
+    enc.bool(eof);
+    enc.ddp_file(data);
+    enc.finish()
+}
 
 xdr_struct! {
     /// §3.3.7 `WRITE3args`.

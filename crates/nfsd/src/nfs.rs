@@ -249,7 +249,7 @@ impl NfsServer {
             NfsProc3::LOOKUP => run(args, |a: Lookup3Args| proc::names::lookup(&cx, a)),
             NfsProc3::ACCESS => run(args, |a: Access3Args| proc::attr::access(&cx, a)),
             NfsProc3::READLINK => run(args, |a: ReadLink3Args| proc::names::readlink(&cx, a)),
-            NfsProc3::READ => run(args, |a: Read3Args| proc::io::read(&cx, a)),
+            NfsProc3::READ => run_encoded(args, |a: Read3Args| proc::io::read(&cx, a)),
             NfsProc3::WRITE => run(args, |a: Write3Args| proc::io::write(&cx, a)),
             NfsProc3::CREATE => run(args, |a: Create3Args| proc::names::create(&cx, a)),
             NfsProc3::MKDIR => run(args, |a: MkDir3Args| proc::names::mkdir(&cx, a)),
@@ -282,6 +282,17 @@ fn run<A: Decode, R: Encode>(
     Ok(f(a).to_xdr())
 }
 
+/// [`run`] for a procedure that encodes its own result (READ: its data may be left in
+/// the file, [`proc::io::read`]).
+fn run_encoded<A: Decode>(
+    mut args: Decoder,
+    f: impl FnOnce(A) -> XdrStream,
+) -> Result<XdrStream, ServiceError> {
+    let a = A::decode(&mut args)?;
+    args.finish()?;
+    Ok(f(a))
+}
+
 /// What a procedure runs with: the server, the exports table of this call, the
 /// caller, and what the caller may do on the export of the call's first handle.
 pub(crate) struct Cx<'a> {
@@ -299,6 +310,15 @@ impl Cx<'_> {
     pub(crate) fn as_caller<T>(&self, f: impl FnOnce() -> T) -> T {
         let _guard = crate::creds::AsCaller::enter(self.s.switching, &self.id);
         f()
+    }
+
+    /// True when the call came over a byte-stream transport (TCP), whose writer sends
+    /// data left in a file ([`xdr::FileRange`]) from the page cache; RPC-over-RDMA and
+    /// in-process calls get data in memory.
+    pub(crate) fn byte_stream(&self) -> bool {
+        self.caller
+            .peer
+            .is_some_and(|p| p.protocol == oncrpc::Protocol::Tcp)
     }
 
     /// The export and object `fh` names, if the caller may use that export: every

@@ -18,6 +18,7 @@
 //!   4-byte buffer, the data pieces sliced (not copied).
 
 use bytes::{Buf, Bytes, BytesMut};
+use xdr::{FileRange, Piece};
 
 /// RFC 5531 §11: the last-fragment bit of a record mark.
 pub const LAST_FRAGMENT: u32 = 0x8000_0000;
@@ -147,8 +148,21 @@ impl RecordDecoder {
 /// An empty message becomes one empty last fragment. `max_fragment` is clamped to
 /// 1..=2^31-1.
 pub fn frame(pieces: Vec<Bytes>, max_fragment: usize) -> Vec<Bytes> {
+    frame_pieces(pieces.into_iter().map(Piece::Bytes).collect(), max_fragment)
+        .into_iter()
+        .map(|p| match p {
+            Piece::Bytes(b) => b,
+            Piece::File(_) => unreachable!("frame_pieces makes file pieces of file pieces only"),
+        })
+        .collect()
+}
+
+/// [`frame`] for pieces that may be ranges of files ([`xdr::XdrStream::pieces`]): a
+/// file range that crosses a fragment boundary is cut into two ranges; nothing is
+/// read.
+pub fn frame_pieces(pieces: Vec<Piece>, max_fragment: usize) -> Vec<Piece> {
     let max_fragment = max_fragment.clamp(1, MAX_FRAGMENT_LEN as usize);
-    let total: usize = pieces.iter().map(Bytes::len).sum();
+    let total: usize = pieces.iter().map(Piece::len).sum();
     let mut out = Vec::with_capacity(pieces.len() + 2 + 2 * (total / max_fragment));
     let mut remaining = total;
     let mut room = 0; // data bytes left in the current fragment
@@ -157,17 +171,34 @@ pub fn frame(pieces: Vec<Bytes>, max_fragment: usize) -> Vec<Bytes> {
             if room == 0 {
                 room = remaining.min(max_fragment);
                 remaining -= room;
-                out.push(mark(room, remaining == 0));
+                out.push(Piece::Bytes(mark(room, remaining == 0)));
             }
             let n = room.min(piece.len());
-            out.push(piece.split_to(n));
+            out.push(split_to(&mut piece, n));
             room -= n;
         }
     }
     if total == 0 {
-        out.push(mark(0, true));
+        out.push(Piece::Bytes(mark(0, true)));
     }
     out
+}
+
+/// The first `n` bytes of `piece`, which keeps the rest.
+fn split_to(piece: &mut Piece, n: usize) -> Piece {
+    match piece {
+        Piece::Bytes(b) => Piece::Bytes(b.split_to(n)),
+        Piece::File(f) => {
+            let head = FileRange {
+                file: f.file.clone(),
+                offset: f.offset,
+                len: n,
+            };
+            f.offset += n as u64;
+            f.len -= n;
+            Piece::File(head)
+        }
+    }
 }
 
 fn mark(len: usize, last: bool) -> Bytes {

@@ -22,8 +22,11 @@ use crate::record::RecordDecoder;
 use crate::rpcbind::{Registrar, NETID_TCP};
 use crate::service::{reply_message, Dispatcher, Peer, Protocol};
 use crate::tcp::{
-    close_write, read_record, write_record, DEFAULT_MAX_FRAGMENT, DEFAULT_MAX_RECORD,
+    close_write, read_record, write_replies, DEFAULT_MAX_FRAGMENT, DEFAULT_MAX_RECORD,
 };
+
+/// Most replies one write of the connection's writer takes from its queue.
+const MAX_BATCH: usize = 32;
 
 /// Server settings.
 #[derive(Debug, Clone)]
@@ -168,12 +171,17 @@ async fn connection(
     let max_in_flight = config.max_in_flight.max(1);
     let (tx, mut rx) = mpsc::channel::<XdrStream>(max_in_flight);
     let max_fragment = config.max_fragment;
+    // The connection's only writer: replies leave whole, in completion order, those
+    // already queued together (tcp::write_replies: one `sendmsg` for a batch of
+    // replies in memory; READ data from the page cache by `sendfile`).
     let writer = AbortOnDrop(tokio::spawn(async move {
-        while let Some(reply) = rx.recv().await {
-            if let Err(e) = write_record(&mut wr, &reply, max_fragment).await {
+        let mut batch = Vec::with_capacity(MAX_BATCH);
+        while rx.recv_many(&mut batch, MAX_BATCH).await > 0 {
+            if let Err(e) = write_replies(wr.as_ref(), &batch, max_fragment).await {
                 tracing::debug!(%peer, error = %e, "write failed");
                 return;
             }
+            batch.clear();
         }
         close_write(&mut wr).await;
     }));

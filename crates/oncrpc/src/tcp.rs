@@ -17,6 +17,10 @@ use xdr::XdrStream;
 use crate::record::{frame, RecordDecoder};
 use crate::transport::{Incoming, RecordReceiver, RecordSender, Transport};
 
+mod replies;
+pub use replies::read_range;
+pub(crate) use replies::write_replies;
+
 /// Smallest buffer reservation for one read, so that small records do not cost one
 /// system call each.
 const READ_CHUNK: usize = 64 * 1024;
@@ -59,11 +63,17 @@ fn invalid_data(e: crate::RecordError) -> io::Error {
 
 /// Writes `msg` as one record of fragments of at most `max_fragment` bytes, with
 /// vectored writes: DDP-eligible data is written from its own buffers, not copied.
+/// Data left in files ([`xdr::FileRange`]) is read first ([`read_range`]); the
+/// server's writer sends it by `sendfile` instead.
 pub async fn write_record<W: AsyncWrite + Unpin>(
     w: &mut W,
     msg: &XdrStream,
     max_fragment: usize,
 ) -> io::Result<()> {
+    if msg.has_file_data() {
+        let msg = msg.clone().materialize(read_range)?;
+        return write_all_vectored(w, frame(msg.gather(), max_fragment)).await;
+    }
     write_all_vectored(w, frame(msg.gather(), max_fragment)).await
 }
 

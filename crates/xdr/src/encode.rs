@@ -10,6 +10,8 @@
 //! - reduced by an RPC-over-RDMA sender: the inline part goes in a Send, each DDP item
 //!   moves by RDMA through a chunk whose position is [`XdrStream::xdr_position`].
 
+use std::sync::Arc;
+
 use bytes::{BufMut, Bytes, BytesMut};
 
 use crate::{pad_len, PADDING};
@@ -28,14 +30,82 @@ pub struct DdpItem {
     /// Offset in [`XdrStream::inline`] where the item's data would start, i.e. just
     /// after its length word. Non-decreasing across the item list.
     pub inline_offset: usize,
-    /// The item's data, without XDR padding.
+    /// The item's data, without XDR padding. Empty when [`DdpItem::file`] is set.
     pub data: Bytes,
+    /// Set when the data was left in a file ([`Encoder::ddp_file`]): `data` is then
+    /// empty and the item's bytes are the file's range.
+    pub file: Option<FileRange>,
 }
 
+/// The data of a DDP-eligible item left in an open file: `len` bytes at `offset`.
+///
+/// A byte-stream transport sends it from the page cache behind the bytes before it
+/// (`oncrpc`'s TCP writer, by `sendfile`), so the data is never copied into user
+/// memory. This crate does no I/O: whoever cannot send it that way reads it first
+/// ([`XdrStream::materialize`]). Only replies to a byte-stream transport carry one:
+/// an RPC-over-RDMA sender reduces `data` and must never be given a file item (nfsd
+/// makes them for calls that came over TCP only).
+///
+/// The range was fixed when the reply was encoded (its length word is already in the
+/// stream); if the file shrinks before it is sent, the sender pads it with zeros to
+/// keep the record's framing.
+#[derive(Debug, Clone)]
+pub struct FileRange {
+    /// The open file.
+    pub file: Arc<std::fs::File>,
+    /// Where the range starts.
+    pub offset: u64,
+    /// Its length in bytes.
+    pub len: usize,
+}
+
+impl PartialEq for FileRange {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.file, &other.file) && self.offset == other.offset && self.len == other.len
+    }
+}
+
+impl Eq for FileRange {}
+
 impl DdpItem {
+    /// The item's data length (without padding), in memory or in its file.
+    pub fn len(&self) -> usize {
+        self.file.as_ref().map_or(self.data.len(), |f| f.len)
+    }
+
+    /// True when the item has no data.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
     /// Bytes the item takes in a full XDR stream: data plus round-up padding.
     pub fn padded_len(&self) -> usize {
-        crate::padded_len(self.data.len())
+        crate::padded_len(self.len())
+    }
+}
+
+/// A piece of a full XDR stream, in order: bytes in memory or a range of a file
+/// ([`XdrStream::pieces`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Piece {
+    /// Bytes in memory.
+    Bytes(Bytes),
+    /// A DDP item's data left in its file.
+    File(FileRange),
+}
+
+impl Piece {
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        match self {
+            Piece::Bytes(b) => b.len(),
+            Piece::File(f) => f.len,
+        }
+    }
+
+    /// True when the piece has no bytes.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 }
 
@@ -142,6 +212,23 @@ impl Encoder {
         self.ddp.push(DdpItem {
             inline_offset: self.inline.len(),
             data,
+            file: None,
+        });
+        self
+    }
+
+    /// Like [`Encoder::ddp_opaque`], for data left in a file ([`FileRange`]): the
+    /// length word is encoded inline, the data stays in the file until a byte-stream
+    /// transport sends it.
+    ///
+    /// # Panics
+    /// If the range is 4 GiB or longer, which XDR cannot express.
+    pub fn ddp_file(&mut self, range: FileRange) -> &mut Self {
+        self.u32(xdr_length(range.len));
+        self.ddp.push(DdpItem {
+            inline_offset: self.inline.len(),
+            data: Bytes::new(),
+            file: Some(range),
         });
         self
     }
@@ -231,28 +318,70 @@ impl XdrStream {
         Some(item.inline_offset + before)
     }
 
-    /// The full stream as a list of pieces for a vectored write, in order. DDP data is
-    /// not copied; padding comes from a static zero buffer.
-    pub fn gather(&self) -> Vec<Bytes> {
+    /// True when a DDP item's data was left in a file ([`Encoder::ddp_file`]).
+    pub fn has_file_data(&self) -> bool {
+        self.ddp.iter().any(|item| item.file.is_some())
+    }
+
+    /// The full stream as a list of pieces, in order, with DDP items left in files as
+    /// [`Piece::File`]. Nothing is copied; padding comes from a static zero buffer;
+    /// there are no empty pieces.
+    pub fn pieces(&self) -> Vec<Piece> {
         let mut pieces = Vec::with_capacity(1 + 3 * self.ddp.len());
         let mut at = 0;
         for item in &self.ddp {
             if item.inline_offset > at {
-                pieces.push(self.inline.slice(at..item.inline_offset));
+                pieces.push(Piece::Bytes(self.inline.slice(at..item.inline_offset)));
             }
-            if !item.data.is_empty() {
-                pieces.push(item.data.clone());
+            match &item.file {
+                Some(f) if f.len > 0 => pieces.push(Piece::File(f.clone())),
+                Some(_) => {}
+                None if !item.data.is_empty() => pieces.push(Piece::Bytes(item.data.clone())),
+                None => {}
             }
-            let pad = pad_len(item.data.len());
+            let pad = pad_len(item.len());
             if pad > 0 {
-                pieces.push(Bytes::from_static(&PADDING[..pad]));
+                pieces.push(Piece::Bytes(Bytes::from_static(&PADDING[..pad])));
             }
             at = item.inline_offset;
         }
         if at < self.inline.len() {
-            pieces.push(self.inline.slice(at..));
+            pieces.push(Piece::Bytes(self.inline.slice(at..)));
         }
         pieces
+    }
+
+    /// The full stream as a list of pieces for a vectored write, in order. DDP data is
+    /// not copied; padding comes from a static zero buffer.
+    ///
+    /// # Panics
+    /// If a DDP item's data is left in a file ([`XdrStream::has_file_data`]): its sender
+    /// sends it from the file, or reads it first with [`XdrStream::materialize`].
+    pub fn gather(&self) -> Vec<Bytes> {
+        self.pieces()
+            .into_iter()
+            .map(|p| match p {
+                Piece::Bytes(b) => b,
+                Piece::File(_) => {
+                    panic!("XdrStream::gather of data left in a file: materialize it first")
+                }
+            })
+            .collect()
+    }
+
+    /// The stream with every DDP item left in a file replaced by its data, read by
+    /// `read` (which returns exactly `range.len` bytes or fails). The other items are
+    /// moved, not copied.
+    pub fn materialize<E>(
+        mut self,
+        mut read: impl FnMut(&FileRange) -> std::result::Result<Bytes, E>,
+    ) -> std::result::Result<XdrStream, E> {
+        for item in &mut self.ddp {
+            if let Some(f) = item.file.take() {
+                item.data = read(&f)?;
+            }
+        }
+        Ok(self)
     }
 
     /// The full stream in one buffer.

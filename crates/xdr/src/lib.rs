@@ -10,6 +10,9 @@
 //!   ([`XdrStream::gather`]).
 //! - [`Encode`] and [`Decode`] are implemented by message types of the layers above.
 //!
+//!   An item may also be left in a file ([`Encoder::ddp_file`], [`FileRange`]) for a
+//!   byte-stream transport to send from the page cache.
+//!
 //! This crate does no I/O and knows nothing of RPC.
 #![warn(missing_docs, unreachable_pub)]
 
@@ -19,7 +22,7 @@ mod error;
 
 pub use bytes::Bytes;
 pub use decode::Decoder;
-pub use encode::{DdpItem, Encoder, Slot, XdrStream};
+pub use encode::{DdpItem, Encoder, FileRange, Piece, Slot, XdrStream};
 pub use error::{Result, XdrError};
 
 /// Zero bytes for XDR padding.

@@ -1,20 +1,23 @@
 //! Data procedures: RFC 1813 §3.3.6 READ, §3.3.7 WRITE, §3.3.21 COMMIT.
 //!
-//! Copies per byte (see the crate documentation): READ data is read by `pread`
-//! straight into the buffer that becomes the reply's DDP-eligible item; WRITE data is
-//! written by `pwrite` straight from the slice of the received call buffer.
+//! Copies per byte (see the crate documentation): READ data over TCP is left in the
+//! file for the TCP writer to `sendfile` (no copy by the server); over RDMA it is read
+//! by `pread` straight into the buffer that becomes the reply's DDP-eligible item;
+//! WRITE data is written by `pwrite` straight from the slice of the received call
+//! buffer.
 
 use nfs3::attr::ObjAttrFail;
 use nfs3::io::*;
 use nfs3::{DdpData, NfsResult, NfsStat3, StableHow, WccData};
 use std::os::fd::OwnedFd;
+use std::sync::Arc;
 
 use rustix::fs::{FileType, OFlags};
-use xdr::Bytes;
+use xdr::{Bytes, Encode, FileRange, XdrStream};
 
 use crate::errno::OrStat;
 use crate::nfs::{post_op, wcc, Cx, MAX_IO};
-use crate::vfs::Node;
+use crate::vfs::{stat_fd, Meta, Node};
 
 /// RFC 1813 §3.3.6: READ of a directory is NFS3ERR_ISDIR; of another non-regular
 /// file, NFS3ERR_INVAL.
@@ -40,23 +43,43 @@ pub(crate) fn open_io(cx: &Cx<'_>, node: &Node, flags: OFlags) -> Result<OwnedFd
 
 /// §3.3.6 READ. At most [`MAX_IO`] bytes ("rtmax"); a larger count is shortened, as
 /// §3.3.6 allows ("count ... may be less than requested").
-pub(crate) fn read(cx: &Cx<'_>, a: Read3Args) -> Read3Res {
+///
+/// How the data travels depends on the transport the call came over:
+/// - **TCP** ([`Cx::byte_stream`]): the data is not read here. The file's size is
+///   taken from the opened file (`statx`), which fixes `count` (what lies between
+///   `offset` and the end of the file, at most the count asked), `eof` (`offset +
+///   count` reaches the size) and the post-op attributes; the reply carries the open
+///   file and that range ([`nfs3::io::read_ok_from_file`]), and `oncrpc`'s TCP
+///   writer sends it from the page cache by `sendfile` behind the header: no copy in
+///   user space, none by the server at all (`oncrpc::tcp` says what happens if the
+///   file shrinks first, or cannot be sent that way).
+/// - **RPC-over-RDMA** and in-process calls: the data is read (`pread`) into a pooled
+///   buffer, the reply's DDP-eligible item, which the RDMA transport sends by RDMA
+///   Write (or inline) from there: one copy, by the kernel.
+pub(crate) fn read(cx: &Cx<'_>, a: Read3Args) -> XdrStream {
     let (ex, node) = match cx.resolve(&a.file) {
         Ok(r) => r,
         Err(s) => {
-            return NfsResult::Fail(
+            let fail: Read3Res = NfsResult::Fail(
                 s,
                 ObjAttrFail {
                     obj_attributes: None,
                 },
-            )
+            );
+            return fail.to_xdr();
         }
     };
     let count = a.count.min(MAX_IO) as usize;
     let got = regular(&node).and_then(|()| {
         let fd = open_io(cx, &node, OFlags::RDONLY)?;
+        if count > 0 && cx.byte_stream() {
+            let meta = stat_fd(&fd)?;
+            let len = meta.size.saturating_sub(a.offset).min(count as u64) as usize;
+            let eof = a.offset.saturating_add(len as u64) >= meta.size;
+            return Ok(Data::File { fd, meta, len, eof });
+        }
         if count == 0 {
-            return Ok(Bytes::new());
+            return Ok(Data::Memory(Bytes::new()));
         }
         // The reply buffer, from the server's pool: the kernel copies file data into
         // it (the one copy on the server), and it is handed to the encoder as the
@@ -84,10 +107,25 @@ pub(crate) fn read(cx: &Cx<'_>, a: Read3Args) -> Read3Res {
             filled += n;
         }
         buf.freeze(0..filled)
+            .map(Data::Memory)
             .map_err(|_| NfsStat3::NFS3ERR_SERVERFAULT)
     });
-    match got {
-        Ok(buf) => {
+    let res: Read3Res = match got {
+        Ok(Data::File { fd, meta, len, eof }) if len > 0 => {
+            let range = FileRange {
+                file: Arc::new(std::fs::File::from(fd)),
+                offset: a.offset,
+                len,
+            };
+            return nfs3::io::read_ok_from_file(&Some(meta.fattr(ex.id)), eof, range);
+        }
+        Ok(Data::File { meta, eof, .. }) => NfsResult::Ok(Read3ResOk {
+            file_attributes: Some(meta.fattr(ex.id)),
+            count: 0,
+            eof,
+            data: DdpData(Bytes::new()),
+        }),
+        Ok(Data::Memory(buf)) => {
             let attrs = node.stat().ok();
             let eof = attrs.map_or(true, |m| {
                 a.offset.saturating_add(buf.len() as u64) >= m.size
@@ -106,7 +144,22 @@ pub(crate) fn read(cx: &Cx<'_>, a: Read3Args) -> Read3Res {
                 obj_attributes: post_op(ex, &node),
             },
         ),
-    }
+    };
+    res.to_xdr()
+}
+
+/// READ data as [`read`] got it.
+enum Data {
+    /// Read into memory.
+    Memory(Bytes),
+    /// Left in the open file: `len` bytes at the call's offset, for a byte-stream
+    /// transport to send; `meta` is the file's status when `len` and `eof` were fixed.
+    File {
+        fd: OwnedFd,
+        meta: Meta,
+        len: usize,
+        eof: bool,
+    },
 }
 
 /// §3.3.7 WRITE. `stable` is honoured: FILE_SYNC fsyncs, DATA_SYNC fdatasyncs,

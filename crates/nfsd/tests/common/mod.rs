@@ -204,6 +204,9 @@ impl Harness {
         let reply = rt
             .block_on(self.dispatcher.dispatch_from(call, self.peer))
             .expect("a reply")
+            // READ data over TCP stays in the file until the TCP writer sends it.
+            .materialize(oncrpc::tcp::read_range)
+            .expect("READ data left in the file is readable")
             .to_bytes();
         decode_reply(reply, xid)
     }

@@ -1,0 +1,164 @@
+//! READ over TCP as `nfsd` composes it (`Bound` on loopback), where the data leaves
+//! the file by `sendfile` behind the reply header (`nfsd::proc::io::read`,
+//! `oncrpc::tcp`'s reply writer): our NFSv3 client reads ranges around the edges
+//! (nothing, one byte, unaligned counts and offsets, the last byte, at and past the end
+//! of the file, a count over the file's size, an empty file) and checks bytes, count
+//! and eof against the file; then pipelined 1 MiB READs of a file of 3 MiB + 3 bytes
+//! from several tasks at once on one connection, so that replies with file data
+//! follow each other (and small replies) on the socket, checked byte for byte.
+
+mod common;
+
+use std::net::Ipv4Addr;
+use std::time::Duration;
+
+use common::TempDir;
+use nfsclient::{IoOptions, Mount, MountOptions, TransportKind};
+use nfsd::server::{Bound, Config, RpcbindMode};
+use nfsd::{ExportLine, ExportOptions, Squash};
+
+fn config(dir: &TempDir) -> Config {
+    Config {
+        exports: vec![ExportLine::everyone(
+            dir.path(),
+            ExportOptions {
+                read_only: false,
+                squash: Squash::None,
+                secure: false,
+                ..ExportOptions::default()
+            },
+        )],
+        bind: Ipv4Addr::LOCALHOST.into(),
+        nfs_port: 0,
+        mount_port: 0,
+        rpcbind: RpcbindMode::Off,
+        portmap_port: 0,
+        handles: nfsd::HandleConfig::ephemeral().unwrap(),
+        nlm: None,
+    }
+}
+
+fn pattern(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tcp_read_sends_file_ranges_exactly_with_eof() {
+    let dir = TempDir::new("tcpread");
+    let small = pattern(3 * 4096 + 5, 3);
+    std::fs::write(dir.path().join("small"), &small).unwrap();
+    std::fs::write(dir.path().join("empty"), b"").unwrap();
+    let big = pattern(3 * (1 << 20) + 3, 11);
+    std::fs::write(dir.path().join("big"), &big).unwrap();
+
+    let bound = Bound::new(&config(&dir)).await.unwrap();
+    let nfs_port = bound.nfs_addr().unwrap().port();
+    let mount_port = bound.mount_addr().unwrap().port();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let serving = tokio::spawn(bound.serve(async move {
+        let _ = stopped.await;
+    }));
+    let opts = MountOptions {
+        transport: TransportKind::Tcp,
+        nfs_port: Some(nfs_port),
+        mount_port: Some(mount_port),
+        timeout: Duration::from_secs(20),
+        ..MountOptions::default()
+    };
+    let export = dir.path().to_str().unwrap().to_string();
+    let mut m = Mount::mount("127.0.0.1", &export, &opts).await.unwrap();
+
+    // (offset, count) around the edges of a 12,293-byte file.
+    let size = small.len() as u64;
+    let (fh, _) = m.lookup_path("small").await.unwrap();
+    let cases: &[(u64, u32)] = &[
+        (0, 0),
+        (0, 1),
+        (1, 3),
+        (3, 1),
+        (0, 4095),
+        (4093, 7),
+        (4096, 4096),
+        (5, 4099),
+        (0, size as u32),
+        (0, size as u32 - 1),
+        (size - 1, 1),
+        (size - 1, 10),
+        (size - 5, 5),
+        (size - 6, 5),
+        (size, 0),
+        (size, 1),
+        (size + 100, 10),
+        (u64::MAX - 3, 4),
+        (7, 1 << 20),
+    ];
+    for &(offset, count) in cases {
+        let r = m.nfs().read(&fh, offset, count).await.unwrap();
+        let start = offset.min(size) as usize;
+        let end = offset.saturating_add(count as u64).min(size) as usize;
+        let want = &small[start..end];
+        assert_eq!(r.count as usize, want.len(), "count at ({offset}, {count})");
+        assert!(r.data.0[..] == want[..], "bytes at ({offset}, {count})");
+        assert_eq!(
+            r.eof,
+            offset.saturating_add(r.count as u64) >= size,
+            "eof at ({offset}, {count})"
+        );
+        let attrs = r.file_attributes.expect("post-op attributes");
+        assert_eq!(attrs.size, size, "post-op size at ({offset}, {count})");
+    }
+
+    let (empty, _) = m.lookup_path("empty").await.unwrap();
+    for (offset, count) in [(0, 0), (0, 10), (5, 1)] {
+        let r = m.nfs().read(&empty, offset, count).await.unwrap();
+        assert_eq!(
+            (r.count, r.eof),
+            (0, true),
+            "empty file at ({offset}, {count})"
+        );
+    }
+
+    // Pipelined 1 MiB READs (4 in flight) from three tasks sharing the connection, with
+    // GETATTRs in between: whole records only, each reply's bytes where they belong.
+    m.set_io_options(IoOptions {
+        rsize: 1 << 20,
+        wsize: 1 << 20,
+        depth: 4,
+        ..IoOptions::default()
+    });
+    let m = std::sync::Arc::new(m);
+    let (bigfh, _) = m.lookup_path("big").await.unwrap();
+    let mut tasks = Vec::new();
+    for _ in 0..3 {
+        let (m, bigfh) = (m.clone(), bigfh.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut reads = Vec::new();
+            for _ in 0..3 {
+                reads.push(m.read_all(&bigfh).await.unwrap());
+                m.nfs().getattr(&bigfh).await.unwrap();
+            }
+            reads
+        }));
+    }
+    for t in tasks {
+        for got in t.await.unwrap() {
+            assert!(got == big, "pipelined 1 MiB READs of a 3 MiB + 3 file");
+        }
+    }
+    drop(m);
+
+    stop.send(()).unwrap();
+    tokio::time::timeout(Duration::from_secs(10), serving)
+        .await
+        .expect("serve returns after shutdown")
+        .unwrap()
+        .unwrap();
+}
