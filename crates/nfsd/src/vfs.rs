@@ -255,6 +255,11 @@ impl Node {
     /// Re-opens the object with real access (`O_RDONLY`, `O_WRONLY`, ...), checking
     /// that it is still the same inode. Never follows a symbolic link.
     pub fn reopen(&self, flags: OFlags) -> Result<OwnedFd, NfsStat3> {
+        self.reopen_stat(flags).map(|(fd, _)| fd)
+    }
+
+    /// [`Node::reopen`], with the attributes of the opened file read by the check.
+    pub fn reopen_stat(&self, flags: OFlags) -> Result<(OwnedFd, Meta), NfsStat3> {
         let flags = flags | OFlags::CLOEXEC | OFlags::NOCTTY | OFlags::NONBLOCK;
         let fd = match &self.at {
             Some((parent, name)) => rustix::fs::openat(
@@ -269,10 +274,11 @@ impl Node {
             // kernel refuses to open a symbolic link's inode there, ELOOP).
             None => rustix::fs::openat(CWD, self.proc_path(), flags, Mode::empty()).or_stat()?,
         };
-        if stat_fd(&fd)?.key != self.meta.key {
+        let meta = stat_fd(&fd)?;
+        if meta.key != self.meta.key {
             return Err(NfsStat3::NFS3ERR_STALE);
         }
-        Ok(fd)
+        Ok((fd, meta))
     }
 
     /// Fresh attributes.

@@ -281,3 +281,36 @@ proptest! {
         let _ = d.optional(|d| d.u64());
     }
 }
+
+#[test]
+fn file_item_keeps_its_place_and_length_until_materialized() {
+    let file = std::sync::Arc::new(std::fs::File::open("/dev/null").unwrap());
+    let range = FileRange {
+        file: file.clone(),
+        offset: 10,
+        len: 5,
+    };
+    let mut enc = Encoder::new();
+    enc.u32(1).ddp_file(range.clone()).u32(2);
+    let s = enc.finish();
+    assert!(s.has_file_data());
+    assert_eq!(s.xdr_len(), 4 + 4 + 8 + 4);
+    assert_eq!(s.xdr_position(0), Some(8));
+    assert_eq!(
+        s.pieces(),
+        vec![
+            Piece::Bytes(Bytes::from_static(&[0, 0, 0, 1, 0, 0, 0, 5])),
+            Piece::File(range),
+            Piece::Bytes(Bytes::from_static(&[0, 0, 0])),
+            Piece::Bytes(Bytes::from_static(&[0, 0, 0, 2])),
+        ]
+    );
+    let m = s
+        .materialize(|r| Ok::<_, ()>(Bytes::from(vec![9u8; r.len])))
+        .unwrap();
+    assert!(!m.has_file_data());
+    assert_eq!(
+        &m.to_bytes()[..],
+        &[0, 0, 0, 1, 0, 0, 0, 5, 9, 9, 9, 9, 9, 0, 0, 0, 0, 0, 0, 2]
+    );
+}

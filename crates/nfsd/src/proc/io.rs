@@ -17,7 +17,7 @@ use xdr::{Bytes, Encode, FileRange, XdrStream};
 
 use crate::errno::OrStat;
 use crate::nfs::{post_op, wcc, Cx, MAX_IO};
-use crate::vfs::{stat_fd, Meta, Node};
+use crate::vfs::{Meta, Node};
 
 /// RFC 1813 §3.3.6: READ of a directory is NFS3ERR_ISDIR; of another non-regular
 /// file, NFS3ERR_INVAL.
@@ -35,8 +35,13 @@ fn regular(node: &Node) -> Result<(), NfsStat3> {
 /// read-only (`open(O_CREAT|O_WRONLY, 0444)` then WRITE, as `cp -p` and `tar` do),
 /// since the permission check was the client's, at open time.
 pub(crate) fn open_io(cx: &Cx<'_>, node: &Node, flags: OFlags) -> Result<OwnedFd, NfsStat3> {
-    match cx.as_caller(|| node.reopen(flags)) {
-        Err(NfsStat3::NFS3ERR_ACCES) if cx.id.uid == node.meta.uid => node.reopen(flags),
+    open_io_stat(cx, node, flags).map(|(fd, _)| fd)
+}
+
+/// [`open_io`], with the opened file's attributes (read anyway, to check the inode).
+fn open_io_stat(cx: &Cx<'_>, node: &Node, flags: OFlags) -> Result<(OwnedFd, Meta), NfsStat3> {
+    match cx.as_caller(|| node.reopen_stat(flags)) {
+        Err(NfsStat3::NFS3ERR_ACCES) if cx.id.uid == node.meta.uid => node.reopen_stat(flags),
         other => other,
     }
 }
@@ -48,7 +53,8 @@ pub(crate) fn open_io(cx: &Cx<'_>, node: &Node, flags: OFlags) -> Result<OwnedFd
 /// - **TCP** ([`Cx::byte_stream`]): the data is not read here. The file's size is
 ///   taken from the opened file (`statx`), which fixes `count` (what lies between
 ///   `offset` and the end of the file, at most the count asked), `eof` (`offset +
-///   count` reaches the size) and the post-op attributes; the reply carries the open
+///   count` reaches the size) and the post-op attributes (the `statx` that checks the
+///   reopened file is still the handle's inode); the reply carries the open
 ///   file and that range ([`nfs3::io::read_ok_from_file`]), and `oncrpc`'s TCP
 ///   writer sends it from the page cache by `sendfile` behind the header: no copy in
 ///   user space, none by the server at all (`oncrpc::tcp` says what happens if the
@@ -71,9 +77,8 @@ pub(crate) fn read(cx: &Cx<'_>, a: Read3Args) -> XdrStream {
     };
     let count = a.count.min(MAX_IO) as usize;
     let got = regular(&node).and_then(|()| {
-        let fd = open_io(cx, &node, OFlags::RDONLY)?;
+        let (fd, meta) = open_io_stat(cx, &node, OFlags::RDONLY)?;
         if count > 0 && cx.byte_stream() {
-            let meta = stat_fd(&fd)?;
             let len = meta.size.saturating_sub(a.offset).min(count as u64) as usize;
             let eof = a.offset.saturating_add(len as u64) >= meta.size;
             return Ok(Data::File { fd, meta, len, eof });

@@ -200,3 +200,134 @@ pub fn read_range(range: &FileRange) -> io::Result<Bytes> {
     }
     Ok(buf.freeze())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::RecordDecoder;
+    use crate::tcp::read_record;
+    use std::io::Write;
+    use std::sync::Arc;
+    use xdr::Encoder;
+
+    fn temp_file(data: &[u8]) -> Arc<std::fs::File> {
+        let path = std::env::temp_dir().join(format!(
+            "oncrpc-replies-{}-{}",
+            std::process::id(),
+            rand::random::<u64>()
+        ));
+        let mut f = std::fs::File::options()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .unwrap();
+        std::fs::remove_file(&path).unwrap();
+        f.write_all(data).unwrap();
+        Arc::new(f)
+    }
+
+    /// A reply: a word, the file range as a DDP item, a trailing word.
+    fn reply(file: &Arc<std::fs::File>, offset: u64, len: usize) -> XdrStream {
+        let mut enc = Encoder::new();
+        enc.u32(0xAAAA_AAAA);
+        enc.ddp_file(FileRange {
+            file: file.clone(),
+            offset,
+            len,
+        });
+        enc.u32(0xBBBB_BBBB);
+        enc.finish()
+    }
+
+    fn expected(data: &[u8], offset: usize, len: usize) -> Vec<u8> {
+        let mut want = 0xAAAA_AAAAu32.to_be_bytes().to_vec();
+        want.extend_from_slice(&(len as u32).to_be_bytes());
+        let mut body = data.get(offset..).unwrap_or(&[]).to_vec();
+        body.resize(len, 0); // past the end: zeros
+        want.extend_from_slice(&body);
+        want.resize(want.len() + xdr::pad_len(len), 0);
+        want.extend_from_slice(&0xBBBB_BBBBu32.to_be_bytes());
+        want
+    }
+
+    /// Sends `replies` in one batch over loopback and returns the records received.
+    async fn round_trip(replies: Vec<XdrStream>, max_fragment: usize) -> Vec<Vec<u8>> {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let n = replies.len();
+        let sender = tokio::spawn(async move {
+            let (sock, _) = listener.accept().await.unwrap();
+            write_replies(&sock, &replies, max_fragment).await.unwrap();
+        });
+        let mut rd = TcpStream::connect(addr).await.unwrap();
+        let mut dec = RecordDecoder::new(1 << 24);
+        let mut buf = BytesMut::new();
+        let mut out = Vec::new();
+        for _ in 0..n {
+            let rec = read_record(&mut rd, &mut dec, &mut buf).await.unwrap();
+            out.push(rec.expect("a record").to_vec());
+        }
+        sender.await.unwrap();
+        out
+    }
+
+    #[tokio::test]
+    async fn file_ranges_go_out_whole_in_order_with_other_replies() {
+        let data: Vec<u8> = (0..300_001u32).map(|i| (i * 7) as u8).collect();
+        let file = temp_file(&data);
+        let inline = {
+            let mut enc = Encoder::new();
+            enc.u32(42);
+            enc.finish()
+        };
+        let cases = [(0, 1), (3, 5), (1, 300_000), (0, 300_001), (299_999, 2)];
+        let mut replies = vec![inline.clone()];
+        for &(off, len) in &cases {
+            replies.push(reply(&file, off as u64, len));
+            replies.push(inline.clone());
+        }
+        // One fragment per record, and fragments of 1,000 bytes (file ranges cut).
+        for max_fragment in [usize::MAX, 1000] {
+            let got = round_trip(replies.clone(), max_fragment).await;
+            assert_eq!(got.len(), replies.len());
+            for (i, rec) in got.iter().enumerate() {
+                let want = if i % 2 == 0 {
+                    42u32.to_be_bytes().to_vec()
+                } else {
+                    let (off, len) = cases[i / 2];
+                    expected(&data, off, len)
+                };
+                assert!(*rec == want, "record {i} at max_fragment {max_fragment}");
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn a_file_that_shrank_is_padded_with_zeros_to_the_announced_length() {
+        let data = vec![7u8; 10_000];
+        let file = temp_file(&data);
+        let replies = vec![reply(&file, 9_000, 5_000), reply(&file, 20_000, 3)];
+        let got = round_trip(replies, usize::MAX).await;
+        assert!(got[0] == expected(&data, 9_000, 5_000));
+        assert!(got[1] == expected(&data, 20_000, 3));
+    }
+
+    #[test]
+    fn read_range_reads_exactly_len_bytes() {
+        let data = b"hello world".to_vec();
+        let file = temp_file(&data);
+        let r = |offset, len| {
+            read_range(&FileRange {
+                file: file.clone(),
+                offset,
+                len,
+            })
+            .unwrap()
+        };
+        assert_eq!(&r(6, 5)[..], b"world");
+        assert_eq!(&r(9, 4)[..], b"ld\0\0");
+        assert_eq!(&r(100, 2)[..], b"\0\0");
+        assert!(r(0, 0).is_empty());
+    }
+}
