@@ -24,13 +24,17 @@
 //!
 //! # Copies per byte on the data path
 //!
-//! - **READ**: 1 copy on the server. `pread` copies file data (page cache) into a
-//!   fresh buffer, which becomes the READ3resok `data` as a [`bytes::Bytes`] without
-//!   a copy and is encoded as a DDP-eligible item ([`xdr::Encoder::ddp_opaque`]). On
-//!   TCP the reply is written with a vectored write that gathers that buffer (the
-//!   kernel's socket copy is the usual one); over RDMA that buffer is the gather list
-//!   of the RDMA Write into the client's Write chunk (no further copy in userspace;
-//!   the iWARP provider's socket write is the kernel's copy).
+//! - **READ over TCP**: no copy by the server. The handler fixes count, eof and the
+//!   post-op attributes from the opened file's size and leaves the data in the file
+//!   ([`xdr::Encoder::ddp_file`]); `oncrpc`'s TCP writer sends the header, then the
+//!   range from the page cache by `sendfile` (the socket takes references to the
+//!   page-cache pages).
+//! - **READ over RDMA**: 1 copy on the server. `pread` copies file data (page cache)
+//!   into a pooled buffer, which becomes the READ3resok `data` as a [`bytes::Bytes`]
+//!   without a copy and is encoded as a DDP-eligible item
+//!   ([`xdr::Encoder::ddp_opaque`]): the gather list of the RDMA Write into the
+//!   client's Write chunk (no further copy in userspace; the iWARP provider's socket
+//!   write is the kernel's copy).
 //! - **WRITE**: 1 copy on the server. The WRITE3args `data` is a slice of the received
 //!   call buffer (decoding copies nothing); `pwrite` copies it into the page cache.
 //!   Over RDMA the data is pulled by RDMA Read into a sink region; the transport makes
