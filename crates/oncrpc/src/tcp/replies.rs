@@ -5,9 +5,10 @@
 //! Why: a READ reply written with `writev` from a buffer costs the server two copies
 //! of every byte (page cache -> buffer by `pread`, buffer -> socket by `writev`);
 //! `sendfile` hands the socket references to the page-cache pages, so the server
-//! copies none (on loopback the receiver's `recv` is then the only copy). Measured
-//! against `pread` + `writev`, `splice` through a pipe, and `MSG_ZEROCOPY` in
-//! ARCHITECTURE.md ("nfs3 and nfsd", READ over TCP).
+//! copies none (on loopback the receiver's `recv` is then the only copy, now out of
+//! the page cache). Weighed against `splice` through a pipe, `MSG_ZEROCOPY` and
+//! io_uring, and measured against `pread` + `writev`, in ARCHITECTURE.md ("nfs3 and
+//! nfsd", READ over TCP) and docs/bench/README.md.
 //!
 //! The rules, all here:
 //! - **Atomicity.** One task per connection owns the write half and writes each reply
