@@ -403,10 +403,11 @@ fn binary_with_verbs_provider_and_no_device_for_the_address_fails_saying_why() {
 /// Issue 16, one memory budget (`Config::max_memory`, `--max-memory`) shared by the
 /// NFS/RDMA transport and the NFS program: with room for two RDMA connections'
 /// buffers, one (small) Call and half a MiB more, two RDMA mounts are accepted and a third connection
-/// is rejected at setup while the two still answer; a 1 MiB READ (over TCP, whose
+/// is rejected at setup while the two still answer; a 1 MiB READ over RDMA (whose
 /// READ buffers are charged too) is answered NFS3ERR_JUKEBOX, a 256 KiB one is
-/// served; once a mount leaves, a new connection gets in and the 1 MiB READ is
-/// served; once all have left, nothing stays charged.
+/// served, and over TCP (no READ buffer: the data goes by `sendfile`, issue 17) the
+/// 1 MiB READ is served; once a mount leaves, a new connection gets in and the 1 MiB
+/// READ over RDMA is served; once all have left, nothing stays charged.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_budget_rejects_rdma_connections_and_reads_past_it() {
     use nfsclient::nfs3::NfsStat3;
@@ -476,16 +477,22 @@ async fn one_budget_rejects_rdma_connections_and_reads_past_it() {
     a.nfs().null().await.unwrap();
     b.nfs().null().await.unwrap();
 
-    let (fh, _) = tcp.lookup_path("f").await.unwrap();
-    match tcp.nfs().read(&fh, 0, 1 << 20).await {
+    let (fh, _) = a.lookup_path("f").await.unwrap();
+    match a.nfs().read(&fh, 0, 1 << 20).await {
         Err(nfsclient::Error::Nfs { status, .. }) => {
             assert_eq!(status, NfsStat3::NFS3ERR_JUKEBOX)
         }
         other => panic!("a 1 MiB READ past the budget: {:?}", other.map(|r| r.count)),
     }
     assert_eq!(server.memory_refusals.total(), 1);
-    let got = tcp.nfs().read(&fh, 0, 256 << 10).await.unwrap();
+    // On `b`, which leaves next: done on `a`, this READ's 256 KiB stayed charged
+    // while `a` stayed open and idle (20 s; the RDMA transport keeps the reply's
+    // buffer after the reply was received).
+    let got = b.nfs().read(&fh, 0, 256 << 10).await.unwrap();
     assert_eq!(got.data.0.len(), 256 << 10);
+    let got = tcp.nfs().read(&fh, 0, 1 << 20).await.unwrap();
+    assert_eq!(got.data.0.len(), 1 << 20, "over TCP a READ charges nothing");
+    assert_eq!(server.memory_refusals.total(), 1);
     assert!(stats.memory().unwrap().peak <= config.max_memory);
 
     drop(b);
@@ -496,7 +503,7 @@ async fn one_budget_rejects_rdma_connections_and_reads_past_it() {
         .expect("accepted once memory was released");
     drop(c);
     until_charged(&stats, CONN).await;
-    let got = tcp.nfs().read(&fh, 0, 1 << 20).await.unwrap();
+    let got = a.nfs().read(&fh, 0, 1 << 20).await.unwrap();
     assert_eq!(got.data.0.len(), 1 << 20);
     a.nfs().null().await.unwrap();
 
