@@ -358,7 +358,13 @@ pub fn text(m: &Metadata) -> String {
                 .iter()
                 .map(|(k, v)| {
                     let rtt = s.rtt_ms_per_call.get(k).copied().unwrap_or(f64::NAN);
-                    format!("{k} {v:.0} ({rtt:.2} ms)")
+                    // A median over an even count can be a half call.
+                    let n = if v.fract() == 0.0 {
+                        format!("{v:.0}")
+                    } else {
+                        format!("{v:.1}")
+                    };
+                    format!("{k} {n} ({rtt:.2} ms)")
                 })
                 .collect();
             let _ = writeln!(
