@@ -16,10 +16,20 @@
 //! `/proc/stat` (user + nice + system + irq + softirq) over the `dd`, in jiffies; it
 //! covers the client, the server and everything else in the guest.
 //!
+//! [`Proto::Tcp`] (`--proto tcp`): the same reads with `proto=tcp` mounts (knfsd on
+//! 2049, ours on its `--nfs-port 12049`); the fabric is still set up, and carries
+//! nothing (no `ib_write_bw` ceiling then).
+//!
+//! `--metadata N` ([`crate::labmeta`]): after the reads, per server and repetition
+//! (interleaved as the reads are), `fs-meta` (crates/lab/src/bin/fs-meta.rs, shipped
+//! into the guest) creates, stats, opens, lists and removes `N` files in a fresh
+//! directory on the mount, remounting between phases so the client asks the server;
+//! the mount's per-op counts from `/proc/self/mountstats` are taken around each phase.
+//!
 //! The guest runs under TCG (no KVM here): absolute numbers are far below the host's
 //! and only the ratio means something.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use lab::{GuestScript, Lab};
@@ -47,6 +57,48 @@ impl Fabric {
             Fabric::Rxe => "rxe",
         }
     }
+}
+
+/// The transport the guest's kernel client mounts with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Proto {
+    /// `proto=rdma` (xprtrdma over the fabric): knfsd's RDMA listener 20049, ours 30049.
+    Rdma,
+    /// `proto=tcp`: knfsd on 2049, ours on its `--nfs-port 12049`; the fabric is set up
+    /// as for rdma but carries nothing.
+    Tcp,
+}
+
+impl Proto {
+    /// `rdma` or `tcp` (the mount's `proto=`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Proto::Rdma => "rdma",
+            Proto::Tcp => "tcp",
+        }
+    }
+}
+
+/// What `nfsbench lab` runs.
+#[derive(Debug, Clone)]
+pub struct LabPlan {
+    /// The guest's RDMA device.
+    pub fabric: Fabric,
+    /// The mounts' transport.
+    pub proto: Proto,
+    /// Host path of our `nfsd` binary (shipped into the guest).
+    pub nfsd: PathBuf,
+    /// The `lab/` directory (with its cache); default: the lab's own lookup.
+    pub lab_dir: Option<PathBuf>,
+    /// Size of the file read, MiB.
+    pub mib: u32,
+    /// Repetitions (interleaved pairs).
+    pub reps: u32,
+    /// One more read from ours under `strace -c -f`.
+    pub strace: bool,
+    /// The metadata runs: files per run and the host path of `fs-meta`.
+    pub metadata: Option<(u32, PathBuf)>,
 }
 
 /// The guest's RDMA setup for siw: siw0 and siw_lo (lab_rdma_up).
@@ -121,6 +173,11 @@ step ours_ready ours_ready
 record ours_rdma "$(grep 'listening on rdma' "$LAB_RUN_DIR/nfsd.log")"
 M=/mnt/b
 mkdir -p $M
+# proto=rdma (the default): knfsd's RDMA listener 20049, ours 30049; proto=tcp:
+# knfsd's 2049, ours --nfs-port 12049.
+P=${LAB_PROTO:-rdma}
+if [ "$P" = tcp ]; then KP=2049; OP=12049; else KP=20049; OP=30049; fi
+record knfsd_portlist "$(tr '\n' ' ' </proc/fs/nfsd/portlist)"
 busy() { awk '/^cpu /{print $2+$3+$4+$7+$8}' /proc/stat; }
 # Busy jiffies of each vCPU, and of our nfsd process (utime + stime), for the
 # per-run diagnostics (cpus_*, ours_proc_*).
@@ -128,7 +185,7 @@ pcpu() { awk '/^cpu[0-9]/{printf "%d ", $2+$3+$4+$7+$8}' /proc/stat; }
 pdelta() { echo "$1|$2" | awk -F'|' '{n=split($1,a," "); split($2,b," "); for(k=1;k<=n;k++) printf "%d ", b[k]-a[k]}'; }
 oursproc() { awk '{print $14, $15}' "/proc/$LAB_PID_nfsd/stat" 2>/dev/null || echo 0 0; }
 readone() {
-  step "mount_$1_$4" mount.nfs 10.0.2.15:/export $M -n -o "vers=3,proto=rdma,port=$2,mountproto=tcp,mountport=$3,nolock,rsize=1048576"
+  step "mount_$1_$4" mount.nfs 10.0.2.15:/export $M -n -o "vers=3,proto=$P,port=$2,mountproto=tcp,mountport=$3,nolock,rsize=1048576"
   [ "$4" = 0 ] && record "mount_$1" "$(grep " $M " /proc/mounts)"
   sync
   echo 3 >/proc/sys/vm/drop_caches
@@ -180,11 +237,11 @@ ceiling() {
 i=0
 while [ $i -lt "$LAB_REPS" ]; do
   if [ $((i % 2)) = 0 ]; then
-    readone knfsd 20049 20048 $i
-    readone ours 30049 12048 $i
+    readone knfsd $KP 20048 $i
+    readone ours $OP 12048 $i
   else
-    readone ours 30049 12048 $i
-    readone knfsd 20049 20048 $i
+    readone ours $OP 12048 $i
+    readone knfsd $KP 20048 $i
   fi
   [ "${LAB_CEILING:-0}" = 1 ] && step "ceiling_$i" ceiling $i
   i=$((i + 1))
@@ -196,12 +253,72 @@ strace_ours() {
   strace -c -f -p "$LAB_PID_nfsd" -o "$LAB_RUN_DIR/strace-ours.txt" &
   spid=$!
   sleep 2
-  readone ours 30049 12048 strace
+  readone ours $OP 12048 strace
   kill -INT $spid
   wait $spid
   cat "$LAB_RUN_DIR/strace-ours.txt"
 }
 [ "${LAB_STRACE:-0}" = 1 ] && strace_ours
+"#;
+
+/// The metadata runs (`LAB_META=N` files, 0: none): per server and repetition, in a
+/// fresh directory on a fresh mount, `fs-meta` create, then remount (caches
+/// dropped) and stat, open, then remount and list, remove. Around each phase the
+/// per-op counts of the mount's `/proc/self/mountstats` (`NAME:ops:rtt_ms:
+/// execute_ms:errors` for the ops with calls) and the guest's busy jiffies.
+const META: &str = r#"meta_mount() {
+  mount.nfs 10.0.2.15:/export $M -n -o "vers=3,proto=$P,port=$1,mountproto=tcp,mountport=$2,nolock"
+}
+meta_umount() {
+  umount $M || return 1
+  sync
+  echo 3 >/proc/sys/vm/drop_caches
+}
+opsnap() {
+  awk -v mp="$M" '$1=="device" {f=($5==mp); next} f && $1 ~ /^[A-Z_0-9]+:$/ && NF>=10 && $2>0 {sub(":","",$1); printf "%s:%s:%s:%s:%s ", $1, $2, $8, $9, $10}' /proc/self/mountstats
+}
+metaphase() {
+  local b a c0 c1 out
+  b=$(opsnap)
+  c0=$(busy)
+  out=$(timeout -s KILL "$LAB_STEP_TIMEOUT" /share/bin/fs-meta "$3" "$4" "$LAB_META") || { echo "$out"; return 1; }
+  c1=$(busy)
+  a=$(opsnap)
+  echo "$out"
+  record "meta_$1_$2_$3" "$(echo "$out" | awk '{print $4}') $((c1 - c0))"
+  record "metaops_before_$1_$2_$3" "$b"
+  record "metaops_after_$1_$2_$3" "$a"
+}
+metaone() {
+  local d=$M/meta-$1-$4
+  step "meta_mount_$1_$4" meta_mount $2 $3
+  [ "$4" = 0 ] && record "meta_mount_$1" "$(grep " $M " /proc/mounts)"
+  step "meta_mkdir_$1_$4" mkdir $d
+  step "meta_create_$1_$4" metaphase $1 $4 create $d
+  step "meta_remount1_$1_$4" meta_umount
+  step "meta_mount1_$1_$4" meta_mount $2 $3
+  step "meta_stat_$1_$4" metaphase $1 $4 stat $d
+  step "meta_open_$1_$4" metaphase $1 $4 open $d
+  step "meta_remount2_$1_$4" meta_umount
+  step "meta_mount2_$1_$4" meta_mount $2 $3
+  step "meta_list_$1_$4" metaphase $1 $4 list $d
+  step "meta_remove_$1_$4" metaphase $1 $4 remove $d
+  step "meta_rmdir_$1_$4" rmdir $d
+  step "meta_umount_$1_$4" meta_umount
+}
+if [ "${LAB_META:-0}" -gt 0 ]; then
+  i=0
+  while [ $i -lt "$LAB_REPS" ]; do
+    if [ $((i % 2)) = 0 ]; then
+      metaone knfsd $KP 20048 $i
+      metaone ours $OP 12048 $i
+    else
+      metaone ours $OP 12048 $i
+      metaone knfsd $KP 20048 $i
+    fi
+    i=$((i + 1))
+  done
+fi
 exit 0
 "#;
 
@@ -211,7 +328,7 @@ pub fn guest_script(fabric: Fabric) -> String {
         Fabric::Siw => (SIW_UP, SIW_OURS),
         Fabric::Rxe => (RXE_UP, RXE_OURS),
     };
-    format!(". /share/lib.sh\n{up}{KNFSD_UP}{ours}{READS}")
+    format!(". /share/lib.sh\n{up}{KNFSD_UP}{ours}{READS}{META}")
 }
 
 /// One `dd` read in the guest.
@@ -294,6 +411,8 @@ pub struct Ceiling {
 pub struct LabReport {
     /// The fabric the guest ran on.
     pub fabric: Fabric,
+    /// The mounts' transport.
+    pub proto: Proto,
     /// Guest kernel and the mount lines (rsize actually used).
     pub guest: Vec<(String, String)>,
     /// Every read.
@@ -309,6 +428,9 @@ pub struct LabReport {
     /// The `ib_write_bw` ceiling (rxe only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ceiling: Option<Ceiling>,
+    /// The metadata runs (`--metadata N`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<crate::labmeta::Metadata>,
     /// Where the lab kept the run.
     pub out_dir: PathBuf,
 }
@@ -358,14 +480,17 @@ fn secs_jiffies(key: &str, v: &str) -> Result<(f64, f64), String> {
 /// our `nfsd` binary (shipped into the guest), `lab_dir` the `lab/` directory (with
 /// its cache). With `strace`, one more read from ours after the measured ones runs
 /// under `strace -c -f` (left in the run's share as `strace-ours.txt`).
-pub fn run(
-    fabric: Fabric,
-    nfsd: &Path,
-    lab_dir: Option<&Path>,
-    mib: u32,
-    reps: u32,
-    strace: bool,
-) -> Result<LabReport, String> {
+pub fn run(plan: &LabPlan) -> Result<LabReport, String> {
+    let LabPlan {
+        fabric,
+        proto,
+        ref nfsd,
+        ref lab_dir,
+        mib,
+        reps,
+        strace,
+        ref metadata,
+    } = *plan;
     let lab = match lab_dir {
         Some(d) => Lab::open_at(d),
         None => Lab::open(),
@@ -375,13 +500,25 @@ pub fn run(
         Fabric::Siw => "nfsbench-lab",
         Fabric::Rxe => "nfsbench-lab-rxe",
     };
+    // A metadata phase of N files takes ~N round trips or more, each a few ms under
+    // TCG (more on a loaded host): bound each step and the whole run accordingly.
+    let files = metadata.as_ref().map_or(0, |(n, _)| *n);
+    let step_timeout = 300 + u64::from(files) * 60 / 1000;
+    let run_timeout = 1500 + u64::from(reps) * 2 * 5 * u64::from(files) * 25 / 1000;
     let mut script = GuestScript::inline(name, guest_script(fabric))
         .binary("nfsd", nfsd)
         .env("LAB_MIB", mib.to_string())
         .env("LAB_REPS", reps.to_string())
-        .env("LAB_STEP_TIMEOUT", "300");
-    if fabric == Fabric::Rxe {
+        .env("LAB_PROTO", proto.name())
+        .env("LAB_STEP_TIMEOUT", step_timeout.to_string());
+    // The ib_write_bw ceiling is an RDMA figure: not for the TCP reads.
+    if fabric == Fabric::Rxe && proto == Proto::Rdma {
         script = script.env("LAB_CEILING", "1");
+    }
+    if let Some((n, fs_meta)) = metadata {
+        script = script
+            .binary("fs-meta", fs_meta)
+            .env("LAB_META", n.to_string());
     }
     if strace {
         script = script.env("LAB_STRACE", "1");
@@ -389,7 +526,7 @@ pub fn run(
     let o = lab
         .guest(script)
         .run_name(name)
-        .timeout(Duration::from_secs(1500))
+        .timeout(Duration::from_secs(run_timeout))
         .run()
         .map_err(|e| e.to_string())?;
     if !o.passed() {
@@ -442,9 +579,9 @@ pub fn run(
                 .collect::<Vec<_>>(),
         )
     };
-    let ceiling = match fabric {
-        Fabric::Siw => None,
-        Fabric::Rxe => {
+    let ceiling = match (fabric, proto) {
+        (Fabric::Siw, _) | (_, Proto::Tcp) => None,
+        (Fabric::Rxe, Proto::Rdma) => {
             let mut runs = Vec::new();
             for rep in 0..reps {
                 let key = format!("ceiling_report_{rep}");
@@ -494,19 +631,48 @@ pub fn run(
             })
         }
     };
+    let metadata = match metadata {
+        None => None,
+        Some((n, _)) => {
+            let mut runs = Vec::new();
+            for rep in 0..reps {
+                for server in ["knfsd", "ours"] {
+                    for phase in crate::labmeta::PHASES {
+                        let k = format!("{server}_{rep}_{phase}");
+                        let get = |key: String| o.value(&key).ok_or(format!("no value {key}"));
+                        runs.push(crate::labmeta::MetaRun::from_records(
+                            server,
+                            rep,
+                            phase,
+                            *n,
+                            get(format!("meta_{k}"))?,
+                            get(format!("metaops_before_{k}"))?,
+                            get(format!("metaops_after_{k}"))?,
+                        )?);
+                    }
+                }
+            }
+            Some(crate::labmeta::summarise(*n, reps, runs))
+        }
+    };
     let guest = [
         "max_block_size",
+        "knfsd_portlist",
         "rdma_links",
         "ours_rdma",
         "mount_knfsd",
         "mount_ours",
+        "meta_mount_knfsd",
+        "meta_mount_ours",
     ]
     .iter()
     .filter_map(|k| Some((k.to_string(), o.value(k)?.to_string())))
     .collect();
     Ok(LabReport {
         fabric,
+        proto,
         guest,
+        metadata,
         median_mb_s: vec![
             ("knfsd".into(), med_of("knfsd", |r| r.mb_s)),
             ("ours".into(), med_of("ours", |r| r.mb_s)),
@@ -533,7 +699,8 @@ pub fn text(r: &LabReport) -> String {
     };
     let _ = writeln!(
         o,
-        "Lab: guest kernel NFSv3 client over {fabric}, proto=rdma, reading the same file (dd bs=1M)"
+        "Lab: guest kernel NFSv3 client over {fabric}, proto={}, reading the same file (dd bs=1M)",
+        r.proto.name()
     );
     for (k, v) in &r.guest {
         let _ = writeln!(o, "  {k}: {v}");
@@ -598,6 +765,9 @@ pub fn text(r: &LabReport) -> String {
             c.ours_over_ceiling, c.knfsd_over_ceiling
         );
     }
+    if let Some(m) = &r.metadata {
+        o.push_str(&crate::labmeta::text(m));
+    }
     let _ = writeln!(o, "lab run kept in {}", r.out_dir.display());
     o
 }
@@ -636,7 +806,13 @@ mod tests {
         assert!(!rxe.contains("lab_rdma_up"), "no siw device in the rxe run");
         for s in [&siw, &rxe] {
             assert!(s.contains("step ours_ready ours_ready"));
-            assert!(s.contains("readone knfsd 20049 20048 $i"));
+            assert!(s.contains("readone knfsd $KP 20048 $i"));
+            assert!(s.contains(
+                "if [ \"$P\" = tcp ]; then KP=2049; OP=12049; else KP=20049; OP=30049; fi"
+            ));
+            assert!(s.contains("proto=$P,port=$2,"));
+            assert!(s.contains("metaone knfsd $KP 20048 $i"));
+            assert!(s.ends_with("exit 0\n"));
         }
     }
 }

@@ -30,6 +30,7 @@ pub mod charts;
 pub mod cpu;
 pub mod grid;
 pub mod handles;
+pub mod labmeta;
 pub mod labrun;
 pub mod machine;
 pub mod peers;

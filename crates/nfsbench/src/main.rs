@@ -7,6 +7,7 @@
 //! nfsbench serve --export DIR --rdma-port 0      # the server child (used by `run`)
 //! nfsbench lab --out docs/bench                 # the qemu-guest variant (lab/setup first)
 //! nfsbench lab --fabric rxe --out docs/bench    # the same over soft-RoCE, with ib_write_bw
+//! nfsbench lab --proto tcp --metadata 10000 --out docs/bench  # proto=tcp reads + metadata runs
 //! nfsbench handles --sizes 10000,1000000 --out docs/bench   # GETATTR after a restart vs export size
 //! ```
 
@@ -90,13 +91,25 @@ struct LabArgs {
     /// after each pair of reads).
     #[arg(long, value_enum, default_value_t = nfsbench::labrun::Fabric::Siw)]
     fabric: nfsbench::labrun::Fabric,
+    /// The kernel client's transport: rdma (proto=rdma over the fabric; knfsd on
+    /// 20049, ours on 30049) or tcp (knfsd on 2049, ours on 12049).
+    #[arg(long, value_enum, default_value_t = nfsbench::labrun::Proto::Rdma)]
+    proto: nfsbench::labrun::Proto,
+    /// After the reads, the metadata runs with N files per run (create, stat, open,
+    /// list, remove; per server and repetition, interleaved): issue 17 uses 10000.
+    #[arg(long, value_name = "N")]
+    metadata: Option<u32>,
+    /// The `fs-meta` binary shipped into the guest for --metadata (default: `fs-meta`
+    /// next to this binary; build it with `cargo build --release -p lab --bins`).
+    #[arg(long)]
+    fs_meta: Option<PathBuf>,
     /// Diagnostics: after the measured reads, one more read from our nfsd with
     /// `strace -c -f` attached (its system call counts and times, in the run's
     /// share as strace-ours.txt); not part of the figures.
     #[arg(long)]
     strace: bool,
-    /// Output directory for lab.json and lab.txt (lab-rxe.json and lab-rxe.txt for
-    /// `--fabric rxe`).
+    /// Output directory for lab.json and lab.txt (the stem gains `-rxe` for `--fabric
+    /// rxe`, `-tcp` for `--proto tcp`, `-metadata` with `--metadata`).
     #[arg(long, default_value = "nfsbench-report")]
     out: PathBuf,
 }
@@ -325,38 +338,67 @@ fn handles(a: HandlesArgs) -> Result<(), grid::BenchError> {
     Ok(())
 }
 
-fn lab(a: LabArgs) -> Result<(), grid::BenchError> {
-    let nfsd = match a.nfsd {
+/// `given`, or `name` next to this executable; an error naming `build` if absent.
+fn sibling_binary(
+    given: Option<PathBuf>,
+    name: &str,
+    build: &str,
+) -> Result<PathBuf, grid::BenchError> {
+    let p = match given {
         Some(p) => p,
         None => std::env::current_exe()?
             .parent()
             .ok_or("no directory for this executable")?
-            .join("nfsd"),
+            .join(name),
     };
-    if !nfsd.exists() {
-        return Err(format!(
-            "{} not found (cargo build --release -p nfsd, or --nfsd PATH)",
-            nfsd.display()
-        )
-        .into());
+    if !p.exists() {
+        return Err(format!("{} not found ({build}, or --{name} PATH)", p.display()).into());
     }
+    Ok(p)
+}
+
+fn lab(a: LabArgs) -> Result<(), grid::BenchError> {
+    let nfsd = sibling_binary(a.nfsd, "nfsd", "cargo build --release -p nfsd")?;
+    let metadata = match a.metadata.filter(|&n| n > 0) {
+        None => None,
+        Some(n) => Some((
+            n,
+            sibling_binary(a.fs_meta, "fs-meta", "cargo build --release -p lab --bins")?,
+        )),
+    };
     let command = std::env::args().collect::<Vec<_>>().join(" ");
     let started = utc_now();
-    let r = nfsbench::labrun::run(
-        a.fabric,
-        &nfsd,
-        a.lab_dir.as_deref(),
-        a.mib,
-        a.reps.max(1),
-        a.strace,
-    )?;
-    let stem = match a.fabric {
-        nfsbench::labrun::Fabric::Siw => "lab",
-        nfsbench::labrun::Fabric::Rxe => "lab-rxe",
-    };
+    let load_start = nfsbench::machine::loadavg();
+    let r = nfsbench::labrun::run(&nfsbench::labrun::LabPlan {
+        fabric: a.fabric,
+        proto: a.proto,
+        nfsd,
+        lab_dir: a.lab_dir,
+        mib: a.mib,
+        reps: a.reps.max(1),
+        strace: a.strace,
+        metadata,
+    })?;
+    let mut stem = String::from("lab");
+    if a.fabric == nfsbench::labrun::Fabric::Rxe {
+        stem.push_str("-rxe");
+    }
+    if a.proto == nfsbench::labrun::Proto::Tcp {
+        stem.push_str("-tcp");
+    }
+    if r.metadata.is_some() {
+        stem.push_str("-metadata");
+    }
+    let load_end = nfsbench::machine::loadavg();
     let text = format!(
-        "command: {command}\nstarted: {started}, finished: {}\n{}",
+        "command: {command}\nstarted: {started}, finished: {}\nhost load average (1/5/15 min): {:.2} {:.2} {:.2} at start, {:.2} {:.2} {:.2} at end\n{}",
         utc_now(),
+        load_start[0],
+        load_start[1],
+        load_start[2],
+        load_end[0],
+        load_end[1],
+        load_end[2],
         nfsbench::labrun::text(&r)
     );
     print!("{text}");
@@ -367,7 +409,8 @@ fn lab(a: LabArgs) -> Result<(), grid::BenchError> {
         "started_utc": started,
         "finished_utc": utc_now(),
         "source_commit": nfsbench::report::source_commit(),
-        "host_loadavg_end": nfsbench::machine::loadavg(),
+        "host_loadavg_start": load_start,
+        "host_loadavg_end": load_end,
         "lab": r,
     });
     std::fs::write(
