@@ -288,6 +288,7 @@ async fn established(
     peer: Option<PeerParams>,
     addr: Option<SocketAddr>,
     iwarp_refused: bool,
+    offload_posts: bool,
 ) -> Result<VerbsQp, ConnectError> {
     let ev = tokio::time::timeout(SETUP, chan.next())
         .await
@@ -295,7 +296,7 @@ async fn established(
     match ev.kind {
         event::ESTABLISHED => {
             let peer = peer.unwrap_or_else(|| peer_params(&ev, addr));
-            Ok(VerbsQp::start(qp, chan.fd, peer, pd)?)
+            Ok(VerbsQp::start(qp, chan.fd, peer, pd, offload_posts)?)
         }
         event::REJECTED => {
             let consumer =
@@ -341,7 +342,8 @@ impl rdma::Route for VerbsRoute {
             self.id.connect(&conn_param(&self.vdev, &params))?;
             let iwarp = self.vdev.transport() == crate::Transport::Iwarp;
             let addr = Some(self.peer_addr);
-            established(self.chan, qp, pd, None, addr, iwarp).await
+            let offload = crate::qp::posts_do_the_work(self.vdev.vendor().0);
+            established(self.chan, qp, pd, None, addr, iwarp, offload).await
         })
     }
 }
@@ -366,7 +368,8 @@ impl rdma::ConnectRequest for VerbsRequest {
         Box::pin(async move {
             let qp = prepare(&self.id, &self.vdev, &pd, &params)?;
             self.id.accept(&conn_param(&self.vdev, &params))?;
-            established(self.chan, qp, pd, Some(self.peer), None, false).await
+            let offload = crate::qp::posts_do_the_work(self.vdev.vendor().0);
+            established(self.chan, qp, pd, Some(self.peer), None, false, offload).await
         })
     }
 
