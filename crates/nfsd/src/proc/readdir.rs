@@ -47,7 +47,7 @@ use rustix::fs::{Dir, OFlags};
 use xdr::Bytes;
 
 use crate::errno::OrStat;
-use crate::nfs::{post_op, Cx};
+use crate::nfs::{post_op, Cx, MAX_IO};
 use crate::vfs::{Export, Meta, Node};
 
 /// Cookie of `.`: the listing resumes at `..`.
@@ -203,7 +203,9 @@ pub(crate) fn readdir(cx: &Cx<'_>, a: ReadDir3Args) -> ReadDir3Res {
         Err(s) => return NfsResult::Fail(s, fail_attrs(None)),
     };
     let listed = Cursor::open(cx, ex, &dir, a.cookie, &a.cookieverf).and_then(|mut c| {
-        let limit = a.count as usize;
+        // Never more than MAX_IO, whatever the client asks (§3.3.16 lets the reply
+        // be shorter than `count`).
+        let limit = a.count.min(MAX_IO) as usize;
         let mut used = RESOK_FIXED_SIZE;
         let mut entries = Vec::new();
         let eof = loop {
@@ -288,7 +290,9 @@ pub(crate) fn readdirplus(cx: &Cx<'_>, a: ReadDirPlus3Args) -> ReadDirPlus3Res {
                 name_handle,
             };
             let size = entryplus3_size(&entry);
-            if used + size > a.maxcount as usize || dir_used + dsize > a.dircount as usize {
+            if used + size > a.maxcount.min(MAX_IO) as usize
+                || dir_used + dsize > a.dircount as usize
+            {
                 break false;
             }
             used += size;
