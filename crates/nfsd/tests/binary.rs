@@ -10,7 +10,7 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 
-use common::TempDir;
+use common::{pattern, TempDir};
 
 /// A running `nfsd` process, killed on drop.
 struct Nfsd {
@@ -172,18 +172,6 @@ fn run(cmd: &Path, args: &[&str]) -> Vec<u8> {
         String::from_utf8_lossy(&out.stderr)
     );
     out.stdout
-}
-
-fn pattern(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
 }
 
 fn make_export(base: &TempDir) -> std::path::PathBuf {

@@ -11,35 +11,16 @@ mod common;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::{Duration, Instant};
 
-use common::TempDir;
+use common::{pattern, TempDir};
 use nfsclient::nfs3::StableHow;
 use nfsclient::{IoOptions, Mount, MountOptions, TransportKind};
 use nfsd::rdma::{Provider, RdmaOptions};
-use nfsd::server::{Bound, Config, RpcbindMode};
-use nfsd::{ExportLine, ExportOptions, Squash};
+use nfsd::server::{Bound, Config};
 use rpcrdma_transport::Counter;
 use xdr::Bytes;
 
 fn config(dir: &TempDir) -> Config {
-    Config {
-        exports: vec![ExportLine::everyone(
-            dir.path(),
-            ExportOptions {
-                read_only: false,
-                squash: Squash::None,
-                secure: false,
-                ..ExportOptions::default()
-            },
-        )],
-        bind: Ipv4Addr::LOCALHOST.into(),
-        nfs_port: 0,
-        mount_port: 0,
-        rpcbind: RpcbindMode::Off,
-        portmap_port: 0,
-        handles: nfsd::HandleConfig::ephemeral().unwrap(),
-        nlm: None,
-        max_memory: nfsd::memory::default_max_memory(),
-    }
+    common::loopback_config(dir.path())
 }
 
 /// RDMA at `addr` on the userspace iWARP provider (these tests run it over
@@ -49,18 +30,6 @@ fn iwarp_options(addr: std::net::SocketAddr) -> RdmaOptions {
         provider: Provider::Iwarp,
         ..RdmaOptions::new(addr)
     }
-}
-
-fn pattern(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -10,48 +10,19 @@
 
 mod common;
 
-use std::net::Ipv4Addr;
 use std::time::Duration;
 
-use common::TempDir;
+use common::{pattern, TempDir};
 use nfsclient::{IoOptions, Mount, MountOptions, TransportKind};
-use nfsd::server::{Bound, Config, RpcbindMode};
-use nfsd::{ExportLine, ExportOptions, Squash};
+use nfsd::server::{Bound, Config};
 
 fn config(dir: &TempDir) -> Config {
     Config {
-        exports: vec![ExportLine::everyone(
-            dir.path(),
-            ExportOptions {
-                read_only: false,
-                squash: Squash::None,
-                secure: false,
-                ..ExportOptions::default()
-            },
-        )],
-        bind: Ipv4Addr::LOCALHOST.into(),
-        nfs_port: 0,
-        mount_port: 0,
-        rpcbind: RpcbindMode::Off,
-        portmap_port: 0,
-        handles: nfsd::HandleConfig::ephemeral().unwrap(),
-        nlm: None,
         // Smaller than one 1 MiB READ: over TCP READ data takes no buffer, so
         // nothing is charged to the budget and no READ is refused (JUKEBOX).
         max_memory: 256 << 10,
+        ..common::loopback_config(dir.path())
     }
-}
-
-fn pattern(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -77,6 +77,22 @@ pub async fn write_record<W: AsyncWrite + Unpin>(
     write_all_vectored(w, frame(msg.gather(), max_fragment)).await
 }
 
+/// Drops the first `n` bytes of `pieces` (what a vectored write took).
+pub(crate) fn consume(pieces: &mut VecDeque<Bytes>, mut n: usize) {
+    while n > 0 {
+        let Some(front) = pieces.front_mut() else {
+            break;
+        };
+        if front.len() <= n {
+            n -= front.len();
+            pieces.pop_front();
+        } else {
+            front.advance(n);
+            n = 0;
+        }
+    }
+}
+
 async fn write_all_vectored<W: AsyncWrite + Unpin>(
     w: &mut W,
     pieces: Vec<Bytes>,
@@ -84,22 +100,11 @@ async fn write_all_vectored<W: AsyncWrite + Unpin>(
     let mut pieces: VecDeque<Bytes> = pieces.into_iter().filter(|p| !p.is_empty()).collect();
     while !pieces.is_empty() {
         let slices: Vec<IoSlice<'_>> = pieces.iter().take(64).map(|p| IoSlice::new(p)).collect();
-        let mut n = w.write_vectored(&slices).await?;
+        let n = w.write_vectored(&slices).await?;
         if n == 0 {
             return Err(io::ErrorKind::WriteZero.into());
         }
-        while n > 0 {
-            let Some(front) = pieces.front_mut() else {
-                break;
-            };
-            if front.len() <= n {
-                n -= front.len();
-                pieces.pop_front();
-            } else {
-                front.advance(n);
-                n = 0;
-            }
-        }
+        consume(&mut pieces, n);
     }
     w.flush().await
 }

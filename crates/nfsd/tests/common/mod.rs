@@ -20,6 +20,44 @@ use oncrpc::{
 };
 use xdr::{Bytes, Decode, Decoder, Encode, Encoder};
 
+/// `len` pseudo-random bytes (xorshift from `seed`): file contents a test can tell
+/// apart by seed and offset.
+pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+/// A server on 127.0.0.1 (ports chosen by the kernel, no rpcbind, no NLM) exporting
+/// `dir` read-write to everyone without squashing, with the default memory budget.
+pub fn loopback_config(dir: &Path) -> nfsd::server::Config {
+    nfsd::server::Config {
+        exports: vec![ExportLine::everyone(
+            dir,
+            ExportOptions {
+                read_only: false,
+                squash: Squash::None,
+                secure: false,
+                ..ExportOptions::default()
+            },
+        )],
+        bind: std::net::Ipv4Addr::LOCALHOST.into(),
+        nfs_port: 0,
+        mount_port: 0,
+        rpcbind: nfsd::server::RpcbindMode::Off,
+        portmap_port: 0,
+        handles: HandleConfig::ephemeral().unwrap(),
+        nlm: None,
+        max_memory: nfsd::memory::default_max_memory(),
+    }
+}
+
 /// A directory under the system temp dir, removed on drop.
 pub struct TempDir(pub PathBuf);
 

@@ -37,12 +37,13 @@
 use std::io::{self, IoSlice};
 use std::os::unix::fs::FileExt;
 
-use bytes::{Buf, Bytes, BytesMut};
+use bytes::{Bytes, BytesMut};
 use rustix::net::{SendAncillaryBuffer, SendFlags};
 use tokio::io::Interest;
 use tokio::net::TcpStream;
 use xdr::{FileRange, Piece, XdrStream};
 
+use super::consume;
 use crate::record::frame_pieces;
 
 /// At most this many buffers per `sendmsg` (Linux's `UIO_MAXIOV` is 1024).
@@ -97,7 +98,7 @@ async fn send_bytes(sock: &TcpStream, pieces: Vec<Bytes>, more: bool) -> io::Res
     let mut pieces: std::collections::VecDeque<Bytes> =
         pieces.into_iter().filter(|p| !p.is_empty()).collect();
     while !pieces.is_empty() {
-        let mut n = sock
+        let n = sock
             .async_io(Interest::WRITABLE, || {
                 let slices: Vec<IoSlice<'_>> = pieces
                     .iter()
@@ -111,18 +112,7 @@ async fn send_bytes(sock: &TcpStream, pieces: Vec<Bytes>, more: bool) -> io::Res
         if n == 0 {
             return Err(io::ErrorKind::WriteZero.into());
         }
-        while n > 0 {
-            let Some(front) = pieces.front_mut() else {
-                break;
-            };
-            if front.len() <= n {
-                n -= front.len();
-                pieces.pop_front();
-            } else {
-                front.advance(n);
-                n = 0;
-            }
-        }
+        consume(&mut pieces, n);
     }
     Ok(())
 }
