@@ -74,7 +74,7 @@ struct Cli {
     #[arg(long, conflicts_with_all = [
         "rdma_port", "rdma_provider", "rdma_crc", "rdma_max_ulpdu", "rdma_version",
         "rdma_handshake_timeout", "rdma_handshakes_per_source", "rdma_max_handshakes",
-        "rdma_read_timeout",
+        "rdma_read_timeout", "rdma_credits", "rdma_initial_credits",
     ])]
     no_rdma: bool,
     /// Highest RPC-over-RDMA version accepted: 2 serves Version One and Version Two
@@ -108,10 +108,22 @@ struct Cli {
     #[arg(long, value_name = "N", default_value_t = 4096,
           value_parser = clap::value_parser!(u32).range(1..))]
     rdma_max_handshakes: u32,
+    /// Most RPC-over-RDMA credits (Calls in service at once) granted to one
+    /// connection, each with a 4 KiB Receive and Send buffer (RFC 8166 §3.3.1).
+    #[arg(long, value_name = "N", default_value_t = 128,
+          value_parser = clap::value_parser!(u32).range(1..=1024))]
+    rdma_credits: u32,
+    /// Credits granted to a new RDMA connection: the grant doubles, up to
+    /// --rdma-credits, whenever the client keeps more than half of it in use and
+    /// --max-memory has room for the buffers, and never shrinks. Small, so that an idle
+    /// connection holds little memory (96 KiB charged at 8).
+    #[arg(long, value_name = "N", default_value_t = 8,
+          value_parser = clap::value_parser!(u32).range(1..=1024))]
+    rdma_initial_credits: u32,
     /// The server's memory budget (bytes; K, M, G suffixes), one for everything it
-    /// charges: each RDMA connection's Receive and Send buffers (about 1 MiB at the
-    /// default 128 credits and 4 KiB inline), the data of NFS WRITEs pulled by RDMA
-    /// Read, and READ reply buffers; connections never take the last 16 MiB, kept for
+    /// charges: each RDMA connection's Receive and Send buffers (8 KiB per credit
+    /// granted: 96 KiB for a new connection, about 1 MiB at 128 credits), the data
+    /// of NFS WRITEs pulled by RDMA Read, and READ reply buffers; connections never take the last 16 MiB, kept for
     /// one whole WRITE. At least 32 MiB. Past it a new RDMA connection is rejected, a
     /// WRITE waits in line until earlier ones are answered, a READ is answered
     /// NFS3ERR_JUKEBOX (the client retries); nothing charged is allocated past it.
@@ -379,6 +391,8 @@ fn main() -> std::process::ExitCode {
             // The budget itself is the NFS server's (`Config::max_memory`), shared.
             max_memory,
             read_timeout: std::time::Duration::from_secs_f64(cli.rdma_read_timeout),
+            credits: cli.rdma_credits,
+            initial_credits: cli.rdma_initial_credits.min(cli.rdma_credits),
             ..RdmaOptions::server_transport(cli.rdma_version == 2)
         },
         provider: match cli.rdma_provider {

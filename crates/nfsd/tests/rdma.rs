@@ -371,8 +371,8 @@ fn binary_with_verbs_provider_and_no_device_for_the_address_fails_saying_why() {
 
 /// Issue 16, one memory budget (`Config::max_memory`, `--max-memory`) shared by the
 /// NFS/RDMA transport and the NFS program: with room for two RDMA connections'
-/// buffers, one (small) Call and half a MiB more, two RDMA mounts are accepted and a third connection
-/// is rejected at setup while the two still answer; a 1 MiB READ over RDMA (whose
+/// buffers (at their initial grant), one Call and a little more, two RDMA mounts are
+/// accepted and a third connection is rejected at setup while the two still answer; a 1 MiB READ over RDMA (whose
 /// READ buffers are charged too) is answered NFS3ERR_JUKEBOX, a 256 KiB one is
 /// served, and over TCP (no READ buffer: the data goes by `sendfile`, issue 17) the
 /// 1 MiB READ is served; once a mount leaves, a new connection gets in and the 1 MiB
@@ -381,17 +381,19 @@ fn binary_with_verbs_provider_and_no_device_for_the_address_fails_saying_why() {
 async fn one_budget_rejects_rdma_connections_and_reads_past_it() {
     use nfsclient::nfs3::NfsStat3;
     use std::sync::Arc;
-    // One connection's Receive and Send buffers at nfsd's defaults: 128 of 4 KiB
-    // each way, and 8 Send buffers more.
-    const CONN: u64 = 128 * 4096 + 136 * 4096;
+    // One connection's Receive and Send buffers at nfsd's defaults, for its initial
+    // grant of 8 credits: 8 of 4 KiB each way, and 8 Send buffers more.
+    const CONN: u64 = 8 * 4096 + 16 * 4096;
     let dir = TempDir::new("rdma-budget");
     std::fs::write(dir.path().join("f"), pattern(1 << 20, 3)).unwrap();
     // Connections leave one whole Call's room free (`RdmaConfig::max_message`):
-    // 64 KiB here (only NULLs go over RDMA).
+    // 896 KiB here (only small Calls go over RDMA). With two connections in, 960 KiB
+    // are left: 64 KiB for connections (not a third), a 256 KiB READ but not a
+    // 1 MiB one; with one connection, a 1 MiB READ too.
     let mut opts = iwarp_options((Ipv4Addr::LOCALHOST, 0).into());
-    opts.transport.max_message = 64 << 10;
+    opts.transport.max_message = 896 << 10;
     let config = Config {
-        max_memory: 2 * CONN + (64 << 10) + (512 << 10),
+        max_memory: 2 * CONN + (960 << 10),
         ..config(&dir)
     };
     let mut bound = Bound::new(&config).await.unwrap();

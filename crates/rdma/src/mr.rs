@@ -294,6 +294,15 @@ impl ProtectionDomain {
         self.inner.attributes
     }
 
+    /// Whether registering memory here makes it resident: a device registration
+    /// (`ibv_reg_mr`) pins every page of the region at once, so a consumer that wants
+    /// an unused buffer to cost nothing registers it only when it needs it. The
+    /// software table pins nothing: a zeroed region's pages become resident only when
+    /// written.
+    pub fn pins_memory(&self) -> bool {
+        self.inner.registrar.is_some()
+    }
+
     /// Registers `buf` with `access` rights. The region's tagged offsets run from 0 to
     /// `buf.len()`. The STag has a fresh random key.
     ///

@@ -160,10 +160,10 @@ impl<P: ConnectionManager + 'static> RdmaTransport<P> {
         // granted Call may be answered at once; they go up with the connection. The
         // backward ones are posted when the core opens the backward channel.
         let credits = config.credits.max(1);
-        let pool = RecvPool::new(&pd, credits + backward_recvs, config.recv_buffer_len())?;
-        let mut recvs = pool.initial();
-        let unposted: Vec<usize> = (credits as usize..recvs.len()).rev().collect();
-        recvs.truncate(credits as usize);
+        let all = credits + backward_recvs;
+        let pool = RecvPool::new(&pd, all, all, config.recv_buffer_len())?;
+        let recvs = pool.initial(0..credits as usize);
+        let unposted: Vec<usize> = (credits as usize..all as usize).rev().collect();
         let qp = route.connect(&pd, config.connect_params(recvs)).await?;
         let limits = config.negotiate(qp.peer());
         let stats = ConnStats::new("client", Some(self.addr));
@@ -216,11 +216,10 @@ impl<P: ConnectionManager + 'static> RdmaTransport<P> {
             // One header buffer per Call we may have outstanding, and one per backward
             // Reply we may owe. A Version Two server without private data takes Sends
             // of up to 4096 bytes.
-            sends: SendPool::new(
-                &pd,
-                (config.credits.clamp(1, 1024) + backward_recvs.min(1024)) as usize,
-                limits.send_threshold.max(4096) as usize,
-            )?,
+            sends: {
+                let n = (config.credits.clamp(1, 1024) + backward_recvs.min(1024)) as usize;
+                SendPool::new(&pd, n, n, limits.send_threshold.max(4096) as usize)?
+            },
             qp,
             pd,
             buffers: self.buffers.clone(),

@@ -37,25 +37,28 @@ pub(crate) mod wr_kind {
     pub(crate) const MASK: u64 = 0xff << 56;
 }
 
-/// The Receive buffers of one connection: `n` buffers of `len` bytes, cut out of
-/// one registered region (one allocation, one registration). The region is
-/// zero-filled by the allocator without touching its pages (a large `calloc` is a
-/// fresh mapping), so a buffer costs resident memory only once a message has been
-/// placed in it: an idle connection costs its first pages, not `n × len`
-/// (docs/hostile-peers.md, "Memory").
+/// The Receive buffers of one connection: buffers of `len` bytes cut out of a few
+/// registered regions (one allocation and one registration each, not one per buffer).
+/// A region is zero-filled by the allocator without touching its pages (a large
+/// `calloc` is a fresh mapping), so a buffer costs resident memory only once a message
+/// has been placed in it: an idle connection costs its first pages, not `n × len`
+/// (docs/hostile-peers.md, "Memory"). More buffers come with a larger credit grant
+/// ([`RecvPool::grow`]).
 pub(crate) struct RecvPool {
     slabs: Slabs,
 }
 
 impl RecvPool {
-    /// Registers `n` buffers of `len` bytes for local write.
+    /// `n` buffers of `len` bytes for local write, with room to grow to `max` (see
+    /// [`Slabs::new`]).
     pub(crate) fn new(
         pd: &ProtectionDomain,
         n: u32,
+        max: u32,
         len: usize,
     ) -> Result<RecvPool, RegisterError> {
         Ok(RecvPool {
-            slabs: Slabs::new(pd, n as usize, len, Access::LOCAL_WRITE)?,
+            slabs: Slabs::new(pd, n as usize, max as usize, len, Access::LOCAL_WRITE)?,
         })
     }
 
@@ -79,9 +82,18 @@ impl RecvPool {
         qp.post_recv(wr)
     }
 
-    /// Every buffer, to post with the connection.
-    pub(crate) fn initial(&self) -> Vec<RecvWr> {
-        (0..self.slabs.n).filter_map(|i| self.wr(i)).collect()
+    /// Buffers `range`, to post with the connection.
+    pub(crate) fn initial(&self, range: std::ops::Range<usize>) -> Vec<RecvWr> {
+        range.filter_map(|i| self.wr(i)).collect()
+    }
+
+    /// `more` buffers: the indexes of the new ones.
+    pub(crate) fn grow(
+        &mut self,
+        pd: &ProtectionDomain,
+        more: usize,
+    ) -> Result<std::ops::Range<usize>, RegisterError> {
+        self.slabs.grow(pd, more)
     }
 
     /// Takes the `len` bytes a Receive completion left in buffer `index`, so that the
@@ -97,39 +109,73 @@ impl RecvPool {
     }
 }
 
-/// `n` buffers of `len` bytes cut out of as few registered regions as the device
-/// allows (each at most its `max_mr_size`): one allocation and one registration
-/// per region instead of per buffer. A region is zero-filled by the allocator, which
-/// for a large one is a fresh mapping whose pages become resident only when written.
+/// Buffers of `len` bytes cut out of as few registered regions as the device allows
+/// (each at most its `max_mr_size`): one allocation and one registration per region
+/// instead of per buffer. A region is zero-filled by the allocator, which for a large
+/// one is a fresh mapping whose pages become resident only when written.
+///
+/// Buffers `0..n` are in use; more can be added up to a maximum. Where registration
+/// pins memory (a verbs device: [`ProtectionDomain::pins_memory`]) regions are
+/// registered as buffers are added, so that unused ones are neither pinned nor
+/// resident; elsewhere the first regions cover the maximum at once, which costs
+/// nothing until a buffer is written and keeps the regions few.
 struct Slabs {
-    regions: Vec<MemoryRegion>,
-    /// Buffers per region.
-    per_region: usize,
+    /// Each region and the index of its first buffer, in index order.
+    regions: Vec<(usize, MemoryRegion)>,
+    /// Buffers covered by `regions`.
+    allocated: usize,
+    /// Buffers in use: `0..n`.
     n: usize,
     len: usize,
+    access: Access,
 }
 
 impl Slabs {
+    /// `n` buffers in use, and room to grow to `max` (at least `n`).
     fn new(
         pd: &ProtectionDomain,
         n: usize,
+        max: usize,
         len: usize,
         access: Access,
     ) -> Result<Slabs, RegisterError> {
-        let max = usize::try_from(pd.attributes().max_mr_size).unwrap_or(usize::MAX);
-        let per_region = (max / len.max(1)).clamp(1, n.max(1));
-        let regions = (0..n.div_ceil(per_region))
-            .map(|r| {
-                let count = per_region.min(n - r * per_region);
-                pd.register_zeroed((count * len).max(1), access)
-            })
-            .collect::<Result<_, _>>()?;
-        Ok(Slabs {
-            regions,
-            per_region,
-            n,
+        let mut slabs = Slabs {
+            regions: Vec::new(),
+            allocated: 0,
+            n: 0,
             len,
-        })
+            access,
+        };
+        let cover = if pd.pins_memory() { n } else { max.max(n) };
+        slabs.allocate(pd, cover)?;
+        slabs.n = n;
+        Ok(slabs)
+    }
+
+    /// Registers regions for buffers `allocated..to`.
+    fn allocate(&mut self, pd: &ProtectionDomain, to: usize) -> Result<(), RegisterError> {
+        let max = usize::try_from(pd.attributes().max_mr_size).unwrap_or(usize::MAX);
+        let per_region = (max / self.len.max(1)).max(1);
+        while self.allocated < to {
+            let count = per_region.min(to - self.allocated);
+            let mr = pd.register_zeroed((count * self.len).max(1), self.access)?;
+            self.regions.push((self.allocated, mr));
+            self.allocated += count;
+        }
+        Ok(())
+    }
+
+    /// `more` buffers added: their indexes.
+    fn grow(
+        &mut self,
+        pd: &ProtectionDomain,
+        more: usize,
+    ) -> Result<std::ops::Range<usize>, RegisterError> {
+        let to = self.n + more;
+        self.allocate(pd, to)?;
+        let added = self.n..to;
+        self.n = to;
+        Ok(added)
     }
 
     /// Buffer `index`: its region and offset there.
@@ -137,8 +183,9 @@ impl Slabs {
         if index >= self.n {
             return None;
         }
-        let mr = self.regions.get(index / self.per_region)?;
-        Some((mr, (index % self.per_region) * self.len))
+        let r = self.regions.partition_point(|(first, _)| *first <= index);
+        let (first, mr) = self.regions.get(r.checked_sub(1)?)?;
+        Some((mr, (index - first) * self.len))
     }
 }
 
@@ -169,8 +216,8 @@ pub(crate) enum SendFailure {
 }
 
 /// Registered buffers for the transport headers of Sends, taken when a Send is posted
-/// and given back by its completion: slots of one registered region, resident only
-/// once used (as [`RecvPool`]'s).
+/// and given back by its completion: slots of registered regions, resident only once
+/// used (as [`RecvPool`]'s).
 pub(crate) struct SendPool {
     pd: ProtectionDomain,
     slabs: Slabs,
@@ -178,17 +225,25 @@ pub(crate) struct SendPool {
 }
 
 impl SendPool {
-    /// Registers `n` header buffers of `len` bytes.
+    /// Registers `n` header buffers of `len` bytes, with room to grow to `max`.
     pub(crate) fn new(
         pd: &ProtectionDomain,
         n: usize,
+        max: usize,
         len: usize,
     ) -> Result<SendPool, RegisterError> {
         Ok(SendPool {
             pd: pd.clone(),
-            slabs: Slabs::new(pd, n, len, Access::NONE)?,
+            slabs: Slabs::new(pd, n, max, len, Access::NONE)?,
             free: Mutex::new((0..n).rev().collect()),
         })
+    }
+
+    /// `more` slots, free at once.
+    pub(crate) fn grow(&mut self, more: usize) -> Result<(), RegisterError> {
+        let added = self.slabs.grow(&self.pd, more)?;
+        self.free().extend(added.rev());
+        Ok(())
     }
 
     fn free(&self) -> std::sync::MutexGuard<'_, Vec<usize>> {
@@ -289,17 +344,82 @@ mod tests {
             max_mr_size: 10_000,
             ..rdma::DeviceAttributes::SOFTWARE
         });
-        let slabs = Slabs::new(&pd, 5, 4096, Access::LOCAL_WRITE).unwrap();
+        let slabs = Slabs::new(&pd, 5, 5, 4096, Access::LOCAL_WRITE).unwrap();
         assert_eq!(slabs.regions.len(), 3, "2 + 2 + 1 buffers");
-        assert!(slabs.regions.iter().all(|r| r.len() <= 10_000));
+        assert!(slabs.regions.iter().all(|(_, r)| r.len() <= 10_000));
         let (r4, at4) = slabs.get(4).unwrap();
-        assert_eq!((r4.stag(), at4), (slabs.regions[2].stag(), 0));
+        assert_eq!((r4.stag(), at4), (slabs.regions[2].1.stag(), 0));
         assert_eq!(slabs.get(3).unwrap().1, 4096);
         assert!(slabs.get(5).is_none());
-        let pool = RecvPool::new(&pd, 5, 4096).unwrap();
-        assert_eq!(pool.initial().len(), 5);
+        let pool = RecvPool::new(&pd, 5, 5, 4096).unwrap();
+        assert_eq!(pool.initial(0..5).len(), 5);
         assert!(pool.take(4, 4097).is_none(), "longer than a buffer");
         assert!(pool.take(5, 1).is_none(), "no such buffer");
         assert_eq!(pool.take(4, 10).unwrap().len(), 10);
+    }
+
+    #[test]
+    fn a_software_pool_maps_its_maximum_at_once_and_grows_into_it() {
+        let pd = ProtectionDomain::software(rdma::DeviceAttributes::SOFTWARE);
+        let mut pool = RecvPool::new(&pd, 8, 128, 4096).unwrap();
+        assert_eq!(pool.slabs.regions.len(), 1);
+        assert_eq!(pool.slabs.allocated, 128, "lazily resident: nothing pinned");
+        assert!(pool.take(8, 1).is_none(), "not in use yet");
+        assert_eq!(pool.grow(&pd, 8).unwrap(), 8..16);
+        assert_eq!(pool.slabs.regions.len(), 1, "no new region");
+        assert_eq!(pool.take(15, 10).unwrap().len(), 10);
+        assert!(pool.take(16, 1).is_none());
+    }
+
+    /// A protection domain whose registrations "pin" (a registrar), as a verbs
+    /// device's do.
+    fn pinning_pd(max_mr_size: u64) -> ProtectionDomain {
+        struct Keys;
+        impl rdma::DeviceRegistration for Keys {
+            fn lkey(&self) -> u32 {
+                1
+            }
+            fn rkey(&self) -> u32 {
+                1
+            }
+            fn remote_base(&self) -> u64 {
+                0
+            }
+        }
+        struct Registrar;
+        impl rdma::Registrar for Registrar {
+            unsafe fn register(
+                &self,
+                _memory: &[u8],
+                _access: Access,
+            ) -> Result<Box<dyn rdma::DeviceRegistration>, RegisterError> {
+                Ok(Box::new(Keys))
+            }
+        }
+        ProtectionDomain::with_registrar(
+            rdma::DeviceAttributes {
+                max_mr_size,
+                ..rdma::DeviceAttributes::SOFTWARE
+            },
+            std::sync::Arc::new(Registrar),
+        )
+    }
+
+    #[test]
+    fn a_pinning_pool_registers_regions_only_as_it_grows() {
+        let pd = pinning_pd(3 * 4096);
+        let mut sends = SendPool::new(&pd, 2, 128, 4096).unwrap();
+        assert_eq!((sends.slabs.allocated, sends.slabs.regions.len()), (2, 1));
+        assert_eq!(sends.free().len(), 2);
+        sends.grow(5).unwrap();
+        assert_eq!(sends.slabs.allocated, 7);
+        assert_eq!(sends.slabs.regions.len(), 3, "2, then 3 + 2 (max_mr_size)");
+        assert_eq!(sends.free().len(), 7);
+        let firsts: Vec<usize> = sends.slabs.regions.iter().map(|(f, _)| *f).collect();
+        assert_eq!(firsts, [0, 2, 5]);
+        let (r, at) = sends.slabs.get(6).unwrap();
+        assert_eq!((r.stag(), at), (sends.slabs.regions[2].1.stag(), 4096));
+        assert_eq!(sends.slabs.get(4).unwrap().1, 2 * 4096);
+        assert!(sends.slabs.get(7).is_none());
     }
 }

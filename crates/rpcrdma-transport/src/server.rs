@@ -175,6 +175,7 @@ impl<P: ConnectionManager + 'static> RdmaServer<P> {
             let config = self.config.on_device(&req.device().attributes());
             let limits = config.negotiate(&peer);
             let credits = config.credits.max(1);
+            let initial = config.initial_credits.clamp(1, credits);
             let backward_credits = config.backward_credits;
             // A Version Two peer without private data gets Sends of up to 4096 bytes
             // (v2 §2.3), a Version One peer 1024 (v1 §4.3.3).
@@ -183,13 +184,15 @@ impl<P: ConnectionManager + 'static> RdmaServer<P> {
                 None if config.version_two => 4096,
                 _ => limits.send_threshold,
             };
-            // Issue 16: the connection's Receive and Send buffers are charged to the
-            // server's memory budget before they are allocated, for as long as it
-            // lives. One that does not fit (or that arrives while Calls wait for
-            // memory) is rejected: the server never allocates past its budget. Room
-            // for one whole Call is kept from connections, so that idle ones cannot
-            // keep every Call with Read chunks waiting.
-            let needed = conn_buffer_bytes(&config, send_buffer_len);
+            // Issue 16: the connection's Receive and Send buffers for its initial grant
+            // are charged to the server's memory budget before they are allocated, for
+            // as long as it lives (more as its grant grows, `ServerConn::grow_credits`).
+            // One that does not fit (or that arrives while Calls wait for memory) is
+            // rejected: the server never allocates past its budget. Room for one whole
+            // Call is kept from connections, so that idle ones cannot keep every Call
+            // with Read chunks waiting.
+            let per_credit = config.recv_buffer_len() as u64 + u64::from(send_buffer_len);
+            let needed = conn_buffer_bytes(&config, initial, send_buffer_len);
             let Some(memory) = self.memory.try_charge_now(needed, config.max_message) else {
                 self.stats.connection_refused(peer.addr, needed);
                 let _ = req.reject(Bytes::new()).await;
@@ -201,8 +204,12 @@ impl<P: ConnectionManager + 'static> RdmaServer<P> {
             // protection domain per connection, on the device the request came in on
             // (as Linux svcrdma does).
             let setup = req.device().alloc_pd().and_then(|pd| {
-                let pool =
-                    RecvPool::new(&pd, credits + backward_credits, config.recv_buffer_len())?;
+                let pool = RecvPool::new(
+                    &pd,
+                    initial + backward_credits,
+                    credits + backward_credits,
+                    config.recv_buffer_len(),
+                )?;
                 Ok((pd, pool))
             });
             let (pd, pool) = match setup {
@@ -213,9 +220,10 @@ impl<P: ConnectionManager + 'static> RdmaServer<P> {
                     continue;
                 }
             };
-            let mut recvs = pool.initial();
-            let free_recvs: Vec<usize> = (credits as usize..recvs.len()).rev().collect();
-            recvs.truncate(credits as usize);
+            let recvs = pool.initial(0..initial as usize);
+            let free_recvs: Vec<usize> = (initial as usize..(initial + backward_credits) as usize)
+                .rev()
+                .collect();
             let qp = match req.accept(&pd, config.connect_params(recvs)).await {
                 Ok(qp) => qp,
                 Err(e) => {
@@ -234,7 +242,7 @@ impl<P: ConnectionManager + 'static> RdmaServer<P> {
                 self.binding.clone(),
                 ResponderConfig {
                     policy: config.policy(),
-                    credits,
+                    credits: initial,
                     // RFC 8797: without the peer's private data, each Reply assumes the
                     // default threshold of its Call's version (v1 §4.3.3: 1024; v2
                     // §2.3: 4096).
@@ -272,7 +280,12 @@ impl<P: ConnectionManager + 'static> RdmaServer<P> {
             };
             // Replies are at most one per credit; RDMA_ERRORs and GARBAGE_ARGS answers
             // fall back to registering caller bytes if they find the pool empty.
-            let sends = match SendPool::new(&pd, send_buffers(&config), send_buffer_len as usize) {
+            let sends = match SendPool::new(
+                &pd,
+                send_slots(initial),
+                send_slots(credits),
+                send_buffer_len as usize,
+            ) {
                 Ok(p) => p,
                 Err(e) => {
                     tracing::warn!(target: "rpcrdma_transport", peer = ?peer.addr, error = %e, "cannot register send buffers: connection closed");
@@ -307,29 +320,54 @@ impl<P: ConnectionManager + 'static> RdmaServer<P> {
                 backward_queue: VecDeque::new(),
                 has_backward: backward_credits > 0,
                 closing: None,
-                _memory: memory,
+                growth: CreditGrowth {
+                    max: credits,
+                    per_credit,
+                    budget: self.memory.clone(),
+                    keep_free: config.max_message,
+                    retry_at: None,
+                },
+                memory,
             };
             tokio::spawn(conn.run(replies_rx));
         }
     }
 }
 
-/// Send buffers of a connection: one Reply per credit, and room for RDMA_ERRORs and
-/// GARBAGE_ARGS answers (which fall back to registering caller bytes if they find
-/// the pool empty).
-fn send_buffers(config: &RdmaConfig) -> usize {
-    config.credits.clamp(1, 1024) as usize + 8
+/// Send buffers of a connection granting `credits`: one Reply per credit, and room
+/// for RDMA_ERRORs and GARBAGE_ARGS answers (which fall back to registering caller
+/// bytes if they find the pool empty).
+fn send_slots(credits: u32) -> usize {
+    credits.clamp(1, 1024) as usize + 8
 }
 
-/// The bytes a connection's Receive and Send buffers take ([`RecvPool`],
-/// [`SendPool`]), charged to the server's memory budget while it lives. Counted
-/// whole, although an idle connection touches only their first pages: a peer that
-/// uses all its credits makes them resident.
-fn conn_buffer_bytes(config: &RdmaConfig, send_buffer_len: u32) -> u64 {
-    let recvs = u64::from(config.credits.max(1)) + u64::from(config.backward_credits);
+/// The bytes a connection's Receive and Send buffers take at a grant of `credits`
+/// ([`RecvPool`], [`SendPool`]), charged to the server's memory budget while it
+/// lives. Counted whole, although an idle connection touches only their first pages:
+/// a peer that uses all its credits makes them resident.
+fn conn_buffer_bytes(config: &RdmaConfig, credits: u32, send_buffer_len: u32) -> u64 {
+    let recvs = u64::from(credits.max(1)) + u64::from(config.backward_credits);
     let recv = recvs * config.recv_buffer_len() as u64;
-    let send = send_buffers(config) as u64 * u64::from(send_buffer_len);
+    let send = send_slots(credits) as u64 * u64::from(send_buffer_len);
     recv + send
+}
+
+/// How long a connection whose grant could not grow (the memory budget had no room)
+/// waits before it tries again.
+const GROWTH_RETRY: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// What growing a connection's credit grant needs (issue 16, [`RdmaConfig::initial_credits`]).
+struct CreditGrowth {
+    /// The most credits the connection may be granted ([`RdmaConfig::credits`]).
+    max: u32,
+    /// The bytes of one more credit's Receive and Send buffer.
+    per_credit: u64,
+    /// The server's memory budget, which the buffers are charged to.
+    budget: Arc<MemoryBudget>,
+    /// Room a connection's buffers never take ([`MemoryBudget::try_charge_now`]).
+    keep_free: u64,
+    /// After a refusal: no new attempt before then.
+    retry_at: Option<Instant>,
 }
 
 /// How long the buffer pool must go unused before its idle buffers are freed.
@@ -469,9 +507,10 @@ struct ServerConn<Q> {
     backward_queue: VecDeque<(Xid, XdrStream, Waiter)>,
     has_backward: bool,
     closing: Option<CloseReason>,
+    growth: CreditGrowth,
     /// This connection's buffers' charge to the server's memory budget, released
     /// when the connection task ends (its buffers go with it).
-    _memory: rpcrdma::memory::Charge,
+    memory: rpcrdma::memory::Charge,
 }
 
 type Waiter = oneshot::Sender<Result<Bytes, BackwardError>>;
@@ -614,6 +653,52 @@ impl<Q: QueuePair + 'static> ServerConn<Q> {
             // Calls the core dropped or refused leave nothing behind.
             let core = &self.core;
             self.wholes.retain(|xid, _| core.has_call(*xid));
+        }
+    }
+
+    /// Raises the credit grant when the requester uses more than half of it
+    /// ([`rpcrdma::credits::grown_target`]) and the server's memory budget has room
+    /// for the buffers: they are charged, added to the pools, and the core asks for
+    /// their Receives to be posted before a Reply announces them (§4.3.1).
+    fn grow_credits(&mut self) {
+        let target = self.core.credits().target();
+        let in_service = self.core.pending_calls();
+        let Some(next) = rpcrdma::credits::grown_target(target, in_service, self.growth.max) else {
+            return;
+        };
+        let now = Instant::now();
+        if self.growth.retry_at.is_some_and(|t| now < t) {
+            return;
+        }
+        let more = next - target;
+        let bytes = u64::from(more) * self.growth.per_credit;
+        let Some(charge) = self
+            .growth
+            .budget
+            .try_charge_now(bytes, self.growth.keep_free)
+        else {
+            self.growth.retry_at = Some(now + GROWTH_RETRY);
+            self.stats.inc(Counter::CreditGrowthsRefused);
+            return;
+        };
+        // Charged before anything is allocated; kept if only part of it was (the
+        // charge then covers at least what the pools hold).
+        self.memory.absorb(charge);
+        self.stats.set(Counter::MemoryCharged, self.memory.bytes());
+        let grown = self
+            .sends
+            .grow(more as usize)
+            .and_then(|()| self.pool.grow(&self.pd, more as usize));
+        match grown {
+            Ok(added) => {
+                self.free_recvs.extend(added.rev());
+                // Cannot fail: `next` is at least 1.
+                let _ = self.core.set_credit_target(next);
+            }
+            Err(e) => {
+                tracing::warn!(target: "rpcrdma_transport", conn = self.stats.id, error = %e, credits = target, "cannot register buffers for more credits: the grant stays");
+                self.growth.max = target;
+            }
         }
     }
 
@@ -801,6 +886,7 @@ impl<Q: QueuePair + 'static> ServerConn<Q> {
                 self.stats.inc(Counter::Recvs);
                 self.stats.add(Counter::RecvBytes, buf.len() as u64);
                 self.core.handle_receive(buf);
+                self.grow_credits();
                 c.invalidated
             }
             (WcOpcode::LocalInvalidate, wr_kind::INVALIDATE) => {

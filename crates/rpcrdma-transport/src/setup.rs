@@ -25,9 +25,16 @@ pub struct RdmaConfig {
     /// Our inline receive threshold: the size of each posted receive buffer. Rounded
     /// and clamped as [`RdmaConfig::max_send`] is.
     pub max_recv: u32,
-    /// Requester: credits asked for (and Receives posted). Responder: credits granted
-    /// (and Receives posted). §4.3.1.
+    /// Requester: credits asked for (and Receives posted). Responder: the most credits
+    /// granted to a connection (and Receives posted). §4.3.1.
     pub credits: u32,
+    /// Responder: credits granted to a new connection (at most
+    /// [`RdmaConfig::credits`]), with that many Receive and Send buffers charged to
+    /// [`RdmaConfig::max_memory`]. The grant doubles, up to `credits`, whenever more
+    /// than half of it is in service and the budget has room for the buffers, and
+    /// never shrinks (`rpcrdma::credits::grown_target`): an idle connection holds
+    /// few buffers, a busy one gets the full grant (issue 16).
+    pub initial_credits: u32,
     /// We accept Send With Invalidate (RFC 8797 R flag; requester).
     pub remote_invalidate: bool,
     /// Inbound RDMA Read depth we offer (the peer's ORD against us).
@@ -103,6 +110,7 @@ impl Default for RdmaConfig {
             max_send: 4096,
             max_recv: 4096,
             credits: 128,
+            initial_credits: 8,
             remote_invalidate: true,
             ird: 32,
             ord: 32,

@@ -32,10 +32,11 @@ use xdr::{Encode, Encoder};
 
 const MIB: u64 = 1 << 20;
 
-/// What one connection of the default configuration charges to the budget, computed
-/// here independently of the server: 128 Receive buffers (one per credit) and
-/// 128 + 8 Send buffers, 4 KiB each (the thresholds both sides advertise).
-const CONN: u64 = 128 * 4096 + 136 * 4096;
+/// What one connection of the default configuration charges to the budget at
+/// accept, computed here independently of the server: 8 Receive buffers (one per
+/// credit of the initial grant, `RdmaConfig::initial_credits`) and 8 + 8 Send
+/// buffers, 4 KiB each (the thresholds both sides advertise).
+const CONN: u64 = 8 * 4096 + 16 * 4096;
 
 /// A requester on the raw provider API whose memory never answers RDMA Reads.
 struct Hostile {
@@ -315,4 +316,85 @@ async fn a_full_server_rejects_the_next_connection_and_serves_the_others() {
         "{m}"
     );
     assert!(m.peak <= m.limit);
+}
+
+/// `n` SLOW Calls (each held 400 ms by the server) at once on one connection; returns
+/// once all were answered.
+async fn slow_calls(c: &Client, n: usize) {
+    let mut calls = tokio::task::JoinSet::new();
+    for i in 0..n {
+        let c = c.clone();
+        calls.spawn(async move {
+            let mut e = Encoder::new();
+            e.opaque(&[i as u8; 16]);
+            c.call(PROG, VERS, SLOW, e.finish()).await
+        });
+    }
+    while let Some(r) = calls.join_next().await {
+        r.unwrap().unwrap();
+    }
+}
+
+/// Issue 16, credits that grow with demand (`RdmaConfig::initial_credits`): a new
+/// connection is granted 8 credits and charged for 8 Receive and 16 Send buffers; a
+/// requester that keeps 64 Calls in flight gets its grant doubled up to the
+/// server's maximum (128), each step charged to the budget first; an idle one keeps
+/// its small charge. Under a budget with room for one step only, the grant stops
+/// there (`credit_growths_refused`), and every Call is still answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_busy_connection_grows_its_grant_as_far_as_the_budget_allows() {
+    init_tracing();
+    const PER_CREDIT: u64 = 4096 + 4096;
+    const FULL: u64 = 128 * 4096 + 136 * 4096;
+    let server = start_server(RdmaConfig {
+        max_message: MIB,
+        ..RdmaConfig::default()
+    })
+    .await;
+    let (idle, _) = client(server.addr, RdmaConfig::default());
+    idle.call(PROG, VERS, NULL, Encoder::new().finish())
+        .await
+        .unwrap();
+    let (busy, _) = client(server.addr, RdmaConfig::default());
+    busy.call(PROG, VERS, NULL, Encoder::new().finish())
+        .await
+        .unwrap();
+    assert_eq!(server.stats.memory().unwrap().charged, 2 * CONN);
+    // The grant doubles as the requester shows it uses more than half of it; the
+    // second round starts at the grant the first one reached.
+    slow_calls(&busy, 64).await;
+    slow_calls(&busy, 64).await;
+    let conns = server.stats.snapshots();
+    let grants: Vec<u64> = conns
+        .iter()
+        .map(|s| s.get(Counter::CreditsGranted))
+        .collect();
+    let charged: Vec<u64> = conns
+        .iter()
+        .map(|s| s.get(Counter::MemoryCharged))
+        .collect();
+    assert_eq!(grants, [8, 128], "idle, busy");
+    assert_eq!(charged, [CONN, FULL], "{grants:?}");
+    assert_eq!(CONN + 120 * PER_CREDIT, FULL);
+    assert_eq!(server.stats.memory().unwrap().charged, CONN + FULL);
+    assert_eq!(server.stats.total(Counter::CreditGrowthsRefused), 0);
+    drop((idle, busy));
+    until(|| server.stats.memory().unwrap().charged == 0).await;
+
+    // Room for the initial buffers and one step (8 -> 16), besides the 1 MiB kept
+    // for a Call.
+    let server = start_server(RdmaConfig {
+        max_message: MIB,
+        max_memory: MIB + CONN + 8 * PER_CREDIT + 4096,
+        ..RdmaConfig::default()
+    })
+    .await;
+    let (busy, _) = client(server.addr, RdmaConfig::default());
+    slow_calls(&busy, 64).await;
+    let s = server.stats.latest().unwrap();
+    assert_eq!(s.get(Counter::CreditsGranted), 16);
+    assert_eq!(s.get(Counter::MemoryCharged), CONN + 8 * PER_CREDIT);
+    assert!(s.get(Counter::CreditGrowthsRefused) >= 1);
+    let m = server.stats.memory().unwrap();
+    assert!(m.peak <= m.limit, "{m}");
 }

@@ -163,6 +163,11 @@ impl ResponderCredits {
         Ok(n.saturating_sub(self.posted))
     }
 
+    /// The grant we want ([`ResponderCredits::set_target`]).
+    pub fn target(&self) -> u32 {
+        self.target
+    }
+
     /// The driver posted `n` more Receives.
     pub fn handle_receives_posted(&mut self, n: u32) {
         self.posted = self.posted.saturating_add(n);
@@ -230,6 +235,24 @@ impl ResponderCredits {
     pub fn reserved_for_done(&self) -> u32 {
         self.reserved
     }
+}
+
+/// A responder's next grant for a connection whose requester is using it, or `None`
+/// to keep `target`: double it (at most `max`) once more than half of it is in
+/// service (`in_service` Calls received and not yet answered).
+///
+/// §4.3.1 lets the responder "dynamically adjust the granted credit value to match
+/// its needs or policies". Ours (issue 16): a connection starts with a small grant, so
+/// an idle one holds few Receive and Send buffers, and its grant grows with the
+/// concurrency its requester shows, as memory allows. It never shrinks: a requester
+/// may send up to the last grant it saw at any time, and no message tells the
+/// responder which grant that is, so buffers promised once stay posted (Linux's
+/// client sets `rnr_retry_count` to 0 in `xprtrdma/verbs.c`: a Send that finds no
+/// Receive ends its connection). A requester that keeps few Calls in flight keeps the
+/// small grant, which is all it uses.
+pub fn grown_target(target: u32, in_service: usize, max: u32) -> Option<u32> {
+    let busy = in_service.saturating_mul(2) > target as usize;
+    (busy && target < max).then(|| target.saturating_mul(2).clamp(1, max))
 }
 
 /// The credits of one connection, per direction (§7.2.1).
@@ -317,6 +340,17 @@ mod tests {
         c.try_acquire().unwrap();
         c.reset();
         assert_eq!((c.limit(), c.outstanding()), (1, 0));
+    }
+
+    #[test]
+    fn s4_3_1_the_grant_doubles_when_more_than_half_is_in_service_up_to_the_maximum() {
+        assert_eq!(grown_target(8, 4, 128), None, "half in service");
+        assert_eq!(grown_target(8, 5, 128), Some(16));
+        assert_eq!(grown_target(64, 33, 128), Some(128));
+        assert_eq!(grown_target(96, 60, 128), Some(128), "capped");
+        assert_eq!(grown_target(128, 128, 128), None, "at the maximum");
+        assert_eq!(grown_target(1, 1, 2), Some(2));
+        assert_eq!(grown_target(8, 0, 128), None, "idle");
     }
 
     #[test]

@@ -299,6 +299,13 @@ impl Charge {
     pub fn bytes(&self) -> u64 {
         self.bytes
     }
+
+    /// Takes `other`'s bytes into this charge: both are released together, when this
+    /// one is dropped. Both must be charges to the same budget.
+    pub fn absorb(&mut self, mut other: Charge) {
+        debug_assert!(Arc::ptr_eq(&self.budget, &other.budget));
+        self.bytes += std::mem::take(&mut other.bytes);
+    }
 }
 
 impl fmt::Debug for Charge {
@@ -309,7 +316,9 @@ impl fmt::Debug for Charge {
 
 impl Drop for Charge {
     fn drop(&mut self) {
-        self.budget.release(self.bytes);
+        if self.bytes > 0 {
+            self.budget.release(self.bytes);
+        }
     }
 }
 

@@ -79,7 +79,8 @@ counters! {
     /// read timeout (responder driver: a peer that stops answering RDMA Reads).
     ReadTimeouts = "read_timeouts",
     /// Bytes of the server's memory budget this connection's own buffers hold
-    /// (its Receive and Send buffers, charged at accept; responder driver): a gauge.
+    /// (its Receive and Send buffers, charged at accept and as its credit grant
+    /// grows; responder driver): a gauge.
     MemoryCharged = "memory_charged",
     /// RDMA Writes posted (responder).
     RdmaWrites = "rdma_writes",
@@ -111,6 +112,9 @@ counters! {
     CreditsRequested = "credits_requested",
     /// The last credit grant (received or sent): a gauge.
     CreditsGranted = "credits_granted",
+    /// Times a connection's credit grant could not grow because the server's memory
+    /// budget had no room for its buffers (responder driver).
+    CreditGrowthsRefused = "credit_growths_refused",
     /// RPC-over-RDMA version of the last Call sent (requester) or received
     /// (responder): a gauge.
     Version = "rpcrdma_version",
