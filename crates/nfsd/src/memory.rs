@@ -1,20 +1,28 @@
 //! The server's one memory budget (issue 16, `--max-memory`): a
 //! [`rpcrdma::memory::MemoryBudget`] shared by the NFS/RDMA transport (each
-//! connection's Receive and Send buffers, the data of WRITEs pulled by RDMA Read) and
-//! the NFS program (READ reply buffers). Nothing charged to it is allocated past its
-//! limit: a new RDMA connection that does not fit is rejected, a WRITE's data waits
-//! in line, a READ that does not fit is answered NFS3ERR_JUKEBOX (RFC 1813 §2.6: "the
-//! client should retry later").
+//! connection's Receive and Send buffers, the data of WRITEs pulled by RDMA Read), the
+//! TCP servers ([`TcpMemory`]: each connection's read buffer, the call records in
+//! service) and the NFS program (READ reply buffers). Nothing charged to it is
+//! allocated past its limit: a new RDMA or TCP connection that does not fit is
+//! rejected (RDMA) or closed (TCP), a WRITE's data waits in line, a READ that does
+//! not fit is answered NFS3ERR_JUKEBOX (RFC 1813 §2.6: "the client should retry
+//! later").
 
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+
+use oncrpc::server::{ConnectionMemory, Held};
+use rpcrdma::memory::MemoryBudget;
 
 /// The default budget: a quarter of the machine's physical memory (MemTotal of
 /// /proc/meminfo, read through `sysconf`), at least 256 MiB and at most 16 GiB
 /// (1 GiB if the size cannot be read). A quarter leaves the rest to the page cache
-/// the exports are served from, the runtime's threads and what is not charged (TCP
-/// connections, per-connection state, idle pooled buffers).
+/// the exports are served from, the runtime's threads and what is not charged
+/// (per-connection state beyond buffers, idle pooled buffers, queued TCP replies).
 pub fn default_max_memory() -> u64 {
     // SAFETY: sysconf reads a system parameter; no memory is passed.
     let (pages, page) = unsafe {
@@ -35,15 +43,28 @@ pub fn default_max_memory() -> u64 {
 /// warning about rejected connections): a flood of READs must not flood the log.
 const WARNING_PERIOD: Duration = Duration::from_secs(10);
 
-/// READs refused for memory: counted, and logged rate-limited.
-#[derive(Debug, Default)]
+/// Work refused for memory (READs, TCP connections): counted, and logged
+/// rate-limited.
+#[derive(Debug)]
 pub struct Refusals {
+    /// What was refused and how, for the log: "READs answered NFS3ERR_JUKEBOX".
+    what: &'static str,
     total: AtomicU64,
     log: Mutex<(u64, Option<Instant>)>,
 }
 
 impl Refusals {
-    /// READs answered NFS3ERR_JUKEBOX because their buffer did not fit the budget.
+    /// Counts refusals of `what`.
+    pub fn new(what: &'static str) -> Refusals {
+        Refusals {
+            what,
+            total: AtomicU64::new(0),
+            log: Mutex::new((0, None)),
+        }
+    }
+
+    /// Refusals so far (READs: answered NFS3ERR_JUKEBOX because their buffer did
+    /// not fit the budget).
     pub fn total(&self) -> u64 {
         self.total.load(Ordering::Relaxed)
     }
@@ -64,9 +85,74 @@ impl Refusals {
                 needed,
                 charged = budget.used(),
                 limit = budget.limit(),
-                "READs answered NFS3ERR_JUKEBOX: the server's memory budget (--max-memory) is spent{}: {since} since the last warning, {total} in all",
+                "{}: the server's memory budget (--max-memory) is spent{}: {since} since the last warning, {total} in all",
+                self.what,
                 if first { " (first; further refusals are summed at most every 10 s)" } else { "" },
             );
         }
+    }
+}
+
+/// The budget as the TCP servers charge it ([`oncrpc::server::ConnectionMemory`]):
+/// a connection is admitted as an RDMA one is (never into the last `keep_free`
+/// bytes, never past waiting charges), a call record waits in line with the WRITEs
+/// over RDMA.
+#[derive(Debug)]
+pub struct TcpMemory {
+    budget: Arc<MemoryBudget>,
+    /// Room connections never take: one whole call record's worth, so that idle
+    /// connections cannot keep every call waiting.
+    keep_free: u64,
+    /// TCP connections closed at accept.
+    pub refusals: Refusals,
+}
+
+impl TcpMemory {
+    /// Charges to `budget`, admitting connections only while `keep_free` bytes stay.
+    pub fn new(budget: Arc<MemoryBudget>, keep_free: u64) -> TcpMemory {
+        TcpMemory {
+            budget,
+            keep_free,
+            refusals: Refusals::new("TCP connections closed at accept"),
+        }
+    }
+
+    /// The budget charged.
+    pub fn budget(&self) -> &Arc<MemoryBudget> {
+        &self.budget
+    }
+}
+
+impl ConnectionMemory for TcpMemory {
+    fn admit(&self, peer: SocketAddr, bytes: u64) -> Option<Held> {
+        match self.budget.try_charge_now(bytes, self.keep_free) {
+            Some(charge) => Some(Box::new(charge)),
+            None => {
+                tracing::debug!(%peer, bytes, "TCP connection refused: memory budget spent");
+                self.refusals.refused(bytes, &self.budget);
+                None
+            }
+        }
+    }
+
+    fn charge(&self, bytes: u64) -> Pin<Box<dyn Future<Output = Option<Held>> + Send>> {
+        let budget = self.budget.clone();
+        Box::pin(async move {
+            if bytes > budget.limit() {
+                return None;
+            }
+            let mut waiter = match budget.try_charge(bytes) {
+                Ok(charge) => return Some(Box::new(charge) as Held),
+                Err(waiter) => waiter,
+            };
+            loop {
+                let since = waiter.wait().1;
+                std::future::poll_fn(|cx| budget.poll_released(since, cx)).await;
+                match waiter.try_charge(bytes) {
+                    Ok(charge) => return Some(Box::new(charge) as Held),
+                    Err(again) => waiter = again,
+                }
+            }
+        })
     }
 }

@@ -184,7 +184,7 @@ impl NfsServer {
             verifier,
             read_buffers: rdma::BufferPool::new(MAX_IDLE_READ_BUFFERS),
             memory: rpcrdma::memory::MemoryBudget::new(crate::memory::default_max_memory()),
-            memory_refusals: crate::memory::Refusals::default(),
+            memory_refusals: crate::memory::Refusals::new("READs answered NFS3ERR_JUKEBOX"),
         }
     }
 

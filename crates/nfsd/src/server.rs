@@ -78,6 +78,8 @@ pub struct Config {
 #[derive(Debug)]
 pub struct Bound {
     server: Arc<NfsServer>,
+    /// The server's budget as its TCP servers charge it.
+    tcp_memory: Arc<crate::memory::TcpMemory>,
     nfs: TcpListener,
     mount: Option<TcpListener>,
     /// Our own portmapper's sockets: the same port on TCP and UDP.
@@ -101,6 +103,11 @@ impl Bound {
             NfsServer::new(Table::open(&config.exports, &config.handles, None)?)
                 .with_memory(rpcrdma::memory::MemoryBudget::new(config.max_memory)),
         );
+        // Connections never take the room of one whole call record.
+        let tcp_memory = Arc::new(crate::memory::TcpMemory::new(
+            server.memory.clone(),
+            oncrpc::tcp::DEFAULT_MAX_RECORD as u64,
+        ));
         let listen = |port| TcpListener::bind(SocketAddr::new(config.bind, port));
         let nfs = listen(config.nfs_port).await?;
         let nfs_port = nfs.local_addr()?.port();
@@ -141,6 +148,7 @@ impl Bound {
         };
         Ok(Bound {
             server,
+            tcp_memory,
             nfs,
             mount,
             portmap,
@@ -172,6 +180,11 @@ impl Bound {
     /// The NFS program state.
     pub fn server(&self) -> &Arc<NfsServer> {
         &self.server
+    }
+
+    /// What the TCP servers charge to the memory budget, and the connections refused.
+    pub fn tcp_memory(&self) -> &Arc<crate::memory::TcpMemory> {
+        &self.tcp_memory
     }
 
     /// Where NFS listens.
@@ -226,7 +239,7 @@ impl Bound {
         let limit = self.server.memory.limit();
         lines.push(format!(
             "memory budget {} MiB [--max-memory]: RDMA connections' buffers, WRITE data \
-             pulled by RDMA Read, READ buffers",
+             pulled by RDMA Read, TCP connections and call records, READ buffers",
             limit >> 20
         ));
         lines.push(if self.server.switching {
@@ -316,8 +329,11 @@ impl Bound {
         let stopped = |mut rx: watch::Receiver<bool>| async move {
             let _ = rx.wait_for(|s| *s).await;
         };
+        // Issue 16: TCP connections and the call records they bring are charged to
+        // the one budget too (NFS, MOUNT, NLM; not the portmapper's few bytes).
         let config = ServerConfig {
             rpcbind: self.registrar.clone(),
+            memory: Some(self.tcp_memory.clone()),
             ..ServerConfig::default()
         };
         let nfs_service = Arc::new(NfsService::new(self.server.clone()));

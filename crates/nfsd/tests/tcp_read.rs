@@ -6,7 +6,8 @@
 //! and eof against the file; then pipelined 1 MiB READs of a file of 3 MiB + 3 bytes
 //! from several tasks at once on one connection, so that replies with file data
 //! follow each other (and small replies) on the socket, checked byte for byte; all
-//! under a memory budget smaller than one READ, which a READ over TCP does not charge.
+//! under a memory budget that a READ over TCP does not charge: its peak stays below
+//! one READ's size.
 
 mod common;
 
@@ -18,9 +19,9 @@ use nfsd::server::{Bound, Config};
 
 fn config(dir: &TempDir) -> Config {
     Config {
-        // Smaller than one 1 MiB READ: over TCP READ data takes no buffer, so
-        // nothing is charged to the budget and no READ is refused (JUKEBOX).
-        max_memory: 256 << 10,
+        // Over TCP READ data takes no buffer: only the connections (64 KiB each) and
+        // the small Call records are charged, never a READ's 1 MiB.
+        max_memory: 8 << 20,
         ..common::loopback_config(dir.path())
     }
 }
@@ -37,6 +38,7 @@ async fn tcp_read_sends_file_ranges_exactly_with_eof() {
     let bound = Bound::new(&config(&dir)).await.unwrap();
     let nfs_port = bound.nfs_addr().unwrap().port();
     let mount_port = bound.mount_addr().unwrap().port();
+    let budget = bound.server().memory.clone();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let serving = tokio::spawn(bound.serve(async move {
         let _ = stopped.await;
@@ -129,6 +131,11 @@ async fn tcp_read_sends_file_ranges_exactly_with_eof() {
         }
     }
     drop(m);
+    assert!(
+        budget.peak() > 0 && budget.peak() < 1 << 20,
+        "connections and small Calls charged, no READ data: peak {}",
+        budget.peak()
+    );
 
     stop.send(()).unwrap();
     tokio::time::timeout(Duration::from_secs(10), serving)

@@ -83,6 +83,19 @@ impl RecordDecoder {
         }
     }
 
+    /// The most bytes the record being received can take, once a fragment header
+    /// announced it: the fragments so far and the current one if it is the last, else
+    /// the maximum record size (later fragments may add up to it). `None` between
+    /// records.
+    pub fn record_bound(&self) -> Option<usize> {
+        match self.fragment {
+            Some((len, true)) => Some(self.partial.len() + len),
+            Some((_, false)) => Some(self.max_record),
+            None if !self.partial.is_empty() => Some(self.max_record),
+            None => None,
+        }
+    }
+
     /// Takes the next complete record out of `src`, if there is one.
     ///
     /// A record that is a single fragment is split off `src` without a copy; the
@@ -213,6 +226,23 @@ fn mark(len: usize, last: bool) -> Bytes {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_record_bound_is_known_from_the_first_fragment_header() {
+        let mut d = RecordDecoder::new(1000);
+        let mut src = BytesMut::new();
+        assert_eq!(d.record_bound(), None);
+        src.extend_from_slice(&(LAST_FRAGMENT | 300).to_be_bytes());
+        src.extend_from_slice(&[0; 10]);
+        assert!(d.decode(&mut src).unwrap().is_none());
+        assert_eq!(d.record_bound(), Some(300), "one fragment: its length");
+        src.extend_from_slice(&[0; 290]);
+        assert_eq!(d.decode(&mut src).unwrap().unwrap().len(), 300);
+        assert_eq!(d.record_bound(), None);
+        src.extend_from_slice(&20u32.to_be_bytes());
+        assert!(d.decode(&mut src).unwrap().is_none());
+        assert_eq!(d.record_bound(), Some(1000), "more fragments may follow");
+    }
     use proptest::prelude::*;
 
     fn concat(pieces: &[Bytes]) -> BytesMut {

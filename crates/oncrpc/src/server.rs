@@ -5,13 +5,16 @@
 //! sent, then connections close. Optionally registers its programs with rpcbind on
 //! start and unregisters them on shutdown.
 
+use std::fmt;
 use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::BytesMut;
+use bytes::{Bytes, BytesMut};
+use tokio::io::AsyncReadExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot, watch, Semaphore};
 use tokio::task::JoinSet;
@@ -22,11 +25,46 @@ use crate::record::RecordDecoder;
 use crate::rpcbind::{Registrar, NETID_TCP};
 use crate::service::{reply_message, Dispatcher, Peer, Protocol};
 use crate::tcp::{
-    close_write, read_record, write_replies, DEFAULT_MAX_FRAGMENT, DEFAULT_MAX_RECORD,
+    close_write, invalid_data, write_replies, DEFAULT_MAX_FRAGMENT, DEFAULT_MAX_RECORD, READ_CHUNK,
 };
 
 /// Most replies one write of the connection's writer takes from its queue.
 const MAX_BATCH: usize = 32;
+
+/// Memory held for a server until dropped (a charge to its budget).
+pub type Held = Box<dyn std::any::Any + Send + Sync>;
+
+/// The memory budget a server's TCP connections are charged to (nfsd: its one
+/// `--max-memory` budget, issue 16), so that call records received and in service
+/// never take more than the budget. With one ([`ServerConfig::memory`]):
+///
+/// - each connection is charged [`CONNECTION_BYTES`] (its read buffer) at accept, or
+///   closed at once if that does not fit;
+/// - a call record is charged before its body is read into memory of its own (from
+///   its first fragment header: its length, or the maximum record size if more
+///   fragments follow): the connection stops reading, and TCP's flow control holds the
+///   client back, until the charge is granted; a record that shares the connection's
+///   read buffer is charged once complete, and copied out of it if small, so that
+///   calls in service never keep read buffers alive uncharged. Each charge lasts
+///   until the call's reply is queued for sending.
+pub trait ConnectionMemory: Send + Sync + fmt::Debug {
+    /// Charges a new connection from `peer` `bytes` now, without waiting; `None`
+    /// refuses it.
+    fn admit(&self, peer: SocketAddr, bytes: u64) -> Option<Held>;
+
+    /// Charges `bytes`, in line with the budget's other waiting charges: resolves
+    /// once charged, or to `None` if they can never fit (more than the whole budget).
+    fn charge(&self, bytes: u64) -> Pin<Box<dyn Future<Output = Option<Held>> + Send>>;
+}
+
+/// What a TCP connection is charged at accept ([`ConnectionMemory`]): its read
+/// buffer.
+pub const CONNECTION_BYTES: u64 = READ_CHUNK as u64;
+
+/// Records up to this long are copied out of the connection's read buffer when a
+/// budget is charged ([`ConnectionMemory`]): a small call then holds its own bytes
+/// rather than the whole buffer it arrived in.
+const SMALL_RECORD: usize = 8 * 1024;
 
 /// Server settings.
 #[derive(Debug, Clone)]
@@ -42,6 +80,10 @@ pub struct ServerConfig {
     /// How long shutdown waits for calls in flight; after it, connections are
     /// dropped with their calls. `None` waits as long as the calls take.
     pub shutdown_grace: Option<Duration>,
+    /// The memory budget connections and call records are charged to; `None`:
+    /// nothing is charged (bounded only per connection, by `max_record` ×
+    /// `max_in_flight`).
+    pub memory: Option<Arc<dyn ConnectionMemory>>,
 }
 
 impl Default for ServerConfig {
@@ -52,6 +94,7 @@ impl Default for ServerConfig {
             max_in_flight: 128,
             rpcbind: None,
             shutdown_grace: Some(Duration::from_secs(30)),
+            memory: None,
         }
     }
 }
@@ -166,6 +209,15 @@ async fn connection(
     config: ServerConfig,
     mut stop: watch::Receiver<bool>,
 ) {
+    let _connection_memory = match &config.memory {
+        None => None,
+        Some(m) => match m.admit(peer, CONNECTION_BYTES) {
+            Some(held) => Some(held),
+            // Refused (and logged by the budget's owner): the client sees the
+            // connection closed and retries.
+            None => return,
+        },
+    };
     tracing::debug!(%peer, "connection opened");
     let (mut rd, mut wr) = stream.into_split();
     let max_in_flight = config.max_in_flight.max(1);
@@ -193,10 +245,10 @@ async fn connection(
         let record = tokio::select! {
             biased;
             _ = stop.wait_for(|s| *s) => break,
-            r = read_record(&mut rd, &mut dec, &mut buf) => r,
+            r = read_call(&mut rd, &mut dec, &mut buf, config.memory.as_deref()) => r,
         };
         match record {
-            Ok(Some(call)) => {
+            Ok(Some((call, held))) => {
                 let Ok(permit) = permits.clone().acquire_owned().await else {
                     break;
                 };
@@ -229,7 +281,7 @@ async fn connection(
                     if let Some(reply) = reply {
                         let _ = tx.send(reply).await;
                     }
-                    drop(permit);
+                    drop((permit, held));
                 });
                 while calls.try_join_next().is_some() {}
             }
@@ -255,4 +307,67 @@ async fn connection(
     let mut writer = writer;
     let _ = (&mut writer.0).await;
     tracing::debug!(%peer, "connection closed");
+}
+
+/// Reads one call record from `r` (as [`crate::tcp::read_record`]), charging it to
+/// `memory` if there is one ([`ConnectionMemory`]); the charge comes back with the
+/// record. `Ok(None)` at a clean end of stream.
+async fn read_call(
+    r: &mut (impl tokio::io::AsyncRead + Unpin),
+    dec: &mut RecordDecoder,
+    buf: &mut BytesMut,
+    memory: Option<&dyn ConnectionMemory>,
+) -> io::Result<Option<(Bytes, Option<Held>)>> {
+    let too_large = || {
+        io::Error::new(
+            io::ErrorKind::OutOfMemory,
+            "call record larger than the server's whole memory budget",
+        )
+    };
+    let mut held = None;
+    loop {
+        if let Some(record) = dec.decode(buf).map_err(invalid_data)? {
+            let Some(memory) = memory else {
+                return Ok(Some((record, None)));
+            };
+            if record.len() <= SMALL_RECORD {
+                // Charged before its copy is allocated (besides a pre-charge, when
+                // its header came alone).
+                let charge = memory
+                    .charge(record.len() as u64)
+                    .await
+                    .ok_or_else(too_large)?;
+                drop(held);
+                // COPY: a small call (at most SMALL_RECORD bytes) out of the read
+                // buffer, which it would otherwise keep alive while in service.
+                return Ok(Some((Bytes::copy_from_slice(&record), Some(charge))));
+            }
+            let charge = match held {
+                Some(charge) => charge,
+                // It came whole with an earlier read, in the read buffer, which it
+                // keeps: charged for that buffer at least, before the next one.
+                None => memory
+                    .charge(record.len().max(READ_CHUNK) as u64)
+                    .await
+                    .ok_or_else(too_large)?,
+            };
+            return Ok(Some((record, Some(charge))));
+        }
+        if let (Some(memory), None) = (memory, &held) {
+            // The body is about to be read into memory of its own
+            // (`read_record` reserves the rest of the fragment): charge first.
+            if let Some(bound) = dec.record_bound().filter(|&b| b > SMALL_RECORD) {
+                let bytes = bound.max(READ_CHUNK) as u64;
+                held = Some(memory.charge(bytes).await.ok_or_else(too_large)?);
+            }
+        }
+        // As `read_record`: the rest of the current fragment at once.
+        buf.reserve(dec.bytes_wanted(buf).max(READ_CHUNK));
+        if r.read_buf(buf).await? == 0 {
+            return Ok(dec
+                .decode_eof(buf)
+                .map_err(invalid_data)?
+                .map(|record| (record, held)));
+        }
+    }
 }

@@ -23,7 +23,7 @@ pub(crate) use replies::write_replies;
 
 /// Smallest buffer reservation for one read, so that small records do not cost one
 /// system call each.
-const READ_CHUNK: usize = 64 * 1024;
+pub(crate) const READ_CHUNK: usize = 64 * 1024;
 
 /// Default largest record accepted: 4 MiB of payload plus headers and slack.
 pub const DEFAULT_MAX_RECORD: usize = 4 * 1024 * 1024 + 64 * 1024;
@@ -57,7 +57,7 @@ pub async fn read_record<R: AsyncRead + Unpin>(
     }
 }
 
-fn invalid_data(e: crate::RecordError) -> io::Error {
+pub(crate) fn invalid_data(e: crate::RecordError) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, e)
 }
 

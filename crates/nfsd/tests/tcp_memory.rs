@@ -1,0 +1,115 @@
+//! Issue 16: TCP connections and the call records they bring are charged to the
+//! server's one memory budget (`--max-memory`; `nfsd::memory::TcpMemory`,
+//! `oncrpc::server::ConnectionMemory`). 64 WRITEs of 1 MiB sent at once on one
+//! connection, under a budget with room for a few of them besides what is kept for
+//! one whole record, are all answered and written while the budget never goes past
+//! its limit and records wait in line for memory (the connection stops reading
+//! meanwhile, and TCP holds the client back). With the budget spent, a new TCP
+//! connection is closed at accept (a mount fails); once memory is released, one is
+//! served again.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::{pattern, TempDir};
+use nfsclient::nfs3::StableHow;
+use nfsclient::{Mount, MountOptions, TransportKind};
+use nfsd::server::{Bound, Config};
+
+const MIB: u64 = 1 << 20;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tcp_call_records_wait_for_the_budget_and_connections_past_it_are_closed() {
+    let dir = TempDir::new("tcpmem");
+    std::fs::write(dir.path().join("f"), b"").unwrap();
+    // Connections keep one whole record's room (4 MiB + 64 KiB) free; 4 MiB more:
+    // with the connections' 64 KiB each, about seven 1 MiB WRITE records at once.
+    let limit = oncrpc::tcp::DEFAULT_MAX_RECORD as u64 + 4 * MIB;
+    let config = Config {
+        max_memory: limit,
+        ..common::loopback_config(dir.path())
+    };
+    let bound = Bound::new(&config).await.unwrap();
+    let nfs_port = bound.nfs_addr().unwrap().port();
+    let mount_port = bound.mount_addr().unwrap().port();
+    let budget = bound.server().memory.clone();
+    let tcp = bound.tcp_memory().clone();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let serving = tokio::spawn(bound.serve(async move {
+        let _ = stopped.await;
+    }));
+    let opts = MountOptions {
+        transport: TransportKind::Tcp,
+        nfs_port: Some(nfs_port),
+        mount_port: Some(mount_port),
+        timeout: Duration::from_secs(30),
+        ..MountOptions::default()
+    };
+    let export = dir.path().to_str().unwrap().to_string();
+    let m = Arc::new(Mount::mount("127.0.0.1", &export, &opts).await.unwrap());
+    let (fh, _) = m.lookup_path("f").await.unwrap();
+    let data = Bytes::from(pattern(64 << 20, 7));
+    let before = budget.refused();
+    let mut writes = tokio::task::JoinSet::new();
+    for i in 0..64u64 {
+        let (m, fh) = (m.clone(), fh.clone());
+        let piece = data.slice((i << 20) as usize..((i + 1) << 20) as usize);
+        writes.spawn(async move {
+            let w = m
+                .nfs()
+                .write(&fh, i << 20, piece, StableHow::UNSTABLE)
+                .await;
+            assert_eq!(w.unwrap().count, 1 << 20);
+        });
+    }
+    while let Some(w) = writes.join_next().await {
+        w.unwrap();
+    }
+    assert!(
+        budget.refused() > before,
+        "64 MiB of WRITEs on one connection must have waited for a {limit}-byte budget"
+    );
+    assert!(budget.peak() <= limit, "peak {}", budget.peak());
+    assert!(
+        budget.peak() > 2 * MIB,
+        "several records at once: {}",
+        budget.peak()
+    );
+    let on_disk = std::fs::read(dir.path().join("f")).unwrap();
+    assert!(on_disk == data, "the file holds what was written");
+
+    // The budget spent (by someone else): new TCP connections are closed at accept.
+    until(|| budget.used() <= 2 * oncrpc::server::CONNECTION_BYTES).await;
+    let hold = budget.charge_ahead(limit - budget.used()).unwrap();
+    let refused_before = tcp.refusals.total();
+    let quick = MountOptions {
+        timeout: Duration::from_secs(3),
+        ..opts.clone()
+    };
+    assert!(Mount::mount("127.0.0.1", &export, &quick).await.is_err());
+    assert!(tcp.refusals.total() > refused_before);
+    drop(hold);
+    let again = Mount::mount("127.0.0.1", &export, &opts).await.unwrap();
+    again.nfs().null().await.unwrap();
+    drop((again, m));
+    until(|| budget.used() == 0).await;
+
+    stop.send(()).unwrap();
+    tokio::time::timeout(Duration::from_secs(10), serving)
+        .await
+        .expect("serve returns after shutdown")
+        .unwrap()
+        .unwrap();
+}
+
+/// Waits (at most 20 s) until `cond` holds: connections end asynchronously.
+async fn until(mut cond: impl FnMut() -> bool) {
+    let give_up = std::time::Instant::now() + Duration::from_secs(20);
+    while !cond() {
+        assert!(std::time::Instant::now() < give_up, "timed out");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
