@@ -116,17 +116,20 @@ struct Cli {
     /// Credits granted to a new RDMA connection: the grant doubles, up to
     /// --rdma-credits, whenever the client keeps more than half of it in use and
     /// --max-memory has room for the buffers, and never shrinks. Small, so that an idle
-    /// connection holds little memory (96 KiB charged at 8).
+    /// connection holds little memory (96 KiB charged at 8, besides 24 KiB of state).
     #[arg(long, value_name = "N", default_value_t = 8,
           value_parser = clap::value_parser!(u32).range(1..=1024))]
     rdma_initial_credits: u32,
     /// The server's memory budget (bytes; K, M, G suffixes), one for everything it
     /// charges: each RDMA connection's Receive and Send buffers (8 KiB per credit
-    /// granted: 96 KiB for a new connection, about 1 MiB at 128 credits), the data
-    /// of NFS WRITEs pulled by RDMA Read, and READ reply buffers; connections never take the last 16 MiB, kept for
-    /// one whole WRITE. At least 32 MiB. Past it a new RDMA connection is rejected, a
-    /// WRITE waits in line until earlier ones are answered, a READ is answered
-    /// NFS3ERR_JUKEBOX (the client retries); nothing charged is allocated past it.
+    /// granted) and state (24 KiB): 120 KiB for a new connection, about 1 MiB at 128
+    /// credits; each TCP connection's read buffer (64 KiB) and the call records it
+    /// receives; the data of NFS WRITEs pulled by RDMA Read; READ reply buffers.
+    /// Connections never take the last 16 MiB (RDMA) or 4 MiB (TCP), kept for one
+    /// whole WRITE. At least 32 MiB. Past it a new RDMA connection is rejected, a new
+    /// TCP connection closed, a WRITE waits in line until earlier ones are answered, a
+    /// READ is answered NFS3ERR_JUKEBOX (the client retries); nothing charged is
+    /// allocated past it.
     /// Default: a quarter of the machine's memory (MemTotal), from 256 MiB to 16 GiB.
     #[arg(long, value_name = "BYTES", value_parser = parse_size)]
     max_memory: Option<u64>,

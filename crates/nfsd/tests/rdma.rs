@@ -382,9 +382,10 @@ fn binary_with_verbs_provider_and_no_device_for_the_address_fails_saying_why() {
 async fn one_budget_rejects_rdma_connections_and_reads_past_it() {
     use nfsclient::nfs3::NfsStat3;
     use std::sync::Arc;
-    // One connection's Receive and Send buffers at nfsd's defaults, for its initial
-    // grant of 8 credits: 8 of 4 KiB each way, and 8 Send buffers more.
-    const CONN: u64 = 8 * 4096 + 16 * 4096;
+    // One connection's state (24 KiB) and Receive and Send buffers at nfsd's
+    // defaults, for its initial grant of 8 credits: 8 of 4 KiB each way, and 8 Send
+    // buffers more.
+    const CONN: u64 = (24 << 10) + 8 * 4096 + 16 * 4096;
     const KIB: u64 = 1 << 10;
     let dir = TempDir::new("rdma-budget");
     std::fs::write(dir.path().join("f"), pattern(1 << 20, 3)).unwrap();

@@ -133,7 +133,7 @@ pub use binding::RdmaBinding;
 pub use client::{RdmaReceiver, RdmaSender, RdmaTransport};
 pub use counters::{ConnStats, Counter, MemoryStats, Snapshot, StatsRegistry};
 pub use error::TransportError;
-pub use server::{release_when_quiet, RdmaServer, QUIET_PERIOD};
+pub use server::{release_when_quiet, RdmaServer, CONNECTION_STATE, QUIET_PERIOD};
 pub use setup::RdmaConfig;
 
 /// rpcrdma-v1-draft-ietf-nfsv4-rfc5666bis-04 §11: the netid for RPC-over-RDMA on IPv4.

@@ -192,7 +192,7 @@ impl<P: ConnectionManager + 'static> RdmaServer<P> {
             // Call is kept from connections, so that idle ones cannot keep every Call
             // with Read chunks waiting.
             let per_credit = config.recv_buffer_len() as u64 + u64::from(send_buffer_len);
-            let needed = conn_buffer_bytes(&config, initial, send_buffer_len);
+            let needed = CONNECTION_STATE + conn_buffer_bytes(&config, initial, send_buffer_len);
             let Some(memory) = self.memory.try_charge_now(needed, config.max_message) else {
                 self.stats.connection_refused(peer.addr, needed);
                 let _ = req.reject(Bytes::new()).await;
@@ -340,6 +340,12 @@ impl<P: ConnectionManager + 'static> RdmaServer<P> {
 fn send_slots(credits: u32) -> usize {
     credits.clamp(1, 1024) as usize + 8
 }
+
+/// What a connection holds besides its Receive and Send buffers (its task, the
+/// provider's queues and tables), charged with them at accept: nfsd's RSS grows by
+/// 26 KiB per idle connection on the userspace iWARP provider, 8 KiB of it the first
+/// pages of its buffers (docs/hostile-peers.md, "Credits that grow with demand").
+pub const CONNECTION_STATE: u64 = 24 << 10;
 
 /// The bytes a connection's Receive and Send buffers take at a grant of `credits`
 /// ([`RecvPool`], [`SendPool`]), charged to the server's memory budget while it

@@ -33,10 +33,11 @@ use xdr::{Encode, Encoder};
 const MIB: u64 = 1 << 20;
 
 /// What one connection of the default configuration charges to the budget at
-/// accept, computed here independently of the server: 8 Receive buffers (one per
-/// credit of the initial grant, `RdmaConfig::initial_credits`) and 8 + 8 Send
-/// buffers, 4 KiB each (the thresholds both sides advertise).
-const CONN: u64 = 8 * 4096 + 16 * 4096;
+/// accept, computed here independently of the server: its state (24 KiB,
+/// `CONNECTION_STATE`), 8 Receive buffers (one per credit of the initial grant,
+/// `RdmaConfig::initial_credits`) and 8 + 8 Send buffers, 4 KiB each (the
+/// thresholds both sides advertise).
+const CONN: u64 = (24 << 10) + 8 * 4096 + 16 * 4096;
 
 /// A requester on the raw provider API whose memory never answers RDMA Reads.
 struct Hostile {
@@ -345,7 +346,7 @@ async fn slow_calls(c: &Client, n: usize) {
 async fn a_busy_connection_grows_its_grant_as_far_as_the_budget_allows() {
     init_tracing();
     const PER_CREDIT: u64 = 4096 + 4096;
-    const FULL: u64 = 128 * 4096 + 136 * 4096;
+    const FULL: u64 = (24 << 10) + 128 * 4096 + 136 * 4096;
     let server = start_server(RdmaConfig {
         max_message: MIB,
         ..RdmaConfig::default()
