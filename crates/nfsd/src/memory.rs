@@ -2,10 +2,10 @@
 //! [`rpcrdma::memory::MemoryBudget`] shared by the NFS/RDMA transport (each
 //! connection's Receive and Send buffers, the data of WRITEs pulled by RDMA Read), the
 //! TCP servers ([`TcpMemory`]: each connection's read buffer, the call records in
-//! service) and the NFS program (READ reply buffers). Nothing charged to it is
-//! allocated past its limit: a new RDMA or TCP connection that does not fit is
-//! rejected (RDMA) or closed (TCP), a WRITE's data waits in line, a READ that does
-//! not fit is answered NFS3ERR_JUKEBOX (RFC 1813 §2.6: "the client should retry
+//! service) and the NFS program (READ reply buffers, directory listings). Nothing
+//! charged to it is allocated past its limit: a new RDMA or TCP connection that does
+//! not fit is rejected (RDMA) or closed (TCP), a WRITE's data waits in line, a READ or
+//! listing that does not fit is answered NFS3ERR_JUKEBOX (RFC 1813 §2.6: "the client should retry
 //! later").
 
 use std::future::Future;

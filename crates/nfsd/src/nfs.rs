@@ -162,7 +162,8 @@ pub struct NfsServer {
     /// The server's memory budget (`--max-memory`, [`crate::memory`]), shared with
     /// the NFS/RDMA transport: each READ buffer is charged to it while in use.
     pub memory: std::sync::Arc<rpcrdma::memory::MemoryBudget>,
-    /// READs refused because their buffer did not fit [`NfsServer::memory`].
+    /// READs and directory listings refused because their buffer did not fit
+    /// [`NfsServer::memory`].
     pub memory_refusals: crate::memory::Refusals,
 }
 
@@ -184,7 +185,9 @@ impl NfsServer {
             verifier,
             read_buffers: rdma::BufferPool::new(MAX_IDLE_READ_BUFFERS),
             memory: rpcrdma::memory::MemoryBudget::new(crate::memory::default_max_memory()),
-            memory_refusals: crate::memory::Refusals::new("READs answered NFS3ERR_JUKEBOX"),
+            memory_refusals: crate::memory::Refusals::new(
+                "READs and READDIRs answered NFS3ERR_JUKEBOX",
+            ),
         }
     }
 
@@ -259,8 +262,8 @@ impl NfsServer {
             NfsProc3::RMDIR => run(args, |a: Remove3Args| proc::names::remove(&cx, a, true)),
             NfsProc3::RENAME => run(args, |a: Rename3Args| proc::names::rename(&cx, a)),
             NfsProc3::LINK => run(args, |a: Link3Args| proc::names::link(&cx, a)),
-            NfsProc3::READDIR => run(args, |a: ReadDir3Args| proc::readdir::readdir(&cx, a)),
-            NfsProc3::READDIRPLUS => run(args, |a: ReadDirPlus3Args| {
+            NfsProc3::READDIR => run_held(args, |a: ReadDir3Args| proc::readdir::readdir(&cx, a)),
+            NfsProc3::READDIRPLUS => run_held(args, |a: ReadDirPlus3Args| {
                 proc::readdir::readdirplus(&cx, a)
             }),
             NfsProc3::FSSTAT => run(args, |a: FsRootArgs| proc::fsinfo::fsstat(&cx, a)),
@@ -280,6 +283,39 @@ fn run<A: Decode, R: Encode>(
     let a = A::decode(&mut args)?;
     args.finish()?;
     Ok(f(a).to_xdr())
+}
+
+/// [`run`] for a procedure whose result was charged to the server's memory budget
+/// (READDIR, READDIRPLUS): the result is freed once encoded, the charge lasts as long
+/// as the encoded reply, whose bytes hold it.
+fn run_held<A: Decode, R: Encode>(
+    mut args: Decoder,
+    f: impl FnOnce(A) -> (R, Option<rpcrdma::memory::Charge>),
+) -> Result<XdrStream, ServiceError> {
+    let a = A::decode(&mut args)?;
+    args.finish()?;
+    let (result, charge) = f(a);
+    let mut reply = result.to_xdr();
+    drop(result);
+    if let Some(charge) = charge {
+        reply.inline = xdr::Bytes::from_owner(Charged {
+            bytes: reply.inline,
+            _charge: charge,
+        });
+    }
+    Ok(reply)
+}
+
+/// Bytes that keep a charge to the memory budget until the last of them is dropped.
+struct Charged {
+    bytes: xdr::Bytes,
+    _charge: rpcrdma::memory::Charge,
+}
+
+impl AsRef<[u8]> for Charged {
+    fn as_ref(&self) -> &[u8] {
+        &self.bytes
+    }
 }
 
 /// [`run`] for a procedure that encodes its own result (READ: its data may be left in

@@ -4,9 +4,11 @@
 //! connection, under a budget with room for a few of them besides what is kept for
 //! one whole record, are all answered and written while the budget never goes past
 //! its limit and records wait in line for memory (the connection stops reading
-//! meanwhile, and TCP holds the client back). With the budget spent, a new TCP
-//! connection is closed at accept (a mount fails); once memory is released, one is
-//! served again.
+//! meanwhile, and TCP holds the client back). With less than a listing's charge left,
+//! a READDIRPLUS is answered NFS3ERR_JUKEBOX (its entries and reply are charged, twice
+//! its maxcount) while a small one is served, its charge released with its reply.
+//! With the budget spent, a new TCP connection is closed at accept (a mount fails);
+//! once memory is released, one is served again.
 
 mod common;
 
@@ -81,8 +83,36 @@ async fn tcp_call_records_wait_for_the_budget_and_connections_past_it_are_closed
     let on_disk = std::fs::read(dir.path().join("f")).unwrap();
     assert!(on_disk == data, "the file holds what was written");
 
-    // The budget spent (by someone else): new TCP connections are closed at accept.
+    // 1 MiB left (taken by someone else): a listing of up to 1 MiB is charged 2 MiB.
     until(|| budget.used() <= 2 * oncrpc::server::CONNECTION_BYTES).await;
+    let idle = budget.used();
+    let most = budget.charge_ahead(limit - idle - MIB).unwrap();
+    let refused = m
+        .nfs()
+        .readdirplus(m.root(), 0, [0; 8], 1 << 20, 1 << 20)
+        .await;
+    match refused {
+        Err(nfsclient::Error::Nfs { status, .. }) => {
+            assert_eq!(status, nfsclient::nfs3::NfsStat3::NFS3ERR_JUKEBOX)
+        }
+        other => panic!("READDIRPLUS of 1 MiB past the budget: {:?}", other.is_ok()),
+    }
+    let listed = m
+        .nfs()
+        .readdirplus(m.root(), 0, [0; 8], 4096, 64 << 10)
+        .await;
+    let names: Vec<_> = listed
+        .unwrap()
+        .reply
+        .entries
+        .iter()
+        .map(|e| e.name.0.clone())
+        .collect();
+    assert!(names.iter().any(|n| &n[..] == b"f"), "{names:?}");
+    until(|| budget.used() == idle + most.bytes()).await;
+    drop(most);
+
+    // The budget spent (by someone else): new TCP connections are closed at accept.
     let hold = budget.charge_ahead(limit - budget.used()).unwrap();
     let refused_before = tcp.refusals.total();
     let quick = MountOptions {

@@ -46,6 +46,8 @@ use nfs3::{CookieVerf3, Fattr3, Filename3, NfsFh3, NfsResult, NfsStat3};
 use rustix::fs::{Dir, OFlags};
 use xdr::Bytes;
 
+use rpcrdma::memory::Charge;
+
 use crate::errno::OrStat;
 use crate::nfs::{post_op, Cx, MAX_IO};
 use crate::vfs::{Export, Meta, Node};
@@ -196,27 +198,61 @@ fn fail_attrs(ex: Option<(&Export, &Node)>) -> ObjAttrFail {
     }
 }
 
+/// Issue 16: a listing is charged to the server's memory budget before it is read,
+/// twice its reply's limit: once for the entries in memory (each counted at
+/// [`entry_memory`], the listing stops short of the limit), once for the encoded
+/// reply; the charge lasts until the reply is dropped (`nfs::run_held`). Past the
+/// budget: NFS3ERR_JUKEBOX, as for READ (RFC 1813 §2.6: the client retries later).
+fn charge_listing(cx: &Cx<'_>, limit: usize) -> Result<Charge, NfsStat3> {
+    let bytes = 2 * limit as u64;
+    cx.s.memory.charge_ahead(bytes).ok_or_else(|| {
+        cx.s.memory_refusals.refused(bytes, &cx.s.memory);
+        NfsStat3::NFS3ERR_JUKEBOX
+    })
+}
+
+/// What one listed entry takes in memory: its structure and its name's allocation
+/// (at least an allocator's smallest chunk), and as much again for a handle.
+fn entry_memory<T>(name: usize, handle: usize) -> usize {
+    const SMALLEST_ALLOCATION: usize = 32;
+    std::mem::size_of::<T>()
+        + name.max(SMALLEST_ALLOCATION)
+        + if handle > 0 {
+            handle.max(SMALLEST_ALLOCATION)
+        } else {
+            0
+        }
+}
+
 /// §3.3.16 READDIR: entries while the READDIR3resok structure stays within `count`.
-pub(crate) fn readdir(cx: &Cx<'_>, a: ReadDir3Args) -> ReadDir3Res {
+/// The charge for the listing comes back with the result ([`charge_listing`]).
+pub(crate) fn readdir(cx: &Cx<'_>, a: ReadDir3Args) -> (ReadDir3Res, Option<Charge>) {
     let (ex, dir) = match cx.resolve(&a.dir) {
         Ok(r) => r,
-        Err(s) => return NfsResult::Fail(s, fail_attrs(None)),
+        Err(s) => return (NfsResult::Fail(s, fail_attrs(None)), None),
+    };
+    // Never more than MAX_IO, whatever the client asks (§3.3.16 lets the reply be
+    // shorter than `count`).
+    let limit = a.count.min(MAX_IO) as usize;
+    let charge = match charge_listing(cx, limit) {
+        Ok(c) => c,
+        Err(s) => return (NfsResult::Fail(s, fail_attrs(Some((ex, &dir)))), None),
     };
     let listed = Cursor::open(cx, ex, &dir, a.cookie, &a.cookieverf).and_then(|mut c| {
-        // Never more than MAX_IO, whatever the client asks (§3.3.16 lets the reply
-        // be shorter than `count`).
-        let limit = a.count.min(MAX_IO) as usize;
         let mut used = RESOK_FIXED_SIZE;
+        let mut memory = 0;
         let mut entries = Vec::new();
         let eof = loop {
             // Read ahead by one: an entry that does not fit is read again next time
             // from the previous entry's cookie.
             let Some(e) = c.next()? else { break true };
             let size = entry3_size(e.name.len());
-            if used + size > limit {
+            let mem = entry_memory::<Entry3>(e.name.len(), 0);
+            if used + size > limit || memory + mem > limit {
                 break false;
             }
             used += size;
+            memory += mem;
             entries.push(Entry3 {
                 fileid: e.ino,
                 name: Filename3(Bytes::from(e.name)),
@@ -229,14 +265,15 @@ pub(crate) fn readdir(cx: &Cx<'_>, a: ReadDir3Args) -> ReadDir3Res {
         }
         Ok(DirList3 { entries, eof })
     });
-    match listed {
+    let res = match listed {
         Ok(reply) => NfsResult::Ok(ReadDir3ResOk {
             dir_attributes: post_op(ex, &dir),
             cookieverf: verifier(&dir.meta),
             reply,
         }),
         Err(s) => NfsResult::Fail(s, fail_attrs(Some((ex, &dir)))),
-    }
+    };
+    (res, Some(charge))
 }
 
 /// READDIRPLUS's fileid, attributes and handle of one listed entry. An entry whose
@@ -265,10 +302,15 @@ fn plus_parts(cx: &Cx<'_>, ex: &Export, dir: &Node, e: &Raw) -> (u64, Option<(Fa
 /// §3.3.17 READDIRPLUS: as READDIR, with each entry's attributes and handle;
 /// `dircount` bounds the fileid, name and cookie bytes, `maxcount` the whole
 /// READDIRPLUS3resok.
-pub(crate) fn readdirplus(cx: &Cx<'_>, a: ReadDirPlus3Args) -> ReadDirPlus3Res {
+pub(crate) fn readdirplus(cx: &Cx<'_>, a: ReadDirPlus3Args) -> (ReadDirPlus3Res, Option<Charge>) {
     let (ex, dir) = match cx.resolve(&a.dir) {
         Ok(r) => r,
-        Err(s) => return NfsResult::Fail(s, fail_attrs(None)),
+        Err(s) => return (NfsResult::Fail(s, fail_attrs(None)), None),
+    };
+    let limit = a.maxcount.min(MAX_IO) as usize;
+    let charge = match charge_listing(cx, limit) {
+        Ok(c) => c,
+        Err(s) => return (NfsResult::Fail(s, fail_attrs(Some((ex, &dir)))), None),
     };
     // As the caller once for the whole listing: the entries' own switches nest
     // without system calls (`creds::AsCaller`).
@@ -276,6 +318,7 @@ pub(crate) fn readdirplus(cx: &Cx<'_>, a: ReadDirPlus3Args) -> ReadDirPlus3Res {
         let mut c = Cursor::open(cx, ex, &dir, a.cookie, &a.cookieverf)?;
         let mut used = RESOK_FIXED_SIZE;
         let mut dir_used = 0;
+        let mut memory = 0;
         let mut entries = Vec::new();
         let eof = loop {
             let Some(e) = c.next()? else { break true };
@@ -290,13 +333,15 @@ pub(crate) fn readdirplus(cx: &Cx<'_>, a: ReadDirPlus3Args) -> ReadDirPlus3Res {
                 name_handle,
             };
             let size = entryplus3_size(&entry);
-            if used + size > a.maxcount.min(MAX_IO) as usize
-                || dir_used + dsize > a.dircount as usize
+            let handle = entry.name_handle.as_ref().map_or(0, |h| h.0.len());
+            let mem = entry_memory::<EntryPlus3>(entry.name.0.len(), handle);
+            if used + size > limit || dir_used + dsize > a.dircount as usize || memory + mem > limit
             {
                 break false;
             }
             used += size;
             dir_used += dsize;
+            memory += mem;
             entries.push(entry);
         };
         if entries.is_empty() && !eof {
@@ -304,14 +349,15 @@ pub(crate) fn readdirplus(cx: &Cx<'_>, a: ReadDirPlus3Args) -> ReadDirPlus3Res {
         }
         Ok(DirList3 { entries, eof })
     });
-    match listed {
+    let res = match listed {
         Ok(reply) => NfsResult::Ok(ReadDirPlus3ResOk {
             dir_attributes: post_op(ex, &dir),
             cookieverf: verifier(&dir.meta),
             reply,
         }),
         Err(s) => NfsResult::Fail(s, fail_attrs(Some((ex, &dir)))),
-    }
+    };
+    (res, Some(charge))
 }
 
 #[cfg(test)]
