@@ -29,7 +29,10 @@
 //! in line, a new connection is refused rather than let past them),
 //! [`MemoryBudget::charge_ahead`] for memory that finishes work already admitted (a
 //! reply's buffer), which goes ahead of the line because finishing it releases
-//! memory soon. Neither ever charges past the limit.
+//! memory soon. Neither ever charges past the limit. Going ahead is bounded: once
+//! charges ahead have taken as many bytes as the head of the line waits for, since it
+//! became the head, further ones are refused until it is charged, so a stream of
+//! replies cannot keep a large Call waiting for ever.
 //!
 //! The budget does no I/O. A driver whose [`crate::Responder`] waits
 //! ([`crate::Responder::memory_wait`]) waits with [`MemoryBudget::poll_released`] and
@@ -55,9 +58,11 @@ struct State {
     generation: u64,
     refused: u64,
     wakers: Vec<Waker>,
-    /// Waiters' tickets, first come first.
-    line: VecDeque<u64>,
+    /// Waiters' tickets and the bytes each waits for, first come first.
+    line: VecDeque<(u64, u64)>,
     next_ticket: u64,
+    /// Bytes charged ahead of the line since its present head became the head.
+    overtaken: u64,
 }
 
 impl State {
@@ -146,11 +151,24 @@ impl MemoryBudget {
     /// Charges `bytes` if they fit, ahead of any waiters in line, else `None`: for
     /// memory that finishes work already admitted (a reply's buffer), whose release
     /// follows soon. Never past the limit.
+    ///
+    /// Refused too once charges ahead have taken, since the head of the line became
+    /// the head, as many bytes as it waits for (module docs).
     pub fn charge_ahead(self: &Arc<Self>, bytes: u64) -> Option<Charge> {
         let mut st = self.state();
-        let charge = self.charge_locked(&mut st, bytes);
-        if charge.is_none() {
-            st.refused += 1;
+        let head_waited_enough = st
+            .line
+            .front()
+            .is_some_and(|&(_, need)| st.overtaken >= need);
+        let charge = if head_waited_enough {
+            None
+        } else {
+            self.charge_locked(&mut st, bytes)
+        };
+        match &charge {
+            None => st.refused += 1,
+            Some(_) if !st.line.is_empty() => st.overtaken += bytes,
+            Some(_) => {}
         }
         charge
     }
@@ -169,7 +187,7 @@ impl MemoryBudget {
         st.refused += 1;
         let ticket = st.next_ticket;
         st.next_ticket = st.next_ticket.wrapping_add(1);
-        st.line.push_back(ticket);
+        st.line.push_back((ticket, bytes));
         Err(Waiter {
             budget: self.clone(),
             ticket: Some(ticket),
@@ -233,9 +251,13 @@ impl Waiter {
     pub fn try_charge(mut self, bytes: u64) -> Result<Charge, Waiter> {
         let budget = self.budget.clone();
         let mut st = budget.state();
-        if st.line.front() == self.ticket.as_ref() {
+        if st.line.front().map(|&(t, _)| t) == self.ticket {
+            if let Some(front) = st.line.front_mut() {
+                front.1 = bytes;
+            }
             if let Some(charge) = budget.charge_locked(&mut st, bytes) {
                 st.line.pop_front();
+                st.overtaken = 0;
                 // The next in line may fit too.
                 let wakers = st.wake_all();
                 drop(st);
@@ -271,10 +293,13 @@ impl Drop for Waiter {
         let wakers = {
             let Some(ticket) = self.ticket else { return };
             let mut st = self.budget.state();
-            let Some(at) = st.line.iter().position(|&t| t == ticket) else {
+            let Some(at) = st.line.iter().position(|&(t, _)| t == ticket) else {
                 return;
             };
             st.line.remove(at);
+            if at == 0 {
+                st.overtaken = 0;
+            }
             // The head may have changed: let the others look again.
             if at == 0 {
                 st.wake_all()
@@ -404,6 +429,35 @@ mod tests {
 
     /// Charges that do not wait: refused at the limit, `try_charge_now` also while
     /// someone waits in line, `charge_ahead` past the line but never past the limit.
+    /// Charges ahead of the line (replies) go ahead of a waiting charge by at most
+    /// the bytes it waits for; then they are refused until it is charged.
+    #[test]
+    fn charges_ahead_overtake_a_waiting_charge_by_at_most_its_size() {
+        let b = MemoryBudget::new(10);
+        let held = b.try_charge(8).unwrap();
+        let w = b.try_charge(5).unwrap_err();
+        for _ in 0..3 {
+            let reply = b
+                .charge_ahead(2)
+                .expect("ahead of the line: 2, 4, then 6 bytes");
+            drop(reply);
+        }
+        assert!(
+            b.charge_ahead(1).is_none(),
+            "6 bytes went ahead of a 5-byte wait"
+        );
+        drop(held);
+        let w = w.try_charge(5).expect("the head is charged");
+        assert!(b.charge_ahead(1).is_some(), "no one waits");
+        let more = b.try_charge(6).unwrap_err();
+        assert!(
+            b.charge_ahead(1).is_some(),
+            "a new head: nothing overtook it yet"
+        );
+        drop((w, more));
+        assert_eq!(b.waiting(), 0);
+    }
+
     #[test]
     fn charges_now_are_refused_not_queued() {
         let b = MemoryBudget::new(100);
