@@ -247,9 +247,10 @@ impl ResponderCredits {
 /// concurrency its requester shows, as memory allows. It never shrinks: a requester
 /// may send up to the last grant it saw at any time, and no message tells the
 /// responder which grant that is, so buffers promised once stay posted (Linux's
-/// client sets `rnr_retry_count` to 0 in `xprtrdma/verbs.c`: a Send that finds no
-/// Receive ends its connection). A requester that keeps few Calls in flight keeps the
-/// small grant, which is all it uses.
+/// client sets `rnr_retry_count` to 0: a Send that finds no Receive ends its
+/// connection; docs/linux-facts.md, "Linux as an RPC-over-RDMA peer (6.1)"). A
+/// requester that keeps few Calls in flight keeps the small grant, which is all it
+/// uses.
 pub fn grown_target(target: u32, in_service: usize, max: u32) -> Option<u32> {
     let busy = in_service.saturating_mul(2) > target as usize;
     (busy && target < max).then(|| target.saturating_mul(2).clamp(1, max))
