@@ -578,7 +578,10 @@ struct Inner {
     /// A poster's batch that the socket did not take whole (`WouldBlock`), with the
     /// bytes already written: the writer task writes the rest before anything else.
     tx_pending: Option<(TxBatch, usize)>,
-    /// A batch for the fast path, kept for its allocations.
+    /// A batch for the fast path, kept for its allocations. Always empty
+    /// ([`TxBatch::clear`]ed once written): a written batch still references its
+    /// payload (`Bytes` of the posted work), and a spare kept whole would hold a
+    /// completed Write's source until the next fast-path post (issue 16).
     tx_spare: Option<TxBatch>,
     /// The socket's write half for the fast path; `None` once the writer has ended.
     tx_sock: Option<Arc<OwnedWriteHalf>>,
@@ -792,7 +795,6 @@ async fn writer_task(
     // `tx_busy` is ours (set by this task, not by a poster).
     let mut mine = false;
     loop {
-        batch.clear();
         let mut skip = 0;
         let (produced, finished, timeout) = {
             let mut g = shared.lock();
@@ -818,13 +820,21 @@ async fn writer_task(
                 (p, g.conn.is_finished(), g.conn.poll_timeout())
             }
         };
-        if batch.len() > skip {
-            if let Err(e) = write_batch(&wr, &batch, skip).await {
-                let mut g = shared.lock();
-                g.conn.handle_transport_error(e.kind());
-                g.wake();
-                break;
-            }
+        let written = if batch.len() > skip {
+            write_batch(&wr, &batch, skip).await
+        } else {
+            Ok(())
+        };
+        // As soon as the socket has the bytes (or failed): the batch references the
+        // posted work's payload, whose work requests may already have completed.
+        // Emptied now, not when the next batch is built, so an idle connection holds
+        // no sent buffer (issue 16).
+        batch.clear();
+        if let Err(e) = written {
+            let mut g = shared.lock();
+            g.conn.handle_transport_error(e.kind());
+            g.wake();
+            break;
         }
         if produced {
             continue;
@@ -980,7 +990,6 @@ impl QueuePair for IwarpQp {
         };
         g.tx_busy = true;
         let mut batch = g.tx_spare.take().unwrap_or_default();
-        batch.clear();
         g.conn
             .poll_transmit(Instant::now(), &mut batch, shared.budget);
         g.wake();
@@ -994,6 +1003,10 @@ impl QueuePair for IwarpQp {
         let mut g = shared.lock();
         let notify = match r {
             Ok(n) if n >= batch.len() => {
+                // Written: drop the payload references before keeping the batch (see
+                // `Inner::tx_spare`). The Write completed when it was encoded, so its
+                // source must not outlive this.
+                batch.clear();
                 g.tx_spare = Some(batch);
                 g.conn.wants_transmit()
             }

@@ -38,7 +38,10 @@ impl TxBatch {
         self.len == 0
     }
 
-    /// Empties the batch, keeping its allocations.
+    /// Empties the batch, keeping its allocations. Drops its references to the
+    /// payload (`Bytes` of posted work): a driver clears a batch as soon as it is
+    /// written, since those work requests may have completed already and their
+    /// sources must not be held by an idle connection.
     pub fn clear(&mut self) {
         self.scratch.clear();
         self.chunks.clear();

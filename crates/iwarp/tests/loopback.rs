@@ -790,3 +790,70 @@ async fn posting_checks_local_rights_and_read_credits() {
         Err(rdma::PostError::NoReadCredits)
     );
 }
+
+/// Bytes whose drop is observable: `released` turns true when the last handle goes.
+struct Watched {
+    data: Vec<u8>,
+    released: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl AsRef<[u8]> for Watched {
+    fn as_ref(&self) -> &[u8] {
+        &self.data
+    }
+}
+
+impl Drop for Watched {
+    fn drop(&mut self) {
+        self.released
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// Issue 16: once a Write has completed and its bytes are on the socket, the provider
+/// holds no reference to its source, though the connection then idles (no later
+/// Write overwrites a retained transmit batch). Both paths: a large Write goes out on
+/// the poster's transmit fast path, a small one through the writer task.
+async fn write_source_released_after_completion(crc: bool) {
+    let (a, b) = pair(crc).await;
+    let target = region(
+        &b.pd,
+        256 * 1024,
+        Access::LOCAL_WRITE | Access::REMOTE_WRITE,
+    );
+    for (i, n) in [256 * 1024, 4096, 256 * 1024].into_iter().enumerate() {
+        let released = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let data = Bytes::from_owner(Watched {
+            data: pattern(n, i as u8).to_vec(),
+            released: released.clone(),
+        });
+        a.qp.post_send(write(&a.qp, i as u64, target.stag(), 0, data))
+            .unwrap();
+        let c = next_completion(&a.qp).await;
+        assert_eq!(
+            (c.wr_id, c.opcode, c.status),
+            (i as u64, WcOpcode::RdmaWrite, WcStatus::Success)
+        );
+        // The completion may precede the end of the socket write (the bytes are
+        // referenced, not copied): allow the write to finish, but not another Write.
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while !released.load(std::sync::atomic::Ordering::SeqCst) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "write {i} ({n} bytes, crc {crc}): source still referenced after its completion"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+    assert!(a.qp.is_connected() && b.qp.is_connected());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn write_source_released_after_completion_crc_off() {
+    write_source_released_after_completion(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn write_source_released_after_completion_crc_on() {
+    write_source_released_after_completion(true).await;
+}

@@ -465,18 +465,20 @@ async fn one_budget_rejects_rdma_connections_and_reads_past_it() {
         other => panic!("a 1 MiB READ past the budget: {:?}", other.map(|r| r.count)),
     }
     assert_eq!(server.memory_refusals.total(), 1);
-    // On `b`, which leaves next: done on `a`, this READ's 256 KiB stayed charged
-    // while `a` stayed open and idle (20 s; the RDMA transport keeps the reply's
-    // buffer after the reply was received).
-    let got = b.nfs().read(&fh, 0, 256 << 10).await.unwrap();
+    // On `a`, which stays open and idle: once the reply has gone, its 256 KiB are
+    // released without another Write on the connection (issue 16: the iWARP
+    // provider used to keep a written batch, and so the reply's buffer, until the
+    // next large Write).
+    let got = a.nfs().read(&fh, 0, 256 << 10).await.unwrap();
     assert_eq!(got.data.0.len(), 256 << 10);
     let got = tcp.nfs().read(&fh, 0, 1 << 20).await.unwrap();
     assert_eq!(got.data.0.len(), 1 << 20, "over TCP a READ charges nothing");
     assert_eq!(server.memory_refusals.total(), 1);
     assert!(stats.memory().unwrap().peak <= config.max_memory);
+    let held = filler.bytes();
+    until_charged(&stats, held + 2 * CONN + 4 * tcp_conn).await;
 
     drop(b);
-    let held = filler.bytes();
     until_charged(&stats, held + CONN + 3 * tcp_conn).await;
     let c = connect();
     c.connect_once()
