@@ -1,7 +1,8 @@
 //! Applying AUTH_SYS credentials (RFC 5531 Appendix A) to file-system calls.
 //!
-//! When the server runs as root, each procedure's file-system calls run on a blocking
-//! thread whose *file-system* identity (Linux `setfsuid`, `setfsgid` and the thread's
+//! When the server runs as root, each procedure's file-system calls run on a thread
+//! (the blocking pool's; for the small metadata procedures the async worker's,
+//! [`crate::service::runs_inline`]) whose *file-system* identity (Linux `setfsuid`, `setfsgid` and the thread's
 //! supplementary groups, all per-thread) is switched to the caller's for the duration
 //! of the call, so the kernel does every permission check exactly as for a local
 //! process of that user. Handle resolution runs as the server, as knfsd does.
@@ -77,8 +78,9 @@ thread_local! {
 impl AsCaller {
     /// Switches the current thread to `id` if `switching` (see [`switching`]).
     ///
-    /// Only for threads that run nothing else meanwhile (tokio's blocking pool):
-    /// the switch is per thread.
+    /// Only for synchronous code, on a thread that runs nothing else while the guard
+    /// lives (a blocking-pool thread, or an async worker within one synchronous call;
+    /// never across an `.await`): the switch is per thread.
     pub fn enter(switching: bool, id: &Identity) -> Self {
         if !switching {
             return AsCaller { active: false };

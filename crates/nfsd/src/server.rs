@@ -72,6 +72,9 @@ pub struct Config {
     /// NFS/RDMA connections' buffers, WRITE data pulled by RDMA Read, READ buffers.
     /// [`crate::memory::default_max_memory`] by default.
     pub max_memory: u64,
+    /// Run GETATTR, LOOKUP, ACCESS, CREATE and REMOVE on the async workers
+    /// ([`NfsServer::inline_metadata`]); false puts every call on the blocking pool.
+    pub inline_metadata: bool,
 }
 
 /// Listeners bound and exports opened, not yet serving.
@@ -97,10 +100,10 @@ pub struct Bound {
 impl Bound {
     /// Opens the exports and binds the listeners.
     pub async fn new(config: &Config) -> std::io::Result<Bound> {
-        let server = Arc::new(
-            NfsServer::new(Table::open(&config.exports, &config.handles, None)?)
-                .with_memory(rpcrdma::memory::MemoryBudget::new(config.max_memory)),
-        );
+        let mut server = NfsServer::new(Table::open(&config.exports, &config.handles, None)?)
+            .with_memory(rpcrdma::memory::MemoryBudget::new(config.max_memory));
+        server.inline_metadata = config.inline_metadata;
+        let server = Arc::new(server);
         let listen = |port| TcpListener::bind(SocketAddr::new(config.bind, port));
         let nfs = listen(config.nfs_port).await?;
         let nfs_port = nfs.local_addr()?.port();

@@ -392,6 +392,7 @@ async fn one_budget_rejects_rdma_connections_and_reads_past_it() {
     opts.transport.max_message = 64 << 10;
     let config = Config {
         max_memory: 2 * CONN + (64 << 10) + (512 << 10),
+        inline_metadata: true,
         ..config(&dir)
     };
     let mut bound = Bound::new(&config).await.unwrap();

@@ -21,6 +21,7 @@ fn config(dir: &TempDir) -> Config {
         // Smaller than one 1 MiB READ: over TCP READ data takes no buffer, so
         // nothing is charged to the budget and no READ is refused (JUKEBOX).
         max_memory: 256 << 10,
+        inline_metadata: true,
         ..common::loopback_config(dir.path())
     }
 }
