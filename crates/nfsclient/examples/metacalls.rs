@@ -3,10 +3,11 @@
 //! around one run; a run with N = 0 gives the fixed cost of mounting).
 //!
 //! ```text
-//! metacalls HOST EXPORT NFS_PORT MOUNT_PORT OP N [UID]
+//! metacalls HOST EXPORT NFS_PORT MOUNT_PORT OP N [UID [SUBDIR]]
 //! ```
 //!
-//! OP is one of `create` (files m0 .. m{N-1} in the export root, GUARDED),
+//! OP is one of `create` (files m0 .. m{N-1}, GUARDED, in the export root or in its
+//! directory SUBDIR, made if missing: the lab's runs work one level down),
 //! `getattr` (the root), `lookup` (m0 .. m{N-1}), `lookup-noent` (names that do not
 //! exist, as a kernel client's create sends first), `access` (m0), `remove`
 //! (m0 .. m{N-1}), `null`. Calls carry AUTH_SYS uid and gid UID (default 1000) with
@@ -21,7 +22,7 @@ use oncrpc::AuthSysParms;
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let a: Vec<String> = std::env::args().collect();
     if a.len() < 7 {
-        return Err("usage: metacalls HOST EXPORT NFS_PORT MOUNT_PORT OP N [UID]".into());
+        return Err("usage: metacalls HOST EXPORT NFS_PORT MOUNT_PORT OP N [UID [SUBDIR]]".into());
     }
     let id: u32 = a.get(7).map(|s| s.parse()).transpose()?.unwrap_or(1000);
     let opts = MountOptions {
@@ -39,7 +40,22 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     let m = Mount::mount(&a[1], &a[2], &opts).await?;
     let nfs = m.nfs();
-    let root = m.root().clone();
+    let root = match a.get(8) {
+        None => m.root().clone(),
+        Some(sub) => match nfs.lookup(m.root(), sub).await {
+            Ok(r) => r.object,
+            Err(_) => {
+                let attrs = Sattr3 {
+                    mode: Some(0o777),
+                    ..Sattr3::default()
+                };
+                nfs.mkdir(m.root(), sub, &attrs)
+                    .await?
+                    .obj
+                    .ok_or("MKDIR returned no handle")?
+            }
+        },
+    };
     let n: usize = a[6].parse()?;
     let name = |i: usize| format!("m{i}");
     let start = std::time::Instant::now();

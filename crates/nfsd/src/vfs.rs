@@ -716,6 +716,20 @@ impl Export {
         Ok(Node { fd, meta, at: None })
     }
 
+    /// The attributes of entry `name` (already checked, not `.` or `..`) of directory
+    /// `dir`, by statx of the name (not following a symbolic link), without opening
+    /// it or remembering it (REMOVE: only the type and inode of what goes).
+    pub fn stat_child(&self, dir: &Node, name: &[u8]) -> Result<Meta, NfsStat3> {
+        let s = rustix::fs::statx(
+            &dir.fd,
+            name,
+            AtFlags::SYMLINK_NOFOLLOW,
+            StatxFlags::BASIC_STATS | StatxFlags::BTIME,
+        )
+        .or_stat()?;
+        Ok(Meta::from_statx(&s))
+    }
+
     /// Another descriptor for the same object (LOOKUP ".").
     pub fn same(&self, n: &Node) -> Result<Node, NfsStat3> {
         let dup = |fd: &OwnedFd| rustix::io::fcntl_dupfd_cloexec(fd, 0).or_stat();
