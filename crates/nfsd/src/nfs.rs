@@ -338,6 +338,14 @@ pub(crate) fn post_op(ex: &Export, node: &Node) -> PostOpAttr {
     node.stat().ok().map(|m| m.fattr(ex.id))
 }
 
+/// `post_op_attr` of a node as read when its handle was resolved, in this call: for
+/// procedures that change nothing (LOOKUP's directory, ACCESS's object; GETATTR
+/// answers with the same), where a fresh statx would only differ by a concurrent
+/// change, and cost a system call per call.
+pub(crate) fn resolved_attr(ex: &Export, node: &Node) -> PostOpAttr {
+    Some(node.meta.fattr(ex.id))
+}
+
 /// `wcc_data` from attributes taken before and a fresh look after.
 pub(crate) fn wcc(ex: &Export, before: Option<&Meta>, node: &Node) -> WccData {
     WccData {

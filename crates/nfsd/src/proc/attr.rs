@@ -7,7 +7,7 @@ use rustix::fs::{Access, AtFlags, FileType, Mode, OFlags, Timespec, Timestamps, 
 use rustix::process::{Gid, Uid};
 
 use crate::errno::OrStat;
-use crate::nfs::{post_op, wcc, Cx};
+use crate::nfs::{resolved_attr, wcc, Cx};
 use crate::vfs::Node;
 
 /// §3.3.1 GETATTR.
@@ -185,7 +185,7 @@ pub(crate) fn access(cx: &Cx<'_>, a: Access3Args) -> Access3Res {
         granted &= !(access::MODIFY | access::EXTEND | access::DELETE);
     }
     NfsResult::Ok(Access3ResOk {
-        obj_attributes: post_op(ex, &node),
+        obj_attributes: resolved_attr(ex, &node),
         access: granted & a.access,
     })
 }

@@ -13,7 +13,7 @@ use rustix::fs::{AtFlags, FileType, Mode, OFlags, Timespec, Timestamps, CWD};
 use xdr::Bytes;
 
 use crate::errno::OrStat;
-use crate::nfs::{post_op, wcc, Cx};
+use crate::nfs::{post_op, resolved_attr, wcc, Cx};
 use crate::proc::attr::apply_sattr;
 use crate::vfs::{check_name, Export, Meta, NameUse, Node};
 
@@ -26,11 +26,11 @@ pub(crate) fn lookup(cx: &Cx<'_>, a: Lookup3Args) -> Lookup3Res {
         Err(s) => return fail(s, None),
     };
     if !dir.meta.is_dir() {
-        return fail(NfsStat3::NFS3ERR_NOTDIR, post_op(ex, &dir));
+        return fail(NfsStat3::NFS3ERR_NOTDIR, resolved_attr(ex, &dir));
     }
     let name = match check_name(&a.what.name.0, NameUse::Lookup) {
         Ok(n) => n,
-        Err(s) => return fail(s, post_op(ex, &dir)),
+        Err(s) => return fail(s, resolved_attr(ex, &dir)),
     };
     let found = cx.as_caller(|| {
         // Search permission on the directory, as a local lookup would need. For a
@@ -57,9 +57,9 @@ pub(crate) fn lookup(cx: &Cx<'_>, a: Lookup3Args) -> Lookup3Res {
         Ok(obj) => NfsResult::Ok(Lookup3ResOk {
             object: ex.handle(&obj),
             obj_attributes: Some(obj.meta.fattr(ex.id)),
-            dir_attributes: post_op(ex, &dir),
+            dir_attributes: resolved_attr(ex, &dir),
         }),
-        Err(s) => fail(s, post_op(ex, &dir)),
+        Err(s) => fail(s, resolved_attr(ex, &dir)),
     }
 }
 
