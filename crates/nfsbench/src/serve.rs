@@ -59,6 +59,7 @@ async fn serve(opts: &ServeOptions) -> std::io::Result<()> {
     let config = Config {
         nlm: None,
         max_memory: nfsd::memory::default_max_memory(),
+        inline_metadata: true,
         handles: HandleConfig {
             kernel: opts.kernel_handles,
             ..HandleConfig::new(key)

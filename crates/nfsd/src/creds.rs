@@ -1,7 +1,8 @@
 //! Applying AUTH_SYS credentials (RFC 5531 Appendix A) to file-system calls.
 //!
-//! When the server runs as root, each procedure's file-system calls run on a blocking
-//! thread whose *file-system* identity (Linux `setfsuid`, `setfsgid` and the thread's
+//! When the server runs as root, each procedure's file-system calls run on a thread
+//! (the blocking pool's; for the small metadata procedures the async worker's,
+//! [`crate::service::runs_inline`]) whose *file-system* identity (Linux `setfsuid`, `setfsgid` and the thread's
 //! supplementary groups, all per-thread) is switched to the caller's for the duration
 //! of the call, so the kernel does every permission check exactly as for a local
 //! process of that user. Handle resolution runs as the server, as knfsd does.
@@ -47,13 +48,18 @@ pub fn switching() -> bool {
 }
 
 /// While alive, the current thread's file-system identity is the caller's. Dropping
-/// it restores the server's (uid 0, gid 0, no supplementary groups), or the identity
-/// of an enclosing guard.
+/// it restores the server's (fsuid 0, fsgid 0), or the identity of an enclosing guard.
 ///
 /// Guards nest: a guard entered while the thread already acts as the same identity
 /// (a procedure that switches once around a loop whose steps switch too, such as
-/// READDIRPLUS's entries) makes no system call, entering or leaving. Switching costs
-/// three per direction (setgroups, setfsgid, setfsuid).
+/// READDIRPLUS's entries) makes no system call, entering or leaving.
+///
+/// Supplementary groups are switched only when they differ from the ones the thread
+/// has ([`switch_to`]): a server with root's file-system capabilities keeps the last
+/// caller's groups while it acts as itself, since those capabilities override every
+/// check a group could pass. So one user's calls cost setfsgid and setfsuid entering
+/// and leaving (4 system calls), not 6; a server without those capabilities drops
+/// the groups on leaving, as before.
 #[derive(Debug)]
 #[must_use = "the identity is switched back when this guard drops"]
 pub struct AsCaller {
@@ -64,13 +70,17 @@ thread_local! {
     /// The identities the current thread acts as, innermost last (empty: the
     /// server's own).
     static ACTING_AS: std::cell::RefCell<Vec<Identity>> = const { std::cell::RefCell::new(Vec::new()) };
+    /// The supplementary groups this thread has, as last set here (`None`: never set
+    /// here, the process's own).
+    static GROUPS: std::cell::RefCell<Option<Vec<u32>>> = const { std::cell::RefCell::new(None) };
 }
 
 impl AsCaller {
     /// Switches the current thread to `id` if `switching` (see [`switching`]).
     ///
-    /// Only for threads that run nothing else meanwhile (tokio's blocking pool):
-    /// the switch is per thread.
+    /// Only for synchronous code, on a thread that runs nothing else while the guard
+    /// lives (a blocking-pool thread, or an async worker within one synchronous call;
+    /// never across an `.await`): the switch is per thread.
     pub fn enter(switching: bool, id: &Identity) -> Self {
         if !switching {
             return AsCaller { active: false };
@@ -106,21 +116,65 @@ impl Drop for AsCaller {
     }
 }
 
-/// Makes `id` (`None`: the server's own, uid 0, gid 0, no supplementary groups) the
-/// thread's file-system identity.
+/// Makes `id` (`None`: the server's own, fsuid 0 and fsgid 0) the thread's
+/// file-system identity.
+///
+/// The supplementary groups are set only where they differ from the thread's
+/// ([`GROUPS`]). Leaving for the server's own identity, they are emptied only if the
+/// server lacks the file-system capabilities ([`groups_matter`]); with them, fsuid 0
+/// raises CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH, CAP_FOWNER, CAP_FSETID and
+/// CAP_CHOWN again, which override every permission check a group could decide
+/// (and groups never decide the owner of a new file: fsgid does, and it is reset).
 fn switch_to(id: Option<&Identity>) {
     match id {
         Some(id) => {
-            let groups: Vec<Gid> = id.groups.iter().map(|&g| Gid::from_raw(g)).collect();
             // Order: groups and gid while we still hold CAP_SETGID, then the uid.
-            let _ = rustix::thread::set_thread_groups(&groups);
+            set_groups(&id.groups);
             set_fs_ids(id.uid, id.gid);
         }
         None => {
             set_fs_ids(0, 0);
-            let _ = rustix::thread::set_thread_groups(&[]);
+            if groups_matter() {
+                set_groups(&[]);
+            }
         }
     }
+}
+
+/// Sets the thread's supplementary groups to `groups`, unless it has them already.
+fn set_groups(groups: &[u32]) {
+    GROUPS.with(|current| {
+        let mut current = current.borrow_mut();
+        if current.as_deref() == Some(groups) {
+            return;
+        }
+        let gids: Vec<Gid> = groups.iter().map(|&g| Gid::from_raw(g)).collect();
+        #[cfg(test)]
+        SETGROUPS_CALLS.with(|n| n.set(n.get() + 1));
+        // On failure the groups are unknown: set them again next time.
+        *current = rustix::thread::set_thread_groups(&gids)
+            .ok()
+            .map(|()| groups.to_vec());
+    });
+}
+
+/// Whether the server's own identity must have no supplementary groups: unless the
+/// process may raise all of the file-system capabilities that override permission
+/// checks (root's, normally), a caller's groups left on the thread could grant the
+/// server's own calls (handle resolution) what the groups [] would not.
+fn groups_matter() -> bool {
+    use rustix::thread::CapabilitySet as C;
+    static MATTER: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *MATTER.get_or_init(|| {
+        let needed = C::DAC_OVERRIDE | C::DAC_READ_SEARCH | C::FOWNER | C::FSETID | C::CHOWN;
+        !rustix::thread::capabilities(None).is_ok_and(|c| c.permitted.contains(needed))
+    })
+}
+
+#[cfg(test)]
+thread_local! {
+    /// setgroups calls made by this thread (tests).
+    static SETGROUPS_CALLS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
 
 fn set_fs_ids(uid: u32, gid: u32) {
@@ -142,6 +196,35 @@ mod tests {
     fn fsuid() -> u32 {
         // SAFETY: setfsuid with an invalid id only reads the calling thread's fsuid.
         unsafe { libc::setfsuid(u32::MAX) as u32 }
+    }
+
+    /// The thread's file-system gid (as [`fsuid`]).
+    fn fsgid() -> u32 {
+        // SAFETY: setfsgid with an invalid id only reads the calling thread's fsgid.
+        unsafe { libc::setfsgid(u32::MAX) as u32 }
+    }
+
+    /// The thread's supplementary groups, sorted.
+    fn groups() -> Vec<u32> {
+        let mut g: Vec<u32> = rustix::process::getgroups()
+            .unwrap()
+            .into_iter()
+            .map(|g| g.as_raw())
+            .collect();
+        g.sort_unstable();
+        g
+    }
+
+    fn setgroups_calls() -> usize {
+        SETGROUPS_CALLS.with(|n| n.get())
+    }
+
+    fn with_groups(uid: u32, groups: &[u32]) -> Identity {
+        Identity {
+            uid,
+            gid: uid,
+            groups: groups.to_vec(),
+        }
     }
 
     fn id(uid: u32) -> Identity {
@@ -181,6 +264,56 @@ mod tests {
             );
             drop(outer);
             assert_eq!((fsuid(), AsCaller::depth()), (0, 0), "the server's again");
+        })
+        .join()
+        .unwrap();
+    }
+
+    #[test]
+    fn groups_are_set_only_when_they_differ_and_ids_always_come_back() {
+        if !switching() {
+            return;
+        }
+        std::thread::spawn(|| {
+            let a = with_groups(1000, &[1000, 5000]);
+            let b = with_groups(2000, &[2000]);
+            let calls = setgroups_calls();
+            {
+                let _g = AsCaller::enter(true, &a);
+                assert_eq!((fsuid(), fsgid(), groups()), (1000, 1000, vec![1000, 5000]));
+            }
+            assert_eq!((fsuid(), fsgid()), (0, 0), "the server's ids again");
+            let kept = !groups_matter();
+            if kept {
+                // Root's capabilities: the groups stay for the next call.
+                assert_eq!(groups(), vec![1000, 5000]);
+                assert_eq!(setgroups_calls(), calls + 1);
+            } else {
+                assert_eq!(groups(), Vec::<u32>::new());
+                assert_eq!(setgroups_calls(), calls + 2);
+            }
+            let calls = setgroups_calls();
+            {
+                let _g = AsCaller::enter(true, &a);
+                assert_eq!((fsuid(), fsgid(), groups()), (1000, 1000, vec![1000, 5000]));
+                if kept {
+                    assert_eq!(setgroups_calls(), calls, "same groups: no setgroups");
+                }
+                {
+                    let _other = AsCaller::enter(true, &b);
+                    assert_eq!((fsuid(), fsgid(), groups()), (2000, 2000, vec![2000]));
+                }
+                assert_eq!(
+                    (fsuid(), fsgid(), groups()),
+                    (1000, 1000, vec![1000, 5000]),
+                    "back to the enclosing identity, groups included"
+                );
+            }
+            assert_eq!((fsuid(), fsgid(), AsCaller::depth()), (0, 0, 0));
+            {
+                let _none = AsCaller::enter(true, &with_groups(3000, &[]));
+                assert_eq!((fsuid(), groups()), (3000, Vec::<u32>::new()));
+            }
         })
         .join()
         .unwrap();

@@ -171,6 +171,13 @@ struct Cli {
     /// after a restart (nsm/). Created if missing.
     #[arg(long, value_name = "DIR", default_value = nfsd::handle_key::DEFAULT_STATE_DIR)]
     state_dir: PathBuf,
+    /// Run every NFS call's file-system work on the blocking thread pool. By default
+    /// GETATTR, LOOKUP, ACCESS, CREATE and REMOVE run on the async worker threads,
+    /// which saves a thread hand-off per call but stalls a worker while such a call
+    /// blocks: use this for exports on file systems whose metadata calls may hang
+    /// (network file systems).
+    #[arg(long)]
+    no_inline_metadata: bool,
     /// Serve no lock manager (NLM/NSM): clients must then mount with `nolock`.
     #[arg(long, conflicts_with_all = ["nlm_port", "grace_period", "client_portmap_port"])]
     no_nlm: bool,
@@ -347,6 +354,7 @@ fn main() -> std::process::ExitCode {
             RpcbindArg::Off => RpcbindMode::Off,
         },
         portmap_port: cli.portmap_port,
+        inline_metadata: !cli.no_inline_metadata,
         nlm: (!cli.no_nlm).then(|| NlmConfig {
             port: cli.nlm_port,
             grace: std::time::Duration::from_secs(cli.grace_period),

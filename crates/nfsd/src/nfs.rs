@@ -151,6 +151,10 @@ pub struct NfsServer {
     table: RwLock<Arc<Table>>,
     /// Whether callers' identities are applied (the server runs as root).
     pub switching: bool,
+    /// Whether the small metadata procedures run on the async worker that received
+    /// the call instead of the blocking pool ([`crate::service::runs_inline`] says
+    /// which, and why). True unless `--no-inline-metadata`.
+    pub inline_metadata: bool,
     /// RFC 1813 §3.3.7: the write verifier, "changed ... when the server crashes and
     /// recovers": here, on every start (start time in nanoseconds and the pid).
     pub verifier: WriteVerf3,
@@ -182,6 +186,7 @@ impl NfsServer {
         NfsServer {
             table: RwLock::new(Arc::new(table)),
             switching: crate::creds::switching(),
+            inline_metadata: true,
             verifier,
             read_buffers: rdma::BufferPool::new(MAX_IDLE_READ_BUFFERS),
             memory: rpcrdma::memory::MemoryBudget::new(crate::memory::default_max_memory()),
@@ -367,6 +372,14 @@ impl Cx<'_> {
 /// `post_op_attr` of a node, freshly read (`None` if it cannot be read).
 pub(crate) fn post_op(ex: &Export, node: &Node) -> PostOpAttr {
     node.stat().ok().map(|m| m.fattr(ex.id))
+}
+
+/// `post_op_attr` of a node as read when its handle was resolved, in this call: for
+/// procedures that change nothing (LOOKUP's directory, ACCESS's object; GETATTR
+/// answers with the same), where a fresh statx would only differ by a concurrent
+/// change, and cost a system call per call.
+pub(crate) fn resolved_attr(ex: &Export, node: &Node) -> PostOpAttr {
+    Some(node.meta.fattr(ex.id))
 }
 
 /// `wcc_data` from attributes taken before and a fresh look after.

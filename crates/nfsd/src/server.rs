@@ -72,6 +72,9 @@ pub struct Config {
     /// NFS/RDMA connections' buffers, WRITE data pulled by RDMA Read, READ buffers.
     /// [`crate::memory::default_max_memory`] by default.
     pub max_memory: u64,
+    /// Run GETATTR, LOOKUP, ACCESS, CREATE and REMOVE on the async workers
+    /// ([`NfsServer::inline_metadata`]); false puts every call on the blocking pool.
+    pub inline_metadata: bool,
 }
 
 /// Listeners bound and exports opened, not yet serving.
@@ -99,10 +102,10 @@ pub struct Bound {
 impl Bound {
     /// Opens the exports and binds the listeners.
     pub async fn new(config: &Config) -> std::io::Result<Bound> {
-        let server = Arc::new(
-            NfsServer::new(Table::open(&config.exports, &config.handles, None)?)
-                .with_memory(rpcrdma::memory::MemoryBudget::new(config.max_memory)),
-        );
+        let mut server = NfsServer::new(Table::open(&config.exports, &config.handles, None)?)
+            .with_memory(rpcrdma::memory::MemoryBudget::new(config.max_memory));
+        server.inline_metadata = config.inline_metadata;
+        let server = Arc::new(server);
         // Connections never take the room of one whole call record.
         let tcp_memory = Arc::new(crate::memory::TcpMemory::new(
             server.memory.clone(),

@@ -1,7 +1,9 @@
 //! Glue to `oncrpc`: the NFS and MOUNT programs as [`oncrpc::Service`]s.
 //!
 //! A call's file-system work runs on tokio's blocking pool (one thread per call in
-//! flight), where the caller's identity can be switched per thread ([`crate::creds`]).
+//! flight), where the caller's identity can be switched per thread ([`crate::creds`]),
+//! except for the small metadata procedures of [`runs_inline`], which by default
+//! ([`NfsServer::inline_metadata`]) run on the async worker that received the call.
 
 use std::sync::Arc;
 
@@ -29,11 +31,49 @@ impl Service for NfsService {
         if proc.name().is_none() {
             return Err(ServiceError::ProcUnavail);
         }
-        let server = self.server.clone();
         let caller = Caller::new(req.peer, &req.cred);
         let args = req.args;
+        if self.server.inline_metadata && runs_inline(proc) {
+            // A panic fails the call with SYSTEM_ERR, as from the blocking pool (the
+            // identity guards restore the thread's identity while unwinding).
+            let server = &self.server;
+            return std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                server.call(proc, &caller, args)
+            }))
+            .unwrap_or(Err(ServiceError::SystemErr));
+        }
+        let server = self.server.clone();
         tokio::task::spawn_blocking(move || server.call(proc, &caller, args))
             .await
             .map_err(|_| ServiceError::SystemErr)?
     }
+}
+
+/// Whether `proc`'s file-system work runs on the async worker thread, without the
+/// hand-off to the blocking pool (when [`NfsServer::inline_metadata`]): GETATTR,
+/// LOOKUP, ACCESS, CREATE and REMOVE, a handful of metadata system calls each that
+/// the page and inode caches normally answer in microseconds.
+///
+/// Why: the hand-off costs more than the work. Per call it took 4 futex calls, an
+/// extra epoll_wait and an eventfd write, and about 13 clock reads in tokio (its
+/// workers' busy-time and poll-time statistics around each wake-up, the time driver
+/// on each park, the pool's idle timeout): 19 clock reads per call in all, against
+/// 6 inline (host strace and a clock_gettime counter, `docs/bench/README.md`, "Per-call
+/// system calls"). In a guest whose clock source has no vDSO (HPET under TCG) each
+/// clock read is a system call too.
+///
+/// The cost: while such a call blocks, its worker runs nothing else. READ, WRITE,
+/// COMMIT, READDIR and READDIRPLUS (data, fsync, long directories), SETATTR (a
+/// truncation may free a large file's blocks) and the rest stay on the pool. Exports
+/// on file systems whose metadata calls may hang (network file systems) want
+/// `--no-inline-metadata`, which puts every call on the pool.
+pub fn runs_inline(proc: NfsProc3) -> bool {
+    matches!(
+        proc,
+        NfsProc3::GETATTR
+            | NfsProc3::LOOKUP
+            | NfsProc3::ACCESS
+            | NfsProc3::CREATE
+            | NfsProc3::REMOVE
+    )
 }

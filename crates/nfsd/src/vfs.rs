@@ -68,6 +68,10 @@ const SEARCH_BACKOFF: Duration = Duration::from_secs(1);
 /// Deepest directory nesting a handle may be resolved through.
 const MAX_DEPTH: usize = 4096;
 
+/// Levels [`Export::inside`] checks by statx of a `../..` path before it opens
+/// directories one at a time (the path stays well under PATH_MAX).
+const SHORT_WALK: usize = 32;
+
 /// How a name is going to be used, for [`check_name`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum NameUse {
@@ -635,7 +639,41 @@ impl Export {
     /// Is directory `fd` (device and inode `key`) the export root or below it? Walks
     /// `..` up to the root (cost: the directory's depth); reaching the top of the file
     /// system tree first means it is outside (moved out of the export).
+    ///
+    /// The first [`SHORT_WALK`] levels are one statx each of `..`, `../..`, ... from
+    /// `fd`, so a directory right below the root costs one system call, not three
+    /// (an openat of `..`, its statx and its close): every call on a handle of such a
+    /// directory paid them. Each statx is one walk up by the kernel from `fd`, so the
+    /// level that reaches the root was reached from the directory at one moment.
+    /// Deeper directories continue with [`Export::inside_by_descriptors`].
     fn inside(&self, fd: &OwnedFd, key: Key) -> bool {
+        let mut path: Vec<u8> = Vec::with_capacity(3 * SHORT_WALK);
+        let mut here = key;
+        for _ in 0..SHORT_WALK {
+            if self.is_root(here) {
+                return true;
+            }
+            if !path.is_empty() {
+                path.push(b'/');
+            }
+            path.extend_from_slice(b"..");
+            let Ok(s) = rustix::fs::statx(fd, path.as_slice(), AtFlags::empty(), StatxFlags::INO)
+            else {
+                return false;
+            };
+            let up = Meta::from_statx(&s).key;
+            if up == here {
+                // The top of the file system tree: outside.
+                return false;
+            }
+            here = up;
+        }
+        self.is_root(here) || self.inside_by_descriptors(fd, key)
+    }
+
+    /// [`Export::inside`] by opening each `..` in turn (any depth, one level at a time:
+    /// three system calls per level).
+    fn inside_by_descriptors(&self, fd: &OwnedFd, key: Key) -> bool {
         let mut key = key;
         let mut up: Option<OwnedFd> = None;
         for _ in 0..=MAX_DEPTH {
@@ -714,6 +752,20 @@ impl Export {
         let meta = stat_fd(&fd)?;
         self.remember(meta.key, dir.meta.key, name);
         Ok(Node { fd, meta, at: None })
+    }
+
+    /// The attributes of entry `name` (already checked, not `.` or `..`) of directory
+    /// `dir`, by statx of the name (not following a symbolic link), without opening
+    /// it or remembering it (REMOVE: only the type and inode of what goes).
+    pub fn stat_child(&self, dir: &Node, name: &[u8]) -> Result<Meta, NfsStat3> {
+        let s = rustix::fs::statx(
+            &dir.fd,
+            name,
+            AtFlags::SYMLINK_NOFOLLOW,
+            StatxFlags::BASIC_STATS | StatxFlags::BTIME,
+        )
+        .or_stat()?;
+        Ok(Meta::from_statx(&s))
     }
 
     /// Another descriptor for the same object (LOOKUP ".").

@@ -263,6 +263,30 @@ fn a_directory_moved_out_of_the_export_is_stale() {
     h.assert_outside_untouched();
 }
 
+/// The same for a directory deeper than the levels the check walks by one statx
+/// each (32): inside, it resolves; moved out with its ancestors, it is stale.
+#[test]
+fn a_deep_directory_resolves_and_moved_out_is_stale() {
+    let h = Harness::new();
+    let mut dir = h.root();
+    let mut deep = Vec::new();
+    for i in 0..40 {
+        dir = h.new_dir(&dir, &format!("d{i}"));
+        deep.push(dir.clone());
+    }
+    let h = h.restart();
+    for fh in [&deep[0], &deep[31], &deep[32], &deep[39]] {
+        assert_eq!(status(&getattr(&h, fh)), NfsStat3::NFS3_OK);
+    }
+    std::fs::rename(h.export.join("d0"), h.outside.join("d0")).unwrap();
+    for fh in [&deep[0], &deep[31], &deep[32], &deep[39]] {
+        assert_eq!(status(&getattr(&h, fh)), NfsStat3::NFS3ERR_STALE);
+    }
+    std::fs::rename(h.outside.join("d0"), h.export.join("d0")).unwrap();
+    assert_eq!(status(&getattr(&h, &deep[39])), NfsStat3::NFS3_OK);
+    h.assert_outside_untouched();
+}
+
 /// READDIRPLUS hands out the same handles as LOOKUP, and its cookie verifier does
 /// not change across a restart (it does not depend on the handle format).
 #[test]

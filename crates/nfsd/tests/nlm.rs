@@ -124,6 +124,7 @@ async fn start(export: &TempDir, state: &TempDir, pm_port: u16, grace: Duration)
         portmap_port: 0,
         handles: nfsd::HandleConfig::new(nfsd::HandleKey::load_or_create(state.path()).unwrap()),
         max_memory: nfsd::memory::default_max_memory(),
+        inline_metadata: true,
         nlm: Some(NlmConfig {
             port: 0,
             grace,

@@ -1428,6 +1428,49 @@ fn auth_sys_identity_and_root_squash() {
         },
     );
     assert_eq!(status(&r), NfsStat3::NFS3ERR_PERM);
+    // ACCESS as someone else: read only (0644, each right checked once).
+    let r: Access3Res = h.nfs(
+        NfsProc3::ACCESS,
+        &Access3Args {
+            object: f.clone(),
+            access: 0x3f,
+        },
+    );
+    let NfsResult::Ok(ok) = r else { panic!() };
+    assert_eq!(ok.access, access::READ);
+    // A directory its owner closed (0700): no one else may look names up in it or
+    // remove from it, whether the name exists or not (the kernel's search check).
+    h.who = Who::Sys(1234, 4321, vec![4321]);
+    let private = h.new_dir(&root, "private");
+    h.new_file(&private, "in");
+    let r: SetAttr3Res = h.nfs(
+        NfsProc3::SETATTR,
+        &SetAttr3Args {
+            object: private.clone(),
+            new_attributes: sattr_mode(0o700),
+            guard: None,
+        },
+    );
+    assert_eq!(status(&r), NfsStat3::NFS3_OK);
+    assert_eq!(status(&h.lookup(&private, "in")), NfsStat3::NFS3_OK);
+    h.who = Who::Sys(999, 999, vec![]);
+    for name in ["in", "missing", ".", ".."] {
+        assert_eq!(
+            status(&h.lookup(&private, name)),
+            NfsStat3::NFS3ERR_ACCES,
+            "LOOKUP {name}"
+        );
+    }
+    assert_eq!(
+        status(&remove(&h, NfsProc3::REMOVE, &private, "in")),
+        NfsStat3::NFS3ERR_ACCES
+    );
+    h.who = Who::Sys(1234, 4321, vec![4321]);
+    assert_eq!(
+        status(&remove(&h, NfsProc3::REMOVE, &private, "in")),
+        NfsStat3::NFS3_OK
+    );
+    h.who = Who::Sys(999, 999, vec![]);
     // AUTH_NONE is anonymous.
     h.who = Who::None;
     let a2 = match h.create(&root, "anon", CreateHow3::Unchecked(Sattr3::default())) {

@@ -102,6 +102,7 @@ impl TestServer {
             handles: nfsd::HandleConfig::new(key_for(dir.path())),
             nlm: None,
             max_memory: nfsd::memory::default_max_memory(),
+            inline_metadata: true,
         };
         let bound = Bound::new(&config).await.expect("nfsd binds");
         let nfs = bound.nfs_addr().unwrap();

@@ -55,6 +55,7 @@ pub fn loopback_config(dir: &Path) -> nfsd::server::Config {
         handles: HandleConfig::ephemeral().unwrap(),
         nlm: None,
         max_memory: nfsd::memory::default_max_memory(),
+        inline_metadata: true,
     }
 }
 
