@@ -8,6 +8,7 @@
 
 use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -102,9 +103,11 @@ pub struct Bound {
 impl Bound {
     /// Opens the exports and binds the listeners.
     pub async fn new(config: &Config) -> std::io::Result<Bound> {
-        let mut server = NfsServer::new(Table::open(&config.exports, &config.handles, None)?)
+        let server = NfsServer::new(Table::open(&config.exports, &config.handles, None)?)
             .with_memory(rpcrdma::memory::MemoryBudget::new(config.max_memory));
-        server.inline_metadata = config.inline_metadata;
+        server
+            .inline_metadata
+            .store(config.inline_metadata, Ordering::Relaxed);
         let server = Arc::new(server);
         // Connections never take the room of one whole call record.
         let tcp_memory = Arc::new(crate::memory::TcpMemory::new(
@@ -165,8 +168,19 @@ impl Bound {
 
     /// Adds the NFS/RDMA listener (NFS only: RFC 8267 binds no MOUNT), bound now,
     /// served and registered (netid "rdma") by [`Bound::serve`].
+    ///
+    /// On a verbs device, every call's file-system work goes to the blocking pool
+    /// ([`NfsServer::inline_metadata`] off): a call switches its thread's identity
+    /// (`creds`), and Linux refuses a thread whose credentials changed after the RDMA
+    /// device's descriptors were opened any further `write` to them ("changed security
+    /// contexts after opening file descriptor": `uverbs_write`, `ucma_write`), which
+    /// the async workers that run connections make.
     pub async fn listen_rdma(&mut self, opts: &RdmaOptions) -> std::io::Result<()> {
-        self.rdma = Some(RdmaListener::bind(self.server.clone(), opts).await?);
+        let listener = RdmaListener::bind(self.server.clone(), opts).await?;
+        if listener.on_verbs() {
+            self.server.inline_metadata.store(false, Ordering::Relaxed);
+        }
+        self.rdma = Some(listener);
         Ok(())
     }
 
@@ -245,6 +259,17 @@ impl Bound {
              pulled by RDMA Read, TCP connections and call records, READ buffers",
             limit >> 20
         ));
+        lines.push(if self.server.inline_metadata.load(Ordering::Relaxed) {
+            "GETATTR, LOOKUP, ACCESS, CREATE, REMOVE on the async workers \
+             [--no-inline-metadata]"
+                .to_string()
+        } else if self.rdma.as_ref().is_some_and(RdmaListener::on_verbs) {
+            "every call on the blocking pool (NFS/RDMA on a verbs device: threads that \
+             switch identity may not use it)"
+                .to_string()
+        } else {
+            "every call on the blocking pool [--no-inline-metadata]".to_string()
+        });
         lines.push(if self.server.switching {
             "AUTH_SYS identities applied, squashed per export".to_string()
         } else {

@@ -5,6 +5,7 @@
 //! except for the small metadata procedures of [`runs_inline`], which by default
 //! ([`NfsServer::inline_metadata`]) run on the async worker that received the call.
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use nfs3::NfsProc3;
@@ -33,7 +34,8 @@ impl Service for NfsService {
         }
         let caller = Caller::new(req.peer, &req.cred);
         let args = req.args;
-        if self.server.inline_metadata && runs_inline(proc) {
+        let inline = self.server.inline_metadata.load(Ordering::Relaxed);
+        if inline && runs_inline(proc) {
             // A panic fails the call with SYSTEM_ERR, as from the blocking pool (the
             // identity guards restore the thread's identity while unwinding).
             let server = &self.server;

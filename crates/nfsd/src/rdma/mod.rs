@@ -194,6 +194,12 @@ impl RdmaListener {
         &self.provider
     }
 
+    /// Whether NFS/RDMA runs on a verbs device (rdma-core), not the userspace iWARP
+    /// provider.
+    pub fn on_verbs(&self) -> bool {
+        matches!(self.served, Served::Verbs(..))
+    }
+
     /// The bound address.
     pub fn local_addr(&self) -> SocketAddr {
         self.addr
