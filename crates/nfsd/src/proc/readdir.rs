@@ -198,24 +198,34 @@ fn fail_attrs(ex: Option<(&Export, &Node)>) -> ObjAttrFail {
     }
 }
 
-/// Issue 16: a listing is charged to the server's memory budget before it is read,
-/// twice its reply's limit: once for the entries in memory (each counted at
-/// [`entry_memory`], the listing stops short of the limit), once for the encoded
-/// reply; the charge lasts until the reply is dropped (`nfs::run_held`). Past the
-/// budget: NFS3ERR_JUKEBOX, as for READ (RFC 1813 §2.6: the client retries later).
+/// Issue 16: a listing is charged to the server's memory budget before it is read:
+/// its reply's limit for the encoded reply, and [`entries_memory`] for the entries in
+/// memory (each counted at [`entry_memory`]; the listing stops short of it); the
+/// charge lasts until the reply is dropped (`nfs::run_held`). Past the budget:
+/// NFS3ERR_JUKEBOX, as for READ (RFC 1813 §2.6: the client retries later).
 fn charge_listing(cx: &Cx<'_>, limit: usize) -> Result<Charge, NfsStat3> {
-    let bytes = 2 * limit as u64;
+    let bytes = (limit + entries_memory(limit)) as u64;
     cx.s.memory.charge_ahead(bytes).ok_or_else(|| {
         cx.s.memory_refusals.refused(bytes, &cx.s.memory);
         NfsStat3::NFS3ERR_JUKEBOX
     })
 }
 
-/// What one listed entry takes in memory: its structure and its name's allocation
-/// (at least an allocator's smallest chunk), and as much again for a handle.
+/// The memory a listing's entries may take for a reply of `limit` bytes: as much,
+/// and at least 4 KiB, so that one entry (a few hundred bytes at most: a name of up to
+/// 255 bytes, a handle of up to 64) always fits and a reply that has room for it
+/// never fails NFS3ERR_TOOSMALL for memory.
+fn entries_memory(limit: usize) -> usize {
+    limit.max(4096)
+}
+
+/// What one listed entry takes in memory: its structure, twice (the `Vec` of entries
+/// grows by doubling, so its capacity is up to twice what it holds), and its name's
+/// allocation (at least an allocator's smallest chunk), and as much again for a
+/// handle.
 fn entry_memory<T>(name: usize, handle: usize) -> usize {
     const SMALLEST_ALLOCATION: usize = 32;
-    std::mem::size_of::<T>()
+    2 * std::mem::size_of::<T>()
         + name.max(SMALLEST_ALLOCATION)
         + if handle > 0 {
             handle.max(SMALLEST_ALLOCATION)
@@ -248,7 +258,7 @@ pub(crate) fn readdir(cx: &Cx<'_>, a: ReadDir3Args) -> (ReadDir3Res, Option<Char
             let Some(e) = c.next()? else { break true };
             let size = entry3_size(e.name.len());
             let mem = entry_memory::<Entry3>(e.name.len(), 0);
-            if used + size > limit || memory + mem > limit {
+            if used + size > limit || memory + mem > entries_memory(limit) {
                 break false;
             }
             used += size;
@@ -335,7 +345,9 @@ pub(crate) fn readdirplus(cx: &Cx<'_>, a: ReadDirPlus3Args) -> (ReadDirPlus3Res,
             let size = entryplus3_size(&entry);
             let handle = entry.name_handle.as_ref().map_or(0, |h| h.0.len());
             let mem = entry_memory::<EntryPlus3>(entry.name.0.len(), handle);
-            if used + size > limit || dir_used + dsize > a.dircount as usize || memory + mem > limit
+            if used + size > limit
+                || dir_used + dsize > a.dircount as usize
+                || memory + mem > entries_memory(limit)
             {
                 break false;
             }
