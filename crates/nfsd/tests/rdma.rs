@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use common::{pattern, TempDir};
 use nfsclient::nfs3::StableHow;
-use nfsclient::{IoOptions, Mount, MountOptions, TransportKind};
+use nfsclient::{IoOptions, Mount, TransportKind};
 use nfsd::rdma::{Provider, RdmaOptions};
 use nfsd::server::{Bound, Config};
 use rpcrdma_transport::Counter;
@@ -50,18 +50,14 @@ async fn bound_serves_nfs_over_rdma_read_by_rdma_write_write_by_rdma_read() {
     );
     let stats = bound.rdma_stats().unwrap();
     let mount_port = bound.mount_addr().unwrap().port();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let serving = tokio::spawn(bound.serve(async move {
-        let _ = stopped.await;
-    }));
+    let serving = common::serve(bound);
 
-    let opts = MountOptions {
-        transport: TransportKind::Rdma,
-        nfs_port: Some(rdma.port()),
-        mount_port: Some(mount_port),
-        timeout: Duration::from_secs(20),
-        ..MountOptions::default()
-    };
+    let opts = common::mount_options(
+        TransportKind::Rdma,
+        rdma.port(),
+        mount_port,
+        Duration::from_secs(20),
+    );
     let export = dir.path().to_str().unwrap().to_string();
     let mut m = Mount::mount("127.0.0.1", &export, &opts).await.unwrap();
     m.set_io_options(IoOptions {
@@ -100,12 +96,7 @@ async fn bound_serves_nfs_over_rdma_read_by_rdma_write_write_by_rdma_read() {
     );
     drop(m);
 
-    stop.send(()).unwrap();
-    tokio::time::timeout(Duration::from_secs(10), serving)
-        .await
-        .expect("serve returns after shutdown")
-        .unwrap()
-        .unwrap();
+    serving.stop().await;
 }
 
 /// Raises this process's open file limit to its hard limit; returns the limit.
@@ -149,10 +140,7 @@ async fn nfs_null_over_rdma_is_answered_within_1s_while_1000_handshakes_stall() 
         Ipv4Addr::LOCALHOST.into(),
         bound.rdma_addr().expect("RDMA listener").port(),
     );
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let serving = tokio::spawn(bound.serve(async move {
-        let _ = stopped.await;
-    }));
+    let serving = common::serve(bound);
     let mut peers = tokio::task::JoinSet::new();
     for i in 0..stalled {
         let src = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2 + (i % 100) as u8));
@@ -189,12 +177,7 @@ async fn nfs_null_over_rdma_is_answered_within_1s_while_1000_handshakes_stall() 
     assert!(t < Duration::from_secs(1), "NULL took {t:?}");
     drop(client);
     drop(open);
-    stop.send(()).unwrap();
-    tokio::time::timeout(Duration::from_secs(10), serving)
-        .await
-        .expect("serve returns after shutdown")
-        .unwrap()
-        .unwrap();
+    serving.stop().await;
 }
 
 #[test]
@@ -297,17 +280,13 @@ async fn rdma_calls_are_checked_against_the_callers_address() {
     let rdma = bound.rdma_addr().unwrap();
     let mount_port = bound.mount_addr().unwrap().port();
     let server = bound.server().clone();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let serving = tokio::spawn(bound.serve(async move {
-        let _ = stopped.await;
-    }));
-    let opts = MountOptions {
-        transport: TransportKind::Rdma,
-        nfs_port: Some(rdma.port()),
-        mount_port: Some(mount_port),
-        timeout: Duration::from_secs(20),
-        ..MountOptions::default()
-    };
+    let serving = common::serve(bound);
+    let opts = common::mount_options(
+        TransportKind::Rdma,
+        rdma.port(),
+        mount_port,
+        Duration::from_secs(20),
+    );
     let export = dir.path().to_str().unwrap().to_string();
     let m = Mount::mount("127.0.0.1", &export, &opts).await.unwrap();
     let root = m.root().clone();
@@ -320,12 +299,7 @@ async fn rdma_calls_are_checked_against_the_callers_address() {
         other => panic!("GETATTR over RDMA after the reload: {other:?}"),
     }
     drop(m);
-    stop.send(()).unwrap();
-    tokio::time::timeout(Duration::from_secs(10), serving)
-        .await
-        .expect("serve returns after shutdown")
-        .unwrap()
-        .unwrap();
+    serving.stop().await;
 }
 
 /// Why verbs cannot serve 127.0.0.1 here, as nfsd says it.
@@ -406,17 +380,10 @@ async fn one_budget_rejects_rdma_connections_and_reads_past_it() {
     let stats = bound.rdma_stats().unwrap();
     let server = bound.server().clone();
     let budget = server.memory.clone();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let serving = tokio::spawn(bound.serve(async move {
-        let _ = stopped.await;
-    }));
+    let serving = common::serve(bound);
     let export = dir.path().to_str().unwrap().to_string();
-    let over = |transport, port| MountOptions {
-        transport,
-        nfs_port: Some(port),
-        mount_port: Some(mount_port),
-        timeout: Duration::from_secs(20),
-        ..MountOptions::default()
+    let over = |transport, port| {
+        common::mount_options(transport, port, mount_port, Duration::from_secs(20))
     };
     let rdma_opts = over(TransportKind::Rdma, rdma.port());
     let a = Mount::mount("127.0.0.1", &export, &rdma_opts)
@@ -494,12 +461,7 @@ async fn one_budget_rejects_rdma_connections_and_reads_past_it() {
     until_charged(&stats, 0).await;
     let m = stats.memory().unwrap();
     assert!(m.peak <= m.limit, "{m}");
-    stop.send(()).unwrap();
-    tokio::time::timeout(Duration::from_secs(10), serving)
-        .await
-        .expect("serve returns after shutdown")
-        .unwrap()
-        .unwrap();
+    serving.stop().await;
 }
 
 /// Waits until the budget holds exactly `bytes` (connections end asynchronously).

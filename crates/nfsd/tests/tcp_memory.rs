@@ -39,17 +39,13 @@ async fn tcp_call_records_wait_for_the_budget_and_connections_past_it_are_closed
     let mount_port = bound.mount_addr().unwrap().port();
     let budget = bound.server().memory.clone();
     let tcp = bound.tcp_memory().clone();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let serving = tokio::spawn(bound.serve(async move {
-        let _ = stopped.await;
-    }));
-    let opts = MountOptions {
-        transport: TransportKind::Tcp,
-        nfs_port: Some(nfs_port),
-        mount_port: Some(mount_port),
-        timeout: Duration::from_secs(30),
-        ..MountOptions::default()
-    };
+    let serving = common::serve(bound);
+    let opts = common::mount_options(
+        TransportKind::Tcp,
+        nfs_port,
+        mount_port,
+        Duration::from_secs(30),
+    );
     let export = dir.path().to_str().unwrap().to_string();
     let m = Arc::new(Mount::mount("127.0.0.1", &export, &opts).await.unwrap());
     let (fh, _) = m.lookup_path("f").await.unwrap();
@@ -127,12 +123,7 @@ async fn tcp_call_records_wait_for_the_budget_and_connections_past_it_are_closed
     drop((again, m));
     until(|| budget.used() == 0).await;
 
-    stop.send(()).unwrap();
-    tokio::time::timeout(Duration::from_secs(10), serving)
-        .await
-        .expect("serve returns after shutdown")
-        .unwrap()
-        .unwrap();
+    serving.stop().await;
 }
 
 /// Waits (at most 20 s) until `cond` holds: connections end asynchronously.

@@ -14,7 +14,7 @@ mod common;
 use std::time::Duration;
 
 use common::{pattern, TempDir};
-use nfsclient::{IoOptions, Mount, MountOptions, TransportKind};
+use nfsclient::{IoOptions, Mount, TransportKind};
 use nfsd::server::{Bound, Config};
 
 fn config(dir: &TempDir) -> Config {
@@ -39,17 +39,13 @@ async fn tcp_read_sends_file_ranges_exactly_with_eof() {
     let nfs_port = bound.nfs_addr().unwrap().port();
     let mount_port = bound.mount_addr().unwrap().port();
     let budget = bound.server().memory.clone();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let serving = tokio::spawn(bound.serve(async move {
-        let _ = stopped.await;
-    }));
-    let opts = MountOptions {
-        transport: TransportKind::Tcp,
-        nfs_port: Some(nfs_port),
-        mount_port: Some(mount_port),
-        timeout: Duration::from_secs(20),
-        ..MountOptions::default()
-    };
+    let serving = common::serve(bound);
+    let opts = common::mount_options(
+        TransportKind::Tcp,
+        nfs_port,
+        mount_port,
+        Duration::from_secs(20),
+    );
     let export = dir.path().to_str().unwrap().to_string();
     let mut m = Mount::mount("127.0.0.1", &export, &opts).await.unwrap();
 
@@ -137,10 +133,5 @@ async fn tcp_read_sends_file_ranges_exactly_with_eof() {
         budget.peak()
     );
 
-    stop.send(()).unwrap();
-    tokio::time::timeout(Duration::from_secs(10), serving)
-        .await
-        .expect("serve returns after shutdown")
-        .unwrap()
-        .unwrap();
+    serving.stop().await;
 }

@@ -394,3 +394,47 @@ pub fn decode_reply(reply: Bytes, xid: Xid) -> Reply {
 pub fn status<T, F>(r: &NfsResult<T, F>) -> NfsStat3 {
     r.status()
 }
+
+/// A [`nfsd::server::Bound`] served on a task of its own until [`Serving::stop`].
+pub struct Serving {
+    stop: tokio::sync::oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<std::io::Result<()>>,
+}
+
+/// Serves `bound` until [`Serving::stop`].
+pub fn serve(bound: nfsd::server::Bound) -> Serving {
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(bound.serve(async move {
+        let _ = stopped.await;
+    }));
+    Serving { stop, task }
+}
+
+impl Serving {
+    /// Shuts the server down; fails unless `serve` returns cleanly within 10 s.
+    pub async fn stop(self) {
+        self.stop.send(()).unwrap();
+        tokio::time::timeout(std::time::Duration::from_secs(10), self.task)
+            .await
+            .expect("serve returns after shutdown")
+            .unwrap()
+            .unwrap();
+    }
+}
+
+/// Mount options for a loopback server's NFS port (`transport`) and MOUNT port,
+/// with a per-call `timeout`.
+pub fn mount_options(
+    transport: nfsclient::TransportKind,
+    nfs_port: u16,
+    mount_port: u16,
+    timeout: std::time::Duration,
+) -> nfsclient::MountOptions {
+    nfsclient::MountOptions {
+        transport,
+        nfs_port: Some(nfs_port),
+        mount_port: Some(mount_port),
+        timeout,
+        ..nfsclient::MountOptions::default()
+    }
+}
