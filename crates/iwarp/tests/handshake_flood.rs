@@ -218,12 +218,17 @@ async fn an_honest_peer_is_served_within_1s_while_1000_stalled_handshakes_are_op
         "only {} of {stalled_peers} stalled peers connected",
         attack.open()
     );
-    // Honest peers every 200 ms for 1.6 s: across the deadline, while the attacker
-    // renews every stalled handshake.
+    // Honest peers every 200 ms for at least 1.6 s: across the deadline, while the
+    // attacker renews every stalled handshake. They go on until every stalled
+    // handshake has been closed once, for at most 10 s: the deadline is 1 s, but on a
+    // loaded host the attacker's tasks see some closes late (CI once counted 892 of
+    // 1,000 at 1.6 s).
     let mut times = Vec::new();
     let mut open_at_connect = Vec::new();
     let start = Instant::now();
-    while start.elapsed() < Duration::from_millis(1600) {
+    while start.elapsed() < Duration::from_millis(1600)
+        || (attack.closed() < stalled_peers && start.elapsed() < Duration::from_secs(10))
+    {
         open_at_connect.push(attack.open());
         let t = honest(&cfg, addr, Duration::from_secs(5)).await;
         times.push(t.unwrap_or(Duration::MAX));
@@ -243,7 +248,8 @@ async fn an_honest_peer_is_served_within_1s_while_1000_stalled_handshakes_are_op
     );
     assert!(
         renewed >= stalled_peers,
-        "the 1 s deadline closed only {renewed} stalled handshakes"
+        "the 1 s deadline closed only {renewed} of {stalled_peers} stalled handshakes in {:?}",
+        start.elapsed()
     );
     assert!(
         times[times.len() - 1] < Duration::from_secs(1),
