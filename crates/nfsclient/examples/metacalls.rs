@@ -9,8 +9,10 @@
 //! OP is one of `create` (files m0 .. m{N-1}, GUARDED, in the export root or in its
 //! directory SUBDIR, made if missing: the lab's runs work one level down),
 //! `getattr` (the root), `lookup` (m0 .. m{N-1}), `lookup-noent` (names that do not
-//! exist, as a kernel client's create sends first), `access` (m0), `remove`
-//! (m0 .. m{N-1}), `null`. Calls carry AUTH_SYS uid and gid UID (default 1000) with
+//! exist, as a kernel client's create sends first), `access` (m0), `readdirplus`
+//! (the directory's first 4 KiB of names, with attributes and handles, as the
+//! kernel client asks: dircount 4096, maxcount 32768), `remove` (m0 .. m{N-1}),
+//! `null`. Calls carry AUTH_SYS uid and gid UID (default 1000) with
 //! that one supplementary group, as a one-user client sends.
 
 use nfsclient::nfs3::dir::CreateHow3;
@@ -94,6 +96,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             for i in 0..n {
                 nfs.remove(&root, name(i)).await?;
             }
+        }
+        "readdirplus" => {
+            let mut entries = 0;
+            for _ in 0..n {
+                let r = nfs.readdirplus(&root, 0, [0; 8], 4096, 32768).await?;
+                entries += r.reply.entries.len();
+            }
+            eprintln!("readdirplus: {} entries per call", entries / n.max(1));
         }
         "null" => {
             for _ in 0..n {

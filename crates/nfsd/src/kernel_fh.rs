@@ -20,6 +20,7 @@
 //! - The descriptors passed are borrowed for the call only; a descriptor the kernel
 //!   returns is owned by exactly one `OwnedFd`.
 
+use std::ffi::CStr;
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 
 use rustix::fs::OFlags;
@@ -59,18 +60,34 @@ pub struct KernelHandle {
 ///
 /// Errors: EOPNOTSUPP where the file system cannot make handles (procfs, some FUSE).
 pub fn name_to_handle(fd: impl AsFd) -> std::io::Result<(KernelHandle, i32)> {
+    handle_at(fd, c"", libc::AT_EMPTY_PATH)
+}
+
+/// The kernel handle of entry `name` (one path component) of directory `dir`, not
+/// following it if it is a symbolic link, and the id of the mount it was reached
+/// through (another mount's when `name` is a mount point). One system call, without
+/// opening the entry.
+pub fn name_to_handle_in(dir: impl AsFd, name: &CStr) -> std::io::Result<(KernelHandle, i32)> {
+    handle_at(dir, name, 0)
+}
+
+fn handle_at(
+    dir: impl AsFd,
+    path: &CStr,
+    flags: libc::c_int,
+) -> std::io::Result<(KernelHandle, i32)> {
     let mut buf = Buf::empty();
     let mut mount_id: libc::c_int = 0;
     // SAFETY: `buf` is a `struct file_handle` with `handle_bytes` bytes of room after
-    // it (module invariants); the path is a NUL-terminated empty string, which
-    // AT_EMPTY_PATH makes name `fd` itself; `mount_id` is a valid int to write.
+    // it (module invariants); `path` is a NUL-terminated string (with AT_EMPTY_PATH
+    // the empty one names `dir` itself); `mount_id` is a valid int to write.
     let rc = unsafe {
         libc::name_to_handle_at(
-            fd.as_fd().as_raw_fd(),
-            c"".as_ptr(),
+            dir.as_fd().as_raw_fd(),
+            path.as_ptr(),
             (&mut buf as *mut Buf).cast::<libc::file_handle>(),
             &mut mount_id,
-            libc::AT_EMPTY_PATH,
+            flags,
         )
     };
     if rc != 0 {

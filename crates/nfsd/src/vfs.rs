@@ -475,22 +475,30 @@ impl Export {
     /// What a handle of `node` names: its kernel handle where it has one that fits
     /// and is on the export root's mount, else device, inode and generation.
     fn object(&self, node: &Node) -> Object {
-        if let Some(k) = &self.kernel {
-            if let Ok((h, mount_id)) = kernel_fh::name_to_handle(&node.fd) {
-                if let (true, Some(handle)) = (
-                    mount_id == k.mount_id,
-                    SmallKernelHandle::new(h.handle_type, &h.bytes),
-                ) {
-                    return Object::Kernel {
-                        ino: node.meta.key.ino,
-                        handle,
-                    };
-                }
+        let kernel = self
+            .kernel
+            .as_ref()
+            .and_then(|_| kernel_fh::name_to_handle(&node.fd).ok());
+        self.object_of(&node.meta, kernel)
+    }
+
+    /// As [`Export::object`], from the object's attributes and the kernel handle
+    /// already asked for it (None when there is none or none was asked for).
+    fn object_of(&self, meta: &Meta, kernel: Option<(kernel_fh::KernelHandle, i32)>) -> Object {
+        if let (Some(k), Some((h, mount_id))) = (&self.kernel, kernel) {
+            if let (true, Some(handle)) = (
+                mount_id == k.mount_id,
+                SmallKernelHandle::new(h.handle_type, &h.bytes),
+            ) {
+                return Object::Kernel {
+                    ino: meta.key.ino,
+                    handle,
+                };
             }
         }
         Object::Inode {
-            key: node.meta.key,
-            gen: node.meta.gen,
+            key: meta.key,
+            gen: meta.gen,
         }
     }
 
@@ -754,6 +762,50 @@ impl Export {
         Ok(Node { fd, meta, at: None })
     }
 
+    /// READDIRPLUS's attributes and handle of entry `name` of directory `dir`, which
+    /// getdents listed as inode `ino`. Two system calls on the name
+    /// (`name_to_handle_at`, then `statx`, neither following a symbolic link) instead
+    /// of [`Export::peek_child`]'s four (openat, statx, name_to_handle_at, close): in a
+    /// guest, where each system call is expensive, listing is the slowest metadata
+    /// phase against knfsd.
+    ///
+    /// Without a descriptor, nothing ties the two calls to one object; the order and
+    /// a check do. The handle is taken first, and the attributes must show inode
+    /// `ino`. A name that was replaced since getdents would show the new inode, and
+    /// since a replacement is never undone by itself, a handle taken before the
+    /// attributes still showed `ino` names the listed object too. (An entry renamed
+    /// away and back within those microseconds could pair another object's handle
+    /// with these attributes; the client then sees the fileid change at its next
+    /// GETATTR and drops the handle.) Otherwise, and for a mount point, whose root is
+    /// another inode than the directory it covers, this looks as `peek_child` does.
+    pub fn peek_listed(
+        &self,
+        dir: &Node,
+        name: &[u8],
+        ino: u64,
+    ) -> Result<(Meta, NfsFh3), NfsStat3> {
+        let Ok(cname) = std::ffi::CString::new(name) else {
+            return Err(NfsStat3::NFS3ERR_NOENT);
+        };
+        let kernel = match &self.kernel {
+            Some(_) => kernel_fh::name_to_handle_in(&dir.fd, &cname).ok(),
+            None => None,
+        };
+        let meta = self.stat_child(dir, name)?;
+        if meta.key.ino != ino {
+            let node = self.peek_child(dir, name)?;
+            let fh = self.handle(&node);
+            return Ok((node.meta, fh));
+        }
+        self.remember(meta.key, dir.meta.key, name);
+        let fh = FileHandle {
+            export: self.id,
+            object: self.object_of(&meta, kernel),
+        }
+        .seal(&self.key);
+        Ok((meta, fh))
+    }
+
     /// The attributes of entry `name` (already checked, not `.` or `..`) of directory
     /// `dir`, by statx of the name (not following a symbolic link), without opening
     /// it or remembering it (REMOVE: only the type and inode of what goes).
@@ -936,5 +988,57 @@ mod tests {
             check_name(b".", NameUse::Remove),
             Err(NfsStat3::NFS3ERR_INVAL)
         );
+    }
+}
+
+#[cfg(test)]
+mod peek_tests {
+    use super::*;
+
+    /// A fresh directory with a file, a directory and a symbolic link in it.
+    fn export(kernel: KernelHandles) -> (PathBuf, Export) {
+        let dir = std::env::temp_dir().join(format!(
+            "nfsd-peek-{}-{kernel:?}-{:?}",
+            std::process::id(),
+            std::thread::current().id()
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("d")).unwrap();
+        std::fs::write(dir.join("f"), b"data").unwrap();
+        std::os::unix::fs::symlink("f", dir.join("l")).unwrap();
+        let handles = HandleConfig {
+            kernel,
+            ..HandleConfig::ephemeral().unwrap()
+        };
+        let ex = Export::open(&dir, &handles).unwrap();
+        (dir, ex)
+    }
+
+    /// `peek_listed` gives what opening the entry gives (a symbolic link not
+    /// followed), by its own two calls when the listed inode matches and through
+    /// `peek_child` when it does not (as for a replaced entry or a mount point).
+    #[test]
+    fn peek_listed_agrees_with_opening_the_entry() {
+        for kernel in [KernelHandles::Auto, KernelHandles::Off] {
+            let (dir, ex) = export(kernel);
+            let root = ex.root().unwrap();
+            for name in [&b"f"[..], b"d", b"l"] {
+                let opened = ex.peek_child(&root, name).unwrap();
+                let want = (opened.meta.fattr(ex.id), ex.handle(&opened));
+                let listed = ex.peek_listed(&root, name, opened.meta.key.ino).unwrap();
+                assert_eq!((listed.0.fattr(ex.id), listed.1), want, "{kernel:?}");
+                let stale = ex
+                    .peek_listed(&root, name, opened.meta.key.ino + 1)
+                    .unwrap();
+                assert_eq!((stale.0.fattr(ex.id), stale.1), want, "{kernel:?}");
+            }
+            let l = ex.peek_listed(&root, b"l", 0).unwrap().0;
+            assert_eq!(l.file_type(), FileType::Symlink);
+            assert_eq!(
+                ex.peek_listed(&root, b"gone", 1),
+                Err(NfsStat3::NFS3ERR_NOENT)
+            );
+            std::fs::remove_dir_all(dir).unwrap();
+        }
     }
 }

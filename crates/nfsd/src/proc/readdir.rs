@@ -302,9 +302,9 @@ fn plus_parts(cx: &Cx<'_>, ex: &Export, dir: &Node, e: &Raw) -> (u64, Option<(Fa
         },
         Kind::Entry => (
             e.ino,
-            cx.as_caller(|| ex.peek_child(dir, &e.name))
+            cx.as_caller(|| ex.peek_listed(dir, &e.name, e.ino))
                 .ok()
-                .map(|c| parts(&c)),
+                .map(|(meta, fh)| (meta.fattr(ex.id), fh)),
         ),
     }
 }
