@@ -18,7 +18,7 @@
 //!  +------+--+----------+----------+----------+----------+-----------+
 //! ```
 //!
-//! - magic `rN3` and format version 2;
+//! - magic `rN3` and format version 3;
 //! - export id: derived from the export root's device and inode, so it survives a
 //!   restart and differs between exports; under the MAC, so a handle of one export is
 //!   never taken for another's;
@@ -32,7 +32,11 @@
 //!   some FUSE ones, overlayfs' larger handles, a mount inside the export): device,
 //!   inode and birth time (statx `btime`, 0 where unknown), found after a restart by
 //!   searching the export;
-//! - MAC: HMAC-SHA-256, leftmost 128 bits, over every byte before it.
+//! - MAC: SipHash-2-4, 128-bit output, over every byte before it.
+//!
+//! Format version 2 had the same layout with HMAC-SHA-256 (leftmost 128 bits) as its
+//! MAC, which costs the server far more per call where the CPU has no SHA extensions
+//! ([`crate::handle_key`] says why).
 //!
 //! The largest handle (btrfs, 58 bytes; inode kind, 53) stays within NFS3_FHSIZE.
 //! The kind of a given object depends only on its file system and mount, so its
@@ -49,7 +53,8 @@
 //! server cannot tell apart; for the latter, access has indeed been revoked, and
 //! STALE is the answer a client recovers from (the Linux client looks the path up
 //! again on ESTALE, while EBADHANDLE reaches applications as errno 521). Handles of
-//! format version 1 (unauthenticated, before this one) are STALE for the same reason.
+//! format version 1 (unauthenticated) and 2 (HMAC-SHA-256 under the same key) are
+//! STALE for the same reason.
 
 use nfs3::{NfsFh3, NfsStat3};
 use xdr::Bytes;
@@ -59,8 +64,10 @@ use crate::handle_key::{HandleKey, MAC_LEN};
 /// Magic of every version.
 const MAGIC: [u8; 3] = *b"rN3";
 /// This format's version.
-const VERSION: u8 = 2;
-/// The unauthenticated format before this one.
+const VERSION: u8 = 3;
+/// The format before this one: the same layout, HMAC-SHA-256 as the MAC.
+const VERSION_2: u8 = 2;
+/// The unauthenticated format before that.
 const VERSION_1: u8 = 1;
 /// Kind byte of kernel-kind handles.
 const KIND_KERNEL: u8 = 1;
@@ -174,7 +181,7 @@ impl FileHandle {
 
     /// Decodes and authenticates a handle received from a client, touching nothing
     /// but its bytes. Not our format: NFS3ERR_BADHANDLE; our format with a MAC that
-    /// does not verify under `key`, or format version 1: NFS3ERR_STALE (see the
+    /// does not verify under `key`, or format version 1 or 2: NFS3ERR_STALE (see the
     /// module documentation for why). Whether the export and object are there is the
     /// caller's to check.
     pub fn open(fh: &NfsFh3, key: &HandleKey) -> Result<Self, NfsStat3> {
@@ -182,11 +189,12 @@ impl FileHandle {
         if b.len() < HEADER || b[..3] != MAGIC {
             return Err(NfsStat3::NFS3ERR_BADHANDLE);
         }
-        match b[3] {
-            VERSION => {}
+        let hmac_sealed = match b[3] {
+            VERSION => false,
+            VERSION_2 => true,
             VERSION_1 if b.len() == 36 => return Err(NfsStat3::NFS3ERR_STALE),
             _ => return Err(NfsStat3::NFS3ERR_BADHANDLE),
-        }
+        };
         let well_formed = match b[4] {
             KIND_KERNEL => b.len() > KERNEL_FIXED && b.len() <= nfs3::NFS3_FHSIZE as usize,
             KIND_INODE => b.len() == INODE_LEN,
@@ -194,6 +202,9 @@ impl FileHandle {
         };
         if !well_formed {
             return Err(NfsStat3::NFS3ERR_BADHANDLE);
+        }
+        if hmac_sealed {
+            return Err(NfsStat3::NFS3ERR_STALE);
         }
         let (body, tag) = b.split_at(b.len() - MAC_LEN);
         if !key.verify(body, tag) {
@@ -308,8 +319,11 @@ mod tests {
                 for flip in [0x01, 0x80] {
                     let mut b = wire.0.to_vec();
                     b[i] ^= flip;
+                    // Version 3 with its low bit flipped is version 2: a well-formed
+                    // handle of the HMAC format, stale.
+                    let version_2 = i == 3 && b[i] == VERSION_2;
                     let got = FileHandle::open(&NfsFh3(Bytes::from(b)), &k);
-                    let want = if i < HEADER {
+                    let want = if i < HEADER && !version_2 {
                         NfsStat3::NFS3ERR_BADHANDLE
                     } else {
                         NfsStat3::NFS3ERR_STALE
@@ -371,6 +385,19 @@ mod tests {
         kind[4] = 9;
         assert_eq!(
             FileHandle::open(&NfsFh3(Bytes::from(kind)), &k),
+            Err(NfsStat3::NFS3ERR_BADHANDLE)
+        );
+        // A version 2 handle (this layout, sealed with HMAC-SHA-256): stale, when
+        // well formed.
+        let mut v2 = good.0.to_vec();
+        v2[3] = 2;
+        assert_eq!(
+            FileHandle::open(&NfsFh3(Bytes::from(v2.clone())), &k),
+            Err(NfsStat3::NFS3ERR_STALE)
+        );
+        v2[4] = 9;
+        assert_eq!(
+            FileHandle::open(&NfsFh3(Bytes::from(v2)), &k),
             Err(NfsStat3::NFS3ERR_BADHANDLE)
         );
         // A version 1 handle: magic, version 1, export, device, inode, generation.
