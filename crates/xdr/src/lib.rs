@@ -44,12 +44,21 @@ pub trait Encode {
     fn encode(&self, enc: &mut Encoder);
 
     /// Encodes `self` alone into a fresh stream.
+    ///
+    /// The stream starts with room for [`TO_XDR_CAPACITY`] bytes: most encodings
+    /// are small replies, and growing a buffer from nothing reallocates it at 8, 16,
+    /// 32, 64 and 128 bytes (valgrind of nfsd: about 2,000 of a GETATTR's ~23,000
+    /// instructions went to those reallocations).
     fn to_xdr(&self) -> XdrStream {
-        let mut enc = Encoder::new();
+        let mut enc = Encoder::with_capacity(TO_XDR_CAPACITY);
         self.encode(&mut enc);
         enc.finish()
     }
 }
+
+/// Initial room of [`Encode::to_xdr`]'s stream, in bytes: an NFSv3 reply with
+/// attributes (GETATTR's is 88 bytes, LOOKUP's about 200) fits without a reallocation.
+pub const TO_XDR_CAPACITY: usize = 256;
 
 /// A type that can be decoded from XDR.
 pub trait Decode: Sized {
