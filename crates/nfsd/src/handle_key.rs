@@ -13,9 +13,10 @@
 //! network-facing secrets (SYN cookies, sequence numbers). Each NFS call verifies one
 //! handle and many replies seal some (READDIRPLUS one per entry). HMAC-SHA-256, used
 //! before, costs two SHA-256 compressions per handle: about 13,000 instructions per
-//! GETATTR where the CPU has no SHA extensions (valgrind; the qemu guest of the lab
-//! is such a CPU), a third of all the server's user-space instructions for that
-//! call. SipHash-2-4 costs a few hundred. Handles sealed with HMAC (format version 2)
+//! GETATTR where the CPU has no SHA extensions (valgrind, which hides them; qemu
+//! 7.2's TCG, on which the lab's guest runs, has none either: `qemu-system-x86_64
+//! -accel tcg -cpu max,+sha-ni,enforce` refuses), a third of all the server's
+//! user-space instructions for that call. SipHash-2-4 costs a few hundred. Handles sealed with HMAC (format version 2)
 //! are answered NFS3ERR_STALE, as version 1 ones are.
 //!
 //! The key must outlive the process, or every handle a client holds goes stale at
