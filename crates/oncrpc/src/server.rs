@@ -222,6 +222,13 @@ impl<F: Future> Future for CatchUnwind<F> {
     }
 }
 
+/// Polls `f` once: whether it finished. A future left pending keeps the waker of
+/// the task that polled it until it is polled again elsewhere, which costs that task
+/// at most a spurious wake-up.
+async fn poll_once<F: Future + ?Sized>(mut f: std::pin::Pin<&mut F>) -> std::task::Poll<()> {
+    std::future::poll_fn(|cx| std::task::Poll::Ready(f.as_mut().poll(cx).map(|_| ()))).await
+}
+
 /// The message of a panic payload (`panic!` makes a `&str` or a `String`).
 fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
     if let Some(s) = payload.downcast_ref::<&str>() {
@@ -285,7 +292,7 @@ async fn connection(
                 };
                 let dispatcher = dispatcher.clone();
                 let tx = tx.clone();
-                calls.spawn(async move {
+                let mut call = Box::pin(async move {
                     let xid = peek_xid_and_type(&call).map(|(xid, _)| xid);
                     // A panic in the handler fails this call with SYSTEM_ERR, not
                     // the connection. It is caught here rather than by running the
@@ -316,6 +323,16 @@ async fn connection(
                     }
                     drop((permit, held));
                 });
+                // With no other call of this connection in service, the call's first
+                // poll runs here, and most calls (NULL, the metadata calls nfsd runs
+                // inline, errors) end in it: no task to spawn, schedule and join
+                // (about 3,000 of a GETATTR's 21,000 instructions, valgrind). A call
+                // that waits, or one that arrives while others are in service, runs
+                // as a task of its own, so that a client's concurrent calls still
+                // spread over the workers.
+                if !calls.is_empty() || poll_once(call.as_mut()).await.is_pending() {
+                    calls.spawn(call);
+                }
                 while calls.try_join_next().is_some() {}
             }
             Ok(None) => break,
