@@ -155,7 +155,13 @@ pub struct FileHandle {
 impl FileHandle {
     /// Encodes the handle for the wire, with its MAC under `key`.
     pub fn seal(&self, key: &HandleKey) -> NfsFh3 {
-        let mut b = Vec::with_capacity(nfs3::NFS3_FHSIZE as usize);
+        // Its exact length, so that the bytes become the handle without another
+        // allocation (READDIRPLUS seals one per entry).
+        let len = match &self.object {
+            Object::Kernel { handle, .. } => KERNEL_FIXED + handle.bytes().len(),
+            Object::Inode { .. } => INODE_LEN,
+        };
+        let mut b = Vec::with_capacity(len);
         b.extend_from_slice(&MAGIC);
         b.push(VERSION);
         match &self.object {
@@ -176,6 +182,7 @@ impl FileHandle {
         }
         let tag = key.mac(&b);
         b.extend_from_slice(&tag);
+        debug_assert_eq!(b.len(), len);
         NfsFh3(Bytes::from(b))
     }
 

@@ -548,7 +548,15 @@ impl Export {
         if key == self.root_meta.key {
             return;
         }
-        self.links().insert(
+        let mut links = self.links();
+        // Already known so (a directory listed again): nothing to allocate.
+        if links
+            .get(&key)
+            .is_some_and(|l| l.parent == parent && l.name == name)
+        {
+            return;
+        }
+        links.insert(
             key,
             Link {
                 parent,
@@ -784,11 +792,13 @@ impl Export {
         name: &[u8],
         ino: u64,
     ) -> Result<(Meta, NfsFh3), NfsStat3> {
-        let Ok(cname) = std::ffi::CString::new(name) else {
-            return Err(NfsStat3::NFS3ERR_NOENT);
-        };
+        // (rustix makes the C string on the stack: no allocation per entry.)
         let kernel = match &self.kernel {
-            Some(_) => kernel_fh::name_to_handle_in(&dir.fd, &cname).ok(),
+            Some(_) => rustix::path::Arg::into_with_c_str(name, |c| {
+                Ok(kernel_fh::name_to_handle_in(&dir.fd, c))
+            })
+            .ok()
+            .and_then(Result::ok),
             None => None,
         };
         let meta = self.stat_child(dir, name)?;
