@@ -150,27 +150,33 @@ impl Encoder {
         self.inline.len() + self.ddp.iter().map(DdpItem::padded_len).sum::<usize>()
     }
 
+    // Every append below is `BytesMut::extend_from_slice`, which is `#[inline]`, so a
+    // fixed-size item becomes a store after a capacity check. `BufMut::put_u32` and
+    // `put_slice` go through `BytesMut`'s `put_slice`, which is not `#[inline]`: a call
+    // and a `memcpy` call per item (about 40 instructions for 4 bytes, valgrind),
+    // a tenth of a GETATTR's user-space instructions.
+
     /// RFC 4506 §4.2.
     pub fn u32(&mut self, v: u32) -> &mut Self {
-        self.inline.put_u32(v);
+        self.inline.extend_from_slice(&v.to_be_bytes());
         self
     }
 
     /// RFC 4506 §4.1 (and enumerations, §4.3).
     pub fn i32(&mut self, v: i32) -> &mut Self {
-        self.inline.put_i32(v);
+        self.inline.extend_from_slice(&v.to_be_bytes());
         self
     }
 
     /// RFC 4506 §4.5.
     pub fn u64(&mut self, v: u64) -> &mut Self {
-        self.inline.put_u64(v);
+        self.inline.extend_from_slice(&v.to_be_bytes());
         self
     }
 
     /// RFC 4506 §4.5.
     pub fn i64(&mut self, v: i64) -> &mut Self {
-        self.inline.put_i64(v);
+        self.inline.extend_from_slice(&v.to_be_bytes());
         self
     }
 
@@ -183,8 +189,8 @@ impl Encoder {
     pub fn opaque_fixed(&mut self, data: &[u8]) -> &mut Self {
         // COPY: ordinary (non-DDP) opaque data is copied into the inline buffer; large
         // payloads should go through `ddp_opaque` instead.
-        self.inline.put_slice(data);
-        self.inline.put_slice(&PADDING[..pad_len(data.len())]);
+        self.inline.extend_from_slice(data);
+        self.inline.extend_from_slice(&PADDING[..pad_len(data.len())]);
         self
     }
 
@@ -265,14 +271,14 @@ impl Encoder {
 
     /// Appends already-encoded XDR bytes verbatim (e.g. an opaque auth body).
     pub fn raw(&mut self, bytes: &[u8]) -> &mut Self {
-        self.inline.put_slice(bytes);
+        self.inline.extend_from_slice(bytes);
         self
     }
 
     /// Reserves a 4-byte slot to fill in later with [`Encoder::patch_u32`].
     pub fn reserve_u32(&mut self) -> Slot {
         let at = self.inline.len();
-        self.inline.put_u32(0);
+        self.inline.extend_from_slice(&[0; 4]);
         Slot(at)
     }
 
