@@ -330,10 +330,10 @@ async fn connection(
                 // that waits, or one that arrives while others are in service, runs
                 // as a task of its own, so that a client's concurrent calls still
                 // spread over the workers.
+                while calls.try_join_next().is_some() {}
                 if !calls.is_empty() || poll_once(call.as_mut()).await.is_pending() {
                     calls.spawn(call);
                 }
-                while calls.try_join_next().is_some() {}
             }
             Ok(None) => break,
             Err(e) => {
