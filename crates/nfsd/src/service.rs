@@ -3,9 +3,10 @@
 //! A call's file-system work runs on tokio's blocking pool (one thread per call in
 //! flight), where the caller's identity can be switched per thread ([`crate::creds`]),
 //! except for the small metadata procedures of [`runs_inline`], which by default
-//! ([`NfsServer::inline_metadata`]) run on the async worker that received the call.
+//! ([`NfsServer::inline_metadata`]) run on the async worker that received the call
+//! (for NFS/RDMA on a verbs device: a worker of the main runtime, which the device
+//! threads hand every call to, `crate::rdma`, "Threads").
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use nfs3::NfsProc3;
@@ -34,8 +35,7 @@ impl Service for NfsService {
         }
         let caller = Caller::new(req.peer, &req.cred);
         let args = req.args;
-        let inline = self.server.inline_metadata.load(Ordering::Relaxed);
-        if inline && runs_inline(proc) {
+        if self.server.inline_metadata && runs_inline(proc) {
             // A panic fails the call with SYSTEM_ERR, as from the blocking pool (the
             // identity guards restore the thread's identity while unwinding).
             let server = &self.server;

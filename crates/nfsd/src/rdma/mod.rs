@@ -17,6 +17,21 @@
 //! RDMA device, else our userspace iWARP (`auto`, the default), or either on demand.
 //! The same `RdmaServer` code runs over both.
 //!
+//! # Threads
+//! On a verbs device, everything that touches the device (binding, the listener, the
+//! connections' tasks: completions, posting, registration, rdma_cm) runs on threads of
+//! its own ([`DeviceThreads`], a one-worker tokio runtime), and the NFS calls go to
+//! the runtime that bound the listener ([`RdmaServer::dispatch_on`]), whose workers
+//! run the small metadata calls inline ([`crate::service::runs_inline`]), switching
+//! their identity ([`crate::creds`]); a call's reply comes back to its connection's
+//! task by channel. Why: Linux refuses a `write` to the device's descriptors (uverbs,
+//! rdma_cm) from a thread whose credentials changed after they were opened ("changed
+//! security contexts after opening file descriptor", docs/linux-facts.md), and a
+//! thread that switched once never has the same credentials again. The device
+//! threads are marked ([`crate::creds::keep_identity`]): a switch there panics.
+//! The userspace iWARP provider uses TCP sockets, which no such rule covers: it runs
+//! on the calling runtime as before, its calls dispatched there too.
+//!
 //! The data path copies nothing here: READ3resok `data` is a DDP-eligible item
 //! ([`xdr::Encoder::ddp_opaque`]) whose `Bytes` become the gather list of the RDMA
 //! Write into the client's Write chunk (`rpcrdma_transport::server`); WRITE3args
@@ -126,7 +141,81 @@ pub struct RdmaListener {
 enum Served {
     // Boxed: the iWARP listener carries its handshake table inline.
     Iwarp(RdmaServer<IwarpProvider>, Box<IwarpListener>),
-    Verbs(RdmaServer<VerbsCm>, VerbsListener),
+    /// Bound on, and served by, the device threads.
+    Verbs(RdmaServer<VerbsCm>, VerbsListener, DeviceThreads),
+}
+
+/// How many worker threads run a verbs device's connections ([`DeviceThreads`]).
+/// One: they post, poll and hand calls on, which keeps one busy thread below a
+/// core, and the calls' work is on the other runtime.
+pub const DEVICE_THREADS: usize = 1;
+
+/// The threads that use a verbs device: a tokio runtime of their own, whose threads
+/// never switch identity (see the module's "Threads"). Created by a thread that never
+/// switched either, since a new thread inherits its creator's credentials: the first
+/// ones of the process then, which the device's descriptors are opened with.
+pub struct DeviceThreads {
+    /// `None` once shut down (on drop).
+    runtime: Option<tokio::runtime::Runtime>,
+}
+
+impl DeviceThreads {
+    /// Starts [`DEVICE_THREADS`] workers named `nfsd-rdma`.
+    pub fn start() -> io::Result<DeviceThreads> {
+        debug_assert!(
+            !crate::creds::ever_switched(),
+            "RDMA device threads created by a thread that switched identity"
+        );
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(DEVICE_THREADS)
+            .thread_name("nfsd-rdma")
+            .on_thread_start(crate::creds::keep_identity)
+            .enable_all()
+            .build()?;
+        Ok(DeviceThreads {
+            runtime: Some(runtime),
+        })
+    }
+
+    /// Their runtime: what may touch the device is spawned here.
+    pub fn handle(&self) -> &tokio::runtime::Handle {
+        self.runtime
+            .as_ref()
+            .expect("device threads running until dropped")
+            .handle()
+    }
+
+    /// Runs `task` on the device threads and waits for it; aborted if this future is
+    /// dropped first.
+    async fn run<T: Send + 'static>(
+        &self,
+        task: impl Future<Output = T> + Send + 'static,
+    ) -> io::Result<T> {
+        struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
+        impl<T> Drop for AbortOnDrop<T> {
+            fn drop(&mut self) {
+                self.0.abort();
+            }
+        }
+        let mut task = AbortOnDrop(self.handle().spawn(task));
+        (&mut task.0).await.map_err(io::Error::other)
+    }
+}
+
+impl Drop for DeviceThreads {
+    /// Stops the runtime without waiting (dropping a runtime may not block inside
+    /// another's task): its threads drop what they still run, connections included.
+    fn drop(&mut self) {
+        if let Some(rt) = self.runtime.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
+impl std::fmt::Debug for DeviceThreads {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DeviceThreads").finish_non_exhaustive()
+    }
 }
 
 impl std::fmt::Debug for RdmaListener {
@@ -178,7 +267,7 @@ impl RdmaListener {
         };
         let addr = match &served {
             Served::Iwarp(_, l) => l.local_addr()?,
-            Served::Verbs(_, l) => rdma::Listener::local_addr(l)?,
+            Served::Verbs(_, l, _) => rdma::Listener::local_addr(l)?,
         };
         Ok(RdmaListener {
             served,
@@ -200,6 +289,16 @@ impl RdmaListener {
         matches!(self.served, Served::Verbs(..))
     }
 
+    /// The runtime whose threads alone may touch the RDMA device ([`DeviceThreads`]),
+    /// when on a verbs device: whatever may deregister memory (the READ buffers'
+    /// trimmer) runs there. `None` on the userspace iWARP provider.
+    pub fn device_threads(&self) -> Option<&tokio::runtime::Handle> {
+        match &self.served {
+            Served::Verbs(_, _, threads) => Some(threads.handle()),
+            Served::Iwarp(..) => None,
+        }
+    }
+
     /// The bound address.
     pub fn local_addr(&self) -> SocketAddr {
         self.addr
@@ -218,7 +317,7 @@ impl RdmaListener {
     pub fn stats(&self) -> StatsRegistry {
         match &self.served {
             Served::Iwarp(server, _) => server.stats(),
-            Served::Verbs(server, _) => server.stats(),
+            Served::Verbs(server, ..) => server.stats(),
         }
     }
 
@@ -230,18 +329,23 @@ impl RdmaListener {
     /// If the listener's RDMA device goes away (verbs DEVICE_REMOVAL), its
     /// connections are closed, this says so and waits for `shutdown` without
     /// NFS/RDMA: NFS over TCP, served beside it, goes on.
+    ///
+    /// On a verbs device this serves on the device threads ([`DeviceThreads`]), which
+    /// stop when it returns.
     pub async fn serve(
         self,
         registrar: Option<Registrar>,
-        shutdown: impl Future<Output = ()>,
+        shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> io::Result<()> {
         let RdmaListener { served, addr, .. } = self;
         match served {
             Served::Iwarp(server, listener) => {
                 serve_on(server, *listener, addr, registrar, shutdown).await
             }
-            Served::Verbs(server, listener) => {
-                serve_on(server, listener, addr, registrar, shutdown).await
+            Served::Verbs(server, listener, threads) => {
+                threads
+                    .run(serve_on(server, listener, addr, registrar, shutdown))
+                    .await?
             }
         }
     }
@@ -276,11 +380,31 @@ async fn bind_iwarp(
 /// (rxe0, siw0)` for a wildcard address). Fails, saying why, when rdma-core or the
 /// kernel's RDMA support is missing, the host has no RDMA device, or the address is
 /// on none.
+///
+/// Bound on device threads of its own ([`DeviceThreads`]), which serve it too; its
+/// calls are dispatched on the runtime this runs on.
 async fn bind_verbs(
     dispatcher: Arc<Dispatcher>,
     opts: &RdmaOptions,
     memory: Arc<MemoryBudget>,
 ) -> io::Result<(Served, String)> {
+    let calls = tokio::runtime::Handle::current();
+    let threads = DeviceThreads::start()?;
+    let opts = opts.clone();
+    let (server, listener, device) = threads
+        .run(async move { bind_verbs_here(dispatcher, &opts, memory, calls).await })
+        .await??;
+    Ok((Served::Verbs(server, listener, threads), device))
+}
+
+/// [`bind_verbs`] on the device threads: the server (dispatching on `calls`), its
+/// listener and the device's name.
+async fn bind_verbs_here(
+    dispatcher: Arc<Dispatcher>,
+    opts: &RdmaOptions,
+    memory: Arc<MemoryBudget>,
+    calls: tokio::runtime::Handle,
+) -> io::Result<(RdmaServer<VerbsCm>, VerbsListener, String)> {
     let devices = verbs::devices().map_err(|e| io::Error::new(io::ErrorKind::NotFound, e))?;
     let names: Vec<String> = devices
         .iter()
@@ -305,7 +429,8 @@ async fn bind_verbs(
         Arc::new(Nfs3Binding),
         opts.transport.clone(),
     )
-    .with_memory(memory);
+    .with_memory(memory)
+    .dispatch_on(calls);
     let listener = server.bind(opts.addr).await.map_err(|e| {
         if e.raw_os_error() == Some(libc::ENODEV) {
             io::Error::new(
@@ -329,7 +454,7 @@ async fn bind_verbs(
     if let Err(e) = verbs::watch_device_events(|event| println!("nfsd: {event}")) {
         tracing::warn!(error = %e, "cannot watch the RDMA devices' events");
     }
-    Ok((Served::Verbs(server, listener), device))
+    Ok((server, listener, device))
 }
 
 /// Serves `listener` (registered with `registrar`) until `shutdown`; see
