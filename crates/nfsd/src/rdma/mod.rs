@@ -150,18 +150,29 @@ enum Served {
 /// core, and the calls' work is on the other runtime.
 pub const DEVICE_THREADS: usize = 1;
 
+/// How long [`DeviceThreads::stop`] waits for the device threads to drop what they
+/// run (connections: their QPs, CM ids, registrations).
+const STOP_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// The threads that use a verbs device: a tokio runtime of their own, whose threads
 /// never switch identity (see the module's "Threads"). Created by a thread that never
 /// switched either, since a new thread inherits its creator's credentials: the first
 /// ones of the process then, which the device's descriptors are opened with.
+///
+/// Not only posting needs them: dropping the last reference to a connection's
+/// protection domain destroys its CM id (`verbs`: a device context opened through
+/// rdma_cm keeps the id), an rdma_cm `write`. So whatever may hold registrations last
+/// (the READ buffers' idle allocations) is released here too: by their trimmer, and
+/// once more when the threads stop ([`DeviceThreads::start`]'s `on_stop`).
 pub struct DeviceThreads {
-    /// `None` once shut down (on drop).
+    /// `None` once shut down.
     runtime: Option<tokio::runtime::Runtime>,
 }
 
 impl DeviceThreads {
-    /// Starts [`DEVICE_THREADS`] workers named `nfsd-rdma`.
-    pub fn start() -> io::Result<DeviceThreads> {
+    /// Starts [`DEVICE_THREADS`] workers named `nfsd-rdma`; each of its threads runs
+    /// `on_stop` as it ends, after the runtime dropped its tasks.
+    pub fn start(on_stop: impl Fn() + Send + Sync + 'static) -> io::Result<DeviceThreads> {
         debug_assert!(
             !crate::creds::ever_switched(),
             "RDMA device threads created by a thread that switched identity"
@@ -170,6 +181,7 @@ impl DeviceThreads {
             .worker_threads(DEVICE_THREADS)
             .thread_name("nfsd-rdma")
             .on_thread_start(crate::creds::keep_identity)
+            .on_thread_stop(on_stop)
             .enable_all()
             .build()?;
         Ok(DeviceThreads {
@@ -200,11 +212,20 @@ impl DeviceThreads {
         let mut task = AbortOnDrop(self.handle().spawn(task));
         (&mut task.0).await.map_err(io::Error::other)
     }
+
+    /// Stops the threads, waiting (at most [`STOP_WAIT`], on the caller's blocking
+    /// pool: a runtime may not be waited for inside another's task) until they have
+    /// dropped their tasks, the connections with what they hold, and run `on_stop`.
+    async fn stop(mut self) {
+        if let Some(rt) = self.runtime.take() {
+            let _ = tokio::task::spawn_blocking(move || rt.shutdown_timeout(STOP_WAIT)).await;
+        }
+    }
 }
 
 impl Drop for DeviceThreads {
-    /// Stops the runtime without waiting (dropping a runtime may not block inside
-    /// another's task): its threads drop what they still run, connections included.
+    /// Stops the runtime without waiting (not [`DeviceThreads::stop`]: a listener
+    /// dropped unserved): its threads drop what they still run.
     fn drop(&mut self) {
         if let Some(rt) = self.runtime.take() {
             rt.shutdown_background();
@@ -233,6 +254,7 @@ impl RdmaListener {
     pub async fn bind(nfs: Arc<NfsServer>, opts: &RdmaOptions) -> io::Result<RdmaListener> {
         // One memory budget for the process: the transport charges the NFS program's.
         let memory = nfs.memory.clone();
+        let read_buffers = nfs.read_buffers.clone();
         let mut d = Dispatcher::new();
         d.register(NFS_PROGRAM, [NFS_V3], Arc::new(NfsService::new(nfs)))
             .map_err(io::Error::other)?;
@@ -248,22 +270,24 @@ impl RdmaListener {
                 "userspace iWARP [--rdma-provider iwarp]".to_string(),
             ),
             Provider::Verbs => {
-                let (served, device) = bind_verbs(dispatcher, opts, memory)
+                let (served, device) = bind_verbs(dispatcher, opts, memory, read_buffers)
                     .await
                     .map_err(context)?;
                 (served, format!("verbs on {device} [--rdma-provider verbs]"))
             }
-            Provider::Auto => match bind_verbs(dispatcher.clone(), opts, memory.clone()).await {
-                Ok((served, device)) => (served, format!("verbs on {device} [auto]")),
-                // A port taken is an error whatever the provider.
-                Err(e) if e.kind() == io::ErrorKind::AddrInUse => return Err(context(e)),
-                Err(why) => (
-                    bind_iwarp(dispatcher, opts, memory)
-                        .await
-                        .map_err(context)?,
-                    format!("userspace iWARP [auto: no verbs: {why}]"),
-                ),
-            },
+            Provider::Auto => {
+                match bind_verbs(dispatcher.clone(), opts, memory.clone(), read_buffers).await {
+                    Ok((served, device)) => (served, format!("verbs on {device} [auto]")),
+                    // A port taken is an error whatever the provider.
+                    Err(e) if e.kind() == io::ErrorKind::AddrInUse => return Err(context(e)),
+                    Err(why) => (
+                        bind_iwarp(dispatcher, opts, memory)
+                            .await
+                            .map_err(context)?,
+                        format!("userspace iWARP [auto: no verbs: {why}]"),
+                    ),
+                }
+            }
         };
         let addr = match &served {
             Served::Iwarp(_, l) => l.local_addr()?,
@@ -331,7 +355,7 @@ impl RdmaListener {
     /// NFS/RDMA: NFS over TCP, served beside it, goes on.
     ///
     /// On a verbs device this serves on the device threads ([`DeviceThreads`]), which
-    /// stop when it returns.
+    /// have stopped when it returns.
     pub async fn serve(
         self,
         registrar: Option<Registrar>,
@@ -343,9 +367,11 @@ impl RdmaListener {
                 serve_on(server, *listener, addr, registrar, shutdown).await
             }
             Served::Verbs(server, listener, threads) => {
-                threads
+                let served = threads
                     .run(serve_on(server, listener, addr, registrar, shutdown))
-                    .await?
+                    .await;
+                threads.stop().await;
+                served?
             }
         }
     }
@@ -382,14 +408,18 @@ async fn bind_iwarp(
 /// on none.
 ///
 /// Bound on device threads of its own ([`DeviceThreads`]), which serve it too; its
-/// calls are dispatched on the runtime this runs on.
+/// calls are dispatched on the runtime this runs on. The threads release the idle
+/// `read_buffers` (nfsd's READ buffers, which the connections register) as they stop.
 async fn bind_verbs(
     dispatcher: Arc<Dispatcher>,
     opts: &RdmaOptions,
     memory: Arc<MemoryBudget>,
+    read_buffers: rdma::BufferPool,
 ) -> io::Result<(Served, String)> {
     let calls = tokio::runtime::Handle::current();
-    let threads = DeviceThreads::start()?;
+    let threads = DeviceThreads::start(move || {
+        read_buffers.release_idle();
+    })?;
     let opts = opts.clone();
     let (server, listener, device) = threads
         .run(async move { bind_verbs_here(dispatcher, &opts, memory, calls).await })
