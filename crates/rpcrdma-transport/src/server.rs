@@ -22,8 +22,6 @@
 //! invalidations) and its events (Calls for the dispatcher, backward Replies) are
 //! executed here. Every protocol rule (validation, RDMA_ERROR, GARBAGE_ARGS, §8,
 //! credits, the read budget, reliable reply, the backward direction) is the core's.
-//! The dispatch of a Call is a task of its own, on the connection's runtime or on the
-//! one [`RdmaServer::dispatch_on`] names; either way only the connection's task posts.
 //!
 //! A Receive is re-posted only once its Call is answered, so at most `credits` Calls
 //! are in service: a requester that sends past its grant finds no Receive and the
@@ -75,9 +73,6 @@ pub struct RdmaServer<P> {
     /// The memory all connections hold (`RdmaConfig::max_memory`): their buffers and
     /// Read chunk data.
     memory: Arc<MemoryBudget>,
-    /// Where Calls are dispatched ([`RdmaServer::dispatch_on`]); `None`: the runtime
-    /// of the connection's task.
-    dispatch_on: Option<tokio::runtime::Handle>,
 }
 
 impl<P> std::fmt::Debug for RdmaServer<P> {
@@ -106,20 +101,7 @@ impl<P: ConnectionManager + 'static> RdmaServer<P> {
             stats: StatsRegistry::default(),
             shutdown: watch::channel(false).0,
             backward: Mutex::new(None),
-            dispatch_on: None,
         }
-    }
-
-    /// Dispatches every Call on the runtime of `handle` instead of the one the
-    /// connections run on; the Reply comes back to the connection's task, which alone
-    /// posts to the device. For an upper layer whose calls must not run on the
-    /// threads that use the device: Linux refuses `write`s to a verbs device's
-    /// descriptors (uverbs, rdma_cm) from a thread whose credentials changed after
-    /// they were opened, and nfsd switches a thread's file-system identity per call.
-    /// So such a server serves on a runtime of its own and dispatches here.
-    pub fn dispatch_on(mut self, handle: tokio::runtime::Handle) -> Self {
-        self.dispatch_on = Some(handle);
-        self
     }
 
     /// The backward direction of every connection accepted from now on, one
@@ -318,7 +300,6 @@ impl<P: ConnectionManager + 'static> RdmaServer<P> {
                 buffers: self.buffers.clone(),
                 core,
                 dispatcher: self.dispatcher.clone(),
-                dispatch_on: self.dispatch_on.clone(),
                 stats,
                 pool,
                 free_recvs,
@@ -495,8 +476,6 @@ struct ServerConn<Q> {
     buffers: BufferPool,
     core: Responder<Arc<dyn RdmaBinding>>,
     dispatcher: Arc<Dispatcher>,
-    /// [`RdmaServer::dispatch_on`].
-    dispatch_on: Option<tokio::runtime::Handle>,
     stats: Arc<ConnStats>,
     pool: RecvPool,
     /// Receive buffers not posted: taken by a completion, or never posted yet
@@ -854,14 +833,10 @@ impl<Q: QueuePair + 'static> ServerConn<Q> {
                     addr,
                     protocol: oncrpc::Protocol::Rdma,
                 });
-                let call = async move {
+                tokio::spawn(async move {
                     let reply = dispatcher.dispatch_from(whole, peer).await;
                     let _ = tx.send((xid, reply));
-                };
-                match &self.dispatch_on {
-                    Some(handle) => drop(handle.spawn(call)),
-                    None => drop(tokio::spawn(call)),
-                }
+                });
             }
             ResponderEvent::Refused { xid, error, answer } => {
                 tracing::debug!(target: "rpcrdma_transport", xid = ?xid.map(|x| x.0), %error, ?answer, "refused");
