@@ -5,7 +5,8 @@
 //! [`crate::service::runs_inline`]) whose *file-system* identity (Linux `setfsuid`, `setfsgid` and the thread's
 //! supplementary groups, all per-thread) is switched to the caller's for the duration
 //! of the call, so the kernel does every permission check exactly as for a local
-//! process of that user. Handle resolution runs as the server, as knfsd does.
+//! process of that user. Handle resolution runs as the server, as knfsd does. Never
+//! on a thread that uses a verbs RDMA device ([`keep_identity`]).
 //!
 //! [`Squash`] maps identities first, per export and client
 //! ([`crate::exports::ExportOptions::identity`]): by default (like knfsd's
@@ -67,6 +68,10 @@ pub struct AsCaller {
 }
 
 thread_local! {
+    /// Whether the current thread must never switch identity ([`keep_identity`]).
+    static KEEPS_IDENTITY: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// Whether the current thread ever switched its identity ([`ever_switched`]).
+    static SWITCHED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
     /// The identities the current thread acts as, innermost last (empty: the
     /// server's own).
     static ACTING_AS: std::cell::RefCell<Vec<Identity>> = const { std::cell::RefCell::new(Vec::new()) };
@@ -116,6 +121,26 @@ impl Drop for AsCaller {
     }
 }
 
+/// Marks the current thread as one whose identity is never switched: a switch
+/// ([`AsCaller::enter`] with `switching`) on it panics before changing anything.
+///
+/// For the threads that use a verbs RDMA device (`crate::rdma`): Linux refuses a
+/// `write` to the device's descriptors (uverbs, rdma_cm: every post, registration,
+/// connection step) unless the thread's credentials are the very ones the descriptor
+/// was opened with (`ib_safe_file_access` compares the pointers), and any switch,
+/// even one back to the server's own ids, gives the thread new ones for good. A
+/// panic fails one call (SYSTEM_ERR); a switch would have ended NFS/RDMA on that
+/// thread, silently.
+pub fn keep_identity() {
+    KEEPS_IDENTITY.with(|k| k.set(true));
+}
+
+/// Whether the current thread ever switched its identity: a thread it creates then
+/// inherits credentials other than the process's first (see [`keep_identity`]).
+pub fn ever_switched() -> bool {
+    SWITCHED.with(std::cell::Cell::get)
+}
+
 /// Makes `id` (`None`: the server's own, fsuid 0 and fsgid 0) the thread's
 /// file-system identity.
 ///
@@ -126,6 +151,12 @@ impl Drop for AsCaller {
 /// CAP_CHOWN again, which override every permission check a group could decide
 /// (and groups never decide the owner of a new file: fsgid does, and it is reset).
 fn switch_to(id: Option<&Identity>) {
+    assert!(
+        !KEEPS_IDENTITY.with(std::cell::Cell::get),
+        "identity switch on a thread that must keep its own (an RDMA device thread, \
+         creds::keep_identity)"
+    );
+    SWITCHED.with(|s| s.set(true));
     match id {
         Some(id) => {
             // Order: groups and gid while we still hold CAP_SETGID, then the uid.
@@ -233,6 +264,22 @@ mod tests {
             gid: uid,
             groups: vec![],
         }
+    }
+
+    #[test]
+    fn a_thread_that_keeps_its_identity_refuses_a_switch() {
+        std::thread::spawn(|| {
+            keep_identity();
+            let before = fsuid();
+            let tried = std::panic::catch_unwind(|| AsCaller::enter(true, &id(1000)));
+            assert!(tried.is_err(), "switched an RDMA device thread's identity");
+            assert_eq!((fsuid(), AsCaller::depth()), (before, 0), "nothing changed");
+            assert!(!ever_switched());
+            // Without switching (not root), a guard does nothing and is allowed.
+            drop(AsCaller::enter(false, &id(1000)));
+        })
+        .join()
+        .unwrap();
     }
 
     #[test]

@@ -175,8 +175,7 @@ struct Cli {
     /// GETATTR, LOOKUP, ACCESS, CREATE and REMOVE run on the async worker threads,
     /// which saves a thread hand-off per call but stalls a worker while such a call
     /// blocks: use this for exports on file systems whose metadata calls may hang
-    /// (network file systems). Implied when NFS/RDMA runs on a verbs device (Linux
-    /// refuses RDMA device access from a thread whose identity was switched).
+    /// (network file systems).
     #[arg(long)]
     no_inline_metadata: bool,
     /// Serve no lock manager (NLM/NSM): clients must then mount with `nolock`.

@@ -153,9 +153,8 @@ pub struct NfsServer {
     pub switching: bool,
     /// Whether the small metadata procedures run on the async worker that received
     /// the call instead of the blocking pool ([`crate::service::runs_inline`] says
-    /// which, and why). True unless `--no-inline-metadata`, or NFS/RDMA runs on a
-    /// verbs device ([`crate::server::Bound::listen_rdma`]).
-    pub inline_metadata: std::sync::atomic::AtomicBool,
+    /// which, and why). True unless `--no-inline-metadata`.
+    pub inline_metadata: bool,
     /// RFC 1813 §3.3.7: the write verifier, "changed ... when the server crashes and
     /// recovers": here, on every start (start time in nanoseconds and the pid).
     pub verifier: WriteVerf3,
@@ -187,7 +186,7 @@ impl NfsServer {
         NfsServer {
             table: RwLock::new(Arc::new(table)),
             switching: crate::creds::switching(),
-            inline_metadata: std::sync::atomic::AtomicBool::new(true),
+            inline_metadata: true,
             verifier,
             read_buffers: rdma::BufferPool::new(MAX_IDLE_READ_BUFFERS),
             memory: rpcrdma::memory::MemoryBudget::new(crate::memory::default_max_memory()),

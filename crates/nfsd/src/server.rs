@@ -8,7 +8,6 @@
 
 use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -103,11 +102,9 @@ pub struct Bound {
 impl Bound {
     /// Opens the exports and binds the listeners.
     pub async fn new(config: &Config) -> std::io::Result<Bound> {
-        let server = NfsServer::new(Table::open(&config.exports, &config.handles, None)?)
+        let mut server = NfsServer::new(Table::open(&config.exports, &config.handles, None)?)
             .with_memory(rpcrdma::memory::MemoryBudget::new(config.max_memory));
-        server
-            .inline_metadata
-            .store(config.inline_metadata, Ordering::Relaxed);
+        server.inline_metadata = config.inline_metadata;
         let server = Arc::new(server);
         // Connections never take the room of one whole call record.
         let tcp_memory = Arc::new(crate::memory::TcpMemory::new(
@@ -168,19 +165,8 @@ impl Bound {
 
     /// Adds the NFS/RDMA listener (NFS only: RFC 8267 binds no MOUNT), bound now,
     /// served and registered (netid "rdma") by [`Bound::serve`].
-    ///
-    /// On a verbs device, every call's file-system work goes to the blocking pool
-    /// ([`NfsServer::inline_metadata`] off): a call switches its thread's identity
-    /// (`creds`), and Linux refuses a thread whose credentials changed after the RDMA
-    /// device's descriptors were opened any further `write` to them ("changed security
-    /// contexts after opening file descriptor": `uverbs_write`, `ucma_write`), which
-    /// the async workers that run connections make.
     pub async fn listen_rdma(&mut self, opts: &RdmaOptions) -> std::io::Result<()> {
-        let listener = RdmaListener::bind(self.server.clone(), opts).await?;
-        if listener.on_verbs() {
-            self.server.inline_metadata.store(false, Ordering::Relaxed);
-        }
-        self.rdma = Some(listener);
+        self.rdma = Some(RdmaListener::bind(self.server.clone(), opts).await?);
         Ok(())
     }
 
@@ -244,10 +230,18 @@ impl Bound {
         }
         match &self.rdma {
             Some(r) => lines.push(format!(
-                "NFS v3 listening on rdma {} ({}) via {}",
+                "NFS v3 listening on rdma {} ({}) via {}{}",
                 r.local_addr(),
                 r.versions(),
-                r.provider()
+                r.provider(),
+                if r.on_verbs() {
+                    format!(
+                        ", connections on {} thread(s) of their own (nfsd-rdma)",
+                        crate::rdma::DEVICE_THREADS
+                    )
+                } else {
+                    String::new()
+                }
             )),
             None => lines.push("NFS/RDMA: off".to_string()),
         }
@@ -259,13 +253,9 @@ impl Bound {
              pulled by RDMA Read, TCP connections and call records, READ buffers",
             limit >> 20
         ));
-        lines.push(if self.server.inline_metadata.load(Ordering::Relaxed) {
+        lines.push(if self.server.inline_metadata {
             "GETATTR, LOOKUP, ACCESS, CREATE, REMOVE on the async workers \
              [--no-inline-metadata]"
-                .to_string()
-        } else if self.rdma.as_ref().is_some_and(RdmaListener::on_verbs) {
-            "every call on the blocking pool (NFS/RDMA on a verbs device: threads that \
-             switch identity may not use it)"
                 .to_string()
         } else {
             "every call on the blocking pool [--no-inline-metadata]".to_string()
@@ -383,6 +373,11 @@ impl Bound {
             netid: "tcp",
             addr: self.mount_addr()?,
         });
+        let rdma_threads = self
+            .rdma
+            .as_ref()
+            .and_then(RdmaListener::device_threads)
+            .cloned();
         if let Some(rdma) = self.rdma {
             let addr = rdma.local_addr();
             table.push(Registration {
@@ -469,11 +464,16 @@ impl Bound {
             let s = Server::new(dispatcher()?, ServerConfig::default());
             tasks.spawn(s.serve(listener, stopped(stop_rx.clone())));
         }
-        // Idle READ buffers go back after a quiet period (issue 16), until we stop.
-        let trim = tokio::spawn(rpcrdma_transport::release_when_quiet(
+        // Idle READ buffers go back after a quiet period (issue 16), until we stop;
+        // on a verbs device's threads, since that deregisters them.
+        let trim = rpcrdma_transport::release_when_quiet(
             self.server.read_buffers.clone(),
             rpcrdma_transport::QUIET_PERIOD,
-        ));
+        );
+        let trim = match rdma_threads {
+            Some(threads) => threads.spawn(trim),
+            None => tokio::spawn(trim),
+        };
         // Stop everything on the shutdown signal, or when one server fails.
         let registrar = self.registrar.clone();
         let mut result = Ok(());

@@ -3,9 +3,10 @@
 //! A call's file-system work runs on tokio's blocking pool (one thread per call in
 //! flight), where the caller's identity can be switched per thread ([`crate::creds`]),
 //! except for the small metadata procedures of [`runs_inline`], which by default
-//! ([`NfsServer::inline_metadata`]) run on the async worker that received the call.
+//! ([`NfsServer::inline_metadata`]) run on the async worker that received the call
+//! (for NFS/RDMA on a verbs device: a worker of the main runtime, which the device
+//! threads hand every call's file-system work to, [`NfsService::on`]).
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use nfs3::NfsProc3;
@@ -17,12 +18,27 @@ use crate::nfs::{Caller, NfsServer};
 #[derive(Debug, Clone)]
 pub struct NfsService {
     server: Arc<NfsServer>,
+    /// Where calls run ([`NfsService::on`]); `None`: the runtime that polls the call.
+    calls: Option<tokio::runtime::Handle>,
 }
 
 impl NfsService {
     /// Wraps a server.
     pub fn new(server: Arc<NfsServer>) -> Self {
-        NfsService { server }
+        NfsService {
+            server,
+            calls: None,
+        }
+    }
+
+    /// Runs every call's file-system work on the runtime of `handle` (the inline
+    /// procedures on its workers, the rest on its blocking pool), never on the thread
+    /// that polls the call: for a transport whose threads must keep their identity
+    /// (NFS/RDMA on a verbs device, `crate::rdma`, "Threads"). Decoding and encoding
+    /// stay with the transport, so a call takes as many thread hand-offs as over TCP.
+    pub fn on(mut self, handle: tokio::runtime::Handle) -> Self {
+        self.calls = Some(handle);
+        self
     }
 }
 
@@ -34,21 +50,40 @@ impl Service for NfsService {
         }
         let caller = Caller::new(req.peer, &req.cred);
         let args = req.args;
-        let inline = self.server.inline_metadata.load(Ordering::Relaxed);
-        if inline && runs_inline(proc) {
-            // A panic fails the call with SYSTEM_ERR, as from the blocking pool (the
-            // identity guards restore the thread's identity while unwinding).
-            let server = &self.server;
-            return std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                server.call(proc, &caller, args)
-            }))
-            .unwrap_or(Err(ServiceError::SystemErr));
+        if self.server.inline_metadata && runs_inline(proc) {
+            let Some(h) = &self.calls else {
+                return call_inline(&self.server, proc, &caller, args);
+            };
+            let server = self.server.clone();
+            return h
+                .spawn(async move { call_inline(&server, proc, &caller, args) })
+                .await
+                .unwrap_or(Err(ServiceError::SystemErr));
         }
         let server = self.server.clone();
-        tokio::task::spawn_blocking(move || server.call(proc, &caller, args))
-            .await
-            .map_err(|_| ServiceError::SystemErr)?
+        let work = move || server.call(proc, &caller, args);
+        match &self.calls {
+            None => tokio::task::spawn_blocking(work),
+            Some(h) => h.spawn_blocking(work),
+        }
+        .await
+        .map_err(|_| ServiceError::SystemErr)?
     }
+}
+
+/// A call of [`runs_inline`] on this thread. A panic fails the call with SYSTEM_ERR,
+/// as from the blocking pool (the identity guards restore the thread's identity while
+/// unwinding).
+fn call_inline(
+    server: &NfsServer,
+    proc: NfsProc3,
+    caller: &Caller,
+    args: xdr::Decoder,
+) -> ServiceResult {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        server.call(proc, caller, args)
+    }))
+    .unwrap_or(Err(ServiceError::SystemErr))
 }
 
 /// Whether `proc`'s file-system work runs on the async worker thread, without the

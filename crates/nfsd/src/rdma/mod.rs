@@ -17,6 +17,30 @@
 //! RDMA device, else our userspace iWARP (`auto`, the default), or either on demand.
 //! The same `RdmaServer` code runs over both.
 //!
+//! # Threads
+//! On a verbs device, everything that touches the device (binding, the listener, the
+//! connections' tasks: completions, posting, registration, rdma_cm; decoding Calls
+//! and encoding Replies) runs on threads of its own ([`DeviceThreads`], a one-worker
+//! tokio runtime), and each call's file-system work goes to the runtime that bound
+//! the listener ([`NfsService::on`]): the small metadata calls to its workers, which
+//! run them inline ([`crate::service::runs_inline`]) switching their identity
+//! ([`crate::creds`]), the rest to its blocking pool as before. The result comes back
+//! to the call's task on the device threads as the spawned task's output; only
+//! those threads post. Why: Linux refuses a `write` to the device's descriptors
+//! (uverbs, rdma_cm) from a thread whose credentials changed after they were opened
+//! ("changed security contexts after opening file descriptor"), and a thread that
+//! switched once never has the same credentials again (docs/linux-facts.md, "RDMA
+//! device descriptors and thread credentials"). The device threads are marked
+//! ([`crate::creds::keep_identity`]): a switch there panics instead.
+//!
+//! A call crosses threads as often as over TCP: device thread to a worker (inline)
+//! or to the blocking pool, and back. Handing the whole dispatch to the main runtime
+//! instead (`RdmaServer` spawning it there) added a hop to every READ and measured
+//! about 5% slower on siw (lab `nfsbench lab --fabric siw`, 109 against 115 MB/s).
+//!
+//! The userspace iWARP provider uses TCP sockets, which no such rule covers: it runs
+//! on the calling runtime as before, its calls too.
+//!
 //! The data path copies nothing here: READ3resok `data` is a DDP-eligible item
 //! ([`xdr::Encoder::ddp_opaque`]) whose `Bytes` become the gather list of the RDMA
 //! Write into the client's Write chunk (`rpcrdma_transport::server`); WRITE3args
@@ -126,7 +150,104 @@ pub struct RdmaListener {
 enum Served {
     // Boxed: the iWARP listener carries its handshake table inline.
     Iwarp(RdmaServer<IwarpProvider>, Box<IwarpListener>),
-    Verbs(RdmaServer<VerbsCm>, VerbsListener),
+    /// Bound on, and served by, the device threads.
+    Verbs(RdmaServer<VerbsCm>, VerbsListener, DeviceThreads),
+}
+
+/// How many worker threads run a verbs device's connections ([`DeviceThreads`]).
+/// One: they post, poll, decode and encode, and hand the calls' work on, which keeps
+/// one thread below a core. Two were no faster in the lab (2 vCPUs, 128 MiB reads,
+/// median MB/s: siw 111 against 116, rxe 61 against 61) and took more guest CPU
+/// per GiB.
+pub const DEVICE_THREADS: usize = 1;
+
+/// How long [`DeviceThreads::stop`] waits for the device threads to drop what they
+/// run (connections: their QPs, CM ids, registrations).
+const STOP_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// The threads that use a verbs device: a tokio runtime of their own, whose threads
+/// never switch identity (see the module's "Threads"). Created by a thread that never
+/// switched either, since a new thread inherits its creator's credentials: the first
+/// ones of the process then, which the device's descriptors are opened with.
+///
+/// Not only posting needs them: dropping the last reference to a connection's
+/// protection domain destroys its CM id (`verbs`: a device context opened through
+/// rdma_cm keeps the id), an rdma_cm `write`. So whatever may hold registrations last
+/// (the READ buffers' idle allocations) is released here too: by their trimmer, and
+/// once more when the threads stop ([`DeviceThreads::start`]'s `on_stop`).
+pub struct DeviceThreads {
+    /// `None` once shut down.
+    runtime: Option<tokio::runtime::Runtime>,
+}
+
+impl DeviceThreads {
+    /// Starts [`DEVICE_THREADS`] workers named `nfsd-rdma`; each of its threads runs
+    /// `on_stop` as it ends, after the runtime dropped its tasks.
+    pub fn start(on_stop: impl Fn() + Send + Sync + 'static) -> io::Result<DeviceThreads> {
+        debug_assert!(
+            !crate::creds::ever_switched(),
+            "RDMA device threads created by a thread that switched identity"
+        );
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(DEVICE_THREADS)
+            .thread_name("nfsd-rdma")
+            .on_thread_start(crate::creds::keep_identity)
+            .on_thread_stop(on_stop)
+            .enable_all()
+            .build()?;
+        Ok(DeviceThreads {
+            runtime: Some(runtime),
+        })
+    }
+
+    /// Their runtime: what may touch the device is spawned here.
+    pub fn handle(&self) -> &tokio::runtime::Handle {
+        self.runtime
+            .as_ref()
+            .expect("device threads running until dropped")
+            .handle()
+    }
+
+    /// Runs `task` on the device threads and waits for it; aborted if this future is
+    /// dropped first.
+    async fn run<T: Send + 'static>(
+        &self,
+        task: impl Future<Output = T> + Send + 'static,
+    ) -> io::Result<T> {
+        struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
+        impl<T> Drop for AbortOnDrop<T> {
+            fn drop(&mut self) {
+                self.0.abort();
+            }
+        }
+        let mut task = AbortOnDrop(self.handle().spawn(task));
+        (&mut task.0).await.map_err(io::Error::other)
+    }
+
+    /// Stops the threads, waiting (at most [`STOP_WAIT`], on the caller's blocking
+    /// pool: a runtime may not be waited for inside another's task) until they have
+    /// dropped their tasks, the connections with what they hold, and run `on_stop`.
+    async fn stop(mut self) {
+        if let Some(rt) = self.runtime.take() {
+            let _ = tokio::task::spawn_blocking(move || rt.shutdown_timeout(STOP_WAIT)).await;
+        }
+    }
+}
+
+impl Drop for DeviceThreads {
+    /// Stops the runtime without waiting (not [`DeviceThreads::stop`]: a listener
+    /// dropped unserved): its threads drop what they still run.
+    fn drop(&mut self) {
+        if let Some(rt) = self.runtime.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
+impl std::fmt::Debug for DeviceThreads {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DeviceThreads").finish_non_exhaustive()
+    }
 }
 
 impl std::fmt::Debug for RdmaListener {
@@ -144,41 +265,46 @@ impl RdmaListener {
     pub async fn bind(nfs: Arc<NfsServer>, opts: &RdmaOptions) -> io::Result<RdmaListener> {
         // One memory budget for the process: the transport charges the NFS program's.
         let memory = nfs.memory.clone();
-        let mut d = Dispatcher::new();
-        d.register(NFS_PROGRAM, [NFS_V3], Arc::new(NfsService::new(nfs)))
-            .map_err(io::Error::other)?;
-        let dispatcher = Arc::new(d);
+        let read_buffers = nfs.read_buffers.clone();
+        let nfs_only = |service: NfsService| {
+            let mut d = Dispatcher::new();
+            d.register(NFS_PROGRAM, [NFS_V3], Arc::new(service))
+                .map_err(io::Error::other)?;
+            Ok::<_, io::Error>(Arc::new(d))
+        };
+        let on_iwarp = nfs_only(NfsService::new(nfs.clone()))?;
+        // On a verbs device the calls run on this runtime, never on the device threads
+        // (module docs, "Threads").
+        let on_verbs = nfs_only(NfsService::new(nfs).on(tokio::runtime::Handle::current()))?;
         let context = |e: io::Error| {
             io::Error::new(e.kind(), format!("NFS/RDMA listener on {}: {e}", opts.addr))
         };
         let (served, provider) = match opts.provider {
             Provider::Iwarp => (
-                bind_iwarp(dispatcher, opts, memory)
-                    .await
-                    .map_err(context)?,
+                bind_iwarp(on_iwarp, opts, memory).await.map_err(context)?,
                 "userspace iWARP [--rdma-provider iwarp]".to_string(),
             ),
             Provider::Verbs => {
-                let (served, device) = bind_verbs(dispatcher, opts, memory)
+                let (served, device) = bind_verbs(on_verbs, opts, memory, read_buffers)
                     .await
                     .map_err(context)?;
                 (served, format!("verbs on {device} [--rdma-provider verbs]"))
             }
-            Provider::Auto => match bind_verbs(dispatcher.clone(), opts, memory.clone()).await {
-                Ok((served, device)) => (served, format!("verbs on {device} [auto]")),
-                // A port taken is an error whatever the provider.
-                Err(e) if e.kind() == io::ErrorKind::AddrInUse => return Err(context(e)),
-                Err(why) => (
-                    bind_iwarp(dispatcher, opts, memory)
-                        .await
-                        .map_err(context)?,
-                    format!("userspace iWARP [auto: no verbs: {why}]"),
-                ),
-            },
+            Provider::Auto => {
+                match bind_verbs(on_verbs, opts, memory.clone(), read_buffers).await {
+                    Ok((served, device)) => (served, format!("verbs on {device} [auto]")),
+                    // A port taken is an error whatever the provider.
+                    Err(e) if e.kind() == io::ErrorKind::AddrInUse => return Err(context(e)),
+                    Err(why) => (
+                        bind_iwarp(on_iwarp, opts, memory).await.map_err(context)?,
+                        format!("userspace iWARP [auto: no verbs: {why}]"),
+                    ),
+                }
+            }
         };
         let addr = match &served {
             Served::Iwarp(_, l) => l.local_addr()?,
-            Served::Verbs(_, l) => rdma::Listener::local_addr(l)?,
+            Served::Verbs(_, l, _) => rdma::Listener::local_addr(l)?,
         };
         Ok(RdmaListener {
             served,
@@ -200,6 +326,16 @@ impl RdmaListener {
         matches!(self.served, Served::Verbs(..))
     }
 
+    /// The runtime whose threads alone may touch the RDMA device ([`DeviceThreads`]),
+    /// when on a verbs device: whatever may deregister memory (the READ buffers'
+    /// trimmer) runs there. `None` on the userspace iWARP provider.
+    pub fn device_threads(&self) -> Option<&tokio::runtime::Handle> {
+        match &self.served {
+            Served::Verbs(_, _, threads) => Some(threads.handle()),
+            Served::Iwarp(..) => None,
+        }
+    }
+
     /// The bound address.
     pub fn local_addr(&self) -> SocketAddr {
         self.addr
@@ -218,7 +354,7 @@ impl RdmaListener {
     pub fn stats(&self) -> StatsRegistry {
         match &self.served {
             Served::Iwarp(server, _) => server.stats(),
-            Served::Verbs(server, _) => server.stats(),
+            Served::Verbs(server, ..) => server.stats(),
         }
     }
 
@@ -230,18 +366,25 @@ impl RdmaListener {
     /// If the listener's RDMA device goes away (verbs DEVICE_REMOVAL), its
     /// connections are closed, this says so and waits for `shutdown` without
     /// NFS/RDMA: NFS over TCP, served beside it, goes on.
+    ///
+    /// On a verbs device this serves on the device threads ([`DeviceThreads`]), which
+    /// have stopped when it returns.
     pub async fn serve(
         self,
         registrar: Option<Registrar>,
-        shutdown: impl Future<Output = ()>,
+        shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> io::Result<()> {
         let RdmaListener { served, addr, .. } = self;
         match served {
             Served::Iwarp(server, listener) => {
                 serve_on(server, *listener, addr, registrar, shutdown).await
             }
-            Served::Verbs(server, listener) => {
-                serve_on(server, listener, addr, registrar, shutdown).await
+            Served::Verbs(server, listener, threads) => {
+                let served = threads
+                    .run(serve_on(server, listener, addr, registrar, shutdown))
+                    .await;
+                threads.stop().await;
+                served?
             }
         }
     }
@@ -276,11 +419,34 @@ async fn bind_iwarp(
 /// (rxe0, siw0)` for a wildcard address). Fails, saying why, when rdma-core or the
 /// kernel's RDMA support is missing, the host has no RDMA device, or the address is
 /// on none.
+///
+/// Bound on device threads of its own ([`DeviceThreads`]), which serve it too
+/// (`dispatcher`'s service must run its calls elsewhere: [`NfsService::on`]). The
+/// threads release the idle `read_buffers` (nfsd's READ buffers, which the
+/// connections register) as they stop.
 async fn bind_verbs(
     dispatcher: Arc<Dispatcher>,
     opts: &RdmaOptions,
     memory: Arc<MemoryBudget>,
+    read_buffers: rdma::BufferPool,
 ) -> io::Result<(Served, String)> {
+    let threads = DeviceThreads::start(move || {
+        read_buffers.release_idle();
+    })?;
+    let opts = opts.clone();
+    let (server, listener, device) = threads
+        .run(async move { bind_verbs_here(dispatcher, &opts, memory).await })
+        .await??;
+    Ok((Served::Verbs(server, listener, threads), device))
+}
+
+/// [`bind_verbs`] on the device threads: the server, its listener and the device's
+/// name.
+async fn bind_verbs_here(
+    dispatcher: Arc<Dispatcher>,
+    opts: &RdmaOptions,
+    memory: Arc<MemoryBudget>,
+) -> io::Result<(RdmaServer<VerbsCm>, VerbsListener, String)> {
     let devices = verbs::devices().map_err(|e| io::Error::new(io::ErrorKind::NotFound, e))?;
     let names: Vec<String> = devices
         .iter()
@@ -329,7 +495,7 @@ async fn bind_verbs(
     if let Err(e) = verbs::watch_device_events(|event| println!("nfsd: {event}")) {
         tracing::warn!(error = %e, "cannot watch the RDMA devices' events");
     }
-    Ok((Served::Verbs(server, listener), device))
+    Ok((server, listener, device))
 }
 
 /// Serves `listener` (registered with `registrar`) until `shutdown`; see
