@@ -190,7 +190,8 @@ impl Encoder {
         // COPY: ordinary (non-DDP) opaque data is copied into the inline buffer; large
         // payloads should go through `ddp_opaque` instead.
         self.inline.extend_from_slice(data);
-        self.inline.extend_from_slice(&PADDING[..pad_len(data.len())]);
+        self.inline
+            .extend_from_slice(&PADDING[..pad_len(data.len())]);
         self
     }
 
