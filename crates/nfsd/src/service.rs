@@ -54,6 +54,11 @@ impl Service for NfsService {
             let Some(h) = &self.calls else {
                 return call_inline(&self.server, proc, &caller, args);
             };
+            // A call that never switches identity may stay on a thread that must keep
+            // its own: no hand-off to another runtime and back.
+            if runs_as_server(proc) {
+                return call_inline(&self.server, proc, &caller, args);
+            }
             let server = self.server.clone();
             return h
                 .spawn(async move { call_inline(&server, proc, &caller, args) })
@@ -84,6 +89,16 @@ fn call_inline(
         server.call(proc, caller, args)
     }))
     .unwrap_or(Err(ServiceError::SystemErr))
+}
+
+/// Whether `proc` does all its work as the server, never as the caller, so that it
+/// never switches the thread's identity ([`crate::creds`]): GETATTR resolves the
+/// handle and reads the attributes as the server (RFC 1813 §3.3.1 asks no
+/// permission). [`NfsService::on`]'s transport then runs it on its own thread (an
+/// RDMA device thread, where a switch would panic: `creds::keep_identity`), saving
+/// the two thread hand-offs of every other call.
+pub fn runs_as_server(proc: NfsProc3) -> bool {
+    proc == NfsProc3::GETATTR
 }
 
 /// Whether `proc`'s file-system work runs on the async worker thread, without the

@@ -9,6 +9,7 @@ mod common;
 use std::sync::Arc;
 
 use common::*;
+use nfs3::attr::*;
 use nfs3::dir::*;
 use nfs3::io::*;
 use nfs3::*;
@@ -77,6 +78,21 @@ fn calls_from_a_device_thread_run_elsewhere_and_never_switch_it() {
     on_a_device_thread(|| {
         assert!(matches!(h.nfs_raw(NfsProc3::LOOKUP, &lookup), Reply::Ok(_)));
         assert!(matches!(h.nfs_raw(NfsProc3::READ, &read), Reply::Ok(_)));
+        assert!(!nfsd::creds::ever_switched());
+    });
+    // GETATTR never switches: it stays on the device thread. With the other runtime
+    // gone, it is still answered, while a call that needs that runtime fails.
+    drop(calls);
+    let getattr = GetAttr3Args { object: root }.to_xdr().to_bytes();
+    on_a_device_thread(|| {
+        assert!(matches!(
+            h.nfs_raw(NfsProc3::GETATTR, &getattr),
+            Reply::Ok(_)
+        ));
+        assert_eq!(
+            h.nfs_raw(NfsProc3::LOOKUP, &lookup),
+            Reply::Accept(oncrpc::AcceptStat::SYSTEM_ERR)
+        );
         assert!(!nfsd::creds::ever_switched());
     });
 }
