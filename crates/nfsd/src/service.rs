@@ -94,17 +94,18 @@ fn call_inline(
 /// Whether `proc` does all its work as the server, never as the caller, so that it
 /// never switches the thread's identity ([`crate::creds`]): GETATTR resolves the
 /// handle and reads the attributes as the server (RFC 1813 §3.3.1 asks no
-/// permission). [`NfsService::on`]'s transport then runs it on its own thread (an
-/// RDMA device thread, where a switch would panic: `creds::keep_identity`), saving
-/// the two thread hand-offs of every other call.
+/// permission), and NULL does nothing. [`NfsService::on`]'s transport then runs them
+/// on its own thread (an RDMA device thread, where a switch would panic:
+/// `creds::keep_identity`), saving the two thread hand-offs of every other call.
 pub fn runs_as_server(proc: NfsProc3) -> bool {
-    proc == NfsProc3::GETATTR
+    matches!(proc, NfsProc3::NULL | NfsProc3::GETATTR)
 }
 
 /// Whether `proc`'s file-system work runs on the async worker thread, without the
-/// hand-off to the blocking pool (when [`NfsServer::inline_metadata`]): GETATTR,
-/// LOOKUP, ACCESS, CREATE and REMOVE, a handful of metadata system calls each that
-/// the page and inode caches normally answer in microseconds.
+/// hand-off to the blocking pool (when [`NfsServer::inline_metadata`]): NULL (no
+/// work at all: clients' and monitors' pings), GETATTR, LOOKUP, ACCESS, CREATE and
+/// REMOVE, a handful of metadata system calls each that the page and inode caches
+/// normally answer in microseconds.
 ///
 /// Why: the hand-off costs more than the work. Per call it took 4 futex calls, an
 /// extra epoll_wait and an eventfd write, and about 13 clock reads in tokio (its
@@ -122,7 +123,8 @@ pub fn runs_as_server(proc: NfsProc3) -> bool {
 pub fn runs_inline(proc: NfsProc3) -> bool {
     matches!(
         proc,
-        NfsProc3::GETATTR
+        NfsProc3::NULL
+            | NfsProc3::GETATTR
             | NfsProc3::LOOKUP
             | NfsProc3::ACCESS
             | NfsProc3::CREATE

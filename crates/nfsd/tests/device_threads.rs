@@ -80,11 +80,12 @@ fn calls_from_a_device_thread_run_elsewhere_and_never_switch_it() {
         assert!(matches!(h.nfs_raw(NfsProc3::READ, &read), Reply::Ok(_)));
         assert!(!nfsd::creds::ever_switched());
     });
-    // GETATTR never switches: it stays on the device thread. With the other runtime
+    // NULL and GETATTR never switch: they stay on the device thread. With the other runtime
     // gone, it is still answered, while a call that needs that runtime fails.
     drop(calls);
     let getattr = GetAttr3Args { object: root }.to_xdr().to_bytes();
     on_a_device_thread(|| {
+        assert!(matches!(h.nfs_raw(NfsProc3::NULL, &[]), Reply::Ok(_)));
         assert!(matches!(
             h.nfs_raw(NfsProc3::GETATTR, &getattr),
             Reply::Ok(_)
