@@ -172,7 +172,8 @@ struct Cli {
     #[arg(long, value_name = "DIR", default_value = nfsd::handle_key::DEFAULT_STATE_DIR)]
     state_dir: PathBuf,
     /// Run every NFS call's file-system work on the blocking thread pool. By default
-    /// GETATTR, LOOKUP, ACCESS, CREATE and REMOVE run on the async worker threads,
+    /// GETATTR, LOOKUP, ACCESS, CREATE, REMOVE and READ over TCP (whose data leaves by
+    /// sendfile from the socket's writer) run on the async worker threads,
     /// which saves a thread hand-off per call but stalls a worker while such a call
     /// blocks: use this for exports on file systems whose metadata calls may hang
     /// (network file systems).

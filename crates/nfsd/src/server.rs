@@ -72,7 +72,7 @@ pub struct Config {
     /// NFS/RDMA connections' buffers, WRITE data pulled by RDMA Read, READ buffers.
     /// [`crate::memory::default_max_memory`] by default.
     pub max_memory: u64,
-    /// Run GETATTR, LOOKUP, ACCESS, CREATE and REMOVE on the async workers
+    /// Run GETATTR, LOOKUP, ACCESS, CREATE, REMOVE and READ over TCP on the async workers
     /// ([`NfsServer::inline_metadata`]); false puts every call on the blocking pool.
     pub inline_metadata: bool,
 }
@@ -254,7 +254,7 @@ impl Bound {
             limit >> 20
         ));
         lines.push(if self.server.inline_metadata {
-            "GETATTR, LOOKUP, ACCESS, CREATE, REMOVE on the async workers \
+            "GETATTR, LOOKUP, ACCESS, CREATE, REMOVE, READ over TCP on the async workers \
              [--no-inline-metadata]"
                 .to_string()
         } else {
