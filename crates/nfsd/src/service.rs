@@ -48,15 +48,10 @@ impl Service for NfsService {
         if proc.name().is_none() {
             return Err(ServiceError::ProcUnavail);
         }
-        // Over TCP a READ's data leaves by `sendfile` from the socket's writer, so its
-        // own work is a handle, an open and a statx, as small as a LOOKUP's.
-        let tcp_read = proc == NfsProc3::READ
-            && req
-                .peer
-                .is_some_and(|p| p.protocol == oncrpc::Protocol::Tcp);
+        let over = req.peer.map(|p| p.protocol);
         let caller = Caller::new(req.peer, &req.cred);
         let args = req.args;
-        if self.server.inline_metadata && (runs_inline(proc) || tcp_read) {
+        if self.server.inline_metadata && runs_inline(proc, over) {
             let Some(h) = &self.calls else {
                 return call_inline(&self.server, proc, &caller, args);
             };
@@ -107,7 +102,8 @@ pub fn runs_as_server(proc: NfsProc3) -> bool {
     matches!(proc, NfsProc3::NULL | NfsProc3::GETATTR)
 }
 
-/// Whether `proc`'s file-system work runs on the async worker thread, without the
+/// Whether `proc`, arrived `over` a transport (`None`: in process), has its
+/// file-system work run on the async worker thread, without the
 /// hand-off to the blocking pool (when [`NfsServer::inline_metadata`]): NULL (no
 /// work at all: clients' and monitors' pings), GETATTR, LOOKUP, ACCESS, CREATE and
 /// REMOVE, a handful of metadata system calls each that the page and inode caches
@@ -121,7 +117,7 @@ pub fn runs_as_server(proc: NfsProc3) -> bool {
 /// system calls"). In a guest whose clock source has no vDSO (HPET under TCG) each
 /// clock read is a system call too.
 ///
-/// READ over TCP runs there too ([`NfsService`]'s `call`): its data leaves by
+/// READ over TCP runs there too: its data leaves by
 /// `sendfile` from the socket's writer, so its own work is a handle, an open and a
 /// statx (lab, kernel client reading 128 MiB over TCP: 194 -> 206 MB/s median,
 /// `docs/bench/README.md`, "READ over TCP inline").
@@ -131,14 +127,15 @@ pub fn runs_as_server(proc: NfsProc3) -> bool {
 /// truncation may free a large file's blocks) and the rest stay on the pool. Exports
 /// on file systems whose metadata calls may hang (network file systems) want
 /// `--no-inline-metadata`, which puts every call on the pool.
-pub fn runs_inline(proc: NfsProc3) -> bool {
-    matches!(
-        proc,
+pub fn runs_inline(proc: NfsProc3, over: Option<oncrpc::Protocol>) -> bool {
+    match proc {
         NfsProc3::NULL
-            | NfsProc3::GETATTR
-            | NfsProc3::LOOKUP
-            | NfsProc3::ACCESS
-            | NfsProc3::CREATE
-            | NfsProc3::REMOVE
-    )
+        | NfsProc3::GETATTR
+        | NfsProc3::LOOKUP
+        | NfsProc3::ACCESS
+        | NfsProc3::CREATE
+        | NfsProc3::REMOVE => true,
+        NfsProc3::READ => over == Some(oncrpc::Protocol::Tcp),
+        _ => false,
+    }
 }
