@@ -205,6 +205,10 @@ pub struct Metadata {
     pub ours_over_knfsd_speed_total: f64,
     /// Every phase run.
     pub runs: Vec<MetaRun>,
+    /// `--profile`: the runs of the extra repetition under `perf record` (`rep` is
+    /// the number of measured repetitions); not part of the figures.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub profiled_runs: Vec<MetaRun>,
 }
 
 fn server_summary(runs: &[&MetaRun]) -> PhaseServer {
@@ -296,6 +300,7 @@ pub fn summarise(files: u32, reps: u32, runs: Vec<MetaRun>) -> Metadata {
         phases,
         ours_over_knfsd_speed_total,
         runs,
+        profiled_runs: Vec::new(),
     }
 }
 

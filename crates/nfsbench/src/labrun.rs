@@ -97,6 +97,10 @@ pub struct LabPlan {
     pub reps: u32,
     /// One more read from ours under `strace -c -f`.
     pub strace: bool,
+    /// With `metadata`, one more metadata run per server under the guest's `perf
+    /// record -a`: where the guest's CPU time goes. (Not the reads: a 64 MiB read ran
+    /// 50 times slower under it in the TCG guest, with a few dozen samples.)
+    pub profile: bool,
     /// The metadata runs: files per run and the host path of `fs-meta`.
     pub metadata: Option<(u32, PathBuf)>,
 }
@@ -184,6 +188,37 @@ busy() { awk '/^cpu /{print $2+$3+$4+$7+$8}' /proc/stat; }
 pcpu() { awk '/^cpu[0-9]/{printf "%d ", $2+$3+$4+$7+$8}' /proc/stat; }
 pdelta() { echo "$1|$2" | awk -F'|' '{n=split($1,a," "); split($2,b," "); for(k=1;k<=n;k++) printf "%d ", b[k]-a[k]}'; }
 oursproc() { awk '{print $14, $15}' "/proc/$LAB_PID_nfsd/stat" 2>/dev/null || echo 0 0; }
+# Diagnostics (--profile, with --metadata): `perf record -a` (cpu-clock samples of
+# both vCPUs, kernel and user, with call chains) around one metadata phase; perf_off leaves
+# profile-<label>.txt in the run's share: the samples by process and object, then
+# the flat profile by symbol (self time), then the kernel's call chains into it; and
+# perf-<label>.data with the guest's kallsyms, for `perf report --kallsyms` on the
+# host.
+PERF_PID=
+perf_on() {
+  LD_LIBRARY_PATH=/share/lib /share/bin/perf record -a -g -F 499 -o "/tmp/perf-$1.data" \
+    >"$LAB_RUN_DIR/perf-record-$1.log" 2>&1 &
+  PERF_PID=$!
+  sleep 2
+  kill -0 "$PERF_PID" || { cat "$LAB_RUN_DIR/perf-record-$1.log"; return 1; }
+}
+perf_off() {
+  local r="LD_LIBRARY_PATH=/share/lib /share/bin/perf report -i /tmp/perf-$1.data --stdio"
+  kill -INT "$PERF_PID"
+  wait "$PERF_PID"
+  PERF_PID=
+  {
+    echo "== perf record -a -g -F 499 around $1: samples by process and object"
+    eval "$r --no-children --sort comm,dso -g none --percent-limit 0.5"
+    echo "== flat profile: self samples by process, object and symbol"
+    eval "$r --no-children --sort comm,dso,sym -g none --percent-limit 0.2"
+    echo "== call chains (callers) of the symbols above 1%"
+    eval "$r --no-children --sort comm,sym -g caller,0.5,callee --percent-limit 1"
+  } >"$LAB_RUN_DIR/profile-$1.txt" 2>&1
+  mv "/tmp/perf-$1.data" "$LAB_RUN_DIR/perf-$1.data"
+  [ -f "$LAB_RUN_DIR/kallsyms" ] || cat /proc/kallsyms >"$LAB_RUN_DIR/kallsyms"
+  grep -q "^# Samples" "$LAB_RUN_DIR/profile-$1.txt" || { head -50 "$LAB_RUN_DIR/profile-$1.txt"; return 1; }
+}
 readone() {
   step "mount_$1_$4" mount.nfs 10.0.2.15:/export $M -n -o "vers=3,proto=$P,port=$2,mountproto=tcp,mountport=$3,nolock,rsize=1048576"
   [ "$4" = 0 ] && record "mount_$1" "$(grep " $M " /proc/mounts)"
@@ -280,9 +315,11 @@ opsnap() {
 metaphase() {
   local b a c0 c1 out
   b=$(opsnap)
+  [ "$2" = profile ] && { perf_on "meta-$1-$3" || return 1; }
   c0=$(busy)
   out=$(timeout -s KILL "$LAB_STEP_TIMEOUT" /share/bin/fs-meta "$3" "$4" "$LAB_META") || { echo "$out"; return 1; }
   c1=$(busy)
+  [ "$2" = profile ] && { perf_off "meta-$1-$3" || return 1; }
   a=$(opsnap)
   echo "$out"
   record "meta_$1_$2_$3" "$(echo "$out" | awk '{print $4}') $((c1 - c0))"
@@ -318,9 +355,24 @@ if [ "${LAB_META:-0}" -gt 0 ]; then
     fi
     i=$((i + 1))
   done
+  if [ "${LAB_PERF:-0}" = 1 ]; then
+    metaone knfsd $KP 20048 profile
+    metaone ours $OP 12048 profile
+  fi
 fi
 exit 0
 "#;
+
+/// The host's `perf` (Debian package linux-perf), shipped into the guest for
+/// `--profile`.
+fn host_perf() -> Result<PathBuf, String> {
+    let p = PathBuf::from("/usr/bin/perf");
+    if p.is_file() {
+        Ok(p)
+    } else {
+        Err("--profile needs perf on the host (/usr/bin/perf, Debian package linux-perf): apt-get install linux-perf".into())
+    }
+}
 
 /// The guest script for `fabric`.
 pub fn guest_script(fabric: Fabric) -> String {
@@ -489,6 +541,7 @@ pub fn run(plan: &LabPlan) -> Result<LabReport, String> {
         mib,
         reps,
         strace,
+        profile,
         ref metadata,
     } = *plan;
     let lab = match lab_dir {
@@ -504,7 +557,8 @@ pub fn run(plan: &LabPlan) -> Result<LabReport, String> {
     // TCG (more on a loaded host): bound each step and the whole run accordingly.
     let files = metadata.as_ref().map_or(0, |(n, _)| *n);
     let step_timeout = 300 + u64::from(files) * 60 / 1000;
-    let run_timeout = 1500 + u64::from(reps) * 2 * 5 * u64::from(files) * 25 / 1000;
+    let runs = u64::from(reps) + u64::from(profile);
+    let run_timeout = 1500 + runs * 2 * 5 * u64::from(files) * 25 / 1000;
     let mut script = GuestScript::inline(name, guest_script(fabric))
         .binary("nfsd", nfsd)
         .env("LAB_MIB", mib.to_string())
@@ -522,6 +576,11 @@ pub fn run(plan: &LabPlan) -> Result<LabReport, String> {
     }
     if strace {
         script = script.env("LAB_STRACE", "1");
+    }
+    if profile {
+        script = script
+            .binary_with_libraries("perf", host_perf()?)
+            .env("LAB_PERF", "1");
     }
     let o = lab
         .guest(script)
@@ -634,13 +693,18 @@ pub fn run(plan: &LabPlan) -> Result<LabReport, String> {
     let metadata = match metadata {
         None => None,
         Some((n, _)) => {
-            let mut runs = Vec::new();
-            for rep in 0..reps {
+            // The measured repetitions, then (--profile) the one under perf, whose
+            // records the guest labels "profile".
+            let labels = (0..reps)
+                .map(|rep| (rep, rep.to_string()))
+                .chain(profile.then(|| (reps, "profile".to_string())));
+            let (mut runs, mut profiled_runs) = (Vec::new(), Vec::new());
+            for (rep, label) in labels {
                 for server in ["knfsd", "ours"] {
                     for phase in crate::labmeta::PHASES {
-                        let k = format!("{server}_{rep}_{phase}");
+                        let k = format!("{server}_{label}_{phase}");
                         let get = |key: String| o.value(&key).ok_or(format!("no value {key}"));
-                        runs.push(crate::labmeta::MetaRun::from_records(
+                        let run = crate::labmeta::MetaRun::from_records(
                             server,
                             rep,
                             phase,
@@ -648,11 +712,18 @@ pub fn run(plan: &LabPlan) -> Result<LabReport, String> {
                             get(format!("meta_{k}"))?,
                             get(format!("metaops_before_{k}"))?,
                             get(format!("metaops_after_{k}"))?,
-                        )?);
+                        )?;
+                        if rep < reps {
+                            runs.push(run);
+                        } else {
+                            profiled_runs.push(run);
+                        }
                     }
                 }
             }
-            Some(crate::labmeta::summarise(*n, reps, runs))
+            let mut m = crate::labmeta::summarise(*n, reps, runs);
+            m.profiled_runs = profiled_runs;
+            Some(m)
         }
     };
     let guest = [

@@ -108,6 +108,13 @@ struct LabArgs {
     /// share as strace-ours.txt); not part of the figures.
     #[arg(long)]
     strace: bool,
+    /// Diagnostics, with --metadata: after the measured runs, one more metadata run
+    /// per server with each phase under the guest's `perf record -a -g`; the
+    /// profiles go to <out>/<stem>-profile/ (profile-*.txt, perf-*.data and the
+    /// guest's kallsyms; docs/bench/percall/guest-profile.py sums them per call);
+    /// not part of the figures. Needs the host's perf (Debian package linux-perf).
+    #[arg(long)]
+    profile: bool,
     /// Output directory for lab.json and lab.txt (the stem gains `-rxe` for `--fabric
     /// rxe`, `-tcp` for `--proto tcp`, `-metadata` with `--metadata`).
     #[arg(long, default_value = "nfsbench-report")]
@@ -366,6 +373,9 @@ fn lab(a: LabArgs) -> Result<(), grid::BenchError> {
             sibling_binary(a.fs_meta, "fs-meta", "cargo build --release -p lab --bins")?,
         )),
     };
+    if a.profile && metadata.is_none() {
+        return Err("--profile profiles the metadata runs: give --metadata N too".into());
+    }
     let command = std::env::args().collect::<Vec<_>>().join(" ");
     let started = utc_now();
     let load_start = nfsbench::machine::loadavg();
@@ -377,6 +387,7 @@ fn lab(a: LabArgs) -> Result<(), grid::BenchError> {
         mib: a.mib,
         reps: a.reps.max(1),
         strace: a.strace,
+        profile: a.profile,
         metadata,
     })?;
     let mut stem = String::from("lab");
@@ -404,6 +415,11 @@ fn lab(a: LabArgs) -> Result<(), grid::BenchError> {
     print!("{text}");
     std::fs::create_dir_all(&a.out)?;
     std::fs::write(a.out.join(format!("{stem}.txt")), &text)?;
+    if a.profile {
+        let to = a.out.join(format!("{stem}-profile"));
+        let n = copy_profiles(&r.out_dir.join("share"), &to)?;
+        println!("{n} profile files in {}", to.display());
+    }
     let json = serde_json::json!({
         "command": command,
         "started_utc": started,
@@ -418,6 +434,33 @@ fn lab(a: LabArgs) -> Result<(), grid::BenchError> {
         serde_json::to_string_pretty(&json)?,
     )?;
     Ok(())
+}
+
+/// Copies the guest's profiles (`--profile`: profile-*.txt, perf-*.data and the
+/// guest's kallsyms, for `perf report -i perf-X.data --kallsyms kallsyms`) from the
+/// run's share to `to`; returns how many files.
+fn copy_profiles(share: &std::path::Path, to: &std::path::Path) -> std::io::Result<usize> {
+    std::fs::create_dir_all(to)?;
+    let mut n = 0;
+    for e in std::fs::read_dir(share)? {
+        let e = e?;
+        let name = e.file_name();
+        let name = name.to_string_lossy();
+        let wanted = (name.starts_with("profile-") && name.ends_with(".txt"))
+            || (name.starts_with("perf-") && name.ends_with(".data"))
+            || name == "kallsyms";
+        if wanted {
+            std::fs::copy(e.path(), to.join(&*name))?;
+            n += 1;
+        }
+    }
+    if n == 0 {
+        return Err(std::io::Error::other(format!(
+            "--profile: no profiles in {}",
+            share.display()
+        )));
+    }
+    Ok(n)
 }
 
 fn run(a: RunArgs) -> Result<(), grid::BenchError> {
