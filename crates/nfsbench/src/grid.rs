@@ -54,6 +54,8 @@ pub struct Plan {
     pub rpc_secs: f64,
     /// Run the peer comparison (nfs-cat, ganesha).
     pub peers: bool,
+    /// Our server's `--tcp-read-data`: sendfile or copy.
+    pub tcp_read_data: String,
 }
 
 fn ser_transports<S: serde::Serializer>(t: &[TransportKind], s: S) -> Result<S::Ok, S::Error> {
@@ -163,6 +165,7 @@ pub fn run(plan: &Plan, quiet: bool) -> Result<Results, BenchError> {
         netns: None,
         state_dir: None,
         kernel_handles: "auto",
+        tcp_read_data: &plan.tcp_read_data,
     })?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -320,7 +323,7 @@ fn peer_runs(
     pb.set_message("peers: starting rpcbind, ganesha, our server in a network namespace");
     let work = plan.dir.join("peers");
     std::fs::create_dir_all(&work)?;
-    let lab = match PeerLab::start(export, PROBE_FILE, &work) {
+    let lab = match PeerLab::start(export, PROBE_FILE, &work, &plan.tcp_read_data) {
         Ok(l) => l,
         Err(e) => {
             results.notes.push(format!("peers skipped: {e}"));

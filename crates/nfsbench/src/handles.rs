@@ -116,6 +116,7 @@ fn run_size(
             netns: None,
             state_dir: Some(&state),
             kernel_handles: &plan.kernel_handles,
+            tcp_read_data: "sendfile",
         };
         let server = ServerChild::spawn(&spawn)?;
         let (handles, warm) = rt.block_on(async {

@@ -97,6 +97,8 @@ pub struct LabPlan {
     pub reps: u32,
     /// One more read from ours under `strace -c -f`.
     pub strace: bool,
+    /// Our nfsd's `--tcp-read-data` (sendfile or copy).
+    pub tcp_read_data: String,
     /// With `metadata`, one more metadata run per server under the guest's `perf
     /// record -a`: where the guest's CPU time goes. (Not the reads: a 64 MiB read ran
     /// 50 times slower under it in the TCG guest, with a few dozen samples.)
@@ -155,14 +157,14 @@ step make_file dd if=/dev/urandom of=/export/big bs=1M count="$LAB_MIB"
 "#;
 
 /// Our nfsd over siw: as before (`auto` provider), ready when its TCP port listens.
-const SIW_OURS: &str = r#"lab_run_binary nfsd --bind 10.0.2.15 --nfs-port 12049 --mount-port 12048 --rdma-port 30049 --rpcbind off --squash none /export
+const SIW_OURS: &str = r#"lab_run_binary nfsd --bind 10.0.2.15 --nfs-port 12049 --mount-port 12048 --rdma-port 30049 --rpcbind off --squash none --tcp-read-data "$LAB_TCP_READ_DATA" /export
 step ours_listens lab_wait_listen 30049 60
 "#;
 
 /// Our nfsd over rxe: `--rdma-provider verbs`; on RoCE nothing listens on TCP 30049
 /// (READS waits for its "ready" line). Its per-connection counters go to nfsd.log.
 const RXE_OURS: &str = r#"export RUST_LOG=rpcrdma_transport=info
-lab_run_binary nfsd --bind 10.0.2.15 --nfs-port 12049 --mount-port 12048 --rdma-port 30049 --rdma-provider verbs --rpcbind off --squash none /export
+lab_run_binary nfsd --bind 10.0.2.15 --nfs-port 12049 --mount-port 12048 --rdma-port 30049 --rdma-provider verbs --rpcbind off --squash none --tcp-read-data "$LAB_TCP_READ_DATA" /export
 "#;
 
 /// The interleaved reads (and, with `LAB_CEILING=1`, the ib_write_bw ceiling after
@@ -175,6 +177,7 @@ const READS: &str = r#"ours_ready() {
 }
 step ours_ready ours_ready
 record ours_rdma "$(grep 'listening on rdma' "$LAB_RUN_DIR/nfsd.log")"
+record ours_tcp_read_data "$LAB_TCP_READ_DATA"
 M=/mnt/b
 mkdir -p $M
 # proto=rdma (the default): knfsd's RDMA listener 20049, ours 30049; proto=tcp:
@@ -543,6 +546,7 @@ pub fn run(plan: &LabPlan) -> Result<LabReport, String> {
         strace,
         profile,
         ref metadata,
+        ref tcp_read_data,
     } = *plan;
     let lab = match lab_dir {
         Some(d) => Lab::open_at(d),
@@ -564,6 +568,7 @@ pub fn run(plan: &LabPlan) -> Result<LabReport, String> {
         .env("LAB_MIB", mib.to_string())
         .env("LAB_REPS", reps.to_string())
         .env("LAB_PROTO", proto.name())
+        .env("LAB_TCP_READ_DATA", tcp_read_data)
         .env("LAB_STEP_TIMEOUT", step_timeout.to_string());
     // The ib_write_bw ceiling is an RDMA figure: not for the TCP reads.
     if fabric == Fabric::Rxe && proto == Proto::Rdma {
@@ -731,6 +736,7 @@ pub fn run(plan: &LabPlan) -> Result<LabReport, String> {
         "knfsd_portlist",
         "rdma_links",
         "ours_rdma",
+        "ours_tcp_read_data",
         "mount_knfsd",
         "mount_ours",
         "meta_mount_knfsd",

@@ -115,6 +115,9 @@ struct LabArgs {
     /// not part of the figures. Needs the host's perf (Debian package linux-perf).
     #[arg(long)]
     profile: bool,
+    /// How our nfsd sends READ data over TCP (its --tcp-read-data).
+    #[arg(long, value_enum, default_value_t = TcpReadData::Sendfile)]
+    tcp_read_data: TcpReadData,
     /// Output directory for lab.json and lab.txt (the stem gains `-rxe` for `--fabric
     /// rxe`, `-tcp` for `--proto tcp`, `-metadata` with `--metadata`).
     #[arg(long, default_value = "nfsbench-report")]
@@ -168,6 +171,9 @@ struct RunArgs {
     /// Skip the peer comparison (nfs-cat against our server and nfs-ganesha).
     #[arg(long)]
     no_peers: bool,
+    /// How our server sends READ data over TCP (nfsd's --tcp-read-data).
+    #[arg(long, value_enum, default_value_t = TcpReadData::Sendfile)]
+    tcp_read_data: TcpReadData,
     /// No progress bar.
     #[arg(long)]
     quiet: bool,
@@ -198,6 +204,27 @@ struct ServeArgs {
     /// running as root), off (inode handles, as on a file system without them).
     #[arg(long, value_enum, default_value_t = HandlesArg::Auto)]
     kernel_handles: HandlesArg,
+    /// How READ data leaves over TCP, as nfsd's --tcp-read-data.
+    #[arg(long, value_enum, default_value_t = TcpReadData::Sendfile)]
+    tcp_read_data: TcpReadData,
+}
+
+/// `--tcp-read-data` (nfsd's option of that name).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum TcpReadData {
+    /// `sendfile` from the page cache (nfsd's default).
+    Sendfile,
+    /// One copy, from a mapping of the file.
+    Copy,
+}
+
+impl TcpReadData {
+    fn name(self) -> &'static str {
+        match self {
+            TcpReadData::Sendfile => "sendfile",
+            TcpReadData::Copy => "copy",
+        }
+    }
 }
 
 /// `--kernel-handles`.
@@ -268,6 +295,10 @@ fn main() -> ExitCode {
                 rdma_port: a.rdma_port,
                 state_dir: a.state_dir,
                 kernel_handles: a.kernel_handles.into(),
+                tcp_read_data: match a.tcp_read_data {
+                    TcpReadData::Sendfile => oncrpc::tcp::FileData::Sendfile,
+                    TcpReadData::Copy => oncrpc::tcp::FileData::Copy,
+                },
             };
             match serve::run(&opts) {
                 Ok(()) => ExitCode::SUCCESS,
@@ -389,6 +420,7 @@ fn lab(a: LabArgs) -> Result<(), grid::BenchError> {
         strace: a.strace,
         profile: a.profile,
         metadata,
+        tcp_read_data: a.tcp_read_data.name().to_string(),
     })?;
     let mut stem = String::from("lab");
     if a.fabric == nfsbench::labrun::Fabric::Rxe {
@@ -480,6 +512,7 @@ fn run(a: RunArgs) -> Result<(), grid::BenchError> {
         rpc_inflight: a.rpc_inflight.into_iter().filter(|&n| n > 0).collect(),
         rpc_secs: a.rpc_secs,
         peers: !a.no_peers,
+        tcp_read_data: a.tcp_read_data.name().to_string(),
     };
     std::fs::create_dir_all(&a.out)?;
     let started = utc_now();
@@ -491,6 +524,10 @@ fn run(a: RunArgs) -> Result<(), grid::BenchError> {
          binary does (Bound on TCP + Bound::listen_rdma: rpcrdma-transport on the iwarp \
          provider, default RdmaOptions), no rpcbind, squash none"
             .to_string(),
+        format!(
+            "server: READ data over TCP by {} (--tcp-read-data)",
+            plan.tcp_read_data
+        ),
         "client: this process, nfsclient::Mount (pipelined FileReader/FileWriter), tokio \
          multi-thread runtime with 2 workers; READ data dropped on arrival"
             .to_string(),

@@ -112,8 +112,14 @@ fn ganesha_conf(export: &Path) -> String {
 impl PeerLab {
     /// Creates the namespace and starts rpcbind, ganesha and our server exporting
     /// `export`; waits until `nfs-cat` can read `probe` (a small file in `export`)
-    /// from both. `work` holds ganesha's configuration and log.
-    pub fn start(export: &Path, probe: &str, work: &Path) -> std::io::Result<PeerLab> {
+    /// from both. `work` holds ganesha's configuration and log; `tcp_read_data` is our
+    /// server's `--tcp-read-data`.
+    pub fn start(
+        export: &Path,
+        probe: &str,
+        work: &Path,
+        tcp_read_data: &str,
+    ) -> std::io::Result<PeerLab> {
         let ns = format!("nfsbench-{}", std::process::id());
         run_quiet(Command::new("ip").args(["netns", "add", &ns]))?;
         let mut lab = PeerLab {
@@ -158,6 +164,7 @@ impl PeerLab {
             netns: Some(&ns),
             state_dir: None,
             kernel_handles: "auto",
+            tcp_read_data,
         })?);
         for server in [PeerServer::Ganesha, PeerServer::Ours] {
             let deadline = Instant::now() + Duration::from_secs(30);

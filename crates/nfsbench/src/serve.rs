@@ -38,6 +38,8 @@ pub struct ServeOptions {
     /// Whether kernel file handles are used (the default, [`KernelHandles::Auto`], is
     /// the `nfsd` binary's).
     pub kernel_handles: KernelHandles,
+    /// How READ data leaves over TCP (nfsd's `--tcp-read-data`).
+    pub tcp_read_data: oncrpc::tcp::FileData,
 }
 
 /// The line prefix announcing the addresses.
@@ -60,6 +62,7 @@ async fn serve(opts: &ServeOptions) -> std::io::Result<()> {
         nlm: None,
         max_memory: nfsd::memory::default_max_memory(),
         inline_metadata: true,
+        tcp_read_data: opts.tcp_read_data,
         handles: HandleConfig {
             kernel: opts.kernel_handles,
             ..HandleConfig::new(key)

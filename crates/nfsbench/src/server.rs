@@ -40,6 +40,8 @@ pub struct SpawnOptions<'a> {
     pub state_dir: Option<&'a Path>,
     /// `serve --kernel-handles`: auto, no-open or off.
     pub kernel_handles: &'a str,
+    /// `serve --tcp-read-data`: sendfile or copy.
+    pub tcp_read_data: &'a str,
 }
 
 impl ServerChild {
@@ -68,6 +70,7 @@ impl ServerChild {
             cmd.arg("--state-dir").arg(dir);
         }
         cmd.args(["--kernel-handles", opts.kernel_handles]);
+        cmd.args(["--tcp-read-data", opts.tcp_read_data]);
         let mut child = cmd
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())

@@ -179,6 +179,13 @@ struct Cli {
     /// (network file systems).
     #[arg(long)]
     no_inline_metadata: bool,
+    /// How READ data leaves over TCP: `sendfile` (the default: from the page cache,
+    /// no copy by the server; best where the client is across a network) or `copy`
+    /// (the file is mapped and the kernel copies the data into the socket with the
+    /// reply header, one system call: measured faster for clients on the same host,
+    /// docs/bench/README.md "READ over TCP: sendfile or one copy").
+    #[arg(long, value_enum, default_value_t = TcpReadData::Sendfile)]
+    tcp_read_data: TcpReadData,
     /// Serve no lock manager (NLM/NSM): clients must then mount with `nolock`.
     #[arg(long, conflicts_with_all = ["nlm_port", "grace_period", "client_portmap_port"])]
     no_nlm: bool,
@@ -272,6 +279,15 @@ enum ProviderArg {
     Iwarp,
 }
 
+/// `--tcp-read-data`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum TcpReadData {
+    /// `sendfile` from the page cache.
+    Sendfile,
+    /// One copy, from a mapping of the file.
+    Copy,
+}
+
 #[derive(Debug, Clone, Copy, ValueEnum)]
 enum RpcbindArg {
     Auto,
@@ -356,6 +372,10 @@ fn main() -> std::process::ExitCode {
         },
         portmap_port: cli.portmap_port,
         inline_metadata: !cli.no_inline_metadata,
+        tcp_read_data: match cli.tcp_read_data {
+            TcpReadData::Sendfile => oncrpc::tcp::FileData::Sendfile,
+            TcpReadData::Copy => oncrpc::tcp::FileData::Copy,
+        },
         nlm: (!cli.no_nlm).then(|| NlmConfig {
             port: cli.nlm_port,
             grace: std::time::Duration::from_secs(cli.grace_period),

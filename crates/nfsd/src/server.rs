@@ -75,6 +75,9 @@ pub struct Config {
     /// Run GETATTR, LOOKUP, ACCESS, CREATE, REMOVE and READ over TCP on the async workers
     /// ([`NfsServer::inline_metadata`]); false puts every call on the blocking pool.
     pub inline_metadata: bool,
+    /// How READ data leaves over TCP (`--tcp-read-data`): by `sendfile` (the
+    /// default) or one copy from a mapping of the file.
+    pub tcp_read_data: oncrpc::tcp::FileData,
 }
 
 /// Listeners bound and exports opened, not yet serving.
@@ -97,6 +100,8 @@ pub struct Bound {
     /// Why [`RpcbindMode::Auto`] ended up with neither rpcbind nor our own
     /// portmapper: the error binding the portmapper's port.
     no_portmapper: Option<(SocketAddr, std::io::Error)>,
+    /// [`Config::tcp_read_data`].
+    tcp_read_data: oncrpc::tcp::FileData,
 }
 
 impl Bound {
@@ -160,6 +165,7 @@ impl Bound {
             registrar,
             rpcbind_mode: config.rpcbind,
             no_portmapper,
+            tcp_read_data: config.tcp_read_data,
         })
     }
 
@@ -352,6 +358,7 @@ impl Bound {
         let config = ServerConfig {
             rpcbind: self.registrar.clone(),
             memory: Some(self.tcp_memory.clone()),
+            file_data: self.tcp_read_data,
             ..ServerConfig::default()
         };
         let nfs_service = Arc::new(NfsService::new(self.server.clone()));

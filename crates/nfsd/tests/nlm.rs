@@ -125,6 +125,7 @@ async fn start(export: &TempDir, state: &TempDir, pm_port: u16, grace: Duration)
         handles: nfsd::HandleConfig::new(nfsd::HandleKey::load_or_create(state.path()).unwrap()),
         max_memory: nfsd::memory::default_max_memory(),
         inline_metadata: true,
+        tcp_read_data: oncrpc::tcp::FileData::Sendfile,
         nlm: Some(NlmConfig {
             port: 0,
             grace,

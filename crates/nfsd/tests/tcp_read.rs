@@ -1,6 +1,7 @@
 //! READ over TCP as `nfsd` composes it (`Bound` on loopback), where the data leaves
-//! the file by `sendfile` behind the reply header (`nfsd::proc::io::read`,
-//! `oncrpc::tcp`'s reply writer): our NFSv3 client reads ranges around the edges
+//! the file by `sendfile` behind the reply header, or with `--tcp-read-data copy` from
+//! a mapping of the file in the header's `sendmsg` (`nfsd::proc::io::read`,
+//! `oncrpc::tcp`'s reply writer), each way: our NFSv3 client reads ranges around the edges
 //! (nothing, one byte, unaligned counts and offsets, the last byte, at and past the end
 //! of the file, a count over the file's size, an empty file) and checks bytes, count
 //! and eof against the file; then pipelined 1 MiB READs of a file of 3 MiB + 3 bytes
@@ -16,18 +17,29 @@ use std::time::Duration;
 use common::{pattern, TempDir};
 use nfsclient::{IoOptions, Mount, TransportKind};
 use nfsd::server::{Bound, Config};
+use oncrpc::tcp::FileData;
 
-fn config(dir: &TempDir) -> Config {
+fn config(dir: &TempDir, tcp_read_data: FileData) -> Config {
     Config {
         // Over TCP READ data takes no buffer: only the connections (64 KiB each) and
         // the small Call records are charged, never a READ's 1 MiB.
         max_memory: 8 << 20,
+        tcp_read_data,
         ..common::loopback_config(dir.path())
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn tcp_read_sends_file_ranges_exactly_with_eof() {
+async fn tcp_read_by_sendfile_sends_file_ranges_exactly_with_eof() {
+    reads_exactly(FileData::Sendfile).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tcp_read_by_one_copy_sends_file_ranges_exactly_with_eof() {
+    reads_exactly(FileData::Copy).await;
+}
+
+async fn reads_exactly(tcp_read_data: FileData) {
     let dir = TempDir::new("tcpread");
     let small = pattern(3 * 4096 + 5, 3);
     std::fs::write(dir.path().join("small"), &small).unwrap();
@@ -35,7 +47,7 @@ async fn tcp_read_sends_file_ranges_exactly_with_eof() {
     let big = pattern(3 * (1 << 20) + 3, 11);
     std::fs::write(dir.path().join("big"), &big).unwrap();
 
-    let bound = Bound::new(&config(&dir)).await.unwrap();
+    let bound = Bound::new(&config(&dir, tcp_read_data)).await.unwrap();
     let nfs_port = bound.nfs_addr().unwrap().port();
     let mount_port = bound.mount_addr().unwrap().port();
     let budget = bound.server().memory.clone();

@@ -84,6 +84,8 @@ pub struct ServerConfig {
     /// nothing is charged (bounded only per connection, by `max_record` ×
     /// `max_in_flight`).
     pub memory: Option<Arc<dyn ConnectionMemory>>,
+    /// How replies' file ranges are sent.
+    pub file_data: crate::tcp::FileData,
 }
 
 impl Default for ServerConfig {
@@ -95,6 +97,7 @@ impl Default for ServerConfig {
             rpcbind: None,
             shutdown_grace: Some(Duration::from_secs(30)),
             memory: None,
+            file_data: crate::tcp::FileData::default(),
         }
     }
 }
@@ -261,13 +264,14 @@ async fn connection(
     let max_in_flight = config.max_in_flight.max(1);
     let (tx, mut rx) = mpsc::channel::<XdrStream>(max_in_flight);
     let max_fragment = config.max_fragment;
+    let file_data = config.file_data;
     // The connection's only writer: replies leave whole, in completion order, those
     // already queued together (tcp::write_replies: one `sendmsg` for a batch of
     // replies in memory; READ data from the page cache by `sendfile`).
     let writer = AbortOnDrop(tokio::spawn(async move {
         let mut batch = Vec::with_capacity(MAX_BATCH);
         while rx.recv_many(&mut batch, MAX_BATCH).await > 0 {
-            if let Err(e) = write_replies(wr.as_ref(), &batch, max_fragment).await {
+            if let Err(e) = write_replies(wr.as_ref(), &batch, max_fragment, file_data).await {
                 tracing::debug!(%peer, error = %e, "write failed");
                 return;
             }

@@ -17,9 +17,10 @@ use xdr::XdrStream;
 use crate::record::{frame, RecordDecoder};
 use crate::transport::{Incoming, RecordReceiver, RecordSender, Transport};
 
+mod mapped;
 mod replies;
-pub use replies::read_range;
 pub(crate) use replies::write_replies;
+pub use replies::{read_range, FileData};
 
 /// Smallest buffer reservation for one read, so that small records do not cost one
 /// system call each.

@@ -103,6 +103,7 @@ impl TestServer {
             nlm: None,
             max_memory: nfsd::memory::default_max_memory(),
             inline_metadata: true,
+            tcp_read_data: oncrpc::tcp::FileData::Sendfile,
         };
         let bound = Bound::new(&config).await.expect("nfsd binds");
         let nfs = bound.nfs_addr().unwrap();

@@ -1,14 +1,18 @@
 //! The server's reply writer: batches of whole records onto one TCP connection, with
 //! DDP data left in files ([`xdr::FileRange`], NFS READ data) sent from the page cache
-//! by `sendfile(2)` instead of from memory.
+//! instead of from memory the server filled: by `sendfile(2)`, or with
+//! [`FileData::Copy`] from a read-only mapping of the file in the same `sendmsg` as
+//! the bytes around it.
 //!
 //! Why: a READ reply written with `writev` from a buffer costs the server two copies
-//! of every byte (page cache -> buffer by `pread`, buffer -> socket by `writev`);
+//! of every byte (page cache -> buffer by `pread`, buffer -> socket by `writev`).
 //! `sendfile` hands the socket references to the page-cache pages, so the server
-//! copies none (on loopback the receiver's `recv` is then the only copy, now out of
-//! the page cache). Weighed against `splice` through a pipe, `MSG_ZEROCOPY` and
-//! io_uring, and measured against `pread` + `writev`, in ARCHITECTURE.md ("nfs3 and
-//! nfsd", READ over TCP) and docs/bench/README.md.
+//! copies none; a receiver on the same host then copies out of the page cache.
+//! `Copy` has the kernel copy once, page cache -> socket buffers, and sends the
+//! header, the data and the next replies in one system call; a receiver on the same
+//! host then copies out of buffers just written. Measured both ways in
+//! docs/bench/README.md ("READ over TCP: sendfile or one copy"); the options weighed
+//! are in ARCHITECTURE.md ("nfs3 and nfsd", READ over TCP).
 //!
 //! The rules, all here:
 //! - **Atomicity.** One task per connection owns the write half and writes each reply
@@ -16,34 +20,41 @@
 //!   batch is the replies already queued when the writer wakes, in queue order.
 //! - **Framing.** A record is framed before anything is sent ([`frame_pieces`]): its
 //!   fragment lengths come from the lengths fixed at encoding, including each file
-//!   range's. Bytes in memory up to a file range go out in one `sendmsg` with
+//!   range's. A batch of replies without file data is one `sendmsg`. With
+//!   `Sendfile`, bytes in memory up to a file range go out in one `sendmsg` with
 //!   `MSG_MORE` (so the header does not leave as a packet of its own), then the range
-//!   by `sendfile`; bytes after it (XDR padding, the next replies) in the next
-//!   `sendmsg`. A batch of replies without file data is one `sendmsg`.
+//!   by `sendfile`, then the bytes after it (XDR padding, the next replies). With
+//!   `Copy`, each range is mapped ([`super::mapped`], the crate's one `unsafe`
+//!   module) and the whole batch is one `sendmsg` of bytes and mappings (more when
+//!   the socket takes less).
 //! - **Short files.** If the file shrank after the reply was encoded, `sendfile` ends
 //!   early (returns 0); the rest of the announced range is sent as zeros, so the
-//!   record stays well framed (the client reads zeros, as from a hole).
-//! - **Fallback.** If `sendfile` refuses the file (`EINVAL`, `ENOSYS`, `EOPNOTSUPP`:
-//!   a file system without splice support), the rest of the range is read into memory
-//!   and written: one copy, as before. Any other error (the socket's, or the file's
-//!   `EIO` after the header went out) closes the connection: a record cannot be
-//!   taken back.
+//!   record stays well framed (the client reads zeros, as from a hole). A mapped page
+//!   past the new end makes `sendmsg` fail with `EFAULT` (the kernel's copy faults; no
+//!   signal reaches us); the first mapped range of that `sendmsg` then goes by
+//!   `sendfile` from where it stood, with the same result.
+//! - **Fallback.** A range that cannot be mapped (`mmap` refused) goes by `sendfile`.
+//!   If `sendfile` refuses the file (`EINVAL`, `ENOSYS`, `EOPNOTSUPP`: a file system
+//!   without splice support), the rest of the range is read into memory and written:
+//!   one copy, as before. Any other error (the socket's, or the file's `EIO` after the
+//!   header went out) closes the connection: a record cannot be taken back.
 //! - **Non-blocking socket.** Every system call runs under tokio's
 //!   [`TcpStream::async_io`]: on `EAGAIN` the task waits for the socket to be writable
 //!   and retries, resuming where the partial write stopped.
-//!
-//! No `unsafe`: `sendmsg` and `sendfile` are rustix's safe wrappers.
 
+use std::collections::VecDeque;
 use std::io::{self, IoSlice};
+use std::os::fd::AsFd;
 use std::os::unix::fs::FileExt;
 
-use bytes::{Bytes, BytesMut};
+use bytes::{Buf, Bytes, BytesMut};
 use rustix::net::{SendAncillaryBuffer, SendFlags};
 use tokio::io::Interest;
 use tokio::net::TcpStream;
 use xdr::{FileRange, Piece, XdrStream};
 
 use super::consume;
+use super::mapped::{send_chunks, Chunk, MappedRange};
 use crate::record::frame_pieces;
 
 /// At most this many buffers per `sendmsg` (Linux's `UIO_MAXIOV` is 1024).
@@ -58,33 +69,158 @@ pub(crate) async fn write_replies(
     sock: &TcpStream,
     replies: &[XdrStream],
     max_fragment: usize,
+    file_data: FileData,
 ) -> io::Result<()> {
-    let mut pieces = Vec::new();
+    let mut out = VecDeque::new();
     for reply in replies {
-        pieces.extend(frame_pieces(reply.pieces(), max_fragment));
-    }
-    let mut rest = &pieces[..];
-    while let Some(first) = rest.first() {
-        match first {
-            Piece::File(range) => {
-                send_range(sock, range, rest.len() > 1).await?;
-                rest = &rest[1..];
-            }
-            Piece::Bytes(_) => {
-                let run = rest
-                    .iter()
-                    .position(|p| matches!(p, Piece::File(_)))
-                    .unwrap_or(rest.len());
-                let bytes = rest[..run].iter().map(|p| match p {
-                    Piece::Bytes(b) => b.clone(),
-                    Piece::File(_) => unreachable!("the run stops before a file piece"),
-                });
-                send_bytes(sock, bytes.collect(), run < rest.len()).await?;
-                rest = &rest[run..];
+        for piece in frame_pieces(reply.pieces(), max_fragment) {
+            match piece {
+                Piece::Bytes(b) if b.is_empty() => {}
+                Piece::Bytes(b) => out.push_back(Out::Bytes(b)),
+                Piece::File(range) if range.len == 0 => {}
+                Piece::File(range) if file_data == FileData::Sendfile => {
+                    out.push_back(Out::File(range))
+                }
+                Piece::File(range) => out.push_back(match MappedRange::map(&range) {
+                    Ok(map) => Out::Mapped {
+                        map,
+                        range,
+                        sent: 0,
+                    },
+                    Err(e) => {
+                        tracing::debug!(error = %e, "mmap refused: sending the range by sendfile");
+                        Out::File(range)
+                    }
+                }),
             }
         }
     }
+    while let Some(first) = out.front() {
+        if let Out::File(range) = first {
+            let range = range.clone();
+            send_range(sock, &range, out.len() > 1).await?;
+            out.pop_front();
+            continue;
+        }
+        // Bytes and mapped ranges up to the next unmapped range: one `sendmsg` (the
+        // kernel may take less; the rest goes in the next).
+        let run = out
+            .iter()
+            .position(|o| matches!(o, Out::File(_)))
+            .unwrap_or(out.len());
+        let flags = if run < out.len() {
+            libc::MSG_MORE | libc::MSG_NOSIGNAL
+        } else {
+            libc::MSG_NOSIGNAL
+        };
+        let sent = sock
+            .async_io(Interest::WRITABLE, || {
+                let chunks: Vec<Chunk<'_>> =
+                    out.iter().take(run.min(MAX_IOV)).map(Out::chunk).collect();
+                send_chunks(sock.as_fd(), &chunks, flags)
+            })
+            .await;
+        match sent {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => consume_out(&mut out, n),
+            Err(e) if e.raw_os_error() == Some(libc::EFAULT) => {
+                // A mapped page lies past the file's end now (it shrank after the reply
+                // was encoded). The kernel copies in chunks that may span buffers, so
+                // the faulting range is not necessarily the first: the first mapped
+                // range of the run goes by `sendfile` instead, which sends exactly
+                // what the file still holds and zeros for the rest. Each fault moves
+                // one range off the mapping, so this ends.
+                let Some(i) = out
+                    .iter()
+                    .take(run)
+                    .position(|o| matches!(o, Out::Mapped { .. }))
+                else {
+                    return Err(e);
+                };
+                if let Out::Mapped { range, sent, .. } = &out[i] {
+                    tracing::debug!("a mapped READ range faulted: sending it by sendfile");
+                    out[i] = Out::File(FileRange {
+                        file: range.file.clone(),
+                        offset: range.offset + *sent as u64,
+                        len: range.len - *sent,
+                    });
+                }
+            }
+            Err(e) => return Err(e),
+        }
+    }
     Ok(())
+}
+
+/// How the reply writer sends file ranges ([`xdr::FileRange`]: nfsd's READ data over
+/// TCP). Measured both ways in docs/bench/README.md ("READ over TCP: sendfile or one
+/// copy").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum FileData {
+    /// `sendfile` from the page cache after the header: the server copies no byte;
+    /// the socket takes references to page-cache pages, and a receiver on the same
+    /// host copies out of them. The default.
+    #[default]
+    Sendfile,
+    /// One copy: the range is mapped read-only and written with the header and the
+    /// rest of the batch in one `sendmsg`, so the kernel copies it into the socket's
+    /// buffers. On loopback (the receiver on the same host) it measured faster and
+    /// cheaper than `sendfile`; in the TCG lab guest, where copies are emulated, slower.
+    /// A range that cannot be mapped goes by `sendfile`.
+    Copy,
+}
+
+/// What is left to send of a batch.
+enum Out {
+    /// Bytes in memory.
+    Bytes(Bytes),
+    /// A file range (`range`) mapped into memory (`map`), `sent` bytes of it already
+    /// sent.
+    Mapped {
+        map: MappedRange,
+        range: FileRange,
+        sent: usize,
+    },
+    /// A file range that could not be mapped: sent by `sendfile`.
+    File(FileRange),
+}
+
+impl Out {
+    fn chunk(&self) -> Chunk<'_> {
+        match self {
+            Out::Bytes(b) => Chunk::Bytes(b),
+            Out::Mapped { map, sent, .. } => Chunk::Mapped {
+                range: map,
+                from: *sent,
+            },
+            Out::File(_) => unreachable!("a run of chunks stops before an unmapped range"),
+        }
+    }
+}
+
+/// Drops the first `n` bytes of `out` (bytes and mapped ranges only).
+fn consume_out(out: &mut VecDeque<Out>, mut n: usize) {
+    while n > 0 {
+        let Some(front) = out.front_mut() else {
+            break;
+        };
+        let left = match front {
+            Out::Bytes(b) => b.len(),
+            Out::Mapped { map, sent, .. } => map.len() - *sent,
+            Out::File(_) => unreachable!("sendmsg stops before an unmapped range"),
+        };
+        if left <= n {
+            n -= left;
+            out.pop_front();
+        } else {
+            match front {
+                Out::Bytes(b) => b.advance(n),
+                Out::Mapped { sent, .. } => *sent += n,
+                Out::File(_) => unreachable!(),
+            }
+            n = 0;
+        }
+    }
 }
 
 /// Sends `pieces` whole, by `sendmsg`. With `more`, tells the kernel that more data
@@ -243,13 +379,19 @@ mod tests {
     }
 
     /// Sends `replies` in one batch over loopback and returns the records received.
-    async fn round_trip(replies: Vec<XdrStream>, max_fragment: usize) -> Vec<Vec<u8>> {
+    async fn round_trip(
+        replies: Vec<XdrStream>,
+        max_fragment: usize,
+        file_data: FileData,
+    ) -> Vec<Vec<u8>> {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let n = replies.len();
         let sender = tokio::spawn(async move {
             let (sock, _) = listener.accept().await.unwrap();
-            write_replies(&sock, &replies, max_fragment).await.unwrap();
+            write_replies(&sock, &replies, max_fragment, file_data)
+                .await
+                .unwrap();
         });
         let mut rd = TcpStream::connect(addr).await.unwrap();
         let mut dec = RecordDecoder::new(1 << 24);
@@ -279,8 +421,11 @@ mod tests {
             replies.push(inline.clone());
         }
         // One fragment per record, and fragments of 1,000 bytes (file ranges cut).
-        for max_fragment in [usize::MAX, 1000] {
-            let got = round_trip(replies.clone(), max_fragment).await;
+        for (max_fragment, file_data) in [usize::MAX, 1000]
+            .into_iter()
+            .flat_map(|m| [(m, FileData::Sendfile), (m, FileData::Copy)])
+        {
+            let got = round_trip(replies.clone(), max_fragment, file_data).await;
             assert_eq!(got.len(), replies.len());
             for (i, rec) in got.iter().enumerate() {
                 let want = if i % 2 == 0 {
@@ -289,7 +434,10 @@ mod tests {
                     let (off, len) = cases[i / 2];
                     expected(&data, off, len)
                 };
-                assert!(*rec == want, "record {i} at max_fragment {max_fragment}");
+                assert!(
+                    *rec == want,
+                    "record {i} at max_fragment {max_fragment}, {file_data:?}"
+                );
             }
         }
     }
@@ -299,9 +447,13 @@ mod tests {
         let data = vec![7u8; 10_000];
         let file = temp_file(&data);
         let replies = vec![reply(&file, 9_000, 5_000), reply(&file, 20_000, 3)];
-        let got = round_trip(replies, usize::MAX).await;
-        assert!(got[0] == expected(&data, 9_000, 5_000));
-        assert!(got[1] == expected(&data, 20_000, 3));
+        // Copy: the mapped pages past the end fault (EFAULT) and the ranges go by
+        // sendfile, which sends what the file holds and zeros for the rest.
+        for file_data in [FileData::Sendfile, FileData::Copy] {
+            let got = round_trip(replies.clone(), usize::MAX, file_data).await;
+            assert!(got[0] == expected(&data, 9_000, 5_000), "{file_data:?}");
+            assert!(got[1] == expected(&data, 20_000, 3), "{file_data:?}");
+        }
     }
 
     #[test]
