@@ -180,10 +180,10 @@ struct Cli {
     #[arg(long)]
     no_inline_metadata: bool,
     /// How READ data leaves over TCP: `sendfile` (the default: from the page cache,
-    /// no copy by the server; best where the client is across a network) or `copy`
-    /// (the file is mapped and the kernel copies the data into the socket with the
-    /// reply header, one system call: measured faster for clients on the same host,
-    /// docs/bench/README.md "READ over TCP: sendfile or one copy").
+    /// no copy by the server) or `copy` (the file is mapped and the kernel copies the
+    /// data into the socket once: measured faster for clients on the same host,
+    /// slower in the emulated lab guest; docs/bench/README.md "READ over TCP: sendfile
+    /// or one copy").
     #[arg(long, value_enum, default_value_t = TcpReadData::Sendfile)]
     tcp_read_data: TcpReadData,
     /// Serve no lock manager (NLM/NSM): clients must then mount with `nolock`.

@@ -1,6 +1,6 @@
 //! READ over TCP as `nfsd` composes it (`Bound` on loopback), where the data leaves
 //! the file by `sendfile` behind the reply header, or with `--tcp-read-data copy` from
-//! a mapping of the file in the header's `sendmsg` (`nfsd::proc::io::read`,
+//! a mapping of the file right after the header (`nfsd::proc::io::read`,
 //! `oncrpc::tcp`'s reply writer), each way: our NFSv3 client reads ranges around the edges
 //! (nothing, one byte, unaligned counts and offsets, the last byte, at and past the end
 //! of the file, a count over the file's size, an empty file) and checks bytes, count

@@ -8,9 +8,9 @@
 //! of every byte (page cache -> buffer by `pread`, buffer -> socket by `writev`).
 //! `sendfile` hands the socket references to the page-cache pages, so the server
 //! copies none; a receiver on the same host then copies out of the page cache.
-//! `Copy` has the kernel copy once, page cache -> socket buffers, and sends the
-//! header, the data and the next replies in one system call; a receiver on the same
-//! host then copies out of buffers just written. Measured both ways in
+//! `Copy` has the kernel copy once, page cache -> socket buffers, from a read-only
+//! mapping of the file; a receiver on the same host then copies out of buffers just
+//! written. Measured both ways in
 //! docs/bench/README.md ("READ over TCP: sendfile or one copy"); the options weighed
 //! are in ARCHITECTURE.md ("nfs3 and nfsd", READ over TCP).
 //!
@@ -25,8 +25,8 @@
 //!   `MSG_MORE` (so the header does not leave as a packet of its own), then the range
 //!   by `sendfile`, then the bytes after it (XDR padding, the next replies). With
 //!   `Copy`, each range is mapped ([`super::mapped`], the crate's one `unsafe`
-//!   module) and the whole batch is one `sendmsg` of bytes and mappings (more when
-//!   the socket takes less).
+//!   module) and sent by a `sendmsg` of its own after the bytes before it (again with
+//!   `MSG_MORE`): one `sendmsg` of header and data together measured slower.
 //! - **Short files.** If the file shrank after the reply was encoded, `sendfile` ends
 //!   early (returns 0); the rest of the announced range is sent as zeros, so the
 //!   record stays well framed (the client reads zeros, as from a hole). A mapped page
@@ -102,12 +102,16 @@ pub(crate) async fn write_replies(
             out.pop_front();
             continue;
         }
-        // Bytes and mapped ranges up to the next unmapped range: one `sendmsg` (the
-        // kernel may take less; the rest goes in the next).
-        let run = out
-            .iter()
-            .position(|o| matches!(o, Out::File(_)))
-            .unwrap_or(out.len());
+        // The bytes up to the next file range in one `sendmsg`, with `MSG_MORE` if
+        // anything follows; a mapped range in a `sendmsg` of its own. (One `sendmsg`
+        // of header, data and what follows measured slower for nfs-cat: 2,190-2,330
+        // against 2,460-2,610 MB/s, docs/bench/README.md.) The kernel may take less
+        // than offered; the rest goes in the next.
+        let run = match out.iter().position(|o| !matches!(o, Out::Bytes(_))) {
+            Some(0) => 1,
+            Some(i) => i,
+            None => out.len(),
+        };
         let flags = if run < out.len() {
             libc::MSG_MORE | libc::MSG_NOSIGNAL
         } else {
@@ -125,11 +129,8 @@ pub(crate) async fn write_replies(
             Ok(n) => consume_out(&mut out, n),
             Err(e) if e.raw_os_error() == Some(libc::EFAULT) => {
                 // A mapped page lies past the file's end now (it shrank after the reply
-                // was encoded). The kernel copies in chunks that may span buffers, so
-                // the faulting range is not necessarily the first: the first mapped
-                // range of the run goes by `sendfile` instead, which sends exactly
-                // what the file still holds and zeros for the rest. Each fault moves
-                // one range off the mapping, so this ends.
+                // was encoded): the range goes by `sendfile` from where it stood, which
+                // sends exactly what the file still holds and zeros for the rest.
                 let Some(i) = out
                     .iter()
                     .take(run)
@@ -162,11 +163,11 @@ pub enum FileData {
     /// host copies out of them. The default.
     #[default]
     Sendfile,
-    /// One copy: the range is mapped read-only and written with the header and the
-    /// rest of the batch in one `sendmsg`, so the kernel copies it into the socket's
-    /// buffers. On loopback (the receiver on the same host) it measured faster and
-    /// cheaper than `sendfile`; in the TCG lab guest, where copies are emulated, slower.
-    /// A range that cannot be mapped goes by `sendfile`.
+    /// One copy: the range is mapped read-only and written by `sendmsg`, so the
+    /// kernel copies it into the socket's buffers. On loopback (the receiver on the
+    /// same host) it measured faster and cheaper than `sendfile`; in the TCG lab
+    /// guest, where copies are emulated, slower. A range that cannot be mapped goes by
+    /// `sendfile`.
     Copy,
 }
 
