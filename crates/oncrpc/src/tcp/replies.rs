@@ -1,8 +1,7 @@
 //! The server's reply writer: batches of whole records onto one TCP connection, with
 //! DDP data left in files ([`xdr::FileRange`], NFS READ data) sent from the page cache
 //! instead of from memory the server filled: by `sendfile(2)`, or with
-//! [`FileData::Copy`] from a read-only mapping of the file in the same `sendmsg` as
-//! the bytes around it.
+//! [`FileData::Copy`] by `sendmsg` from a read-only mapping of the file.
 //!
 //! Why: a READ reply written with `writev` from a buffer costs the server two copies
 //! of every byte (page cache -> buffer by `pread`, buffer -> socket by `writev`).
@@ -10,9 +9,9 @@
 //! copies none; a receiver on the same host then copies out of the page cache.
 //! `Copy` has the kernel copy once, page cache -> socket buffers, from a read-only
 //! mapping of the file; a receiver on the same host then copies out of buffers just
-//! written. Measured both ways in
-//! docs/bench/README.md ("READ over TCP: sendfile or one copy"); the options weighed
-//! are in ARCHITECTURE.md ("nfs3 and nfsd", READ over TCP).
+//! written. Measured both ways in docs/bench/README.md ("READ over TCP: sendfile or
+//! one copy"); the options weighed are in ARCHITECTURE.md ("nfs3 and nfsd", READ over
+//! TCP).
 //!
 //! The rules, all here:
 //! - **Atomicity.** One task per connection owns the write half and writes each reply
@@ -182,7 +181,8 @@ enum Out {
         range: FileRange,
         sent: usize,
     },
-    /// A file range that could not be mapped: sent by `sendfile`.
+    /// A file range sent by `sendfile` (with [`FileData::Sendfile`], or one that could
+    /// not be mapped or faulted).
     File(FileRange),
 }
 
@@ -194,7 +194,7 @@ impl Out {
                 range: map,
                 from: *sent,
             },
-            Out::File(_) => unreachable!("a run of chunks stops before an unmapped range"),
+            Out::File(_) => unreachable!("a run of chunks stops before a range sent by sendfile"),
         }
     }
 }
@@ -208,7 +208,7 @@ fn consume_out(out: &mut VecDeque<Out>, mut n: usize) {
         let left = match front {
             Out::Bytes(b) => b.len(),
             Out::Mapped { map, sent, .. } => map.len() - *sent,
-            Out::File(_) => unreachable!("sendmsg stops before an unmapped range"),
+            Out::File(_) => unreachable!("sendmsg stops before a range sent by sendfile"),
         };
         if left <= n {
             n -= left;
