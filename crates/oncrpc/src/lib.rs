@@ -23,6 +23,8 @@
 //! `rpcrdma` crate feeds [`Dispatcher::dispatch`] and implements the client's
 //! transport trait).
 #![warn(missing_docs, unreachable_pub)]
+// Unsafe code only where a module allows it and states its invariants (`tcp::mapped`).
+#![deny(unsafe_code)]
 
 pub mod auth;
 #[cfg(feature = "tokio")]
