@@ -266,6 +266,17 @@ impl Bound {
         } else {
             "every call on the blocking pool [--no-inline-metadata]".to_string()
         });
+        lines.push(
+            match self.tcp_read_data {
+                oncrpc::tcp::FileData::Sendfile => {
+                    "READ data over TCP by sendfile from the page cache [--tcp-read-data]"
+                }
+                oncrpc::tcp::FileData::Copy => {
+                    "READ data over TCP copied once, from a mapping of the file [--tcp-read-data]"
+                }
+            }
+            .to_string(),
+        );
         lines.push(if self.server.switching {
             "AUTH_SYS identities applied, squashed per export".to_string()
         } else {
