@@ -19,6 +19,27 @@ use crate::transport::{Incoming, RecordReceiver, RecordSender, Transport};
 
 mod mapped;
 mod replies;
+
+/// An unlinked temporary file holding `data`, open for reading and writing: the file
+/// ranges of the reply writer's and `mapped`'s tests.
+#[cfg(test)]
+pub(crate) fn temp_file(data: &[u8]) -> std::sync::Arc<std::fs::File> {
+    use std::io::Write;
+    let path = std::env::temp_dir().join(format!(
+        "oncrpc-tcp-{}-{}",
+        std::process::id(),
+        rand::random::<u64>()
+    ));
+    let mut f = std::fs::File::options()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .open(&path)
+        .unwrap();
+    std::fs::remove_file(&path).unwrap();
+    f.write_all(data).unwrap();
+    std::sync::Arc::new(f)
+}
 pub(crate) use replies::write_replies;
 pub use replies::{read_range, FileData};
 

@@ -134,14 +134,14 @@ pub(crate) enum Chunk<'a> {
 /// bytes the kernel took, which may be fewer than offered. `EFAULT` (with nothing
 /// taken) means the first chunk is a mapped range whose next page lies past the file's
 /// end now.
-pub(crate) fn send_chunks(
+pub(crate) fn send_chunks<'a>(
     sock: BorrowedFd<'_>,
-    chunks: &[Chunk<'_>],
+    chunks: impl IntoIterator<Item = Chunk<'a>>,
     flags: libc::c_int,
 ) -> io::Result<usize> {
     let iov: Vec<libc::iovec> = chunks
-        .iter()
-        .map(|c| match *c {
+        .into_iter()
+        .map(|c| match c {
             Chunk::Bytes(b) => libc::iovec {
                 iov_base: b.as_ptr() as *mut c_void,
                 iov_len: b.len(),
@@ -166,31 +166,14 @@ pub(crate) fn send_chunks(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::io::{Read, Write};
+    use crate::tcp::temp_file;
+    use std::io::Read;
     use std::os::unix::net::UnixStream;
-    use std::sync::Arc;
-
-    fn file_of(data: &[u8]) -> Arc<std::fs::File> {
-        let path = std::env::temp_dir().join(format!(
-            "oncrpc-mapped-{}-{}",
-            std::process::id(),
-            rand::random::<u64>()
-        ));
-        let mut f = std::fs::File::options()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .open(&path)
-            .unwrap();
-        std::fs::remove_file(&path).unwrap();
-        f.write_all(data).unwrap();
-        Arc::new(f)
-    }
 
     #[test]
     fn bytes_and_a_mapped_range_go_out_in_one_sendmsg() {
         let data: Vec<u8> = (0..20_000u32).map(|i| (i * 13) as u8).collect();
-        let file = file_of(&data);
+        let file = temp_file(&data);
         // An offset inside a page: the mapping starts at the page, the range at 5,000.
         let map = MappedRange::map(&FileRange {
             file,
@@ -207,7 +190,7 @@ mod tests {
             },
             Chunk::Bytes(b"tail"),
         ];
-        let n = send_chunks(a.as_fd(), &chunks, libc::MSG_NOSIGNAL).unwrap();
+        let n = send_chunks(a.as_fd(), chunks, libc::MSG_NOSIGNAL).unwrap();
         assert_eq!(n, 4 + 9_900 + 4);
         let mut got = vec![0; n];
         b.read_exact(&mut got).unwrap();
@@ -221,7 +204,7 @@ mod tests {
     #[test]
     fn a_mapped_page_past_the_end_of_file_is_efault_not_sigbus() {
         let page = rustix::param::page_size();
-        let file = file_of(&vec![1u8; 3 * page]);
+        let file = temp_file(&vec![1u8; 3 * page]);
         let map = MappedRange::map(&FileRange {
             file: file.clone(),
             offset: 2 * page as u64,
@@ -234,7 +217,7 @@ mod tests {
             range: &map,
             from: 0,
         }];
-        let e = send_chunks(a.as_fd(), &chunks, libc::MSG_NOSIGNAL).unwrap_err();
+        let e = send_chunks(a.as_fd(), chunks, libc::MSG_NOSIGNAL).unwrap_err();
         assert_eq!(e.raw_os_error(), Some(libc::EFAULT));
     }
 }

@@ -118,9 +118,8 @@ pub(crate) async fn write_replies(
         };
         let sent = sock
             .async_io(Interest::WRITABLE, || {
-                let chunks: Vec<Chunk<'_>> =
-                    out.iter().take(run.min(MAX_IOV)).map(Out::chunk).collect();
-                send_chunks(sock.as_fd(), &chunks, flags)
+                let chunks = out.iter().take(run.min(MAX_IOV)).map(Out::chunk);
+                send_chunks(sock.as_fd(), chunks, flags)
             })
             .await;
         match sent {
@@ -333,27 +332,9 @@ pub fn read_range(range: &FileRange) -> io::Result<Bytes> {
 mod tests {
     use super::*;
     use crate::record::RecordDecoder;
-    use crate::tcp::read_record;
-    use std::io::Write;
+    use crate::tcp::{read_record, temp_file};
     use std::sync::Arc;
     use xdr::Encoder;
-
-    fn temp_file(data: &[u8]) -> Arc<std::fs::File> {
-        let path = std::env::temp_dir().join(format!(
-            "oncrpc-replies-{}-{}",
-            std::process::id(),
-            rand::random::<u64>()
-        ));
-        let mut f = std::fs::File::options()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .open(&path)
-            .unwrap();
-        std::fs::remove_file(&path).unwrap();
-        f.write_all(data).unwrap();
-        Arc::new(f)
-    }
 
     /// A reply: a word, the file range as a DDP item, a trailing word.
     fn reply(file: &Arc<std::fs::File>, offset: u64, len: usize) -> XdrStream {
