@@ -93,7 +93,7 @@ pub struct Key {
 
 /// A kernel handle small enough for ours: at most [`KERNEL_MAX`] bytes, a type below
 /// 256.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct SmallKernelHandle {
     /// The file system's handle type (`FILEID_*`).
     pub handle_type: u8,

@@ -357,7 +357,7 @@ fn main() -> std::process::ExitCode {
         .max_memory
         .or(cli.rdma_max_read_memory)
         .unwrap_or_else(nfsd::memory::default_max_memory);
-    let config = Config {
+    let mut config = Config {
         max_memory,
         exports,
         handles,
@@ -410,6 +410,10 @@ fn main() -> std::process::ExitCode {
             );
             max_handshakes = fit;
         }
+        // Directory descriptors kept open per export (nfsd::dir_cache): at most an
+        // eighth of the limit, so that they never crowd out connections and files.
+        let fit = usize::try_from(n / 8).unwrap_or(usize::MAX);
+        config.handles.dir_descriptors = config.handles.dir_descriptors.min(fit);
     }
     let rdma = (!cli.no_rdma).then(|| RdmaOptions {
         handshake: iwarp::HandshakeLimits {

@@ -203,6 +203,19 @@ impl NfsServer {
         self
     }
 
+    /// Turns the exports' directory descriptor caches over every
+    /// [`crate::dir_cache::AGE_PERIOD`], so that an idle server keeps none open.
+    pub async fn age_dir_descriptors(self: Arc<Self>) {
+        let mut tick = tokio::time::interval(crate::dir_cache::AGE_PERIOD);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            for served in &self.table().exports {
+                served.export.age_descriptors();
+            }
+        }
+    }
+
     /// The exports in force now.
     pub fn table(&self) -> Arc<Table> {
         self.table.read().unwrap_or_else(|p| p.into_inner()).clone()

@@ -492,6 +492,7 @@ impl Bound {
             Some(threads) => threads.spawn(trim),
             None => tokio::spawn(trim),
         };
+        let age = tokio::spawn(self.server.clone().age_dir_descriptors());
         // Stop everything on the shutdown signal, or when one server fails.
         let registrar = self.registrar.clone();
         let mut result = Ok(());
@@ -504,6 +505,7 @@ impl Bound {
         }
         let _ = stop_tx.send(true);
         trim.abort();
+        age.abort();
         while let Some(done) = tasks.join_next().await {
             if result.is_ok() {
                 result = flatten(done);

@@ -50,6 +50,7 @@ use std::time::{Duration, Instant};
 use nfs3::{Fattr3, Ftype3, NfsFh3, NfsStat3, NfsTime3, SpecData3, WccAttr};
 use rustix::fs::{AtFlags, Dir, FileType, Mode, OFlags, Statx, StatxFlags, CWD};
 
+use crate::dir_cache::DirCache;
 use crate::errno::OrStat;
 use crate::fh::{export_id, FileHandle, Key, Object, SmallKernelHandle};
 use crate::handle_key::HandleKey;
@@ -240,12 +241,13 @@ pub fn stat_fd(fd: impl AsFd) -> Result<Meta, NfsStat3> {
 /// An object of the export, open as an O_PATH descriptor.
 #[derive(Debug)]
 pub struct Node {
-    /// O_PATH descriptor: names the inode, gives no read or write access.
-    pub fd: OwnedFd,
+    /// O_PATH descriptor: names the inode, gives no read or write access. Shared with
+    /// the export's root or its [`DirCache`] where it came from there.
+    pub fd: Arc<OwnedFd>,
     /// Its attributes when it was opened.
     pub meta: Meta,
     /// Parent directory (O_PATH) and name, except for the export root.
-    pub at: Option<(OwnedFd, Vec<u8>)>,
+    pub at: Option<(Arc<OwnedFd>, Vec<u8>)>,
 }
 
 impl Node {
@@ -320,6 +322,8 @@ pub struct HandleConfig {
     pub key: Arc<HandleKey>,
     /// Whether kernel handles are used.
     pub kernel: KernelHandles,
+    /// Directory descriptors kept open per export ([`DirCache`]); 0 keeps none.
+    pub dir_descriptors: usize,
 }
 
 impl HandleConfig {
@@ -328,6 +332,7 @@ impl HandleConfig {
         HandleConfig {
             key: Arc::new(key),
             kernel: KernelHandles::Auto,
+            dir_descriptors: crate::dir_cache::DEFAULT_CAPACITY,
         }
     }
 
@@ -386,8 +391,10 @@ pub struct Export {
     pub mode: HandleMode,
     key: Arc<HandleKey>,
     kernel: Option<KernelSide>,
-    root: OwnedFd,
+    root: Arc<OwnedFd>,
     root_meta: Meta,
+    /// Directories opened by handle, kept open.
+    dirs: DirCache,
     links: Mutex<HashMap<Key, Link>>,
     /// Serializes searches; holds when the last search that found nothing ended.
     search: Mutex<Option<Instant>>,
@@ -415,8 +422,9 @@ impl Export {
             mode,
             key: handles.key.clone(),
             kernel,
-            root,
+            root: Arc::new(root),
             root_meta,
+            dirs: DirCache::new(handles.dir_descriptors),
             links: Mutex::new(HashMap::new()),
             search: Mutex::new(None),
             searches: AtomicU64::new(0),
@@ -515,6 +523,17 @@ impl Export {
         self.file_handle(node).seal(&self.key)
     }
 
+    /// Closes the directory descriptors not used since the last call
+    /// ([`DirCache::age`]).
+    pub fn age_descriptors(&self) {
+        self.dirs.age();
+    }
+
+    /// How many directory descriptors are kept open ([`DirCache`]).
+    pub fn kept_descriptors(&self) -> usize {
+        self.dirs.len()
+    }
+
     /// How many searches of the export have run (each costs a walk of the export;
     /// none should, with kernel handles opened by handle).
     pub fn searches(&self) -> u64 {
@@ -532,9 +551,12 @@ impl Export {
     }
 
     fn root_node(&self) -> Result<Node, NfsStat3> {
-        let fd = rustix::io::fcntl_dupfd_cloexec(&self.root, 0).or_stat()?;
-        let meta = stat_fd(&fd)?;
-        Ok(Node { fd, meta, at: None })
+        let meta = stat_fd(&self.root)?;
+        Ok(Node {
+            fd: self.root.clone(),
+            meta,
+            at: None,
+        })
     }
 
     fn links(&self) -> std::sync::MutexGuard<'_, HashMap<Key, Link>> {
@@ -619,13 +641,22 @@ impl Export {
 
     /// Opens a kernel-kind handle's object by handle: `Err(Some(status))` for an
     /// answer, `Err(None)` where the kernel would not open it for another reason than
-    /// staleness.
+    /// staleness. A directory is kept open ([`DirCache`]), and taken from there the
+    /// next time, with the same checks.
     fn open_by_handle(
         &self,
         mount_fd: &OwnedFd,
         ino: u64,
         handle: &SmallKernelHandle,
     ) -> Result<Node, Option<NfsStat3>> {
+        if let Some(fd) = self.dirs.get(handle) {
+            match self.check_opened(fd, ino) {
+                Ok(node) => return Ok(node),
+                // Gone or moved out of the export since: no longer kept, and opening
+                // it by handle gives the answer.
+                Err(_) => self.dirs.remove(handle),
+            }
+        }
         let kh = kernel_fh::KernelHandle {
             handle_type: i32::from(handle.handle_type),
             bytes: handle.bytes().to_vec(),
@@ -640,14 +671,25 @@ impl Export {
                 return Err(None);
             }
         };
-        let meta = stat_fd(&fd).map_err(Some)?;
+        let node = self.check_opened(Arc::new(fd), ino).map_err(Some)?;
+        if node.meta.is_dir() {
+            self.dirs.insert(*handle, node.fd.clone());
+        }
+        Ok(node)
+    }
+
+    /// The object of a descriptor opened by a handle of inode `ino`, with fresh
+    /// attributes, or NFS3ERR_STALE: an object with no links left (unlinked but still
+    /// open somewhere) is gone for NFS, and a directory must still lie inside the
+    /// export.
+    fn check_opened(&self, fd: Arc<OwnedFd>, ino: u64) -> Result<Node, NfsStat3> {
+        let meta = stat_fd(&fd)?;
         let same = meta.key.dev == self.root_meta.key.dev && meta.key.ino == ino;
-        // Unlinked but still in memory (open somewhere): gone for NFS.
         if !same || meta.nlink == 0 {
-            return Err(Some(NfsStat3::NFS3ERR_STALE));
+            return Err(NfsStat3::NFS3ERR_STALE);
         }
         if meta.is_dir() && !self.inside(&fd, meta.key) {
-            return Err(Some(NfsStat3::NFS3ERR_STALE));
+            return Err(NfsStat3::NFS3ERR_STALE);
         }
         Ok(Node { fd, meta, at: None })
     }
@@ -747,9 +789,8 @@ impl Export {
     /// without following a symbolic link, and remembers it.
     pub fn child(&self, dir: &Node, name: &[u8]) -> Result<Node, NfsStat3> {
         let node = self.peek_child(dir, name)?;
-        let parent = rustix::io::fcntl_dupfd_cloexec(&dir.fd, 0).or_stat()?;
         Ok(Node {
-            at: Some((parent, name.to_vec())),
+            at: Some((dir.fd.clone(), name.to_vec())),
             ..node
         })
     }
@@ -767,7 +808,11 @@ impl Export {
         .or_stat()?;
         let meta = stat_fd(&fd)?;
         self.remember(meta.key, dir.meta.key, name);
-        Ok(Node { fd, meta, at: None })
+        Ok(Node {
+            fd: Arc::new(fd),
+            meta,
+            at: None,
+        })
     }
 
     /// READDIRPLUS's attributes and handle of entry `name` of directory `dir`, which
@@ -830,17 +875,12 @@ impl Export {
         Ok(Meta::from_statx(&s))
     }
 
-    /// Another descriptor for the same object (LOOKUP ".").
+    /// The same object again, with fresh attributes (LOOKUP ".").
     pub fn same(&self, n: &Node) -> Result<Node, NfsStat3> {
-        let dup = |fd: &OwnedFd| rustix::io::fcntl_dupfd_cloexec(fd, 0).or_stat();
-        let at = match &n.at {
-            Some((p, name)) => Some((dup(p)?, name.clone())),
-            None => None,
-        };
         Ok(Node {
-            fd: dup(&n.fd)?,
+            fd: n.fd.clone(),
             meta: n.stat()?,
-            at,
+            at: n.at.clone(),
         })
     }
 
@@ -863,7 +903,11 @@ impl Export {
         if !self.inside(&fd, meta.key) {
             return Err(NfsStat3::NFS3ERR_STALE);
         }
-        Ok(Node { fd, meta, at: None })
+        Ok(Node {
+            fd: Arc::new(fd),
+            meta,
+            at: None,
+        })
     }
 
     /// The device and inode of directory `dir`'s parent, without opening it: the
@@ -1050,5 +1094,79 @@ mod peek_tests {
             );
             std::fs::remove_dir_all(dir).unwrap();
         }
+    }
+}
+
+#[cfg(test)]
+mod dir_cache_tests {
+    use super::*;
+
+    /// A fresh export holding directory `d` and file `f`, and a directory beside it
+    /// (outside the export). Opening by handle needs root (CAP_DAC_READ_SEARCH).
+    fn export() -> (PathBuf, Export) {
+        let base = std::env::temp_dir().join(format!("nfsd-dircache-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&base);
+        let dir = base.join("export");
+        std::fs::create_dir_all(dir.join("d")).unwrap();
+        std::fs::create_dir_all(base.join("outside")).unwrap();
+        std::fs::write(dir.join("f"), b"data").unwrap();
+        let ex = Export::open(&dir, &HandleConfig::ephemeral().unwrap()).unwrap();
+        assert_eq!(
+            ex.mode,
+            HandleMode::OpenByHandle,
+            "this test needs to open handles (run as root)"
+        );
+        (base, ex)
+    }
+
+    fn handle_of(ex: &Export, name: &[u8]) -> FileHandle {
+        let root = ex.root().unwrap();
+        ex.file_handle(&ex.peek_child(&root, name).unwrap())
+    }
+
+    /// A directory's handle is opened once and its descriptor used again, with the
+    /// same checks: fresh attributes, stale once removed or moved out of the export,
+    /// and closed after two idle periods. Files are not kept.
+    #[test]
+    fn directories_are_kept_open_and_checked_at_each_use() {
+        let (base, ex) = export();
+        let d = handle_of(&ex, b"d");
+        let first = ex.resolve(&d).unwrap();
+        assert_eq!(ex.kept_descriptors(), 1);
+        let again = ex.resolve(&d).unwrap();
+        assert!(Arc::ptr_eq(&first.fd, &again.fd), "opened a second time");
+        assert_eq!(ex.kept_descriptors(), 1);
+
+        // Fresh attributes on each use.
+        let before = again.meta.mtime;
+        std::thread::sleep(Duration::from_millis(20));
+        std::fs::write(base.join("export/d/new"), b"").unwrap();
+        assert_ne!(ex.resolve(&d).unwrap().meta.mtime, before);
+
+        let f = handle_of(&ex, b"f");
+        ex.resolve(&f).unwrap();
+        assert_eq!(ex.kept_descriptors(), 1, "a file's descriptor was kept");
+
+        // Moved out of the export: stale, and no longer kept; back in: served again.
+        std::fs::rename(base.join("export/d"), base.join("outside/d")).unwrap();
+        assert_eq!(ex.resolve(&d).err(), Some(NfsStat3::NFS3ERR_STALE));
+        assert_eq!(ex.kept_descriptors(), 0);
+        std::fs::rename(base.join("outside/d"), base.join("export/d")).unwrap();
+        ex.resolve(&d).unwrap();
+        assert_eq!(ex.kept_descriptors(), 1);
+
+        // Removed: stale, although the descriptor still names the inode.
+        std::fs::remove_file(base.join("export/d/new")).unwrap();
+        std::fs::remove_dir(base.join("export/d")).unwrap();
+        assert_eq!(ex.resolve(&d).err(), Some(NfsStat3::NFS3ERR_STALE));
+        assert_eq!(ex.kept_descriptors(), 0);
+
+        std::fs::create_dir(base.join("export/e")).unwrap();
+        ex.resolve(&handle_of(&ex, b"e")).unwrap();
+        assert_eq!(ex.kept_descriptors(), 1);
+        ex.age_descriptors();
+        ex.age_descriptors();
+        assert_eq!(ex.kept_descriptors(), 0, "kept while idle");
+        std::fs::remove_dir_all(base).unwrap();
     }
 }
