@@ -861,6 +861,52 @@ impl Export {
         Ok((meta, fh))
     }
 
+    /// LOOKUP's attributes and handle of entry `name` (already checked, not `.` or
+    /// `..`) of directory `dir`: two system calls on the name (`statx`, then
+    /// `name_to_handle_at`, neither following a symbolic link) instead of opening it
+    /// (openat, statx, name_to_handle_at, close). Run as the caller, the first checks
+    /// search permission on `dir` as opening the name would.
+    ///
+    /// Nothing ties the two calls to one object. If the name is replaced between
+    /// them, the kernel handle names the new object while the attributes, and the
+    /// inode number our handle carries, are the old one's: resolving that handle
+    /// finds the inode numbers differ and answers NFS3ERR_STALE, and the client looks
+    /// the name up again. (If the new object took the old one's freed inode number,
+    /// the handle names the new object, as a LOOKUP just after the replacement
+    /// would; the client sees its change time differ at the next GETATTR.) Either
+    /// way the handle names what was at the name during the call.
+    pub fn lookup_child(&self, dir: &Node, name: &[u8]) -> Result<(Meta, NfsFh3), NfsStat3> {
+        let meta = self.stat_child(dir, name)?;
+        let kernel = match &self.kernel {
+            Some(_) => rustix::path::Arg::into_with_c_str(name, |c| {
+                Ok(kernel_fh::name_to_handle_in(&dir.fd, c))
+            })
+            .ok()
+            .and_then(Result::ok),
+            None => None,
+        };
+        self.remember(meta.key, dir.meta.key, name);
+        let fh = FileHandle {
+            export: self.id,
+            object: self.object_of(&meta, kernel),
+        }
+        .seal(&self.key);
+        Ok((meta, fh))
+    }
+
+    /// The object just made as entry `name` of directory `dir` (CREATE), by the
+    /// descriptor its creation returned: its attributes from that descriptor, so no
+    /// second open of the name is needed, and it is remembered.
+    pub fn made_child(&self, dir: &Node, name: &[u8], fd: OwnedFd) -> Result<Node, NfsStat3> {
+        let meta = stat_fd(&fd)?;
+        self.remember(meta.key, dir.meta.key, name);
+        Ok(Node {
+            fd: Arc::new(fd),
+            meta,
+            at: None,
+        })
+    }
+
     /// The attributes of entry `name` (already checked, not `.` or `..`) of directory
     /// `dir`, by statx of the name (not following a symbolic link), without opening
     /// it or remembering it (REMOVE: only the type and inode of what goes).
@@ -1103,8 +1149,8 @@ mod dir_cache_tests {
 
     /// A fresh export holding directory `d` and file `f`, and a directory beside it
     /// (outside the export). Opening by handle needs root (CAP_DAC_READ_SEARCH).
-    fn export() -> (PathBuf, Export) {
-        let base = std::env::temp_dir().join(format!("nfsd-dircache-{}", std::process::id()));
+    fn export(test: &str) -> (PathBuf, Export) {
+        let base = std::env::temp_dir().join(format!("nfsd-{test}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&base);
         let dir = base.join("export");
         std::fs::create_dir_all(dir.join("d")).unwrap();
@@ -1129,7 +1175,7 @@ mod dir_cache_tests {
     /// and closed after two idle periods. Files are not kept.
     #[test]
     fn directories_are_kept_open_and_checked_at_each_use() {
-        let (base, ex) = export();
+        let (base, ex) = export("dir-cache");
         let d = handle_of(&ex, b"d");
         let first = ex.resolve(&d).unwrap();
         assert_eq!(ex.kept_descriptors(), 1);
@@ -1167,6 +1213,35 @@ mod dir_cache_tests {
         ex.age_descriptors();
         ex.age_descriptors();
         assert_eq!(ex.kept_descriptors(), 0, "kept while idle");
+        std::fs::remove_dir_all(base).unwrap();
+    }
+
+    /// `lookup_child`'s two calls on a name that was replaced between them give the
+    /// old object's attributes and inode number with the new object's kernel handle:
+    /// such a handle must be stale, never the new object.
+    #[test]
+    fn a_handle_mixing_two_objects_is_stale() {
+        let (base, ex) = export("mixed-handle");
+        let root = ex.root().unwrap();
+        let (old_meta, _) = ex.lookup_child(&root, b"f").unwrap();
+        // Renamed away (so its inode number is not reused), and a new file put there.
+        std::fs::rename(base.join("export/f"), base.join("export/g")).unwrap();
+        std::fs::write(base.join("export/f"), b"new").unwrap();
+        let new = ex.peek_child(&root, b"f").unwrap();
+        let Object::Kernel { handle, .. } = ex.file_handle(&new).object else {
+            panic!("not a kernel handle");
+        };
+        let mixed = FileHandle {
+            export: ex.id,
+            object: Object::Kernel {
+                ino: old_meta.key.ino,
+                handle,
+            },
+        };
+        assert_eq!(ex.resolve(&mixed).err(), Some(NfsStat3::NFS3ERR_STALE));
+        let (meta, fh) = ex.lookup_child(&root, b"f").unwrap();
+        assert_eq!(meta.key, new.meta.key);
+        assert_eq!(fh, ex.handle(&new));
         std::fs::remove_dir_all(base).unwrap();
     }
 }

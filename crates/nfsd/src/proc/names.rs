@@ -9,6 +9,8 @@ use nfs3::dir::*;
 use nfs3::{
     CreateVerf3, DirOpArgs3, Ftype3, NfsPath3, NfsResult, NfsStat3, Sattr3, SetTime, WccData,
 };
+use std::os::fd::OwnedFd;
+
 use rustix::fs::{AtFlags, FileType, Mode, OFlags, Timespec, Timestamps, CWD};
 use xdr::Bytes;
 
@@ -46,17 +48,18 @@ pub(crate) fn lookup(cx: &Cx<'_>, a: Lookup3Args) -> Lookup3Res {
             )
             .or_stat()
         };
+        let handle_of = |n: Node| (n.meta, ex.handle(&n));
         match name {
-            b"." => search().and_then(|()| ex.same(&dir)),
-            b".." => search().and_then(|()| ex.parent(&dir)),
-            // Only its handle and attributes go back.
-            _ => ex.peek_child(&dir, name),
+            b"." => search().and_then(|()| ex.same(&dir)).map(handle_of),
+            b".." => search().and_then(|()| ex.parent(&dir)).map(handle_of),
+            // Only its handle and attributes go back: not opened.
+            _ => ex.lookup_child(&dir, name),
         }
     });
     match found {
-        Ok(obj) => NfsResult::Ok(Lookup3ResOk {
-            object: ex.handle(&obj),
-            obj_attributes: Some(obj.meta.fattr(ex.id)),
+        Ok((meta, object)) => NfsResult::Ok(Lookup3ResOk {
+            object,
+            obj_attributes: Some(meta.fattr(ex.id)),
             dir_attributes: resolved_attr(ex, &dir),
         }),
         Err(s) => fail(s, resolved_attr(ex, &dir)),
@@ -142,9 +145,19 @@ impl<'a> Target<'a> {
 
     /// The result of a procedure that made entry `name`.
     fn created(&self, made: Result<(), NfsStat3>) -> Create3Res {
+        self.created_by(made.map(|()| None))
+    }
+
+    /// The result of a procedure that made entry `name`, with the descriptor its
+    /// creation returned where there is one (CREATE's new file): the attributes and
+    /// handle are read from it, without opening the name again.
+    fn created_by(&self, made: Result<Option<OwnedFd>, NfsStat3>) -> Create3Res {
         // Only its handle and attributes go back: no descriptor of the directory kept
         // (`peek_child`, a dup and its close less).
-        let made = made.and_then(|()| self.ex.peek_child(&self.dir, self.name));
+        let made = made.and_then(|fd| match fd {
+            Some(fd) => self.ex.made_child(&self.dir, self.name, fd),
+            None => self.ex.peek_child(&self.dir, self.name),
+        });
         match made {
             Ok(obj) => NfsResult::Ok(Create3ResOk {
                 obj: Some(self.ex.handle(&obj)),
@@ -206,22 +219,23 @@ pub(crate) fn create(cx: &Cx<'_>, a: Create3Args) -> Create3Res {
     };
     // The attributes the create did not apply (all but the mode), applied to the new
     // file. A client's plain create sets only the mode: then the file is not opened
-    // again here (an openat, a statx, a dup and three closes less per CREATE), and
-    // `Target::created` finds it for the reply as before.
-    let apply_rest = |attrs: &Sattr3| {
+    // again here (an openat, a statx, a dup and three closes less per CREATE). The
+    // reply's attributes and handle are read from the descriptor the create returned
+    // (`Target::created_by`: an openat and a close less).
+    let apply_rest = |attrs: &Sattr3, fd: OwnedFd| {
         let rest = rest_of(attrs);
-        if sets_nothing(&rest) {
-            return Ok(());
+        if !sets_nothing(&rest) {
+            apply_sattr(&t.ex.child(&t.dir, t.name)?, &rest)?;
         }
-        apply_sattr(&t.ex.child(&t.dir, t.name)?, &rest)
+        Ok(Some(fd))
     };
     let made = cx.as_caller(|| match &a.how {
         CreateHow3::Guarded(attrs) => {
-            excl(mode_of(attrs, 0o644)).or_stat()?;
-            apply_rest(attrs)
+            let fd = excl(mode_of(attrs, 0o644)).or_stat()?;
+            apply_rest(attrs, fd)
         }
         CreateHow3::Unchecked(attrs) => match excl(mode_of(attrs, 0o644)) {
-            Ok(_) => apply_rest(attrs),
+            Ok(fd) => apply_rest(attrs, fd),
             Err(rustix::io::Errno::EXIST) => {
                 // §3.3.8: UNCHECKED "means that the file should be created without
                 // checking for the existence of a duplicate file"; the attributes
@@ -230,12 +244,14 @@ pub(crate) fn create(cx: &Cx<'_>, a: Create3Args) -> Create3Res {
                 if obj.meta.file_type() != FileType::RegularFile {
                     return Err(NfsStat3::NFS3ERR_EXIST);
                 }
-                apply_sattr(&obj, &rest_of(attrs))
+                apply_sattr(&obj, &rest_of(attrs)).map(|()| None)
             }
             Err(e) => Err(crate::errno::nfsstat3_from_errno(e)),
         },
         CreateHow3::Exclusive(verf) => match excl(Mode::empty()) {
-            Ok(fd) => rustix::fs::futimens(&fd, &verifier_times(verf)).or_stat(),
+            Ok(fd) => rustix::fs::futimens(&fd, &verifier_times(verf))
+                .or_stat()
+                .map(|()| Some(fd)),
             Err(rustix::io::Errno::EXIST) => {
                 let obj = t.ex.child(&t.dir, t.name)?;
                 let want = verifier_times(verf);
@@ -243,7 +259,7 @@ pub(crate) fn create(cx: &Cx<'_>, a: Create3Args) -> Create3Res {
                     && i64::from(obj.meta.atime.seconds) == want.last_access.tv_sec
                     && i64::from(obj.meta.mtime.seconds) == want.last_modification.tv_sec;
                 if same {
-                    Ok(())
+                    Ok(None)
                 } else {
                     Err(NfsStat3::NFS3ERR_EXIST)
                 }
@@ -251,7 +267,7 @@ pub(crate) fn create(cx: &Cx<'_>, a: Create3Args) -> Create3Res {
             Err(e) => Err(crate::errno::nfsstat3_from_errno(e)),
         },
     });
-    t.created(made)
+    t.created_by(made)
 }
 
 fn verifier_times(v: &CreateVerf3) -> Timestamps {
