@@ -53,6 +53,7 @@ pub mod creds;
 pub mod dir_cache;
 pub mod errno;
 pub mod exports;
+pub mod faccess;
 pub mod fh;
 pub mod handle_key;
 pub mod kernel_fh;

@@ -287,6 +287,16 @@ impl Node {
         Ok((fd, meta))
     }
 
+    /// Whether the thread's file-system identity may access this object with `mode`
+    /// (`faccessat` with `AT_EACCESS`): by its descriptor where the kernel can
+    /// ([`crate::faccess`]), else by [`Node::proc_path`].
+    pub fn access(&self, mode: rustix::fs::Access) -> Result<(), rustix::io::Errno> {
+        match crate::faccess::by_descriptor(self.fd.as_fd(), mode) {
+            Some(answer) => answer,
+            None => rustix::fs::accessat(CWD, self.proc_path(), mode, AtFlags::EACCESS),
+        }
+    }
+
     /// Fresh attributes.
     pub fn stat(&self) -> Result<Meta, NfsStat3> {
         stat_fd(&self.fd)

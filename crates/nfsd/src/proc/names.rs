@@ -39,15 +39,7 @@ pub(crate) fn lookup(cx: &Cx<'_>, a: Lookup3Args) -> Lookup3Res {
         // name the kernel checks it itself, as the caller, when `peek_child`'s openat
         // looks the name up in the directory (EACCES before ENOENT, as here): one
         // system call less per LOOKUP. "." and ".." are not looked up by name.
-        let search = || {
-            rustix::fs::accessat(
-                CWD,
-                dir.proc_path(),
-                rustix::fs::Access::EXEC_OK,
-                AtFlags::EACCESS,
-            )
-            .or_stat()
-        };
+        let search = || dir.access(rustix::fs::Access::EXEC_OK).or_stat();
         let handle_of = |n: Node| (n.meta, ex.handle(&n));
         match name {
             b"." => search().and_then(|()| ex.same(&dir)).map(handle_of),

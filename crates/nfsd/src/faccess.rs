@@ -1,0 +1,124 @@
+//! A permission check on the object a descriptor names, by the thread's file-system
+//! identity: `faccessat2(fd, "", mode, AT_EACCESS | AT_EMPTY_PATH)` (Linux 5.8 and
+//! later). rustix refuses `AT_EMPTY_PATH` for `accessat`, so this one system call is
+//! made here, raw.
+//!
+//! Why: the alternative, `faccessat` of `/proc/self/fd/N`, walks procfs's path
+//! (`/proc`, `self`, `fd`, the magic link) on every check: 0.74 µs against 0.15 µs
+//! by descriptor on the development host, and an ACCESS makes up to three checks (a
+//! path walk is dearer still in the lab's emulated guest).
+//!
+//! A kernel without it (no `faccessat2`: `ENOSYS`; `AT_EMPTY_PATH` not taken:
+//! `EINVAL`) makes [`by_descriptor`] answer `None` from then on, and callers check by
+//! path as before.
+
+use std::os::fd::{AsRawFd, BorrowedFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use rustix::fs::Access;
+use rustix::io::Errno;
+
+/// Whether the kernel checks by descriptor; cleared at its first refusal.
+static BY_DESCRIPTOR: AtomicBool = AtomicBool::new(true);
+
+/// Checks `mode` on the object `fd` names (an `O_PATH` descriptor will do) as the
+/// thread's file-system identity (`AT_EACCESS`: fsuid, fsgid and groups, as
+/// [`crate::creds`] switches them). `None` if the kernel cannot check by descriptor.
+pub fn by_descriptor(fd: BorrowedFd<'_>, mode: Access) -> Option<Result<(), Errno>> {
+    if !BY_DESCRIPTOR.load(Ordering::Relaxed) {
+        return None;
+    }
+    // SAFETY: faccessat2 takes the descriptor, mode and flags by value and reads one
+    // NUL-terminated string, a static empty C string here; it writes no memory of
+    // ours. `fd` is borrowed, so it stays open for the duration of the call.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_faccessat2,
+            fd.as_raw_fd(),
+            c"".as_ptr(),
+            mode.bits() as libc::c_int,
+            libc::AT_EACCESS | libc::AT_EMPTY_PATH,
+        )
+    };
+    if rc == 0 {
+        return Some(Ok(()));
+    }
+    let errno = Errno::from_io_error(&std::io::Error::last_os_error()).unwrap_or(Errno::IO);
+    if errno == Errno::NOSYS || errno == Errno::INVAL {
+        BY_DESCRIPTOR.store(false, Ordering::Relaxed);
+        tracing::debug!(%errno, "faccessat2 with AT_EMPTY_PATH refused: checking access by path");
+        return None;
+    }
+    Some(Err(errno))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::creds::{AsCaller, Identity};
+    use std::os::fd::AsFd;
+
+    /// By descriptor the kernel answers as by path, for an `O_PATH` descriptor too.
+    #[test]
+    fn answers_as_the_path_check_does() {
+        let dir = std::env::temp_dir().join(format!("nfsd-faccess-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("f");
+        std::fs::write(&file, b"x").unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o640)).unwrap();
+        let fd = rustix::fs::open(
+            &file,
+            rustix::fs::OFlags::PATH | rustix::fs::OFlags::CLOEXEC,
+            rustix::fs::Mode::empty(),
+        )
+        .unwrap();
+        // As the owner's group (read only), as someone else (nothing), as root.
+        let group = Identity {
+            uid: 4321,
+            gid: 0,
+            groups: vec![],
+        };
+        let other = Identity {
+            uid: 4321,
+            gid: 4321,
+            groups: vec![],
+        };
+        let want = |id: &Identity| match id.gid {
+            0 => [Ok(()), Err(Errno::ACCESS), Err(Errno::ACCESS)],
+            _ => [Err(Errno::ACCESS); 3],
+        };
+        for id in [&group, &other] {
+            let _as = AsCaller::enter(crate::creds::switching(), id);
+            assert!(
+                crate::creds::switching(),
+                "this test switches identities: run as root"
+            );
+            for (mode, want) in [Access::READ_OK, Access::WRITE_OK, Access::EXEC_OK]
+                .into_iter()
+                .zip(want(id))
+            {
+                let by_path = rustix::fs::accessat(
+                    rustix::fs::CWD,
+                    &file,
+                    mode,
+                    rustix::fs::AtFlags::EACCESS,
+                );
+                let by_fd = by_descriptor(fd.as_fd(), mode)
+                    .expect("this kernel (5.8 or later) checks by descriptor");
+                assert_eq!(by_fd, want, "{mode:?} as {id:?}");
+                assert_eq!(by_path, want, "{mode:?} as {id:?}");
+            }
+        }
+        // Root: read and write, not execute (no execute bit at all).
+        let root = [Ok(()), Ok(()), Err(Errno::ACCESS)];
+        for (mode, want) in [Access::READ_OK, Access::WRITE_OK, Access::EXEC_OK]
+            .into_iter()
+            .zip(root)
+        {
+            assert_eq!(by_descriptor(fd.as_fd(), mode).unwrap(), want, "{mode:?}");
+        }
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+}
