@@ -141,19 +141,21 @@ impl<'a> Target<'a> {
     }
 
     /// The result of a procedure that made entry `name`, with the descriptor its
-    /// creation returned where there is one (CREATE's new file): the attributes and
-    /// handle are read from it, without opening the name again.
+    /// creation returned where there is one (CREATE EXCLUSIVE's new file): the
+    /// attributes and handle are read from it. Otherwise they are read by the name,
+    /// as LOOKUP reads them ([`Export::lookup_child`]: not opened).
     fn created_by(&self, made: Result<Option<OwnedFd>, NfsStat3>) -> Create3Res {
-        // Only its handle and attributes go back: no descriptor of the directory kept
-        // (`peek_child`, a dup and its close less).
         let made = made.and_then(|fd| match fd {
-            Some(fd) => self.ex.made_child(&self.dir, self.name, fd),
-            None => self.ex.peek_child(&self.dir, self.name),
+            Some(fd) => {
+                let obj = self.ex.made_child(&self.dir, self.name, fd)?;
+                Ok((obj.meta, self.ex.handle(&obj)))
+            }
+            None => self.ex.lookup_child(&self.dir, self.name),
         });
         match made {
-            Ok(obj) => NfsResult::Ok(Create3ResOk {
-                obj: Some(self.ex.handle(&obj)),
-                obj_attributes: Some(obj.meta.fattr(self.ex.id)),
+            Ok((meta, fh)) => NfsResult::Ok(Create3ResOk {
+                obj: Some(fh),
+                obj_attributes: Some(meta.fattr(self.ex.id)),
                 dir_wcc: self.wcc(),
             }),
             Err(s) => NfsResult::Fail(
@@ -209,25 +211,33 @@ pub(crate) fn create(cx: &Cx<'_>, a: Create3Args) -> Create3Res {
             mode,
         )
     };
+    // UNCHECKED and GUARDED make the file by mknodat, as knfsd makes it (vfs_create):
+    // nothing is opened, so nothing is closed either; a file system without mknod
+    // (EPERM) gets the exclusive open instead. Both fail with EEXIST if the name is
+    // taken.
+    let make =
+        |mode: Mode| match rustix::fs::mknodat(&t.dir.fd, t.name, FileType::RegularFile, mode, 0) {
+            Err(rustix::io::Errno::PERM) => excl(mode).map(drop),
+            made => made,
+        };
     // The attributes the create did not apply (all but the mode), applied to the new
     // file. A client's plain create sets only the mode: then the file is not opened
-    // again here (an openat, a statx, a dup and three closes less per CREATE). The
-    // reply's attributes and handle are read from the descriptor the create returned
-    // (`Target::created_by`: an openat and a close less).
-    let apply_rest = |attrs: &Sattr3, fd: OwnedFd| {
+    // here at all, and the reply's attributes and handle are read by its name
+    // (`Target::created_by`).
+    let apply_rest = |attrs: &Sattr3| {
         let rest = rest_of(attrs);
         if !sets_nothing(&rest) {
             apply_sattr(&t.ex.child(&t.dir, t.name)?, &rest)?;
         }
-        Ok(Some(fd))
+        Ok(None)
     };
     let made = cx.as_caller(|| match &a.how {
         CreateHow3::Guarded(attrs) => {
-            let fd = excl(mode_of(attrs, 0o644)).or_stat()?;
-            apply_rest(attrs, fd)
+            make(mode_of(attrs, 0o644)).or_stat()?;
+            apply_rest(attrs)
         }
-        CreateHow3::Unchecked(attrs) => match excl(mode_of(attrs, 0o644)) {
-            Ok(fd) => apply_rest(attrs, fd),
+        CreateHow3::Unchecked(attrs) => match make(mode_of(attrs, 0o644)) {
+            Ok(()) => apply_rest(attrs),
             Err(rustix::io::Errno::EXIST) => {
                 // §3.3.8: UNCHECKED "means that the file should be created without
                 // checking for the existence of a duplicate file"; the attributes
