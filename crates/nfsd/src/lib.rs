@@ -50,6 +50,7 @@
 #![warn(missing_docs, unreachable_pub)]
 
 pub mod creds;
+pub mod delegate;
 pub mod dir_cache;
 pub mod errno;
 pub mod exports;

@@ -4,14 +4,16 @@
 //! flight), where the caller's identity can be switched per thread ([`crate::creds`]),
 //! except for the small metadata procedures of [`runs_inline`], which by default
 //! ([`NfsServer::inline_metadata`]) run on the async worker that received the call
-//! (for NFS/RDMA on a verbs device: a worker of the main runtime, which the device
-//! threads hand every call's file-system work to, [`NfsService::on`]).
+//! (for NFS/RDMA on a verbs device, whose threads never switch identity: those that
+//! switch on a delegate thread, [`NfsService::delegating`], the others on the
+//! blocking pool of another runtime, [`NfsService::on`]).
 
 use std::sync::Arc;
 
 use nfs3::NfsProc3;
 use oncrpc::{Request, Service, ServiceError, ServiceResult};
 
+use crate::delegate::Delegate;
 use crate::nfs::{Caller, NfsServer};
 
 /// NFS version 3 (program 100003) as an RPC service.
@@ -20,6 +22,8 @@ pub struct NfsService {
     server: Arc<NfsServer>,
     /// Where calls run ([`NfsService::on`]); `None`: the runtime that polls the call.
     calls: Option<tokio::runtime::Handle>,
+    /// Where [`NfsService::on`]'s inline calls that switch identity run instead.
+    delegate: Option<Arc<Delegate>>,
 }
 
 impl NfsService {
@@ -28,6 +32,7 @@ impl NfsService {
         NfsService {
             server,
             calls: None,
+            delegate: None,
         }
     }
 
@@ -38,6 +43,14 @@ impl NfsService {
     /// stay with the transport, so a call takes as many thread hand-offs as over TCP.
     pub fn on(mut self, handle: tokio::runtime::Handle) -> Self {
         self.calls = Some(handle);
+        self
+    }
+
+    /// With [`NfsService::on`]: the inline calls that switch identity run on
+    /// `delegate`'s thread, the calling thread waiting for them
+    /// ([`crate::delegate`]: a cheaper hand-off than a task of `on`'s runtime).
+    pub fn delegating(mut self, delegate: Arc<Delegate>) -> Self {
+        self.delegate = Some(delegate);
         self
     }
 }
@@ -61,6 +74,11 @@ impl Service for NfsService {
                 return call_inline(&self.server, proc, &caller, args);
             }
             let server = self.server.clone();
+            if let Some(d) = &self.delegate {
+                return d
+                    .run(move || call_inline(&server, proc, &caller, args))
+                    .unwrap_or(Err(ServiceError::SystemErr));
+            }
             return h
                 .spawn(async move { call_inline(&server, proc, &caller, args) })
                 .await

@@ -80,8 +80,62 @@ fn calls_from_a_device_thread_run_elsewhere_and_never_switch_it() {
         assert!(matches!(h.nfs_raw(NfsProc3::READ, &read), Reply::Ok(_)));
         assert!(!nfsd::creds::ever_switched());
     });
+    // With a delegate thread, the inline calls that switch run there, the device
+    // thread waiting: as the caller (a directory closed to them is NFS3ERR_ACCES),
+    // and the device thread still never switched. READ still goes to the runtime.
+    h.who = Who::Sys(0, 0, vec![]);
+    let private = h.new_dir(&root, "private");
+    let closed = SetAttr3Args {
+        object: private.clone(),
+        new_attributes: Sattr3 {
+            mode: Some(0o700),
+            ..Sattr3::default()
+        },
+        guard: None,
+    };
+    assert!(matches!(
+        h.nfs_raw(NfsProc3::SETATTR, &closed.to_xdr().to_bytes()),
+        Reply::Ok(_)
+    ));
+    let lookup_private = Lookup3Args {
+        what: DirOpArgs3 {
+            dir: private,
+            name: "x".into(),
+        },
+    }
+    .to_xdr()
+    .to_bytes();
+    let delegate = nfsd::delegate::Delegate::start("test-delegate").unwrap();
+    let mut d = Dispatcher::new();
+    d.register(
+        NFS_PROGRAM,
+        [NFS_V3],
+        Arc::new(
+            NfsService::new(h.server.clone())
+                .on(calls.handle().clone())
+                .delegating(delegate),
+        ),
+    )
+    .unwrap();
+    h.dispatcher = d;
+    on_a_device_thread(|| {
+        assert!(matches!(h.nfs_raw(NfsProc3::LOOKUP, &lookup), Reply::Ok(_)));
+        assert!(matches!(h.nfs_raw(NfsProc3::READ, &read), Reply::Ok(_)));
+        assert!(!nfsd::creds::ever_switched());
+    });
+    h.who = Who::Sys(999, 999, vec![]);
+    on_a_device_thread(|| {
+        let Reply::Ok(body) = h.nfs_raw(NfsProc3::LOOKUP, &lookup_private) else {
+            panic!("LOOKUP not answered");
+        };
+        let res = <Lookup3Res as xdr::Decode>::from_xdr(body).unwrap();
+        assert_eq!(status(&res), NfsStat3::NFS3ERR_ACCES);
+        assert!(!nfsd::creds::ever_switched());
+    });
+    h.who = Who::Sys(1234, 4321, vec![4321]);
     // NULL and GETATTR never switch: they stay on the device thread. With the other runtime
-    // gone, it is still answered, while a call that needs that runtime fails.
+    // gone, they are still answered, and so is LOOKUP (by the delegate), while a call
+    // that needs that runtime (READ) fails.
     drop(calls);
     let getattr = GetAttr3Args { object: root }.to_xdr().to_bytes();
     on_a_device_thread(|| {
@@ -90,8 +144,9 @@ fn calls_from_a_device_thread_run_elsewhere_and_never_switch_it() {
             h.nfs_raw(NfsProc3::GETATTR, &getattr),
             Reply::Ok(_)
         ));
+        assert!(matches!(h.nfs_raw(NfsProc3::LOOKUP, &lookup), Reply::Ok(_)));
         assert_eq!(
-            h.nfs_raw(NfsProc3::LOOKUP, &lookup),
+            h.nfs_raw(NfsProc3::READ, &read),
             Reply::Accept(oncrpc::AcceptStat::SYSTEM_ERR)
         );
         assert!(!nfsd::creds::ever_switched());

@@ -21,20 +21,21 @@
 //! On a verbs device, everything that touches the device (binding, the listener, the
 //! connections' tasks: completions, posting, registration, rdma_cm; decoding Calls
 //! and encoding Replies) runs on threads of its own ([`DeviceThreads`], a one-worker
-//! tokio runtime), and each call's file-system work goes to the runtime that bound
-//! the listener ([`NfsService::on`]): the small metadata calls to its workers, which
-//! run them inline ([`crate::service::runs_inline`]) switching their identity
-//! ([`crate::creds`]), the rest to its blocking pool as before. The result comes back
-//! to the call's task on the device threads as the spawned task's output; only
-//! those threads post. Why: Linux refuses a `write` to the device's descriptors
+//! tokio runtime), and each call's file-system work that switches identity
+//! ([`crate::creds`]) runs elsewhere: the small metadata calls
+//! ([`crate::service::runs_inline`]) on a delegate thread, the device thread waiting
+//! for each ([`crate::delegate`], [`NfsService::delegating`]); the rest on the
+//! blocking pool of the runtime that bound the listener ([`NfsService::on`]), the
+//! result coming back to the call's task as the spawned task's output. Only the
+//! device threads post. Why: Linux refuses a `write` to the device's descriptors
 //! (uverbs, rdma_cm) from a thread whose credentials changed after they were opened
 //! ("changed security contexts after opening file descriptor"), and a thread that
 //! switched once never has the same credentials again (docs/linux-facts.md, "RDMA
 //! device descriptors and thread credentials"). The device threads are marked
 //! ([`crate::creds::keep_identity`]): a switch there panics instead.
 //!
-//! A call crosses threads as often as over TCP: device thread to a worker (inline)
-//! or to the blocking pool, and back. Handing the whole dispatch to the main runtime
+//! A call crosses threads as often as over TCP: device thread to the delegate
+//! (inline) or to the blocking pool, and back. Handing the whole dispatch to the main runtime
 //! instead (`RdmaServer` spawning it there) added a hop to every READ and measured
 //! about 5% slower on siw (lab `nfsbench lab --fabric siw`, 109 against 115 MB/s).
 //!
@@ -275,7 +276,11 @@ impl RdmaListener {
         let on_iwarp = nfs_only(NfsService::new(nfs.clone()))?;
         // On a verbs device the calls run on this runtime, never on the device threads
         // (module docs, "Threads").
-        let on_verbs = nfs_only(NfsService::new(nfs).on(tokio::runtime::Handle::current()))?;
+        let on_verbs = nfs_only(
+            NfsService::new(nfs)
+                .on(tokio::runtime::Handle::current())
+                .delegating(crate::delegate::Delegate::start("nfsd-rdma-calls")?),
+        )?;
         let context = |e: io::Error| {
             io::Error::new(e.kind(), format!("NFS/RDMA listener on {}: {e}", opts.addr))
         };
