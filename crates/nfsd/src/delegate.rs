@@ -65,9 +65,10 @@ impl Delegate {
 }
 
 /// Keeps the delegate thread on `cpu`, the one the waiting thread runs on: that thread
-/// sleeps while the delegate works, so both wake-ups stay on one CPU (no
-/// inter-processor interrupt, a halted vCPU woken, in the lab's guest). `on` is where
-/// it was last kept. A CPU it may not use (the set shrank since) leaves it where it
+/// sleeps while the delegate works, so both wake-ups stay on one CPU, with no
+/// inter-processor interrupt to wake a halted one (dear in the lab's emulated guest).
+/// The delegate so takes the CPU the waiting thread leaves, and cannot move to another
+/// meanwhile. `on` is where it was last kept. A CPU it may not use leaves it where it
 /// is.
 fn follow(on: &mut Option<usize>, cpu: usize) {
     if *on == Some(cpu) {
