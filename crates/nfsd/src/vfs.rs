@@ -847,28 +847,14 @@ impl Export {
         name: &[u8],
         ino: u64,
     ) -> Result<(Meta, NfsFh3), NfsStat3> {
-        // (rustix makes the C string on the stack: no allocation per entry.)
-        let kernel = match &self.kernel {
-            Some(_) => rustix::path::Arg::into_with_c_str(name, |c| {
-                Ok(kernel_fh::name_to_handle_in(&dir.fd, c))
-            })
-            .ok()
-            .and_then(Result::ok),
-            None => None,
-        };
+        let kernel = self.kernel_handle_in(dir, name);
         let meta = self.stat_child(dir, name)?;
         if meta.key.ino != ino {
             let node = self.peek_child(dir, name)?;
             let fh = self.handle(&node);
             return Ok((node.meta, fh));
         }
-        self.remember(meta.key, dir.meta.key, name);
-        let fh = FileHandle {
-            export: self.id,
-            object: self.object_of(&meta, kernel),
-        }
-        .seal(&self.key);
-        Ok((meta, fh))
+        Ok((meta, self.named_handle(dir, name, &meta, kernel)))
     }
 
     /// LOOKUP's attributes and handle of entry `name` (already checked, not `.` or
@@ -887,21 +873,35 @@ impl Export {
     /// way the handle names what was at the name during the call.
     pub fn lookup_child(&self, dir: &Node, name: &[u8]) -> Result<(Meta, NfsFh3), NfsStat3> {
         let meta = self.stat_child(dir, name)?;
-        let kernel = match &self.kernel {
-            Some(_) => rustix::path::Arg::into_with_c_str(name, |c| {
-                Ok(kernel_fh::name_to_handle_in(&dir.fd, c))
-            })
+        let kernel = self.kernel_handle_in(dir, name);
+        Ok((meta, self.named_handle(dir, name, &meta, kernel)))
+    }
+
+    /// The kernel's handle of entry `name` of `dir` (`name_to_handle_at`, not
+    /// following a symbolic link), where this export makes kernel handles. (rustix
+    /// makes the C string on the stack: no allocation per entry.)
+    fn kernel_handle_in(&self, dir: &Node, name: &[u8]) -> Option<(kernel_fh::KernelHandle, i32)> {
+        self.kernel.as_ref()?;
+        rustix::path::Arg::into_with_c_str(name, |c| Ok(kernel_fh::name_to_handle_in(&dir.fd, c)))
             .ok()
-            .and_then(Result::ok),
-            None => None,
-        };
+            .and_then(Result::ok)
+    }
+
+    /// The handle, as sent, of entry `name` of `dir`, an object with attributes
+    /// `meta` and kernel handle `kernel` read by its name, which is remembered.
+    fn named_handle(
+        &self,
+        dir: &Node,
+        name: &[u8],
+        meta: &Meta,
+        kernel: Option<(kernel_fh::KernelHandle, i32)>,
+    ) -> NfsFh3 {
         self.remember(meta.key, dir.meta.key, name);
-        let fh = FileHandle {
+        FileHandle {
             export: self.id,
-            object: self.object_of(&meta, kernel),
+            object: self.object_of(meta, kernel),
         }
-        .seal(&self.key);
-        Ok((meta, fh))
+        .seal(&self.key)
     }
 
     /// The object just made as entry `name` of directory `dir` (CREATE), by the

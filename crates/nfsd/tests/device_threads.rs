@@ -29,6 +29,14 @@ fn on_a_device_thread<T: Send>(f: impl FnOnce() -> T + Send) -> T {
     })
 }
 
+/// A dispatcher of NFS version 3 served by `service`.
+fn nfs_only(service: NfsService) -> Dispatcher {
+    let mut d = Dispatcher::new();
+    d.register(NFS_PROGRAM, [NFS_V3], Arc::new(service))
+        .unwrap();
+    d
+}
+
 #[test]
 fn calls_from_a_device_thread_run_elsewhere_and_never_switch_it() {
     let mut h = Harness::with(false, Squash::None, &[]);
@@ -67,14 +75,7 @@ fn calls_from_a_device_thread_run_elsewhere_and_never_switch_it() {
         .enable_all()
         .build()
         .unwrap();
-    let mut d = Dispatcher::new();
-    d.register(
-        NFS_PROGRAM,
-        [NFS_V3],
-        Arc::new(NfsService::new(h.server.clone()).on(calls.handle().clone())),
-    )
-    .unwrap();
-    h.dispatcher = d;
+    h.dispatcher = nfs_only(NfsService::new(h.server.clone()).on(calls.handle().clone()));
     on_a_device_thread(|| {
         assert!(matches!(h.nfs_raw(NfsProc3::LOOKUP, &lookup), Reply::Ok(_)));
         assert!(matches!(h.nfs_raw(NfsProc3::READ, &read), Reply::Ok(_)));
@@ -106,18 +107,11 @@ fn calls_from_a_device_thread_run_elsewhere_and_never_switch_it() {
     .to_xdr()
     .to_bytes();
     let delegate = nfsd::delegate::Delegate::start("test-delegate").unwrap();
-    let mut d = Dispatcher::new();
-    d.register(
-        NFS_PROGRAM,
-        [NFS_V3],
-        Arc::new(
-            NfsService::new(h.server.clone())
-                .on(calls.handle().clone())
-                .delegating(delegate),
-        ),
-    )
-    .unwrap();
-    h.dispatcher = d;
+    h.dispatcher = nfs_only(
+        NfsService::new(h.server.clone())
+            .on(calls.handle().clone())
+            .delegating(delegate),
+    );
     on_a_device_thread(|| {
         assert!(matches!(h.nfs_raw(NfsProc3::LOOKUP, &lookup), Reply::Ok(_)));
         assert!(matches!(h.nfs_raw(NfsProc3::READ, &read), Reply::Ok(_)));
