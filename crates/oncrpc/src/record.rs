@@ -215,17 +215,41 @@ fn split_to(piece: &mut Piece, n: usize) -> Piece {
 }
 
 fn mark(len: usize, last: bool) -> Bytes {
-    // `len <= MAX_FRAGMENT_LEN` by the clamp in `frame`.
+    Bytes::copy_from_slice(&mark_word(len, last))
+}
+
+/// The record mark of a fragment of `len` data bytes (RFC 5531 §11), `last` or not.
+/// `len` must be at most [`MAX_FRAGMENT_LEN`] (the callers clamp their fragments).
+pub(crate) fn mark_word(len: usize, last: bool) -> [u8; 4] {
     let mut v = (len as u32) & MAX_FRAGMENT_LEN;
     if last {
         v |= LAST_FRAGMENT;
     }
-    Bytes::copy_from_slice(&v.to_be_bytes())
+    v.to_be_bytes()
+}
+
+/// The record mark of `message` sent as one last fragment, if it fits in one of at
+/// most `max_fragment` bytes (clamped as in [`frame`]): the framing of [`frame`] for
+/// a message that needs no more, with nothing to allocate.
+pub(crate) fn single_fragment_mark(message_len: usize, max_fragment: usize) -> Option<[u8; 4]> {
+    let max_fragment = max_fragment.clamp(1, MAX_FRAGMENT_LEN as usize);
+    (message_len <= max_fragment).then(|| mark_word(message_len, true))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_single_fragment_mark_is_the_mark_frame_gives() {
+        for (len, max) in [(0, 1), (1, 1), (5, 8), (8, 8), (100, usize::MAX)] {
+            let framed = frame(vec![Bytes::from(vec![0u8; len])], max);
+            let mark = single_fragment_mark(len, max).expect("fits one fragment");
+            assert_eq!(&mark[..], &framed[0][..]);
+        }
+        assert_eq!(single_fragment_mark(9, 8), None);
+        assert_eq!(single_fragment_mark(2, 0), None); // clamped to 1
+    }
 
     #[test]
     fn the_record_bound_is_known_from_the_first_fragment_header() {

@@ -11,6 +11,7 @@ use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
@@ -225,11 +226,11 @@ impl<F: Future> Future for CatchUnwind<F> {
     }
 }
 
-/// Polls `f` once: whether it finished. A future left pending keeps the waker of
-/// the task that polled it until it is polled again elsewhere, which costs that task
-/// at most a spurious wake-up.
-async fn poll_once<F: Future + ?Sized>(mut f: std::pin::Pin<&mut F>) -> std::task::Poll<()> {
-    std::future::poll_fn(|cx| std::task::Poll::Ready(f.as_mut().poll(cx).map(|_| ()))).await
+/// Polls `f` once: its output if it finished. A future left pending keeps the waker
+/// of the task that polled it until it is polled again elsewhere, which costs that
+/// task at most a spurious wake-up.
+async fn poll_once<F: Future + ?Sized>(mut f: Pin<&mut F>) -> Poll<F::Output> {
+    std::future::poll_fn(|cx| Poll::Ready(f.as_mut().poll(cx))).await
 }
 
 /// The message of a panic payload (`panic!` makes a `&str` or a `String`).
@@ -260,33 +261,43 @@ async fn connection(
         },
     };
     tracing::debug!(%peer, "connection opened");
-    let (mut rd, mut wr) = stream.into_split();
+    let (mut rd, wr) = stream.into_split();
+    // The connection's write half. Its holder writes whole replies (tcp::write_replies:
+    // one `sendmsg` for replies in memory; READ data from the page cache by
+    // `sendfile`), so records never interleave.
+    let wr = Arc::new(tokio::sync::Mutex::new(wr));
     let max_in_flight = config.max_in_flight.max(1);
     let (tx, mut rx) = mpsc::channel::<XdrStream>(max_in_flight);
     let max_fragment = config.max_fragment;
     let file_data = config.file_data;
-    // The connection's only writer: replies leave whole, in completion order, those
-    // already queued together (tcp::write_replies: one `sendmsg` for a batch of
-    // replies in memory; READ data from the page cache by `sendfile`).
-    let writer = AbortOnDrop(tokio::spawn(async move {
-        let mut batch = Vec::with_capacity(MAX_BATCH);
-        while rx.recv_many(&mut batch, MAX_BATCH).await > 0 {
-            if let Err(e) = write_replies(wr.as_ref(), &batch, max_fragment, file_data).await {
-                tracing::debug!(%peer, error = %e, "write failed");
-                return;
+    // The writer of the replies of calls that ran as tasks of their own: in completion
+    // order, those already queued together in one write.
+    let writer = AbortOnDrop(tokio::spawn({
+        let wr = wr.clone();
+        async move {
+            let mut batch = Vec::with_capacity(MAX_BATCH);
+            while rx.recv_many(&mut batch, MAX_BATCH).await > 0 {
+                let w = wr.lock().await;
+                if let Err(e) = write_replies(w.as_ref(), &batch, max_fragment, file_data).await {
+                    tracing::debug!(%peer, error = %e, "write failed");
+                    return;
+                }
+                batch.clear();
             }
-            batch.clear();
+            close_write(&mut *wr.lock().await).await;
         }
-        close_write(&mut wr).await;
     }));
     let permits = Arc::new(Semaphore::new(max_in_flight));
     let mut calls = JoinSet::new();
     let mut dec = RecordDecoder::new(config.max_record);
     let mut buf = BytesMut::new();
+    // One future for the whole connection, not one per call read.
+    let stopped = stop.wait_for(|s| *s);
+    tokio::pin!(stopped);
     loop {
         let record = tokio::select! {
             biased;
-            _ = stop.wait_for(|s| *s) => break,
+            _ = &mut stopped => break,
             r = read_call(&mut rd, &mut dec, &mut buf, config.memory.as_deref()) => r,
         };
         match record {
@@ -294,50 +305,44 @@ async fn connection(
                 let Ok(permit) = permits.clone().acquire_owned().await else {
                     break;
                 };
-                let dispatcher = dispatcher.clone();
-                let tx = tx.clone();
-                let mut call = Box::pin(async move {
-                    let xid = peek_xid_and_type(&call).map(|(xid, _)| xid);
-                    // A panic in the handler fails this call with SYSTEM_ERR, not
-                    // the connection. It is caught here rather than by running the
-                    // handler in a task of its own: a second task per call cost a
-                    // spawn, a wake-up and, under tokio's multi-threaded scheduler,
-                    // clock reads (system calls where the clock has no vDSO).
-                    let from = Peer {
-                        addr: peer,
-                        protocol: Protocol::Tcp,
-                    };
-                    let handler = CatchUnwind(Box::pin(dispatcher.dispatch_from(call, Some(from))));
-                    let reply = match handler.await {
-                        Ok(reply) => reply,
-                        Err(panic) => {
-                            let e = panic_message(&*panic);
-                            tracing::error!(%peer, error = %e, "handler failed");
-                            xid.map(|xid| {
-                                reply_message(
-                                    xid,
-                                    &ReplyBody::accepted(AcceptStat::SYSTEM_ERR),
-                                    XdrStream::default(),
-                                )
-                            })
+                let mut call = Box::pin(serve_call(dispatcher.clone(), call, peer));
+                // With no other call of this connection in service, the call's first
+                // poll runs here, and most calls (NULL, the metadata calls nfsd runs
+                // inline, errors) end in it: no task to spawn, schedule and join
+                // (about 3,000 of a GETATTR's 21,000 instructions, valgrind). Its
+                // reply then leaves from here too when no other write is under way:
+                // no hand-off to the writer task. A call that waits, or one that
+                // arrives while others are in service, runs as a task of its own, so
+                // that a client's concurrent calls still spread over the workers.
+                while calls.try_join_next().is_some() {}
+                if calls.is_empty() {
+                    if let Poll::Ready(reply) = poll_once(call.as_mut()).await {
+                        let sent = match (reply, wr.try_lock()) {
+                            (None, _) => Ok(()),
+                            (Some(reply), Ok(w)) => {
+                                let replies = std::slice::from_ref(&reply);
+                                write_replies(w.as_ref(), replies, max_fragment, file_data).await
+                            }
+                            (Some(reply), Err(_)) => {
+                                let _ = tx.send(reply).await;
+                                Ok(())
+                            }
+                        };
+                        drop((permit, held));
+                        if let Err(e) = sent {
+                            tracing::debug!(%peer, error = %e, "write failed");
+                            return;
                         }
-                    };
-                    if let Some(reply) = reply {
+                        continue;
+                    }
+                }
+                let tx = tx.clone();
+                calls.spawn(async move {
+                    if let Some(reply) = call.await {
                         let _ = tx.send(reply).await;
                     }
                     drop((permit, held));
                 });
-                // With no other call of this connection in service, the call's first
-                // poll runs here, and most calls (NULL, the metadata calls nfsd runs
-                // inline, errors) end in it: no task to spawn, schedule and join
-                // (about 3,000 of a GETATTR's 21,000 instructions, valgrind). A call
-                // that waits, or one that arrives while others are in service, runs
-                // as a task of its own, so that a client's concurrent calls still
-                // spread over the workers.
-                while calls.try_join_next().is_some() {}
-                if !calls.is_empty() || poll_once(call.as_mut()).await.is_pending() {
-                    calls.spawn(call);
-                }
             }
             Ok(None) => break,
             Err(e) => {
@@ -361,6 +366,38 @@ async fn connection(
     let mut writer = writer;
     let _ = (&mut writer.0).await;
     tracing::debug!(%peer, "connection closed");
+}
+
+/// Runs one call through `dispatcher`: its reply, if it has one. A panic in the
+/// handler fails this call with SYSTEM_ERR, not the connection. It is caught here
+/// rather than by running the handler in a task of its own: a second task per call
+/// cost a spawn, a wake-up and, under tokio's multi-threaded scheduler, clock reads
+/// (system calls where the clock has no vDSO).
+async fn serve_call(
+    dispatcher: Arc<Dispatcher>,
+    call: Bytes,
+    peer: SocketAddr,
+) -> Option<XdrStream> {
+    let xid = peek_xid_and_type(&call).map(|(xid, _)| xid);
+    let from = Peer {
+        addr: peer,
+        protocol: Protocol::Tcp,
+    };
+    let handler = CatchUnwind(Box::pin(dispatcher.dispatch_from(call, Some(from))));
+    match handler.await {
+        Ok(reply) => reply,
+        Err(panic) => {
+            let e = panic_message(&*panic);
+            tracing::error!(%peer, error = %e, "handler failed");
+            xid.map(|xid| {
+                reply_message(
+                    xid,
+                    &ReplyBody::accepted(AcceptStat::SYSTEM_ERR),
+                    XdrStream::default(),
+                )
+            })
+        }
+    }
 }
 
 /// Reads one call record from `r` (as [`crate::tcp::read_record`]), charging it to

@@ -14,12 +14,17 @@
 //! TCP).
 //!
 //! The rules, all here:
-//! - **Atomicity.** One task per connection owns the write half and writes each reply
-//!   whole before the next, so no reply is interleaved inside another's record; a
-//!   batch is the replies already queued when the writer wakes, in queue order.
+//! - **Atomicity.** The server's connection holds its write half under a lock, and
+//!   whoever holds it writes each reply whole before the next, so no reply is
+//!   interleaved inside another's record: the connection's own task for a call that
+//!   finished as it was read, its writer task for the others. A batch is the replies
+//!   already queued when the writer wakes, in queue order.
 //! - **Framing.** A record is framed before anything is sent ([`frame_pieces`]): its
 //!   fragment lengths come from the lengths fixed at encoding, including each file
-//!   range's. A batch of replies without file data is one `sendmsg`. With
+//!   range's. A reply alone, all in memory and within one fragment (most replies),
+//!   is its record mark and its bytes in one `sendmsg`, with nothing allocated
+//!   ([`single_fragment_mark`]). A batch of replies without file data is one
+//!   `sendmsg`. With
 //!   `Sendfile`, bytes in memory up to a file range go out in one `sendmsg` with
 //!   `MSG_MORE` (so the header does not leave as a packet of its own), then the range
 //!   by `sendfile`, then the bytes after it (XDR padding, the next replies). With
@@ -54,7 +59,7 @@ use xdr::{FileRange, Piece, XdrStream};
 
 use super::consume;
 use super::mapped::{send_chunks, Chunk, MappedRange};
-use crate::record::frame_pieces;
+use crate::record::{frame_pieces, single_fragment_mark};
 
 /// At most this many buffers per `sendmsg` (Linux's `UIO_MAXIOV` is 1024).
 const MAX_IOV: usize = 256;
@@ -70,6 +75,11 @@ pub(crate) async fn write_replies(
     max_fragment: usize,
     file_data: FileData,
 ) -> io::Result<()> {
+    if let [reply] = replies {
+        if let Some(mark) = single_record_in_memory(reply, max_fragment) {
+            return send_record(sock, &mark, &reply.inline).await;
+        }
+    }
     let mut out = VecDeque::new();
     for reply in replies {
         for piece in frame_pieces(reply.pieces(), max_fragment) {
@@ -147,6 +157,43 @@ pub(crate) async fn write_replies(
             }
             Err(e) => return Err(e),
         }
+    }
+    Ok(())
+}
+
+/// The record mark of `reply` if it is all in memory and fits in one fragment: the
+/// common reply (every call's but READ's data and long directory listings), sent by
+/// [`send_record`] with nothing allocated.
+fn single_record_in_memory(reply: &XdrStream, max_fragment: usize) -> Option<[u8; 4]> {
+    if !reply.ddp.is_empty() {
+        return None;
+    }
+    single_fragment_mark(reply.inline.len(), max_fragment)
+}
+
+/// Sends the record `mark` + `body` whole, by `sendmsg`, resuming after a partial
+/// write.
+async fn send_record(sock: &TcpStream, mark: &[u8; 4], body: &[u8]) -> io::Result<()> {
+    let total = mark.len() + body.len();
+    let mut sent = 0;
+    while sent < total {
+        let n = sock
+            .async_io(Interest::WRITABLE, || {
+                let (m, b) = if sent < mark.len() {
+                    (&mark[sent..], body)
+                } else {
+                    (&mark[..0], &body[sent - mark.len()..])
+                };
+                let slices = [IoSlice::new(m), IoSlice::new(b)];
+                let flags = SendFlags::NOSIGNAL;
+                rustix::net::sendmsg(sock, &slices, &mut SendAncillaryBuffer::default(), flags)
+                    .map_err(io::Error::from)
+            })
+            .await?;
+        if n == 0 {
+            return Err(io::ErrorKind::WriteZero.into());
+        }
+        sent += n;
     }
     Ok(())
 }
@@ -422,6 +469,21 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[tokio::test]
+    async fn a_reply_alone_in_memory_goes_out_whole_through_partial_writes() {
+        // 8 MiB is more than loopback's socket buffers take at once, so the single
+        // record's `sendmsg` returns short and resumes (mid-mark too, for the empty
+        // reply's). Over the fragment limit, the same reply goes by the general path.
+        let body: Vec<u8> = (0..8 << 20).map(|i: u32| (i % 251) as u8).collect();
+        let big = XdrStream::inline_only(Bytes::from(body.clone()));
+        for max_fragment in [usize::MAX, body.len(), 100_000] {
+            let got = round_trip(vec![big.clone()], max_fragment, FileData::Sendfile).await;
+            assert!(got[0] == body, "max_fragment {max_fragment}");
+        }
+        let empty = round_trip(vec![XdrStream::default()], 1, FileData::Sendfile).await;
+        assert!(empty[0].is_empty());
     }
 
     #[tokio::test]
