@@ -8,14 +8,12 @@
 //! listing that does not fit is answered NFS3ERR_JUKEBOX (RFC 1813 §2.6: "the client should retry
 //! later").
 
-use std::future::Future;
 use std::net::SocketAddr;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use oncrpc::server::{ConnectionMemory, Held};
+use oncrpc::server::{Charging, ConnectionMemory, Held};
 use rpcrdma::memory::MemoryBudget;
 
 /// The default budget: a quarter of the machine's physical memory (MemTotal of
@@ -135,16 +133,16 @@ impl ConnectionMemory for TcpMemory {
         }
     }
 
-    fn charge(&self, bytes: u64) -> Pin<Box<dyn Future<Output = Option<Held>> + Send>> {
+    fn charge(&self, bytes: u64) -> Charging {
+        if bytes > self.budget.limit() {
+            return Charging::Now(None);
+        }
+        let mut waiter = match self.budget.try_charge(bytes) {
+            Ok(charge) => return Charging::Now(Some(Box::new(charge))),
+            Err(waiter) => waiter,
+        };
         let budget = self.budget.clone();
-        Box::pin(async move {
-            if bytes > budget.limit() {
-                return None;
-            }
-            let mut waiter = match budget.try_charge(bytes) {
-                Ok(charge) => return Some(Box::new(charge) as Held),
-                Err(waiter) => waiter,
-            };
+        Charging::Later(Box::pin(async move {
             loop {
                 let since = waiter.wait().1;
                 std::future::poll_fn(|cx| budget.poll_released(since, cx)).await;
@@ -153,6 +151,6 @@ impl ConnectionMemory for TcpMemory {
                     Err(again) => waiter = again,
                 }
             }
-        })
+        }))
     }
 }

@@ -53,9 +53,29 @@ pub trait ConnectionMemory: Send + Sync + fmt::Debug {
     /// refuses it.
     fn admit(&self, peer: SocketAddr, bytes: u64) -> Option<Held>;
 
-    /// Charges `bytes`, in line with the budget's other waiting charges: resolves
-    /// once charged, or to `None` if they can never fit (more than the whole budget).
-    fn charge(&self, bytes: u64) -> Pin<Box<dyn Future<Output = Option<Held>> + Send>>;
+    /// Charges `bytes`, in line with the budget's other waiting charges: at once
+    /// when they fit and no one waits ([`Charging::Now`]), else a future that resolves
+    /// once charged; `None` if they can never fit (more than the whole budget).
+    fn charge(&self, bytes: u64) -> Charging;
+}
+
+/// A charge to a [`ConnectionMemory`]: most are granted at once, without a future
+/// to allocate and poll; the rest wait their turn.
+pub enum Charging {
+    /// Decided at once: the charge, or `None` if it can never fit.
+    Now(Option<Held>),
+    /// Waiting in line until charged (or `None`, as for `Now`).
+    Later(Pin<Box<dyn Future<Output = Option<Held>> + Send>>),
+}
+
+impl Charging {
+    /// The charge, once decided.
+    pub async fn granted(self) -> Option<Held> {
+        match self {
+            Charging::Now(held) => held,
+            Charging::Later(waiting) => waiting.await,
+        }
+    }
 }
 
 /// What a TCP connection is charged at accept ([`ConnectionMemory`]): its read
@@ -208,9 +228,9 @@ impl<T> Drop for AbortOnDrop<T> {
 
 /// A future whose panic, when polled, becomes its output `Err` (the payload) instead
 /// of unwinding into the task that polls it. It is not polled again after that.
-struct CatchUnwind<F>(std::pin::Pin<Box<F>>);
+struct CatchUnwind<'a, F>(Pin<&'a mut F>);
 
-impl<F: Future> Future for CatchUnwind<F> {
+impl<F: Future> Future for CatchUnwind<'_, F> {
     type Output = std::thread::Result<F::Output>;
 
     fn poll(
@@ -302,18 +322,16 @@ async fn connection(
         };
         match record {
             Ok(Some((call, held))) => {
-                let Ok(permit) = permits.clone().acquire_owned().await else {
-                    break;
-                };
                 let mut call = Box::pin(serve_call(dispatcher.clone(), call, peer));
                 // With no other call of this connection in service, the call's first
                 // poll runs here, and most calls (NULL, the metadata calls nfsd runs
                 // inline, errors) end in it: no task to spawn, schedule and join
                 // (about 3,000 of a GETATTR's 21,000 instructions, valgrind). Its
                 // reply then leaves from here too when no other write is under way:
-                // no hand-off to the writer task. A call that waits, or one that
-                // arrives while others are in service, runs as a task of its own, so
-                // that a client's concurrent calls still spread over the workers.
+                // no hand-off to the writer task. It takes no permit: nothing else is
+                // in service meanwhile. A call that waits, or one that arrives while
+                // others are in service, runs as a task of its own, so that a client's
+                // concurrent calls still spread over the workers.
                 while calls.try_join_next().is_some() {}
                 if calls.is_empty() {
                     if let Poll::Ready(reply) = poll_once(call.as_mut()).await {
@@ -328,7 +346,7 @@ async fn connection(
                                 Ok(())
                             }
                         };
-                        drop((permit, held));
+                        drop(held);
                         if let Err(e) = sent {
                             tracing::debug!(%peer, error = %e, "write failed");
                             return;
@@ -336,6 +354,11 @@ async fn connection(
                         continue;
                     }
                 }
+                // Every call of this connection in service holds a permit, until its
+                // reply is queued; with none left, no more calls are read.
+                let Ok(permit) = permits.clone().acquire_owned().await else {
+                    break;
+                };
                 let tx = tx.clone();
                 calls.spawn(async move {
                     if let Some(reply) = call.await {
@@ -383,7 +406,7 @@ async fn serve_call(
         addr: peer,
         protocol: Protocol::Tcp,
     };
-    let handler = CatchUnwind(Box::pin(dispatcher.dispatch_from(call, Some(from))));
+    let handler = CatchUnwind(std::pin::pin!(dispatcher.dispatch_from(call, Some(from))));
     match handler.await {
         Ok(reply) => reply,
         Err(panic) => {
@@ -426,6 +449,7 @@ async fn read_call(
                 // its header came alone).
                 let charge = memory
                     .charge(record.len() as u64)
+                    .granted()
                     .await
                     .ok_or_else(too_large)?;
                 drop(held);
@@ -439,6 +463,7 @@ async fn read_call(
                 // keeps: charged for that buffer at least, before the next one.
                 None => memory
                     .charge(record.len().max(READ_CHUNK) as u64)
+                    .granted()
                     .await
                     .ok_or_else(too_large)?,
             };
@@ -449,7 +474,7 @@ async fn read_call(
             // (`read_record` reserves the rest of the fragment): charge first.
             if let Some(bound) = dec.record_bound().filter(|&b| b > SMALL_RECORD) {
                 let bytes = bound.max(READ_CHUNK) as u64;
-                held = Some(memory.charge(bytes).await.ok_or_else(too_large)?);
+                held = Some(memory.charge(bytes).granted().await.ok_or_else(too_large)?);
             }
         }
         // As `read_record`: the rest of the current fragment at once.
