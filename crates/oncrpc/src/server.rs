@@ -47,7 +47,8 @@ pub type Held = Box<dyn std::any::Any + Send + Sync>;
 ///   client back, until the charge is granted; a record that shares the connection's
 ///   read buffer is charged once complete, and copied out of it if small, so that
 ///   calls in service never keep read buffers alive uncharged. Each charge lasts
-///   until the call's reply is queued for sending.
+///   until the call's reply is queued for the writer, or sent by the reader's task
+///   itself.
 pub trait ConnectionMemory: Send + Sync + fmt::Debug {
     /// Charges a new connection from `peer` `bytes` now, without waiting; `None`
     /// refuses it.
