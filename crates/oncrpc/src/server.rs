@@ -21,10 +21,9 @@ use tokio::sync::{mpsc, oneshot, watch, Semaphore};
 use tokio::task::JoinSet;
 use xdr::XdrStream;
 
-use crate::message::{peek_xid_and_type, AcceptStat, ReplyBody};
 use crate::record::RecordDecoder;
 use crate::rpcbind::{Registrar, NETID_TCP};
-use crate::service::{reply_message, Dispatcher, Peer, Protocol};
+use crate::service::{Dispatcher, Peer, Protocol};
 use crate::tcp::{
     close_write, invalid_data, write_replies, DEFAULT_MAX_FRAGMENT, DEFAULT_MAX_RECORD, READ_CHUNK,
 };
@@ -227,42 +226,11 @@ impl<T> Drop for AbortOnDrop<T> {
     }
 }
 
-/// A future whose panic, when polled, becomes its output `Err` (the payload) instead
-/// of unwinding into the task that polls it. It is not polled again after that.
-struct CatchUnwind<'a, F>(Pin<&'a mut F>);
-
-impl<F: Future> Future for CatchUnwind<'_, F> {
-    type Output = std::thread::Result<F::Output>;
-
-    fn poll(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Self::Output> {
-        let inner = self.0.as_mut();
-        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| inner.poll(cx))) {
-            Ok(std::task::Poll::Pending) => std::task::Poll::Pending,
-            Ok(std::task::Poll::Ready(v)) => std::task::Poll::Ready(Ok(v)),
-            Err(panic) => std::task::Poll::Ready(Err(panic)),
-        }
-    }
-}
-
 /// Polls `f` once: its output if it finished. A future left pending keeps the waker
 /// of the task that polled it until it is polled again elsewhere, which costs that
 /// task at most a spurious wake-up.
 async fn poll_once<F: Future + ?Sized>(mut f: Pin<&mut F>) -> Poll<F::Output> {
     std::future::poll_fn(|cx| Poll::Ready(f.as_mut().poll(cx))).await
-}
-
-/// The message of a panic payload (`panic!` makes a `&str` or a `String`).
-fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
-    if let Some(s) = payload.downcast_ref::<&str>() {
-        format!("panicked: {s}")
-    } else if let Some(s) = payload.downcast_ref::<String>() {
-        format!("panicked: {s}")
-    } else {
-        "panicked".to_string()
-    }
 }
 
 async fn connection(
@@ -392,36 +360,18 @@ async fn connection(
     tracing::debug!(%peer, "connection closed");
 }
 
-/// Runs one call through `dispatcher`: its reply, if it has one. A panic in the
-/// handler fails this call with SYSTEM_ERR, not the connection. It is caught here
-/// rather than by running the handler in a task of its own: a second task per call
-/// cost a spawn, a wake-up and, under tokio's multi-threaded scheduler, clock reads
-/// (system calls where the clock has no vDSO).
+/// Runs one call through `dispatcher` (which answers a handler's panic with
+/// SYSTEM_ERR): its reply, if it has one.
 async fn serve_call(
     dispatcher: Arc<Dispatcher>,
     call: Bytes,
     peer: SocketAddr,
 ) -> Option<XdrStream> {
-    let xid = peek_xid_and_type(&call).map(|(xid, _)| xid);
     let from = Peer {
         addr: peer,
         protocol: Protocol::Tcp,
     };
-    let handler = CatchUnwind(std::pin::pin!(dispatcher.dispatch_from(call, Some(from))));
-    match handler.await {
-        Ok(reply) => reply,
-        Err(panic) => {
-            let e = panic_message(&*panic);
-            tracing::error!(%peer, error = %e, "handler failed");
-            xid.map(|xid| {
-                reply_message(
-                    xid,
-                    &ReplyBody::accepted(AcceptStat::SYSTEM_ERR),
-                    XdrStream::default(),
-                )
-            })
-        }
-    }
+    dispatcher.dispatch_from(call, Some(from)).await
 }
 
 /// Reads one call record from `r` (as [`crate::tcp::read_record`]), charging it to

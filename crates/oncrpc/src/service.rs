@@ -46,6 +46,7 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::task::Poll;
 
 use bytes::Bytes;
 use xdr::{Decoder, Encode, Encoder, XdrStream};
@@ -230,7 +231,16 @@ impl Dispatcher {
                     args: dec,
                     peer,
                 };
-                service.call_dyn(req).await.map_err(CallError::from)
+                // A panic in the handler fails this call with SYSTEM_ERR, not the
+                // task that drives the connection (over TCP and RDMA alike).
+                match CatchUnwind(std::pin::pin!(service.call_dyn(req))).await {
+                    Ok(result) => result.map_err(CallError::from),
+                    Err(panic) => {
+                        let e = panic_message(&*panic);
+                        tracing::error!(xid = xid.0, error = %e, "handler failed");
+                        Err(CallError::Service(ServiceError::SystemErr))
+                    }
+                }
             }
             Err(e) => Err(e),
         };
@@ -310,6 +320,34 @@ pub(crate) fn prepend(head: impl FnOnce(&mut Encoder), body: XdrStream) -> XdrSt
         })
         .collect();
     out
+}
+
+/// A future whose panic, when polled, becomes its output `Err` (the payload) instead
+/// of unwinding into the task that polls it. It is not polled again after that.
+struct CatchUnwind<'a, F>(Pin<&'a mut F>);
+
+impl<F: Future> Future for CatchUnwind<'_, F> {
+    type Output = std::thread::Result<F::Output>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> Poll<Self::Output> {
+        let inner = self.0.as_mut();
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| inner.poll(cx))) {
+            Ok(Poll::Pending) => Poll::Pending,
+            Ok(Poll::Ready(v)) => Poll::Ready(Ok(v)),
+            Err(panic) => Poll::Ready(Err(panic)),
+        }
+    }
+}
+
+/// The message of a panic payload (`panic!` makes a `&str` or a `String`).
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        format!("panicked: {s}")
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        format!("panicked: {s}")
+    } else {
+        "panicked".to_string()
+    }
 }
 
 #[cfg(test)]
