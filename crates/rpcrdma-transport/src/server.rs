@@ -11,7 +11,9 @@
 //!  Receive ─► validate ─┬─ bad header ─► RDMA_ERROR (§5.5.1, §5.5.2), re-post
 //!                       └─ Call ─► RDMA Read each Read chunk segment into a sink
 //!  all Reads done ─► reassemble (GARBAGE_ARGS on mismatch, §5.5.2) ─► §8 / §8.1.1 checks
-//!             ─► spawn Dispatcher::dispatch ─► reply stream back to the connection task
+//!             ─► Dispatcher::dispatch: its first poll in the connection task when no
+//!                other Call is in service, else (or if it waits) a task of its own
+//!                whose reply stream comes back to the connection task
 //!  reply ─► marshal_reply ─┬─ fits the chunks ─► RDMA Writes, re-post, Send (With Inv.)
 //!                          └─ Reply/Write chunk too small ─► RDMA_ERROR, nothing written
 //! ```
@@ -29,9 +31,12 @@
 //! possibly terminating the connection"); other connections are untouched.
 
 use std::collections::{HashMap, VecDeque};
+use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex};
+use std::task::Poll;
 use std::time::Instant;
 
 use bytes::Bytes;
@@ -314,6 +319,8 @@ impl<P: ConnectionManager + 'static> RdmaServer<P> {
                 room_head: config.recv_buffer_len(),
                 read_timeout: config.read_timeout,
                 shutdown: self.shutdown.subscribe(),
+                to_dispatch: VecDeque::new(),
+                in_service: 0,
                 replies,
                 backward_rx,
                 backward_waiters: HashMap::new(),
@@ -503,7 +510,11 @@ struct ServerConn<Q> {
     /// How long a Read chunk may take to pull before the connection is closed.
     read_timeout: std::time::Duration,
     shutdown: watch::Receiver<bool>,
-    /// Replies from the dispatcher.
+    /// Calls to hand to the dispatcher ([`ServerConn::dispatch_calls`]), in order.
+    to_dispatch: VecDeque<(Xid, Bytes)>,
+    /// Calls running as tasks of their own: their replies are still to come.
+    in_service: usize,
+    /// Replies from the dispatcher's tasks.
     replies: mpsc::UnboundedSender<(Xid, Option<XdrStream>)>,
     /// Requests from this connection's [`BackwardChannel`]s (taken by `run`).
     backward_rx: Option<mpsc::UnboundedReceiver<BackwardRequest>>,
@@ -520,6 +531,13 @@ struct ServerConn<Q> {
 }
 
 type Waiter = oneshot::Sender<Result<Bytes, BackwardError>>;
+
+/// Polls `f` once: its output if it finished. A future left pending keeps the waker
+/// of the task that polled it until it is polled again elsewhere, which costs that
+/// task at most a spurious wake-up.
+async fn poll_once<F: Future + ?Sized>(mut f: Pin<&mut F>) -> Poll<F::Output> {
+    std::future::poll_fn(|cx| Poll::Ready(f.as_mut().poll(cx))).await
+}
 
 /// Records the provider's disconnect reason, if it has one ready.
 pub(crate) async fn record_close_reason(qp: &dyn QueuePair, stats: &ConnStats) {
@@ -577,13 +595,10 @@ impl<Q: QueuePair + 'static> ServerConn<Q> {
                     None => break,
                     Some(c) => remote = self.handle_completion(c),
                 },
-                Some((xid, reply)) = replies.recv() => match reply {
-                    Some(stream) => {
-                        let _ = self.core.send_reply(xid, stream);
-                    }
-                    // The dispatcher earns the Call no reply.
-                    None => self.core.drop_call(xid),
-                },
+                Some((xid, reply)) = replies.recv() => {
+                    self.in_service -= 1;
+                    self.answer(xid, reply);
+                }
                 _ = timer => self.core.handle_timeout(Instant::now()),
                 _ = released, if self.closing.is_none() => self.core.handle_memory_released(),
                 _ = read_timer, if self.closing.is_none() => {
@@ -596,6 +611,7 @@ impl<Q: QueuePair + 'static> ServerConn<Q> {
                 },
             }
             self.drive(remote);
+            self.dispatch_calls().await;
         }
         // The connection is gone: the core invalidates what it exposed (reliable-reply
         // §5.4.3) and fails our backward Calls (§7.3.2).
@@ -622,6 +638,49 @@ impl<Q: QueuePair + 'static> ServerConn<Q> {
             Some(why) => self.stats.set_close_reason(why.to_string()),
         }
         self.stats.close();
+    }
+
+    /// Hands the Calls [`ServerConn::drive`] found to the dispatcher. When no other
+    /// Call of this connection is in service, a Call's first poll runs here, and most
+    /// end in it (nfsd's metadata calls, errors): the Reply is sent at once, with no
+    /// task, channel and further turn of the connection's loop (the hand-off the TCP
+    /// server also skips, `oncrpc::server`). A Call that waits, or one that comes while
+    /// others are in service, runs as a task of its own; its reply comes back through
+    /// `replies`.
+    async fn dispatch_calls(&mut self) {
+        while let Some((xid, call)) = self.to_dispatch.pop_front() {
+            // The upper layer grants access by client address (NFS exports).
+            let peer = self.stats.peer.map(|addr| oncrpc::Peer {
+                addr,
+                protocol: oncrpc::Protocol::Rdma,
+            });
+            let dispatcher = self.dispatcher.clone();
+            let mut call = Box::pin(async move { dispatcher.dispatch_from(call, peer).await });
+            if self.in_service == 0 {
+                if let Poll::Ready(reply) = poll_once(call.as_mut()).await {
+                    self.answer(xid, reply);
+                    self.drive(None);
+                    continue;
+                }
+            }
+            self.in_service += 1;
+            let tx = self.replies.clone();
+            tokio::spawn(async move {
+                let reply = call.await;
+                let _ = tx.send((xid, reply));
+            });
+        }
+    }
+
+    /// Gives the core the dispatcher's answer to Call `xid`.
+    fn answer(&mut self, xid: Xid, reply: Option<XdrStream>) {
+        match reply {
+            Some(stream) => {
+                let _ = self.core.send_reply(xid, stream);
+            }
+            // The dispatcher earns the Call no reply.
+            None => self.core.drop_call(xid),
+        }
     }
 
     /// Disconnects, once, saying why.
@@ -826,17 +885,7 @@ impl<Q: QueuePair + 'static> ServerConn<Q> {
                     // `Bytes`.
                     None => payload.to_bytes(),
                 };
-                let dispatcher = self.dispatcher.clone();
-                let tx = self.replies.clone();
-                // The upper layer grants access by client address (NFS exports).
-                let peer = self.stats.peer.map(|addr| oncrpc::Peer {
-                    addr,
-                    protocol: oncrpc::Protocol::Rdma,
-                });
-                tokio::spawn(async move {
-                    let reply = dispatcher.dispatch_from(whole, peer).await;
-                    let _ = tx.send((xid, reply));
-                });
+                self.to_dispatch.push_back((xid, whole));
             }
             ResponderEvent::Refused { xid, error, answer } => {
                 tracing::debug!(target: "rpcrdma_transport", xid = ?xid.map(|x| x.0), %error, ?answer, "refused");
