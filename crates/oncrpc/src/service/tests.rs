@@ -28,6 +28,7 @@ impl Service for Echo {
                 Credentials::None => Err(ServiceError::Auth(AuthStat::AUTH_TOOWEAK)),
             },
             3 => Err(ServiceError::SystemErr),
+            4 => panic!("handler bug"),
             _ => Err(ServiceError::ProcUnavail),
         }
     }
@@ -220,4 +221,16 @@ fn duplicate_registration_is_refused_whole() {
 #[test]
 fn accepted_status_stat_matches_variant() {
     assert_eq!(AcceptedStatus::Success.stat(), AcceptStat::SUCCESS);
+}
+
+#[test]
+fn a_handler_panic_is_system_err_for_that_call_only() {
+    let d = dispatcher();
+    let h = CallHeader::new(Xid(9), PROG, 1, 4, OpaqueAuth::none());
+    let (rh, rest) = run(&d, call(h, &[])).expect("a reply");
+    assert_eq!(rh.xid, Xid(9));
+    assert_eq!(rh.body, ReplyBody::accepted(AcceptStat::SYSTEM_ERR));
+    assert!(rest.is_empty());
+    let h = CallHeader::new(Xid(10), PROG, 1, 0, OpaqueAuth::none());
+    assert_eq!(status(&d, h, &[]), ReplyBody::accepted(AcceptStat::SUCCESS));
 }
