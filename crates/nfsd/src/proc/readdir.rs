@@ -288,21 +288,23 @@ pub(crate) fn readdir(cx: &Cx<'_>, a: ReadDir3Args) -> (ReadDir3Res, Option<Char
 
 /// READDIRPLUS's fileid, attributes and handle of one listed entry. An entry whose
 /// object vanished since getdents, or that the caller may not look up, is listed
-/// without attributes and handle.
-fn plus_parts(cx: &Cx<'_>, ex: &Export, dir: &Node, e: &Raw) -> (u64, Option<(Fattr3, NfsFh3)>) {
+/// without attributes and handle. Runs as the caller: inside the listing's
+/// `Cx::as_caller`, which covers every entry (a guard per entry would cost a copy of
+/// the caller's identity each).
+fn plus_parts(ex: &Export, dir: &Node, e: &Raw) -> (u64, Option<(Fattr3, NfsFh3)>) {
     let parts = |n: &Node| (n.meta.fattr(ex.id), ex.handle(n));
     match e.kind {
         // The directory itself: the caller holds its handle and gets its attributes
         // in this very reply.
         Kind::Dot => (e.ino, Some(parts(dir))),
-        // As LOOKUP ".." would find it (the root for the root), as the caller.
-        Kind::DotDot => match cx.as_caller(|| ex.parent(dir)) {
+        // As LOOKUP ".." would find it (the root for the root).
+        Kind::DotDot => match ex.parent(dir) {
             Ok(p) => (p.meta.key.ino, Some(parts(&p))),
             Err(_) => (e.ino, None),
         },
         Kind::Entry => (
             e.ino,
-            cx.as_caller(|| ex.peek_listed(dir, &e.name, e.ino))
+            ex.peek_listed(dir, &e.name, e.ino)
                 .ok()
                 .map(|(meta, fh)| (meta.fattr(ex.id), fh)),
         ),
@@ -322,8 +324,7 @@ pub(crate) fn readdirplus(cx: &Cx<'_>, a: ReadDirPlus3Args) -> (ReadDirPlus3Res,
         Ok(c) => c,
         Err(s) => return (NfsResult::Fail(s, fail_attrs(Some((ex, &dir)))), None),
     };
-    // As the caller once for the whole listing: the entries' own switches nest
-    // without system calls (`creds::AsCaller`).
+    // As the caller once for the whole listing, entries' lookups included.
     let listed = cx.as_caller(|| {
         let mut c = Cursor::open(cx, ex, &dir, a.cookie, &a.cookieverf)?;
         let mut used = RESOK_FIXED_SIZE;
@@ -333,7 +334,7 @@ pub(crate) fn readdirplus(cx: &Cx<'_>, a: ReadDirPlus3Args) -> (ReadDirPlus3Res,
         let eof = loop {
             let Some(e) = c.next()? else { break true };
             let dsize = entry3_size(e.name.len());
-            let (fileid, parts) = plus_parts(cx, ex, &dir, &e);
+            let (fileid, parts) = plus_parts(ex, &dir, &e);
             let (name_attributes, name_handle) = parts.unzip();
             let entry = EntryPlus3 {
                 fileid,
