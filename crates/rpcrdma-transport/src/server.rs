@@ -532,6 +532,9 @@ struct ServerConn<Q> {
 
 type Waiter = oneshot::Sender<Result<Bytes, BackwardError>>;
 
+/// Most completions one turn of a connection's loop takes beyond the one it woke for.
+const COMPLETIONS_PER_TURN: usize = 16;
+
 /// Polls `f` once: its output if it finished. A future left pending keeps the waker
 /// of the task that polled it until it is polled again elsewhere, which costs that
 /// task at most a spurious wake-up.
@@ -555,11 +558,17 @@ impl<Q: QueuePair + 'static> ServerConn<Q> {
     async fn run(mut self, mut replies: mpsc::UnboundedReceiver<(Xid, Option<XdrStream>)>) {
         let qp = self.qp.clone();
         let mut shutdown = self.shutdown.clone();
+        // One future for the connection's life, not one per turn of the loop (a
+        // watch's `changed()` future costs a registration and its removal each). A
+        // server dropped without shutting down leaves its connections open.
+        let stop = async move {
+            if shutdown.wait_for(|stop| *stop).await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        };
+        tokio::pin!(stop);
         let mut backward_rx = self.backward_rx.take();
         loop {
-            if self.closing.is_none() && *shutdown.borrow_and_update() {
-                self.close(CloseReason::Shutdown);
-            }
             // reliable-reply §4.1.3: the pull timer, armed for the core's deadline.
             let deadline = self.core.poll_timeout();
             let timer = async move {
@@ -589,11 +598,15 @@ impl<Q: QueuePair + 'static> ServerConn<Q> {
                 }
             };
             let mut remote = None;
+            let mut completed = false;
             tokio::select! {
-                _ = shutdown.changed(), if self.closing.is_none() => {}
+                _ = &mut stop, if self.closing.is_none() => self.close(CloseReason::Shutdown),
                 c = qp.completion() => match c {
                     None => break,
-                    Some(c) => remote = self.handle_completion(c),
+                    Some(c) => {
+                        remote = self.handle_completion(c);
+                        completed = true;
+                    }
                 },
                 Some((xid, reply)) = replies.recv() => {
                     self.in_service -= 1;
@@ -612,6 +625,13 @@ impl<Q: QueuePair + 'static> ServerConn<Q> {
             }
             self.drive(remote);
             self.dispatch_calls().await;
+            // Completions already waiting are taken in this same turn (a Reply's Send
+            // may complete as it is posted, a siw QP's does): one turn of the loop per
+            // Call, not one per completion, up to a bound that keeps the other
+            // branches served.
+            if completed && self.take_waiting_completions().await.is_break() {
+                break;
+            }
         }
         // The connection is gone: the core invalidates what it exposed (reliable-reply
         // §5.4.3) and fails our backward Calls (§7.3.2).
@@ -638,6 +658,25 @@ impl<Q: QueuePair + 'static> ServerConn<Q> {
             Some(why) => self.stats.set_close_reason(why.to_string()),
         }
         self.stats.close();
+    }
+
+    /// Handles the completions the QP has ready now, at most
+    /// [`COMPLETIONS_PER_TURN`], each driven to its end; `Break` when the QP has no
+    /// more to give (the connection is gone).
+    async fn take_waiting_completions(&mut self) -> std::ops::ControlFlow<()> {
+        let qp = self.qp.clone();
+        for _ in 0..COMPLETIONS_PER_TURN {
+            match poll_once(std::pin::pin!(qp.completion())).await {
+                Poll::Pending => break,
+                Poll::Ready(None) => return std::ops::ControlFlow::Break(()),
+                Poll::Ready(Some(c)) => {
+                    let remote = self.handle_completion(c);
+                    self.drive(remote);
+                    self.dispatch_calls().await;
+                }
+            }
+        }
+        std::ops::ControlFlow::Continue(())
     }
 
     /// Hands the Calls [`ServerConn::drive`] found to the dispatcher. When no other
