@@ -14,6 +14,10 @@
 //! kernel client asks: dircount 4096, maxcount 32768), `remove` (m0 .. m{N-1}),
 //! `null`. Calls carry AUTH_SYS uid and gid UID (default 1000) with
 //! that one supplementary group, as a one-user client sends.
+//!
+//! With `METACALLS_RDMA=1` the NFS calls go over RPC-over-RDMA by the userspace
+//! iWARP provider (NFS_PORT is then the server's RDMA port; MOUNT stays on TCP), for
+//! counting the RDMA transport's share on a host without an RDMA device.
 
 use nfsclient::nfs3::dir::CreateHow3;
 use nfsclient::nfs3::Sattr3;
@@ -39,6 +43,15 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         .to_opaque_auth(),
         ..MountOptions::default()
+    };
+    let opts = if std::env::var_os("METACALLS_RDMA").is_some_and(|v| v == "1") {
+        MountOptions {
+            transport: nfsclient::TransportKind::Rdma,
+            rdma_provider: nfsclient::RdmaProvider::Iwarp,
+            ..opts
+        }
+    } else {
+        opts
     };
     let m = Mount::mount(&a[1], &a[2], &opts).await?;
     let nfs = m.nfs();

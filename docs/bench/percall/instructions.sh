@@ -10,6 +10,10 @@
 # `meta` with the metacalls example (AUTH_SYS uid/gid 1000), then turns
 # instrumentation on for one metacalls run of OP with N calls and one with 0 (mount
 # and unmount only), and prints (instructions of the first - of the second) / N.
+# With RDMA=1 the calls go over RPC-over-RDMA by the userspace iWARP provider (nfsd
+# --rdma-provider iwarp on port 32150, metacalls with METACALLS_RDMA=1): the same
+# server layers over the RDMA transport, with the provider's MPA/DDP work in user
+# space besides (a verbs device does that part in the kernel or the NIC).
 # valgrind does not emulate SHA extensions, AVX-512 and some others, as the lab's
 # qemu TCG guest does not; counts are exact and do not depend on load.
 set -e
@@ -18,12 +22,17 @@ OPS=${*:-getattr lookup access create remove readdirplus}
 HERE=$(cd "$(dirname "$0")" && pwd)
 MC=${MC:-$HERE/../../../target/release/examples/metacalls}
 mkdir -p "$OUT"
+if [ "${RDMA:-0}" = 1 ]; then
+  RDMA_ARGS="--rdma-provider iwarp --rdma-port 32150"; CALL_PORT=32150
+else
+  RDMA_ARGS="--no-rdma"; CALL_PORT=32149
+fi
 one() { # op n -> instructions
   local exp state pid
   exp=$(mktemp -d /tmp/instr-export.XXXX); chmod 777 "$exp"
   state=$(mktemp -d /tmp/instr-state.XXXX)
   valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$OUT/$1-$2.cg" \
-    "$BIN" --nfs-port 32149 --mount-port 32148 --rpcbind off --no-nlm --no-rdma \
+    "$BIN" --nfs-port 32149 --mount-port 32148 --rpcbind off --no-nlm $RDMA_ARGS \
     --state-dir "$state" "$exp" >"$OUT/nfsd-$1-$2.log" 2>&1 &
   pid=$!
   for _ in $(seq 60); do ss -ltn | grep -q ':32149 ' && break; sleep 0.5; done
@@ -31,7 +40,7 @@ one() { # op n -> instructions
   [ "$1" = create ] && n=0
   "$MC" 127.0.0.1 "$exp" 32149 32148 $pre $n 1000 meta 2>>"$OUT/timing.txt"
   callgrind_control -i on $pid >/dev/null 2>&1
-  "$MC" 127.0.0.1 "$exp" 32149 32148 "$1" "$2" 1000 meta 2>>"$OUT/timing.txt"
+  METACALLS_RDMA=${RDMA:-0} "$MC" 127.0.0.1 "$exp" $CALL_PORT 32148 "$1" "$2" 1000 meta 2>>"$OUT/timing.txt"
   callgrind_control -d $pid >/dev/null 2>&1
   kill $pid; wait $pid 2>/dev/null || true
   rm -rf "$exp" "$state"
