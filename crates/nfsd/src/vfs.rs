@@ -888,7 +888,8 @@ impl Export {
     }
 
     /// The handle, as sent, of entry `name` of `dir`, an object with attributes
-    /// `meta` and kernel handle `kernel` read by its name, which is remembered.
+    /// `meta` and kernel handle `kernel` read by its name, which is remembered if
+    /// resolving the handle may need it ([`Export::resolves_by_name`]).
     fn named_handle(
         &self,
         dir: &Node,
@@ -896,12 +897,27 @@ impl Export {
         meta: &Meta,
         kernel: Option<(kernel_fh::KernelHandle, i32)>,
     ) -> NfsFh3 {
-        self.remember(meta.key, dir.meta.key, name);
+        let object = self.object_of(meta, kernel);
+        if self.resolves_by_name(&object) {
+            self.remember(meta.key, dir.meta.key, name);
+        }
         FileHandle {
             export: self.id,
-            object: self.object_of(meta, kernel),
+            object,
         }
         .seal(&self.key)
+    }
+
+    /// Whether resolving a handle of `object` walks the names remembered
+    /// ([`Export::walk`]): an inode-kind handle does, and so does a kernel-kind one
+    /// where the server cannot open by handle. A kernel-kind handle the server opens
+    /// by handle does not (if opening fails for another reason than staleness, the
+    /// object is searched for), so LOOKUP and READDIRPLUS remember nothing for it:
+    /// no lock, hash and copy of the name per entry, and no map that grows with every
+    /// name the clients have seen.
+    fn resolves_by_name(&self, object: &Object) -> bool {
+        let opens_by_handle = self.kernel.as_ref().is_some_and(|k| k.mount_fd.is_some());
+        !(opens_by_handle && matches!(object, Object::Kernel { .. }))
     }
 
     /// The object just made as entry `name` of directory `dir` (CREATE), by the
@@ -1148,6 +1164,33 @@ mod peek_tests {
                 ex.peek_listed(&root, b"gone", 1),
                 Err(NfsStat3::NFS3ERR_NOENT)
             );
+            std::fs::remove_dir_all(dir).unwrap();
+        }
+    }
+
+    /// LOOKUP's and READDIRPLUS's names are remembered only where resolving the
+    /// handle walks them (inode-kind handles here); the handles resolve either way.
+    #[test]
+    fn names_are_remembered_only_where_handles_resolve_by_name() {
+        for kernel in [KernelHandles::Auto, KernelHandles::Off] {
+            let (dir, ex) = export(kernel);
+            let by_handle = kernel == KernelHandles::Auto;
+            assert_eq!(
+                ex.mode == HandleMode::OpenByHandle,
+                by_handle,
+                "this test needs to open handles (run as root)"
+            );
+            let root = ex.root().unwrap();
+            let (f, f_handle) = ex.lookup_child(&root, b"f").unwrap();
+            let d_ino =
+                std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(dir.join("d")).unwrap());
+            let (d, d_handle) = ex.peek_listed(&root, b"d", d_ino).unwrap();
+            let remembered = ex.links().len();
+            assert_eq!(remembered, if by_handle { 0 } else { 2 }, "{kernel:?}");
+            for (meta, handle) in [(f, f_handle), (d, d_handle)] {
+                let fh = FileHandle::open(&handle, &ex.key).unwrap();
+                assert_eq!(ex.resolve(&fh).unwrap().meta.key, meta.key, "{kernel:?}");
+            }
             std::fs::remove_dir_all(dir).unwrap();
         }
     }
