@@ -47,7 +47,8 @@ struct Shared {
     peer: PeerParams,
     pd: ProtectionDomain,
     /// Send-queue batches posted from a thread of their own (`verbs-post`), for a
-    /// device whose `ibv_post_send` does the work itself ([`posts_do_the_work`]).
+    /// device whose `ibv_post_send` does the work itself ([`posts_do_the_work`]);
+    /// a batch of Sends alone is posted in place when none is queued ([`sends_only`]).
     offload: Option<Mutex<Offload>>,
     /// Dropped with the QP: stops the CM event task.
     _stop: tokio::sync::oneshot::Sender<()>,
@@ -73,6 +74,20 @@ struct Offload {
 /// posted in place.
 pub(crate) fn posts_do_the_work(vendor_id: u32) -> bool {
     vendor_id == 0x00FF_FFFF
+}
+
+/// Whether every work request of `wrs` is a Send: no RDMA Write or Read to carry,
+/// so posting it is little work even where posts do the work ([`posts_do_the_work`]).
+fn sends_only(wrs: &[SendWr]) -> bool {
+    wrs.iter().all(|w| {
+        matches!(
+            w.op,
+            SendOp::Send
+                | SendOp::SendWithSolicitedEvent
+                | SendOp::SendWithInvalidate(_)
+                | SendOp::SendWithSolicitedEventAndInvalidate(_)
+        )
+    })
 }
 
 /// A connected verbs queue pair (`rdma::QueuePair`).
@@ -383,6 +398,14 @@ impl rdma::QueuePair for VerbsQp {
         if let Some(off) = &s.offload {
             if !wrs.is_empty() {
                 let mut o = lock(off);
+                if !o.running && o.batches.is_empty() && sends_only(&wrs) {
+                    // Sends alone (a Reply without chunks, as every metadata call's)
+                    // are little work even for rxe: posted in place, under the lock
+                    // so that no batch is queued meanwhile (the posting order holds),
+                    // with no thread to start and no hand-off.
+                    s.post_now(&wrs)?;
+                    return refused;
+                }
                 o.batches.push_back(wrs);
                 if !o.running {
                     // A thread of its own: posting from tokio's blocking pool stalled
@@ -507,6 +530,29 @@ mod tests {
             byte_len: 100,
             invalidated: inv,
         }
+    }
+
+    #[test]
+    fn only_batches_of_sends_are_posted_in_place() {
+        let wr = |op| SendWr {
+            wr_id: 1,
+            op,
+            sgl: Vec::new(),
+        };
+        let write = || {
+            wr(SendOp::RdmaWrite(rdma::RemoteAddr {
+                stag: rdma::STag(1),
+                offset: 0,
+            }))
+        };
+        assert!(sends_only(&[wr(SendOp::Send)]));
+        assert!(sends_only(&[
+            wr(SendOp::SendWithInvalidate(rdma::STag(9))),
+            wr(SendOp::SendWithSolicitedEvent),
+        ]));
+        // A Reply with a Write chunk: the Writes carry the data.
+        assert!(!sends_only(&[write(), wr(SendOp::Send)]));
+        assert!(!sends_only(&[wr(SendOp::LocalInvalidate(rdma::STag(9)))]));
     }
 
     #[test]
