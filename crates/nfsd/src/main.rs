@@ -174,11 +174,11 @@ struct Cli {
     /// Run every NFS call's file-system work on the blocking thread pool. By default
     /// GETATTR, LOOKUP, ACCESS, CREATE, REMOVE and READ over TCP (whose data leaves by
     /// sendfile from the socket's writer) run on the async worker threads (over
-    /// NFS/RDMA on a verbs device: on the device thread, or on one delegate thread it
-    /// waits for when they act as the caller), which saves a thread hand-off per call
-    /// but stalls that thread while such a call blocks: use this for exports on file
-    /// systems whose metadata calls may hang (network file systems), or for NFS/RDMA
-    /// metadata calls of many clients in parallel.
+    /// NFS/RDMA on a verbs device: on the device thread, or on a delegate thread of
+    /// its CPU that it waits for when they act as the caller), which saves a thread
+    /// hand-off per call but stalls that thread while such a call blocks: use this for
+    /// exports on file systems whose metadata calls may hang (network file systems),
+    /// or for NFS/RDMA metadata calls of many clients in parallel.
     #[arg(long)]
     no_inline_metadata: bool,
     /// How READ data leaves over TCP: `sendfile` (the default: from the page cache,

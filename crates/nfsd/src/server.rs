@@ -261,7 +261,7 @@ impl Bound {
         ));
         lines.push(if self.server.inline_metadata {
             "GETATTR, LOOKUP, ACCESS, CREATE, REMOVE, READ over TCP on the async workers \
-             (NFS/RDMA on verbs: on the device thread or one delegate thread) \
+             (NFS/RDMA on verbs: on the device thread or a delegate thread on its CPU) \
              [--no-inline-metadata]"
                 .to_string()
         } else {

@@ -23,7 +23,8 @@
 //! and encoding Replies) runs on threads of its own ([`DeviceThreads`], a one-worker
 //! tokio runtime), and each call's file-system work that switches identity
 //! ([`crate::creds`]) runs elsewhere: the small metadata calls
-//! ([`crate::service::runs_inline`]) on a delegate thread, the device thread waiting
+//! ([`crate::service::runs_inline`]) on the delegate thread of the device thread's
+//! CPU (one per CPU), the device thread waiting
 //! for each ([`crate::delegate`], [`NfsService::delegating`]); the rest on the
 //! blocking pool of the runtime that bound the listener ([`NfsService::on`]), the
 //! result coming back to the call's task as the spawned task's output. Only the
