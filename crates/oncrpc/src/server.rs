@@ -23,7 +23,7 @@ use xdr::XdrStream;
 
 use crate::record::RecordDecoder;
 use crate::rpcbind::{Registrar, NETID_TCP};
-use crate::service::{Dispatcher, Peer, Protocol};
+use crate::service::{poll_once, Dispatcher, Peer, Protocol};
 use crate::tcp::{
     close_write, invalid_data, write_replies, DEFAULT_MAX_FRAGMENT, DEFAULT_MAX_RECORD, READ_CHUNK,
 };
@@ -224,13 +224,6 @@ impl<T> Drop for AbortOnDrop<T> {
     fn drop(&mut self) {
         self.0.abort();
     }
-}
-
-/// Polls `f` once: its output if it finished. A future left pending keeps the waker
-/// of the task that polled it until it is polled again elsewhere, which costs that
-/// task at most a spurious wake-up.
-async fn poll_once<F: Future + ?Sized>(mut f: Pin<&mut F>) -> Poll<F::Output> {
-    std::future::poll_fn(|cx| Poll::Ready(f.as_mut().poll(cx))).await
 }
 
 async fn connection(

@@ -322,6 +322,15 @@ pub(crate) fn prepend(head: impl FnOnce(&mut Encoder), body: XdrStream) -> XdrSt
     out
 }
 
+/// Polls `f` once: its output if it finished. For transport drivers that give a
+/// call's dispatch its first poll in their own task (`server`, and
+/// `rpcrdma_transport`'s server) and spawn it only if it waits. A future left pending
+/// keeps the waker of the task that polled it until it is polled again elsewhere,
+/// which costs that task at most a spurious wake-up.
+pub async fn poll_once<F: Future + ?Sized>(mut f: Pin<&mut F>) -> Poll<F::Output> {
+    std::future::poll_fn(|cx| Poll::Ready(f.as_mut().poll(cx))).await
+}
+
 /// A future whose panic, when polled, becomes its output `Err` (the payload) instead
 /// of unwinding into the task that polls it. It is not polled again after that.
 struct CatchUnwind<'a, F>(Pin<&'a mut F>);

@@ -31,15 +31,14 @@
 //! possibly terminating the connection"); other connections are untouched.
 
 use std::collections::{HashMap, VecDeque};
-use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
-use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::Poll;
 use std::time::Instant;
 
 use bytes::Bytes;
+use oncrpc::service::poll_once;
 use oncrpc::Dispatcher;
 use rdma::{
     BufferPool, Completion, ConnectRequest, ConnectionManager, Listener, PooledBuffer,
@@ -534,13 +533,6 @@ type Waiter = oneshot::Sender<Result<Bytes, BackwardError>>;
 
 /// Most completions one turn of a connection's loop takes beyond the one it woke for.
 const COMPLETIONS_PER_TURN: usize = 16;
-
-/// Polls `f` once: its output if it finished. A future left pending keeps the waker
-/// of the task that polled it until it is polled again elsewhere, which costs that
-/// task at most a spurious wake-up.
-async fn poll_once<F: Future + ?Sized>(mut f: Pin<&mut F>) -> Poll<F::Output> {
-    std::future::poll_fn(|cx| Poll::Ready(f.as_mut().poll(cx))).await
-}
 
 /// Records the provider's disconnect reason, if it has one ready.
 pub(crate) async fn record_close_reason(qp: &dyn QueuePair, stats: &ConnStats) {
