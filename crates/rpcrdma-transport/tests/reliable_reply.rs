@@ -93,6 +93,9 @@ async fn rr_s4_1_4_without_remote_invalidation_the_server_invalidates_locally() 
     agreed(&cstats).await;
     assert!(big(&c, 100_000).await == pattern(100_000, 9));
     until(|| server.stats.total(Counter::RdmaDone) == 1).await;
+    // The local invalidation is counted at its completion, which may come after the
+    // RDMA_DONE that asked for it.
+    until(|| server.stats.total(Counter::LocalInvalidations) == 1).await;
     let ss = server.stats.latest().unwrap();
     assert_eq!(ss.get(Counter::PulledReplies), 1);
     assert_eq!(ss.get(Counter::RemoteInvalidations), 0);
@@ -121,6 +124,9 @@ async fn rr_s4_1_3_a_lost_rdma_done_is_invalidated_by_the_timeout() {
     // The connection carries on: the next pulled Reply works and times out too.
     assert!(big(&c, 50_000).await == pattern(50_000, 9));
     until(|| server.stats.total(Counter::PullTimeouts) == 2).await;
+    // The timeout counts when it fires; the invalidation it posts counts at its
+    // completion, later.
+    until(|| server.stats.total(Counter::LocalInvalidations) == 2).await;
     let s = cstats.latest().unwrap();
     let ss = server.stats.latest().unwrap();
     eprintln!("{s}\n{ss}");
