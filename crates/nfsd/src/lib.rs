@@ -58,6 +58,7 @@ pub mod faccess;
 pub mod fh;
 pub mod handle_key;
 pub mod kernel_fh;
+pub mod links;
 pub mod malloc;
 pub mod memory;
 pub mod mount;

@@ -33,10 +33,14 @@
 //! DoS bound: forged handles never get here (their MAC fails). Searches run one at a
 //! time, and after a search that found nothing no other starts for a second, so
 //! handles of removed objects cost at most one walk of the export per second on the
-//! fallback (and are then NFS3ERR_STALE at once).
+//! fallback (and are then NFS3ERR_STALE at once). Handles of existing objects whose
+//! names aged out of `links` each cost a search that ends where the object is found;
+//! searches still run one at a time, so they occupy one thread at most.
 //!
-//! Implementation limits: `links` holds one entry per inode seen (about 60 bytes plus
-//! the name); a search after a restart costs one pass over the export tree; a file
+//! Implementation limits: `links` holds the most recently used names only
+//! ([`crate::links`]: two generations of 100,000 entries at most), so a client
+//! cannot grow it without bound; a handle whose name fell out is found by a search
+//! again; a search after a restart costs one pass over the export tree; a file
 //! system mounted inside the export is served, but inode numbers are only unique per
 //! device (fileid clashes across such mounts are possible).
 
@@ -55,6 +59,7 @@ use crate::errno::OrStat;
 use crate::fh::{export_id, FileHandle, Key, Object, SmallKernelHandle};
 use crate::handle_key::HandleKey;
 use crate::kernel_fh;
+use crate::links::{Link, Links};
 
 /// Longest name component we accept (Linux NAME_MAX).
 pub const NAME_MAX: usize = 255;
@@ -303,12 +308,6 @@ impl Node {
     }
 }
 
-#[derive(Debug, Clone)]
-struct Link {
-    parent: Key,
-    name: Vec<u8>,
-}
-
 /// Whether exports use the kernel's file handles.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum KernelHandles {
@@ -405,7 +404,7 @@ pub struct Export {
     root_meta: Meta,
     /// Directories opened by handle, kept open.
     dirs: DirCache,
-    links: Mutex<HashMap<Key, Link>>,
+    links: Mutex<Links>,
     /// Serializes searches; holds when the last search that found nothing ended.
     search: Mutex<Option<Instant>>,
     /// Searches of the export so far.
@@ -435,7 +434,7 @@ impl Export {
             root: Arc::new(root),
             root_meta,
             dirs: DirCache::new(handles.dir_descriptors),
-            links: Mutex::new(HashMap::new()),
+            links: Mutex::new(Links::default()),
             search: Mutex::new(None),
             searches: AtomicU64::new(0),
         })
@@ -569,7 +568,7 @@ impl Export {
         })
     }
 
-    fn links(&self) -> std::sync::MutexGuard<'_, HashMap<Key, Link>> {
+    fn links(&self) -> std::sync::MutexGuard<'_, Links> {
         // A panic while holding the lock cannot leave the map inconsistent (each
         // operation is a single insert or remove), so a poisoned lock is still usable.
         self.links.lock().unwrap_or_else(|p| p.into_inner())
@@ -580,33 +579,13 @@ impl Export {
         if key == self.root_meta.key {
             return;
         }
-        let mut links = self.links();
-        // Already known so (a directory listed again): nothing to allocate.
-        if links
-            .get(&key)
-            .is_some_and(|l| l.parent == parent && l.name == name)
-        {
-            return;
-        }
-        links.insert(
-            key,
-            Link {
-                parent,
-                name: name.to_vec(),
-            },
-        );
+        self.links().remember(key, parent, name);
     }
 
     /// Forgets `key` if it was last seen as `name` in `parent` (after REMOVE, RMDIR,
     /// RENAME).
     pub fn forget(&self, key: Key, parent: Key, name: &[u8]) {
-        let mut links = self.links();
-        if links
-            .get(&key)
-            .is_some_and(|l| l.parent == parent && l.name == name)
-        {
-            links.remove(&key);
-        }
+        self.links().forget(key, parent, name);
     }
 
     /// Opens the object an (authenticated) handle of this export names, or
@@ -778,14 +757,23 @@ impl Export {
 
     /// Re-walks the remembered names from the root to `key`.
     fn walk(&self, key: Key, depth: usize) -> Option<Node> {
+        self.walk_with(key, depth, &HashMap::new())
+    }
+
+    /// [`Export::walk`], taking directories from `found` (a search's own map of the
+    /// directories it reached) before the remembered names.
+    fn walk_with(&self, key: Key, depth: usize, found: &HashMap<Key, Link>) -> Option<Node> {
         if key == self.root_meta.key {
             return self.root_node().ok();
         }
         if depth > MAX_DEPTH {
             return None;
         }
-        let link = self.links().get(&key).cloned()?;
-        let parent = self.walk(link.parent, depth + 1)?;
+        let link = match found.get(&key) {
+            Some(link) => link.clone(),
+            None => self.links().get(&key).cloned()?,
+        };
+        let parent = self.walk_with(link.parent, depth + 1, found)?;
         match self.child(&parent, &link.name) {
             Ok(node) if node.meta.key == key => Some(node),
             _ => {
@@ -1030,13 +1018,22 @@ impl Export {
     }
 
     /// Breadth-first search of the export for `target`, remembering every name
-    /// seen. Stops when found. Runs with the server's own credentials.
+    /// seen (the most recent ones stay, [`Links`]). Stops when found, and then
+    /// remembers the directories leading to it. Runs with the server's own
+    /// credentials.
+    ///
+    /// The directories still to list are reached by the search's own map of the
+    /// directories it has found (`found`, one entry per directory of the export at
+    /// most, dropped at the end), not by the remembered names: in an export with more
+    /// entries than [`Links`] keeps, the names of directories queued early would be
+    /// gone by the time they are listed.
     fn search(&self, target: Key) {
         self.searches.fetch_add(1, Ordering::Relaxed);
         let mut queue = VecDeque::from([self.root_meta.key]);
         let mut seen = HashSet::from([self.root_meta.key]);
+        let mut found: HashMap<Key, Link> = HashMap::new();
         while let Some(dir_key) = queue.pop_front() {
-            let Some(dir) = self.walk(dir_key, 0) else {
+            let Some(dir) = self.walk_with(dir_key, 0, &found) else {
                 continue;
             };
             // (Dir::read_from would reopen with the O_PATH flags, which cannot list.)
@@ -1071,9 +1068,22 @@ impl Export {
                     continue;
                 };
                 if node.meta.key == target {
+                    // The way there, for the walk that follows and later ones.
+                    let mut up = dir_key;
+                    while let Some(link) = found.get(&up) {
+                        self.remember(up, link.parent, &link.name);
+                        up = link.parent;
+                    }
                     return;
                 }
                 if node.meta.is_dir() && seen.insert(node.meta.key) {
+                    found.insert(
+                        node.meta.key,
+                        Link {
+                            parent: dir_key,
+                            name: name.to_vec(),
+                        },
+                    );
                     queue.push_back(node.meta.key);
                 }
             }
@@ -1193,6 +1203,56 @@ mod peek_tests {
             }
             std::fs::remove_dir_all(dir).unwrap();
         }
+    }
+}
+
+#[cfg(test)]
+mod links_tests {
+    use super::*;
+
+    /// With inode-kind handles (resolved by names), a client that shows the server
+    /// more names than it keeps cannot grow the map past two generations, and a
+    /// handle whose names fell out is found again by a search, even when the export
+    /// holds more entries than the map keeps (the search reaches its directories by
+    /// its own map).
+    #[test]
+    fn names_are_bounded_and_forgotten_handles_still_resolve() {
+        let dir = std::env::temp_dir().join(format!("nfsd-links-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("a/b/c")).unwrap();
+        std::fs::write(dir.join("a/b/c/deep"), b"x").unwrap();
+        for i in 0..60 {
+            std::fs::write(dir.join(format!("f{i}")), b"").unwrap();
+            std::fs::write(dir.join(format!("a/g{i}")), b"").unwrap();
+        }
+        let handles = HandleConfig {
+            kernel: KernelHandles::Off,
+            ..HandleConfig::ephemeral().unwrap()
+        };
+        let ex = Export::open(&dir, &handles).unwrap();
+        *ex.links() = Links::with_generation(4);
+        let mut node = ex.root().unwrap();
+        for name in [&b"a"[..], b"b", b"c", b"deep"] {
+            node = ex.child(&node, name).unwrap();
+        }
+        let deep = ex.file_handle(&node);
+        let root = ex.root().unwrap();
+        for i in 0..60 {
+            ex.lookup_child(&root, format!("f{i}").as_bytes()).unwrap();
+            assert!(ex.links().len() <= 8, "{} names held", ex.links().len());
+        }
+        assert_eq!(ex.searches(), 0);
+        assert_eq!(ex.resolve(&deep).unwrap().meta.key, node.meta.key);
+        assert_eq!(
+            ex.searches(),
+            1,
+            "found without a search: names not bounded"
+        );
+        assert!(ex.links().len() <= 8, "{} names held", ex.links().len());
+        // The search remembered the way: the next resolution walks it.
+        assert_eq!(ex.resolve(&deep).unwrap().meta.key, node.meta.key);
+        assert_eq!(ex.searches(), 1);
+        std::fs::remove_dir_all(dir).unwrap();
     }
 }
 
