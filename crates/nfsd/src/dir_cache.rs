@@ -21,8 +21,8 @@
 //! left the cache; a removed directory is empty, and is NFS3ERR_STALE by its link
 //! count meanwhile.
 //!
-//! Bounds: at most `capacity` descriptors per export, in two generations. New and
-//! used entries go into the young one; when it holds half the capacity, the old
+//! Bounds: at most `capacity` descriptors per export, in two generations of half
+//! the capacity each ([`crate::generations`]): when the young one is full, the old
 //! generation is closed and the young one becomes the old. The generations also turn
 //! over every [`AGE_PERIOD`] ([`DirCache::age`], from a task of the server), so a
 //! descriptor not used for two periods is closed: an idle server keeps none. An
@@ -30,12 +30,12 @@
 //! directories (a tree walk, or a hostile client) only turns generations over. No
 //! clock is read per call and no order is kept per entry.
 
-use std::collections::HashMap;
 use std::os::fd::OwnedFd;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use crate::fh::SmallKernelHandle;
+use crate::generations::Generations;
 
 /// Default number of directory descriptors kept open per export.
 pub const DEFAULT_CAPACITY: usize = 1024;
@@ -47,27 +47,20 @@ pub const AGE_PERIOD: Duration = Duration::from_secs(5);
 /// Open directory descriptors by kernel handle (module documentation).
 #[derive(Debug)]
 pub struct DirCache {
-    generations: Mutex<Generations>,
-    /// Entries a generation holds before it turns over (half the capacity).
-    per_generation: usize,
-}
-
-#[derive(Debug, Default)]
-struct Generations {
-    young: HashMap<SmallKernelHandle, Arc<OwnedFd>>,
-    old: HashMap<SmallKernelHandle, Arc<OwnedFd>>,
+    // A dropped entry's descriptor is closed as its last `Arc` goes: a call still
+    // using one keeps it until it ends.
+    generations: Mutex<Generations<SmallKernelHandle, Arc<OwnedFd>>>,
 }
 
 impl DirCache {
     /// A cache of at most `capacity` descriptors; 0 keeps none.
     pub fn new(capacity: usize) -> DirCache {
         DirCache {
-            generations: Mutex::default(),
-            per_generation: capacity / 2,
+            generations: Mutex::new(Generations::new(capacity / 2)),
         }
     }
 
-    fn generations(&self) -> MutexGuard<'_, Generations> {
+    fn generations(&self) -> MutexGuard<'_, Generations<SmallKernelHandle, Arc<OwnedFd>>> {
         // Each operation leaves both maps consistent at every step, so a poisoned
         // lock (a panic elsewhere while holding it) is still usable.
         self.generations.lock().unwrap_or_else(|p| p.into_inner())
@@ -75,63 +68,34 @@ impl DirCache {
 
     /// The descriptor kept for `handle`, if any; it counts as used.
     pub fn get(&self, handle: &SmallKernelHandle) -> Option<Arc<OwnedFd>> {
-        if self.per_generation == 0 {
-            return None;
-        }
-        let mut g = self.generations();
-        if let Some(fd) = g.young.get(handle) {
-            return Some(fd.clone());
-        }
-        let fd = g.old.remove(handle)?;
-        g.insert_young(*handle, fd.clone(), self.per_generation);
-        Some(fd)
+        self.generations().get(handle).cloned()
     }
 
     /// Keeps `fd` (a directory just opened by `handle`).
     pub fn insert(&self, handle: SmallKernelHandle, fd: Arc<OwnedFd>) {
-        if self.per_generation == 0 {
-            return;
-        }
-        let mut g = self.generations();
-        g.old.remove(&handle);
-        g.insert_young(handle, fd, self.per_generation);
+        self.generations().insert(handle, fd);
     }
 
     /// Drops the descriptor kept for `handle` (its directory is stale, or outside the
     /// export now).
     pub fn remove(&self, handle: &SmallKernelHandle) {
-        let mut g = self.generations();
-        g.young.remove(handle);
-        g.old.remove(handle);
+        self.generations().remove(handle);
     }
 
     /// Turns the generations over: closes the descriptors not used since the last
     /// call, and makes the young generation the old one.
     pub fn age(&self) {
-        let mut g = self.generations();
-        g.old = std::mem::take(&mut g.young);
+        self.generations().age();
     }
 
     /// How many descriptors are kept.
     pub fn len(&self) -> usize {
-        let g = self.generations();
-        g.young.len() + g.old.len()
+        self.generations().len()
     }
 
     /// Whether none is kept.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
-    }
-}
-
-impl Generations {
-    fn insert_young(&mut self, handle: SmallKernelHandle, fd: Arc<OwnedFd>, limit: usize) {
-        if self.young.len() >= limit && !self.young.contains_key(&handle) {
-            // The old generation's descriptors are closed here (as their last `Arc`
-            // goes: a call still using one keeps it until it ends).
-            self.old = std::mem::take(&mut self.young);
-        }
-        self.young.insert(handle, fd);
     }
 }
 

@@ -56,6 +56,7 @@ pub mod errno;
 pub mod exports;
 pub mod faccess;
 pub mod fh;
+pub mod generations;
 pub mod handle_key;
 pub mod kernel_fh;
 pub mod links;

@@ -5,20 +5,12 @@
 //! handle). It keeps, per object, the directory and name it was last seen under. A
 //! client can show the server any number of names (create a million files, list a
 //! huge tree), so the map must not keep them all: it keeps the most recently used
-//! ones, in two generations of at most [`Links::per_generation`] entries each.
-//!
-//! New entries go into the young generation; when that is full, it becomes the old
-//! one and the previous old one is dropped whole. An entry found in the old
-//! generation moves back to the young one, so a name in use survives any number of
-//! turns. This is the usual cheap approximation of least-recently-used (a "2Q"-like
-//! scheme without a list to maintain): every entry inserted or used within the last
-//! `per_generation` insertions is still there, and memory stays below two
-//! generations' worth. A name that fell out costs a search of the export the next
-//! time its handle is resolved ([`crate::vfs`]'s fallback), which finds it again.
-
-use std::collections::HashMap;
+//! ones, in two generations of at most [`DEFAULT_PER_GENERATION`] entries each
+//! ([`crate::generations`]). A name that fell out costs a search of the export the
+//! next time its handle is resolved ([`crate::vfs`]'s fallback), which finds it again.
 
 use crate::fh::Key;
+use crate::generations::Generations;
 
 /// Entries per generation by default: memory for the map stays below two of them,
 /// about 2 x 100,000 x (48 bytes + the name), some 20 MB for 50-byte names.
@@ -33,13 +25,9 @@ pub struct Link {
     pub name: Vec<u8>,
 }
 
-/// Object -> where it was last seen, most recently used first, bounded.
+/// Object -> where it was last seen, most recently used kept, bounded.
 #[derive(Debug)]
-pub struct Links {
-    young: HashMap<Key, Link>,
-    old: HashMap<Key, Link>,
-    per_generation: usize,
-}
+pub struct Links(Generations<Key, Link>);
 
 impl Default for Links {
     fn default() -> Self {
@@ -50,25 +38,12 @@ impl Default for Links {
 impl Links {
     /// A map keeping at least the last `per_generation` entries used (at least 1).
     pub fn with_generation(per_generation: usize) -> Self {
-        Self {
-            young: HashMap::new(),
-            old: HashMap::new(),
-            per_generation: per_generation.max(1),
-        }
-    }
-
-    /// How many entries a generation holds before it ages.
-    pub fn per_generation(&self) -> usize {
-        self.per_generation
+        Links(Generations::new(per_generation.max(1)))
     }
 
     /// Where `key` was last seen, if still remembered; a use keeps it young.
     pub fn get(&mut self, key: &Key) -> Option<&Link> {
-        if !self.young.contains_key(key) {
-            let link = self.old.remove(key)?;
-            self.insert(*key, link);
-        }
-        self.young.get(key)
+        self.0.get(key)
     }
 
     /// Records where `key` was seen (nothing allocated if it is already recorded so).
@@ -79,42 +54,24 @@ impl Links {
         {
             return;
         }
-        self.insert(
-            key,
-            Link {
-                parent,
-                name: name.to_vec(),
-            },
-        );
+        let name = name.to_vec();
+        self.0.insert(key, Link { parent, name });
     }
 
     /// Forgets `key` if it was last seen as `name` in `parent`.
     pub fn forget(&mut self, key: Key, parent: Key, name: &[u8]) {
-        let seen_so = |l: &Link| l.parent == parent && l.name == name;
-        if self.young.get(&key).is_some_and(seen_so) {
-            self.young.remove(&key);
-        }
-        if self.old.get(&key).is_some_and(seen_so) {
-            self.old.remove(&key);
-        }
+        self.0
+            .remove_if(&key, |l| l.parent == parent && l.name == name);
     }
 
     /// How many entries are held (both generations).
     pub fn len(&self) -> usize {
-        self.young.len() + self.old.len()
+        self.0.len()
     }
 
     /// Whether nothing is held.
     pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    fn insert(&mut self, key: Key, link: Link) {
-        if self.young.len() >= self.per_generation && !self.young.contains_key(&key) {
-            self.old = std::mem::take(&mut self.young);
-        }
-        self.old.remove(&key);
-        self.young.insert(key, link);
+        self.0.is_empty()
     }
 }
 
@@ -128,34 +85,6 @@ mod tests {
 
     fn root() -> Key {
         key(2)
-    }
-
-    /// However many names are seen, at most two generations are held, and every name
-    /// seen within the last generation's worth is still there.
-    #[test]
-    fn bounded_and_keeps_the_recent_ones() {
-        let mut links = Links::with_generation(100);
-        for ino in 10..10_010 {
-            links.remember(key(ino), root(), format!("f{ino}").as_bytes());
-            assert!(links.len() <= 200, "{} held", links.len());
-        }
-        for ino in 9_910..10_010 {
-            let l = links.get(&key(ino)).expect("a recent name was dropped");
-            assert_eq!(l.name, format!("f{ino}").as_bytes());
-        }
-        assert!(links.get(&key(10)).is_none(), "the oldest name was kept");
-    }
-
-    /// A name in use moves back to the young generation, so it outlives any number of
-    /// generations of other names.
-    #[test]
-    fn a_name_in_use_stays() {
-        let mut links = Links::with_generation(10);
-        links.remember(key(5), root(), b"dir");
-        for ino in 100..1_000 {
-            links.remember(key(ino), key(5), b"f");
-            assert!(links.get(&key(5)).is_some(), "dropped after {ino}");
-        }
     }
 
     /// Forgetting takes the entry only if it still says the same place, in either
