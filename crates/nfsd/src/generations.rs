@@ -11,15 +11,23 @@
 //!
 //! Used by the directory descriptors kept open ([`crate::dir_cache`]) and the names
 //! remembered for handles resolved by name ([`crate::links`]).
+//!
+//! Hashing is `foldhash`'s, seeded per map: a directory cache lookup happens on every
+//! call that names a directory, and std's SipHash of a kernel handle cost 380
+//! instructions of GETATTR's 13,600 (valgrind, docs/bench/percall/instructions.sh).
+//! The keys are not the client's to choose (kernel handles we sealed and whose MAC
+//! was checked; device and inode numbers), and the maps are bounded.
 
 use std::collections::HashMap;
 use std::hash::Hash;
 
+use foldhash::fast::RandomState;
+
 /// Two generations of entries, at most `per_generation` each (module documentation).
 #[derive(Debug)]
 pub struct Generations<K, V> {
-    young: HashMap<K, V>,
-    old: HashMap<K, V>,
+    young: HashMap<K, V, RandomState>,
+    old: HashMap<K, V, RandomState>,
     per_generation: usize,
 }
 
@@ -28,8 +36,8 @@ impl<K: Hash + Eq + Clone, V> Generations<K, V> {
     /// keeps nothing).
     pub fn new(per_generation: usize) -> Self {
         Generations {
-            young: HashMap::new(),
-            old: HashMap::new(),
+            young: HashMap::default(),
+            old: HashMap::default(),
             per_generation,
         }
     }
