@@ -694,18 +694,18 @@ impl Export {
     /// level that reaches the root was reached from the directory at one moment.
     /// Deeper directories continue with [`Export::inside_by_descriptors`].
     fn inside(&self, fd: &OwnedFd, key: Key) -> bool {
-        let mut path: Vec<u8> = Vec::with_capacity(3 * SHORT_WALK);
+        // `..`, `../..`, ...: level n is the first 3n - 1 bytes (no allocation).
+        let mut ups = [0u8; 3 * SHORT_WALK];
+        for level in ups.chunks_exact_mut(3) {
+            level.copy_from_slice(b"../");
+        }
         let mut here = key;
-        for _ in 0..SHORT_WALK {
+        for level in 1..=SHORT_WALK {
             if self.is_root(here) {
                 return true;
             }
-            if !path.is_empty() {
-                path.push(b'/');
-            }
-            path.extend_from_slice(b"..");
-            let Ok(s) = rustix::fs::statx(fd, path.as_slice(), AtFlags::empty(), StatxFlags::INO)
-            else {
+            let path = &ups[..3 * level - 1];
+            let Ok(s) = rustix::fs::statx(fd, path, AtFlags::empty(), StatxFlags::INO) else {
                 return false;
             };
             let up = Meta::from_statx(&s).key;
@@ -1356,5 +1356,37 @@ mod dir_cache_tests {
         assert_eq!(meta.key, new.meta.key);
         assert_eq!(fh, ex.handle(&new));
         std::fs::remove_dir_all(base).unwrap();
+    }
+
+    /// A directory several levels down is inside while its ancestors are, and stale
+    /// once an ancestor is moved out, below [`SHORT_WALK`] levels (statx of `../..`)
+    /// and beyond it (one level at a time by descriptors).
+    #[test]
+    fn a_directory_moved_out_with_an_ancestor_is_stale_at_any_depth() {
+        for depth in [3, SHORT_WALK + 3] {
+            let (base, ex) = export(&format!("inside-{depth}"));
+            let mut path = base.join("export/top");
+            for level in 0..depth {
+                path.push(format!("l{level}"));
+            }
+            std::fs::create_dir_all(&path).unwrap();
+            let mut node = ex.root().unwrap();
+            for c in path.strip_prefix(base.join("export")).unwrap().components() {
+                node = ex
+                    .peek_child(&node, c.as_os_str().as_encoded_bytes())
+                    .unwrap();
+            }
+            let fh = ex.file_handle(&node);
+            assert_eq!(ex.resolve(&fh).unwrap().meta.key, node.meta.key, "{depth}");
+            std::fs::rename(base.join("export/top"), base.join("outside/top")).unwrap();
+            assert_eq!(
+                ex.resolve(&fh).err(),
+                Some(NfsStat3::NFS3ERR_STALE),
+                "depth {depth}"
+            );
+            std::fs::rename(base.join("outside/top"), base.join("export/top")).unwrap();
+            assert_eq!(ex.resolve(&fh).unwrap().meta.key, node.meta.key, "{depth}");
+            std::fs::remove_dir_all(base).unwrap();
+        }
     }
 }
