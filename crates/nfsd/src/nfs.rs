@@ -128,12 +128,12 @@ pub struct Caller {
 }
 
 impl Caller {
-    /// The caller of `cred` from `peer`.
-    pub fn new(peer: Option<Peer>, cred: &Credentials) -> Caller {
+    /// The caller of `cred` from `peer` (its groups moved, not copied).
+    pub fn new(peer: Option<Peer>, cred: Credentials) -> Caller {
         Caller {
             peer,
             sys: match cred {
-                Credentials::Sys(p) => Some((p.uid, p.gid, p.gids.clone())),
+                Credentials::Sys(p) => Some((p.uid, p.gid, p.gids)),
                 _ => None,
             },
         }

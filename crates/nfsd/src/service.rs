@@ -62,7 +62,7 @@ impl Service for NfsService {
             return Err(ServiceError::ProcUnavail);
         }
         let over = req.peer.map(|p| p.protocol);
-        let caller = Caller::new(req.peer, &req.cred);
+        let caller = Caller::new(req.peer, req.cred);
         let args = req.args;
         if self.server.inline_metadata && runs_inline(proc, over) {
             let Some(h) = &self.calls else {

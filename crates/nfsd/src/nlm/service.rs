@@ -139,7 +139,7 @@ impl Service for NlmService {
     async fn call(&self, req: Request) -> ServiceResult {
         use proc4::*;
         let peer = req.peer.map(|p| p.addr.ip());
-        let caller = Caller::new(req.peer, &req.cred);
+        let caller = Caller::new(req.peer, req.cred);
         let a = req.args;
         let p = req.proc_;
         let msg = (TEST_MSG..=GRANTED_MSG).contains(&p);
