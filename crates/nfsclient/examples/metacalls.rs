@@ -39,7 +39,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             machinename: xdr::Bytes::from_static(b"metacalls"),
             uid: id,
             gid: id,
-            gids: vec![id],
+            gids: oncrpc::Gids::new(&[id]).unwrap(),
         }
         .to_opaque_auth(),
         ..MountOptions::default()

@@ -80,10 +80,11 @@ pub fn auth_sys_self() -> AuthSysParms {
     let uname = rustix::system::uname();
     let mut machinename = uname.nodename().to_bytes().to_vec();
     machinename.truncate(255); // RFC 5531 Appendix A: "string machinename<255>"
-    let mut gids: Vec<u32> = rustix::process::getgroups()
+    let groups: Vec<u32> = rustix::process::getgroups()
         .map(|g| g.into_iter().map(|g| g.as_raw()).collect())
         .unwrap_or_default();
-    gids.truncate(16);
+    // RFC 5531 Appendix A: "unsigned int gids<16>": the first 16.
+    let gids = oncrpc::Gids::truncating(&groups);
     AuthSysParms {
         stamp: std::process::id(),
         machinename: Bytes::from(machinename),

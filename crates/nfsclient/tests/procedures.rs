@@ -447,7 +447,7 @@ async fn acces_for_another_user_and_rofs_for_a_read_only_export() {
     let mut sys = auth_sys_self();
     sys.uid = 1000;
     sys.gid = 1000;
-    sys.gids.clear();
+    sys.gids = oncrpc::Gids::default();
     let opts = MountOptions {
         cred: sys.to_opaque_auth(),
         ..s.options()

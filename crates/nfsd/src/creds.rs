@@ -17,6 +17,7 @@
 //! as the server's own user (an implicit `all_squash` to that user), which
 //! [`switching`] reports so the binary can say so at startup.
 
+use oncrpc::Gids;
 use rustix::process::{Gid, Uid};
 
 /// A file-system identity.
@@ -27,7 +28,7 @@ pub struct Identity {
     /// Primary group id.
     pub gid: u32,
     /// Supplementary groups (AUTH_SYS allows 16).
-    pub groups: Vec<u32>,
+    pub groups: Gids,
 }
 
 /// How caller identities are mapped (knfsd's `root_squash` / `all_squash`).
@@ -254,7 +255,7 @@ mod tests {
         Identity {
             uid,
             gid: uid,
-            groups: groups.to_vec(),
+            groups: Gids::new(groups).unwrap(),
         }
     }
 
@@ -262,7 +263,7 @@ mod tests {
         Identity {
             uid,
             gid: uid,
-            groups: vec![],
+            groups: Gids::default(),
         }
     }
 

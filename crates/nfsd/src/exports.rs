@@ -36,7 +36,7 @@ use std::io;
 use std::net::{IpAddr, Ipv4Addr, ToSocketAddrs};
 use std::path::{Path, PathBuf};
 
-use oncrpc::{Peer, Protocol};
+use oncrpc::{Gids, Peer, Protocol};
 
 use crate::creds::{Identity, Squash};
 
@@ -111,29 +111,22 @@ impl Default for ExportOptions {
 impl ExportOptions {
     /// The identity a call acts as, from its AUTH_SYS uid, gid and groups
     /// (`None` for AUTH_NONE, which is always anonymous).
-    pub fn identity(&self, sys: Option<(u32, u32, &[u32])>) -> Identity {
+    pub fn identity(&self, sys: Option<(u32, u32, Gids)>) -> Identity {
         let anon = Identity {
             uid: self.anon_uid,
             gid: self.anon_gid,
-            groups: Vec::new(),
+            groups: Gids::default(),
         };
         let Some((uid, gid, groups)) = sys else {
             return anon;
         };
         match self.squash {
             Squash::All => anon,
-            Squash::None => Identity {
-                uid,
-                gid,
-                groups: groups.to_vec(),
-            },
+            Squash::None => Identity { uid, gid, groups },
             Squash::Root => Identity {
                 uid: if uid == 0 { self.anon_uid } else { uid },
                 gid: if gid == 0 { self.anon_gid } else { gid },
-                groups: groups
-                    .iter()
-                    .map(|&g| if g == 0 { self.anon_gid } else { g })
-                    .collect(),
+                groups: groups.map(|g| if g == 0 { self.anon_gid } else { g }),
             },
         }
     }

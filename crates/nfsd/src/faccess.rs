@@ -78,12 +78,12 @@ mod tests {
         let group = Identity {
             uid: 4321,
             gid: 0,
-            groups: vec![],
+            groups: oncrpc::Gids::default(),
         };
         let other = Identity {
             uid: 4321,
             gid: 4321,
-            groups: vec![],
+            groups: oncrpc::Gids::default(),
         };
         let want = |id: &Identity| match id.gid {
             0 => [Ok(()), Err(Errno::ACCESS), Err(Errno::ACCESS)],

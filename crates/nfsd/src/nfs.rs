@@ -10,7 +10,7 @@ use nfs3::fs::*;
 use nfs3::io::*;
 use nfs3::readdir::*;
 use nfs3::{NfsFh3, NfsProc3, NfsStat3, PostOpAttr, WccData, WriteVerf3};
-use oncrpc::{Credentials, Peer, ServiceError};
+use oncrpc::{Credentials, Gids, Peer, ServiceError};
 use xdr::{Decode, Decoder, Encode, XdrStream};
 
 use crate::creds::Identity;
@@ -124,7 +124,7 @@ pub struct Caller {
     /// The transport's peer (`None`: dispatched in process).
     pub peer: Option<Peer>,
     /// AUTH_SYS uid, gid and groups; `None` for AUTH_NONE.
-    pub sys: Option<(u32, u32, Vec<u32>)>,
+    pub sys: Option<(u32, u32, Gids)>,
 }
 
 impl Caller {
@@ -141,7 +141,7 @@ impl Caller {
 
     /// The identity this caller acts as under `options`.
     pub fn identity(&self, options: &ExportOptions) -> Identity {
-        options.identity(self.sys.as_ref().map(|(u, g, gs)| (*u, *g, &gs[..])))
+        options.identity(self.sys)
     }
 }
 

@@ -524,7 +524,7 @@ mod wire {
             machinename: Bytes::from_static(b"wire-test"),
             uid: 1000,
             gid: 1000,
-            gids: vec![1000],
+            gids: oncrpc::Gids::new(&[1000]).unwrap(),
         };
         Client::new(
             TcpTransport::new(addr),

@@ -136,7 +136,77 @@ pub struct AuthSysParms {
     /// The caller's effective group ID.
     pub gid: u32,
     /// Groups the caller is a member of; at most 16.
-    pub gids: Vec<u32>,
+    pub gids: Gids,
+}
+
+/// AUTH_SYS `gids<16>`: at most [`MAX_GIDS`] group IDs, held inline. Every call a
+/// server receives carries one, and services copy it on to the identity a call runs
+/// as, so it is never allocated.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct Gids {
+    len: u8,
+    ids: [u32; MAX_GIDS as usize],
+}
+
+impl Gids {
+    /// `ids` as AUTH_SYS groups; `None` beyond [`MAX_GIDS`].
+    pub fn new(ids: &[u32]) -> Option<Gids> {
+        let mut g = Gids::default();
+        g.ids.get_mut(..ids.len())?.copy_from_slice(ids);
+        g.len = ids.len() as u8;
+        Some(g)
+    }
+
+    /// The first [`MAX_GIDS`] of `ids` (a client whose user is in more groups sends
+    /// the first 16, as Linux's does).
+    pub fn truncating(ids: &[u32]) -> Gids {
+        let n = ids.len().min(MAX_GIDS as usize);
+        Gids::new(&ids[..n]).unwrap_or_default()
+    }
+
+    /// Each group ID mapped by `f`.
+    pub fn map(mut self, f: impl Fn(u32) -> u32) -> Gids {
+        for id in &mut self.ids[..usize::from(self.len)] {
+            *id = f(*id);
+        }
+        self
+    }
+}
+
+impl std::ops::Deref for Gids {
+    type Target = [u32];
+    fn deref(&self) -> &[u32] {
+        &self.ids[..usize::from(self.len)]
+    }
+}
+
+impl std::fmt::Debug for Gids {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.iter()).finish()
+    }
+}
+
+impl Encode for Gids {
+    fn encode(&self, enc: &mut Encoder) {
+        enc.array(self, |e, g| {
+            e.u32(*g);
+        });
+    }
+}
+
+impl Decode for Gids {
+    fn decode(dec: &mut Decoder) -> xdr::Result<Self> {
+        // RFC 5531 appendix A: "unsigned int gids<16>".
+        let len = dec.length(MAX_GIDS)?;
+        let mut g = Gids {
+            len: len as u8,
+            ..Gids::default()
+        };
+        for id in &mut g.ids[..len] {
+            *id = dec.u32()?;
+        }
+        Ok(g)
+    }
 }
 
 impl Encode for AuthSysParms {
@@ -145,9 +215,7 @@ impl Encode for AuthSysParms {
         enc.string(&self.machinename);
         enc.u32(self.uid);
         enc.u32(self.gid);
-        enc.array(&self.gids, |e, g| {
-            e.u32(*g);
-        });
+        self.gids.encode(enc);
     }
 }
 
@@ -158,8 +226,7 @@ impl Decode for AuthSysParms {
         let machinename = dec.string(MAX_MACHINENAME)?;
         let uid = dec.u32()?;
         let gid = dec.u32()?;
-        // RFC 5531 appendix A: "unsigned int gids<16>".
-        let gids = dec.array(MAX_GIDS, Decoder::u32)?;
+        let gids = Gids::decode(dec)?;
         Ok(AuthSysParms {
             stamp,
             machinename,
@@ -234,7 +301,7 @@ mod tests {
             machinename: Bytes::from_static(b"host"),
             uid: 1000,
             gid: 100,
-            gids: vec![1, 2, 3],
+            gids: Gids::new(&[1, 2, 3]).unwrap(),
         }
     }
 
@@ -259,6 +326,7 @@ mod tests {
             name in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..=255),
             gids in proptest::collection::vec(proptest::prelude::any::<u32>(), 0..=16),
         ) {
+            let gids = Gids::new(&gids).unwrap();
             let p = AuthSysParms { stamp, machinename: Bytes::from(name), uid, gid, gids };
             let cred = p.to_opaque_auth();
             proptest::prop_assert!(cred.body.len() <= MAX_AUTH_BYTES as usize);
@@ -282,11 +350,26 @@ mod tests {
     #[test]
     fn auth_sys_more_than_16_gids_is_rejected() {
         let mut p = sys();
-        p.gids = (0..17).collect();
-        let err = AuthSysParms::from_xdr(p.to_xdr().to_bytes()).unwrap_err();
+        let sixteen: Vec<u32> = (0..16).collect();
+        p.gids = Gids::new(&sixteen).unwrap();
+        let ok = p.to_xdr().to_bytes();
+        assert_eq!(
+            AuthSysParms::from_xdr(ok.clone()).unwrap().gids[..],
+            sixteen[..]
+        );
+        // The same with a 17th group: the count word says 17, one more u32 follows.
+        let mut bytes = ok[..ok.len() - 16 * 4 - 4].to_vec();
+        bytes.extend_from_slice(&17u32.to_be_bytes());
+        for g in 0..17u32 {
+            bytes.extend_from_slice(&g.to_be_bytes());
+        }
+        let err = AuthSysParms::from_xdr(Bytes::from(bytes)).unwrap_err();
         assert_eq!(err, XdrError::LengthOverBound { len: 17, max: 16 });
-        p.gids = (0..16).collect();
-        assert!(AuthSysParms::from_xdr(p.to_xdr().to_bytes()).is_ok());
+        assert!(Gids::new(&(0..17).collect::<Vec<u32>>()).is_none());
+        assert_eq!(
+            Gids::truncating(&(0..20).collect::<Vec<u32>>())[..],
+            sixteen[..]
+        );
     }
 
     #[test]

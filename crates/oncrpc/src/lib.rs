@@ -44,7 +44,7 @@ pub mod transport;
 pub mod udp;
 mod wire_enum;
 
-pub use auth::{AuthFlavor, AuthStat, AuthSysParms, Credentials, OpaqueAuth};
+pub use auth::{AuthFlavor, AuthStat, AuthSysParms, Credentials, Gids, OpaqueAuth};
 #[cfg(feature = "tokio")]
 pub use client::{CallOptions, Client, ClientConfig, ClientError, Reply};
 pub use error::{CallError, Disposition, Scope, ServiceError};

@@ -40,7 +40,7 @@ pub(crate) fn root_cred() -> OpaqueAuth {
         machinename: Bytes::from_static(b"rpcrdma-rs-lab"),
         uid: 0,
         gid: 0,
-        gids: vec![0],
+        gids: oncrpc::Gids::new(&[0]).unwrap(),
     }
     .to_opaque_auth()
 }

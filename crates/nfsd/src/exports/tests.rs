@@ -276,16 +276,23 @@ fn identity_mapping_per_squash_mode() {
         ..ExportOptions::default()
     };
     let root = o(Squash::Root);
-    assert_eq!(root.identity(Some((0, 0, &[0, 5]))).uid, 65534);
-    assert_eq!(root.identity(Some((0, 0, &[0, 5]))).groups, vec![65534, 5]);
-    assert_eq!(root.identity(Some((1000, 100, &[]))).uid, 1000);
+    assert_eq!(root.identity(Some((0, 0, gids(&[0, 5])))).uid, 65534);
+    assert_eq!(
+        root.identity(Some((0, 0, gids(&[0, 5])))).groups[..],
+        [65534, 5]
+    );
+    assert_eq!(root.identity(Some((1000, 100, gids(&[])))).uid, 1000);
     assert_eq!(root.identity(None).uid, 65534);
     let all = ExportOptions {
         anon_uid: 7,
         anon_gid: 8,
         ..o(Squash::All)
     };
-    let id = all.identity(Some((1000, 1000, &[1, 2])));
+    let id = all.identity(Some((1000, 1000, gids(&[1, 2]))));
     assert_eq!((id.uid, id.gid, id.groups.len()), (7, 8, 0));
-    assert_eq!(o(Squash::None).identity(Some((0, 0, &[]))).uid, 0);
+    assert_eq!(o(Squash::None).identity(Some((0, 0, gids(&[])))).uid, 0);
+}
+
+fn gids(ids: &[u32]) -> oncrpc::Gids {
+    oncrpc::Gids::new(ids).unwrap()
 }

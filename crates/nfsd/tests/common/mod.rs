@@ -228,7 +228,7 @@ impl Harness {
                 machinename: Bytes::from_static(b"testhost"),
                 uid: *uid,
                 gid: *gid,
-                gids: gids.clone(),
+                gids: oncrpc::Gids::new(gids).expect("at most 16 groups"),
             }
             .to_opaque_auth(),
         };

@@ -192,7 +192,7 @@ fn arb_auth() -> impl Strategy<Value = OpaqueAuth> {
                 machinename: Bytes::from(name),
                 uid,
                 gid,
-                gids
+                gids: crate::Gids::new(&gids).unwrap()
             }
             .to_opaque_auth()),
         (
