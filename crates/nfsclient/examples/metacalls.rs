@@ -9,7 +9,8 @@
 //! OP is one of `create` (files m0 .. m{N-1}, GUARDED, in the export root or in its
 //! directory SUBDIR, made if missing: the lab's runs work one level down),
 //! `getattr` (the root), `lookup` (m0 .. m{N-1}), `lookup-noent` (names that do not
-//! exist, as a kernel client's create sends first), `access` (m0), `readdirplus`
+//! exist, as a kernel client's create sends first), `access` (m0), `open` (GETATTR
+//! and ACCESS of m0 .. m{N/2-1}, as the kernel client's open(2) of each), `readdirplus`
 //! (the directory's first 4 KiB of names, with attributes and handles, as the
 //! kernel client asks: dircount 4096, maxcount 32768), `remove` (m0 .. m{N-1}),
 //! `null`. Calls carry AUTH_SYS uid and gid UID (default 1000) with
@@ -104,6 +105,24 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             for _ in 0..n {
                 nfs.access(&fh, 0x3f).await?;
             }
+        }
+        "open" => {
+            // As the kernel client's open phase: the handles first (not timed
+            // apart), then GETATTR and ACCESS of each file; N counts both calls.
+            let mut handles = Vec::new();
+            for i in 0..n / 2 {
+                handles.push(nfs.lookup(&root, name(i)).await?.object);
+            }
+            let start = std::time::Instant::now();
+            for fh in &handles {
+                nfs.getattr(fh).await?;
+                nfs.access(fh, 0x3f).await?;
+            }
+            eprintln!(
+                "open: {:.1} us per call over {} files",
+                start.elapsed().as_secs_f64() * 1e6 / (2 * handles.len()).max(1) as f64,
+                handles.len()
+            );
         }
         "remove" => {
             for i in 0..n {
