@@ -44,7 +44,7 @@
 //! system mounted inside the export is served, but inode numbers are only unique per
 //! device (fileid clashes across such mounts are possible).
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -1030,7 +1030,7 @@ impl Export {
     fn search(&self, target: Key) {
         self.searches.fetch_add(1, Ordering::Relaxed);
         let mut queue = VecDeque::from([self.root_meta.key]);
-        let mut seen = HashSet::from([self.root_meta.key]);
+        // Every directory reached so far but the root: what is queued once.
         let mut found: HashMap<Key, Link> = HashMap::new();
         while let Some(dir_key) = queue.pop_front() {
             let Some(dir) = self.walk_with(dir_key, 0, &found) else {
@@ -1076,15 +1076,17 @@ impl Export {
                     }
                     return;
                 }
-                if node.meta.is_dir() && seen.insert(node.meta.key) {
+                let key = node.meta.key;
+                if node.meta.is_dir() && !self.is_root(key) && !found.contains_key(&key) {
+                    let parent = dir_key;
                     found.insert(
-                        node.meta.key,
+                        key,
                         Link {
-                            parent: dir_key,
+                            parent,
                             name: name.to_vec(),
                         },
                     );
-                    queue.push_back(node.meta.key);
+                    queue.push_back(key);
                 }
             }
         }
