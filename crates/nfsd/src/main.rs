@@ -75,6 +75,7 @@ struct Cli {
         "rdma_port", "rdma_provider", "rdma_crc", "rdma_max_ulpdu", "rdma_version",
         "rdma_handshake_timeout", "rdma_handshakes_per_source", "rdma_max_handshakes",
         "rdma_read_timeout", "rdma_credits", "rdma_initial_credits",
+        "rdma_stall_timeout",
     ])]
     no_rdma: bool,
     /// Highest RPC-over-RDMA version accepted: 2 serves Version One and Version Two
@@ -144,6 +145,15 @@ struct Cli {
     #[arg(long, value_name = "SECS", default_value_t = 30.0,
           value_parser = parse_timeout)]
     rdma_read_timeout: f64,
+    /// Seconds an NFS/RDMA connection with calls in service or work requests posted may
+    /// go without progress: after half of it nfsd logs a warning naming what the
+    /// connection waits for; after all of it a connection stuck on its own work
+    /// requests (Sends, RDMA Reads the provider never completed) is closed, so that
+    /// the client reconnects and retransmits. 0 turns the watchdog off. SIGUSR1 prints
+    /// every connection's state. Decimals allowed.
+    #[arg(long, value_name = "SECS", default_value_t = 60.0,
+          value_parser = parse_timeout_or_zero)]
+    rdma_stall_timeout: f64,
     /// MOUNT port (TCP); the same as --nfs-port serves both on one port.
     #[arg(long, default_value_t = 20048)]
     mount_port: u16,
@@ -248,6 +258,14 @@ fn parse_timeout(s: &str) -> Result<f64, String> {
     match s.parse::<f64>() {
         Ok(t) if t > 0.0 && t <= 3600.0 => Ok(t),
         _ => Err("a number of seconds, over 0 and at most 3600".into()),
+    }
+}
+
+/// [`parse_timeout`], or 0 (off).
+fn parse_timeout_or_zero(s: &str) -> Result<f64, String> {
+    match s.trim() {
+        "0" => Ok(0.0),
+        t => parse_timeout(t).map_err(|e| format!("{e}, or 0 (off)")),
     }
 }
 
@@ -429,6 +447,7 @@ fn main() -> std::process::ExitCode {
             // The budget itself is the NFS server's (`Config::max_memory`), shared.
             max_memory,
             read_timeout: std::time::Duration::from_secs_f64(cli.rdma_read_timeout),
+            stall_timeout: std::time::Duration::from_secs_f64(cli.rdma_stall_timeout),
             credits: cli.rdma_credits,
             initial_credits: cli.rdma_initial_credits.min(cli.rdma_credits),
             ..RdmaOptions::server_transport(cli.rdma_version == 2)
@@ -474,6 +493,7 @@ async fn run(
         .collect();
     println!("nfsd: write verifier {verf}");
     tokio::spawn(reload_on_sighup(bound.server().clone(), exports_file));
+    tokio::spawn(dump_on_sigusr1(bound.rdma_stats()));
     tokio::spawn(nfsd::malloc::trim_when_idle());
     // The handlers are installed before "ready": a SIGTERM sent the moment a
     // supervisor (or a test) sees that line must find them, not the default action.
@@ -512,6 +532,37 @@ async fn reload_on_sighup(server: Arc<NfsServer>, file: Option<PathBuf>) {
             }
             Err(e) => eprintln!("nfsd: SIGHUP: {e}; the exports in force stay"),
         }
+    }
+}
+
+/// On each SIGUSR1, prints the state of every NFS/RDMA connection (issue 31): its
+/// counters, and what its task says it holds and waits for (credits, Receives posted,
+/// work requests in flight, calls in service and their age, memory charged); then the
+/// memory budget.
+async fn dump_on_sigusr1(rdma: Option<rpcrdma_transport::StatsRegistry>) {
+    use tokio::signal::unix::{signal, SignalKind};
+    let Ok(mut usr1) = signal(SignalKind::user_defined1()) else {
+        return;
+    };
+    while usr1.recv().await.is_some() {
+        let Some(rdma) = &rdma else {
+            println!("nfsd: SIGUSR1: NFS/RDMA is not served: no connection state to show");
+            continue;
+        };
+        // A connection task that does not answer within this is itself stuck.
+        let live = rdma.live_states(std::time::Duration::from_secs(1)).await;
+        let mut out = format!(
+            "nfsd: SIGUSR1: {} NFS/RDMA connection(s) open\n",
+            live.len()
+        );
+        for conn in &live {
+            out.push_str(&format!("nfsd: {conn}\n"));
+        }
+        if let Some(memory) = rdma.memory() {
+            out.push_str(&format!("nfsd: {memory}\n"));
+        }
+        // One write, so that the dump is not interleaved with other output.
+        print!("{out}");
     }
 }
 

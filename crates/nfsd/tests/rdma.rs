@@ -482,3 +482,84 @@ async fn until_charged(stats: &rpcrdma_transport::StatsRegistry, bytes: u64) {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
 }
+
+/// Issue 31: SIGUSR1 makes the `nfsd` binary print every NFS/RDMA connection's state
+/// (its counters and what its task holds and waits for), then the memory budget.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn binary_prints_each_rdma_connection_state_on_sigusr1() {
+    use std::io::BufRead;
+    let dir = TempDir::new("rdma-usr1");
+    let state = TempDir::new("rdma-usr1-state");
+    std::fs::write(dir.path().join("f"), b"x").unwrap();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_nfsd"))
+        .arg("--state-dir")
+        .arg(state.path())
+        .args([
+            "--bind",
+            "127.0.0.1",
+            "--nfs-port",
+            "0",
+            "--mount-port",
+            "0",
+        ])
+        .args(["--nlm-port", "0", "--rpcbind", "off", "--rdma-port", "0"])
+        .args(["--rdma-provider", "iwarp", "--rdma-stall-timeout", "45"])
+        .arg(dir.path())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (tx, lines) = std::sync::mpsc::channel::<String>();
+    let out = std::io::BufReader::new(child.stdout.take().unwrap());
+    std::thread::spawn(move || {
+        for l in out.lines().map_while(Result::ok) {
+            let _ = tx.send(l);
+        }
+    });
+    let next = || lines.recv_timeout(Duration::from_secs(20)).expect("a line");
+    let port_of = |l: &str| -> u16 {
+        let addr = l.split(' ').nth(6).unwrap();
+        addr.parse::<SocketAddr>().unwrap().port()
+    };
+    let (mut rdma, mut mount) = (None, None);
+    loop {
+        let l = next();
+        if l.starts_with("nfsd: NFS v3 listening on rdma ") {
+            rdma = Some(port_of(&l));
+        } else if l.starts_with("nfsd: MOUNT v3 listening on tcp ") {
+            mount = Some(port_of(&l));
+        } else if l == "nfsd: ready" {
+            break;
+        }
+    }
+    let opts = common::mount_options(
+        TransportKind::Rdma,
+        rdma.expect("rdma line"),
+        mount.expect("mount line"),
+        Duration::from_secs(20),
+    );
+    let export = dir.path().to_str().unwrap().to_string();
+    let m = Mount::mount("127.0.0.1", &export, &opts).await.unwrap();
+    m.lookup_path("f").await.unwrap();
+
+    let pid = rustix::process::Pid::from_raw(child.id() as i32).unwrap();
+    rustix::process::kill_process(pid, rustix::process::Signal::USR1).unwrap();
+    let head = next();
+    assert_eq!(head, "nfsd: SIGUSR1: 1 NFS/RDMA connection(s) open");
+    let conn = next();
+    assert!(
+        conn.starts_with("nfsd: xprt: rdma server #") && conn.contains(" calls="),
+        "{conn}"
+    );
+    let live = next();
+    assert!(
+        live.starts_with(
+            "  state: calls=0 credits=8 recvs_posted=8 in_dispatcher=0 reads=0 sends=0"
+        ),
+        "{live}"
+    );
+    let memory = next();
+    assert!(memory.starts_with("nfsd: memory: charged="), "{memory}");
+    drop(m);
+    let _ = child.kill();
+    let _ = child.wait();
+}

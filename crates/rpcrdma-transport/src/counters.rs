@@ -26,6 +26,9 @@ pub struct ConnStats {
     open: AtomicBool,
     values: [AtomicU64; N],
     close_reason: Mutex<Option<String>>,
+    /// What the connection task last said of its state when asked
+    /// ([`StatsRegistry::live_states`]), and when.
+    live: Mutex<Option<(Instant, String)>>,
 }
 
 impl ConnStats {
@@ -38,7 +41,15 @@ impl ConnStats {
             open: AtomicBool::new(true),
             values: std::array::from_fn(|_| AtomicU64::new(0)),
             close_reason: Mutex::new(None),
+            live: Mutex::new(None),
         })
+    }
+
+    /// The connection task's account of its state (credits, Receives posted, work
+    /// requests in flight, Calls in service and their age, memory charged), written
+    /// when [`StatsRegistry::live_states`] asks.
+    pub(crate) fn set_live_state(&self, state: String) {
+        *lock(&self.live) = Some((Instant::now(), state));
     }
 
     fn index(c: Counter) -> usize {
@@ -158,6 +169,39 @@ impl fmt::Display for Snapshot {
 pub struct StatsRegistry {
     conns: Arc<Mutex<Vec<Arc<ConnStats>>>>,
     memory: Arc<ServerMemory>,
+    /// Bumped to ask every connection task of a server for its live state.
+    dump: Arc<DumpRequests>,
+}
+
+/// Requests for the connections' live state: a generation number each connection
+/// task watches.
+#[derive(Debug)]
+struct DumpRequests(tokio::sync::watch::Sender<u64>);
+
+impl Default for DumpRequests {
+    fn default() -> Self {
+        DumpRequests(tokio::sync::watch::channel(0).0)
+    }
+}
+
+/// One open connection in a state dump ([`StatsRegistry::live_states`]).
+#[derive(Debug, Clone)]
+pub struct LiveState {
+    /// Its counters, read from outside its task.
+    pub counters: Snapshot,
+    /// What its task said of its state, if it answered in time: a task that does not
+    /// answer is itself stuck (in a system call, say).
+    pub state: Option<String>,
+}
+
+impl fmt::Display for LiveState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.counters)?;
+        match &self.state {
+            Some(s) => write!(f, "\n  state: {s}"),
+            None => write!(f, "\n  state: its task did not answer"),
+        }
+    }
 }
 
 /// A server's memory budget as its counters see it, and its refusals of connections.
@@ -223,6 +267,42 @@ impl StatsRegistry {
     /// Snapshots of every connection, oldest first.
     pub fn snapshots(&self) -> Vec<Snapshot> {
         self.lock().iter().map(|c| c.snapshot()).collect()
+    }
+
+    /// Asks every open connection's task for its state, waits up to `wait` for the
+    /// answers, and returns each open connection with its counters and its answer.
+    pub async fn live_states(&self, wait: Duration) -> Vec<LiveState> {
+        let asked = Instant::now();
+        self.dump.0.send_modify(|n| *n = n.wrapping_add(1));
+        let answered = |c: &ConnStats| lock(&c.live).as_ref().is_some_and(|(t, _)| *t >= asked);
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            let all = self
+                .lock()
+                .iter()
+                .filter(|c| c.is_open())
+                .all(|c| answered(c));
+            if all || tokio::time::Instant::now() >= deadline {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        self.lock()
+            .iter()
+            .filter(|c| c.is_open())
+            .map(|c| LiveState {
+                counters: c.snapshot(),
+                state: lock(&c.live)
+                    .as_ref()
+                    .filter(|(t, _)| *t >= asked)
+                    .map(|(_, s)| s.clone()),
+            })
+            .collect()
+    }
+
+    /// Where a connection task learns that its state is asked for.
+    pub(crate) fn dump_requests(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.dump.0.subscribe()
     }
 
     /// The most recent connection's counters.

@@ -33,7 +33,10 @@
 //!   [`oncrpc::Dispatcher`] (reliable reply and backward Calls included: the core
 //!   decides, the driver registers, posts and invalidates);
 //! - [`backward`]: the service-facing backward-direction API ([`BackwardChannel`]);
-//! - [`counters`]: per-connection counters, logged on close;
+//! - [`counters`]: per-connection counters, logged on close, and the live state
+//!   dump;
+//! - `liveness`: the server connection's watchdog (a busy connection without
+//!   progress is logged, one stuck on its own work requests closed);
 //! - [`binding`]: what the transport needs from an Upper Layer Binding;
 //! - [`error`]: the crate's error type.
 //!
@@ -123,6 +126,7 @@ pub mod binding;
 pub mod client;
 pub mod counters;
 pub mod error;
+mod liveness;
 mod pool;
 mod registration;
 pub mod server;
@@ -131,7 +135,7 @@ pub mod setup;
 pub use backward::{BackwardChannel, BackwardError};
 pub use binding::RdmaBinding;
 pub use client::{RdmaReceiver, RdmaSender, RdmaTransport};
-pub use counters::{ConnStats, Counter, MemoryStats, Snapshot, StatsRegistry};
+pub use counters::{ConnStats, Counter, LiveState, MemoryStats, Snapshot, StatsRegistry};
 pub use error::TransportError;
 pub use server::{release_when_quiet, RdmaServer, CONNECTION_STATE, QUIET_PERIOD};
 pub use setup::RdmaConfig;

@@ -58,6 +58,7 @@ use crate::backward::{BackwardChannel, BackwardError, BackwardRequest};
 use crate::binding::RdmaBinding;
 use crate::counters::{ConnStats, Counter, StatsRegistry};
 use crate::error::TransportError;
+use crate::liveness::{Verdict, Waiting, Watchdog};
 use crate::pool::{gather, wr_kind, RecvPool, SendFailure, SendPool};
 use crate::registration::{join_in_place, ChunkRegion, ReadSink, Room};
 use crate::setup::RdmaConfig;
@@ -299,6 +300,10 @@ impl<P: ConnectionManager + 'static> RdmaServer<P> {
             };
             let (replies, replies_rx) = mpsc::unbounded_channel();
             let conn = ServerConn {
+                watchdog: Watchdog::new(config.stall_timeout),
+                dump_requests: self.stats.dump_requests(),
+                sends_in_flight: 0,
+                recv_buffers: (initial + backward_credits) as usize,
                 qp: Arc::new(qp),
                 pd: pd.clone(),
                 buffers: self.buffers.clone(),
@@ -319,7 +324,7 @@ impl<P: ConnectionManager + 'static> RdmaServer<P> {
                 read_timeout: config.read_timeout,
                 shutdown: self.shutdown.subscribe(),
                 to_dispatch: VecDeque::new(),
-                in_service: 0,
+                in_service: HashMap::new(),
                 replies,
                 backward_rx,
                 backward_waiters: HashMap::new(),
@@ -432,6 +437,9 @@ enum CloseReason {
     BadReceive(Completion),
     /// A Call's RDMA Reads did not complete within `RdmaConfig::read_timeout`.
     ReadTimeout(std::time::Duration),
+    /// Work requests we posted made no progress for `RdmaConfig::stall_timeout`
+    /// (`liveness`).
+    Stalled(std::time::Duration, String),
 }
 
 impl std::fmt::Display for CloseReason {
@@ -446,6 +454,12 @@ impl std::fmt::Display for CloseReason {
             CloseReason::Core => f.write_str("protocol error: no reply possible"),
             CloseReason::ReadTimeout(t) => {
                 write!(f, "RDMA Reads of a Call not complete within {t:?}")
+            }
+            CloseReason::Stalled(t, waiting) => {
+                write!(
+                    f,
+                    "no progress for {t:?} with work requests posted ({waiting})"
+                )
             }
             CloseReason::BadReceive(c) => {
                 write!(
@@ -511,8 +525,18 @@ struct ServerConn<Q> {
     shutdown: watch::Receiver<bool>,
     /// Calls to hand to the dispatcher ([`ServerConn::dispatch_calls`]), in order.
     to_dispatch: VecDeque<(Xid, Bytes)>,
-    /// Calls running as tasks of their own: their replies are still to come.
-    in_service: usize,
+    /// Calls running as tasks of their own, and when each was handed over: their
+    /// replies are still to come.
+    in_service: HashMap<Xid, Instant>,
+    /// Sends posted whose completion has not come yet.
+    sends_in_flight: usize,
+    /// Receive buffers the connection has (posted or not).
+    recv_buffers: usize,
+    /// Judges whether a busy connection makes progress (`liveness`); `None` when
+    /// `RdmaConfig::stall_timeout` is zero.
+    watchdog: Option<Watchdog>,
+    /// Requests for this connection's live state ([`StatsRegistry::live_states`]).
+    dump_requests: watch::Receiver<u64>,
     /// Replies from the dispatcher's tasks.
     replies: mpsc::UnboundedSender<(Xid, Option<XdrStream>)>,
     /// Requests from this connection's [`BackwardChannel`]s (taken by `run`).
@@ -559,6 +583,13 @@ impl<Q: QueuePair + 'static> ServerConn<Q> {
             }
         };
         tokio::pin!(stop);
+        // The watchdog's tick, and requests for a state dump: one future each for the
+        // connection's life, renewed only when they fire.
+        let period = self.watchdog.as_ref().map(Watchdog::period);
+        let tick = tokio::time::sleep(period.unwrap_or(std::time::Duration::MAX / 4));
+        tokio::pin!(tick);
+        let dump = next_change(self.dump_requests.clone());
+        tokio::pin!(dump);
         let mut backward_rx = self.backward_rx.take();
         loop {
             // reliable-reply §4.1.3: the pull timer, armed for the core's deadline.
@@ -601,8 +632,18 @@ impl<Q: QueuePair + 'static> ServerConn<Q> {
                     }
                 },
                 Some((xid, reply)) = replies.recv() => {
-                    self.in_service -= 1;
+                    self.in_service.remove(&xid);
                     self.answer(xid, reply);
+                }
+                () = &mut tick, if period.is_some() => {
+                    self.check_liveness();
+                    if let Some(p) = period {
+                        tick.as_mut().reset(tokio::time::Instant::now() + p);
+                    }
+                }
+                rx = &mut dump => {
+                    self.set_live_state();
+                    dump.set(next_change(rx));
                 }
                 _ = timer => self.core.handle_timeout(Instant::now()),
                 _ = released, if self.closing.is_none() => self.core.handle_memory_released(),
@@ -687,14 +728,14 @@ impl<Q: QueuePair + 'static> ServerConn<Q> {
             });
             let dispatcher = self.dispatcher.clone();
             let mut call = Box::pin(async move { dispatcher.dispatch_from(call, peer).await });
-            if self.in_service == 0 {
+            if self.in_service.is_empty() {
                 if let Poll::Ready(reply) = poll_once(call.as_mut()).await {
                     self.answer(xid, reply);
                     self.drive(None);
                     continue;
                 }
             }
-            self.in_service += 1;
+            self.in_service.insert(xid, Instant::now());
             let tx = self.replies.clone();
             tokio::spawn(async move {
                 let reply = call.await;
@@ -705,6 +746,9 @@ impl<Q: QueuePair + 'static> ServerConn<Q> {
 
     /// Gives the core the dispatcher's answer to Call `xid`.
     fn answer(&mut self, xid: Xid, reply: Option<XdrStream>) {
+        if let Some(w) = &mut self.watchdog {
+            w.progress();
+        }
         match reply {
             Some(stream) => {
                 let _ = self.core.send_reply(xid, stream);
@@ -712,6 +756,76 @@ impl<Q: QueuePair + 'static> ServerConn<Q> {
             // The dispatcher earns the Call no reply.
             None => self.core.drop_call(xid),
         }
+    }
+
+    /// What this connection waits for now (`liveness`).
+    fn waiting(&self) -> Waiting {
+        let now = Instant::now();
+        Waiting {
+            calls: self.core.pending_calls(),
+            credits: self.core.credits().target(),
+            recvs_posted: self.recv_buffers.saturating_sub(self.free_recvs.len()),
+            in_dispatcher: self.in_service.len() + self.to_dispatch.len(),
+            oldest_dispatch: crate::liveness::oldest(now, self.in_service.values().copied()),
+            reads: self.reads.len(),
+            oldest_read: crate::liveness::oldest(now, self.pulls.values().map(|p| p.started)),
+            sends: self.sends_in_flight,
+            invalidations: self.invalidating.len(),
+            memory_wait: self.core.memory_wait().is_some(),
+            backward: self.backward_waiters.len(),
+            charged: self.memory.bytes(),
+        }
+    }
+
+    /// The watchdog's tick: a busy connection without progress is logged once, and
+    /// closed when it is stuck on its own work requests (issue 31).
+    fn check_liveness(&mut self) {
+        let waiting = self.waiting();
+        let Some(w) = &mut self.watchdog else {
+            return;
+        };
+        match w.tick(&waiting) {
+            Verdict::Fine => {}
+            Verdict::Warn(quiet) => {
+                self.stats.inc(Counter::Stalls);
+                let action = if waiting.on_work_requests() {
+                    "closed if none comes within the stall timeout"
+                } else {
+                    "not closed: a new connection would wait the same"
+                };
+                tracing::warn!(
+                    target: "rpcrdma_transport",
+                    conn = self.stats.id,
+                    peer = ?self.stats.peer,
+                    "connection made no progress for {quiet:?} while busy ({waiting}); {action}",
+                );
+            }
+            Verdict::Close(quiet) => {
+                self.stats.inc(Counter::StallCloses);
+                tracing::warn!(
+                    target: "rpcrdma_transport",
+                    conn = self.stats.id,
+                    peer = ?self.stats.peer,
+                    "closing a connection stuck for {quiet:?} on work requests it posted ({waiting}); the client reconnects and retransmits",
+                );
+                self.close(CloseReason::Stalled(quiet, waiting.to_string()));
+            }
+        }
+    }
+
+    /// Answers a state dump request ([`StatsRegistry::live_states`]).
+    fn set_live_state(&self) {
+        let quiet = self
+            .watchdog
+            .as_ref()
+            .map(|w| format!(" no_progress_for>={:?}", w.quiet_for()))
+            .unwrap_or_default();
+        let closing = match &self.closing {
+            Some(why) => format!(" closing ({why})"),
+            None => String::new(),
+        };
+        self.stats
+            .set_live_state(format!("{}{quiet}{closing}", self.waiting()));
     }
 
     /// Disconnects, once, saying why.
@@ -787,6 +901,7 @@ impl<Q: QueuePair + 'static> ServerConn<Q> {
             .and_then(|()| self.pool.grow(&self.pd, more as usize));
         match grown {
             Ok(added) => {
+                self.recv_buffers += added.len();
                 self.free_recvs.extend(added.rev());
                 // Cannot fail: `next` is at least 1.
                 let _ = self.core.set_credit_target(next);
@@ -941,8 +1056,12 @@ impl<Q: QueuePair + 'static> ServerConn<Q> {
 
     /// A completion; returns the STag a received Send With Invalidate took.
     fn handle_completion(&mut self, c: Completion) -> Option<STag> {
+        if let Some(w) = &mut self.watchdog {
+            w.progress();
+        }
         if c.wr_id & wr_kind::MASK == wr_kind::SEND {
             self.sends.complete(c.wr_id);
+            self.sends_in_flight = self.sends_in_flight.saturating_sub(1);
         }
         match c.status {
             WcStatus::Success => {}
@@ -1080,8 +1199,11 @@ impl<Q: QueuePair + 'static> ServerConn<Q> {
             .sends
             .post(&*self.qp, writes, wr_id, op, send, &self.stats)
         {
-            Ok(true) => {}
-            Ok(false) => self.stats.inc(Counter::SendPoolFallbacks),
+            Ok(true) => self.sends_in_flight += 1,
+            Ok(false) => {
+                self.sends_in_flight += 1;
+                self.stats.inc(Counter::SendPoolFallbacks);
+            }
             Err(SendFailure::Post(e)) => self.close(CloseReason::Post("a Send", e)),
             Err(SendFailure::Register(e)) => self.close(CloseReason::Register("a Send", e)),
         }
@@ -1206,6 +1328,15 @@ impl<Q: QueuePair + 'static> ServerConn<Q> {
             }
         }
     }
+}
+
+/// Waits for the next value of `rx` and gives it back; pending forever once its
+/// sender is gone.
+async fn next_change(mut rx: watch::Receiver<u64>) -> watch::Receiver<u64> {
+    if rx.changed().await.is_err() {
+        std::future::pending::<()>().await;
+    }
+    rx
 }
 
 /// The next request of a connection's backward channel; pending forever without one.

@@ -78,6 +78,12 @@ counters! {
     /// Connections closed because a Call's RDMA Reads did not complete within the
     /// read timeout (responder driver: a peer that stops answering RDMA Reads).
     ReadTimeouts = "read_timeouts",
+    /// Times a busy connection went half its stall timeout without progress and
+    /// logged what it waited for (responder driver, `RdmaConfig::stall_timeout`).
+    Stalls = "stalls",
+    /// Connections closed because work requests they posted made no progress for the
+    /// whole stall timeout (responder driver).
+    StallCloses = "stall_closes",
     /// Bytes of the server's memory budget this connection's own buffers hold
     /// (its Receive and Send buffers, charged at accept and as its credit grant
     /// grows; responder driver): a gauge.

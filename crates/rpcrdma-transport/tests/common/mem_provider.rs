@@ -18,7 +18,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU16, Ordering};
+use std::sync::atomic::{AtomicU16, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
 
@@ -36,12 +36,15 @@ use tokio::sync::{mpsc, oneshot};
 pub struct MemProvider {
     listeners: Arc<Mutex<HashMap<SocketAddr, mpsc::UnboundedSender<MemRequest>>>>,
     device: Arc<dyn Device>,
+    /// Sends of accepting sides still to be stalled ([`MemProvider::stall_server_sends`]).
+    stalled_sends: Arc<AtomicUsize>,
 }
 
 impl Default for MemProvider {
     fn default() -> Self {
         MemProvider {
             listeners: Arc::default(),
+            stalled_sends: Arc::default(),
             device: Arc::new(SoftwareDevice::new(
                 "mem0",
                 DeviceAttributes {
@@ -69,8 +72,16 @@ impl MemProvider {
     pub fn with_attributes(&self, attributes: DeviceAttributes) -> MemProvider {
         MemProvider {
             listeners: self.listeners.clone(),
+            stalled_sends: self.stalled_sends.clone(),
             device: Arc::new(SoftwareDevice::new("mem1", attributes)),
         }
+    }
+
+    /// The next `n` Sends posted by accepting sides (servers) stall: they are neither
+    /// delivered nor completed, as on a provider whose transmit path hangs, until
+    /// their connection ends (then they flush).
+    pub fn stall_server_sends(&self, n: usize) {
+        self.stalled_sends.store(n, Ordering::SeqCst);
     }
 }
 
@@ -92,17 +103,31 @@ struct SideState {
     unresponsive: bool,
     /// This side's RDMA Reads left unanswered by such a peer: flushed at the end.
     parked_reads: Vec<u64>,
+    /// This side's Sends stalled ([`MemProvider::stall_server_sends`]): flushed at
+    /// the end.
+    parked_sends: Vec<u64>,
 }
 
 struct Side {
     pd: ProtectionDomain,
     state: Mutex<SideState>,
+    /// An accepting side's share of [`MemProvider::stall_server_sends`].
+    stalled_sends: Option<Arc<AtomicUsize>>,
 }
 
 impl Side {
     fn new(pd: ProtectionDomain, recvs: Vec<RecvWr>) -> Arc<Side> {
+        Self::stalling(pd, recvs, None)
+    }
+
+    fn stalling(
+        pd: ProtectionDomain,
+        recvs: Vec<RecvWr>,
+        stalled_sends: Option<Arc<AtomicUsize>>,
+    ) -> Arc<Side> {
         Arc::new(Side {
             pd,
+            stalled_sends,
             state: Mutex::new(SideState {
                 recvs: recvs.into(),
                 connected: true,
@@ -133,6 +158,10 @@ impl Side {
                 WcStatus::Flushed,
                 0,
             ));
+        }
+        for wr_id in std::mem::take(&mut st.parked_sends) {
+            st.cq
+                .push_back(Completion::new(wr_id, WcOpcode::Send, WcStatus::Flushed, 0));
         }
         let flushed: Vec<RecvWr> = st.recvs.drain(..).collect();
         for r in flushed {
@@ -244,6 +273,14 @@ impl QueuePair for MemQp {
                 let Some(data) = self.gather(&wr.sgl) else {
                     return Err(PostError::LocalProtection);
                 };
+                let stall = self.me.stalled_sends.as_ref().is_some_and(|n| {
+                    n.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                        .is_ok()
+                });
+                if stall {
+                    lock(&self.me.state).parked_sends.push(wr.wr_id);
+                    return Ok(());
+                }
                 (WcOpcode::Send, self.deliver_send(&data, inv), data.len())
             }
             SendOp::RdmaWrite(remote) => {
@@ -365,6 +402,7 @@ pub struct MemRequest {
     client: Arc<Side>,
     answer: oneshot::Sender<Result<(Arc<Side>, PeerParams), ConnectError>>,
     client_params: PeerParams,
+    stalled_sends: Arc<AtomicUsize>,
 }
 
 pub struct MemListener {
@@ -406,7 +444,7 @@ impl ConnectRequest for MemRequest {
         pd: &ProtectionDomain,
         params: ConnectParams,
     ) -> BoxFuture<'static, Result<MemQp, ConnectError>> {
-        let me = Side::new(pd.clone(), params.recvs);
+        let me = Side::stalling(pd.clone(), params.recvs, Some(self.stalled_sends.clone()));
         let ours = PeerParams {
             private_data: params.private_data,
             ird: params.ird,
@@ -469,6 +507,7 @@ impl Route for MemRoute {
                     addr: Some(local),
                 },
                 client: me.clone(),
+                stalled_sends: provider.stalled_sends.clone(),
                 answer,
                 client_params: PeerParams {
                     addr: Some(local),
