@@ -563,3 +563,56 @@ async fn binary_prints_each_rdma_connection_state_on_sigusr1() {
     let _ = child.kill();
     let _ = child.wait();
 }
+
+/// Issue 26, the largest Call (`nfsd::rdma::LARGEST_CALL`, as knfsd's `sv_max_mesg`):
+/// a WRITE whose Read chunk is larger than `wtmax` plus a page is answered
+/// GARBAGE_ARGS before any RDMA Read is posted; the connection goes on serving, and
+/// a WRITE of `wtmax` is pulled and served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_larger_than_the_largest_call_is_refused_before_any_rdma_read() {
+    let dir = TempDir::new("rdma-largest");
+    let mut bound = Bound::new(&config(&dir)).await.unwrap();
+    bound
+        .listen_rdma(&iwarp_options((Ipv4Addr::LOCALHOST, 0).into()))
+        .await
+        .unwrap();
+    let rdma = bound.rdma_addr().expect("RDMA listener");
+    let stats = bound.rdma_stats().unwrap();
+    let mount_port = bound.mount_addr().unwrap().port();
+    let serving = common::serve(bound);
+    let opts = common::mount_options(
+        TransportKind::Rdma,
+        rdma.port(),
+        mount_port,
+        Duration::from_secs(20),
+    );
+    let export = dir.path().to_str().unwrap().to_string();
+    let m = Mount::mount("127.0.0.1", &export, &opts).await.unwrap();
+    let fh = m.create_file("f", 0o644, false).await.unwrap();
+    let reads_before = stats.total(Counter::RdmaReads);
+
+    let over = nfsd::rdma::LARGEST_CALL as usize;
+    let refused = m
+        .nfs()
+        .write(&fh, 0, Bytes::from(pattern(over, 3)), StableHow::UNSTABLE)
+        .await;
+    assert!(refused.is_err(), "{refused:?}");
+    assert_eq!(stats.total(Counter::ErrGarbageArgs), 1);
+    assert_eq!(
+        stats.total(Counter::RdmaReads),
+        reads_before,
+        "nothing pulled for it"
+    );
+
+    let wtmax = pattern(nfsd::nfs::MAX_IO as usize, 4);
+    let ok = m
+        .nfs()
+        .write(&fh, 0, Bytes::from(wtmax.clone()), StableHow::FILE_SYNC)
+        .await
+        .unwrap();
+    assert_eq!(ok.count as usize, wtmax.len());
+    assert!(stats.total(Counter::RdmaReads) > reads_before);
+    assert_eq!(std::fs::read(dir.path().join("f")).unwrap(), wtmax);
+    drop(m);
+    serving.stop().await;
+}

@@ -130,14 +130,26 @@ impl RdmaOptions {
     /// chunks to Version Two clients that ask for them (rpcrdma-v2 §5.3,
     /// draft-cel-nfsv4-rpcrdma-reliable-reply-05). Accepting Version Two changes
     /// nothing for a Version One client such as Linux: it never sends one.
+    ///
+    /// The largest Call is [`LARGEST_CALL`] (a whole WRITE of `wtmax` and its
+    /// arguments): one whose Read chunks add up to more is answered GARBAGE_ARGS
+    /// before any RDMA Read is posted, so that what a connection can make the server
+    /// pull at once is bounded by its credits times that, not by the transport's
+    /// 16 MiB default (issue 26).
     pub fn server_transport(version_two: bool) -> RdmaConfig {
         RdmaConfig {
             version_two,
             reliable_reply: version_two,
+            max_message: LARGEST_CALL,
             ..RdmaConfig::default()
         }
     }
 }
+
+/// The largest NFS Call accepted over RDMA, chunks included: the largest WRITE
+/// (FSINFO `wtmax`, [`crate::nfs::MAX_IO`]) and a page for its arguments and RPC
+/// header, as knfsd's `sv_max_mesg` (its largest payload plus a page).
+pub const LARGEST_CALL: u64 = crate::nfs::MAX_IO as u64 + 4096;
 
 /// A bound NFS/RDMA listener, not yet serving.
 pub struct RdmaListener {
