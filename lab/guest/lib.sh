@@ -322,3 +322,36 @@ lab_serve_runs() {
     n=$((n + 1))
   done
 }
+
+# lab_rdma_state DIR: what a stalled NFS/RDMA transfer leaves to read (issue 31):
+# the mounts' counters (the client's `xprt: rdma` line), QP and CQ states, the RDMA
+# device counters (rxe's hw_counters: retries, NAKs, drops), the TCP sockets under
+# siw, the kernel log, and the rpcrdma trace if lab_trace_rpcrdma turned it on.
+lab_rdma_state() {
+  local d=$1 c f
+  mkdir -p "$d"
+  cat /proc/uptime >"$d/uptime.txt"
+  cat /proc/self/mountstats >"$d/mountstats.txt" 2>&1
+  for c in "res show qp" "-d res show qp" "res show cq" "res show cm_id" "-d stat show" "link show"; do
+    echo "### rdma $c"
+    timeout 10 rdma $c 2>&1
+  done >"$d/rdma.txt"
+  for f in /sys/class/infiniband/*/ports/*/hw_counters/* /sys/class/infiniband/*/ports/*/counters/*; do
+    [ -f "$f" ] && echo "$f $(cat "$f")"
+  done >"$d/ib-counters.txt" 2>&1
+  { cat /proc/net/tcp; cat /proc/net/snmp; ip -s link show eth1; } >"$d/net.txt" 2>&1
+  dmesg >"$d/dmesg.txt" 2>&1
+  [ -f /sys/kernel/tracing/trace ] && tail -n 20000 /sys/kernel/tracing/trace >"$d/rpcrdma-trace.txt" 2>&1
+  return 0
+}
+
+# lab_trace_rpcrdma: the kernel's rpcrdma tracepoints (xprtrdma and svcrdma: Sends,
+# Receives, credits, Reads, Writes, connects and disconnects) into a ring buffer,
+# read by lab_rdma_state.
+lab_trace_rpcrdma() {
+  mount -t tracefs nodev /sys/kernel/tracing 2>/dev/null
+  [ -d /sys/kernel/tracing/events/rpcrdma ] || return 0
+  echo 8192 >/sys/kernel/tracing/buffer_size_kb
+  echo 1 >/sys/kernel/tracing/events/rpcrdma/enable
+  echo 1 >/sys/kernel/tracing/tracing_on
+}

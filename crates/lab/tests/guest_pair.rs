@@ -50,10 +50,10 @@ fi
 /// Our nfsd (on `$SERVER_PROVIDER`, default verbs), exporting /srv/p.
 const OUR_SERVER: &str = r#"
 EXPORT=/srv/p
-step export sh -c 'mkdir -p /srv/p && mount -t tmpfs -o size=64m tmpfs /srv/p && chmod 777 /srv/p'
+step export sh -c "mkdir -p /srv/p && mount -t tmpfs -o size=${EXPORT_MB:-64}m tmpfs /srv/p && chmod 777 /srv/p"
 /share/bin/nfsd --bind 10.0.3.1 --nfs-port 2049 --mount-port 20048 --rdma-port 20049 \
   --rdma-provider ${SERVER_PROVIDER:-verbs} --rpcbind off --no-nlm --squash none --state-dir /tmp/nfsd-state \
-  /srv/p >/share/nfsd.txt 2>&1 &
+  $NFSD_ARGS /srv/p >/share/nfsd.txt 2>&1 &
 SPID=$!
 step nfsd_ready sh -c 'i=0; until grep -q "^nfsd: ready" /share/nfsd.txt; do i=$((i+1)); [ $i -gt 300 ] && exit 1; sleep 0.1; done'
 "#;
@@ -331,4 +331,174 @@ fn our_verbs_client_to_our_iwarp_nfsd_across_a_wire_over_siw() {
 #[ignore = "kernel lab: run by lab/test"]
 fn our_iwarp_client_to_our_verbs_nfsd_across_a_wire_over_siw() {
     providers_across_the_wire("pair-iwarp-to-verbs", "verbs", "iwarp");
+}
+
+// ---------------------------------------------------------------------------------
+// Soak (issue 31): the kernel client writes and reads back 3 x 30 MiB with dd, the
+// workload under which NFS/RDMA transfers across two lab kernels once stalled
+// ("server not responding"). `lab/test` runs each of our configurations once;
+// `lab/soak RUNS` loops them, the knfsd controls included, and prints one line per
+// run. When a transfer takes longer than it ever should, or the client logs "not
+// responding", both guests save what a stall leaves to read (`lab_rdma_state`:
+// mountstats, QP/CQ states, device and TCP counters, the kernel's rpcrdma trace) and
+// our nfsd its connections' state (SIGUSR1), under `share/stall-*`.
+// ---------------------------------------------------------------------------------
+
+/// The soak's transfers: 3 files of this many MiB, each written with fsync, caches
+/// dropped, read back and compared.
+const SOAK_MIB: &str = "30";
+
+/// The server's guest after its server started: wait for the client's marker; if
+/// it never comes, save the server's side of the stall. `SOAK_WAIT` bounds the wait.
+const SOAK_SERVER_END: &str = r#"
+lab_trace_rpcrdma
+i=0; until [ -s $EXPORT/done ] || [ $i -ge $SOAK_WAIT ]; do i=$((i+1)); sleep 1; done
+if [ ! -s $EXPORT/done ]; then
+  [ -n "$SPID" ] && kill -USR1 $SPID && sleep 2
+  lab_rdma_state /share/stall-server
+fi
+step client_done test -s $EXPORT/done
+if [ -n "$SPID" ]; then kill -TERM $SPID; wait $SPID; record server_exit "$?"; cat /share/nfsd.txt; fi
+exit 0
+"#;
+
+/// The kernel client: mount, then 3 x `SOAK_MIB` MiB written, caches dropped, read
+/// back, compared; a watcher saves the client's state once when a transfer runs
+/// past `SOAK_SLOW` seconds or the kernel logs "not responding".
+const SOAK_CLIENT: &str = r#"
+lab_trace_rpcrdma
+step make sh -c "head -c $((SOAK_MIB * 1048576)) /dev/urandom > /tmp/src"
+SRC=$(md5sum </tmp/src | cut -d' ' -f1)
+mkdir -p /mnt/p
+step mount sh -c 'i=0; until mount.nfs 10.0.3.1:$REMOTE /mnt/p -n -o vers=3,proto=rdma,port=20049,mountproto=tcp,mountport=20048,nolock; do i=$((i+1)); [ $i -gt 60 ] && exit 1; sleep 2; done'
+record xprt "$(lab_xprt /mnt/p)"
+(
+  while sleep 2; do
+    last=$(tail -n 1 $RESULTS)
+    set -- $last
+    slow=0
+    [ "$1" = BEGIN ] && awk -v b="$3" -v n="$(lab_uptime)" -v s="$SOAK_SLOW" 'BEGIN {exit !(n - b > s)}' && slow=1
+    if [ $slow = 1 ] || dmesg | grep -q 'not responding'; then
+      lab_log "stall: $last at $(lab_uptime)"
+      lab_rdma_state /share/stall-client
+      break
+    fi
+  done
+) &
+WATCHER=$!
+lab_on_exit "kill $WATCHER 2>/dev/null"
+for i in 1 2 3; do
+  step write_$i dd if=/tmp/src of=/mnt/p/f$i bs=1M conv=fsync
+  step drop_caches_$i sh -c 'echo 3 >/proc/sys/vm/drop_caches'
+  step read_$i sh -c "test \"\$(md5sum </mnt/p/f$i | cut -d' ' -f1)\" = $SRC"
+done
+record xprt_end "$(lab_xprt /mnt/p)"
+record not_responding "$(dmesg | grep -c 'not responding')"
+step no_server_not_responding sh -c "! dmesg | grep -q 'not responding'"
+step done sh -c 'echo done > /mnt/p/done && sync'
+step umount umount /mnt/p
+exit 0
+"#;
+
+/// Runs the soak `LAB_SOAK_RUNS` times (default 1) against `server` over `dev`,
+/// prints one line per run, and fails if any run did (each run's guests are in
+/// `lab/out/<name>-<run>-{server,client}`).
+fn soak(name: &str, dev: &str, server: &str, env: &[(&str, &str)]) {
+    let runs: u32 = std::env::var("LAB_SOAK_RUNS")
+        .ok()
+        .map(|v| v.parse().expect("LAB_SOAK_RUNS is a number of runs"))
+        .unwrap_or(1);
+    let mut env = env.to_vec();
+    env.extend([
+        ("SOAK_MIB", SOAK_MIB),
+        // A 30 MiB transfer takes 5-15 s in these guests; 60 s is a stall.
+        ("SOAK_SLOW", "60"),
+        ("SOAK_WAIT", "560"),
+        ("EXPORT_MB", "256"),
+        ("LAB_STEP_TIMEOUT", "240"),
+    ]);
+    let mut failed = Vec::new();
+    for run in 1..=runs {
+        let run_name = format!("{name}-{run}");
+        let script = format!("{server}{SOAK_SERVER_END}");
+        let (s, c) = run_pair(&run_name, dev, &script, SOAK_CLIENT, &env);
+        let stalled =
+            c.share_file("stall-client").exists() || s.share_file("stall-server").exists();
+        let verdict = match (c.failure(), s.failure()) {
+            (None, None) => "ok".to_string(),
+            (Some(f), _) | (None, Some(f)) => format!("FAILED: {f}"),
+        };
+        eprintln!(
+            "soak {name} run {run}/{runs}: {verdict}{}; not_responding={} (lab/out/{run_name}-{{server,client}})",
+            if stalled { ", stall state saved under share/stall-*" } else { "" },
+            c.value("not_responding").unwrap_or("?"),
+        );
+        if !(c.passed() && s.passed()) {
+            failed.push((run, c.report(), s.report()));
+        }
+    }
+    if let Some((run, c, s)) = failed.first() {
+        panic!(
+            "soak {name}: {} of {runs} runs failed; the first, run {run}:\n{c}\n{s}",
+            failed.len()
+        );
+    }
+}
+
+#[test]
+#[ignore = "kernel lab: run by lab/test"]
+fn soak_kernel_client_our_verbs_nfsd_over_siw() {
+    soak(
+        "soak-verbs-siw",
+        "siw",
+        OUR_SERVER,
+        &[
+            ("REMOTE", "/srv/p"),
+            ("NFSD_ARGS", "--rdma-stall-timeout 30"),
+        ],
+    );
+}
+
+#[test]
+#[ignore = "kernel lab: run by lab/test"]
+fn soak_kernel_client_our_verbs_nfsd_over_rxe() {
+    soak(
+        "soak-verbs-rxe",
+        "rxe",
+        OUR_SERVER,
+        &[
+            ("REMOTE", "/srv/p"),
+            ("NFSD_ARGS", "--rdma-stall-timeout 30"),
+        ],
+    );
+}
+
+#[test]
+#[ignore = "kernel lab: run by lab/test"]
+fn soak_kernel_client_our_iwarp_nfsd_over_siw() {
+    soak(
+        "soak-iwarp-siw",
+        "siw",
+        OUR_SERVER,
+        &[
+            ("REMOTE", "/srv/p"),
+            ("SERVER_PROVIDER", "iwarp"),
+            ("NFSD_ARGS", "--rdma-stall-timeout 30"),
+        ],
+    );
+}
+
+/// The control: Linux knfsd in the server's guest, same client and workload. Not
+/// run by `lab/test` (it tests the kernels, not this project): `lab/soak` runs it.
+#[test]
+#[ignore = "kernel lab: run by lab/soak (a control of the kernels, not of our code)"]
+fn soak_control_kernel_client_knfsd_over_siw() {
+    soak("soak-knfsd-siw", "siw", KNFSD, &[("REMOTE", "/export")]);
+}
+
+/// The control over soft-RoCE.
+#[test]
+#[ignore = "kernel lab: run by lab/soak (a control of the kernels, not of our code)"]
+fn soak_control_kernel_client_knfsd_over_rxe() {
+    soak("soak-knfsd-rxe", "rxe", KNFSD, &[("REMOTE", "/export")]);
 }
