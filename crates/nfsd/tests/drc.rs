@@ -342,3 +342,116 @@ async fn a_retransmitted_unlock_is_answered_from_the_cache_and_keeps_the_new_loc
     drop(conn);
     serving.stop().await;
 }
+
+/// Over RPC-over-RDMA (userspace iWARP on loopback) the cache is the same one, keyed
+/// by the connection's peer address: a REMOVE and a WRITE sent again with their
+/// xids on the same connection get their first replies (re-reduced against the new
+/// Call's chunks by the transport) and do not run again. A new connection comes from
+/// another source port (neither our client nor Linux's rdma_cm binds the old one),
+/// so there the call is another client's and runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_rdma_a_retransmission_on_the_connection_gets_the_first_reply() {
+    use iwarp::{IwarpConfig, IwarpProvider};
+    use rpcrdma_transport::{RdmaConfig, RdmaTransport};
+
+    let dir = TempDir::new("drc-rdma");
+    let root = dir.path();
+    std::fs::write(root.join("victim"), b"v").unwrap();
+    std::fs::write(root.join("w"), b"").unwrap();
+    let mut bound = Bound::new(&common::loopback_config(root)).await.unwrap();
+    bound
+        .listen_rdma(&nfsd::rdma::RdmaOptions {
+            provider: nfsd::rdma::Provider::Iwarp,
+            ..nfsd::rdma::RdmaOptions::new((std::net::Ipv4Addr::LOCALHOST, 0).into())
+        })
+        .await
+        .unwrap();
+    let rdma = bound.rdma_addr().unwrap();
+    let (top, w) = {
+        let table = bound.server().table();
+        let ex = &table.exports[0].export;
+        let top = ex.root().unwrap();
+        let w = ex.child(&top, b"w").unwrap();
+        (NfsFh3(ex.handle(&top).0), NfsFh3(ex.handle(&w).0))
+    };
+    let nfsd = bound.server().clone();
+    let serving = common::serve(bound);
+
+    let transport = RdmaTransport::new(
+        IwarpProvider::new(IwarpConfig::default()),
+        rdma,
+        RdmaConfig::default(),
+        std::sync::Arc::new(nfs3::rdma::Nfs3Binding),
+    );
+    let (mut tx, mut rx) = transport.connect_once().await.unwrap();
+    let remove = nfs(
+        201,
+        NfsProc3::REMOVE,
+        Remove3Args {
+            object: dirop(&top, "victim"),
+        },
+    );
+    let first = rpc(&mut tx, &mut rx, &remove).await;
+    assert_eq!(nfs_status(&first, 201), 0);
+    let a = nfs(202, NfsProc3::WRITE, write(&w, b"AAAA"));
+    let wrote = rpc(&mut tx, &mut rx, &a).await;
+    assert_eq!(nfs_status(&wrote, 202), 0);
+    assert_eq!(
+        nfs_status(
+            &rpc(
+                &mut tx,
+                &mut rx,
+                &nfs(203, NfsProc3::WRITE, write(&w, b"BBBB"))
+            )
+            .await,
+            203
+        ),
+        0
+    );
+    assert_eq!(
+        rpc(&mut tx, &mut rx, &remove).await,
+        first,
+        "REMOVE: the first reply"
+    );
+    assert_eq!(
+        rpc(&mut tx, &mut rx, &a).await,
+        wrote,
+        "WRITE: the first reply"
+    );
+    assert_eq!(
+        std::fs::read(root.join("w")).unwrap(),
+        b"BBBB",
+        "WRITE not redone"
+    );
+    let stats = nfsd.reply_cache.as_ref().unwrap().stats();
+    assert_eq!((stats.hits, stats.misses), (2, 3), "{stats}");
+
+    let (mut tx2, mut rx2) = transport.connect_once().await.unwrap();
+    let other = rpc(&mut tx2, &mut rx2, &remove).await;
+    assert_eq!(
+        nfs_status(&other, 201),
+        2,
+        "another port: runs, NFS3ERR_NOENT"
+    );
+    drop((tx, rx, tx2, rx2));
+    serving.stop().await;
+}
+
+/// Sends the call `msg` over an RPC-over-RDMA connection and returns its reply.
+async fn rpc(
+    tx: &mut impl oncrpc::RecordSender,
+    rx: &mut impl oncrpc::RecordReceiver,
+    msg: &Bytes,
+) -> Bytes {
+    let stream = xdr::XdrStream {
+        inline: msg.clone(),
+        ddp: Vec::new(),
+    };
+    tx.send(&stream).await.unwrap();
+    let reply = tokio::time::timeout(Duration::from_secs(10), rx.recv())
+        .await
+        .expect("a reply within 10 s")
+        .unwrap()
+        .expect("connection open");
+    reply.into_message().expect("a reply message")
+}
