@@ -12,7 +12,15 @@
 //! its verifier tells the client what it needs). Linux lockd keeps no cache, but a
 //! retransmitted UNLOCK that runs after the client locked the range again releases
 //! the new lock (issue 26): so every NLM procedure that changes lock state is cached,
-//! `_MSG` forms too; TEST and the `_RES` answers change nothing.
+//! `_MSG` forms too; TEST and the `_RES` answers change nothing. A `_MSG` call
+//! answered from the cache gets its empty RPC reply again, but no second `_RES`
+//! call: a client that lost the `_RES` waits for it in vain (Linux's client uses the
+//! synchronous procedures), where without the cache its UNLOCK_MSG could release a
+//! newer lock.
+//!
+//! Over RPC-over-RDMA a retransmission matches only on the connection it was first
+//! sent on, or on a new one from the same source port: a reconnecting client's
+//! rdma_cm picks a new port (as for knfsd, which also keys by address and port).
 
 use std::sync::Arc;
 
