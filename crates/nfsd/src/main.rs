@@ -492,7 +492,11 @@ async fn run(
         let name = signals.recv().await;
         println!("nfsd: {name}: shutting down, finishing calls in flight");
     };
+    let reply_cache = bound.server().reply_cache.clone();
     bound.serve(shutdown).await?;
+    if let Some(cache) = reply_cache {
+        println!("nfsd: duplicate request cache: {}", cache.stats());
+    }
     println!("nfsd: stopped");
     Ok(())
 }
