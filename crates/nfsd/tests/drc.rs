@@ -6,6 +6,8 @@
 //! would answer NFS3ERR_NOENT, the MKDIR NFS3ERR_EXIST, and the first WRITE would
 //! overwrite the second). The same xid with other arguments runs. For NLM, a
 //! retransmitted UNLOCK is answered from the cache and leaves the lock taken since.
+//! A flood of distinct SETATTRs keeps the cache within its bound. Over
+//! RPC-over-RDMA, a retransmission on the connection gets the first reply too.
 //!
 //! Calls are raw RPC records on a socket of the test's own, so that the test chooses
 //! xids, source ports and when connections break.
@@ -237,6 +239,66 @@ async fn retransmissions_after_a_reconnect_from_the_same_port_get_the_first_repl
     assert_eq!(nfs_status(&reply, 101), 2, "NFS3ERR_NOENT");
     assert_eq!(nfsd.reply_cache.as_ref().unwrap().stats().hits, 4);
     drop((conn, elsewhere));
+    serving.stop().await;
+}
+
+/// A flood of distinct non-idempotent calls (SETATTRs) keeps the cache within its
+/// entries and bytes, both charged to the budget at start; the oldest entries are
+/// evicted (counted), the newest still answer retransmissions.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_distinct_calls_stays_within_the_cache_bound() {
+    let dir = TempDir::new("drc-flood");
+    std::fs::write(dir.path().join("s"), b"s").unwrap();
+    let config = Config {
+        drc_entries: Some(64),
+        ..common::loopback_config(dir.path())
+    };
+    let bound = Bound::new(&config).await.unwrap();
+    assert_eq!(bound.reply_cache_reserved(), 64 * 1024);
+    let budget = bound.server().memory.clone();
+    assert!(budget.used() >= 64 * 1024);
+    let server = bound.nfs_addr().unwrap();
+    let s = {
+        let table = bound.server().table();
+        let ex = &table.exports[0].export;
+        let s = ex.child(&ex.root().unwrap(), b"s").unwrap();
+        NfsFh3(ex.handle(&s).0)
+    };
+    let cache = bound.server().reply_cache.clone().unwrap();
+    let limits = cache.limits();
+    let serving = common::serve(bound);
+    let setattr = |xid: u32| {
+        nfs(
+            xid,
+            NfsProc3::SETATTR,
+            nfs3::attr::SetAttr3Args {
+                object: s.clone(),
+                new_attributes: Sattr3 {
+                    mode: Some(0o600 | (xid & 0o77)),
+                    ..Sattr3::default()
+                },
+                guard: None,
+            },
+        )
+    };
+    let mut conn = Conn::open(server, 0).await;
+    let mut last = Bytes::new();
+    for xid in 1000..3000 {
+        last = conn.call(&setattr(xid)).await;
+        assert_eq!(nfs_status(&last, xid), 0);
+        let st = cache.stats();
+        assert!(st.entries <= 64 && st.bytes <= limits.max_bytes, "{st}");
+    }
+    let st = cache.stats();
+    assert_eq!(st.misses, 2000, "{st}");
+    assert_eq!(st.evictions, 2000 - st.entries as u64, "{st}");
+    assert!(st.entries > 32, "{st}");
+    // The newest is still cached; the oldest went and runs again.
+    assert_eq!(conn.call(&setattr(2999)).await, last);
+    conn.call(&setattr(1000)).await;
+    let after = cache.stats();
+    assert_eq!((after.hits, after.misses), (1, 2001), "{after}");
+    drop(conn);
     serving.stop().await;
 }
 
