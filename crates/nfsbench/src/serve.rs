@@ -63,6 +63,7 @@ async fn serve(opts: &ServeOptions) -> std::io::Result<()> {
         max_memory: nfsd::memory::default_max_memory(),
         inline_metadata: true,
         tcp_read_data: opts.tcp_read_data,
+        drc_entries: None,
         handles: HandleConfig {
             kernel: opts.kernel_handles,
             ..HandleConfig::new(key)

@@ -18,6 +18,11 @@
 //!   (SM_NOTIFY both ways, grace period), programs 100021 and 100024
 //! ```
 //!
+//! A duplicate request cache ([`oncrpc::drc`], sized and charged by [`drc`]) sits in
+//! every dispatcher of NFS and NLM, TCP and RDMA alike: a retransmitted REMOVE,
+//! RENAME, WRITE, UNLOCK, ... gets the first call's reply instead of running again
+//! (`--drc-entries`).
+//!
 //! The NFS and MOUNT programs are transport-neutral `oncrpc` services: anything that
 //! feeds an [`oncrpc::Dispatcher`] serves them. [`server`] runs them on TCP, and NFS
 //! on RPC-over-RDMA over the userspace iWARP provider ([`rdma`]).
@@ -44,7 +49,7 @@
 //!
 //! # What this crate does not do
 //!
-//! NFSv4, a duplicate request cache, NLM over UDP (locking is [`nlm`], on TCP),
+//! NFSv4, NLM over UDP (locking is [`nlm`], on TCP),
 //! ACLs over the wire, UDP, netgroups and host name wildcards in exports
 //! ([`exports`]).
 #![warn(missing_docs, unreachable_pub)]
@@ -52,6 +57,7 @@
 pub mod creds;
 pub mod delegate;
 pub mod dir_cache;
+pub mod drc;
 pub mod errno;
 pub mod exports;
 pub mod faccess;

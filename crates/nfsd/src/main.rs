@@ -198,6 +198,14 @@ struct Cli {
     /// or one copy").
     #[arg(long, value_enum, default_value_t = TcpReadData::Sendfile)]
     tcp_read_data: TcpReadData,
+    /// Entries of the duplicate request cache, which answers a retransmitted
+    /// non-idempotent NFS or NLM call (REMOVE, RENAME, WRITE, UNLOCK, ...) with the
+    /// first call's reply instead of running it again, over TCP and RDMA. 1 KiB each
+    /// (at most an eighth of --max-memory) is reserved from --max-memory. 0 turns it
+    /// off. Default: knfsd's for this machine's memory (32768 for 1 GiB, 131072 for
+    /// 16 GiB, at most 262144).
+    #[arg(long, value_name = "N")]
+    drc_entries: Option<usize>,
     /// Serve no lock manager (NLM/NSM): clients must then mount with `nolock`.
     #[arg(long, conflicts_with_all = ["nlm_port", "grace_period", "client_portmap_port"])]
     no_nlm: bool,
@@ -392,6 +400,7 @@ fn main() -> std::process::ExitCode {
         },
         portmap_port: cli.portmap_port,
         inline_metadata: !cli.no_inline_metadata,
+        drc_entries: cli.drc_entries,
         tcp_read_data: match cli.tcp_read_data {
             TcpReadData::Sendfile => oncrpc::tcp::FileData::Sendfile,
             TcpReadData::Copy => oncrpc::tcp::FileData::Copy,
@@ -503,7 +512,11 @@ async fn run(
         let name = signals.recv().await;
         println!("nfsd: {name}: shutting down, finishing calls in flight");
     };
+    let reply_cache = bound.server().reply_cache.clone();
     bound.serve(shutdown).await?;
+    if let Some(cache) = reply_cache {
+        println!("nfsd: duplicate request cache: {}", cache.stats());
+    }
     println!("nfsd: stopped");
     Ok(())
 }

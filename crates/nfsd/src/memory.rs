@@ -22,6 +22,15 @@ use rpcrdma::memory::MemoryBudget;
 /// the exports are served from, the runtime's threads and what is not charged
 /// (per-connection state beyond buffers, idle pooled buffers, queued TCP replies).
 pub fn default_max_memory() -> u64 {
+    match physical_memory() {
+        Some(ram) => (ram / 4).clamp(256 << 20, 16 << 30),
+        None => 1 << 30,
+    }
+}
+
+/// The machine's physical memory in bytes (MemTotal of /proc/meminfo, read through
+/// `sysconf`), if it can be read.
+pub fn physical_memory() -> Option<u64> {
     // SAFETY: sysconf reads a system parameter; no memory is passed.
     let (pages, page) = unsafe {
         (
@@ -30,10 +39,8 @@ pub fn default_max_memory() -> u64 {
         )
     };
     match (u64::try_from(pages), u64::try_from(page)) {
-        (Ok(pages), Ok(page)) if pages > 0 && page > 0 => {
-            (pages.saturating_mul(page) / 4).clamp(256 << 20, 16 << 30)
-        }
-        _ => 1 << 30,
+        (Ok(pages), Ok(page)) if pages > 0 && page > 0 => Some(pages.saturating_mul(page)),
+        _ => None,
     }
 }
 

@@ -169,6 +169,10 @@ pub struct NfsServer {
     /// READs and directory listings refused because their buffer did not fit
     /// [`NfsServer::memory`].
     pub memory_refusals: crate::memory::Refusals,
+    /// The duplicate request cache every dispatcher of this server's NFS and NLM
+    /// programs keeps (TCP and RDMA: one cache, one bound; [`crate::drc`]); `None`:
+    /// none (`--drc-entries 0`).
+    pub reply_cache: Option<std::sync::Arc<oncrpc::ReplyCache>>,
 }
 
 /// Most bytes of idle READ buffers kept for the next calls (a burst of 64 READs of
@@ -193,6 +197,7 @@ impl NfsServer {
             memory_refusals: crate::memory::Refusals::new(
                 "READs and READDIRs answered NFS3ERR_JUKEBOX",
             ),
+            reply_cache: None,
         }
     }
 
@@ -201,6 +206,22 @@ impl NfsServer {
     pub fn with_memory(mut self, budget: std::sync::Arc<rpcrdma::memory::MemoryBudget>) -> Self {
         self.memory = budget;
         self
+    }
+
+    /// The same server, with `cache` in front of its NFS and NLM programs
+    /// ([`NfsServer::reply_cache`]).
+    pub fn with_reply_cache(mut self, cache: std::sync::Arc<oncrpc::ReplyCache>) -> Self {
+        self.reply_cache = Some(cache);
+        self
+    }
+
+    /// A dispatcher with this server's reply cache, if it has one.
+    pub fn dispatcher(&self) -> oncrpc::Dispatcher {
+        let mut d = oncrpc::Dispatcher::new();
+        if let Some(cache) = &self.reply_cache {
+            d.with_reply_cache(cache.clone());
+        }
+        d
     }
 
     /// Turns the exports' directory descriptor caches over every

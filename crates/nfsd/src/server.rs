@@ -78,6 +78,10 @@ pub struct Config {
     /// How READ data leaves over TCP (`--tcp-read-data`): by `sendfile` (the
     /// default) or one copy from a mapping of the file.
     pub tcp_read_data: oncrpc::tcp::FileData,
+    /// Entries of the duplicate request cache of NFS and NLM (`--drc-entries`,
+    /// [`crate::drc`]): `None` for knfsd's default for this machine's memory, 0 for
+    /// no cache. Its byte bound is reserved from [`Config::max_memory`].
+    pub drc_entries: Option<usize>,
 }
 
 /// Listeners bound and exports opened, not yet serving.
@@ -102,13 +106,23 @@ pub struct Bound {
     no_portmapper: Option<(SocketAddr, std::io::Error)>,
     /// [`Config::tcp_read_data`].
     tcp_read_data: oncrpc::tcp::FileData,
+    /// The reply cache's byte bound, reserved from the memory budget while serving.
+    reply_cache_charge: Option<rpcrdma::memory::Charge>,
 }
 
 impl Bound {
     /// Opens the exports and binds the listeners.
     pub async fn new(config: &Config) -> std::io::Result<Bound> {
+        let budget = rpcrdma::memory::MemoryBudget::new(config.max_memory);
         let mut server = NfsServer::new(Table::open(&config.exports, &config.handles, None)?)
-            .with_memory(rpcrdma::memory::MemoryBudget::new(config.max_memory));
+            .with_memory(budget.clone());
+        let reply_cache_charge = match crate::drc::reserve(config.drc_entries, &budget) {
+            Some((cache, charge)) => {
+                server = server.with_reply_cache(cache);
+                Some(charge)
+            }
+            None => None,
+        };
         server.inline_metadata = config.inline_metadata;
         let server = Arc::new(server);
         // Connections never take the room of one whole call record.
@@ -166,6 +180,7 @@ impl Bound {
             rpcbind_mode: config.rpcbind,
             no_portmapper,
             tcp_read_data: config.tcp_read_data,
+            reply_cache_charge,
         })
     }
 
@@ -189,6 +204,16 @@ impl Bound {
     /// The NFS program state.
     pub fn server(&self) -> &Arc<NfsServer> {
         &self.server
+    }
+
+    /// The duplicate request cache's counters, if there is a cache.
+    pub fn reply_cache_stats(&self) -> Option<oncrpc::CacheStats> {
+        self.server.reply_cache.as_ref().map(|c| c.stats())
+    }
+
+    /// Bytes of the memory budget reserved for the duplicate request cache.
+    pub fn reply_cache_reserved(&self) -> u64 {
+        self.reply_cache_charge.as_ref().map_or(0, |c| c.bytes())
     }
 
     /// What the TCP servers charge to the memory budget, and the connections refused.
@@ -259,6 +284,16 @@ impl Bound {
              pulled by RDMA Read, TCP connections and call records, READ buffers",
             limit >> 20
         ));
+        lines.push(match &self.server.reply_cache {
+            Some(cache) => format!(
+                "duplicate request cache: {} entries [--drc-entries], {} MiB reserved from \
+                 the memory budget, for NFS SETATTR, WRITE, CREATE, MKDIR, SYMLINK, MKNOD, \
+                 REMOVE, RMDIR, RENAME, LINK and the NLM calls that change locks",
+                cache.limits().max_entries,
+                self.reply_cache_reserved() >> 20
+            ),
+            None => "duplicate request cache: off [--drc-entries]".to_string(),
+        });
         lines.push(if self.server.inline_metadata {
             "GETATTR, LOOKUP, ACCESS, CREATE, REMOVE, READ over TCP on the async workers \
              (NFS/RDMA on verbs: on the device thread or a delegate thread on its CPU) \
@@ -360,7 +395,7 @@ impl Bound {
 
     /// Serves until `shutdown` completes; then calls in flight finish, replies are
     /// sent, registrations are removed, and this returns.
-    pub async fn serve(self, shutdown: impl Future<Output = ()>) -> std::io::Result<()> {
+    pub async fn serve(mut self, shutdown: impl Future<Output = ()>) -> std::io::Result<()> {
         let (stop_tx, stop_rx) = watch::channel(false);
         let stopped = |mut rx: watch::Receiver<bool>| async move {
             let _ = rx.wait_for(|s| *s).await;
@@ -375,7 +410,9 @@ impl Bound {
         };
         let nfs_service = Arc::new(NfsService::new(self.server.clone()));
         let mount_service = Arc::new(MountService::new(self.server.clone()));
-        let mut nfs_dispatcher = Dispatcher::new();
+        // Held until every server below has stopped.
+        let _reply_cache_charge = self.reply_cache_charge.take();
+        let mut nfs_dispatcher = self.server.dispatcher();
         nfs_dispatcher
             .register(NFS_PROGRAM, [NFS_V3], nfs_service)
             .map_err(std::io::Error::other)?;
@@ -441,7 +478,7 @@ impl Bound {
                 });
             }
             let nsm = Arc::new(NsmService::new(nlm.clone()));
-            let mut d = Dispatcher::new();
+            let mut d = self.server.dispatcher();
             d.register(
                 NLM_PROGRAM,
                 [NLM_V4],
@@ -514,6 +551,9 @@ impl Bound {
         }
         if let (Some(r), Some(addr)) = (registrar, nsm_udp) {
             let _ = r.unset_all(&[(NSM_PROGRAM, NSM_V1)], "udp", addr).await;
+        }
+        if let Some(cache) = &self.server.reply_cache {
+            tracing::info!(stats = %cache.stats(), "duplicate request cache");
         }
         result
     }

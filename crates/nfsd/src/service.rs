@@ -93,6 +93,11 @@ impl Service for NfsService {
         .await
         .map_err(|_| ServiceError::SystemErr)?
     }
+
+    /// The procedures knfsd caches ([`crate::drc::nfs3_cached`]).
+    fn caches_reply(&self, _vers: u32, proc_: u32) -> bool {
+        crate::drc::nfs3_cached(NfsProc3(proc_))
+    }
 }
 
 /// A call of [`runs_inline`] on this thread. A panic fails the call with SYSTEM_ERR,

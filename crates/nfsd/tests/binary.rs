@@ -301,6 +301,15 @@ fn libnfs_lists_reads_and_writes_byte_exact() {
     let (status, rest) = server.terminate();
     assert!(status.success(), "exit status {status:?}");
     assert!(rest.iter().any(|l| l == "nfsd: stopped"), "{rest:?}");
+    // The duplicate request cache's counters at exit: the WRITEs and CREATEs went
+    // through it.
+    assert!(
+        rest.iter()
+            .any(|l| l.starts_with("nfsd: duplicate request cache: ")
+                && l.contains(" misses, ")
+                && !l.contains(" 0 misses, ")),
+        "{rest:?}"
+    );
 }
 
 /// A SIGTERM sent the moment `nfsd: ready` is printed is caught and stops the server

@@ -357,7 +357,8 @@ fn binary_with_verbs_provider_and_no_device_for_the_address_fails_saying_why() {
 /// charged too) is answered NFS3ERR_JUKEBOX, a 256 KiB one is served, and over TCP (no
 /// READ buffer: the data goes by `sendfile`, issue 17) the 1 MiB READ is served; once
 /// a mount leaves, a new connection gets in and the 1 MiB READ over RDMA is served;
-/// once all have left, nothing stays charged.
+/// once all have left, nothing stays charged but the duplicate request cache's
+/// reservation.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_budget_rejects_rdma_connections_and_reads_past_it() {
     use nfsclient::nfs3::NfsStat3;
@@ -386,6 +387,10 @@ async fn one_budget_rejects_rdma_connections_and_reads_past_it() {
     let stats = bound.rdma_stats().unwrap();
     let server = bound.server().clone();
     let budget = server.memory.clone();
+    // The duplicate request cache's bound (an eighth of the budget), reserved at
+    // start and held while serving.
+    let reserved = bound.reply_cache_reserved();
+    assert_eq!(reserved, config.max_memory / 8);
     let serving = common::serve(bound);
     let export = dir.path().to_str().unwrap().to_string();
     let over = |transport, port| {
@@ -404,7 +409,7 @@ async fn one_budget_rejects_rdma_connections_and_reads_past_it() {
     // Two RDMA connections, and over TCP the TCP mount's NFS connection and each
     // mount's MOUNT connection (kept for UMNT).
     let tcp_conn = oncrpc::server::CONNECTION_BYTES;
-    until_charged(&stats, 2 * CONN + 4 * tcp_conn).await;
+    until_charged(&stats, reserved + 2 * CONN + 4 * tcp_conn).await;
     assert_eq!(stats.memory().unwrap().connections_refused, 0);
     let filler = budget
         .charge_ahead(config.max_memory - budget.used() - 940 * KIB)
@@ -449,22 +454,22 @@ async fn one_budget_rejects_rdma_connections_and_reads_past_it() {
     assert_eq!(server.memory_refusals.total(), 1);
     assert!(stats.memory().unwrap().peak <= config.max_memory);
     let held = filler.bytes();
-    until_charged(&stats, held + 2 * CONN + 4 * tcp_conn).await;
+    until_charged(&stats, reserved + held + 2 * CONN + 4 * tcp_conn).await;
 
     drop(b);
-    until_charged(&stats, held + CONN + 3 * tcp_conn).await;
+    until_charged(&stats, reserved + held + CONN + 3 * tcp_conn).await;
     let c = connect();
     c.connect_once()
         .await
         .expect("accepted once memory was released");
     drop(c);
-    until_charged(&stats, held + CONN + 3 * tcp_conn).await;
+    until_charged(&stats, reserved + held + CONN + 3 * tcp_conn).await;
     let got = a.nfs().read(&fh, 0, 1 << 20).await.unwrap();
     assert_eq!(got.data.0.len(), 1 << 20);
     a.nfs().null().await.unwrap();
 
     drop((a, tcp, got, filler));
-    until_charged(&stats, 0).await;
+    until_charged(&stats, reserved).await;
     let m = stats.memory().unwrap();
     assert!(m.peak <= m.limit, "{m}");
     serving.stop().await;

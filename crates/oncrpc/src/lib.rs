@@ -10,7 +10,9 @@
 //! ```
 //!
 //! Sans-IO modules (no tokio, no sockets, no clock): [`message`], [`auth`],
-//! [`record`], [`service`], [`error`]. Drivers, behind the default `tokio` feature: `server`, `client`, `tcp`, `rpcbind`,
+//! [`record`], [`service`], [`error`], [`drc`] (the duplicate request cache a
+//! dispatcher may keep in front of non-idempotent procedures). Drivers, behind the
+//! default `tokio` feature: `server`, `client`, `tcp`, `rpcbind`,
 //! `udp` (a datagram server for small idempotent programs such as a portmapper).
 //! [`transport`] holds the client's transport trait (TCP first, RDMA second).
 //! A call enters the server as `Bytes` (a whole record, or an RPC-over-RDMA payload)
@@ -19,7 +21,7 @@
 //!
 //! This crate does not do: RPCSEC_GSS or AUTH_DH (calls with those flavors get
 //! AUTH_REJECTEDCRED), a UDP client or a UDP server for programs that are not
-//! idempotent, a duplicate request cache, or RPC-over-RDMA itself (the
+//! idempotent, or RPC-over-RDMA itself (the
 //! `rpcrdma` crate feeds [`Dispatcher::dispatch`] and implements the client's
 //! transport trait).
 #![warn(missing_docs, unreachable_pub)]
@@ -29,6 +31,7 @@
 pub mod auth;
 #[cfg(feature = "tokio")]
 pub mod client;
+pub mod drc;
 pub mod error;
 pub mod message;
 pub mod record;
@@ -47,6 +50,7 @@ mod wire_enum;
 pub use auth::{AuthFlavor, AuthStat, AuthSysParms, Credentials, Gids, OpaqueAuth};
 #[cfg(feature = "tokio")]
 pub use client::{CallOptions, Client, ClientConfig, ClientError, Reply};
+pub use drc::{CacheStats, ReplyCache};
 pub use error::{CallError, Disposition, Scope, ServiceError};
 pub use message::{
     AcceptStat, AcceptedStatus, CallHeader, MismatchInfo, MsgType, RejectStat, RejectedReply,

@@ -52,6 +52,7 @@ use bytes::Bytes;
 use xdr::{Decoder, Encode, Encoder, XdrStream};
 
 use crate::auth::{Credentials, OpaqueAuth};
+use crate::drc::{Begin, CacheStats, CallKey, ReplyCache};
 use crate::error::{CallError, Disposition, ServiceError};
 use crate::message::{CallHeader, MismatchInfo, ReplyBody, ReplyHeader, Xid, RPC_VERSION};
 
@@ -81,7 +82,7 @@ pub struct Request {
 }
 
 /// The sender of a call: its address and the transport it came over.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Peer {
     /// The caller's address and source port (TCP: the connection's remote end;
     /// RPC-over-RDMA: the address the RDMA provider reports for the connection).
@@ -91,7 +92,7 @@ pub struct Peer {
 }
 
 /// The transport a call arrived on (RFC 5665 netid families).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Protocol {
     /// ONC RPC over TCP with record marking ("tcp", "tcp6").
     Tcp,
@@ -111,6 +112,15 @@ pub trait Service: Send + Sync + 'static {
     /// Serves one call. Results are encoded without the reply header, which the
     /// dispatcher adds; DDP-eligible items (`Encoder::ddp_opaque`) stay uncopied.
     fn call(&self, req: Request) -> impl Future<Output = ServiceResult> + Send;
+
+    /// Whether replies to procedure `proc_` of version `vers` go through the
+    /// dispatcher's duplicate request cache ([`Dispatcher::with_reply_cache`],
+    /// [`crate::drc`]): true for the procedures that are not idempotent, whose
+    /// retransmission must not run again (NFSv3 REMOVE, WRITE, ...). By default none.
+    fn caches_reply(&self, vers: u32, proc_: u32) -> bool {
+        let _ = (vers, proc_);
+        false
+    }
 }
 
 type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -118,11 +128,16 @@ type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 /// Object-safe form of [`Service`], so that different programs share one table.
 trait DynService: Send + Sync {
     fn call_dyn(&self, req: Request) -> BoxFuture<'_, ServiceResult>;
+    fn caches_reply_dyn(&self, vers: u32, proc_: u32) -> bool;
 }
 
 impl<S: Service> DynService for S {
     fn call_dyn(&self, req: Request) -> BoxFuture<'_, ServiceResult> {
         Box::pin(self.call(req))
+    }
+
+    fn caches_reply_dyn(&self, vers: u32, proc_: u32) -> bool {
+        self.caches_reply(vers, proc_)
     }
 }
 
@@ -140,12 +155,15 @@ pub struct AlreadyRegistered {
 #[derive(Default)]
 pub struct Dispatcher {
     programs: HashMap<u32, BTreeMap<u32, Arc<dyn DynService>>>,
+    /// The duplicate request cache in front of every program, if any.
+    reply_cache: Option<Arc<ReplyCache>>,
 }
 
 impl std::fmt::Debug for Dispatcher {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Dispatcher")
             .field("programs", &self.registrations())
+            .field("reply_cache", &self.reply_cache)
             .finish()
     }
 }
@@ -175,6 +193,26 @@ impl Dispatcher {
             table.insert(vers, service.clone());
         }
         Ok(self)
+    }
+
+    /// Puts `cache` in front of every program of this dispatcher (of any transport
+    /// that feeds it): a retransmitted call of a procedure its service caches
+    /// ([`Service::caches_reply`]) is answered with the first call's reply, or
+    /// dropped while the first is in service ([`crate::drc`]). One cache may serve
+    /// several dispatchers (a server's TCP and RDMA ones), which then share its bound.
+    pub fn with_reply_cache(&mut self, cache: Arc<ReplyCache>) -> &mut Self {
+        self.reply_cache = Some(cache);
+        self
+    }
+
+    /// The duplicate request cache, if there is one.
+    pub fn reply_cache(&self) -> Option<&Arc<ReplyCache>> {
+        self.reply_cache.as_ref()
+    }
+
+    /// The duplicate request cache's counters, if there is one.
+    pub fn cache_stats(&self) -> Option<CacheStats> {
+        self.reply_cache.as_ref().map(|c| c.stats())
     }
 
     /// Every registered (program, version) pair, sorted; what a server registers
@@ -209,6 +247,10 @@ impl Dispatcher {
 
     /// [`Dispatcher::dispatch`] for a call received from `peer`, which the service
     /// sees as [`Request::peer`] (access control by client address and port).
+    ///
+    /// With a reply cache ([`Dispatcher::with_reply_cache`]), a call of a cached
+    /// procedure from a known peer may be answered from it, or get `None` (no reply)
+    /// when it duplicates a call still in service.
     pub async fn dispatch_from(&self, call: Bytes, peer: Option<Peer>) -> Option<XdrStream> {
         let mut dec = Decoder::new(call);
         let header = match CallHeader::decode(&mut dec) {
@@ -219,8 +261,29 @@ impl Dispatcher {
             }
         };
         let xid = header.xid;
+        let mut pending = None;
         let result = match self.route(&header) {
             Ok((service, cred)) => {
+                if let Some(cache) = &self.reply_cache {
+                    match peer {
+                        Some(peer) if service.caches_reply_dyn(header.vers, header.proc_) => {
+                            let key = CallKey::new(&header, peer, dec.rest().as_ref());
+                            match cache.begin(key) {
+                                Begin::Miss(p) => pending = Some(p),
+                                Begin::Uncached => {}
+                                Begin::Hit(reply) => return Some(reply),
+                                Begin::InProgress => {
+                                    tracing::debug!(
+                                        xid = xid.0,
+                                        "dropping a duplicate of a call in service"
+                                    );
+                                    return None;
+                                }
+                            }
+                        }
+                        _ => cache.count_not_cached(),
+                    }
+                }
                 let req = Request {
                     xid,
                     prog: header.prog,
@@ -244,7 +307,7 @@ impl Dispatcher {
             }
             Err(e) => Err(e),
         };
-        match result {
+        let reply = match result {
             Ok(results) => Some(reply_message(
                 xid,
                 &ReplyBody::accepted(crate::message::AcceptStat::SUCCESS),
@@ -259,7 +322,14 @@ impl Dispatcher {
                     Disposition::Discard | Disposition::Close => None,
                 }
             }
+        };
+        // Every reply of a cached procedure is kept, errors too: an error reply may
+        // follow a change (a WRITE that wrote part, then failed), and the client
+        // must see the same answer again either way.
+        if let Some(p) = pending {
+            p.complete(reply.as_ref());
         }
+        reply
     }
 
     /// RFC 5531 §9 checks, in libtirpc's order: RPC version, authentication, program,

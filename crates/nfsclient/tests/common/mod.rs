@@ -104,6 +104,7 @@ impl TestServer {
             max_memory: nfsd::memory::default_max_memory(),
             inline_metadata: true,
             tcp_read_data: oncrpc::tcp::FileData::Sendfile,
+            drc_entries: None,
         };
         let bound = Bound::new(&config).await.expect("nfsd binds");
         let nfs = bound.nfs_addr().unwrap();

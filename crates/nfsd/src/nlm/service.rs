@@ -207,4 +207,10 @@ impl Service for NlmService {
             _ => Err(ServiceError::ProcUnavail),
         }
     }
+
+    /// Those that change lock state ([`crate::drc::nlm4_cached`]): a retransmitted
+    /// UNLOCK must not release a lock taken again since.
+    fn caches_reply(&self, _vers: u32, proc_: u32) -> bool {
+        crate::drc::nlm4_cached(proc_)
+    }
 }

@@ -57,6 +57,7 @@ pub fn loopback_config(dir: &Path) -> nfsd::server::Config {
         max_memory: nfsd::memory::default_max_memory(),
         inline_metadata: true,
         tcp_read_data: oncrpc::tcp::FileData::Sendfile,
+        drc_entries: None,
     }
 }
 
