@@ -3,7 +3,8 @@
 //! default, and its charge to the server's one memory budget (`--max-memory`).
 //!
 //! One cache serves every transport (NFS, NLM on TCP, NFS on RPC-over-RDMA): a
-//! retransmission is matched by the client's address and port and the transport, so
+//! retransmission is matched by the client's address (and port, over TCP) and the
+//! transport, so
 //! a call and its retransmission meet in it whichever dispatcher they come to.
 //!
 //! Why these procedures: knfsd's `nfsd_procedures3` marks SETATTR, WRITE, CREATE,
@@ -18,9 +19,10 @@
 //! synchronous procedures), where without the cache its UNLOCK_MSG could release a
 //! newer lock.
 //!
-//! Over RPC-over-RDMA a retransmission matches only on the connection it was first
-//! sent on, or on a new one from the same source port: a reconnecting client's
-//! rdma_cm picks a new port (as for knfsd, which also keys by address and port).
+//! Over RPC-over-RDMA a retransmission matches by the client's address alone: a
+//! reconnecting client's rdma_cm picks a new port for each connection, so keying by
+//! port, as knfsd does, would miss every retransmission after a reconnect, the case
+//! the cache is for (`oncrpc::drc`, `client_of`).
 
 use std::sync::Arc;
 

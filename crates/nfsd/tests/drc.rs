@@ -406,13 +406,14 @@ async fn a_retransmitted_unlock_is_answered_from_the_cache_and_keeps_the_new_loc
 }
 
 /// Over RPC-over-RDMA (userspace iWARP on loopback) the cache is the same one, keyed
-/// by the connection's peer address: a REMOVE and a WRITE sent again with their
-/// xids on the same connection get their first replies (re-reduced against the new
-/// Call's chunks by the transport) and do not run again. A new connection comes from
-/// another source port (neither our client nor Linux's rdma_cm binds the old one),
-/// so there the call is another client's and runs.
+/// by the connection's peer address without its port: a REMOVE and a WRITE sent again
+/// with their xids on the same connection get their first replies (re-reduced against
+/// the new Call's chunks by the transport) and do not run again; so does the REMOVE
+/// retransmitted on a new connection, which comes from another source port (neither
+/// our client nor Linux's rdma_cm binds the old one). The same xid with other
+/// arguments runs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn over_rdma_a_retransmission_on_the_connection_gets_the_first_reply() {
+async fn over_rdma_a_retransmission_on_the_connection_or_a_new_one_gets_the_first_reply() {
     use iwarp::{IwarpConfig, IwarpProvider};
     use rpcrdma_transport::{RdmaConfig, RdmaTransport};
 
@@ -489,11 +490,22 @@ async fn over_rdma_a_retransmission_on_the_connection_gets_the_first_reply() {
     assert_eq!((stats.hits, stats.misses), (2, 3), "{stats}");
 
     let (mut tx2, mut rx2) = transport.connect_once().await.unwrap();
-    let other = rpc(&mut tx2, &mut rx2, &remove).await;
     assert_eq!(
-        nfs_status(&other, 201),
+        rpc(&mut tx2, &mut rx2, &remove).await,
+        first,
+        "REMOVE after a reconnect (another port): the first reply"
+    );
+    let reused = nfs(
+        201,
+        NfsProc3::REMOVE,
+        Remove3Args {
+            object: dirop(&top, "never-there"),
+        },
+    );
+    assert_eq!(
+        nfs_status(&rpc(&mut tx2, &mut rx2, &reused).await, 201),
         2,
-        "another port: runs, NFS3ERR_NOENT"
+        "the same xid with other arguments runs: NFS3ERR_NOENT"
     );
     drop((tx, rx, tx2, rx2));
     serving.stop().await;

@@ -11,7 +11,7 @@
 //! reply the first call got, byte for byte, without running it again.
 //!
 //! ```text
-//!   call ──► CallKey (xid, prog, vers, proc, client addr+port, transport,
+//!   call ──► CallKey (xid, prog, vers, proc, client addr (+port over TCP), transport,
 //!                      call length, CRC32c of the first 256 argument bytes)
 //!              │
 //!   ReplyCache::begin ──► Miss(Pending)  ─► serve ─► Pending::complete(reply)
@@ -31,7 +31,7 @@
 //!
 //! # Matching (knfsd `nfsd_cache_key_cmp`)
 //! A retransmission is the same xid, program, version and procedure from the same
-//! client address and port over the same transport, with the same argument length and
+//! client address and (over TCP) port over the same transport, with the same argument length and
 //! the same checksum of the first [`CSUM_LEN`] bytes of the arguments (knfsd's
 //! RC_CSUMLEN): a client that reuses an xid for other arguments (after a reboot, or a
 //! wrapped xid counter) is not answered with another call's reply.
@@ -88,7 +88,7 @@ pub struct CallKey {
     pub vers: u32,
     /// Procedure number.
     pub proc_: u32,
-    /// The client's address and source port.
+    /// The client's address and, over TCP, its source port (0 over RDMA).
     pub addr: SocketAddr,
     /// The transport the call came over.
     pub protocol: Protocol,
@@ -108,11 +108,25 @@ impl CallKey {
             prog: header.prog,
             vers: header.vers,
             proc_: header.proc_,
-            addr: peer.addr,
+            addr: client_of(peer),
             protocol: peer.protocol,
             args_len: args.len(),
             csum: crc32c::crc32c(head),
         }
+    }
+}
+
+/// Who a call is from, for the cache: over TCP the client's address and source port
+/// (a Linux client reconnects from the same port, and retransmits there); over
+/// RPC-over-RDMA its address alone, since every connection gets a new port from the
+/// RDMA connection manager (Linux's xprtrdma binds none), so a retransmission after
+/// a reconnect would never match its first call by port (issue 26: "for RDMA, the
+/// connection's peer address"). Two RDMA clients behind one address are still told
+/// apart by xid, procedure, argument length and checksum together.
+fn client_of(peer: Peer) -> SocketAddr {
+    match peer.protocol {
+        Protocol::Tcp => peer.addr,
+        Protocol::Rdma => SocketAddr::new(peer.addr.ip(), 0),
     }
 }
 

@@ -128,6 +128,32 @@ fn the_same_xid_from_another_port_or_procedure_or_transport_runs() {
     assert_eq!(d.cache_stats().unwrap().hits, 0);
 }
 
+/// Over RPC-over-RDMA a client's reconnection comes from a new port: a retransmission
+/// from its address is matched whatever the port (over TCP it would not be).
+#[test]
+fn over_rdma_the_same_xid_from_the_same_address_and_another_port_hits() {
+    let (counter, d) = setup(big());
+    let rdma = |port| Peer {
+        protocol: Protocol::Rdma,
+        ..peer(port)
+    };
+    let first = run(&d, call(7, BUMP, 40), Some(rdma(800))).unwrap();
+    let again = run(&d, call(7, BUMP, 40), Some(rdma(40_123))).unwrap();
+    assert_eq!(again, first);
+    assert_eq!(counter.runs.load(Ordering::SeqCst), 1);
+    assert_eq!(d.cache_stats().unwrap().hits, 1);
+    let elsewhere = Peer {
+        addr: SocketAddr::from(([192, 0, 2, 8], 800)),
+        protocol: Protocol::Rdma,
+    };
+    run(&d, call(7, BUMP, 40), Some(elsewhere)).unwrap();
+    assert_eq!(
+        counter.runs.load(Ordering::SeqCst),
+        2,
+        "another address runs"
+    );
+}
+
 #[test]
 fn a_duplicate_of_a_call_in_service_is_dropped_and_answered_once_done() {
     let (counter, d) = setup(big());
