@@ -502,7 +502,10 @@ async fn run(
         .collect();
     println!("nfsd: write verifier {verf}");
     tokio::spawn(reload_on_sighup(bound.server().clone(), exports_file));
-    tokio::spawn(dump_on_sigusr1(bound.rdma_stats()));
+    tokio::spawn(dump_on_sigusr1(
+        bound.rdma_stats(),
+        bound.server().reply_cache.clone(),
+    ));
     tokio::spawn(nfsd::malloc::trim_when_idle());
     // The handlers are installed before "ready": a SIGTERM sent the moment a
     // supervisor (or a test) sees that line must find them, not the default action.
@@ -551,28 +554,39 @@ async fn reload_on_sighup(server: Arc<NfsServer>, file: Option<PathBuf>) {
 /// On each SIGUSR1, prints the state of every NFS/RDMA connection (issue 31): its
 /// counters, and what its task says it holds and waits for (credits, Receives posted,
 /// work requests in flight, calls in service and their age, memory charged); then the
-/// memory budget.
-async fn dump_on_sigusr1(rdma: Option<rpcrdma_transport::StatsRegistry>) {
+/// memory budget and the duplicate request cache's counters.
+async fn dump_on_sigusr1(
+    rdma: Option<rpcrdma_transport::StatsRegistry>,
+    reply_cache: Option<Arc<oncrpc::drc::ReplyCache>>,
+) {
     use tokio::signal::unix::{signal, SignalKind};
     let Ok(mut usr1) = signal(SignalKind::user_defined1()) else {
         return;
     };
     while usr1.recv().await.is_some() {
-        let Some(rdma) = &rdma else {
-            println!("nfsd: SIGUSR1: NFS/RDMA is not served: no connection state to show");
-            continue;
-        };
-        // A connection task that does not answer within this is itself stuck.
-        let live = rdma.live_states(std::time::Duration::from_secs(1)).await;
-        let mut out = format!(
-            "nfsd: SIGUSR1: {} NFS/RDMA connection(s) open\n",
-            live.len()
-        );
-        for conn in &live {
-            out.push_str(&format!("nfsd: {conn}\n"));
+        let mut out = String::new();
+        match &rdma {
+            Some(rdma) => {
+                // A connection task that does not answer within this is itself stuck.
+                let live = rdma.live_states(std::time::Duration::from_secs(1)).await;
+                out.push_str(&format!(
+                    "nfsd: SIGUSR1: {} NFS/RDMA connection(s) open\n",
+                    live.len()
+                ));
+                for conn in &live {
+                    out.push_str(&format!("nfsd: {conn}\n"));
+                }
+                if let Some(memory) = rdma.memory() {
+                    out.push_str(&format!("nfsd: {memory}\n"));
+                }
+            }
+            None => out.push_str("nfsd: SIGUSR1: NFS/RDMA is not served\n"),
         }
-        if let Some(memory) = rdma.memory() {
-            out.push_str(&format!("nfsd: {memory}\n"));
+        if let Some(cache) = &reply_cache {
+            out.push_str(&format!(
+                "nfsd: duplicate request cache: {}\n",
+                cache.stats()
+            ));
         }
         // One write, so that the dump is not interleaved with other output.
         print!("{out}");

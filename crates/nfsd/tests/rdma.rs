@@ -513,8 +513,17 @@ async fn binary_prints_each_rdma_connection_state_on_sigusr1() {
         .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();
+    /// Kills nfsd however the test ends.
+    struct Killed(std::process::Child);
+    impl Drop for Killed {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let mut child = Killed(child);
     let (tx, lines) = std::sync::mpsc::channel::<String>();
-    let out = std::io::BufReader::new(child.stdout.take().unwrap());
+    let out = std::io::BufReader::new(child.0.stdout.take().unwrap());
     std::thread::spawn(move || {
         for l in out.lines().map_while(Result::ok) {
             let _ = tx.send(l);
@@ -546,7 +555,7 @@ async fn binary_prints_each_rdma_connection_state_on_sigusr1() {
     let m = Mount::mount("127.0.0.1", &export, &opts).await.unwrap();
     m.lookup_path("f").await.unwrap();
 
-    let pid = rustix::process::Pid::from_raw(child.id() as i32).unwrap();
+    let pid = rustix::process::Pid::from_raw(child.0.id() as i32).unwrap();
     rustix::process::kill_process(pid, rustix::process::Signal::USR1).unwrap();
     let head = next();
     assert_eq!(head, "nfsd: SIGUSR1: 1 NFS/RDMA connection(s) open");
@@ -564,9 +573,12 @@ async fn binary_prints_each_rdma_connection_state_on_sigusr1() {
     );
     let memory = next();
     assert!(memory.starts_with("nfsd: memory: charged="), "{memory}");
+    let cache = next();
+    assert!(
+        cache.starts_with("nfsd: duplicate request cache: 0 hits, 0 misses"),
+        "{cache}"
+    );
     drop(m);
-    let _ = child.kill();
-    let _ = child.wait();
 }
 
 /// Issue 26, the largest Call (`nfsd::rdma::LARGEST_CALL`, as knfsd's `sv_max_mesg`):
