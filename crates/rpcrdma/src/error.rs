@@ -68,6 +68,14 @@ pub enum HeaderError {
     /// without a Position Zero Read chunk; a Reply without a Reply chunk).
     #[error("RDMA_NOMSG has no chunk holding the payload")]
     NoPayloadChunk,
+    /// Version Two RDMA_NOMSG followed by bytes: v2 §4.2 (the `rdma_proc` field):
+    /// "When the rdma_proc field has any other value [than RDMA_MSG or RDMA_OPTIONAL],
+    /// an RPC Payload Stream MUST NOT follow the Transport Header Stream."
+    #[error("{len} bytes follow an RDMA_NOMSG header")]
+    PayloadAfterNoMsg {
+        /// Bytes after the header.
+        len: usize,
+    },
     /// RDMA_MSG whose Payload stream is too short to hold an XID.
     #[error("RDMA_MSG without a payload")]
     MissingPayload,

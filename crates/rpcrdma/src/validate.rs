@@ -151,12 +151,19 @@ pub fn receive(buf: &Bytes, policy: &Policy) -> Result<Received, HeaderError> {
                 payload,
             })
         }
+        // v2 §4.2 (rdma_proc): "When the rdma_proc field has any other value [than
+        // RDMA_MSG or RDMA_OPTIONAL], an RPC Payload Stream MUST NOT follow the Transport
+        // Header Stream": answered ERR_BADHEADER (§5.5.2), as any malformed header.
         Body::NoMsg(chunks) => {
             // §5.2.4: "Though any of these MAY be marked as not present, one MUST be
             // present and MUST hold the Payload stream". §5.5.2: "an RDMA_NOMSG message
             // that has no chunk lists" is an XDR error.
             if chunks.is_empty() {
                 return Err(HeaderError::NoMsgWithoutChunks);
+            }
+            let rest = buf.len() - parsed.header_len;
+            if rest > 0 && prefix.version == Version::TWO {
+                return Err(HeaderError::PayloadAfterNoMsg { len: rest });
             }
             Ok(Received::NoMsg { prefix, chunks })
         }
@@ -166,6 +173,14 @@ pub fn receive(buf: &Bytes, policy: &Policy) -> Result<Received, HeaderError> {
         // §5.6.2: "When receiving an RDMA_DONE procedure, receivers SHOULD reply with an
         // RDMA_ERROR procedure, setting the rdma_err field to RDMA_ERR_BADHEADER."
         Body::Done => Err(HeaderError::DoneReceived),
+        // v2 §4.2: no Payload stream after an RDMA_ERROR either; one that has bytes
+        // after it is malformed, and §5.5: "A receiver MUST silently discard an
+        // RDMA_ERROR procedure that cannot be decoded." (Version One's Table 1 says
+        // neither procedure has a Payload stream, but makes no rule of it: Version One
+        // peers are taken as they come, as Linux does.)
+        Body::Error(_) if prefix.version == Version::TWO && parsed.header_len < buf.len() => {
+            Err(HeaderError::UndecodableError)
+        }
         Body::Error(body) => Ok(Received::Error { prefix, body }),
         Body::Optional { opttype, optinfo } => {
             // v2 draft §3.1: "When an implementation does not recognize or support the

@@ -240,3 +240,51 @@ fn v2_message_accepted_by_default_policy() {
         Ok(Received::Msg { .. })
     ));
 }
+
+/// v2 §4.2: "When the rdma_proc field has any other value [than RDMA_MSG or
+/// RDMA_OPTIONAL], an RPC Payload Stream MUST NOT follow the Transport Header Stream."
+#[test]
+fn v2_s4_2_bytes_after_an_rdma_nomsg_header_get_err_badheader() {
+    // xid 0x31, v2, 8 credits, RDMA_NOMSG, no Read list, no Write list, a Reply chunk
+    // of one segment (handle 7, 64 bytes at 0); then one stray word.
+    let header = [0x31, 2, 8, 1, 0, 0, 1, 1, 7, 64, 0, 0];
+    let mut with_tail = header.to_vec();
+    with_tail.push(0xdead_beef);
+    refuse(
+        &words(&with_tail),
+        &Policy::default(),
+        HeaderError::PayloadAfterNoMsg { len: 4 },
+        Some(words(&[0x31, 2, 64, 4, 2])),
+    );
+    assert!(matches!(
+        receive(&words(&header), &Policy::default()),
+        Ok(Received::NoMsg { .. })
+    ));
+    // Version One makes no rule of it (its Table 1 only says there is no Payload
+    // stream): taken as it comes, as Linux's peers are.
+    let mut v1_tail = with_tail.clone();
+    v1_tail[1] = 1;
+    assert!(matches!(
+        receive(&words(&v1_tail), &v1()),
+        Ok(Received::NoMsg { .. })
+    ));
+}
+
+/// v2 §4.2 and §5.5: an RDMA_ERROR with bytes after it cannot be decoded as one, and
+/// "A receiver MUST silently discard an RDMA_ERROR procedure that cannot be decoded."
+#[test]
+fn v2_s4_2_bytes_after_an_rdma_error_discard_it_silently() {
+    let err = [0x32, 2, 8, 4, 2];
+    assert!(matches!(
+        receive(&words(&err), &Policy::default()),
+        Ok(Received::Error { .. })
+    ));
+    let mut with_tail = err.to_vec();
+    with_tail.push(0);
+    refuse(
+        &words(&with_tail),
+        &Policy::default(),
+        HeaderError::UndecodableError,
+        None,
+    );
+}
