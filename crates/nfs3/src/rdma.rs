@@ -6,9 +6,9 @@
 //! (DDP-eligibility violations). Built with the `rdma` feature.
 //!
 //! - Responder: whether a program is bound (`binds`: NFS version 3, and NFS_ACL
-//!   version 3 as Linux uses it, see below; MOUNT is not bound, RFC 8267 §5) and how
-//!   many DDP-eligible arguments a Call may carry in Read chunks
-//!   (`call_ddp_arguments`: WRITE's data and SYMLINK's path). DDP-eligible *results*
+//!   version 3 as Linux uses it, see below; MOUNT is not bound, RFC 8267 §5) and
+//!   where a Call's DDP-eligible arguments are, the only places a Read chunk may go
+//!   (`call_ddp_positions`: WRITE's data and SYMLINK's path, found by decoding). DDP-eligible *results*
 //!   (READ data, READLINK path) are already marked by this crate's encoders
 //!   ([`xdr::Encoder::ddp_opaque`]), so the reply marshaler needs no help for them.
 //! - Requester (choices as Linux xprtrdma makes them): a Write chunk is offered only
@@ -27,10 +27,10 @@
 //! TCP, and the client goes on without ACLs.
 
 use crate::ulb::{call_has_ddp_item, max_reply_size};
-use crate::{NfsProc3, NFS_PROGRAM, NFS_V3};
+use crate::{DirOpArgs3, NfsFh3, NfsProc3, Sattr3, NFS_PROGRAM, NFS_V3};
 use rpcrdma::rpc::ProcId;
 use rpcrdma::ulb::{ReplySizing, UpperLayerBinding};
-use xdr::{Bytes, Decoder, XdrStream};
+use xdr::{Bytes, Decode, Decoder, XdrStream};
 
 /// RPC reply header before the results (RFC 5531 §9), with the largest verifier
 /// (`opaque body<400>`, §8.2).
@@ -109,11 +109,29 @@ impl UpperLayerBinding for Nfs3Binding {
 
     /// RFC 8267 §4.1: "the opaque file data in the WRITE procedure's argument, the
     /// pathname in the SYMLINK procedure's argument" are DDP-eligible; nothing else.
-    fn call_ddp_arguments(&self, proc_id: ProcId) -> usize {
-        if proc_id.prog != NFS_PROGRAM {
-            return 0;
+    /// Each is found by decoding the arguments before it (`WRITE3args`: file, offset,
+    /// count, stable; `SYMLINK3args`: where, then `symlinkdata3`'s attributes), so a
+    /// Read chunk placed over the file handle or a name is told from one over the data.
+    fn call_ddp_positions(&self, proc_id: ProcId, call: &Bytes) -> Option<Vec<u32>> {
+        let proc = NfsProc3(proc_id.proc_num);
+        if proc_id.prog != NFS_PROGRAM || !call_has_ddp_item(proc) {
+            return Some(Vec::new());
         }
-        usize::from(call_has_ddp_item(NfsProc3(proc_id.proc_num)))
+        let mut args = rpcrdma::rpc::call_args(call)?;
+        match proc {
+            NfsProc3::WRITE => {
+                NfsFh3::decode(&mut args).ok()?;
+                args.u64().ok()?; // offset
+                args.u32().ok()?; // count
+                args.u32().ok()?; // stable
+            }
+            _ => {
+                DirOpArgs3::decode(&mut args).ok()?;
+                Sattr3::decode(&mut args).ok()?;
+            }
+        }
+        args.u32().ok()?; // the item's length word; its data follows
+        Some(vec![u32::try_from(args.position()).ok()?])
     }
 
     /// A requester's question; the responder never asks it. Answered for READ (the
@@ -200,12 +218,72 @@ mod tests {
         assert_eq!(s.max_reply as usize, RPC_REPLY_HEADER_MAX + 4 + 32768);
     }
 
+    /// A WRITE and a SYMLINK with every variable-length field before their DDP-eligible
+    /// item set (a 40-byte handle, a name, attributes with times): the binding finds
+    /// each item where the encoder put it (`DdpItem::inline_offset`, computed
+    /// independently as it encodes), parsing the reduced Call as a responder gets it.
+    fn write_and_symlink() -> [(NfsProc3, XdrStream); 2] {
+        let fh = NfsFh3(Bytes::from_static(&[9; 40]));
+        let write = crate::io::Write3Args {
+            file: fh.clone(),
+            offset: 1 << 33,
+            count: 5,
+            stable: crate::StableHow::FILE_SYNC,
+            data: DdpData(Bytes::from_static(b"hello")),
+        };
+        let symlink = crate::dir::Symlink3Args {
+            dir_op: crate::DirOpArgs3 {
+                dir: fh,
+                name: crate::Filename3(Bytes::from_static(b"a-link")),
+            },
+            symlink: crate::dir::SymlinkData3 {
+                symlink_attributes: Sattr3 {
+                    mode: Some(0o777),
+                    uid: Some(1000),
+                    atime: crate::SetTime::ClientTime(crate::NfsTime3 {
+                        seconds: 1,
+                        nseconds: 2,
+                    }),
+                    ..Sattr3::default()
+                },
+                symlink_data: crate::NfsPath3(Bytes::from_static(b"../target")),
+            },
+        };
+        [
+            (NfsProc3::WRITE, call(NfsProc3::WRITE, &write)),
+            (NfsProc3::SYMLINK, call(NfsProc3::SYMLINK, &symlink)),
+        ]
+    }
+
+    #[test]
+    fn s8_1_1_write_and_symlink_data_are_found_where_the_encoder_put_them() {
+        for (proc, stream) in write_and_symlink() {
+            assert_eq!(stream.ddp.len(), 1, "{proc:?}");
+            let want = stream.ddp[0].inline_offset as u32;
+            assert_eq!(
+                Nfs3Binding.call_ddp_positions(id(proc), &stream.inline),
+                Some(vec![want]),
+                "{proc:?}"
+            );
+            // Cut before the item's length word: it cannot be located.
+            let cut = stream.inline.slice(..want as usize - 4);
+            assert_eq!(Nfs3Binding.call_ddp_positions(id(proc), &cut), None);
+        }
+    }
+
     #[test]
     fn only_write_and_symlink_carry_ddp_arguments() {
+        let any = call(NfsProc3::GETATTR, &NfsFh3(Bytes::from_static(&[1; 8]))).inline;
         for p in 0..22 {
-            let n = Nfs3Binding.call_ddp_arguments(id(NfsProc3(p)));
-            let want = usize::from(p == 7 || p == 10);
-            assert_eq!(n, want, "procedure {p}");
+            let proc = NfsProc3(p);
+            if proc == NfsProc3::WRITE || proc == NfsProc3::SYMLINK {
+                continue;
+            }
+            assert_eq!(
+                Nfs3Binding.call_ddp_positions(id(proc), &any),
+                Some(Vec::new()),
+                "procedure {p}"
+            );
         }
     }
 
@@ -314,7 +392,11 @@ mod tests {
                 vers: 3,
                 proc_num: p,
             };
-            assert_eq!(Nfs3Binding.call_ddp_arguments(id), 0);
+            let (_, write) = &write_and_symlink()[0];
+            assert_eq!(
+                Nfs3Binding.call_ddp_positions(id, &write.inline),
+                Some(Vec::new())
+            );
         }
     }
 }

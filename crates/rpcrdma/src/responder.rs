@@ -697,6 +697,13 @@ impl<B: UpperLayerBinding> Responder<B> {
             .iter_mut()
             .map(|d| d.take().unwrap_or_default())
             .collect();
+        // The Payload stream without the data of its normal Read chunks, for the
+        // binding's §8.1.1 answer: the inline part, or a Long Call's Position Zero
+        // chunk (a Bytes clone, no copy).
+        let reduced = match call.chunks.reads.iter().position(|c| c.is_position_zero()) {
+            Some(i) => data.get(i).cloned().unwrap_or_default(),
+            None => call.inline.clone(),
+        };
         let result = reassemble_call(
             call.inline.clone(),
             &call.chunks.reads,
@@ -730,12 +737,6 @@ impl<B: UpperLayerBinding> Responder<B> {
             .iter()
             .filter(|c| !c.is_position_zero())
             .count();
-        let first_ddp_position = call
-            .chunks
-            .reads
-            .iter()
-            .find(|c| !c.is_position_zero())
-            .map_or(0, |c| c.position);
         if let Some(proc_id) = rpc::call_proc(&head) {
             // RFC 5531 §9: a program or version not served gets PROG_UNAVAIL or
             // PROG_MISMATCH from RPC, over RDMA as over TCP (a Linux mount over RDMA
@@ -759,14 +760,24 @@ impl<B: UpperLayerBinding> Responder<B> {
             // §8.1.1: "A DDP-eligibility violation occurs when a requester forms a Call
             // message with a non-DDP-eligible data item in a Read chunk ... a responder
             // MUST NOT process the Call message." Reported per §5.5.2: GARBAGE_ARGS.
-            if served
-                && reads_not_p0 > 0
-                && (!bound || reads_not_p0 > self.ulb.call_ddp_arguments(proc_id))
-            {
-                let err = ArgsError::NotDdpEligible {
-                    position: first_ddp_position,
+            // Each normal Read chunk must sit where the binding says a DDP-eligible
+            // argument is, by XDR position, not merely be no more numerous than them.
+            if served && reads_not_p0 > 0 {
+                let eligible = if bound {
+                    self.ulb.call_ddp_positions(proc_id, &reduced)
+                } else {
+                    None
                 };
-                return self.garbage_args(prefix, err);
+                let misplaced = call.chunks.reads.iter().find(|c| {
+                    !c.is_position_zero()
+                        && !eligible.as_ref().is_some_and(|p| p.contains(&c.position))
+                });
+                if let Some(c) = misplaced {
+                    let err = ArgsError::NotDdpEligible {
+                        position: c.position,
+                    };
+                    return self.garbage_args(prefix, err);
+                }
             }
         }
         self.events.push_back(ResponderEvent::Call {

@@ -88,6 +88,28 @@ pub fn results_offset(reply: &Bytes) -> Option<usize> {
     Some(dec.position())
 }
 
+/// A decoder over a Call message, placed at its first argument byte; `None` for a
+/// message that is not a Call or whose header is truncated or malformed.
+///
+/// RFC 5531 §9: `xid, CALL, rpcvers, prog, vers, proc`, then `opaque_auth cred` and
+/// `opaque_auth verf` (each a flavor, then `opaque body<400>`), then the procedure's
+/// arguments. Every length is checked before anything is skipped.
+pub fn call_args(call: &Bytes) -> Option<xdr::Decoder> {
+    let mut dec = xdr::Decoder::new(call.clone());
+    dec.u32().ok()?; // xid
+    if dec.u32().ok()? != CALL {
+        return None;
+    }
+    for _ in 0..4 {
+        dec.u32().ok()?; // rpcvers, prog, vers, proc
+    }
+    for _ in 0..2 {
+        dec.u32().ok()?; // flavor
+        dec.opaque(MAX_AUTH_BYTES).ok()?; // body
+    }
+    Some(dec)
+}
+
 /// The RPC reply `xid, REPLY, MSG_ACCEPTED, AUTH_NONE verifier, GARBAGE_ARGS`.
 ///
 /// rpcrdma-v1-draft-ietf-nfsv4-rfc5666bis-04 §5.5.2: "the responder SHOULD return a

@@ -63,6 +63,7 @@ pub(crate) mod vectors {
 pub(crate) struct TestUlb {
     pub(crate) max_reply: u32,
     pub(crate) ddp_results: Vec<u32>,
+    /// DDP-eligible arguments of every Call (0 or 1 are modelled).
     pub(crate) call_ddp: usize,
 }
 
@@ -78,8 +79,14 @@ impl crate::ulb::UpperLayerBinding for TestUlb {
         }
     }
 
-    fn call_ddp_arguments(&self, _: crate::rpc::ProcId) -> usize {
-        self.call_ddp
+    /// `call_ddp` arguments, the last one at the end of the reduced stream (as NFS
+    /// WRITE's data, the last item of its arguments: [`nfs_call`] and Linux's WRITE
+    /// vector place it there); earlier ones are not modelled.
+    fn call_ddp_positions(&self, _: crate::rpc::ProcId, call: &Bytes) -> Option<Vec<u32>> {
+        Some(match self.call_ddp {
+            0 => Vec::new(),
+            _ => vec![u32::try_from(call.len()).ok()?],
+        })
     }
 }
 

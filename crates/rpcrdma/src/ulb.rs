@@ -10,7 +10,7 @@
 //! the *other* message of the exchange: how big a reply can be and which of its
 //! results are DDP-eligible (for the requester's Write list and Reply chunk), where
 //! the data of those results goes back into the reduced Reply (for the requester's
-//! reassembly), and how many DDP-eligible arguments a received Call may carry (for the
+//! reassembly), and where a received Call's DDP-eligible arguments are (for the
 //! responder's §8.1.1 check).
 
 use bytes::Bytes;
@@ -39,11 +39,21 @@ pub trait UpperLayerBinding {
     /// Call, so that e.g. an NFS READ's count can be read back).
     fn reply_sizing(&self, proc_id: ProcId, call: &XdrStream) -> ReplySizing;
 
-    /// §8.1: how many DDP-eligible arguments a Call of `proc_id` has (0 for most
-    /// procedures; 1 for NFSv3 WRITE and SYMLINK). A received Call with more Read
-    /// chunks (other than a Position Zero Read chunk) carries a non-DDP-eligible item
-    /// in a Read chunk and is refused (§8.1.1).
-    fn call_ddp_arguments(&self, proc_id: ProcId) -> usize;
+    /// §8.1.1: where the DDP-eligible arguments of a received Call of `proc_id` are,
+    /// so that the responder can tell a Read chunk that carries one from a Read chunk
+    /// placed over any other item: for each such argument, its Read chunk's Position
+    /// (§4.4.5: the offset in the Payload stream where the item's data begins, just
+    /// after its length word), in order. `call` is the Call's Payload stream as
+    /// received, from its XID, reduced: the data of its Read chunks left out (their
+    /// length words kept), so a binding parses it up to each DDP-eligible item and
+    /// adds the padded lengths of the earlier ones. Empty for a procedure without
+    /// DDP-eligible arguments (most; for NFSv3, all but WRITE and SYMLINK); `None`
+    /// when `call` does not parse that far. A Read chunk (other than a Position Zero
+    /// Read chunk) at any position not listed carries a data item that is not
+    /// DDP-eligible, and the Call is refused (§8.1.1: "a responder MUST NOT process
+    /// the Call message"), even where a length word there happens to match the
+    /// chunk's length.
+    fn call_ddp_positions(&self, proc_id: ProcId, call: &Bytes) -> Option<Vec<u32>>;
 
     /// Requester: where the data of each DDP-eligible result goes back into a Reply.
     ///
@@ -67,6 +77,15 @@ pub trait UpperLayerBinding {
     }
 }
 
+/// The Read chunk position of a Call's first argument when it is an `opaque<>` (its
+/// data right after its length word), for bindings whose one DDP-eligible argument
+/// comes first; `None` when the Call does not parse that far.
+pub fn first_argument_position(call: &Bytes) -> Option<Vec<u32>> {
+    let mut args = crate::rpc::call_args(call)?;
+    args.u32().ok()?;
+    Some(vec![u32::try_from(args.position()).ok()?])
+}
+
 /// A shared binding is a binding (drivers hold theirs behind an `Arc`, often as a
 /// trait object, and hand the same one to every connection's state machine).
 impl<T: UpperLayerBinding + ?Sized> UpperLayerBinding for std::sync::Arc<T> {
@@ -78,8 +97,8 @@ impl<T: UpperLayerBinding + ?Sized> UpperLayerBinding for std::sync::Arc<T> {
         (**self).reply_sizing(proc_id, call)
     }
 
-    fn call_ddp_arguments(&self, proc_id: ProcId) -> usize {
-        (**self).call_ddp_arguments(proc_id)
+    fn call_ddp_positions(&self, proc_id: ProcId, call: &Bytes) -> Option<Vec<u32>> {
+        (**self).call_ddp_positions(proc_id, call)
     }
 
     fn reply_ddp_offsets(&self, proc_id: ProcId, reply: &Bytes) -> Option<Vec<usize>> {

@@ -42,8 +42,8 @@ impl UpperLayerBinding for Ulb {
             }
         }
     }
-    fn call_ddp_arguments(&self, _: ProcId) -> usize {
-        0
+    fn call_ddp_positions(&self, _: ProcId, _: &Bytes) -> Option<Vec<u32>> {
+        Some(Vec::new())
     }
 }
 

@@ -34,8 +34,12 @@ impl UpperLayerBinding for Ulb {
     fn reply_sizing(&self, _: ProcId, _: &xdr::XdrStream) -> ReplySizing {
         ReplySizing::default()
     }
-    fn call_ddp_arguments(&self, p: ProcId) -> usize {
-        usize::from(p.proc_num == 7)
+    /// Procedure 7 (as NFS WRITE) has one DDP-eligible argument, its first.
+    fn call_ddp_positions(&self, p: ProcId, call: &Bytes) -> Option<Vec<u32>> {
+        match p.proc_num {
+            7 => rpcrdma::ulb::first_argument_position(call),
+            _ => Some(Vec::new()),
+        }
     }
 }
 

@@ -1,7 +1,9 @@
 //! Responder rule tests: one input each, exact event and exact bytes sent.
 
 use super::*;
+use crate::chunks::{ReadChunk, Segment};
 use crate::error::MarshalError;
+use crate::header::Body;
 use crate::testutil::{hex, nfs_call, rpc_reply, vectors::*, words, TestUlb};
 use crate::wire::ErrCode;
 
@@ -126,6 +128,48 @@ fn s8_1_1_non_ddp_eligible_item_in_read_chunk_gets_garbage_args() {
         bytes,
         words(&[0x10c7_04b8, 1, 64, 0, 0, 0, 0, 0x10c7_04b8, 1, 0, 0, 0, 4])
     );
+}
+
+/// §8.1.1 by XDR position: the procedure has one DDP-eligible argument (its last,
+/// as WRITE's data) and the Call one Read chunk, so counting alone would pass it; but
+/// the chunk sits over the first argument word, whose length word (8) matches the
+/// chunk: refused all the same, with nothing handed up.
+#[test]
+fn s8_1_1_read_chunk_over_an_item_that_is_not_ddp_eligible_is_refused_by_position() {
+    let mut r = responder(1);
+    // Header words, then a word 8 at offset 40 (a length word), then 12 more words.
+    let call = nfs_call(0x77, 7, &[8, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12], None);
+    let chunks = ChunkLists {
+        reads: vec![ReadChunk {
+            position: 44,
+            segments: vec![Segment {
+                handle: 5,
+                length: 8,
+                offset: 0,
+            }],
+        }],
+        ..ChunkLists::empty()
+    };
+    let header = Header {
+        xid: Xid(0x77),
+        version: Version::ONE,
+        credits: 8,
+        body: Body::Msg(chunks),
+    };
+    r.handle_receive(concat(&[header.to_bytes(), call.inline.clone()]));
+    assert!(matches!(r.poll_action(), Some(Action::RdmaRead { .. })));
+    r.handle_read_done(Xid(0x77), 0, Bytes::from(vec![0xee; 8]));
+    assert_eq!(
+        r.poll_event(),
+        Some(ResponderEvent::Refused {
+            xid: Some(Xid(0x77)),
+            error: ArgsError::NotDdpEligible { position: 44 }.into(),
+            answer: WireAnswer::GarbageArgs,
+        })
+    );
+    assert_eq!(r.poll_event(), None, "nothing handed up");
+    let (bytes, _) = sent(&mut r);
+    assert_eq!(&bytes[28..], &rpc::garbage_args_reply(Xid(0x77))[..]);
 }
 
 #[test]

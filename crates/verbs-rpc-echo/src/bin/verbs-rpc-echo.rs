@@ -83,8 +83,12 @@ impl UpperLayerBinding for Binding {
         }
     }
 
-    fn call_ddp_arguments(&self, proc_id: ProcId) -> usize {
-        usize::from(proc_id.proc_num == ECHO)
+    /// ECHO takes one `opaque data<>`, DDP-eligible.
+    fn call_ddp_positions(&self, proc_id: ProcId, call: &Bytes) -> Option<Vec<u32>> {
+        match proc_id.proc_num {
+            ECHO => rpcrdma::ulb::first_argument_position(call),
+            _ => Some(Vec::new()),
+        }
     }
 
     fn reply_ddp_offsets(&self, proc_id: ProcId, reply: &Bytes) -> Option<Vec<usize>> {
