@@ -496,7 +496,7 @@ async fn binary_prints_each_rdma_connection_state_on_sigusr1() {
     let dir = TempDir::new("rdma-usr1");
     let state = TempDir::new("rdma-usr1-state");
     std::fs::write(dir.path().join("f"), b"x").unwrap();
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_nfsd"))
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_nfsd"))
         .arg("--state-dir")
         .arg(state.path())
         .args([
