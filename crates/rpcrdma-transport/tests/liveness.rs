@@ -95,12 +95,16 @@ async fn a_stalled_send_shows_in_the_dump_is_warned_about_closed_and_the_retrans
 
     // The watchdog warns once, then closes the connection.
     until(|| stats.total(Counter::Stalls) == 1).await;
-    until(|| stats.total(Counter::StallCloses) == 1).await;
-    let closed = stats
-        .snapshots()
-        .into_iter()
-        .find(|s| s.get(Counter::StallCloses) == 1)
-        .unwrap();
+    // Its close reason is recorded when its task ends, after the counter: wait for
+    // the end.
+    let ended = || {
+        stats
+            .snapshots()
+            .into_iter()
+            .find(|s| s.get(Counter::StallCloses) == 1 && !s.open)
+    };
+    until(|| ended().is_some()).await;
+    let closed = ended().unwrap();
     let why = closed.close_reason.clone().unwrap_or_default();
     assert!(
         why.contains("no progress") && why.contains("sends=1"),
@@ -123,12 +127,17 @@ async fn a_call_waiting_in_the_dispatcher_is_warned_about_but_its_connection_kep
     init_tracing();
     let p = MemProvider::default();
     let (stats, client, task) = server_and_client(&p, Duration::from_millis(400)).await;
-    let call = tokio::spawn(async move {
-        client
-            .call(PROG, VERS, GATED, big_arg(8, b"pad"))
-            .await
-            .map(|_| ())
-    });
+    // Kept here: a client dropped with its call would close the connection itself.
+    let client = Arc::new(client);
+    let call = {
+        let client = client.clone();
+        tokio::spawn(async move {
+            client
+                .call(PROG, VERS, GATED, big_arg(8, b"pad"))
+                .await
+                .map(|_| ())
+        })
+    };
     until(|| stats.total(Counter::Stalls) == 1).await;
     let live = stats.live_states(Duration::from_secs(1)).await;
     assert_eq!(live.len(), 1);
@@ -146,5 +155,6 @@ async fn a_call_waiting_in_the_dispatcher_is_warned_about_but_its_connection_kep
         .unwrap();
     assert_eq!(stats.snapshots().len(), 1, "the same connection");
     assert!(stats.snapshots()[0].open);
+    drop(client);
     task.abort();
 }
