@@ -37,6 +37,8 @@ mod macros;
 pub mod compound;
 pub mod fh;
 pub mod io;
+#[cfg(feature = "rdma")]
+pub mod rdma;
 pub mod session;
 mod types;
 pub mod ulb;

@@ -19,7 +19,8 @@
 //!   bound of each result that has one and `None` for the others;
 //!   [`max_compound_reply_size`] sums them for a COMPOUND.
 //!
-//!
+//! The RPC-over-RDMA side (the `rpcrdma::ulb::UpperLayerBinding` implementation,
+//! `Nfs4Binding`) is in `rdma`, behind the `rdma` feature.
 
 use crate::compound::NfsArgop4;
 use crate::{NfsOpnum4, NFS4_FHSIZE, NFS4_SESSIONID_SIZE};
