@@ -25,9 +25,11 @@
 
 use xdr::{Decode, Decoder, Encode, Encoder, XdrError};
 
+use crate::dir::*;
 use crate::fh::*;
 use crate::io::*;
 use crate::session::*;
+use crate::state::*;
 use crate::{Bitmap4, NfsOpnum4, NfsStat4, Res4, Utf8Str, MAX_OPS_DECODE, TAG_DECODE_MAX};
 
 /// A result that starts with its status word.
@@ -44,6 +46,18 @@ impl OpStatus for NfsStat4 {
 impl<T> OpStatus for Res4<T> {
     fn op_status(&self) -> NfsStat4 {
         self.status()
+    }
+}
+
+impl<T> OpStatus for LockRes<T> {
+    fn op_status(&self) -> NfsStat4 {
+        self.status()
+    }
+}
+
+impl OpStatus for SetAttr4Res {
+    fn op_status(&self) -> NfsStat4 {
+        self.status
     }
 }
 
@@ -120,9 +134,9 @@ macro_rules! operations {
             /// The error result of an operation this crate does not code: its number
             /// and status. Invariant: the status is not `NFS4_OK`.
             ///
-            /// Correct for every operation's error results except LOCK's and LOCKT's
-            /// NFS4ERR_DENIED arm (which carries the conflicting lock) and SETATTR's
-            /// (whose `attrsset` bitmap always follows the status: encoded empty here).
+            /// Correct for every error result of an operation not coded here (their
+            /// `default` arms are void); SETATTR's `attrsset`, which follows every
+            /// status, is encoded empty, should this be used for SETATTR.
             Unknown {
                 /// The operation.
                 opnum: NfsOpnum4,
@@ -194,16 +208,36 @@ macro_rules! operations {
 operations! {
     /// §18.1 ACCESS.
     Access = OP_ACCESS (Access4Args) => Access4Res;
+    /// §18.2 CLOSE.
+    Close = OP_CLOSE (Close4Args) => Close4Res;
     /// §18.3 COMMIT.
     Commit = OP_COMMIT (Commit4Args) => Commit4Res;
+    /// §18.4 CREATE.
+    Create = OP_CREATE (Create4Args) => Create4Res;
+    /// §18.6 DELEGRETURN.
+    DelegReturn = OP_DELEGRETURN (DelegReturn4Args) => NfsStat4;
     /// §18.7 GETATTR.
     GetAttr = OP_GETATTR (GetAttr4Args) => GetAttr4Res;
     /// §18.8 GETFH.
     GetFh = OP_GETFH => GetFh4Res;
+    /// §18.9 LINK.
+    Link = OP_LINK (Link4Args) => Link4Res;
+    /// §18.10 LOCK.
+    Lock = OP_LOCK (Lock4Args) => Lock4Res;
+    /// §18.11 LOCKT.
+    LockT = OP_LOCKT (LockT4Args) => LockT4Res;
+    /// §18.12 LOCKU.
+    LockU = OP_LOCKU (LockU4Args) => LockU4Res;
     /// §18.13 LOOKUP.
     Lookup = OP_LOOKUP (Lookup4Args) => NfsStat4;
     /// §18.14 LOOKUPP.
     LookupP = OP_LOOKUPP => NfsStat4;
+    /// §18.15 NVERIFY.
+    NVerify = OP_NVERIFY (Verify4Args) => NfsStat4;
+    /// §18.16 OPEN.
+    Open = OP_OPEN (Open4Args) => Open4Res;
+    /// §18.18 OPEN_DOWNGRADE.
+    OpenDowngrade = OP_OPEN_DOWNGRADE (OpenDowngrade4Args) => OpenDowngrade4Res;
     /// §18.19 PUTFH.
     PutFh = OP_PUTFH (PutFh4Args) => NfsStat4;
     /// §18.20 PUTPUBFH.
@@ -212,14 +246,24 @@ operations! {
     PutRootFh = OP_PUTROOTFH => NfsStat4;
     /// §18.22 READ.
     Read = OP_READ (Read4Args) => Read4Res;
+    /// §18.23 READDIR.
+    ReadDir = OP_READDIR (ReadDir4Args) => ReadDir4Res;
     /// §18.24 READLINK.
     ReadLink = OP_READLINK => ReadLink4Res;
+    /// §18.25 REMOVE.
+    Remove = OP_REMOVE (Remove4Args) => Remove4Res;
+    /// §18.26 RENAME.
+    Rename = OP_RENAME (Rename4Args) => Rename4Res;
     /// §18.27 RESTOREFH.
     RestoreFh = OP_RESTOREFH => NfsStat4;
     /// §18.28 SAVEFH.
     SaveFh = OP_SAVEFH => NfsStat4;
     /// §18.29 SECINFO.
     SecInfo = OP_SECINFO (SecInfo4Args) => SecInfo4Res;
+    /// §18.30 SETATTR.
+    SetAttr = OP_SETATTR (SetAttr4Args) => SetAttr4Res;
+    /// §18.31 VERIFY.
+    Verify = OP_VERIFY (Verify4Args) => NfsStat4;
     /// §18.32 WRITE.
     Write = OP_WRITE (Write4Args) => Write4Res;
     /// §18.34 BIND_CONN_TO_SESSION.
@@ -230,10 +274,14 @@ operations! {
     CreateSession = OP_CREATE_SESSION (CreateSession4Args) => CreateSession4Res;
     /// §18.37 DESTROY_SESSION.
     DestroySession = OP_DESTROY_SESSION (DestroySession4Args) => NfsStat4;
+    /// §18.38 FREE_STATEID.
+    FreeStateId = OP_FREE_STATEID (FreeStateId4Args) => NfsStat4;
     /// §18.45 SECINFO_NO_NAME.
     SecInfoNoName = OP_SECINFO_NO_NAME (SecInfoStyle4) => SecInfo4Res;
     /// §18.46 SEQUENCE.
     Sequence = OP_SEQUENCE (Sequence4Args) => Sequence4Res;
+    /// §18.48 TEST_STATEID.
+    TestStateId = OP_TEST_STATEID (TestStateId4Args) => TestStateId4Res;
     /// §18.50 DESTROY_CLIENTID.
     DestroyClientId = OP_DESTROY_CLIENTID (DestroyClientId4Args) => NfsStat4;
     /// §18.51 RECLAIM_COMPLETE.

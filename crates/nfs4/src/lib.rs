@@ -9,8 +9,12 @@
 //! - The arguments and results of the operations a first NFSv4.1 server needs are Rust
 //!   types with [`xdr::Encode`] and [`xdr::Decode`] (see [`compound::NfsArgop4`]): the
 //!   session operations ([`session`]), the file handle and lookup operations
-//!   ([`fh`]), and READ, WRITE, COMMIT and READLINK ([`io`]). A server decodes
-//!   arguments and encodes results, a client the reverse, with the same code.
+//!   ([`fh`]), READ, WRITE, COMMIT and READLINK ([`io`]), the directory and
+//!   attribute-changing operations ([`dir`]: CREATE, REMOVE, RENAME, LINK, READDIR,
+//!   SETATTR, VERIFY, NVERIFY) and open, lock and stateid state ([`state`]: OPEN,
+//!   CLOSE, OPEN_DOWNGRADE, LOCK, LOCKT, LOCKU, FREE_STATEID, TEST_STATEID,
+//!   DELEGRETURN). A server decodes arguments and encodes results, a client the
+//!   reverse, with the same code.
 //! - [`compound::decode_compound_args`] decodes a COMPOUND and never fails past its
 //!   header: it returns the operations decoded so far and, if it stopped early, where
 //!   and why ([`compound::Stopped`]), with the status RFC 8881 names for it, so the
@@ -18,8 +22,8 @@
 //! - Wire enumerations ([`NfsStat4`], [`NfsOpnum4`], ...) are open: newtypes over
 //!   `u32` with named constants, so an unknown value decodes and the layer above
 //!   decides the answer.
-//! - The DDP-eligible items of RFC 8267 §5.1 that this crate codes (READ4resok `data`,
-//!   WRITE4args `data`, READLINK4resok `link`) are encoded with
+//! - The DDP-eligible items of RFC 8267 §5.1 (READ4resok `data`, WRITE4args `data`,
+//!   READLINK4resok `link`, CREATE4args' NF4LNK `linkdata`) are encoded with
 //!   [`xdr::Encoder::ddp_opaque`]: an RPC-over-RDMA transport can move them by RDMA
 //!   without them ever being copied into an XDR buffer. See [`ulb`].
 //!
@@ -27,19 +31,22 @@
 //! handles and attribute values opaque (`fattr4`'s `attr_vals` is bytes here), and
 //! implements no protocol rule beyond the XDR: operation order, sessions, slots and
 //! state belong to the server. Operations not listed in [`compound::NfsArgop4`]
-//! (OPEN, CLOSE, LOCK, READDIR, CREATE, SETATTR, ... and pNFS) are not coded yet: a
-//! COMPOUND holding one stops decoding there.
+//! (OPENATTR, DELEGPURGE, BACKCHANNEL_CTL, SET_SSV, the directory delegation and pNFS
+//! operations, NFSv4.2's) are not coded yet: a COMPOUND holding one stops decoding
+//! there with NFS4ERR_NOTSUPP. The callback program (CB_COMPOUND) is not coded yet.
 #![warn(missing_docs, unreachable_pub)]
 
 #[macro_use]
 mod macros;
 
 pub mod compound;
+pub mod dir;
 pub mod fh;
 pub mod io;
 #[cfg(feature = "rdma")]
 pub mod rdma;
 pub mod session;
+pub mod state;
 mod types;
 pub mod ulb;
 

@@ -5,9 +5,11 @@ use proptest::prelude::*;
 use xdr::{Bytes, Decode, Decoder, Encode, XdrError};
 
 use crate::compound::*;
+use crate::dir::*;
 use crate::fh::*;
 use crate::io::*;
 use crate::session::*;
+use crate::state::*;
 use crate::ulb::*;
 use crate::*;
 
@@ -135,7 +137,135 @@ fn every_argop() -> Vec<NfsArgop4> {
         }),
         NfsArgop4::DestroyClientId(DestroyClientId4Args { dca_clientid: 9 }),
         NfsArgop4::ReclaimComplete(ReclaimComplete4Args { rca_one_fs: false }),
+        NfsArgop4::Create(Create4Args {
+            objtype: CreateType4::Link(DdpLinkText4(Bytes::from_static(b"../target"))),
+            objname: "link".into(),
+            createattrs: mode_attr(),
+        }),
+        NfsArgop4::Remove(Remove4Args {
+            target: "gone".into(),
+        }),
+        NfsArgop4::Rename(Rename4Args {
+            oldname: "a".into(),
+            newname: "b".into(),
+        }),
+        NfsArgop4::Link(Link4Args {
+            newname: "hard".into(),
+        }),
+        NfsArgop4::ReadDir(ReadDir4Args {
+            cookie: 0,
+            cookieverf: [0; 8],
+            dircount: 8192,
+            maxcount: 32768,
+            attr_request: Bitmap4::from_bits(&[1, 20]),
+        }),
+        NfsArgop4::SetAttr(SetAttr4Args {
+            stateid: StateId4::ANONYMOUS,
+            obj_attributes: mode_attr(),
+        }),
+        NfsArgop4::Verify(Verify4Args {
+            obj_attributes: mode_attr(),
+        }),
+        NfsArgop4::NVerify(Verify4Args {
+            obj_attributes: mode_attr(),
+        }),
+        NfsArgop4::Open(Open4Args {
+            seqid: 0,
+            share_access: OPEN4_SHARE_ACCESS_BOTH,
+            share_deny: OPEN4_SHARE_DENY_NONE,
+            owner: owner(),
+            openhow: OpenFlag4(Some(CreateHow4::Exclusive41(*b"exclverf", mode_attr()))),
+            claim: OpenClaim4::Null("new".into()),
+        }),
+        NfsArgop4::Close(Close4Args {
+            seqid: 0,
+            open_stateid: STATEID,
+        }),
+        NfsArgop4::OpenDowngrade(OpenDowngrade4Args {
+            open_stateid: STATEID,
+            seqid: 0,
+            share_access: OPEN4_SHARE_ACCESS_READ,
+            share_deny: OPEN4_SHARE_DENY_NONE,
+        }),
+        NfsArgop4::Lock(Lock4Args {
+            locktype: NfsLockType4::WRITE_LT,
+            reclaim: false,
+            offset: 0,
+            length: u64::MAX,
+            locker: Locker4::New(OpenToLockOwner4 {
+                open_seqid: 0,
+                open_stateid: STATEID,
+                lock_seqid: 0,
+                lock_owner: owner(),
+            }),
+        }),
+        NfsArgop4::LockT(LockT4Args {
+            locktype: NfsLockType4::READ_LT,
+            offset: 10,
+            length: 20,
+            owner: owner(),
+        }),
+        NfsArgop4::LockU(LockU4Args {
+            locktype: NfsLockType4::WRITE_LT,
+            seqid: 0,
+            lock_stateid: STATEID,
+            offset: 0,
+            length: u64::MAX,
+        }),
+        NfsArgop4::FreeStateId(FreeStateId4Args {
+            fsa_stateid: STATEID,
+        }),
+        NfsArgop4::TestStateId(TestStateId4Args(vec![STATEID, StateId4::INVALID])),
+        NfsArgop4::DelegReturn(DelegReturn4Args {
+            deleg_stateid: STATEID,
+        }),
     ]
+}
+
+const STATEID: StateId4 = StateId4 {
+    seqid: 1,
+    other: [0x11; 12],
+};
+
+fn owner() -> StateOwner4 {
+    StateOwner4 {
+        clientid: 9,
+        owner: "open id:\x00\x00\x00\x01".into(),
+    }
+}
+
+/// A fattr4 with `mode` (attribute 33) = 0644.
+fn mode_attr() -> Fattr4 {
+    Fattr4 {
+        attrmask: Bitmap4::from_bits(&[33]),
+        attr_vals: AttrList4(Bytes::from_static(&[0, 0, 1, 0xa4])),
+    }
+}
+
+fn cinfo() -> ChangeInfo4 {
+    ChangeInfo4 {
+        atomic: true,
+        before: 1,
+        after: 2,
+    }
+}
+
+fn ace() -> NfsAce4 {
+    NfsAce4 {
+        acetype: 0,
+        flag: 0,
+        access_mask: 0x1,
+        who: "OWNER@".into(),
+    }
+}
+
+fn denied() -> Lock4Denied {
+    Lock4Denied {
+        offset: 0,
+        length: 1,
+        locktype: NfsLockType4::WRITE_LT,
+        owner: owner(),
+    }
 }
 
 /// One successful result of every operation this crate codes, plus the error-only
@@ -223,13 +353,85 @@ fn every_resop() -> Vec<NfsResop4> {
         NfsResop4::Sequence(Res4::Err(NfsStat4::NFS4ERR_SEQ_MISORDERED)),
         NfsResop4::DestroyClientId(NfsStat4::NFS4ERR_CLIENTID_BUSY),
         NfsResop4::ReclaimComplete(NfsStat4::NFS4ERR_COMPLETE_ALREADY),
+        NfsResop4::Create(Res4::Ok(Create4ResOk {
+            cinfo: cinfo(),
+            attrset: Bitmap4::from_bits(&[33]),
+        })),
+        NfsResop4::Remove(Res4::Ok(Remove4ResOk { cinfo: cinfo() })),
+        NfsResop4::Rename(Res4::Ok(Rename4ResOk {
+            source_cinfo: cinfo(),
+            target_cinfo: cinfo(),
+        })),
+        NfsResop4::Link(Res4::Err(NfsStat4::NFS4ERR_XDEV)),
+        NfsResop4::ReadDir(Res4::Ok(ReadDir4ResOk {
+            cookieverf: *b"cookverf",
+            reply: DirList4 {
+                entries: vec![
+                    Entry4 {
+                        cookie: 3,
+                        name: "a".into(),
+                        attrs: mode_attr(),
+                    },
+                    Entry4 {
+                        cookie: 4,
+                        name: "b".into(),
+                        attrs: Fattr4::default(),
+                    },
+                ],
+                eof: true,
+            },
+        })),
+        NfsResop4::SetAttr(SetAttr4Res {
+            status: NfsStat4::NFS4ERR_PERM,
+            attrsset: Bitmap4::default(),
+        }),
+        NfsResop4::Verify(NfsStat4::NFS4ERR_NOT_SAME),
+        NfsResop4::NVerify(NfsStat4::NFS4ERR_SAME),
+        NfsResop4::Open(Res4::Ok(Open4ResOk {
+            stateid: STATEID,
+            cinfo: cinfo(),
+            rflags: OPEN4_RESULT_LOCKTYPE_POSIX,
+            attrset: Bitmap4::default(),
+            delegation: OpenDelegation4::None,
+        })),
+        NfsResop4::Open(Res4::Ok(Open4ResOk {
+            stateid: STATEID,
+            cinfo: cinfo(),
+            rflags: 0,
+            attrset: Bitmap4::from_bits(&[33]),
+            delegation: OpenDelegation4::Read(STATEID, false, ace()),
+        })),
+        NfsResop4::Open(Res4::Ok(Open4ResOk {
+            stateid: STATEID,
+            cinfo: cinfo(),
+            rflags: 0,
+            attrset: Bitmap4::default(),
+            delegation: OpenDelegation4::Write(STATEID, true, SpaceLimit4::Blocks(8, 4096), ace()),
+        })),
+        NfsResop4::Open(Res4::Ok(Open4ResOk {
+            stateid: STATEID,
+            cinfo: cinfo(),
+            rflags: 0,
+            attrset: Bitmap4::default(),
+            delegation: OpenDelegation4::NoneExt(1, Some(true)),
+        })),
+        NfsResop4::Close(Res4::Ok(StateId4::INVALID)),
+        NfsResop4::OpenDowngrade(Res4::Ok(STATEID)),
+        NfsResop4::Lock(LockRes::Ok(STATEID)),
+        NfsResop4::Lock(LockRes::Denied(denied())),
+        NfsResop4::LockT(LockRes::Ok(Void)),
+        NfsResop4::LockT(LockRes::Denied(denied())),
+        NfsResop4::LockT(LockRes::Err(NfsStat4::NFS4ERR_GRACE)),
+        NfsResop4::LockU(Res4::Ok(STATEID)),
+        NfsResop4::FreeStateId(NfsStat4::NFS4ERR_LOCKS_HELD),
+        NfsResop4::TestStateId(Res4::Ok(TestStateId4ResOk(vec![
+            NfsStat4::NFS4_OK,
+            NfsStat4::NFS4ERR_BAD_STATEID,
+        ]))),
+        NfsResop4::DelegReturn(NfsStat4::NFS4_OK),
         NfsResop4::Illegal(NfsStat4::NFS4ERR_OP_ILLEGAL),
         NfsResop4::Unknown {
-            opnum: NfsOpnum4::OP_OPEN,
-            status: NfsStat4::NFS4ERR_NOTSUPP,
-        },
-        NfsResop4::Unknown {
-            opnum: NfsOpnum4::OP_SETATTR,
+            opnum: NfsOpnum4::OP_OPENATTR,
             status: NfsStat4::NFS4ERR_NOTSUPP,
         },
     ]
@@ -488,14 +690,18 @@ fn ddp_items_are_marked_without_copy() {
     assert_eq!(s.xdr_position(0), Some(16));
     round_trip(&res);
 
+    // every_argop's CREATE makes a symbolic link: its linkdata is the DDP item.
     for op in every_argop() {
         let n = op.to_xdr().ddp.len();
-        assert_eq!(n, usize::from(op.opnum() == NfsOpnum4::OP_WRITE), "{op:?}");
-        assert_eq!(
-            argop_has_ddp_item(op.opnum()),
-            n == 1 || op.opnum() == NfsOpnum4::OP_CREATE
-        );
+        assert_eq!(n, usize::from(argop_has_ddp_item(op.opnum())), "{op:?}");
     }
+    let dir = NfsArgop4::Create(Create4Args {
+        objtype: CreateType4::Other(NfsFtype4::NF4DIR),
+        objname: "d".into(),
+        createattrs: Fattr4::default(),
+    });
+    assert!(dir.to_xdr().ddp.is_empty());
+    round_trip(&op_in_compound(dir));
     for r in every_resop() {
         let n = r.to_xdr().ddp.len();
         let want = resop_has_ddp_item(r.opnum()) && r.status().is_ok();
@@ -560,6 +766,28 @@ fn max_resop_sizes_are_exact_where_bounded() {
             bctsr_use_conn_in_rdma_mode: false,
         })),
         NfsResop4::PutRootFh(NfsStat4::NFS4_OK),
+        NfsResop4::Remove(Res4::Ok(Remove4ResOk { cinfo: cinfo() })),
+        NfsResop4::Rename(Res4::Ok(Rename4ResOk {
+            source_cinfo: cinfo(),
+            target_cinfo: cinfo(),
+        })),
+        NfsResop4::Create(Res4::Ok(Create4ResOk {
+            cinfo: cinfo(),
+            attrset: mode_attr().attrmask,
+        })),
+        NfsResop4::SetAttr(SetAttr4Res {
+            status: NfsStat4::NFS4_OK,
+            attrsset: mode_attr().attrmask,
+        }),
+        NfsResop4::Close(Res4::Ok(STATEID)),
+        NfsResop4::Lock(LockRes::Denied(Lock4Denied {
+            owner: StateOwner4 {
+                clientid: 1,
+                owner: OpaqueLimit(Bytes::from(vec![0; 1024])),
+            },
+            ..denied()
+        })),
+        NfsResop4::TestStateId(Res4::Ok(TestStateId4ResOk(vec![NfsStat4::NFS4_OK; 2]))),
     ];
     for r in largest {
         let op = find(r.opnum());
@@ -771,10 +999,10 @@ fn compound_header_errors_and_oversized_tags() {
 #[test]
 fn reply_with_an_uncoded_successful_op_is_refused_not_misread() {
     let mut b = vec![0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1];
-    words(&mut b, &[18, 0]); // OP_OPEN, NFS4_OK: OPEN4resok follows, unknown length
+    words(&mut b, &[19, 0]); // OP_OPENATTR, NFS4_OK: a result we cannot size
     assert_eq!(
         Compound4Res::from_xdr(Bytes::from(b)),
-        Err(XdrError::InvalidDiscriminant(18))
+        Err(XdrError::InvalidDiscriminant(19))
     );
 }
 

@@ -5,8 +5,8 @@
 //!   procedure of all NFS version 4 minor versions are DDP-eligible": the opaque
 //!   `data` of WRITE4args, the `linkdata` of CREATE4args' NF4LNK arm, the opaque
 //!   `data` of READ4resok and the `link` of READLINK4resok. Nothing else, and nothing
-//!   of NULL or of the callback program. This crate's encoders mark the ones it codes
-//!   with [`xdr::Encoder::ddp_opaque`] ([`crate::DdpData`], [`crate::DdpLinkText4`]).
+//!   of NULL or of the callback program. This crate's encoders mark them with
+//!   [`xdr::Encoder::ddp_opaque`] ([`crate::DdpData`], [`crate::DdpLinkText4`]).
 //! - Several DDP-eligible items per COMPOUND (§5.4.1): a COMPOUND may hold several
 //!   WRITEs (Read chunks are matched to them by their XDR position) and several READs
 //!   ("The first chunk in the Write list MUST be used by the first READ operation in
@@ -55,11 +55,13 @@ const OP_STATUS: usize = 8;
 /// (GETATTR's `attrlist4`, SECINFO's list, EXCHANGE_ID's implementation id and scope
 /// strings; RFC 8267 §5.2) or the operation is not coded here.
 ///
-/// Any operation's error result is at most 12 bytes (SETATTR's), within every bound
-/// given here.
+/// Any operation's error result is at most 12 bytes (SETATTR's; LOCK's and LOCKT's
+/// NFS4ERR_DENIED arm is counted), within every bound given here.
 pub fn max_resop_size(args: &NfsArgop4) -> Option<usize> {
     const FH: usize = 4 + NFS4_FHSIZE as usize;
     const CHANNEL_ATTRS: usize = 6 * 4 + 4 + 4;
+    const CINFO: usize = 4 + 8 + 8;
+    const STATEID: usize = 16;
     Some(match args {
         NfsArgop4::Lookup(_)
         | NfsArgop4::LookupP
@@ -81,7 +83,26 @@ pub fn max_resop_size(args: &NfsArgop4) -> Option<usize> {
         NfsArgop4::Sequence(_) => OP_STATUS + NFS4_SESSIONID_SIZE + 5 * 4,
         NfsArgop4::CreateSession(_) => OP_STATUS + NFS4_SESSIONID_SIZE + 8 + 2 * CHANNEL_ATTRS,
         NfsArgop4::BindConnToSession(_) => OP_STATUS + NFS4_SESSIONID_SIZE + 8,
-        NfsArgop4::GetAttr(_)
+        NfsArgop4::Verify(_)
+        | NfsArgop4::NVerify(_)
+        | NfsArgop4::FreeStateId(_)
+        | NfsArgop4::DelegReturn(_) => OP_STATUS,
+        NfsArgop4::Remove(_) | NfsArgop4::Link(_) => OP_STATUS + CINFO,
+        NfsArgop4::Rename(_) => OP_STATUS + 2 * CINFO,
+        // `attrset` / `attrsset` name a subset of the attributes asked to be set.
+        NfsArgop4::Create(a) => OP_STATUS + CINFO + 4 + 4 * a.createattrs.attrmask.0.len(),
+        NfsArgop4::SetAttr(a) => OP_STATUS + 4 + 4 * a.obj_attributes.attrmask.0.len(),
+        // §18.23.3: maxcount is "the maximum size of the READDIR4resok structure".
+        NfsArgop4::ReadDir(a) => OP_STATUS + (a.maxcount as usize).max(8 + 4 + 4),
+        NfsArgop4::Close(_) | NfsArgop4::OpenDowngrade(_) | NfsArgop4::LockU(_) => {
+            OP_STATUS + STATEID
+        }
+        // The NFS4ERR_DENIED arm: offset, length, type, owner (clientid, opaque<1024>).
+        NfsArgop4::Lock(_) | NfsArgop4::LockT(_) => OP_STATUS + 8 + 8 + 4 + 8 + 4 + 1024,
+        NfsArgop4::TestStateId(a) => OP_STATUS + 4 + 4 * a.0.len(),
+        // OPEN's delegation carries an ACE whose `who` is an unbounded string.
+        NfsArgop4::Open(_)
+        | NfsArgop4::GetAttr(_)
         | NfsArgop4::SecInfo(_)
         | NfsArgop4::SecInfoNoName(_)
         | NfsArgop4::ExchangeId(_)
