@@ -359,6 +359,28 @@ pub struct CompoundArgs {
     pub ops: Vec<NfsArgop4>,
     /// `None` if all `opcount` operations decoded; else where and why decoding stopped.
     pub stopped: Option<Stopped>,
+    /// `(position, length)` of the data of each DDP-eligible argument decoded (RFC
+    /// 8267 §5.1: WRITE's `data`, CREATE's NF4LNK `linkdata`), in order, positions
+    /// counted as [`Decoder::position`] counts them: after the length word, where an
+    /// RPC-over-RDMA Read chunk's Position points. See
+    /// [`CompoundArgs::read_chunks_are_ddp_eligible`].
+    pub ddp_arguments: Vec<(usize, usize)>,
+}
+
+impl CompoundArgs {
+    /// rpcrdma-v1-draft-ietf-nfsv4-rfc5666bis-04 §8.1.1: "A DDP-eligibility violation
+    /// occurs when a requester forms a Call message with a non-DDP-eligible data item
+    /// in a Read chunk". True if every chunk in `chunk_ranges` (`(position, length)`
+    /// of each non-Position-Zero Read chunk, as the transport reassembled them, in the
+    /// coordinates of the decoder this COMPOUND was decoded from) is exactly the data
+    /// of one DDP-eligible argument; a server answers a violation GARBAGE_ARGS.
+    pub fn read_chunks_are_ddp_eligible(&self, chunk_ranges: &[(u32, u32)]) -> bool {
+        chunk_ranges.iter().all(|&(pos, len)| {
+            self.ddp_arguments
+                .iter()
+                .any(|&(p, l)| p == pos as usize && l == len as usize)
+        })
+    }
 }
 
 /// Decodes `COMPOUND4args` as a server must (module docs): an error only if the header
@@ -379,6 +401,7 @@ pub fn decode_compound_args(dec: &mut Decoder) -> xdr::Result<CompoundArgs> {
         opcount,
         ops: Vec::with_capacity(opcount.min(MAX_OPS_DECODE) as usize),
         stopped: None,
+        ddp_arguments: Vec::new(),
     };
     for index in 0..opcount as usize {
         let opnum = match NfsOpnum4::decode(dec) {
@@ -407,8 +430,22 @@ pub fn decode_compound_args(dec: &mut Decoder) -> xdr::Result<CompoundArgs> {
             out.stopped = stop(StopReason::Illegal);
             break;
         }
+        let args_at = dec.position();
         match NfsArgop4::decode_args(opnum, dec) {
-            Some(Ok(op)) => out.ops.push(op),
+            Some(Ok(op)) => {
+                // The data follows a fixed prefix: WRITE4args' stateid (16), offset
+                // (8), stable (4) and length word; createtype4's discriminant and the
+                // linktext4 length word.
+                match &op {
+                    NfsArgop4::Write(w) => out.ddp_arguments.push((args_at + 32, w.data.0.len())),
+                    NfsArgop4::Create(Create4Args {
+                        objtype: CreateType4::Link(l),
+                        ..
+                    }) => out.ddp_arguments.push((args_at + 8, l.0.len())),
+                    _ => {}
+                }
+                out.ops.push(op);
+            }
             Some(Err(e)) => {
                 out.stopped = stop(StopReason::BadXdr(e));
                 break;

@@ -14,7 +14,9 @@
 //!   associated with which argument data item"), so it answers
 //!   [`MAX_OPS_DECODE`] for COMPOUND and 0 for NULL: the
 //!   transport refuses a NULL with a Read chunk, and the finer check (each Read
-//!   chunk's position is that of a WRITE's data) is the server's after decoding.
+//!   chunk's position is that of a WRITE's data) is the server's after decoding
+//!   ([`CompoundArgs::read_chunks_are_ddp_eligible`], with the transport's
+//!   reassembled chunk ranges).
 //!   DDP-eligible results (READ data, READLINK text) are marked by this crate's
 //!   encoders, so the reply marshaler needs no help for them.
 //! - Requester: `reply_sizing` decodes the encoded COMPOUND and offers one Write

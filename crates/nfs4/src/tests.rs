@@ -978,6 +978,58 @@ fn huge_op_counts_are_bounded() {
     assert!(Compound4Args::from_xdr(Bytes::from(b)).is_err());
 }
 
+/// rfc5666bis §8.1.1 / RFC 8267 §5.4.1: a COMPOUND may carry several DDP-eligible
+/// arguments; the decoder says where each one's data is, so a server can check that
+/// every Read chunk lands on one.
+#[test]
+fn ddp_argument_positions_match_the_data_and_check_read_chunks() {
+    let write = |data: &'static [u8]| {
+        NfsArgop4::Write(Write4Args {
+            stateid: StateId4::ANONYMOUS,
+            offset: 0,
+            stable: StableHow4::UNSTABLE4,
+            data: DdpData(Bytes::from_static(data)),
+        })
+    };
+    let link = NfsArgop4::Create(Create4Args {
+        objtype: CreateType4::Link(DdpLinkText4(Bytes::from_static(b"tgt"))),
+        objname: "l".into(),
+        createattrs: Fattr4::default(),
+    });
+    let wire = Compound4Args {
+        tag: "x".into(),
+        minorversion: 1,
+        argarray: vec![write(b"first"), NfsArgop4::GetFh, link, write(b"second!!")],
+    }
+    .to_xdr()
+    .to_bytes();
+    // Decode after 8 bytes of something else, as a server decodes after the RPC header.
+    let mut buf = vec![0xee; 8];
+    buf.extend_from_slice(&wire);
+    let buf = Bytes::from(buf);
+    let mut dec = Decoder::new(buf.clone());
+    dec.opaque_fixed(8).unwrap();
+    let c = decode_compound_args(&mut dec).unwrap();
+    let data: Vec<&[u8]> = c
+        .ddp_arguments
+        .iter()
+        .map(|&(p, l)| &buf[p..p + l])
+        .collect();
+    assert_eq!(data, vec![&b"first"[..], b"tgt", b"second!!"]);
+    let ranges: Vec<(u32, u32)> = c
+        .ddp_arguments
+        .iter()
+        .map(|&(p, l)| (p as u32, l as u32))
+        .collect();
+    assert!(c.read_chunks_are_ddp_eligible(&ranges));
+    assert!(c.read_chunks_are_ddp_eligible(&ranges[1..2]));
+    assert!(c.read_chunks_are_ddp_eligible(&[]));
+    // A chunk over the tag, or one byte off: a violation.
+    assert!(!c.read_chunks_are_ddp_eligible(&[(12, 1)]));
+    assert!(!c.read_chunks_are_ddp_eligible(&[(ranges[0].0 + 4, ranges[0].1)]));
+    assert!(!c.read_chunks_are_ddp_eligible(&[(ranges[0].0, ranges[0].1 + 1)]));
+}
+
 #[test]
 fn compound_header_errors_and_oversized_tags() {
     assert!(decode_compound_args(&mut Decoder::new(Bytes::new())).is_err());
