@@ -437,6 +437,33 @@ fn every_resop() -> Vec<NfsResop4> {
     ]
 }
 
+/// The samples cover every operation the decoder codes: an operation whose number
+/// alone stops with NOTSUPP is not coded; any other must have a sample.
+#[test]
+fn every_coded_operation_has_a_sample() {
+    let sampled: Vec<NfsOpnum4> = every_argop().iter().map(NfsArgop4::opnum).collect();
+    let mut coded = 0;
+    for n in 3..=58 {
+        let mut b = header(1);
+        words(&mut b, &[n]);
+        let c = decode(b);
+        if c.stopped.map(|s| s.reason) == Some(StopReason::NotSupported) {
+            continue;
+        }
+        coded += 1;
+        assert!(
+            sampled.contains(&NfsOpnum4(n)),
+            "{:?} has no sample",
+            NfsOpnum4(n)
+        );
+    }
+    assert_eq!(coded, 40);
+    let results: Vec<NfsOpnum4> = every_resop().iter().map(NfsResop4::opnum).collect();
+    for op in sampled {
+        assert!(results.contains(&op), "{op:?} has no result sample");
+    }
+}
+
 #[test]
 fn every_argop_round_trips_alone_and_in_a_compound() {
     for op in every_argop() {
