@@ -25,7 +25,7 @@
 use crate::compound::NfsArgop4;
 use crate::{NfsOpnum4, NFS4_FHSIZE, NFS4_SESSIONID_SIZE};
 
-/// RFC 8267 §5.3 (as for NFSv3): the NFS/RDMA port 20049.
+/// The NFS/RDMA port 20049 (RFC 8267, as for NFSv3: `nfs3::ulb::NFS_RDMA_PORT`).
 pub const NFS_RDMA_PORT: u16 = 20049;
 /// Netid for NFS over RDMA on IPv4.
 pub const NETID_RDMA: &str = "rdma";
