@@ -258,7 +258,7 @@ impl Encode for DdpData {
 
 impl Decode for DdpData {
     fn decode(dec: &mut Decoder) -> xdr::Result<Self> {
-        dec.opaque(crate::DATA_DECODE_MAX).map(DdpData)
+        dec.ddp_opaque(crate::DATA_DECODE_MAX).map(DdpData)
     }
 }
 

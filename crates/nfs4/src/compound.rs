@@ -361,9 +361,10 @@ pub struct CompoundArgs {
     pub stopped: Option<Stopped>,
     /// `(position, length)` of the data of each DDP-eligible argument decoded (RFC
     /// 8267 §5.1: WRITE's `data`, CREATE's NF4LNK `linkdata`), in order, positions
-    /// counted as [`Decoder::position`] counts them: after the length word, where an
-    /// RPC-over-RDMA Read chunk's Position points. See
-    /// [`CompoundArgs::read_chunks_are_ddp_eligible`].
+    /// counted as [`Decoder::stream_position`] counts them (in the whole stream, also
+    /// when decoding a reduced one): after the length word, where an RPC-over-RDMA
+    /// Read chunk's Position points. Lengths are those decoded (0 from a reduced
+    /// stream). See [`CompoundArgs::read_chunks_are_ddp_eligible`].
     pub ddp_arguments: Vec<(usize, usize)>,
 }
 
@@ -430,7 +431,7 @@ pub fn decode_compound_args(dec: &mut Decoder) -> xdr::Result<CompoundArgs> {
             out.stopped = stop(StopReason::Illegal);
             break;
         }
-        let args_at = dec.position();
+        let args_at = dec.stream_position();
         match NfsArgop4::decode_args(opnum, dec) {
             Some(Ok(op)) => {
                 // The data follows a fixed prefix: WRITE4args' stateid (16), offset

@@ -7,16 +7,14 @@
 //! (DDP-eligibility violations). Built with the `rdma` feature.
 //!
 //! - Responder: [`Nfs4Binding::binds`] NFS version 4 (every minor version; program
-//!   100003, version 4). `call_ddp_arguments` can only answer per procedure, and a
-//!   COMPOUND may carry a DDP-eligible item in each of its operations (every WRITE,
-//!   every CREATE of a symbolic link, RFC 8267 §5.4.1: "An NFS version 4 client
-//!   provides XDR Position values in each Read chunk to disambiguate which chunk is
-//!   associated with which argument data item"), so it answers
-//!   [`MAX_OPS_DECODE`] for COMPOUND and 0 for NULL: the
-//!   transport refuses a NULL with a Read chunk, and the finer check (each Read
-//!   chunk's position is that of a WRITE's data) is the server's after decoding
-//!   ([`CompoundArgs::read_chunks_are_ddp_eligible`], with the transport's
-//!   reassembled chunk ranges).
+//!   100003, version 4). A COMPOUND may carry a DDP-eligible item in each of its
+//!   operations (every WRITE, every CREATE of a symbolic link, RFC 8267 §5.4.1: "An
+//!   NFS version 4 client provides XDR Position values in each Read chunk to
+//!   disambiguate which chunk is associated with which argument data item"):
+//!   `call_ddp_positions` decodes the received, reduced COMPOUND and gives each such
+//!   item's position, and the transport refuses a Read chunk anywhere else (a NULL
+//!   has none). [`CompoundArgs::read_chunks_are_ddp_eligible`] checks the same of
+//!   reassembled chunk ranges, with their lengths.
 //!   DDP-eligible results (READ data, READLINK text) are marked by this crate's
 //!   encoders, so the reply marshaler needs no help for them.
 //! - Requester: `reply_sizing` decodes the encoded COMPOUND and offers one Write
@@ -144,12 +142,22 @@ impl UpperLayerBinding for Nfs4Binding {
     }
 
     /// RFC 8267 §5.1: only COMPOUND carries DDP-eligible arguments, one per WRITE (and
-    /// per CREATE of a symbolic link): at most one per operation decoded.
-    fn call_ddp_arguments(&self, proc_id: ProcId) -> usize {
-        match proc_id.proc_num {
-            NFSPROC4_COMPOUND => MAX_OPS_DECODE as usize,
-            _ => 0,
+    /// per CREATE of a symbolic link), each found by decoding the reduced COMPOUND
+    /// ([`Decoder::reduced`]: each such item's data is left out, its length word
+    /// kept) up to it, at its position in the whole stream. Operations after one that
+    /// does not decode are not searched: nfsd answers that COMPOUND's error anyway.
+    fn call_ddp_positions(&self, proc_id: ProcId, call: &Bytes) -> Option<Vec<u32>> {
+        if proc_id.proc_num != NFSPROC4_COMPOUND {
+            return Some(Vec::new());
         }
+        let args_at = rpcrdma::rpc::call_args(call)?.position();
+        let mut dec = Decoder::reduced(call.clone());
+        dec.opaque_fixed(args_at).ok()?;
+        let args = crate::compound::decode_compound_args(&mut dec).ok()?;
+        args.ddp_arguments
+            .iter()
+            .map(|&(position, _)| u32::try_from(position).ok())
+            .collect()
     }
 
     /// A requester's question: right after the `data` length word of each successful

@@ -533,7 +533,7 @@ impl Encode for DdpData {
 
 impl Decode for DdpData {
     fn decode(dec: &mut Decoder) -> xdr::Result<Self> {
-        dec.opaque(crate::DATA_DECODE_MAX).map(DdpData)
+        dec.ddp_opaque(crate::DATA_DECODE_MAX).map(DdpData)
     }
 }
 
@@ -551,7 +551,7 @@ impl Encode for DdpLinkText4 {
 
 impl Decode for DdpLinkText4 {
     fn decode(dec: &mut Decoder) -> xdr::Result<Self> {
-        dec.opaque(UTF8STR_DECODE_MAX).map(DdpLinkText4)
+        dec.ddp_opaque(UTF8STR_DECODE_MAX).map(DdpLinkText4)
     }
 }
 

@@ -16,12 +16,53 @@ use crate::{pad_len, padded_len};
 pub struct Decoder {
     buf: Bytes,
     pos: usize,
+    /// A reduced stream ([`Decoder::reduced`]): DDP-eligible data items are not in it.
+    reduced: bool,
+    /// Bytes of DDP-eligible data (padded) left out of a reduced stream so far.
+    elided: usize,
 }
 
 impl Decoder {
     /// Starts decoding at the beginning of `buf`.
     pub fn new(buf: Bytes) -> Self {
-        Decoder { buf, pos: 0 }
+        Decoder {
+            buf,
+            pos: 0,
+            reduced: false,
+            elided: 0,
+        }
+    }
+
+    /// Starts decoding a reduced stream: one whose DDP-eligible data items were moved
+    /// out of it, their length words kept (an RPC-over-RDMA Call as received, its Read
+    /// chunks' data elsewhere: rpcrdma-v1-draft-ietf-nfsv4-rfc5666bis-04 §4.4.4.1).
+    /// [`Decoder::ddp_opaque`] then reads only the length word and returns no data, and
+    /// [`Decoder::stream_position`] counts the left-out bytes, so an Upper Layer
+    /// Binding finds where each item's data belongs in the whole stream.
+    pub fn reduced(buf: Bytes) -> Self {
+        Decoder {
+            reduced: true,
+            ..Decoder::new(buf)
+        }
+    }
+
+    /// Offset of the next byte in the whole stream: [`Decoder::position`] plus the
+    /// (padded) data of the DDP-eligible items a reduced stream left out before it.
+    pub fn stream_position(&self) -> usize {
+        self.pos + self.elided
+    }
+
+    /// A DDP-eligible `opaque<max>` (the counterpart of `Encoder::ddp_opaque`): the
+    /// data, as [`Decoder::opaque`]; in a reduced stream only the length word is read
+    /// and the data is empty (it is elsewhere, at [`Decoder::stream_position`] before
+    /// this call plus 4).
+    pub fn ddp_opaque(&mut self, max: u32) -> Result<Bytes> {
+        if !self.reduced {
+            return self.opaque(max);
+        }
+        let len = self.length(max)?;
+        self.elided = self.elided.saturating_add(padded_len(len));
+        Ok(Bytes::new())
     }
 
     /// Offset of the next byte to decode, from the start of the buffer.

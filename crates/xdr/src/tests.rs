@@ -314,3 +314,34 @@ fn file_item_keeps_its_place_and_length_until_materialized() {
         &[0, 0, 0, 1, 0, 0, 0, 5, 9, 9, 9, 9, 9, 0, 0, 0, 0, 0, 0, 2]
     );
 }
+
+/// A reduced stream (an RPC-over-RDMA Call as received: DDP-eligible data in Read
+/// chunks, length words inline): `ddp_opaque` reads the length word only, and
+/// `stream_position` counts the data left out, so items after it are found where
+/// they are in the whole stream.
+#[test]
+fn a_reduced_stream_skips_ddp_data_and_counts_it_in_the_stream_position() {
+    let mut e = crate::Encoder::new();
+    e.u32(1)
+        .ddp_opaque(bytes::Bytes::from_static(b"hello"))
+        .u32(2);
+    let s = e.finish();
+    let mut whole = Decoder::new(s.to_bytes());
+    assert_eq!(whole.u32().unwrap(), 1);
+    assert_eq!(&whole.ddp_opaque(16).unwrap()[..], b"hello");
+    let after_whole = whole.stream_position();
+    assert_eq!(whole.u32().unwrap(), 2);
+
+    let mut reduced = Decoder::reduced(s.inline.clone());
+    assert_eq!(reduced.u32().unwrap(), 1);
+    assert_eq!(reduced.stream_position(), 4);
+    assert!(reduced.ddp_opaque(16).unwrap().is_empty());
+    assert_eq!(reduced.position(), 8, "the length word only");
+    assert_eq!(
+        reduced.stream_position(),
+        after_whole,
+        "5 bytes and 3 of pad"
+    );
+    assert_eq!(reduced.u32().unwrap(), 2);
+    reduced.finish().unwrap();
+}

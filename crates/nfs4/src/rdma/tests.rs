@@ -128,15 +128,49 @@ fn null_and_garbage_calls_are_sized_without_panicking() {
     }
 }
 
+fn write(len: usize) -> NfsArgop4 {
+    NfsArgop4::Write(Write4Args {
+        stateid: StateId4::ANONYMOUS,
+        offset: 0,
+        stable: StableHow4::FILE_SYNC4,
+        data: DdpData(Bytes::from(vec![7; len])),
+    })
+}
+
+/// RFC 8267 §5.1, §5.4.1 and rfc5666bis §8.1.1: each WRITE's data is found in the
+/// reduced COMPOUND (what a responder receives: the data in Read chunks, the length
+/// words inline) at its position in the whole stream: the encoder's own offset in
+/// the reduced stream, plus the padded data of the earlier WRITEs (5 bytes: 8).
 #[test]
-fn s5_1_only_compound_carries_ddp_arguments() {
+fn s5_1_each_writes_data_is_found_at_its_position_in_the_whole_stream() {
     let b = Nfs4Binding::default();
-    assert_eq!(b.call_ddp_arguments(id(NFSPROC4_NULL)), 0);
-    assert_eq!(b.call_ddp_arguments(id(2)), 0);
+    let c = call(vec![seq(), putfh(), write(5), read(10), write(8), read(1)]);
+    assert_eq!(c.ddp.len(), 2);
+    let (first, second) = (c.ddp[0].inline_offset, c.ddp[1].inline_offset);
+    let want = vec![first as u32, (second + 8) as u32];
     assert_eq!(
-        b.call_ddp_arguments(id(NFSPROC4_COMPOUND)),
-        MAX_OPS_DECODE as usize
+        b.call_ddp_positions(id(NFSPROC4_COMPOUND), &c.inline),
+        Some(want)
     );
+    // The whole stream (data inline) puts them at the same places.
+    let whole = c.to_bytes();
+    assert_eq!(&whole[first..first + 5], &[7; 5]);
+    assert_eq!(&whole[second + 8..second + 16], &[7; 8]);
+    // No WRITE, no DDP-eligible argument; NULL and other procedures have none.
+    let plain = call(vec![seq(), putfh(), read(10)]);
+    assert_eq!(
+        b.call_ddp_positions(id(NFSPROC4_COMPOUND), &plain.inline),
+        Some(Vec::new())
+    );
+    assert_eq!(
+        b.call_ddp_positions(id(NFSPROC4_NULL), &plain.inline),
+        Some(Vec::new())
+    );
+    assert_eq!(b.call_ddp_positions(id(2), &c.inline), Some(Vec::new()));
+    // Garbage never panics.
+    for n in 0..c.inline.len() {
+        let _ = b.call_ddp_positions(id(NFSPROC4_COMPOUND), &c.inline.slice(..n));
+    }
 }
 
 fn reply_header(enc: &mut Encoder) -> usize {
