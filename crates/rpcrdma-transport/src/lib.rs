@@ -52,8 +52,9 @@
 //! two Version Two peers with [`RdmaConfig::reliable_reply`], Replies that fit no
 //! requester-provided resource come through responder-provided Read chunks. With
 //! [`RdmaConfig::backward_credits`] the server calls the client on its connection
-//! ([`RdmaServer::backward_channels`], [`RdmaTransport::serve_backward`]). It keeps no
-//! duplicate request cache.
+//! ([`RdmaServer::backward_channels`], [`RdmaTransport::serve_backward`]). The
+//! duplicate request cache is not here but in the dispatcher (`oncrpc::drc`), the
+//! same for TCP and RDMA.
 //!
 //! # Resource bounds (per connection)
 //! - Receives: `credits` buffers of the receive threshold, posted with the connection
