@@ -302,6 +302,7 @@ impl<P: ConnectionManager + 'static> RdmaServer<P> {
             let conn = ServerConn {
                 watchdog: Watchdog::new(config.stall_timeout),
                 dump_requests: self.stats.dump_requests(),
+                teardown_by: None,
                 sends_in_flight: 0,
                 recv_buffers: (initial + backward_credits) as usize,
                 qp: Arc::new(qp),
@@ -368,6 +369,15 @@ fn conn_buffer_bytes(config: &RdmaConfig, credits: u32, send_buffer_len: u32) ->
     let send = send_slots(credits) as u64 * u64::from(send_buffer_len);
     recv + send
 }
+
+/// How long a connection waits, once disconnected (by the peer or by us), for the
+/// provider to flush the work requests it still has posted before it is torn down
+/// without them. A provider flushes at once (verbs: the QP goes to the error state;
+/// lab runs flush in milliseconds); one that never does (a QP left in RESET) must not
+/// keep the connection's task, buffers, regions and memory charge forever (issue 31).
+/// Dropping the queue pair then destroys it, after which no work request touches
+/// memory.
+const TEARDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// How long a connection whose grant could not grow (the memory budget had no room)
 /// waits before it tries again.
@@ -537,6 +547,9 @@ struct ServerConn<Q> {
     watchdog: Option<Watchdog>,
     /// Requests for this connection's live state ([`StatsRegistry::live_states`]).
     dump_requests: watch::Receiver<u64>,
+    /// Once disconnected: when to stop waiting for the provider's flushes
+    /// ([`TEARDOWN_GRACE`]).
+    teardown_by: Option<Instant>,
     /// Replies from the dispatcher's tasks.
     replies: mpsc::UnboundedSender<(Xid, Option<XdrStream>)>,
     /// Requests from this connection's [`BackwardChannel`]s (taken by `run`).
@@ -591,7 +604,18 @@ impl<Q: QueuePair + 'static> ServerConn<Q> {
         let dump = next_change(self.dump_requests.clone());
         tokio::pin!(dump);
         let mut backward_rx = self.backward_rx.take();
+        // The provider's disconnect event, taken as it comes so that the teardown's
+        // grace period starts then.
+        let mut disconnected: Option<rdma::DisconnectReason> = None;
+        let mut events_done = false;
         loop {
+            let teardown_by = self.teardown_by;
+            let teardown = async move {
+                match teardown_by {
+                    Some(d) => tokio::time::sleep_until(d.into()).await,
+                    None => std::future::pending().await,
+                }
+            };
             // reliable-reply §4.1.3: the pull timer, armed for the core's deadline.
             let deadline = self.core.poll_timeout();
             let timer = async move {
@@ -645,6 +669,24 @@ impl<Q: QueuePair + 'static> ServerConn<Q> {
                     self.set_live_state();
                     dump.set(next_change(rx));
                 }
+                ev = qp.event(), if disconnected.is_none() && !events_done => match ev {
+                    Some(rdma::QpEvent::Disconnected(why)) => {
+                        disconnected = Some(why);
+                        self.teardown_by.get_or_insert(Instant::now() + TEARDOWN_GRACE);
+                    }
+                    None => events_done = true,
+                },
+                () = teardown => {
+                    let waiting = self.waiting();
+                    self.stats.inc(Counter::TeardownsUnflushed);
+                    tracing::warn!(
+                        target: "rpcrdma_transport",
+                        conn = self.stats.id,
+                        peer = ?self.stats.peer,
+                        "the provider did not flush this connection's work requests within {TEARDOWN_GRACE:?} of its disconnect ({waiting}): torn down without them",
+                    );
+                    break;
+                }
                 _ = timer => self.core.handle_timeout(Instant::now()),
                 _ = released, if self.closing.is_none() => self.core.handle_memory_released(),
                 _ = read_timer, if self.closing.is_none() => {
@@ -681,14 +723,17 @@ impl<Q: QueuePair + 'static> ServerConn<Q> {
         // Why it closed: a failed post is the consequence of a connection the provider
         // already lost, whose reason (a Terminate from the peer, say) is the cause; any
         // other reason of ours is the cause itself.
-        match &self.closing {
-            Some(CloseReason::Post(..)) | None => {
+        match (&self.closing, disconnected) {
+            (Some(CloseReason::Post(..)) | None, Some(why)) => {
+                self.stats.set_close_reason(format!("{why:?}"));
+            }
+            (Some(CloseReason::Post(..)) | None, None) => {
                 if let Some(why) = &self.closing {
                     self.stats.set_close_reason(why.to_string());
                 }
                 record_close_reason(&*self.qp, &self.stats).await;
             }
-            Some(why) => self.stats.set_close_reason(why.to_string()),
+            (Some(why), _) => self.stats.set_close_reason(why.to_string()),
         }
         self.stats.close();
     }
@@ -838,6 +883,8 @@ impl<Q: QueuePair + 'static> ServerConn<Q> {
             self.stats.inc(Counter::ClosedByUs);
         }
         self.closing = Some(why);
+        self.teardown_by
+            .get_or_insert(Instant::now() + TEARDOWN_GRACE);
         self.qp.disconnect();
     }
 

@@ -158,3 +158,56 @@ async fn a_call_waiting_in_the_dispatcher_is_warned_about_but_its_connection_kep
     drop(client);
     task.abort();
 }
+
+/// A provider that never flushes a dead connection's work requests (its completion
+/// stream never ends) does not keep the connection forever: `TEARDOWN_GRACE` (5 s)
+/// after the peer's disconnect the task ends without them, says so, and releases the
+/// connection's memory charge.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_disconnected_connection_whose_work_is_never_flushed_is_torn_down_anyway() {
+    init_tracing();
+    let p = MemProvider::default();
+    let (stats, client, task) = server_and_client(&p, Duration::ZERO).await;
+    p.stall_server_sends(1);
+    p.never_flush_stalled_sends();
+    let client = Arc::new(client);
+    let call = {
+        let client = client.clone();
+        tokio::spawn(async move { echo(&client, pattern(100, 1)).await })
+    };
+    let give_up = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let live = stats.live_states(Duration::from_secs(1)).await;
+        if live
+            .iter()
+            .any(|l| l.state.as_deref().is_some_and(|s| s.contains("sends=1")))
+        {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < give_up,
+            "no dump shows the Send"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // The client goes (its connection with it); the server's Send is never flushed.
+    call.abort();
+    drop(client);
+    let t = std::time::Instant::now();
+    until(|| stats.snapshots().iter().all(|s| !s.open)).await;
+    let waited = t.elapsed();
+    assert!(
+        waited >= Duration::from_secs(4),
+        "ended by the grace period, not by a flush: {waited:?}"
+    );
+    let snap = &stats.snapshots()[0];
+    assert_eq!(snap.get(Counter::TeardownsUnflushed), 1, "{snap}");
+    assert!(
+        snap.close_reason
+            .as_deref()
+            .is_some_and(|r| r.contains("PeerClosed")),
+        "{snap}"
+    );
+    until(|| stats.memory().is_some_and(|m| m.charged == 0)).await;
+    task.abort();
+}

@@ -84,6 +84,11 @@ counters! {
     /// Connections closed because work requests they posted made no progress for the
     /// whole stall timeout (responder driver).
     StallCloses = "stall_closes",
+    /// Connections torn down without the provider's flush of every work request they
+    /// had posted, a grace period after the disconnect (responder driver): a provider
+    /// that never completes them must not keep the connection's buffers and regions
+    /// forever.
+    TeardownsUnflushed = "teardowns_unflushed",
     /// Bytes of the server's memory budget this connection's own buffers hold
     /// (its Receive and Send buffers, charged at accept and as its credit grant
     /// grows; responder driver): a gauge.

@@ -38,6 +38,8 @@ pub struct MemProvider {
     device: Arc<dyn Device>,
     /// Sends of accepting sides still to be stalled ([`MemProvider::stall_server_sends`]).
     stalled_sends: Arc<AtomicUsize>,
+    /// Stalled Sends are never flushed ([`MemProvider::never_flush_stalled_sends`]).
+    never_flush: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Default for MemProvider {
@@ -45,6 +47,7 @@ impl Default for MemProvider {
         MemProvider {
             listeners: Arc::default(),
             stalled_sends: Arc::default(),
+            never_flush: Arc::default(),
             device: Arc::new(SoftwareDevice::new(
                 "mem0",
                 DeviceAttributes {
@@ -73,8 +76,16 @@ impl MemProvider {
         MemProvider {
             listeners: self.listeners.clone(),
             stalled_sends: self.stalled_sends.clone(),
+            never_flush: self.never_flush.clone(),
             device: Arc::new(SoftwareDevice::new("mem1", attributes)),
         }
+    }
+
+    /// From now on a stalled Send ([`MemProvider::stall_server_sends`]) is never
+    /// completed, not even flushed when its connection ends: the completion stream of
+    /// its queue pair never ends, as with a provider that leaves a dead QP unflushed.
+    pub fn never_flush_stalled_sends(&self) {
+        self.never_flush.store(true, Ordering::SeqCst);
     }
 
     /// The next `n` Sends posted by accepting sides (servers) stall: they are neither
@@ -111,8 +122,9 @@ struct SideState {
 struct Side {
     pd: ProtectionDomain,
     state: Mutex<SideState>,
-    /// An accepting side's share of [`MemProvider::stall_server_sends`].
-    stalled_sends: Option<Arc<AtomicUsize>>,
+    /// An accepting side's share of [`MemProvider::stall_server_sends`], and of
+    /// [`MemProvider::never_flush_stalled_sends`].
+    stalled_sends: Option<(Arc<AtomicUsize>, Arc<std::sync::atomic::AtomicBool>)>,
 }
 
 impl Side {
@@ -123,7 +135,7 @@ impl Side {
     fn stalling(
         pd: ProtectionDomain,
         recvs: Vec<RecvWr>,
-        stalled_sends: Option<Arc<AtomicUsize>>,
+        stalled_sends: Option<(Arc<AtomicUsize>, Arc<std::sync::atomic::AtomicBool>)>,
     ) -> Arc<Side> {
         Arc::new(Side {
             pd,
@@ -159,9 +171,15 @@ impl Side {
                 0,
             ));
         }
-        for wr_id in std::mem::take(&mut st.parked_sends) {
-            st.cq
-                .push_back(Completion::new(wr_id, WcOpcode::Send, WcStatus::Flushed, 0));
+        let never_flush = self
+            .stalled_sends
+            .as_ref()
+            .is_some_and(|(_, never)| never.load(Ordering::SeqCst));
+        if !never_flush {
+            for wr_id in std::mem::take(&mut st.parked_sends) {
+                st.cq
+                    .push_back(Completion::new(wr_id, WcOpcode::Send, WcStatus::Flushed, 0));
+            }
         }
         let flushed: Vec<RecvWr> = st.recvs.drain(..).collect();
         for r in flushed {
@@ -273,7 +291,7 @@ impl QueuePair for MemQp {
                 let Some(data) = self.gather(&wr.sgl) else {
                     return Err(PostError::LocalProtection);
                 };
-                let stall = self.me.stalled_sends.as_ref().is_some_and(|n| {
+                let stall = self.me.stalled_sends.as_ref().is_some_and(|(n, _)| {
                     n.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
                         .is_ok()
                 });
@@ -364,7 +382,8 @@ impl QueuePair for MemQp {
         if let Some(c) = st.cq.pop_front() {
             return Poll::Ready(Some(c));
         }
-        if !st.connected {
+        // Work requests still posted (stalled Sends never flushed) keep the stream open.
+        if !st.connected && st.parked_sends.is_empty() {
             return Poll::Ready(None);
         }
         st.cq_waker = Some(cx.waker().clone());
@@ -402,7 +421,7 @@ pub struct MemRequest {
     client: Arc<Side>,
     answer: oneshot::Sender<Result<(Arc<Side>, PeerParams), ConnectError>>,
     client_params: PeerParams,
-    stalled_sends: Arc<AtomicUsize>,
+    stalled_sends: (Arc<AtomicUsize>, Arc<std::sync::atomic::AtomicBool>),
 }
 
 pub struct MemListener {
@@ -507,7 +526,7 @@ impl Route for MemRoute {
                     addr: Some(local),
                 },
                 client: me.clone(),
-                stalled_sends: provider.stalled_sends.clone(),
+                stalled_sends: (provider.stalled_sends.clone(), provider.never_flush.clone()),
                 answer,
                 client_params: PeerParams {
                     addr: Some(local),
