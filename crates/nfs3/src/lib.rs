@@ -20,6 +20,8 @@
 #![warn(missing_docs, unreachable_pub)]
 
 #[macro_use]
+extern crate xdr;
+#[macro_use]
 mod macros;
 
 pub mod attr;

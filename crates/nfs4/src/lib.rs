@@ -37,7 +37,7 @@
 #![warn(missing_docs, unreachable_pub)]
 
 #[macro_use]
-mod macros;
+extern crate xdr;
 
 pub mod compound;
 pub mod dir;

@@ -17,6 +17,7 @@
 #![warn(missing_docs, unreachable_pub)]
 
 mod decode;
+mod macros;
 mod encode;
 mod error;
 

@@ -1,10 +1,9 @@
-//! Declarative helpers that write the XDR codecs of structs and open enums.
-//!
-//! The same two macros as `nfs3`'s `src/macros.rs`, copied: they are crate-private
-//! there, and sharing them (exporting them from `xdr`) would mean editing two other
-//! crates for ~70 lines. If a third crate needs them, move them into `xdr` then.
+//! Declarative helpers that write the XDR codecs of structs and open enums, for the
+//! crates of wire types above this one (`nfs3`, `nfs4`): one definition, exported.
+//! Use them with `#[macro_use] extern crate xdr;` at the crate root.
 
 /// A struct whose XDR encoding is its fields in order (RFC 4506 §4.14).
+#[macro_export]
 macro_rules! xdr_struct {
     (
         $(#[$m:meta])*
@@ -18,17 +17,17 @@ macro_rules! xdr_struct {
             $( $(#[$fm])* pub $f: $t ),*
         }
 
-        impl xdr::Encode for $name {
+        impl $crate::Encode for $name {
             #[allow(unused_variables)]
-            fn encode(&self, enc: &mut xdr::Encoder) {
-                $( xdr::Encode::encode(&self.$f, enc); )*
+            fn encode(&self, enc: &mut $crate::Encoder) {
+                $( $crate::Encode::encode(&self.$f, enc); )*
             }
         }
 
-        impl xdr::Decode for $name {
+        impl $crate::Decode for $name {
             #[allow(unused_variables)]
-            fn decode(dec: &mut xdr::Decoder) -> xdr::Result<Self> {
-                Ok(Self { $( $f: xdr::Decode::decode(dec)? ),* })
+            fn decode(dec: &mut $crate::Decoder) -> $crate::Result<Self> {
+                Ok(Self { $( $f: $crate::Decode::decode(dec)? ),* })
             }
         }
     };
@@ -36,6 +35,7 @@ macro_rules! xdr_struct {
 
 /// An open enumeration (RFC 4506 §4.3): a newtype over `u32` with named constants, so
 /// that unknown values survive decoding (rustls `enum_builder!`).
+#[macro_export]
 macro_rules! open_enum {
     (
         $(#[$m:meta])*
@@ -68,14 +68,14 @@ macro_rules! open_enum {
             }
         }
 
-        impl xdr::Encode for $name {
-            fn encode(&self, enc: &mut xdr::Encoder) {
+        impl $crate::Encode for $name {
+            fn encode(&self, enc: &mut $crate::Encoder) {
                 enc.u32(self.0);
             }
         }
 
-        impl xdr::Decode for $name {
-            fn decode(dec: &mut xdr::Decoder) -> xdr::Result<Self> {
+        impl $crate::Decode for $name {
+            fn decode(dec: &mut $crate::Decoder) -> $crate::Result<Self> {
                 dec.u32().map(Self)
             }
         }
