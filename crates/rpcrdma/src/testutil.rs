@@ -25,7 +25,7 @@ pub(crate) fn words(w: &[u32]) -> Bytes {
     Bytes::from(w.iter().flat_map(|x| x.to_be_bytes()).collect::<Vec<u8>>())
 }
 
-/// RPC-over-RDMA v1 headers captured from Linux 6.1 (specs/vectors/linux-6.1-siw.json).
+/// RPC-over-RDMA v1 headers captured from Linux 6.1 (crates/iwarp/tests/vectors/linux-6.1-siw.json).
 pub(crate) mod vectors {
     pub(crate) const NULL_CALL_KERNEL_CLIENT: &str =
         "02c704b8000000010000008000000000000000000000000000000000";

@@ -3,7 +3,7 @@
 // link time (the default `@@` version, `objdump -T`), then the header's prototype in
 // Rust types. `crate::ffi` resolves each with `dlvsym` at that version, so a later
 // rdma-core that changes a function's ABI under a new version still gives us the
-// one written here. scripts/gen-bindings checks every prototype against the headers.
+// one written here. crates/verbs/scripts/gen-bindings checks every prototype against the headers.
 //
 // Not here, because the headers implement them inline (crate::ffi does the same):
 // ibv_post_send, ibv_post_recv, ibv_poll_cq, ibv_req_notify_cq (through

@@ -4,7 +4,7 @@
 //! - Types: `bindings_x86_64_linux_gnu.rs`, bindgen's translation of rdma-core 44's
 //!   `<infiniband/verbs.h>` and `<rdma/rdma_cma.h>` (structs, enums as constant
 //!   modules, layout assertions checked at compile time; no function declarations),
-//!   generated once by `scripts/gen-bindings` and committed. The headers are
+//!   generated once by `crates/verbs/scripts/gen-bindings` and committed. The headers are
 //!   dual-licensed (GPL-2.0 or OpenIB.org BSD); the translation is taken under the
 //!   BSD license, whose notice heads the file.
 //! - Functions: `functions.rs` lists the 35 exported functions the crate calls, each
@@ -23,7 +23,7 @@
 //! # Invariants
 //!
 //! 1. Prototypes: each function pointer type in `functions.rs` is the header's
-//!    prototype (`scripts/gen-bindings` type-checks every one against bindgen's
+//!    prototype (`crates/verbs/scripts/gen-bindings` type-checks every one against bindgen's
 //!    declarations from the same headers), and each symbol is resolved at the version
 //!    that prototype binds to when a C program links (`dlvsym`, never the older
 //!    compat ABIs libibverbs also exports under `IBVERBS_1.0`), so a pointer is only
@@ -166,7 +166,7 @@ impl Lib {
 }
 
 /// Defines a table of function pointers and its resolver from `functions.rs`
-/// (`scripts/gen-bindings` reads the same file with a macro of its own, to check the
+/// (`crates/verbs/scripts/gen-bindings` reads the same file with a macro of its own, to check the
 /// prototypes).
 macro_rules! functions {
     ($(
