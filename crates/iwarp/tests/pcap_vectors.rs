@@ -1,5 +1,5 @@
-//! Byte-exact tests against real Linux 6.1 siw traffic (`tests/vectors`, copied from the captures
-//! copied next to the tests as `vectors/`): every TCP stream of both captures is
+//! Byte-exact tests against real Linux 6.1 siw traffic (captures of the kernel client
+//! and knfsd, copied next to the tests as `vectors/`): every TCP stream of both captures is
 //! reassembled and cut into MPA frames and FPDUs by our parsers; every FPDU is
 //! re-encoded by our emitters and must match the captured bytes exactly, CRC
 //! included when CRC was negotiated.

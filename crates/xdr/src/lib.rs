@@ -17,9 +17,9 @@
 #![warn(missing_docs, unreachable_pub)]
 
 mod decode;
-mod macros;
 mod encode;
 mod error;
+mod macros;
 
 pub use bytes::Bytes;
 pub use decode::Decoder;
