@@ -637,6 +637,37 @@ impl<B: UpperLayerBinding> Requester<B> {
             });
             return;
         }
+        // A Call whose XID is still in service here is a retransmission of it: the
+        // Reply to the first answers both (the upper layer never sees it twice).
+        if self.backward_calls.contains_key(&prefix.xid) {
+            self.counters.inc(Counter::ErrDiscarded);
+            return;
+        }
+        // §7.2.1: "Credits work the same way in the backward direction as they do in
+        // the forward direction"; §4.3.1: a requester past its grant, where no RDMA
+        // error occurred, may get "an RPC layer error": SYSTEM_ERR, through the
+        // Receive the peer pre-posted for this Call's Reply (§7.2.2.2), never the
+        // upper layer.
+        if self.backward_calls.len() >= credits.target() as usize {
+            let grant = credits.grant();
+            self.counters.inc(Counter::BackwardFailed);
+            let reply = XdrStream::inline_only(crate::rpc::system_err_reply(prefix.xid));
+            let threshold = self
+                .config
+                .peer
+                .map_or(default_inline_threshold(prefix.version), |p| {
+                    p.send_threshold
+                });
+            if let Ok(out) = marshal_backward(prefix.xid, prefix.version, grant, &reply, threshold)
+            {
+                self.actions.push_back(Action::Send {
+                    xid: prefix.xid,
+                    send: out.send,
+                    invalidate: None,
+                });
+            }
+            return;
+        }
         self.backward_calls.insert(prefix.xid, prefix.version);
         self.events.push_back(RequesterEvent::BackwardCall {
             xid: prefix.xid,

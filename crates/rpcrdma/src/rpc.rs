@@ -23,6 +23,8 @@ pub const MSG_ACCEPTED: u32 = 0;
 pub const SUCCESS: u32 = 0;
 /// RFC 5531 `accept_stat` GARBAGE_ARGS.
 pub const GARBAGE_ARGS: u32 = 4;
+/// RFC 5531 `accept_stat` SYSTEM_ERR.
+pub const SYSTEM_ERR: u32 = 5;
 /// RFC 5531 §8.2: "the opaque data associated with "opaque_auth" structures ... is
 /// limited to 400 bytes" (`MAX_AUTH_BYTES`).
 pub const MAX_AUTH_BYTES: u32 = 400;
@@ -108,6 +110,19 @@ pub fn call_args(call: &Bytes) -> Option<xdr::Decoder> {
         dec.opaque(MAX_AUTH_BYTES).ok()?; // body
     }
     Some(dec)
+}
+
+/// The RPC reply `xid, REPLY, MSG_ACCEPTED, AUTH_NONE verifier, SYSTEM_ERR`: "errors
+/// like memory allocation failure" (RFC 5531 §9), the RPC-layer error for a Call
+/// beyond the credits granted (rfc5666bis §4.3.1).
+pub fn system_err_reply(xid: Xid) -> Bytes {
+    let words = [xid.0, REPLY, MSG_ACCEPTED, 0, 0, SYSTEM_ERR];
+    Bytes::from(
+        words
+            .iter()
+            .flat_map(|w| w.to_be_bytes())
+            .collect::<Vec<u8>>(),
+    )
 }
 
 /// The RPC reply `xid, REPLY, MSG_ACCEPTED, AUTH_NONE verifier, GARBAGE_ARGS`.

@@ -367,6 +367,52 @@ fn s7_backward_call_is_delivered_separately() {
     );
 }
 
+/// §7.2.1 with §4.3.1: a backward Call beyond the grant (here 1, and one in service)
+/// gets the RPC-layer error SYSTEM_ERR, never the upper layer; a retransmission of the
+/// Call in service is dropped (its Reply answers both); once it is answered, the next
+/// Call is served.
+#[test]
+fn s7_2_1_a_backward_call_beyond_the_grant_gets_system_err_and_a_duplicate_is_dropped() {
+    let mut r = Requester::new(
+        small(),
+        RequesterConfig {
+            backward_credits: Some(1),
+            ..RequesterConfig::default()
+        },
+    );
+    let backward = |xid: u32| {
+        concat(&[
+            words(&[xid, 1, 1, 0, 0, 0, 0]),
+            nfs_call(xid, 0, &[], None).to_bytes(),
+        ])
+    };
+    r.handle_receive(backward(0x70));
+    assert!(matches!(
+        r.poll_event(),
+        Some(RequesterEvent::BackwardCall { xid: Xid(0x70), .. })
+    ));
+    r.handle_receive(backward(0x70));
+    assert_eq!(r.poll_event(), None, "a retransmission in service: dropped");
+    assert_eq!(r.poll_action(), None);
+    r.handle_receive(backward(0x71));
+    assert_eq!(r.poll_event(), None, "beyond the grant: not handed up");
+    assert_eq!(
+        sent(&mut r),
+        concat(&[
+            words(&[0x71, 1, 1, 0, 0, 0, 0]),
+            rpc::system_err_reply(Xid(0x71))
+        ])
+    );
+    r.send_backward_reply(Xid(0x70), rpc_reply(0x70, &[], None))
+        .unwrap();
+    let _ = sent(&mut r);
+    r.handle_receive(backward(0x72));
+    assert!(matches!(
+        r.poll_event(),
+        Some(RequesterEvent::BackwardCall { xid: Xid(0x72), .. })
+    ));
+}
+
 #[test]
 fn s7_3_1_backward_call_without_backward_channel_is_dropped() {
     let mut r = requester(small(), Version::ONE);
