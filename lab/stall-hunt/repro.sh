@@ -1,5 +1,5 @@
 #!/bin/bash
-# Stall hunt loop (from ../shared/lab/stall-repro, with diagnostics): one line per run.
+# Stall hunt loop (the issue 31 reproduction, with diagnostics): one line per run.
 # usage: repro.sh [RUNS=10]   (as root; lab/setup must have run in LABMAIN)
 # env: SERVER=ours|knfsd, FABRIC=siw|rxe, NFSD_ARGS, NFSD (default target/release/nfsd, built),
 #      LABMAIN (the checkout, default this one), OUT (default lab/out/stall-hunt),
