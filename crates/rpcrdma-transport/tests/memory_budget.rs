@@ -83,16 +83,22 @@ impl Hostile {
 
     /// An ECHO Call whose argument (the whole region) is in a Read chunk.
     fn send_echo(&self, xid: u32) -> bool {
+        self.send_echo_of(xid, self.region.len() as u32, &self.region)
+    }
+
+    /// An ECHO Call whose Read chunk announces `len` bytes at `region` (more than it
+    /// holds, if the peer lies: it never answers the Reads anyway).
+    fn send_echo_of(&self, xid: u32, len: u32, region: &MemoryRegion) -> bool {
         let mut e = Encoder::new();
         CallHeader::new(RpcXid(xid), PROG, VERS, ECHO, OpaqueAuth::none()).encode(&mut e);
-        e.u32(self.region.len() as u32);
+        e.u32(len);
         let call = e.finish().to_bytes();
         let chunks = ChunkLists {
             reads: vec![ReadChunk {
                 position: call.len() as u32,
                 segments: vec![Segment {
-                    handle: self.region.stag().0,
-                    length: self.region.len() as u32,
+                    handle: region.stag().0,
+                    length: len,
                     offset: 0,
                 }],
             }],
@@ -238,6 +244,74 @@ async fn hostile_read_chunks_on_many_connections_stay_within_the_server_budget()
     until(|| budget.used() == 0).await;
     assert!(budget.peak() <= budget_bytes);
     assert_eq!(stats.memory().unwrap().connections_refused, 1);
+    drop(hostile);
+    task.abort();
+}
+
+/// Issue 26, measured: 16 hostile connections each send as many Calls as their
+/// credits allow (8), each announcing a 16 MiB Read chunk, and never answer an RDMA
+/// Read: 2 GiB announced. With nfsd's largest Call (a 1 MiB WRITE and a page,
+/// `nfsd::rdma::LARGEST_CALL`) every one is answered GARBAGE_ARGS before any RDMA
+/// Read is posted: nothing is pulled, only the connections' buffers are charged (well
+/// under 512 MiB), and a bystander is served at once. (With `max_message` raised to
+/// 32 MiB the same Calls are pulled instead, up to each connection's 64 MiB
+/// `max_read_in_flight`, and this test times out waiting for their answers.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_calls_larger_than_the_largest_call_pulls_nothing() {
+    init_tracing();
+    let p = MemProvider::default();
+    let largest_call = MIB + 4096;
+    let config = RdmaConfig {
+        max_message: largest_call,
+        max_memory: 4 << 30,
+        ..RdmaConfig::default()
+    };
+    let server = RdmaServer::new(p.clone(), dispatcher(), Arc::new(TestBinding), config);
+    let budget = server.memory();
+    let stats = server.stats();
+    let listener = server.bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let addr = rdma::Listener::local_addr(&listener).unwrap();
+    let task = tokio::spawn(async move {
+        let _ = server.serve(listener).await;
+    });
+    let bystander = Client::new(
+        RdmaTransport::new(
+            p.clone(),
+            addr,
+            RdmaConfig::default(),
+            Arc::new(TestBinding),
+        ),
+        ClientConfig::default(),
+    );
+    bystander
+        .call(PROG, VERS, NULL, Encoder::new().finish())
+        .await
+        .unwrap();
+
+    let mut hostile = Vec::new();
+    for _ in 0..16 {
+        hostile.push(Hostile::connect(&p, addr, 4096).await);
+    }
+    // Each Call its own handle, as a client's are: the server's Send With Invalidate
+    // of a handle used twice would break the connection instead.
+    let mut regions = Vec::new();
+    for (c, h) in (1u32..).zip(&hostile) {
+        for i in 0..8 {
+            let region = h.pd.register_zeroed(4096, Access::REMOTE_READ).unwrap();
+            assert!(h.send_echo_of(0x1000 * c + i, 16 << 20, &region));
+            regions.push(region);
+        }
+    }
+    until(|| stats.total(Counter::ErrGarbageArgs) == 16 * 8).await;
+    assert_eq!(stats.total(Counter::RdmaReads), 0, "nothing pulled");
+    assert_eq!(budget.used(), 17 * CONN, "only the connections' buffers");
+    assert!(budget.peak() < 512 * MIB, "peak {}", budget.peak());
+    let t = Instant::now();
+    let small = pattern(100, 3);
+    assert!(echo(&bystander, small.clone()).await == small);
+    let big = pattern(700_001, 4);
+    assert!(echo(&bystander, big.clone()).await == big);
+    assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
     drop(hostile);
     task.abort();
 }
