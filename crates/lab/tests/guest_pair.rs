@@ -18,6 +18,9 @@
 //! - The providers across the wire over siw1: our `nfs` on verbs against our `nfsd`
 //!   on userspace iWARP, and our `nfs` on userspace iWARP (a TCP socket, no device)
 //!   against our `nfsd` on verbs; Version Two both ways (both ends speak it).
+//! - The soak (issue 31): 3 x 30 MiB written and read back by the kernel client.
+//! - Exactly once (issue 26): the kernel client's create/rename/link/mkdir/remove
+//!   loops finish without an error while their connection is destroyed under them.
 
 use std::process::Command;
 use std::time::Duration;
@@ -501,4 +504,151 @@ fn soak_control_kernel_client_knfsd_over_siw() {
 #[ignore = "kernel lab: run by lab/soak (a control of the kernels, not of our code)"]
 fn soak_control_kernel_client_knfsd_over_rxe() {
     soak("soak-knfsd-rxe", "rxe", KNFSD, &[("REMOTE", "/export")]);
+}
+
+// ---------------------------------------------------------------------------------
+// Exactly once across broken connections (issue 26): the kernel client creates,
+// renames, links, makes and removes files and directories over RDMA in four loops
+// while its connection is broken under it several times: the TCP connection siw
+// runs the client's QP over is destroyed (`ss -K`, as a reset or a dead link would),
+// xprtrdma reconnects and retransmits the calls in flight with their xids. A
+// retransmitted REMOVE, RENAME, MKDIR, RMDIR or SYMLINK that ran once already
+// answers NOENT or EXIST unless the duplicate request cache answers it: the loops
+// must finish with no error. The control (`--drc-entries 0`, not run by `lab/test`)
+// shows that this test sees it when the cache is off.
+// ---------------------------------------------------------------------------------
+
+/// Breaks of the client's connection, and seconds between them.
+const BREAKS: &str = "6";
+const BREAK_EVERY: &str = "4";
+
+/// The server's guest after its server started: wait for the client's marker, stop
+/// nfsd (which prints the cache's counters as it exits), count what is left.
+const CHURN_SERVER_END: &str = r#"
+i=0; until [ -s $EXPORT/done ] || [ $i -ge 400 ]; do i=$((i+1)); sleep 1; done
+step client_done test -s $EXPORT/done
+kill -TERM $SPID; wait $SPID; record server_exit "$?"
+record drc "$(grep '^nfsd: duplicate request cache' /share/nfsd.txt | tail -n 1)"
+record left_behind "$(ls $EXPORT/d | wc -l)"
+cat /share/nfsd.txt
+exit 0
+"#;
+
+/// The kernel client: four loops of non-idempotent calls under a breaker that
+/// destroys the client's connection `BREAKS` times, `BREAK_EVERY` s apart; every
+/// failed command is written to /tmp/errors.
+const CHURN_CLIENT: &str = r#"
+step diag modprobe tcp_diag
+mkdir -p /mnt/p
+step mount sh -c 'i=0; until mount.nfs 10.0.3.1:/srv/p /mnt/p -n -o vers=3,proto=rdma,port=20049,mountproto=tcp,mountport=20048,nolock; do i=$((i+1)); [ $i -gt 60 ] && exit 1; sleep 2; done'
+step mkdir_d mkdir /mnt/p/d
+cat >/tmp/worker.sh <<'X'
+#!/bin/sh
+# One loop: each command's failure is a line in /tmp/errors.
+w=$1; i=0
+until [ -e /tmp/stop ]; do
+  i=$((i+1)); f=/mnt/p/d/$w-$i
+  echo $i >$f.c || echo "$w $i create" >>/tmp/errors
+  mv $f.c $f.r || echo "$w $i rename" >>/tmp/errors
+  ln $f.r $f.l || echo "$w $i link" >>/tmp/errors
+  mkdir $f.m || echo "$w $i mkdir" >>/tmp/errors
+  ln -s $w-$i.r $f.s || echo "$w $i symlink" >>/tmp/errors
+  rmdir $f.m || echo "$w $i rmdir" >>/tmp/errors
+  rm $f.r $f.l $f.s || echo "$w $i remove" >>/tmp/errors
+done
+echo $i >/tmp/iterations.$w
+X
+chmod +x /tmp/worker.sh
+: >/tmp/errors
+(
+  n=0; tries=0
+  while [ $n -lt $BREAKS ] && [ $tries -lt $((BREAKS * 10)) ]; do
+    sleep $BREAK_EVERY; tries=$((tries+1))
+    # -K destroys the sockets it prints: the client's end of siw's TCP connection.
+    if [ -n "$(ss -H -K -t dst 10.0.3.1 dport = :20049)" ]; then
+      n=$((n+1)); lab_log "broke the connection ($n)"
+    fi
+  done
+  echo $n >/tmp/breaks
+  touch /tmp/stop
+) &
+step churn sh -c 'for w in 1 2 3 4; do /tmp/worker.sh $w & done; wait'
+record breaks "$(cat /tmp/breaks)"
+record iterations "$(cat /tmp/iterations.* | awk '{s += $1} END {print s}')"
+record errors "$(wc -l </tmp/errors)"
+cat /tmp/errors
+record xprt_end "$(lab_xprt /mnt/p)"
+step done sh -c 'echo done > /mnt/p/done && sync'
+step umount umount /mnt/p
+exit 0
+"#;
+
+/// One churn run against our nfsd on verbs over siw with `nfsd_args`.
+fn churn_under_breaks(name: &str, nfsd_args: &str) -> (Outcome, Outcome) {
+    let script = format!("{OUR_SERVER}{CHURN_SERVER_END}");
+    let (s, mut c) = run_pair(
+        name,
+        "siw",
+        &script,
+        CHURN_CLIENT,
+        &[
+            ("NFSD_ARGS", nfsd_args),
+            ("BREAKS", BREAKS),
+            ("BREAK_EVERY", BREAK_EVERY),
+            ("LAB_STEP_TIMEOUT", "300"),
+        ],
+    );
+    eprintln!(
+        "{name}: {} breaks, {} iterations, {} errors; server: {}; xprt at the end: {}",
+        c.value("breaks").unwrap_or("?"),
+        c.value("iterations").unwrap_or("?"),
+        c.value("errors").unwrap_or("?"),
+        s.value("drc").unwrap_or("?"),
+        c.value("xprt_end").unwrap_or("?"),
+    );
+    c.host_step("every_break_made", |c| match c.value("breaks") {
+        Some(b) if b == BREAKS => Ok(()),
+        other => Err(format!(
+            "{other:?} of {BREAKS} breaks: the client did not reconnect in time"
+        )),
+    });
+    // mountstats' rdma line: "xprt: rdma <srcport> <bind_count> <connect_count> ...".
+    c.host_step("client_reconnected_after_each_break", |c| {
+        let connects = c
+            .value("xprt_end")
+            .and_then(|x| x.split_whitespace().nth(4))
+            .and_then(|n| n.parse::<u32>().ok());
+        let want = 1 + BREAKS.parse::<u32>().expect("BREAKS is a number");
+        match connects {
+            Some(n) if n >= want => Ok(()),
+            other => Err(format!("connect count {other:?}, want at least {want}")),
+        }
+    });
+    (s, c)
+}
+
+#[test]
+#[ignore = "kernel lab: run by lab/test"]
+fn kernel_client_churn_over_broken_connections_runs_each_call_once_over_siw() {
+    let (s, mut c) = churn_under_breaks("drc-churn-siw", "");
+    c.host_step("no_spurious_errors", |c| match c.value("errors") {
+        Some("0") => Ok(()),
+        other => Err(format!(
+            "{other:?} commands failed (see the client's log): a retransmission ran twice"
+        )),
+    });
+    c.assert_passed();
+    s.assert_passed();
+}
+
+/// The control: the same churn with the cache off. Not run by `lab/test` (it shows
+/// what the test above would see without the cache: `lab/test control_` runs it).
+#[test]
+#[ignore = "kernel lab: a control, run by `lab/test control_`"]
+fn control_kernel_client_churn_over_broken_connections_without_the_cache_over_siw() {
+    let (_s, c) = churn_under_breaks("drc-churn-control-siw", "--drc-entries 0");
+    eprintln!(
+        "control: {} commands failed without the cache",
+        c.value("errors").unwrap_or("?")
+    );
 }
