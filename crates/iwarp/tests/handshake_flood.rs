@@ -27,26 +27,18 @@ fn pd() -> ProtectionDomain {
 /// Raises this process's open file limit to its hard limit (each stalled peer costs
 /// two descriptors here: its socket and the listener's); returns the limit.
 fn raise_nofile() -> u64 {
-    let mut lim = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
+    use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
+    let lim = getrlimit(Resource::Nofile);
+    let raised = Rlimit {
+        current: lim.maximum,
+        maximum: lim.maximum,
     };
-    // SAFETY: getrlimit/setrlimit with a valid pointer to an rlimit.
-    unsafe {
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) != 0 {
-            return 1024;
-        }
-        if lim.rlim_cur < lim.rlim_max {
-            let raised = libc::rlimit {
-                rlim_cur: lim.rlim_max,
-                rlim_max: lim.rlim_max,
-            };
-            if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) == 0 {
-                return raised.rlim_cur;
-            }
-        }
-    }
-    lim.rlim_cur
+    let now = match setrlimit(Resource::Nofile, raised) {
+        Ok(()) => raised,
+        Err(_) => lim,
+    };
+    // None: unlimited.
+    now.current.unwrap_or(u64::MAX)
 }
 
 /// Serves MPA requests on `l` forever: each one is accepted.

@@ -2,6 +2,7 @@
 //! of waited-for children (`RUSAGE_CHILDREN`, for short-lived clients such as
 //! `nfs-cat`) and of a running process by pid (`/proc/PID/stat` fields 14 and 15,
 //! summed over all its threads, in clock ticks).
+#![allow(unsafe_code)]
 
 use std::time::Instant;
 

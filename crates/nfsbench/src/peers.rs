@@ -10,6 +10,7 @@
 //!
 //! CPU: `nfs-cat` is a waited-for child (`RUSAGE_CHILDREN`; `ip netns exec` execs it
 //! in place), the servers are read from `/proc/PID/stat`.
+#![allow(unsafe_code)]
 
 use std::fs::File;
 use std::path::{Path, PathBuf};

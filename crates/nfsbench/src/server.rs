@@ -1,5 +1,6 @@
 //! The server under test as a child process (`nfsbench serve`, see [`crate::serve`]),
 //! so its CPU time is read from `/proc/PID/stat` apart from the client's.
+#![allow(unsafe_code)]
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;

@@ -16,6 +16,7 @@
 //! A server that does not run as root cannot switch identities: every call then acts
 //! as the server's own user (an implicit `all_squash` to that user), which
 //! [`switching`] reports so the binary can say so at startup.
+#![allow(unsafe_code)]
 
 use oncrpc::Gids;
 use rustix::process::{Gid, Uid};

@@ -11,6 +11,7 @@
 //! A kernel without it (no `faccessat2`: `ENOSYS`; `AT_EMPTY_PATH` not taken:
 //! `EINVAL`) makes [`by_descriptor`] answer `None` from then on, and callers check by
 //! path as before.
+#![allow(unsafe_code)]
 
 use std::os::fd::{AsRawFd, BorrowedFd};
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -19,6 +19,7 @@
 //!   `f_handle` is read.
 //! - The descriptors passed are borrowed for the call only; a descriptor the kernel
 //!   returns is owned by exactly one `OwnedFd`.
+#![allow(unsafe_code)]
 
 use std::ffi::CStr;
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};

@@ -14,6 +14,7 @@
 //! resident only where written. [`trim_when_idle`] returns the free memory left in the
 //! heaps (`malloc_trim`) periodically. Both are no-ops where the C library is not
 //! glibc.
+#![allow(unsafe_code)]
 
 use std::time::Duration;
 

@@ -7,6 +7,7 @@
 //! not fit is rejected (RDMA) or closed (TCP), a WRITE's data waits in line, a READ or
 //! listing that does not fit is answered NFS3ERR_JUKEBOX (RFC 1813 §2.6: "the client should retry
 //! later").
+#![allow(unsafe_code)]
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -101,21 +101,18 @@ async fn bound_serves_nfs_over_rdma_read_by_rdma_write_write_by_rdma_read() {
 
 /// Raises this process's open file limit to its hard limit; returns the limit.
 fn raise_nofile() -> u64 {
-    let mut lim = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
+    use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
+    let lim = getrlimit(Resource::Nofile);
+    let raised = Rlimit {
+        current: lim.maximum,
+        maximum: lim.maximum,
     };
-    // SAFETY: getrlimit/setrlimit with a valid pointer to an rlimit.
-    unsafe {
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) != 0 {
-            return 1024;
-        }
-        lim.rlim_cur = lim.rlim_max;
-        if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
-            libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim);
-        }
-    }
-    lim.rlim_cur
+    let now = match setrlimit(Resource::Nofile, raised) {
+        Ok(()) => raised,
+        Err(_) => lim,
+    };
+    // None: unlimited.
+    now.current.unwrap_or(u64::MAX)
 }
 
 /// Issue 16: 1,000 peers (10 from each of 100 loopback addresses) connect to the

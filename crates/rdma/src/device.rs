@@ -12,6 +12,7 @@
 //!
 //! Software providers (the userspace iWARP provider, in-process test providers) share
 //! [`SoftwareDevice`], whose protection domains are this crate's registration table.
+#![allow(unsafe_code)]
 
 use std::fmt;
 use std::sync::Arc;

@@ -4,6 +4,7 @@
 //! in this order: the STag names a live registration (index and key match, not
 //! invalidated), the region belongs to this PD, the requested rights are granted, and
 //! `[offset, offset + len)` lies inside the region without wrapping.
+#![allow(unsafe_code)]
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};

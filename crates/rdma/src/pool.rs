@@ -43,6 +43,7 @@
 //! one region (RDMA Read sinks), read through frozen ranges (gather lists), so the
 //! range rules above still say who touches which byte. [`local_registration_of`]
 //! finds the allocation behind `Bytes` frozen from a pooled buffer by address.
+#![allow(unsafe_code)]
 
 use std::collections::{BTreeMap, HashMap};
 use std::ops::Range;

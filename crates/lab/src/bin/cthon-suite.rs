@@ -24,6 +24,7 @@
 //! `test5` and `bigfile` drop the client's cached pages before reading back, so
 //! the data read comes from the server; `op_unlk` also checks that the client's
 //! silly-renamed `.nfs*` file is gone after the last close.
+#![allow(unsafe_code)]
 
 use std::ffi::{CStr, CString};
 use std::fs::{self, File, OpenOptions};

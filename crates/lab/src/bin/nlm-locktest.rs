@@ -19,6 +19,7 @@
 //!   seconds it took; then hold it until `STOPFILE`-less exit (releases at exit).
 //!
 //! LEN 0 means "to the end of the file", as in fcntl.
+#![allow(unsafe_code)]
 
 use std::ffi::CString;
 use std::time::Instant;
