@@ -75,8 +75,9 @@
 //! captures (`tests/pcap_vectors.rs`), property tests (`tests/proptest_wire.rs`),
 //! a tshark check of our own capture (`tests/tshark_capture.rs`), a fuzz target
 //! (`fuzz/`, see `FUZZING.md`), a loopback benchmark (`benches/loopback.rs`), and
-//! two kernel-lab scenarios against Linux siw (`crates/lab/tests/iwarp_to_knfsd.rs`,
-//! `crates/lab/tests/kclient_to_iwarp.rs`).
+//! two kernel-lab scenarios against Linux siw
+//! (`crates/lab/tests/guest_knfsd/iwarp_to_knfsd.rs`,
+//! `crates/lab/tests/guest_kclient/kclient_to_iwarp.rs`).
 #![warn(missing_docs, unreachable_pub)]
 
 pub mod admission;
