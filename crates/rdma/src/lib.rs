@@ -12,8 +12,8 @@
 //! registered memory only ([`LocalSge`]), as verbs hardware needs.
 //!
 //! What it does **not** do: it moves no bytes and opens no sockets. Providers do that:
-//! the userspace iWARP provider (`iwarp` crate) today; an rdma-core provider and a
-//! shared-memory provider later. Provider differences live behind the [`QueuePair`]
+//! the userspace iWARP provider (`iwarp` crate) and the rdma-core provider (`verbs`
+//! crate: RDMA NICs, soft-RoCE, soft-iWARP). Provider differences live behind the [`QueuePair`]
 //! trait (object safe, runtime neutral: completions are polled with a `Context`, so the
 //! crate needs no async runtime).
 //!

@@ -10,8 +10,7 @@
 //! `Copy` has the kernel copy once, page cache -> socket buffers, from a read-only
 //! mapping of the file; a receiver on the same host then copies out of buffers just
 //! written. Measured both ways in docs/bench/README.md ("READ over TCP: sendfile or
-//! one copy"); the options weighed are in ARCHITECTURE.md ("nfs3 and nfsd", READ over
-//! TCP).
+//! one copy"); the options weighed are in docs/design/nfsd.md ("READ over TCP").
 //!
 //! The rules, all here:
 //! - **Atomicity.** The server's connection holds its write half under a lock, and
