@@ -186,15 +186,17 @@ impl<P: ConnectionManager + 'static> RdmaTransport<P> {
         } else {
             Version::ONE
         };
+        // RFC 8797: without the server's private data, the version's default
+        // thresholds, which the core applies (`rpcrdma::version`).
+        let peer_limits = PrivateData::parse(&qp.peer().private_data).map(|_| limits);
+        let send_buffer_len = rpcrdma::version::max_send_size(peer_limits.as_ref(), prefer);
         let core = Requester::resume(
             self.binding.clone(),
             RequesterConfig {
                 policy: config.policy(),
                 credits: config.credits,
                 prefer,
-                // RFC 8797: without the server's private data, the version's default
-                // thresholds (v1 §4.3.3: 1024; v2 §2.3: 4096).
-                peer: PrivateData::parse(&qp.peer().private_data).map(|_| limits),
+                peer: peer_limits,
                 max_segments_per_registration: 1,
                 backward_credits: (backward_recvs > 0).then_some(backward_recvs),
                 reliable_reply: self
@@ -214,11 +216,11 @@ impl<P: ConnectionManager + 'static> RdmaTransport<P> {
         let conn = Arc::new(Conn {
             replies: Mutex::new(Some(tx)),
             // One header buffer per Call we may have outstanding, and one per backward
-            // Reply we may owe. A Version Two server without private data takes Sends
-            // of up to 4096 bytes.
+            // Reply we may owe, each as large as the core may build
+            // (`rpcrdma::version::max_send_size`).
             sends: {
                 let n = (config.credits.clamp(1, 1024) + backward_recvs.min(1024)) as usize;
-                SendPool::new(&pd, n, n, limits.send_threshold.max(4096) as usize)?
+                SendPool::new(&pd, n, n, send_buffer_len as usize)?
             },
             qp,
             pd,

@@ -182,13 +182,13 @@ impl<P: ConnectionManager + 'static> RdmaServer<P> {
             let credits = config.credits.max(1);
             let initial = config.initial_credits.clamp(1, credits);
             let backward_credits = config.backward_credits;
-            // A Version Two peer without private data gets Sends of up to 4096 bytes
-            // (v2 §2.3), a Version One peer 1024 (v1 §4.3.3).
-            let private_data = PrivateData::parse(&peer.private_data);
-            let send_buffer_len = match private_data {
-                None if config.version_two => 4096,
-                _ => limits.send_threshold,
-            };
+            // RFC 8797: without the peer's private data, each Reply assumes the
+            // default threshold of its Call's version; the core says how large a Send
+            // can then be (`rpcrdma::version::max_send_size`).
+            let peer_limits = PrivateData::parse(&peer.private_data).map(|_| limits);
+            let policy = config.policy();
+            let send_buffer_len =
+                rpcrdma::version::max_send_size(peer_limits.as_ref(), policy.max_version);
             // Issue 16: the connection's Receive and Send buffers for its initial grant
             // are charged to the server's memory budget before they are allocated, for
             // as long as it lives (more as its grant grows, `ServerConn::grow_credits`).
@@ -246,12 +246,9 @@ impl<P: ConnectionManager + 'static> RdmaServer<P> {
             let core = Responder::new(
                 self.binding.clone(),
                 ResponderConfig {
-                    policy: config.policy(),
+                    policy,
                     credits: initial,
-                    // RFC 8797: without the peer's private data, each Reply assumes the
-                    // default threshold of its Call's version (v1 §4.3.3: 1024; v2
-                    // §2.3: 4096).
-                    peer: private_data.map(|_| limits),
+                    peer: peer_limits,
                     reassembly: config.reassembly(),
                     backward_credits: (backward_credits > 0).then_some(backward_credits),
                     reliable_reply: config.reliable_reply_offered().then_some(

@@ -17,6 +17,7 @@
 //! unsupported version with ERR_VERS and its range ([`crate::validate`]).
 
 use crate::header::ErrorBody;
+use crate::private_data::PeerLimits;
 use crate::wire::{Version, Xid};
 
 /// The default inline threshold of a version: v1 §4.3.3 "senders MUST assume a
@@ -27,6 +28,17 @@ pub const fn default_inline_threshold(v: Version) -> u32 {
         2 => 4096,
         _ => 1024,
     }
+}
+
+/// The largest Send a [`crate::Requester`] or [`crate::Responder`] builds on a
+/// connection whose peer sent `peer` (its RFC 8797 private data, as negotiated; `None`
+/// when it sent none) and on which versions up to `max_version` may be spoken: the
+/// negotiated send threshold, else the default threshold of the highest version
+/// (v1 §4.3.3: 1024; v2 §2.3: 4096), since without private data each message assumes
+/// the default of its own version. Drivers size their send buffers with it, so this
+/// rule is stated once, here, beside the thresholds the state machines use.
+pub fn max_send_size(peer: Option<&PeerLimits>, max_version: Version) -> u32 {
+    peer.map_or(default_inline_threshold(max_version), |p| p.send_threshold)
 }
 
 /// v2 draft §5: "this initial message can be no larger than the Version One default
@@ -169,6 +181,23 @@ mod tests {
     fn v2_s2_3_default_thresholds() {
         assert_eq!(default_inline_threshold(Version::ONE), 1024);
         assert_eq!(default_inline_threshold(Version::TWO), 4096);
+        // Unknown versions are refused before any Send is sized; they get v1's.
+        assert_eq!(default_inline_threshold(Version(3)), 1024);
+    }
+
+    #[test]
+    fn max_send_size_is_the_peers_threshold_else_the_highest_versions_default() {
+        // v1 §4.3.3 / v2 §2.3: no private data, the default of the highest version.
+        assert_eq!(max_send_size(None, Version::ONE), 1024);
+        assert_eq!(max_send_size(None, Version::TWO), 4096);
+        // RFC 8797: with private data, what was negotiated, whatever the version.
+        let peer = PeerLimits {
+            send_threshold: 2048,
+            recv_threshold: 8192,
+            remote_invalidate: false,
+        };
+        assert_eq!(max_send_size(Some(&peer), Version::ONE), 2048);
+        assert_eq!(max_send_size(Some(&peer), Version::TWO), 2048);
     }
 
     #[test]
