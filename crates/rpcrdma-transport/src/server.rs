@@ -1298,14 +1298,6 @@ impl<Q: QueuePair + 'static> ServerConn<Q> {
                     let _ = reply.send(Err(BackwardError::ConnectionLost));
                     return;
                 }
-                // §7.3.1: "An Upper Layer Protocol consumer MUST NOT perform backward
-                // direction ONC RPC operations unless the peer consumer has indicated
-                // it is prepared to handle them."
-                if !self.core.backward_ready() {
-                    self.stats.inc(Counter::BackwardFailed);
-                    let _ = reply.send(Err(BackwardError::NotReady));
-                    return;
-                }
                 let xid = match rpc::xid(&msg.inline) {
                     Some(x) if rpc::msg_type(&msg.inline) == Some(rpc::CALL) => x,
                     _ => {
@@ -1332,7 +1324,9 @@ impl<Q: QueuePair + 'static> ServerConn<Q> {
         }
     }
 
-    /// Hands backward Call `xid` to the core; gives it back if no credit is free.
+    /// Hands backward Call `xid` to the core; gives it back if no credit is free. The
+    /// core refuses it before the peer said it is ready (§7.3.1,
+    /// `MarshalError::BackwardNotReady`): that rule is the core's alone.
     fn start_backward(
         &mut self,
         xid: Xid,

@@ -427,6 +427,40 @@ fn s7_3_1_no_backward_call_without_backward_channel() {
 }
 
 #[test]
+fn s7_3_1_backward_calls_refused_until_ready_and_again_after_a_disconnect() {
+    let mut r = Responder::new(
+        TestUlb::default(),
+        ResponderConfig {
+            backward_credits: Some(2),
+            ..ResponderConfig::default()
+        },
+    )
+    .unwrap();
+    // §7.3.1: "An Upper Layer Protocol consumer MUST NOT perform backward direction
+    // ONC RPC operations unless the peer consumer has indicated it is prepared to
+    // handle them." Refused, nothing sent, no credit taken.
+    assert_eq!(
+        r.start_backward_call(Xid(0x910), nfs_call(0x910, 0, &[], None)),
+        Err(MarshalError::BackwardNotReady.into())
+    );
+    assert_eq!(r.poll_action(), None);
+    assert_eq!(r.backward_credits().unwrap().outstanding(), 0);
+    r.handle_peer_backward_ready();
+    assert_eq!(r.poll_action(), Some(Action::PostBackwardReceives(2)));
+    r.start_backward_call(Xid(0x911), nfs_call(0x911, 0, &[], None))
+        .unwrap();
+    assert!(matches!(r.poll_action(), Some(Action::Send { .. })));
+    // A new connection's peer must say it again.
+    r.handle_disconnect();
+    while r.poll_event().is_some() {}
+    assert_eq!(
+        r.start_backward_call(Xid(0x912), nfs_call(0x912, 0, &[], None)),
+        Err(MarshalError::BackwardNotReady.into())
+    );
+    assert_eq!(r.poll_action(), None);
+}
+
+#[test]
 fn s7_backward_call_failed_by_rdma_error_or_disconnect() {
     let mut r = Responder::new(
         TestUlb::default(),
