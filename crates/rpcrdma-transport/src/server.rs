@@ -334,7 +334,6 @@ impl<P: ConnectionManager + 'static> RdmaServer<P> {
                     per_credit,
                     budget: self.memory.clone(),
                     keep_free: config.max_message,
-                    retry_at: None,
                 },
                 memory,
             };
@@ -376,10 +375,6 @@ fn conn_buffer_bytes(config: &RdmaConfig, credits: u32, send_buffer_len: u32) ->
 /// memory.
 const TEARDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
 
-/// How long a connection whose grant could not grow (the memory budget had no room)
-/// waits before it tries again.
-const GROWTH_RETRY: std::time::Duration = std::time::Duration::from_secs(1);
-
 /// What growing a connection's credit grant needs (issue 16, [`RdmaConfig::initial_credits`]).
 struct CreditGrowth {
     /// The most credits the connection may be granted ([`RdmaConfig::credits`]).
@@ -390,8 +385,6 @@ struct CreditGrowth {
     budget: Arc<MemoryBudget>,
     /// Room a connection's buffers never take ([`MemoryBudget::try_charge_now`]).
     keep_free: u64,
-    /// After a refusal: no new attempt before then.
-    retry_at: Option<Instant>,
 }
 
 /// How long the buffer pool must go unused before its idle buffers are freed.
@@ -613,7 +606,8 @@ impl<Q: QueuePair + 'static> ServerConn<Q> {
                     None => std::future::pending().await,
                 }
             };
-            // reliable-reply §4.1.3: the pull timer, armed for the core's deadline.
+            // The core's one timer, armed for its deadline: reliable-reply §4.1.3's
+            // pull timeout, the retry of a refused credit growth.
             let deadline = self.core.poll_timeout();
             let timer = async move {
                 match deadline {
@@ -684,7 +678,13 @@ impl<Q: QueuePair + 'static> ServerConn<Q> {
                     );
                     break;
                 }
-                _ = timer => self.core.handle_timeout(Instant::now()),
+                _ = timer => {
+                    // Pull deadlines, and the retry of a refused credit growth.
+                    self.core.handle_timeout(Instant::now());
+                    if self.closing.is_none() {
+                        self.grow_credits();
+                    }
+                }
                 _ = released, if self.closing.is_none() => self.core.handle_memory_released(),
                 _ = read_timer, if self.closing.is_none() => {
                     self.stats.inc(Counter::ReadTimeouts);
@@ -915,15 +915,10 @@ impl<Q: QueuePair + 'static> ServerConn<Q> {
     /// for the buffers: they are charged, added to the pools, and the core asks for
     /// their Receives to be posted before a Reply announces them (§4.3.1).
     fn grow_credits(&mut self) {
-        let target = self.core.credits().target();
-        let in_service = self.core.pending_calls();
-        let Some(next) = rpcrdma::credits::grown_target(target, in_service, self.growth.max) else {
+        let Some(next) = self.core.credit_growth(self.growth.max) else {
             return;
         };
-        let now = Instant::now();
-        if self.growth.retry_at.is_some_and(|t| now < t) {
-            return;
-        }
+        let target = self.core.credits().target();
         let more = next - target;
         let bytes = u64::from(more) * self.growth.per_credit;
         let Some(charge) = self
@@ -931,8 +926,8 @@ impl<Q: QueuePair + 'static> ServerConn<Q> {
             .budget
             .try_charge_now(bytes, self.growth.keep_free)
         else {
-            self.growth.retry_at = Some(now + GROWTH_RETRY);
-            self.stats.inc(Counter::CreditGrowthsRefused);
+            // The core says when to try again (`poll_timeout`, `GROWTH_RETRY`).
+            self.core.handle_credit_growth_refused(Instant::now());
             return;
         };
         // Charged before anything is allocated; kept if only part of it was (the

@@ -256,6 +256,13 @@ pub fn grown_target(target: u32, in_service: usize, max: u32) -> Option<u32> {
     (busy && target < max).then(|| target.saturating_mul(2).clamp(1, max))
 }
 
+/// How long a responder whose grant could not grow (the driver found no room for the
+/// buffers in the server's memory budget, `Responder::handle_credit_growth_refused`)
+/// waits before it offers the growth again ([`grown_target`] says whether there is
+/// one): memory is released as Calls are answered, but a connection that asked on
+/// every Receive would charge and refuse at the rate of its Calls.
+pub const GROWTH_RETRY: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// The credits of one connection, per direction (§7.2.1).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CreditBook {

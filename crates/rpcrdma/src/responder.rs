@@ -37,14 +37,14 @@
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use xdr::XdrStream;
 
 use crate::action::Action;
 use crate::chunks::ChunkLists;
-use crate::credits::{RequesterCredits, ResponderCredits};
+use crate::credits::{grown_target, RequesterCredits, ResponderCredits, GROWTH_RETRY};
 use crate::error::{ArgsError, CreditError, Error, HeaderError, MarshalError, WireAnswer};
 use crate::header::{ErrorBody, Header, Prefix};
 use crate::marshal::{marshal_backward, marshal_reply, ReadChunkReply, Shape};
@@ -245,6 +245,9 @@ pub struct Responder<B> {
     /// The first deferred Call's place in the memory budget's line
     /// ([`crate::memory::Waiter`]): the driver waits for a release, then it tries again.
     memory_wait: Option<Waiter>,
+    /// After a refused credit growth: no growth is offered before then
+    /// ([`GROWTH_RETRY`]; [`Responder::poll_timeout`] includes it).
+    growth_retry_at: Option<Instant>,
     counters: Arc<dyn CounterSink>,
 }
 
@@ -277,6 +280,7 @@ impl<B: UpperLayerBinding> Responder<B> {
             reading_bytes: 0,
             deferred_reads: VecDeque::new(),
             memory_wait: None,
+            growth_retry_at: None,
             counters: Arc::new(NoCounters),
         })
     }
@@ -321,6 +325,27 @@ impl<B: UpperLayerBinding> Responder<B> {
             self.actions.push_back(Action::PostReceives(more));
         }
         Ok(())
+    }
+
+    /// The grant to grow to now, if any (§4.3.1 lets a responder "dynamically adjust
+    /// the granted credit value to match its needs or policies"; ours is
+    /// [`grown_target`]: doubled, up to `max`, once the requester keeps more than half
+    /// of it in service), unless a growth was refused less than [`GROWTH_RETRY`] ago.
+    /// The driver, which allocates the buffers, then calls
+    /// [`Responder::set_credit_target`] or [`Responder::handle_credit_growth_refused`].
+    pub fn credit_growth(&self, max: u32) -> Option<u32> {
+        if self.growth_retry_at.is_some() {
+            return None;
+        }
+        grown_target(self.credits.target(), self.calls.len(), max)
+    }
+
+    /// The driver could not grow the grant (the server's memory budget had no room
+    /// for the buffers at `now`): [`Responder::credit_growth`] offers nothing until
+    /// [`Responder::handle_timeout`] is called [`GROWTH_RETRY`] later.
+    pub fn handle_credit_growth_refused(&mut self, now: Instant) {
+        self.counters.inc(Counter::CreditGrowthsRefused);
+        self.growth_retry_at = Some(now + GROWTH_RETRY);
     }
 
     /// The driver posted `n` more Receives.

@@ -124,7 +124,8 @@ counters! {
     /// The last credit grant (received or sent): a gauge.
     CreditsGranted = "credits_granted",
     /// Times a connection's credit grant could not grow because the server's memory
-    /// budget had no room for its buffers (responder driver).
+    /// budget had no room for its buffers (responder,
+    /// `Responder::handle_credit_growth_refused`).
     CreditGrowthsRefused = "credit_growths_refused",
     /// RPC-over-RDMA version of the last Call sent (requester) or received
     /// (responder): a gauge.

@@ -276,9 +276,13 @@ impl<B: UpperLayerBinding> Responder<B> {
         }
     }
 
-    /// When [`Responder::handle_timeout`] wants to be called next.
+    /// When [`Responder::handle_timeout`] wants to be called next: the first pull
+    /// deadline, or the retry of a refused credit growth.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        self.pulls.poll_timeout()
+        [self.pulls.poll_timeout(), self.growth_retry_at]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     /// Time passed: Read chunks whose pull completion did not come in time are invalidated
@@ -287,7 +291,15 @@ impl<B: UpperLayerBinding> Responder<B> {
     /// waiting for a short period. If the requester attempts additional RDMA Read
     /// operations against that Read chunk, a remote access error occurs and the connection
     /// is lost."). A late RDMA_DONE for them is then dropped silently.
+    ///
+    /// Also ends the wait after a refused credit growth once [`GROWTH_RETRY`] passed,
+    /// so that [`Responder::credit_growth`] offers it again.
+    ///
+    /// [`GROWTH_RETRY`]: crate::credits::GROWTH_RETRY
     pub fn handle_timeout(&mut self, now: Instant) {
+        if self.growth_retry_at.is_some_and(|t| t <= now) {
+            self.growth_retry_at = None;
+        }
         let expired = self.pulls.expire(now);
         for (xid, handles) in expired {
             self.counters.inc(Counter::PullTimeouts);

@@ -641,3 +641,47 @@ fn connections_wait_for_the_budget_in_line() {
     assert_eq!((budget.used(), budget.waiting()), (131_072, 0));
     assert!(c.memory_wait().is_none());
 }
+
+/// A Version One RDMA_MSG Call `xid` with no chunks.
+fn inline_call(xid: u32) -> Bytes {
+    concat(&[
+        words(&[xid, 1, 1, 0, 0, 0, 0]),
+        nfs_call(xid, 0, &[], None).inline,
+    ])
+}
+
+#[test]
+fn s4_3_1_a_refused_credit_growth_is_offered_again_after_growth_retry() {
+    let mut r = Responder::new(
+        TestUlb::default(),
+        ResponderConfig {
+            policy: Policy::v1_only(),
+            credits: 2,
+            ..ResponderConfig::default()
+        },
+    )
+    .unwrap();
+    // One Call in service of a grant of two: no growth.
+    r.handle_receive(inline_call(1));
+    assert_eq!(r.credit_growth(8), None);
+    // Two: more than half, so doubled (credits::grown_target).
+    r.handle_receive(inline_call(2));
+    assert_eq!(r.credit_growth(8), Some(4));
+    assert_eq!(r.poll_timeout(), None);
+    // The driver found no memory: nothing is offered until GROWTH_RETRY has passed,
+    // and the core's timer says when that is.
+    let t0 = Instant::now();
+    r.handle_credit_growth_refused(t0);
+    assert_eq!(r.credit_growth(8), None);
+    assert_eq!(r.poll_timeout(), Some(t0 + GROWTH_RETRY));
+    r.handle_timeout(t0 + GROWTH_RETRY / 2);
+    assert_eq!(r.credit_growth(8), None);
+    r.handle_timeout(t0 + GROWTH_RETRY);
+    assert_eq!(r.poll_timeout(), None);
+    assert_eq!(r.credit_growth(8), Some(4));
+    // Granted: the Receives first (§4.3.1), then no more growth at the maximum.
+    while r.poll_action().is_some() {}
+    r.set_credit_target(4).unwrap();
+    assert_eq!(r.poll_action(), Some(Action::PostReceives(2)));
+    assert_eq!(r.credit_growth(4), None);
+}
