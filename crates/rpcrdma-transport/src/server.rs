@@ -260,6 +260,9 @@ impl<P: ConnectionManager + 'static> RdmaServer<P> {
                     max_read_in_flight: config.max_read_in_flight,
                     read_memory: Some(self.memory.clone()),
                     served: self.dispatcher.registrations(),
+                    // A peer that stops answering RDMA Reads loses the connection
+                    // (`ResponderEvent::ReadTimeout`).
+                    read_timeout: Some(config.read_timeout),
                 },
             );
             let core = match core {
@@ -319,7 +322,6 @@ impl<P: ConnectionManager + 'static> RdmaServer<P> {
                 invalidating: HashMap::new(),
                 wholes: HashMap::new(),
                 room_head: config.recv_buffer_len(),
-                read_timeout: config.read_timeout,
                 shutdown: self.shutdown.subscribe(),
                 to_dispatch: VecDeque::new(),
                 in_service: HashMap::new(),
@@ -474,7 +476,8 @@ impl std::fmt::Display for CloseReason {
 
 /// One RDMA Read chunk being pulled into its sink.
 struct Pull {
-    /// When its Reads were posted (`RdmaConfig::read_timeout` runs from here).
+    /// When its Reads were posted (for the live state's oldest Read; the read
+    /// timeout is the core's, `Responder::handle_reads_posted`).
     started: Instant,
     xid: Xid,
     chunk: usize,
@@ -520,8 +523,6 @@ struct ServerConn<Q> {
     wholes: HashMap<Xid, (PooledBuffer, usize)>,
     /// Room in front of a Read sink: our receive buffer length.
     room_head: usize,
-    /// How long a Read chunk may take to pull before the connection is closed.
-    read_timeout: std::time::Duration,
     shutdown: watch::Receiver<bool>,
     /// Calls to hand to the dispatcher ([`ServerConn::dispatch_calls`]), in order.
     to_dispatch: VecDeque<(Xid, Bytes)>,
@@ -607,20 +608,11 @@ impl<Q: QueuePair + 'static> ServerConn<Q> {
                 }
             };
             // The core's one timer, armed for its deadline: reliable-reply §4.1.3's
-            // pull timeout, the retry of a refused credit growth.
+            // pull timeout, the retry of a refused credit growth, the RDMA Read
+            // timeout (`ResponderEvent::ReadTimeout`).
             let deadline = self.core.poll_timeout();
             let timer = async move {
                 match deadline {
-                    Some(d) => tokio::time::sleep_until(d.into()).await,
-                    None => std::future::pending().await,
-                }
-            };
-            // Reads posted longest ago: a peer that stops answering them loses the
-            // connection after `read_timeout`.
-            let oldest_read = self.pulls.values().map(|p| p.started).min();
-            let read_deadline = oldest_read.map(|t| t + self.read_timeout);
-            let read_timer = async move {
-                match read_deadline {
                     Some(d) => tokio::time::sleep_until(d.into()).await,
                     None => std::future::pending().await,
                 }
@@ -679,17 +671,14 @@ impl<Q: QueuePair + 'static> ServerConn<Q> {
                     break;
                 }
                 _ = timer => {
-                    // Pull deadlines, and the retry of a refused credit growth.
+                    // Pull deadlines, the retry of a refused credit growth, the read
+                    // timeout.
                     self.core.handle_timeout(Instant::now());
                     if self.closing.is_none() {
                         self.grow_credits();
                     }
                 }
                 _ = released, if self.closing.is_none() => self.core.handle_memory_released(),
-                _ = read_timer, if self.closing.is_none() => {
-                    self.stats.inc(Counter::ReadTimeouts);
-                    self.close(CloseReason::ReadTimeout(self.read_timeout));
-                }
                 req = recv_backward(&mut backward_rx) => match req {
                     Some(req) => self.handle_backward_request(req),
                     None => backward_rx = None,
@@ -1081,6 +1070,13 @@ impl<Q: QueuePair + 'static> ServerConn<Q> {
                 }
                 self.pump_backward();
             }
+            // §5.5.3: a peer that does not answer our RDMA Reads loses the connection.
+            ResponderEvent::ReadTimeout { after, .. } => {
+                if self.closing.is_none() {
+                    self.stats.inc(Counter::ReadTimeouts);
+                    self.close(CloseReason::ReadTimeout(after));
+                }
+            }
             ResponderEvent::BackwardFailed { xid, reason } => {
                 if let Some(w) = self.backward_waiters.remove(&xid) {
                     let _ = w.send(Err(match reason {
@@ -1208,10 +1204,12 @@ impl<Q: QueuePair + 'static> ServerConn<Q> {
                 Err(e) => self.close(CloseReason::Register("an RDMA Read sink", e)),
             }
         } else {
+            let now = Instant::now();
+            self.core.handle_reads_posted(xid, chunk, now);
             self.pulls.insert(
                 pull_id,
                 Pull {
-                    started: Instant::now(),
+                    started: now,
                     xid,
                     chunk,
                     len: len as usize,

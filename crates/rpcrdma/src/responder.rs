@@ -100,6 +100,13 @@ pub struct ResponderConfig {
     /// PROG_MISMATCH (RFC 5531 §9). Empty: nothing is known, every unbound Call is
     /// handed up.
     pub served: Vec<(u32, u32)>,
+    /// How long a Call's RDMA Reads may take, from when the driver posted them
+    /// ([`Responder::handle_reads_posted`]), before [`Responder::handle_timeout`]
+    /// reports [`ResponderEvent::ReadTimeout`] and the connection is to be closed
+    /// (§5.5.3: "RDMA operational errors are typically fatal to the connection"): a
+    /// peer that announces Read chunks and never answers the Reads holds the Call's
+    /// Receive, read budget and memory charge no longer than this. `None`: no bound.
+    pub read_timeout: Option<Duration>,
 }
 
 /// Our side of the reliable-reply feature (draft-cel-nfsv4-rpcrdma-reliable-reply-05).
@@ -135,6 +142,7 @@ impl Default for ResponderConfig {
             max_read_in_flight: 64 << 20,
             read_memory: None,
             served: Vec::new(),
+            read_timeout: None,
         }
     }
 }
@@ -157,6 +165,15 @@ pub enum ResponderEvent {
         xid: Xid,
         /// The RPC Reply.
         payload: Bytes,
+    },
+    /// The RDMA Reads of Call `xid` did not complete within
+    /// [`ResponderConfig::read_timeout`] (`after`): close the connection (§5.5.3),
+    /// which releases what its Calls hold. Reported once per connection.
+    ReadTimeout {
+        /// The Call whose Reads were posted longest ago.
+        xid: Xid,
+        /// The timeout that passed.
+        after: Duration,
     },
     /// Our backward-direction Call `xid` failed.
     BackwardFailed {
@@ -197,6 +214,9 @@ struct PendingCall {
     /// from the start of its RDMA Reads until the Call is forgotten (dropping it
     /// releases the bytes).
     charge: Option<Charge>,
+    /// When the driver posted its first RDMA Read, until all its Read chunks are in
+    /// (`ResponderConfig::read_timeout` runs from here).
+    reads_posted: Option<Instant>,
 }
 
 /// Whether a Call's RDMA Reads could start.
@@ -248,6 +268,8 @@ pub struct Responder<B> {
     /// After a refused credit growth: no growth is offered before then
     /// ([`GROWTH_RETRY`]; [`Responder::poll_timeout`] includes it).
     growth_retry_at: Option<Instant>,
+    /// A read timeout was reported: no other is, until the connection is lost.
+    read_timed_out: bool,
     counters: Arc<dyn CounterSink>,
 }
 
@@ -281,6 +303,7 @@ impl<B: UpperLayerBinding> Responder<B> {
             deferred_reads: VecDeque::new(),
             memory_wait: None,
             growth_retry_at: None,
+            read_timed_out: false,
             counters: Arc::new(NoCounters),
         })
     }
@@ -488,6 +511,7 @@ impl<B: UpperLayerBinding> Responder<B> {
                 data: vec![None; n],
                 read_len,
                 charge: None,
+                reads_posted: None,
             },
         );
         if too_large {
@@ -663,6 +687,7 @@ impl<B: UpperLayerBinding> Responder<B> {
         self.reposts = 0;
         self.invalidate_all_pulls();
         self.backward_ready = false;
+        self.read_timed_out = false;
         let lost = self.backward_calls.len() as u64;
         self.counters.add(Counter::BackwardFailed, lost);
         for xid in self.backward_calls.drain() {
@@ -690,9 +715,44 @@ impl<B: UpperLayerBinding> Responder<B> {
             *slot = Some(data);
         }
         if call.data.iter().all(Option::is_some) {
+            call.reads_posted = None;
             let read_len = call.read_len;
             self.finish_call(xid);
             self.end_reads(read_len);
+        }
+    }
+
+    /// The driver posted the RDMA Reads of Read chunk `chunk` of Call `xid`
+    /// ([`Action::RdmaRead`]) at `now`. [`ResponderConfig::read_timeout`] runs from
+    /// the first of a Call's until its last Read chunk is in
+    /// ([`Responder::handle_read_done`]); [`Responder::poll_timeout`] includes it.
+    pub fn handle_reads_posted(&mut self, xid: Xid, _chunk: usize, now: Instant) {
+        if let Some(call) = self.calls.get_mut(&xid) {
+            call.reads_posted.get_or_insert(now);
+        }
+    }
+
+    /// When the Reads posted longest ago time out, if a read timeout is configured
+    /// and none was reported yet; and that Call.
+    pub(super) fn read_deadline(&self) -> Option<(Instant, Xid)> {
+        let timeout = self.config.read_timeout.filter(|_| !self.read_timed_out)?;
+        self.calls
+            .iter()
+            .filter_map(|(xid, c)| c.reads_posted.map(|t| (t + timeout, *xid)))
+            .min()
+    }
+
+    /// The read timeout (§5.5.3), from [`Responder::handle_timeout`]: reported once;
+    /// the driver closes the connection.
+    pub(super) fn expire_reads(&mut self, now: Instant) {
+        let Some((deadline, xid)) = self.read_deadline() else {
+            return;
+        };
+        if deadline <= now {
+            self.read_timed_out = true;
+            let after = self.config.read_timeout.unwrap_or_default();
+            self.events
+                .push_back(ResponderEvent::ReadTimeout { xid, after });
         }
     }
 

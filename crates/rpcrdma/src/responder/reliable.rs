@@ -277,9 +277,11 @@ impl<B: UpperLayerBinding> Responder<B> {
     }
 
     /// When [`Responder::handle_timeout`] wants to be called next: the first pull
-    /// deadline, or the retry of a refused credit growth.
+    /// deadline, the retry of a refused credit growth, or the read timeout of the
+    /// Call whose RDMA Reads were posted longest ago.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        [self.pulls.poll_timeout(), self.growth_retry_at]
+        let reads = self.read_deadline().map(|(t, _)| t);
+        [self.pulls.poll_timeout(), self.growth_retry_at, reads]
             .into_iter()
             .flatten()
             .min()
@@ -293,13 +295,16 @@ impl<B: UpperLayerBinding> Responder<B> {
     /// is lost."). A late RDMA_DONE for them is then dropped silently.
     ///
     /// Also ends the wait after a refused credit growth once [`GROWTH_RETRY`] passed,
-    /// so that [`Responder::credit_growth`] offers it again.
+    /// so that [`Responder::credit_growth`] offers it again, and reports
+    /// [`super::ResponderEvent::ReadTimeout`] once a Call's RDMA Reads have taken
+    /// longer than `ResponderConfig::read_timeout`.
     ///
     /// [`GROWTH_RETRY`]: crate::credits::GROWTH_RETRY
     pub fn handle_timeout(&mut self, now: Instant) {
         if self.growth_retry_at.is_some_and(|t| t <= now) {
             self.growth_retry_at = None;
         }
+        self.expire_reads(now);
         let expired = self.pulls.expire(now);
         for (xid, handles) in expired {
             self.counters.inc(Counter::PullTimeouts);

@@ -685,3 +685,69 @@ fn s4_3_1_a_refused_credit_growth_is_offered_again_after_growth_retry() {
     assert_eq!(r.poll_action(), Some(Action::PostReceives(2)));
     assert_eq!(r.credit_growth(4), None);
 }
+
+/// `responder(1)` with a read timeout of `secs`.
+fn responder_with_read_timeout(secs: u64) -> Responder<TestUlb> {
+    Responder::new(
+        TestUlb {
+            call_ddp: 1,
+            ..TestUlb::default()
+        },
+        ResponderConfig {
+            policy: Policy::v1_only(),
+            read_timeout: Some(Duration::from_secs(secs)),
+            ..ResponderConfig::default()
+        },
+    )
+    .unwrap()
+}
+
+#[test]
+fn s5_5_3_reads_not_answered_within_the_read_timeout_close_the_connection() {
+    let timeout = Duration::from_secs(30);
+    let mut r = responder_with_read_timeout(30);
+    let (send, data) = linux_write_call();
+    let xid = Xid(0x10c7_04b8);
+    r.handle_receive(send);
+    assert!(matches!(r.poll_action(), Some(Action::RdmaRead { .. })));
+    // The clock starts when the driver posted the Reads, not before.
+    assert_eq!(r.poll_timeout(), None);
+    let t0 = Instant::now();
+    r.handle_reads_posted(xid, 0, t0);
+    assert_eq!(r.poll_timeout(), Some(t0 + timeout));
+    r.handle_timeout(t0 + timeout - Duration::from_millis(1));
+    assert_eq!(r.poll_event(), None);
+    r.handle_timeout(t0 + timeout);
+    assert_eq!(
+        r.poll_event(),
+        Some(ResponderEvent::ReadTimeout {
+            xid,
+            after: timeout
+        })
+    );
+    // Reported once: the driver closes the connection; no timer is armed for it again.
+    assert_eq!(r.poll_timeout(), None);
+    r.handle_timeout(t0 + 2 * timeout);
+    assert_eq!(r.poll_event(), None);
+    // A late completion changes nothing; the next connection starts afresh.
+    r.handle_read_done(xid, 0, data);
+    r.handle_disconnect();
+    assert_eq!(r.poll_timeout(), None);
+}
+
+#[test]
+fn s5_5_3_reads_answered_in_time_arm_no_read_timeout() {
+    let mut r = responder_with_read_timeout(30);
+    let (send, data) = linux_write_call();
+    let xid = Xid(0x10c7_04b8);
+    r.handle_receive(send);
+    let _ = r.poll_action();
+    let t0 = Instant::now();
+    r.handle_reads_posted(xid, 0, t0);
+    r.handle_read_done(xid, 0, data);
+    assert!(matches!(r.poll_event(), Some(ResponderEvent::Call { .. })));
+    // The Call is with the upper layer: its Reads are no longer timed.
+    assert_eq!(r.poll_timeout(), None);
+    r.handle_timeout(t0 + Duration::from_secs(3600));
+    assert_eq!(r.poll_event(), None);
+}
