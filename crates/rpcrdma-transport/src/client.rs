@@ -47,7 +47,6 @@ use rdma::{
 };
 use rpcrdma::marshal::Registration;
 use rpcrdma::private_data::PrivateData;
-use rpcrdma::reassembly::reassemble_reply;
 use rpcrdma::rpc::{self, ProcId};
 use rpcrdma::version::Negotiation;
 use rpcrdma::{
@@ -226,7 +225,6 @@ impl<P: ConnectionManager + 'static> RdmaTransport<P> {
             pd,
             buffers: self.buffers.clone(),
             room_head: limits.recv_threshold as usize,
-            binding: self.binding.clone(),
             stats,
             backward,
             state: Mutex::new(State {
@@ -335,7 +333,6 @@ struct Conn<Q> {
     /// Room before a Write chunk's data in its buffer: at most the inline part of the
     /// Reply, so our receive threshold.
     room_head: usize,
-    binding: Arc<dyn RdmaBinding>,
     stats: Arc<ConnStats>,
     /// Serves backward Calls, if configured.
     backward: Option<Arc<Dispatcher>>,
@@ -459,10 +456,12 @@ impl<Q: QueuePair + 'static> Conn<Q> {
                     inline,
                     reply_chunk_len,
                     write_lengths,
+                    proc_id,
                 } => {
-                    let (proc_id, fenced) = {
+                    let fenced = {
                         let mut st = self.lock();
-                        (st.procs.remove(&xid), st.fenced.remove(&xid))
+                        st.procs.remove(&xid);
+                        st.fenced.remove(&xid)
                     };
                     match self.assemble(proc_id, inline, reply_chunk_len, &write_lengths, fenced) {
                         Ok(reply) => {
@@ -641,9 +640,11 @@ impl<Q: QueuePair + 'static> Conn<Q> {
         }
     }
 
-    /// Rebuilds the RPC reply: the Payload stream is `inline` (or the first
-    /// `reply_chunk_len` bytes of our Reply chunk), and each Write chunk holds
-    /// `write_lengths` bytes of data that go back in at the offsets the binding gives.
+    /// Rebuilds the RPC reply: takes what the responder placed out of the Call's
+    /// fenced regions (the first `reply_chunk_len` bytes of our Reply chunk, the first
+    /// `write_lengths[k]` bytes of each Write chunk) and has the core put it together
+    /// (`Requester::assemble_reply`, §5.3.2, the same path the in-memory `pair` tests
+    /// run); then makes it contiguous for `oncrpc`.
     fn assemble(
         &self,
         proc_id: Option<ProcId>,
@@ -659,8 +660,8 @@ impl<Q: QueuePair + 'static> Conn<Q> {
                 _ => Err("chunks without registered regions"),
             };
         };
-        let base = match reply_chunk_len {
-            None => inline,
+        let reply_chunk = match reply_chunk_len {
+            None => None,
             Some(len) => {
                 stats.add(Counter::ChunkBytesReceived, len);
                 let (buf, at) = f
@@ -668,7 +669,7 @@ impl<Q: QueuePair + 'static> Conn<Q> {
                     .and_then(|i| f.bufs.get_mut(i)?.take())
                     .ok_or("reply chunk")?;
                 let n = (len as usize).min(buf.len().saturating_sub(at));
-                buf.freeze(at..at + n).map_err(|_| "reply chunk")?
+                Some(buf.freeze(at..at + n).map_err(|_| "reply chunk")?)
             }
         };
         // Each Write chunk's region, whole, and where its data starts; the data handed
@@ -688,18 +689,10 @@ impl<Q: QueuePair + 'static> Conn<Q> {
             data.push(buf.freeze(at..at + n).map_err(|_| "write chunk")?);
             wholes.push((buf, at));
         }
-        if data.iter().all(Bytes::is_empty) {
-            // Nothing was placed: the stream is complete as it is.
-            return Ok(base);
-        }
-        let proc_id = proc_id.ok_or("no procedure for the call")?;
-        let offsets = self
-            .binding
-            .reply_ddp_offsets(proc_id, &base)
-            .ok_or("reply does not parse")?;
-        let n = offsets.len().min(data.len());
-        data.truncate(n);
-        let full = reassemble_reply(base, &offsets[..n], data).map_err(|_| "reassembly")?;
+        let full = self
+            .lock()
+            .core
+            .assemble_reply(proc_id, inline, reply_chunk, data)?;
         // One chunk with data (an NFS READ): the Reply is made contiguous in that
         // chunk's region, around the data, without copying the data.
         let full = if full.chunk_ranges.len() == 1 && !wholes.is_empty() {

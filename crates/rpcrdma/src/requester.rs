@@ -39,7 +39,7 @@ use crate::marshal::{
 };
 use crate::options::{ReliableReplyInfo, RELIABLE_REPLY};
 use crate::private_data::PeerLimits;
-use crate::reassembly::{reply_chunk_length, written_lengths};
+use crate::reassembly::{reassemble_reply, reply_chunk_length, written_lengths, Reassembled};
 use crate::rpc;
 use crate::stats::{Counter, CounterSink, NoCounters};
 use crate::ulb::{ReplySizing, UpperLayerBinding};
@@ -119,6 +119,9 @@ pub enum RequesterEvent {
         reply_chunk_len: Option<u64>,
         /// Bytes the responder wrote into each Write chunk.
         write_lengths: Vec<u64>,
+        /// The Call's procedure (`None` if its header did not say), for
+        /// [`Requester::assemble_reply`].
+        proc_id: Option<rpc::ProcId>,
     },
     /// The Call `xid` failed.
     Failed {
@@ -581,6 +584,7 @@ impl<B: UpperLayerBinding> Requester<B> {
         if !nomsg && chunks.reply.as_ref().is_some_and(|c| !c.is_empty()) {
             return self.bad_reply(xid, HeaderError::ChunkOverrun.into());
         }
+        let proc_id = rpc::call_proc(&call.stream.inline);
         let reply_chunk_len = if nomsg {
             match (&call.chunks.reply, &chunks.reply) {
                 (Some(p), Some(r)) => match reply_chunk_length(p, r) {
@@ -606,8 +610,45 @@ impl<B: UpperLayerBinding> Requester<B> {
                 inline,
                 reply_chunk_len,
                 write_lengths,
+                proc_id,
             },
         );
+    }
+
+    /// Rebuilds the RPC Reply of a [`RequesterEvent::Reply`] from what the responder
+    /// placed, as the driver read it out of the Call's fenced regions: the Payload
+    /// stream is `reply_chunk` (the first `reply_chunk_len` bytes of our Reply chunk,
+    /// RDMA_NOMSG) or else `inline`, and `written[k]` the first `write_lengths[k]` bytes
+    /// of Write chunk `k`. §5.3.2: "Each decoded result consumes one entry in the Write
+    /// list": the binding finds where each DDP-eligible result's data goes back
+    /// ([`UpperLayerBinding::reply_ddp_offsets`] for the Call's `proc_id`), and the
+    /// data goes in there with its XDR padding (§4.4.6.1: the responder wrote none).
+    /// Write chunks the reply has no result for are left out. Nothing is copied: the
+    /// result is a list of pieces. The error says why the Reply cannot be rebuilt (the
+    /// Call then fails).
+    pub fn assemble_reply(
+        &self,
+        proc_id: Option<rpc::ProcId>,
+        inline: Bytes,
+        reply_chunk: Option<Bytes>,
+        mut written: Vec<Bytes>,
+    ) -> Result<Reassembled, &'static str> {
+        let base = reply_chunk.unwrap_or(inline);
+        if written.iter().all(Bytes::is_empty) {
+            // Nothing was placed: the stream is complete as it is.
+            return Ok(Reassembled {
+                parts: vec![base],
+                chunk_ranges: Vec::new(),
+            });
+        }
+        let proc_id = proc_id.ok_or("no procedure for the call")?;
+        let offsets = self
+            .ulb
+            .reply_ddp_offsets(proc_id, &base)
+            .ok_or("reply does not parse")?;
+        let n = offsets.len().min(written.len());
+        written.truncate(n);
+        reassemble_reply(base, &offsets[..n], written).map_err(|_| "reassembly")
     }
 
     /// A Reply that does not match its Call: the Call fails.

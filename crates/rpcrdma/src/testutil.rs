@@ -79,6 +79,12 @@ impl crate::ulb::UpperLayerBinding for TestUlb {
         }
     }
 
+    /// One DDP-eligible result, the last item of the reply ([`rpc_reply`] puts it
+    /// there): its data goes back at the end of the reduced stream, after its count.
+    fn reply_ddp_offsets(&self, _: crate::rpc::ProcId, reply: &Bytes) -> Option<Vec<usize>> {
+        (!self.ddp_results.is_empty()).then(|| vec![reply.len()])
+    }
+
     /// `call_ddp` arguments, the last one at the end of the reduced stream (as NFS
     /// WRITE's data, the last item of its arguments: [`nfs_call`] and Linux's WRITE
     /// vector place it there); earlier ones are not modelled.

@@ -587,6 +587,7 @@ fn rr_s4_1_write_chunks_are_still_used_beside_the_read_chunk() {
         inline,
         write_lengths,
         reply_chunk_len: None,
+        proc_id,
         ..
     } = ev
     else {
@@ -605,7 +606,10 @@ fn rr_s4_1_write_chunks_are_still_used_beside_the_read_chunk() {
     assert_eq!(ours.length, 8192);
     let placed = Bytes::from(p.client_mem.fenced[&ours.handle][..5000].to_vec());
     assert_eq!(placed, file, "the RDMA Write placed the data");
-    let full = crate::reassembly::reassemble_reply(inline, &[position], vec![placed])
+    assert_eq!(inline.len(), position);
+    let full = p
+        .client
+        .assemble_reply(proc_id, inline, None, vec![placed])
         .unwrap()
         .to_bytes();
     assert_eq!(full, rpc_reply(50, &vec![9; 10_000], Some(file)).to_bytes());
@@ -705,4 +709,91 @@ mod random {
             }
         }
     }
+}
+
+// ---- the requester's reply reassembly (the transport's client runs the same) ----
+
+#[test]
+fn s5_3_2_a_reply_through_a_write_chunk_and_the_reply_chunk_is_reassembled() {
+    // Version One, an NFS READ-like reply: 5000 bytes of DDP-eligible data for the
+    // Write chunk, and 40 KB of other results that fit no inline Send: the data is
+    // RDMA-Written into the Write chunk, the rest into the Reply chunk (RDMA_NOMSG,
+    // §4.4.6.2), and the requester puts the data back where its result is (§5.3.2).
+    let ulb = TestUlb {
+        max_reply: 1 << 20,
+        ddp_results: vec![8192],
+        call_ddp: 0,
+    };
+    let mut p = Pair::new(
+        Requester::new(ulb.clone(), client_config(Version::ONE, false)),
+        Responder::new(ulb, server_config(Policy::v1_only(), false)).unwrap(),
+        CREDITS,
+    );
+    let file = reply_data(60, 5000);
+    let f = file.clone();
+    p.server_ulp =
+        Box::new(move |xid, _| Some(rpc_reply(xid.0, &vec![9; 10_000], Some(f.clone()))));
+    let c0 = p.sent_by_client.len();
+    let s0 = p.sent_by_server.len();
+    let ev = exchange(&mut p, 60, 1);
+    let RequesterEvent::Reply {
+        inline,
+        reply_chunk_len: Some(reply_len),
+        write_lengths,
+        proc_id,
+        ..
+    } = ev
+    else {
+        panic!("{ev:?}")
+    };
+    assert_eq!(write_lengths, vec![5000]);
+    assert!(
+        inline.is_empty(),
+        "RDMA_NOMSG: the stream is in the Reply chunk"
+    );
+    let Body::NoMsg(back) = header(&p.sent_by_server[s0]).body else {
+        panic!()
+    };
+    assert_eq!(back.writes[0].len(), 5000);
+    // What the responder placed, as the driver reads it out of the fenced regions.
+    let ours = header(&p.sent_by_client[c0]).chunks().unwrap().clone();
+    let write = ours.writes[0].segments[0].handle;
+    let reply = ours.reply.as_ref().unwrap().segments[0].handle;
+    let placed = Bytes::from(p.client_mem.fenced[&write][..5000].to_vec());
+    let stream = Bytes::from(p.client_mem.fenced[&reply][..reply_len as usize].to_vec());
+    assert_eq!(placed, file);
+    assert_eq!(stream.len(), 24 + 40_000 + 4, "the reduced stream");
+    let full = p
+        .client
+        .assemble_reply(proc_id, inline.clone(), Some(stream.clone()), vec![placed])
+        .unwrap();
+    assert_eq!(full.chunk_ranges, vec![(24 + 40_000 + 4, 5000)]);
+    assert_eq!(
+        full.to_bytes(),
+        rpc_reply(60, &vec![9; 10_000], Some(file)).to_bytes()
+    );
+    // Nothing placed: the stream as it is; a Write chunk the reply has no result for
+    // is left out; without the Call's procedure placed data cannot go back.
+    let unplaced = p
+        .client
+        .assemble_reply(
+            proc_id,
+            inline.clone(),
+            Some(stream.clone()),
+            vec![Bytes::new()],
+        )
+        .unwrap();
+    assert_eq!(unplaced.to_bytes(), stream);
+    assert_eq!(
+        p.client
+            .assemble_reply(
+                None,
+                inline,
+                Some(stream),
+                vec![Bytes::from_static(b"data")]
+            )
+            .map(|r| r.len()),
+        Err("no procedure for the call")
+    );
+    assert!(p.broken.is_none());
 }

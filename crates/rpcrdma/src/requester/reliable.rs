@@ -344,6 +344,10 @@ impl<B: UpperLayerBinding> Requester<B> {
         }
         self.counters.inc(Counter::PulledReplies);
         self.counters.inc(Counter::Replies);
+        let proc_id = self
+            .calls
+            .get(&xid)
+            .and_then(|c| crate::rpc::call_proc(&c.stream.inline));
         self.complete(
             xid,
             RequesterEvent::Reply {
@@ -351,6 +355,7 @@ impl<B: UpperLayerBinding> Requester<B> {
                 inline: data,
                 reply_chunk_len: None,
                 write_lengths: pull.write_lengths,
+                proc_id,
             },
         );
     }

@@ -270,7 +270,12 @@ fn s5_4_1_reply_write_chunks_are_checked_and_fenced_before_delivery() {
             xid: Xid(0x0cc7_04b8),
             inline,
             reply_chunk_len: None,
-            write_lengths: vec![23]
+            write_lengths: vec![23],
+            proc_id: Some(rpc::ProcId {
+                prog: 100_003,
+                vers: 3,
+                proc_num: 6
+            }),
         })
     );
 }
@@ -943,7 +948,12 @@ fn s5_4_1_with_posted_invalidation_the_reply_waits_until_its_chunks_are_fenced()
             xid,
             inline,
             reply_chunk_len: None,
-            write_lengths: vec![23]
+            write_lengths: vec![23],
+            proc_id: Some(rpc::ProcId {
+                prog: 100_003,
+                vers: 3,
+                proc_num: 6
+            }),
         })
     );
 }
