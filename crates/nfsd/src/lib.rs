@@ -76,6 +76,7 @@ mod proc;
 pub mod rdma;
 pub mod server;
 pub mod service;
+pub mod v4;
 pub mod vfs;
 
 pub use creds::Squash;
