@@ -1,0 +1,801 @@
+//! NFSv4.1 over TCP against the real server (`Bound`, as `nfsd` runs it), with
+//! COMPOUNDs built by the `nfs4` crate's encoder on a socket of the test's own: the
+//! first exchanges of a Linux `vers=4.1` mount (EXCHANGE_ID, CREATE_SESSION,
+//! SEQUENCE + PUTROOTFH + GETATTR, then LOOKUPs down the pseudo file system to the
+//! export), the reply cache (a retransmitted SEQUENCE gets the first reply byte for
+//! byte), the slot rules, the minor version check and the first-operation rules of
+//! RFC 8881 §16.2.3 and §2.6.3.1.1.1, and the exports' client rules on the pseudo
+//! file system and on handles.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+use std::time::Duration;
+
+use common::TempDir;
+use nfs4::compound::{Compound4Args, Compound4Res, NfsArgop4, NfsResop4};
+use nfs4::fh::*;
+use nfs4::session::*;
+use nfs4::*;
+use nfsd::server::Bound;
+use oncrpc::{AcceptedStatus, AuthSysParms, CallHeader, ReplyBody, ReplyHeader, Xid};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use xdr::{Bytes, Decode, Decoder, Encode, Encoder};
+
+/// A client connection speaking raw RPC records.
+struct Conn {
+    sock: TcpStream,
+    xid: u32,
+}
+
+impl Conn {
+    async fn open(server: SocketAddr) -> Conn {
+        Conn {
+            sock: TcpStream::connect(server).await.unwrap(),
+            xid: 1,
+        }
+    }
+
+    /// Sends a call record and returns the reply record.
+    async fn roundtrip(&mut self, call: &Bytes) -> Bytes {
+        let mut record = Vec::with_capacity(4 + call.len());
+        record.extend_from_slice(&(0x8000_0000 | call.len() as u32).to_be_bytes());
+        record.extend_from_slice(call);
+        self.sock.write_all(&record).await.unwrap();
+        let mut reply = Vec::new();
+        loop {
+            let mut mark = [0u8; 4];
+            tokio::time::timeout(Duration::from_secs(10), self.sock.read_exact(&mut mark))
+                .await
+                .expect("a reply within 10 s")
+                .unwrap();
+            let mark = u32::from_be_bytes(mark);
+            let start = reply.len();
+            reply.resize(start + (mark & 0x7fff_ffff) as usize, 0);
+            self.sock.read_exact(&mut reply[start..]).await.unwrap();
+            if mark & 0x8000_0000 != 0 {
+                return Bytes::from(reply);
+            }
+        }
+    }
+
+    /// A COMPOUND call message (AUTH_SYS, root) with a fresh xid.
+    fn call(&mut self, minorversion: u32, ops: Vec<NfsArgop4>) -> (u32, Bytes) {
+        self.xid += 1;
+        let args = Compound4Args {
+            tag: "nfs4-test".into(),
+            minorversion,
+            argarray: ops,
+        };
+        (self.xid, rpc_call(self.xid, NFSPROC4_COMPOUND, &args))
+    }
+
+    /// Sends a COMPOUND, returns the reply record and the decoded result.
+    async fn compound(&mut self, minorversion: u32, ops: Vec<NfsArgop4>) -> (Bytes, Compound4Res) {
+        let (xid, call) = self.call(minorversion, ops);
+        let reply = self.roundtrip(&call).await;
+        let res = Compound4Res::decode(&mut results(&reply, xid)).expect("COMPOUND4res");
+        (reply, res)
+    }
+}
+
+fn rpc_call(xid: u32, proc_: u32, args: &impl Encode) -> Bytes {
+    let cred = AuthSysParms {
+        stamp: 1,
+        machinename: Bytes::from_static(b"nfs4-client"),
+        uid: 0,
+        gid: 0,
+        gids: oncrpc::Gids::new(&[]).unwrap(),
+    }
+    .to_opaque_auth();
+    let mut enc = Encoder::new();
+    CallHeader::new(Xid(xid), NFS4_PROGRAM, NFS_V4, proc_, cred).encode(&mut enc);
+    args.encode(&mut enc);
+    enc.finish().to_bytes()
+}
+
+/// The results of a SUCCESS reply to `xid`.
+fn results(reply: &Bytes, xid: u32) -> Decoder {
+    let mut dec = Decoder::new(reply.clone());
+    let h = ReplyHeader::decode(&mut dec).unwrap();
+    assert_eq!(h.xid, Xid(xid));
+    match h.body {
+        ReplyBody::Accepted {
+            status: AcceptedStatus::Success,
+            ..
+        } => dec,
+        other => panic!("xid {xid}: {other:?}"),
+    }
+}
+
+fn statuses(res: &Compound4Res) -> Vec<NfsStat4> {
+    res.resarray.iter().map(NfsResop4::status).collect()
+}
+
+fn channel() -> ChannelAttrs4 {
+    ChannelAttrs4 {
+        ca_headerpadsize: 0,
+        ca_maxrequestsize: 1_049_620,
+        ca_maxresponsesize: 1_049_480,
+        ca_maxresponsesize_cached: 7584,
+        ca_maxoperations: 16,
+        ca_maxrequests: 64,
+        ca_rdma_ird: None,
+    }
+}
+
+/// A session set up as the Linux client does it.
+struct Session {
+    conn: Conn,
+    sid: SessionId4,
+    clientid: u64,
+    /// Slot 0's next sequence id.
+    seq: u32,
+}
+
+impl Session {
+    async fn new(server: SocketAddr, owner: &str) -> Session {
+        let mut conn = Conn::open(server).await;
+        let (_, res) = conn
+            .compound(
+                1,
+                vec![NfsArgop4::ExchangeId(ExchangeId4Args {
+                    eia_clientowner: ClientOwner4 {
+                        co_verifier: *b"verifier",
+                        co_ownerid: owner.into(),
+                    },
+                    eia_flags: EXCHGID4_FLAG_SUPP_MOVED_REFER | EXCHGID4_FLAG_BIND_PRINC_STATEID,
+                    eia_state_protect: StateProtect4A::None,
+                    eia_client_impl_id: None,
+                })],
+            )
+            .await;
+        let NfsResop4::ExchangeId(Res4::Ok(ex)) = &res.resarray[0] else {
+            panic!("EXCHANGE_ID: {res:?}")
+        };
+        assert_eq!(ex.eir_flags & EXCHGID4_FLAG_CONFIRMED_R, 0);
+        assert_ne!(ex.eir_flags & EXCHGID4_FLAG_USE_NON_PNFS, 0);
+        assert_eq!(ex.eir_state_protect, StateProtect4R::None);
+        let clientid = ex.eir_clientid;
+        let (_, res) = conn
+            .compound(
+                1,
+                vec![NfsArgop4::CreateSession(CreateSession4Args {
+                    csa_clientid: clientid,
+                    csa_sequence: ex.eir_sequenceid,
+                    csa_flags: CREATE_SESSION4_FLAG_PERSIST | CREATE_SESSION4_FLAG_CONN_BACK_CHAN,
+                    csa_fore_chan_attrs: channel(),
+                    csa_back_chan_attrs: channel(),
+                    csa_cb_program: 0x4000_0000,
+                    csa_sec_parms: vec![CallbackSecParms4::AuthNone],
+                })],
+            )
+            .await;
+        let NfsResop4::CreateSession(Res4::Ok(cs)) = &res.resarray[0] else {
+            panic!("CREATE_SESSION: {res:?}")
+        };
+        assert_eq!(cs.csr_sequence, ex.eir_sequenceid);
+        // Clamped to the server's limits, never raised.
+        assert!(cs.csr_fore_chan_attrs.ca_maxrequests <= 64);
+        assert!(cs.csr_fore_chan_attrs.ca_maxoperations <= 16);
+        assert_eq!(cs.csr_fore_chan_attrs.ca_maxresponsesize_cached, 7584);
+        Session {
+            conn,
+            sid: cs.csr_sessionid,
+            clientid,
+            seq: 1,
+        }
+    }
+
+    fn sequence(&self, seq: u32, cachethis: bool) -> NfsArgop4 {
+        NfsArgop4::Sequence(Sequence4Args {
+            sa_sessionid: self.sid,
+            sa_sequenceid: seq,
+            sa_slotid: 0,
+            sa_highest_slotid: 0,
+            sa_cachethis: cachethis,
+        })
+    }
+
+    /// SEQUENCE (slot 0, the next sequence id) and `ops`.
+    async fn run(&mut self, ops: Vec<NfsArgop4>) -> Compound4Res {
+        let mut all = vec![self.sequence(self.seq, false)];
+        all.extend(ops);
+        self.seq += 1;
+        let (_, res) = self.conn.compound(1, all).await;
+        assert_eq!(
+            res.resarray[0].status(),
+            NfsStat4::NFS4_OK,
+            "SEQUENCE: {res:?}"
+        );
+        res
+    }
+}
+
+const TYPE: u32 = 1;
+const SIZE: u32 = 4;
+const FSID: u32 = 8;
+const FILEID: u32 = 20;
+const MODE: u32 = 33;
+const OWNER: u32 = 36;
+
+fn getattr() -> NfsArgop4 {
+    NfsArgop4::GetAttr(GetAttr4Args {
+        attr_request: Bitmap4::from_bits(&[TYPE, SIZE, FSID, FILEID, MODE, OWNER]),
+    })
+}
+
+/// Type, size, fsid, fileid, mode and owner from [`getattr`]'s result.
+#[derive(Debug, PartialEq)]
+struct Attrs {
+    ftype: u32,
+    size: u64,
+    fsid: (u64, u64),
+    fileid: u64,
+    mode: u32,
+    owner: Vec<u8>,
+}
+
+fn attrs(r: &NfsResop4) -> Attrs {
+    let NfsResop4::GetAttr(Res4::Ok(ok)) = r else {
+        panic!("GETATTR: {r:?}")
+    };
+    let f = &ok.obj_attributes;
+    assert_eq!(
+        f.attrmask,
+        Bitmap4::from_bits(&[TYPE, SIZE, FSID, FILEID, MODE, OWNER])
+    );
+    let mut d = Decoder::new(f.attr_vals.0.clone());
+    let a = Attrs {
+        ftype: d.u32().unwrap(),
+        size: d.u64().unwrap(),
+        fsid: (d.u64().unwrap(), d.u64().unwrap()),
+        fileid: d.u64().unwrap(),
+        mode: d.u32().unwrap(),
+        owner: d.string(64).unwrap().to_vec(),
+    };
+    d.finish().unwrap();
+    a
+}
+
+fn lookup(name: &[u8]) -> NfsArgop4 {
+    NfsArgop4::Lookup(Lookup4Args {
+        objname: Utf8Str::from(name),
+    })
+}
+
+/// LOOKUPs from the root to `path`.
+fn walk(path: &Path) -> Vec<NfsArgop4> {
+    use std::os::unix::ffi::OsStrExt;
+    path.iter().skip(1).map(|c| lookup(c.as_bytes())).collect()
+}
+
+/// A server exporting a fresh directory (with a file `f` of 5 bytes, a directory `d`
+/// and a symbolic link `l` to `f`), served until the returned handle is stopped.
+async fn server() -> (TempDir, std::path::PathBuf, SocketAddr, common::Serving) {
+    let dir = TempDir::new("nfs4");
+    std::fs::write(dir.path().join("f"), b"hello").unwrap();
+    std::fs::create_dir(dir.path().join("d")).unwrap();
+    std::os::unix::fs::symlink("f", dir.path().join("l")).unwrap();
+    let mut bound = Bound::new(&common::loopback_config(dir.path()))
+        .await
+        .unwrap();
+    bound.serve_nfs4();
+    let export = bound.server().table().exports[0].export.path.clone();
+    let addr = bound.nfs_addr().unwrap();
+    (dir, export, addr, common::serve(bound))
+}
+
+#[tokio::test]
+async fn linux_mount_sequence_reaches_the_export_through_the_pseudo_root() {
+    let (_dir, export, addr, serving) = server().await;
+    let mut s = Session::new(addr, "linux-mount").await;
+
+    // SEQUENCE + PUTROOTFH + GETATTR: the pseudo root, a directory.
+    let res = s.run(vec![NfsArgop4::PutRootFh, getattr()]).await;
+    assert_eq!(res.status, NfsStat4::NFS4_OK);
+    let root = attrs(&res.resarray[2]);
+    assert_eq!((root.ftype, root.mode, root.fsid), (2, 0o555, (0, 0)));
+
+    // SEQUENCE + PUTROOTFH + LOOKUP... + GETFH + GETATTR: the export.
+    let mut ops = vec![NfsArgop4::PutRootFh];
+    ops.extend(walk(&export));
+    ops.extend([NfsArgop4::GetFh, getattr()]);
+    let res = s.run(ops).await;
+    assert_eq!(res.status, NfsStat4::NFS4_OK, "{res:?}");
+    let n = res.resarray.len();
+    let NfsResop4::GetFh(Res4::Ok(fh)) = &res.resarray[n - 2] else {
+        panic!("GETFH")
+    };
+    let top = attrs(&res.resarray[n - 1]);
+    let meta = std::fs::metadata(&export).unwrap();
+    assert_eq!(top.ftype, 2);
+    assert_eq!(top.fileid, meta.ino());
+    assert_eq!(top.mode, meta.mode() & 0o7777);
+    assert_eq!(top.owner, meta.uid().to_string().into_bytes());
+    assert_ne!(top.fsid, (0, 0), "the export is a file system of its own");
+
+    // PUTFH of that handle, LOOKUP of a file, its attributes; LOOKUPP back; SAVEFH
+    // and RESTOREFH.
+    let res = s
+        .run(vec![
+            NfsArgop4::PutFh(PutFh4Args {
+                object: fh.object.clone(),
+            }),
+            NfsArgop4::SaveFh,
+            lookup(b"f"),
+            getattr(),
+            lookup(b"d"),
+            NfsArgop4::LookupP,
+            NfsArgop4::GetFh,
+            lookup(b"l"),
+            NfsArgop4::ReadLink,
+            NfsArgop4::RestoreFh,
+            NfsArgop4::GetFh,
+        ])
+        .await;
+    assert_eq!(
+        res.status,
+        NfsStat4::NFS4ERR_NOTDIR,
+        "LOOKUP in a file: {res:?}"
+    );
+    assert_eq!(res.resarray.len(), 6);
+    let res = s
+        .run(vec![
+            NfsArgop4::PutFh(PutFh4Args {
+                object: fh.object.clone(),
+            }),
+            NfsArgop4::SaveFh,
+            lookup(b"f"),
+            getattr(),
+            NfsArgop4::RestoreFh,
+            lookup(b"d"),
+            NfsArgop4::LookupP,
+            NfsArgop4::GetFh,
+            lookup(b"l"),
+            NfsArgop4::ReadLink,
+            NfsArgop4::RestoreFh,
+            NfsArgop4::GetFh,
+        ])
+        .await;
+    assert_eq!(res.status, NfsStat4::NFS4_OK, "{res:?}");
+    let file = attrs(&res.resarray[4]);
+    assert_eq!((file.ftype, file.size), (1, 5));
+    assert_eq!(
+        file.fileid,
+        std::fs::metadata(export.join("f")).unwrap().ino()
+    );
+    assert_eq!(res.resarray[8], NfsResop4::GetFh(Res4::Ok(fh.clone())));
+    let NfsResop4::ReadLink(Res4::Ok(link)) = &res.resarray[10] else {
+        panic!("READLINK")
+    };
+    assert_eq!(&link.link.0[..], b"f");
+    assert_eq!(res.resarray[12], NfsResop4::GetFh(Res4::Ok(fh.clone())));
+    // Directory operations on a file and on a symbolic link (§18.13.3, §18.14.3).
+    for (name, op, want) in [
+        (b"f", NfsArgop4::LookupP, NfsStat4::NFS4ERR_NOTDIR),
+        (b"l", lookup(b"x"), NfsStat4::NFS4ERR_SYMLINK),
+        (b"l", NfsArgop4::LookupP, NfsStat4::NFS4ERR_SYMLINK),
+    ] {
+        let res = s
+            .run(vec![
+                NfsArgop4::PutFh(PutFh4Args {
+                    object: fh.object.clone(),
+                }),
+                lookup(name),
+                op,
+            ])
+            .await;
+        assert_eq!(res.status, want);
+    }
+    // READLINK of a file.
+    let res = s
+        .run(vec![
+            NfsArgop4::PutFh(PutFh4Args {
+                object: fh.object.clone(),
+            }),
+            lookup(b"f"),
+            NfsArgop4::ReadLink,
+        ])
+        .await;
+    assert_eq!(res.status, NfsStat4::NFS4ERR_WRONG_TYPE);
+
+    // ACCESS as root on the export: everything asked for a directory.
+    let res = s
+        .run(vec![
+            NfsArgop4::PutFh(PutFh4Args {
+                object: fh.object.clone(),
+            }),
+            NfsArgop4::Access(Access4Args { access: 0x3f }),
+            NfsArgop4::SecInfoNoName(SecInfoStyle4::SECINFO_STYLE4_CURRENT_FH),
+            // SECINFO_NO_NAME consumed the current filehandle (§18.45.3).
+            NfsArgop4::GetFh,
+        ])
+        .await;
+    assert_eq!(
+        res.resarray[2],
+        NfsResop4::Access(Res4::Ok(Access4ResOk {
+            supported: 0x1f,
+            access: 0x1f
+        }))
+    );
+    assert_eq!(
+        res.resarray[3],
+        NfsResop4::SecInfoNoName(Res4::Ok(SecInfo4ResOk(vec![SecInfo4::Flavor(AUTH_SYS)])))
+    );
+    assert_eq!(statuses(&res)[4], NfsStat4::NFS4ERR_NOFILEHANDLE);
+
+    // LOOKUPP above the export's root leads back into the pseudo file system, and
+    // from the root to nowhere.
+    let mut ops = vec![NfsArgop4::PutFh(PutFh4Args {
+        object: fh.object.clone(),
+    })];
+    ops.extend(std::iter::repeat_n(
+        NfsArgop4::LookupP,
+        export.iter().count() - 1,
+    ));
+    ops.extend([getattr(), NfsArgop4::LookupP]);
+    let res = s.run(ops).await;
+    let n = res.resarray.len();
+    assert_eq!(attrs(&res.resarray[n - 2]), root);
+    assert_eq!(res.status, NfsStat4::NFS4ERR_NOENT);
+
+    // Teardown as the client does it.
+    let sid = s.sid;
+    let res = s
+        .run(vec![NfsArgop4::DestroySession(DestroySession4Args {
+            dsa_sessionid: sid,
+        })])
+        .await;
+    assert_eq!(res.status, NfsStat4::NFS4_OK);
+    let (_, res) = s
+        .conn
+        .compound(
+            1,
+            vec![NfsArgop4::DestroyClientId(DestroyClientId4Args {
+                dca_clientid: s.clientid,
+            })],
+        )
+        .await;
+    assert_eq!(statuses(&res), [NfsStat4::NFS4_OK]);
+    serving.stop().await;
+}
+
+#[tokio::test]
+async fn retransmitted_sequence_gets_the_cached_reply_and_misordered_is_refused() {
+    let (_dir, _export, addr, serving) = server().await;
+    let mut s = Session::new(addr, "replay").await;
+    let ops = vec![s.sequence(1, true), NfsArgop4::PutRootFh, NfsArgop4::GetFh];
+    let (xid, call) = s.conn.call(1, ops);
+    let first = s.conn.roundtrip(&call).await;
+    let res = Compound4Res::decode(&mut results(&first, xid)).unwrap();
+    assert_eq!(res.status, NfsStat4::NFS4_OK);
+    // The same call again (same xid, slot and sequence id): the same bytes.
+    let again = s.conn.roundtrip(&call).await;
+    assert_eq!(again, first);
+    // A new xid but the same slot and sequence id: the cached COMPOUND4res.
+    let (xid2, call2) = s.conn.call(
+        1,
+        vec![s.sequence(1, true), NfsArgop4::PutRootFh, NfsArgop4::GetFh],
+    );
+    let third = s.conn.roundtrip(&call2).await;
+    assert_eq!(results(&third, xid2).rest(), results(&first, xid).rest());
+
+    // A sequence id two ahead: misordered, nothing else runs.
+    let (_, res) = s
+        .conn
+        .compound(1, vec![s.sequence(3, false), NfsArgop4::PutRootFh])
+        .await;
+    assert_eq!(statuses(&res), [NfsStat4::NFS4ERR_SEQ_MISORDERED]);
+    // Not asked to be cached: its retry is RETRY_UNCACHED_REP.
+    let (_, res) = s
+        .conn
+        .compound(1, vec![s.sequence(2, false), NfsArgop4::PutRootFh])
+        .await;
+    assert_eq!(res.status, NfsStat4::NFS4_OK);
+    let (_, res) = s
+        .conn
+        .compound(1, vec![s.sequence(2, false), NfsArgop4::PutRootFh])
+        .await;
+    assert_eq!(statuses(&res), [NfsStat4::NFS4ERR_RETRY_UNCACHED_REP]);
+    // A slot past the table.
+    let mut bad = s.sequence(3, false);
+    if let NfsArgop4::Sequence(a) = &mut bad {
+        a.sa_slotid = 1000;
+    }
+    let (_, res) = s.conn.compound(1, vec![bad]).await;
+    assert_eq!(statuses(&res), [NfsStat4::NFS4ERR_BADSLOT]);
+    // An unknown session.
+    let mut bad = s.sequence(3, false);
+    if let NfsArgop4::Sequence(a) = &mut bad {
+        a.sa_sessionid = [0xee; 16];
+    }
+    let (_, res) = s.conn.compound(1, vec![bad]).await;
+    assert_eq!(statuses(&res), [NfsStat4::NFS4ERR_BADSESSION]);
+    serving.stop().await;
+}
+
+#[tokio::test]
+async fn minor_versions_other_than_one_are_mismatched_and_the_tag_echoed() {
+    let (_dir, _export, addr, serving) = server().await;
+    let mut conn = Conn::open(addr).await;
+    for minor in [0, 2, 7] {
+        let (_, res) = conn.compound(minor, vec![NfsArgop4::PutRootFh]).await;
+        assert_eq!(res.status, NfsStat4::NFS4ERR_MINOR_VERS_MISMATCH);
+        assert!(res.resarray.is_empty());
+        assert_eq!(res.tag, Utf8Str::from("nfs4-test"));
+    }
+    // NULL answers nothing.
+    conn.xid += 1;
+    let xid = conn.xid;
+    let reply = conn.roundtrip(&rpc_call(xid, NFSPROC4_NULL, &Void)).await;
+    assert!(results(&reply, xid).rest().is_empty());
+    // An empty COMPOUND is NFS4_OK with no results.
+    let (_, res) = conn.compound(1, vec![]).await;
+    assert_eq!((res.status, res.resarray.len()), (NfsStat4::NFS4_OK, 0));
+    serving.stop().await;
+}
+
+#[tokio::test]
+async fn first_operation_rules_of_rfc8881_2_6_3_1_1_1_and_16_2_3() {
+    let (_dir, _export, addr, serving) = server().await;
+    let mut s = Session::new(addr, "rules").await;
+    // Not SEQUENCE and not a session operation: OP_NOT_IN_SESSION.
+    let (_, res) = s
+        .conn
+        .compound(1, vec![NfsArgop4::PutRootFh, NfsArgop4::GetFh])
+        .await;
+    assert_eq!(statuses(&res), [NfsStat4::NFS4ERR_OP_NOT_IN_SESSION]);
+    // A session operation without SEQUENCE must be alone: NOT_ONLY_OP.
+    let destroy = NfsArgop4::DestroyClientId(DestroyClientId4Args {
+        dca_clientid: s.clientid,
+    });
+    let (_, res) = s
+        .conn
+        .compound(1, vec![destroy.clone(), NfsArgop4::PutRootFh])
+        .await;
+    assert_eq!(statuses(&res), [NfsStat4::NFS4ERR_NOT_ONLY_OP]);
+    // Alone, it runs: the client still has a session.
+    let (_, res) = s.conn.compound(1, vec![destroy]).await;
+    assert_eq!(statuses(&res), [NfsStat4::NFS4ERR_CLIENTID_BUSY]);
+    // SEQUENCE not first: SEQUENCE_POS.
+    let second = s.sequence(5, false);
+    let res = s.run(vec![NfsArgop4::PutRootFh, second]).await;
+    assert_eq!(statuses(&res)[2], NfsStat4::NFS4ERR_SEQUENCE_POS);
+    // No current filehandle: NOFILEHANDLE, and the COMPOUND stops there.
+    let res = s.run(vec![NfsArgop4::GetFh, NfsArgop4::PutRootFh]).await;
+    assert_eq!(
+        statuses(&res),
+        [NfsStat4::NFS4_OK, NfsStat4::NFS4ERR_NOFILEHANDLE]
+    );
+    assert_eq!(res.status, NfsStat4::NFS4ERR_NOFILEHANDLE);
+    // RESTOREFH without SAVEFH.
+    let res = s
+        .run(vec![NfsArgop4::PutRootFh, NfsArgop4::RestoreFh])
+        .await;
+    assert_eq!(res.status, NfsStat4::NFS4ERR_RESTOREFH);
+    // Names: missing, ".", too long, on a file.
+    for (name, want) in [
+        (&b"missing"[..], NfsStat4::NFS4ERR_NOENT),
+        (b".", NfsStat4::NFS4ERR_BADNAME),
+        (b"", NfsStat4::NFS4ERR_INVAL),
+    ] {
+        let res = s
+            .run(vec![NfsArgop4::PutRootFh, lookup(name), NfsArgop4::GetFh])
+            .await;
+        assert_eq!(statuses(&res)[1..], [NfsStat4::NFS4_OK, want], "{name:?}");
+    }
+    // A handle not of ours, a pseudo handle of no directory.
+    for (bytes, want) in [
+        (&b"garbage"[..], NfsStat4::NFS4ERR_BADHANDLE),
+        (b"rN4Pnothing!", NfsStat4::NFS4ERR_STALE),
+    ] {
+        let res = s
+            .run(vec![NfsArgop4::PutFh(PutFh4Args {
+                object: NfsFh4::from(bytes),
+            })])
+            .await;
+        assert_eq!(res.status, want);
+    }
+    // An operation not served yet.
+    let res = s
+        .run(vec![
+            NfsArgop4::PutRootFh,
+            NfsArgop4::ReadDir(nfs4::dir::ReadDir4Args {
+                cookie: 0,
+                cookieverf: [0; 8],
+                dircount: 4096,
+                maxcount: 4096,
+                attr_request: Bitmap4::default(),
+            }),
+        ])
+        .await;
+    assert_eq!(res.status, NfsStat4::NFS4ERR_NOTSUPP);
+    serving.stop().await;
+}
+
+#[tokio::test]
+async fn exports_client_rules_apply_to_the_pseudo_file_system_and_to_handles() {
+    use nfsd::exports::{Client, ClientRule, Clients};
+    let base = TempDir::new("nfs4-rules");
+    let open = base.path().join("open");
+    let closed = base.path().join("closed");
+    std::fs::create_dir(&open).unwrap();
+    std::fs::create_dir(&closed).unwrap();
+    let mut config = common::loopback_config(&open);
+    let options = config.exports[0].clients.0[0].options;
+    // `closed` is for 10.0.0.0/8 only; the test calls from 127.0.0.1.
+    config.exports.push(nfsd::ExportLine {
+        path: closed.clone(),
+        clients: Clients(vec![ClientRule {
+            name: "10.0.0.0/8".into(),
+            client: Client::Network([10, 0, 0, 0].into(), 8),
+            options,
+        }]),
+        line: 0,
+    });
+    let mut bound = Bound::new(&config).await.unwrap();
+    bound.serve_nfs4();
+    let (base_path, closed_fh) = {
+        let table = bound.server().table();
+        let ex = &table.exports[1].export;
+        let root = ex.root().unwrap();
+        (
+            table.exports[0].export.path.parent().unwrap().to_path_buf(),
+            NfsFh4(ex.handle(&root).0),
+        )
+    };
+    let addr = bound.nfs_addr().unwrap();
+    let serving = common::serve(bound);
+    let mut s = Session::new(addr, "rules").await;
+
+    // The parent of both exports is a pseudo directory; only `open` is in it.
+    let mut ops = vec![NfsArgop4::PutRootFh];
+    ops.extend(walk(&base_path));
+    ops.extend([
+        NfsArgop4::SaveFh,
+        lookup(b"open"),
+        NfsArgop4::RestoreFh,
+        lookup(b"closed"),
+    ]);
+    let res = s.run(ops).await;
+    assert_eq!(res.status, NfsStat4::NFS4ERR_NOENT, "{res:?}");
+    let n = res.resarray.len();
+    assert_eq!(res.resarray[n - 3].status(), NfsStat4::NFS4_OK, "open");
+    // Its handle, obtained elsewhere, is refused as NFSv3 refuses it.
+    let res = s
+        .run(vec![
+            NfsArgop4::PutFh(PutFh4Args { object: closed_fh }),
+            getattr(),
+        ])
+        .await;
+    assert_eq!(res.status, NfsStat4::NFS4ERR_ACCESS, "{res:?}");
+    serving.stop().await;
+}
+
+/// The same server over RPC-over-RDMA (userspace iWARP): a session made over RDMA
+/// is the one TCP sees (one state for both listeners), and the NFSv4 binding
+/// (RFC 8267 §5) carries the COMPOUNDs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_made_over_rdma_serves_over_tcp_too() {
+    use nfsd::rdma::{Provider, RdmaOptions};
+    let dir = TempDir::new("nfs4-rdma");
+    let mut bound = Bound::new(&common::loopback_config(dir.path()))
+        .await
+        .unwrap();
+    bound.serve_nfs4();
+    bound
+        .listen_rdma(&RdmaOptions {
+            provider: Provider::Iwarp,
+            ..RdmaOptions::new((std::net::Ipv4Addr::LOCALHOST, 0).into())
+        })
+        .await
+        .unwrap();
+    let rdma = bound.rdma_addr().unwrap();
+    let tcp = bound.nfs_addr().unwrap();
+    let serving = common::serve(bound);
+
+    let transport = rpcrdma_transport::RdmaTransport::new(
+        iwarp::IwarpProvider::new(iwarp::IwarpConfig::default()),
+        rdma,
+        rpcrdma_transport::RdmaConfig::default(),
+        std::sync::Arc::new(nfs4::rdma::Nfs4Binding::default()),
+    );
+    let client = oncrpc::Client::new(transport, oncrpc::ClientConfig::default());
+    let compound = |ops: Vec<NfsArgop4>| {
+        let args = Compound4Args {
+            tag: "rdma".into(),
+            minorversion: 1,
+            argarray: ops,
+        };
+        let client = &client;
+        async move {
+            let mut reply = client
+                .call(NFS4_PROGRAM, NFS_V4, NFSPROC4_COMPOUND, args.to_xdr())
+                .await
+                .expect("a reply over RDMA");
+            Compound4Res::decode(&mut reply.results).expect("COMPOUND4res")
+        }
+    };
+    let res = compound(vec![NfsArgop4::ExchangeId(ExchangeId4Args {
+        eia_clientowner: ClientOwner4 {
+            co_verifier: *b"rdma-vrf",
+            co_ownerid: "over-rdma".into(),
+        },
+        eia_flags: 0,
+        eia_state_protect: StateProtect4A::None,
+        eia_client_impl_id: None,
+    })])
+    .await;
+    let NfsResop4::ExchangeId(Res4::Ok(ex)) = &res.resarray[0] else {
+        panic!("EXCHANGE_ID over RDMA: {res:?}")
+    };
+    let res = compound(vec![NfsArgop4::CreateSession(CreateSession4Args {
+        csa_clientid: ex.eir_clientid,
+        csa_sequence: ex.eir_sequenceid,
+        csa_flags: 0,
+        csa_fore_chan_attrs: channel(),
+        csa_back_chan_attrs: channel(),
+        csa_cb_program: 0x4000_0000,
+        csa_sec_parms: vec![CallbackSecParms4::AuthNone],
+    })])
+    .await;
+    let NfsResop4::CreateSession(Res4::Ok(cs)) = &res.resarray[0] else {
+        panic!("CREATE_SESSION over RDMA: {res:?}")
+    };
+    let sequence = |seq| {
+        NfsArgop4::Sequence(Sequence4Args {
+            sa_sessionid: cs.csr_sessionid,
+            sa_sequenceid: seq,
+            sa_slotid: 0,
+            sa_highest_slotid: 0,
+            sa_cachethis: false,
+        })
+    };
+    let res = compound(vec![sequence(1), NfsArgop4::PutRootFh, getattr()]).await;
+    assert_eq!(res.status, NfsStat4::NFS4_OK, "{res:?}");
+    assert_eq!(attrs(&res.resarray[2]).ftype, 2);
+
+    // Slot 0 of the same session, next sequence id, over TCP.
+    let mut conn = Conn::open(tcp).await;
+    let (_, res) = conn
+        .compound(1, vec![sequence(2), NfsArgop4::PutRootFh, NfsArgop4::GetFh])
+        .await;
+    assert_eq!(res.status, NfsStat4::NFS4_OK, "{res:?}");
+    drop(client);
+    serving.stop().await;
+}
+
+/// Without [`Bound::serve_nfs4`] (the binary without `--nfs4`), version 4 is not
+/// served: PROG_MISMATCH 3-3, so that a Linux mount without `vers=` settles on NFSv3.
+#[tokio::test]
+async fn without_serve_nfs4_version_4_is_prog_mismatch() {
+    let dir = TempDir::new("nfs4-off");
+    let bound = Bound::new(&common::loopback_config(dir.path()))
+        .await
+        .unwrap();
+    assert!(bound
+        .describe()
+        .iter()
+        .any(|l| l.starts_with("NFS v4: off")));
+    let addr = bound.nfs_addr().unwrap();
+    let serving = common::serve(bound);
+    let mut conn = Conn::open(addr).await;
+    let reply = conn.roundtrip(&rpc_call(9, NFSPROC4_NULL, &Void)).await;
+    let mut dec = Decoder::new(reply);
+    let h = ReplyHeader::decode(&mut dec).unwrap();
+    let ReplyBody::Accepted { status, .. } = h.body else {
+        panic!("{:?}", h.body)
+    };
+    assert!(
+        matches!(
+            status,
+            AcceptedStatus::ProgMismatch(oncrpc::MismatchInfo { low: 3, high: 3 })
+        ),
+        "{status:?}"
+    );
+    serving.stop().await;
+}
