@@ -433,10 +433,7 @@ async fn linux_mount_sequence_reaches_the_export_through_the_pseudo_root() {
     let mut ops = vec![NfsArgop4::PutFh(PutFh4Args {
         object: fh.object.clone(),
     })];
-    ops.extend(std::iter::repeat_n(
-        NfsArgop4::LookupP,
-        export.iter().count() - 1,
-    ));
+    ops.extend(std::iter::repeat(NfsArgop4::LookupP).take(export.iter().count() - 1));
     ops.extend([getattr(), NfsArgop4::LookupP]);
     let res = s.run(ops).await;
     let n = res.resarray.len();
