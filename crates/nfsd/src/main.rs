@@ -192,9 +192,9 @@ struct Cli {
     #[arg(long)]
     no_inline_metadata: bool,
     /// Serve NFS version 4.1 beside version 3 on the NFS ports (issue 27, first
-    /// slice: sessions, the pseudo root, lookups and attributes; no OPEN, READ, WRITE
-    /// or READDIR yet). Off by default: a mount without `vers=` would settle on
-    /// NFSv4.1 and could not list or read files; without it, it settles on NFSv3.
+    /// slice: sessions, the pseudo root, lookups, attributes and READDIR; no OPEN,
+    /// READ or WRITE yet). Off by default: a mount without `vers=` would settle on
+    /// NFSv4.1 and could not read files; without it, it settles on NFSv3.
     #[arg(long)]
     nfs4: bool,
     /// How READ data leaves over TCP: `sendfile` (the default: from the page cache,

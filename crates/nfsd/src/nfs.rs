@@ -324,12 +324,19 @@ fn run_held<A: Decode, R: Encode>(
     let mut reply = result.to_xdr();
     drop(result);
     if let Some(charge) = charge {
-        reply.inline = xdr::Bytes::from_owner(Charged {
-            bytes: reply.inline,
-            _charge: charge,
-        });
+        hold(&mut reply, charge);
     }
     Ok(reply)
+}
+
+/// Makes `reply`'s bytes hold `charge` until the last of them is dropped (a READDIR's
+/// charge, NFSv3's or NFSv4's).
+pub(crate) fn hold(reply: &mut XdrStream, charge: rpcrdma::memory::Charge) {
+    let bytes = std::mem::take(&mut reply.inline);
+    reply.inline = xdr::Bytes::from_owner(Charged {
+        bytes,
+        _charge: charge,
+    });
 }
 
 /// Bytes that keep a charge to the memory budget until the last of them is dropped.

@@ -192,8 +192,8 @@ impl Bound {
     /// Serves NFS version 4 (minor version 1, [`crate::v4`]) beside version 3 on the
     /// NFS TCP port and on the NFS/RDMA listener added after this (call it before
     /// [`Bound::listen_rdma`]). Off by default (the binary's `--nfs4`): until OPEN,
-    /// READ, WRITE and READDIR are served, a Linux mount without `vers=` would settle
-    /// on NFSv4.1 and fail to list or read, where without it the NFSv4 probe gets
+    /// READ and WRITE are served, a Linux mount without `vers=` would settle on
+    /// NFSv4.1 and fail to read, where without it the NFSv4 probe gets
     /// PROG_MISMATCH and the mount settles on NFSv3.
     pub fn serve_nfs4(&mut self) {
         if self.nfs4.is_none() {
@@ -295,7 +295,7 @@ impl Bound {
         }
         lines.push(match self.nfs4 {
             Some(_) => "NFS v4.1 on the NFS ports beside v3 [--nfs4] (sessions, the pseudo \
-                        root, lookups and attributes; no OPEN, READ, WRITE or READDIR yet); \
+                        root, lookups, attributes, READDIR; no OPEN, READ or WRITE yet); \
                         v4.0 and v4.2 answer NFS4ERR_MINOR_VERS_MISMATCH"
                 .to_string(),
             None => "NFS v4: off (answered PROG_MISMATCH; --nfs4 serves the first slice of \

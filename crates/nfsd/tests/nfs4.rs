@@ -601,13 +601,7 @@ async fn first_operation_rules_of_rfc8881_2_6_3_1_1_1_and_16_2_3() {
     let res = s
         .run(vec![
             NfsArgop4::PutRootFh,
-            NfsArgop4::ReadDir(nfs4::dir::ReadDir4Args {
-                cookie: 0,
-                cookieverf: [0; 8],
-                dircount: 4096,
-                maxcount: 4096,
-                attr_request: Bitmap4::default(),
-            }),
+            NfsArgop4::Remove(nfs4::dir::Remove4Args { target: "x".into() }),
         ])
         .await;
     assert_eq!(res.status, NfsStat4::NFS4ERR_NOTSUPP);
@@ -794,5 +788,119 @@ async fn without_serve_nfs4_version_4_is_prog_mismatch() {
         ),
         "{status:?}"
     );
+    serving.stop().await;
+}
+
+fn readdir(cookie: u64, cookieverf: Verifier4, maxcount: u32) -> NfsArgop4 {
+    NfsArgop4::ReadDir(nfs4::dir::ReadDir4Args {
+        cookie,
+        cookieverf,
+        dircount: maxcount,
+        maxcount,
+        attr_request: Bitmap4::from_bits(&[TYPE, FILEID]),
+    })
+}
+
+/// Name, type, fileid and cookie of a listed entry.
+type Listed = (String, u32, u64, u64);
+
+/// The entries, the verifier and eof of a READDIR result.
+fn listed(r: &NfsResop4) -> (Vec<Listed>, Verifier4, bool) {
+    let NfsResop4::ReadDir(Res4::Ok(ok)) = r else {
+        panic!("READDIR: {r:?}")
+    };
+    let entries = ok
+        .reply
+        .entries
+        .iter()
+        .map(|e| {
+            let mut d = Decoder::new(e.attrs.attr_vals.0.clone());
+            (
+                String::from_utf8(e.name.0.to_vec()).unwrap(),
+                d.u32().unwrap(),
+                d.u64().unwrap(),
+                e.cookie,
+            )
+        })
+        .collect();
+    (entries, ok.cookieverf, ok.reply.eof)
+}
+
+#[tokio::test]
+async fn readdir_lists_pseudo_and_export_directories_with_cookies_rfc8881_18_23() {
+    let (dir, export, addr, serving) = server().await;
+    for i in 0..40 {
+        std::fs::write(dir.path().join(format!("file-{i:02}")), b"x").unwrap();
+    }
+    let mut s = Session::new(addr, "readdir").await;
+    // The pseudo root lists the first component of the export's path, a directory.
+    let first = export.iter().nth(1).unwrap().to_str().unwrap().to_string();
+    let res = s
+        .run(vec![NfsArgop4::PutRootFh, readdir(0, [0; 8], 4096)])
+        .await;
+    let (entries, _, eof) = listed(&res.resarray[2]);
+    assert!(eof);
+    assert_eq!(
+        entries.iter().map(|e| (&e.0[..], e.1)).collect::<Vec<_>>(),
+        [(&first[..], 2)]
+    );
+
+    // The export, a page of about 300 bytes at a time: every entry once, no dots.
+    let mut to_export = vec![NfsArgop4::PutRootFh];
+    to_export.extend(walk(&export));
+    let mut names = Vec::new();
+    let (mut cookie, mut verf) = (0, [0; 8]);
+    let mut pages = 0;
+    loop {
+        let mut ops = to_export.clone();
+        ops.push(readdir(cookie, verf, 300));
+        let res = s.run(ops).await;
+        let (entries, v, eof) = listed(res.resarray.last().unwrap());
+        assert!(!entries.is_empty() || eof);
+        for (name, ftype, fileid, c) in &entries {
+            let meta = std::fs::symlink_metadata(export.join(name)).unwrap();
+            assert_eq!(*fileid, meta.ino(), "{name}");
+            let want = if meta.is_dir() {
+                2
+            } else if meta.file_type().is_symlink() {
+                5
+            } else {
+                1
+            };
+            assert_eq!(*ftype, want, "{name}");
+            assert!(*c > 2, "cookies 0, 1 and 2 are reserved");
+            names.push(name.clone());
+        }
+        pages += 1;
+        if eof {
+            break;
+        }
+        cookie = entries.last().unwrap().3;
+        verf = v;
+    }
+    assert!(pages > 2, "{pages} pages");
+    names.sort();
+    let mut want: Vec<String> = std::fs::read_dir(&export)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    want.sort();
+    assert_eq!(names, want);
+
+    // Reserved cookies, a wrong verifier, no room for one entry, not a directory.
+    for (cookie, verf, maxcount, want) in [
+        (1, [0; 8], 4096, NfsStat4::NFS4ERR_BAD_COOKIE),
+        (2, [0; 8], 4096, NfsStat4::NFS4ERR_BAD_COOKIE),
+        (cookie, *b"notours!", 4096, NfsStat4::NFS4ERR_NOT_SAME),
+        (0, [0; 8], 20, NfsStat4::NFS4ERR_TOOSMALL),
+    ] {
+        let mut ops = to_export.clone();
+        ops.push(readdir(cookie, verf, maxcount));
+        let res = s.run(ops).await;
+        assert_eq!(res.status, want, "cookie {cookie}");
+    }
+    let mut ops = to_export.clone();
+    ops.extend([lookup(b"f"), readdir(0, [0; 8], 4096)]);
+    assert_eq!(s.run(ops).await.status, NfsStat4::NFS4ERR_NOTDIR);
     serving.stop().await;
 }

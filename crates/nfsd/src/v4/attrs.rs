@@ -131,9 +131,10 @@ mod ftype4 {
     pub(super) const NF4FIFO: u32 = 7;
 }
 
-/// `fsstat`-like figures of the file system (statvfs), absent for pseudo directories.
+/// `fsstat`-like figures of the file system (statvfs), absent for pseudo directories:
+/// read once per GETATTR, or per READDIR for all its entries.
 #[derive(Debug, Clone, Copy, Default)]
-struct Space {
+pub struct Space {
     files_avail: u64,
     files_free: u64,
     files_total: u64,
@@ -171,12 +172,10 @@ fn time4(t: NfsTime3) -> NfsTime4 {
     }
 }
 
-impl Values {
-    /// An object of export `ex`, its handle `fh`, with the attributes `node` was
-    /// resolved with.
-    pub fn of_node(ex: &Export, node: &Node, fh: NfsFh4) -> Values {
-        let m: &Meta = &node.meta;
-        let space = rustix::fs::fstatvfs(&node.fd)
+impl Space {
+    /// The figures of the file system `node` is on.
+    pub fn of(node: &Node) -> Space {
+        rustix::fs::fstatvfs(&node.fd)
             .map(|v| {
                 let bytes = |blocks: u64| blocks.saturating_mul(v.f_frsize);
                 Space {
@@ -192,7 +191,20 @@ impl Values {
             .unwrap_or(Space {
                 name_max: crate::vfs::NAME_MAX as u32,
                 ..Space::default()
-            });
+            })
+    }
+}
+
+impl Values {
+    /// An object of export `ex`, its handle `fh`, with the attributes `node` was
+    /// resolved with.
+    pub fn of_node(ex: &Export, node: &Node, fh: NfsFh4) -> Values {
+        Values::of_meta(ex, &node.meta, fh, Space::of(node))
+    }
+
+    /// An object of export `ex` with attributes `m` and handle `fh`, on a file
+    /// system of `space`.
+    pub fn of_meta(ex: &Export, m: &Meta, fh: NfsFh4, space: Space) -> Values {
         let ftype = match m.file_type() {
             FileType::RegularFile => ftype4::NF4REG,
             FileType::Directory => ftype4::NF4DIR,

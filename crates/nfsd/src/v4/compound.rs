@@ -55,6 +55,8 @@ pub(crate) struct Compound<'a> {
     pub(crate) session: Option<(SessionId4, ClientId4)>,
     /// The operation running is the last of the COMPOUND.
     pub(crate) last: bool,
+    /// Memory charged for results (READDIR's listings), held by the reply's bytes.
+    pub(crate) charges: Vec<rpcrdma::memory::Charge>,
 }
 
 /// The error result of `op` with `status`.
@@ -104,6 +106,7 @@ pub(crate) fn process(
         saved: None,
         session: None,
         last: false,
+        charges: Vec::new(),
     };
     // The slot to complete: session, slot, sa_cachethis.
     let mut slot = None;
@@ -147,7 +150,15 @@ pub(crate) fn process(
             results.push(stopped.result());
         }
     }
-    let reply = Compound4Res::new(c.tag, results).to_xdr();
+    let reply = Compound4Res::new(c.tag, results);
+    let mut reply = {
+        let encoded = reply.to_xdr();
+        drop(reply);
+        encoded
+    };
+    for charge in cx.charges.drain(..) {
+        crate::nfs::hold(&mut reply, charge);
+    }
     if let Some((sid, slotid, cachethis)) = slot {
         // A reply with data left out of line (none yet: READ is not served) is not
         // cached; its retry gets NFS4ERR_RETRY_UNCACHED_REP.

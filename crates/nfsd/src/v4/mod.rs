@@ -19,12 +19,12 @@
 //! Served: NULL; COMPOUND of minor version 1 with EXCHANGE_ID (SP4_NONE),
 //! CREATE_SESSION, SEQUENCE (slots, reply cache), DESTROY_SESSION, DESTROY_CLIENTID,
 //! RECLAIM_COMPLETE, PUTROOTFH/PUTPUBFH (a pseudo root joining the exports),
-//! PUTFH, GETFH, SAVEFH, RESTOREFH, LOOKUP, LOOKUPP, ACCESS, GETATTR, READLINK,
-//! SECINFO and SECINFO_NO_NAME (AUTH_SYS). Minor versions 0 and 2 answer
-//! NFS4ERR_MINOR_VERS_MISMATCH. Not yet: READDIR, OPEN and all open/lock state, READ,
-//! WRITE, COMMIT, the changing operations, VERIFY/NVERIFY, BIND_CONN_TO_SESSION, the
-//! back channel, state kept across restarts (grace), NFSv4.2 (the operation table lists them:
-//! NFS4ERR_NOTSUPP).
+//! PUTFH, GETFH, SAVEFH, RESTOREFH, LOOKUP, LOOKUPP, ACCESS, GETATTR, READDIR,
+//! READLINK, SECINFO and SECINFO_NO_NAME (AUTH_SYS). Minor versions 0 and 2 answer
+//! NFS4ERR_MINOR_VERS_MISMATCH. Not yet: OPEN and all open/lock state, READ, WRITE,
+//! COMMIT, the changing operations, VERIFY/NVERIFY, BIND_CONN_TO_SESSION, the back
+//! channel, state kept across restarts (grace), NFSv4.2 (the operation table lists
+//! them: NFS4ERR_NOTSUPP).
 
 pub mod attrs;
 mod compound;
@@ -32,6 +32,7 @@ pub mod errors;
 mod fh_ops;
 mod ops;
 pub mod pseudo;
+mod readdir;
 pub mod service;
 mod session_ops;
 pub mod state;

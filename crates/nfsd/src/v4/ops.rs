@@ -133,7 +133,12 @@ pub(crate) static OPS: &[OpDesc] = &[
         handler!(PutRootFh, |cx| fh_ops::putrootfh(cx))
     ),
     op!(OP_READ, "READ", CURRENT_FH, Run::NotYet),
-    op!(OP_READDIR, "READDIR", CURRENT_FH, Run::NotYet),
+    op!(
+        OP_READDIR,
+        "READDIR",
+        CURRENT_FH,
+        handler!(ReadDir, |cx, a| super::readdir::readdir(cx, a))
+    ),
     op!(
         OP_READLINK,
         "READLINK",
