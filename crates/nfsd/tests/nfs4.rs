@@ -601,7 +601,10 @@ async fn first_operation_rules_of_rfc8881_2_6_3_1_1_1_and_16_2_3() {
     let res = s
         .run(vec![
             NfsArgop4::PutRootFh,
-            NfsArgop4::Remove(nfs4::dir::Remove4Args { target: "x".into() }),
+            NfsArgop4::Commit(nfs4::io::Commit4Args {
+                offset: 0,
+                count: 0,
+            }),
         ])
         .await;
     assert_eq!(res.status, NfsStat4::NFS4ERR_NOTSUPP);
@@ -902,5 +905,91 @@ async fn readdir_lists_pseudo_and_export_directories_with_cookies_rfc8881_18_23(
     let mut ops = to_export.clone();
     ops.extend([lookup(b"f"), readdir(0, [0; 8], 4096)]);
     assert_eq!(s.run(ops).await.status, NfsStat4::NFS4ERR_NOTDIR);
+    serving.stop().await;
+}
+
+fn remove(name: &str) -> NfsArgop4 {
+    NfsArgop4::Remove(nfs4::dir::Remove4Args {
+        target: name.into(),
+    })
+}
+
+/// Issue 27's exactly-once check: a client that replays a SEQUENCE slot (same slot
+/// and sequence id) of a non-idempotent COMPOUND gets the cached reply, not a second
+/// execution (RFC 8881 §2.10.6.1.3): REMOVE and RENAME run once.
+#[tokio::test]
+async fn replayed_remove_and_rename_run_once_and_get_the_cached_reply() {
+    let (dir, export, addr, serving) = server().await;
+    std::fs::write(dir.path().join("victim"), b"v").unwrap();
+    std::fs::write(dir.path().join("old"), b"o").unwrap();
+    let mut s = Session::new(addr, "exactly-once").await;
+    let mut to_export = vec![NfsArgop4::PutRootFh];
+    to_export.extend(walk(&export));
+
+    let mut ops = vec![s.sequence(1, true)];
+    ops.extend(to_export.clone());
+    ops.push(remove("victim"));
+    let (xid, call) = s.conn.call(1, ops);
+    let first = s.conn.roundtrip(&call).await;
+    let res = Compound4Res::decode(&mut results(&first, xid)).unwrap();
+    assert_eq!(res.status, NfsStat4::NFS4_OK, "{res:?}");
+    let NfsResop4::Remove(Res4::Ok(ok)) = res.resarray.last().unwrap() else {
+        panic!("REMOVE")
+    };
+    assert!(ok.cinfo.after >= ok.cinfo.before && !ok.cinfo.atomic);
+    assert!(!export.join("victim").exists());
+    // Recreated behind the server's back: a second execution would remove it.
+    std::fs::write(export.join("victim"), b"again").unwrap();
+    assert_eq!(s.conn.roundtrip(&call).await, first, "the cached reply");
+    assert!(export.join("victim").exists(), "REMOVE ran once");
+
+    // RENAME: SAVEFH of the directory, then the same directory as the target.
+    let mut ops = vec![s.sequence(2, true)];
+    ops.extend(to_export.clone());
+    ops.extend([
+        NfsArgop4::SaveFh,
+        NfsArgop4::Rename(nfs4::dir::Rename4Args {
+            oldname: "old".into(),
+            newname: "new".into(),
+        }),
+    ]);
+    let (xid, call) = s.conn.call(1, ops);
+    let first = s.conn.roundtrip(&call).await;
+    let res = Compound4Res::decode(&mut results(&first, xid)).unwrap();
+    assert_eq!(res.status, NfsStat4::NFS4_OK, "{res:?}");
+    assert_eq!(std::fs::read(export.join("new")).unwrap(), b"o");
+    std::fs::write(export.join("old"), b"second").unwrap();
+    assert_eq!(s.conn.roundtrip(&call).await, first, "the cached reply");
+    assert_eq!(
+        std::fs::read(export.join("new")).unwrap(),
+        b"o",
+        "RENAME ran once"
+    );
+    assert!(export.join("old").exists());
+    s.seq = 3;
+
+    // REMOVE of a directory, of a non-empty one, of a missing name, of "..", in the
+    // pseudo file system; RENAME without a saved filehandle.
+    std::fs::create_dir(export.join("full")).unwrap();
+    std::fs::write(export.join("full/x"), b"x").unwrap();
+    for (target, want) in [
+        ("d", NfsStat4::NFS4_OK),
+        ("full", NfsStat4::NFS4ERR_NOTEMPTY),
+        ("missing", NfsStat4::NFS4ERR_NOENT),
+        ("..", NfsStat4::NFS4ERR_BADNAME),
+    ] {
+        let mut ops = to_export.clone();
+        ops.push(remove(target));
+        assert_eq!(s.run(ops).await.status, want, "{target}");
+    }
+    assert!(!export.join("d").exists());
+    let res = s.run(vec![NfsArgop4::PutRootFh, remove("tmp")]).await;
+    assert_eq!(res.status, NfsStat4::NFS4ERR_ROFS);
+    let mut ops = to_export.clone();
+    ops.push(NfsArgop4::Rename(nfs4::dir::Rename4Args {
+        oldname: "new".into(),
+        newname: "newer".into(),
+    }));
+    assert_eq!(s.run(ops).await.status, NfsStat4::NFS4ERR_NOFILEHANDLE);
     serving.stop().await;
 }

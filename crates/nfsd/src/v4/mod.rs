@@ -9,7 +9,7 @@
 //!            |
 //!   compound (minor version, first-op rules, SEQUENCE + reply cache, op loop)
 //!            |   ops::OPS: name, flags, handler per operation
-//!   session_ops           fh_ops (+ attrs, pseudo)
+//!   session_ops      fh_ops (+ attrs, pseudo), readdir, names_ops
 //!            |                 |
 //!   state (sans-IO:      the NFSv3 file layer: Table::resolve, proc::*, vfs
 //!   clients, sessions,
@@ -20,9 +20,9 @@
 //! CREATE_SESSION, SEQUENCE (slots, reply cache), DESTROY_SESSION, DESTROY_CLIENTID,
 //! RECLAIM_COMPLETE, PUTROOTFH/PUTPUBFH (a pseudo root joining the exports),
 //! PUTFH, GETFH, SAVEFH, RESTOREFH, LOOKUP, LOOKUPP, ACCESS, GETATTR, READDIR,
-//! READLINK, SECINFO and SECINFO_NO_NAME (AUTH_SYS). Minor versions 0 and 2 answer
-//! NFS4ERR_MINOR_VERS_MISMATCH. Not yet: OPEN and all open/lock state, READ, WRITE,
-//! COMMIT, the changing operations, VERIFY/NVERIFY, BIND_CONN_TO_SESSION, the back
+//! READLINK, SECINFO and SECINFO_NO_NAME (AUTH_SYS), REMOVE and RENAME. Minor
+//! versions 0 and 2 answer NFS4ERR_MINOR_VERS_MISMATCH. Not yet: OPEN and all
+//! open/lock state, READ, WRITE, COMMIT, CREATE, LINK, SETATTR, VERIFY/NVERIFY, BIND_CONN_TO_SESSION, the back
 //! channel, state kept across restarts (grace), NFSv4.2 (the operation table lists
 //! them: NFS4ERR_NOTSUPP).
 
@@ -30,6 +30,7 @@ pub mod attrs;
 mod compound;
 pub mod errors;
 mod fh_ops;
+mod names_ops;
 mod ops;
 pub mod pseudo;
 mod readdir;

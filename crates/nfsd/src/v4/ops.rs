@@ -2,10 +2,10 @@
 //! operation the COMPOUND decoder knows, its name, the rules [`super::compound`]
 //! applies before running it (as flags) and its handler. Per-operation rules are
 //! data here; the handlers live by group ([`super::session_ops`],
-//! [`super::fh_ops`]).
+//! [`super::fh_ops`], [`super::readdir`], [`super::names_ops`]).
 //!
 //! Operations whose handler is [`Run::NotYet`] (open, lock and stateid state, I/O,
-//! the changing directory operations, VERIFY/NVERIFY, BIND_CONN_TO_SESSION) answer
+//! CREATE, LINK, SETATTR, VERIFY/NVERIFY, BIND_CONN_TO_SESSION) answer
 //! NFS4ERR_NOTSUPP until they are served; so do the operations the decoder does not
 //! code (it stops there, [`nfs4::compound::StopReason::NotSupported`]).
 
@@ -145,8 +145,18 @@ pub(crate) static OPS: &[OpDesc] = &[
         CURRENT_FH,
         handler!(ReadLink, |cx| fh_ops::readlink(cx))
     ),
-    op!(OP_REMOVE, "REMOVE", CURRENT_FH, Run::NotYet),
-    op!(OP_RENAME, "RENAME", CURRENT_FH, Run::NotYet),
+    op!(
+        OP_REMOVE,
+        "REMOVE",
+        CURRENT_FH,
+        handler!(Remove, |cx, a| super::names_ops::remove(cx, a))
+    ),
+    op!(
+        OP_RENAME,
+        "RENAME",
+        CURRENT_FH,
+        handler!(Rename, |cx, a| super::names_ops::rename(cx, a))
+    ),
     op!(
         OP_RESTOREFH,
         "RESTOREFH",

@@ -1,0 +1,111 @@
+//! Operations that change a directory's names (RFC 8881 §18.25 REMOVE, §18.26
+//! RENAME), through NFSv3's ([`crate::proc::names`]): the same write permission
+//! (`ro` exports: NFS4ERR_ROFS), identity, name checks and confinement. The pseudo
+//! file system cannot be changed: NFS4ERR_ROFS.
+//!
+//! Their `change_info4` comes from NFSv3's weak cache consistency data: `before` and
+//! `after` are the directory's `change` attribute ([`super::attrs`]: its ctime) read
+//! around the change, not atomically with it (`atomic` FALSE, §3.3.6).
+
+use nfs3::dir::{Remove3Args, Rename3Args};
+use nfs3::{DirOpArgs3, Filename3, NfsFh3, NfsResult, NfsStat3, NfsTime3, WccData};
+use nfs4::dir::{Remove4Args, Remove4Res, Remove4ResOk, Rename4Args, Rename4Res, Rename4ResOk};
+use nfs4::{ChangeInfo4, NfsStat4, Res4};
+use xdr::Bytes;
+
+use super::compound::Compound;
+use super::errors::stat4;
+use super::fh_ops::component;
+use super::pseudo::Fh;
+use crate::nfs::Cx;
+
+/// `change` as [`super::attrs`] reports it, from a ctime.
+fn change(t: NfsTime3) -> u64 {
+    u64::from(t.seconds) * 1_000_000_000 + u64::from(t.nseconds)
+}
+
+/// `change_info4` from NFSv3's wcc data (module docs).
+fn cinfo(w: &WccData) -> ChangeInfo4 {
+    ChangeInfo4 {
+        atomic: false,
+        before: w.before.as_ref().map_or(0, |b| change(b.ctime)),
+        after: w.after.as_ref().map_or(0, |a| change(a.ctime)),
+    }
+}
+
+/// The directory a changing operation works in: an export's, not a pseudo one.
+fn export_dir(fh: &Fh) -> Result<NfsFh3, NfsStat4> {
+    match fh {
+        Fh::Export(fh) => Ok(fh.clone()),
+        Fh::Pseudo(_) => Err(NfsStat4::NFS4ERR_ROFS),
+    }
+}
+
+/// NFSv3's NOTDIR for the directory `fh`, made NFSv4's: NFS4ERR_SYMLINK for a
+/// symbolic link (§18.25.3, §18.26.3), else as mapped.
+fn dir_error(cx: &Compound<'_>, fh: &NfsFh3, s: NfsStat3) -> NfsStat4 {
+    if s == NfsStat3::NFS3ERR_NOTDIR {
+        if let Ok((_, n)) = cx.table.resolve(fh, cx.caller) {
+            if n.meta.file_type() == rustix::fs::FileType::Symlink {
+                return NfsStat4::NFS4ERR_SYMLINK;
+            }
+        }
+    }
+    stat4(s)
+}
+
+fn dirop(dir: &NfsFh3, name: &[u8]) -> DirOpArgs3 {
+    DirOpArgs3 {
+        dir: dir.clone(),
+        name: Filename3(Bytes::copy_from_slice(name)),
+    }
+}
+
+/// §18.25 REMOVE: a file or a directory (which must be empty: NFS4ERR_NOTEMPTY),
+/// NFSv3's REMOVE, or RMDIR when the name is a directory.
+pub(crate) fn remove(cx: &mut Compound<'_>, a: &Remove4Args) -> Remove4Res {
+    let run = || -> Result<Remove4ResOk, NfsStat4> {
+        let dir = export_dir(cx.current()?)?;
+        let name = component(&a.target)?;
+        let cx3 = Cx::new(&cx.server.nfs, &cx.table, cx.caller, Some(&dir));
+        let args = || Remove3Args {
+            object: dirop(&dir, name),
+        };
+        let mut r = crate::proc::names::remove(&cx3, args(), false);
+        if let NfsResult::Fail(NfsStat3::NFS3ERR_ISDIR, _) = r {
+            r = crate::proc::names::remove(&cx3, args(), true);
+        }
+        match r {
+            NfsResult::Ok(ok) => Ok(Remove4ResOk {
+                cinfo: cinfo(&ok.dir_wcc),
+            }),
+            NfsResult::Fail(s, _) => Err(dir_error(cx, &dir, s)),
+        }
+    };
+    run().map_or_else(Res4::Err, Res4::Ok)
+}
+
+/// §18.26 RENAME: `oldname` in the saved directory to `newname` in the current one
+/// (no saved filehandle: NFS4ERR_NOFILEHANDLE, §18.26.3), through NFSv3's RENAME
+/// (different exports: NFS4ERR_XDEV).
+pub(crate) fn rename(cx: &mut Compound<'_>, a: &Rename4Args) -> Rename4Res {
+    let run = || -> Result<Rename4ResOk, NfsStat4> {
+        let to = export_dir(cx.current()?)?;
+        let from = export_dir(cx.saved.as_ref().ok_or(NfsStat4::NFS4ERR_NOFILEHANDLE)?)?;
+        let oldname = component(&a.oldname)?;
+        let newname = component(&a.newname)?;
+        let cx3 = Cx::new(&cx.server.nfs, &cx.table, cx.caller, Some(&from));
+        let args = Rename3Args {
+            from: dirop(&from, oldname),
+            to: dirop(&to, newname),
+        };
+        match crate::proc::names::rename(&cx3, args) {
+            NfsResult::Ok(ok) => Ok(Rename4ResOk {
+                source_cinfo: cinfo(&ok.fromdir_wcc),
+                target_cinfo: cinfo(&ok.todir_wcc),
+            }),
+            NfsResult::Fail(s, _) => Err(dir_error(cx, &from, s)),
+        }
+    };
+    run().map_or_else(Res4::Err, Res4::Ok)
+}
