@@ -145,7 +145,9 @@ pub(crate) fn process(
             break;
         }
     }
-    if results.len() == c.ops.len() {
+    // The operation that did not decode is reached only if all before it succeeded.
+    let all_ok = results.iter().all(|r| r.status().is_ok());
+    if results.len() == c.ops.len() && all_ok {
         if let Some(stopped) = c.stopped {
             results.push(stopped.result());
         }
@@ -172,5 +174,254 @@ impl Compound<'_> {
     /// The current filehandle, or NFS4ERR_NOFILEHANDLE (§15.1.2.8).
     pub(crate) fn current(&self) -> Result<&Fh, NfsStat4> {
         self.current.as_ref().ok_or(NfsStat4::NFS4ERR_NOFILEHANDLE)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Instant;
+
+    use nfs4::compound::{Compound4Args, Compound4Res, NfsArgop4};
+    use nfs4::dir::{ReadDir4Args, Remove4Args, Rename4Args};
+    use nfs4::fh::*;
+    use nfs4::session::*;
+    use nfs4::*;
+    use proptest::prelude::*;
+    use xdr::{Bytes, Decode, Decoder, Encode};
+
+    use super::super::state::Principal;
+    use super::super::Nfs4Server;
+    use crate::exports::{ExportLine, ExportOptions};
+    use crate::nfs::{Caller, NfsServer, Table};
+    use crate::vfs::HandleConfig;
+
+    /// A server on a scratch export (a file, a directory, a symbolic link), with a
+    /// session set up; the directory is removed when the server is dropped.
+    struct Scratch {
+        v4: Nfs4Server,
+        sid: SessionId4,
+        dir: std::path::PathBuf,
+    }
+
+    impl Drop for Scratch {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+
+    fn scratch() -> Scratch {
+        static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "nfsd-v4-compound-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(dir.join("d")).unwrap();
+        std::fs::write(dir.join("f"), b"data").unwrap();
+        let _ = std::os::unix::fs::symlink("f", dir.join("l"));
+        let options = ExportOptions {
+            read_only: false,
+            secure: false,
+            ..ExportOptions::default()
+        };
+        let table = Table::open(
+            &[ExportLine::everyone(&dir, options)],
+            &HandleConfig::ephemeral().unwrap(),
+            None,
+        )
+        .unwrap();
+        let v4 = Nfs4Server::new(Arc::new(NfsServer::new(table)));
+        let now = Instant::now();
+        let e = v4
+            .state()
+            .exchange_id(
+                &ExchangeId4Args {
+                    eia_clientowner: ClientOwner4 {
+                        co_verifier: [1; 8],
+                        co_ownerid: "fuzz".into(),
+                    },
+                    eia_flags: 0,
+                    eia_state_protect: StateProtect4A::None,
+                    eia_client_impl_id: None,
+                },
+                Principal::default(),
+                now,
+            )
+            .unwrap();
+        let attrs = ChannelAttrs4 {
+            ca_headerpadsize: 0,
+            ca_maxrequestsize: 1 << 20,
+            ca_maxresponsesize: 1 << 20,
+            ca_maxresponsesize_cached: 4096,
+            ca_maxoperations: 64,
+            ca_maxrequests: 4,
+            ca_rdma_ird: None,
+        };
+        let Res4::Ok(cs) = v4.state().create_session(
+            &CreateSession4Args {
+                csa_clientid: e.clientid,
+                csa_sequence: e.sequenceid,
+                csa_flags: 0,
+                csa_fore_chan_attrs: attrs.clone(),
+                csa_back_chan_attrs: attrs,
+                csa_cb_program: 1,
+                csa_sec_parms: vec![],
+            },
+            Principal::default(),
+            now,
+        ) else {
+            panic!("CREATE_SESSION")
+        };
+        Scratch {
+            v4,
+            sid: cs.csr_sessionid,
+            dir,
+        }
+    }
+
+    /// Runs `args` through [`super::process`]; the reply must decode, hold at most one
+    /// result per operation (plus one for an operation that did not decode), and carry
+    /// its last result's status.
+    fn run(s: &Scratch, args: Bytes) -> Compound4Res {
+        let reply = super::process(
+            &s.v4,
+            &Caller::default(),
+            Principal::default(),
+            Decoder::new(args),
+            Instant::now(),
+        );
+        let mut d = Decoder::new(reply.to_bytes());
+        let res = Compound4Res::decode(&mut d).expect("our reply decodes");
+        d.finish().expect("and nothing follows it");
+        let last = res
+            .resarray
+            .last()
+            .map_or(NfsStat4::NFS4_OK, |r| r.status());
+        if res.status != NfsStat4::NFS4ERR_MINOR_VERS_MISMATCH
+            && res.status != NfsStat4::NFS4ERR_BADXDR
+        {
+            assert_eq!(res.status, last);
+        }
+        assert!(res.resarray[..res.resarray.len().saturating_sub(1)]
+            .iter()
+            .all(|r| r.status().is_ok()));
+        res
+    }
+
+    fn op(s: &Scratch) -> impl Strategy<Value = NfsArgop4> {
+        let sid = s.sid;
+        let names =
+            prop::sample::select(vec!["f", "d", "l", "..", ".", "", "missing", "a/b", "tmp"]);
+        prop_oneof![
+            (0u32..4, 0u32..6, any::<bool>(), any::<bool>()).prop_map(
+                move |(slot, seq, cache, ours)| {
+                    NfsArgop4::Sequence(Sequence4Args {
+                        sa_sessionid: if ours { sid } else { [7; 16] },
+                        sa_sequenceid: seq,
+                        sa_slotid: slot,
+                        sa_highest_slotid: 0,
+                        sa_cachethis: cache,
+                    })
+                }
+            ),
+            Just(NfsArgop4::PutRootFh),
+            Just(NfsArgop4::PutPubFh),
+            Just(NfsArgop4::GetFh),
+            Just(NfsArgop4::SaveFh),
+            Just(NfsArgop4::RestoreFh),
+            Just(NfsArgop4::LookupP),
+            Just(NfsArgop4::ReadLink),
+            prop::collection::vec(any::<u8>(), 0..70).prop_map(|b| NfsArgop4::PutFh(PutFh4Args {
+                object: NfsFh4(Bytes::from(b)),
+            })),
+            names
+                .clone()
+                .prop_map(|n| NfsArgop4::Lookup(Lookup4Args { objname: n.into() })),
+            names
+                .clone()
+                .prop_map(|n| NfsArgop4::SecInfo(SecInfo4Args { name: n.into() })),
+            (0u32..3).prop_map(|s| NfsArgop4::SecInfoNoName(SecInfoStyle4(s))),
+            any::<u32>().prop_map(|a| NfsArgop4::Access(Access4Args { access: a })),
+            prop::collection::vec(any::<u32>(), 0..4).prop_map(|w| NfsArgop4::GetAttr(
+                GetAttr4Args {
+                    attr_request: Bitmap4(w),
+                }
+            )),
+            (
+                0u64..8,
+                any::<bool>(),
+                0u32..600,
+                prop::collection::vec(any::<u32>(), 0..3)
+            )
+                .prop_map(|(cookie, zero, maxcount, w)| NfsArgop4::ReadDir(
+                    ReadDir4Args {
+                        cookie,
+                        cookieverf: if zero { [0; 8] } else { [9; 8] },
+                        dircount: maxcount,
+                        maxcount,
+                        attr_request: Bitmap4(w),
+                    }
+                )),
+            names
+                .clone()
+                .prop_map(|n| NfsArgop4::Remove(Remove4Args { target: n.into() })),
+            (names.clone(), names).prop_map(|(a, b)| NfsArgop4::Rename(Rename4Args {
+                oldname: a.into(),
+                newname: b.into(),
+            })),
+            any::<bool>()
+                .prop_map(|b| NfsArgop4::ReclaimComplete(ReclaimComplete4Args { rca_one_fs: b })),
+            Just(NfsArgop4::DestroySession(DestroySession4Args {
+                dsa_sessionid: sid
+            })),
+            any::<u64>()
+                .prop_map(|c| NfsArgop4::DestroyClientId(DestroyClientId4Args { dca_clientid: c })),
+            Just(NfsArgop4::Unknown(NfsOpnum4(10_000))),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        /// Any bytes as COMPOUND4args: never a panic, always a reply that decodes.
+        #[test]
+        fn arbitrary_bytes_get_a_reply(b in prop::collection::vec(any::<u8>(), 0..200)) {
+            let s = scratch();
+            run(&s, Bytes::from(b));
+        }
+
+        /// Random COMPOUNDs of the operations served (and some not), in any order with
+        /// any arguments: never a panic; the first-operation rules hold.
+        #[test]
+        fn random_compounds_follow_the_rules(
+            ops in prop::collection::vec(op(&scratch()), 0..12),
+            minor in prop_oneof![Just(1u32), 0u32..3],
+        ) {
+            let s = scratch();
+            let args = Compound4Args { tag: "fuzz".into(), minorversion: minor, argarray: ops.clone() };
+            let res = run(&s, args.to_xdr().to_bytes());
+            if minor != 1 {
+                prop_assert_eq!(res.status, NfsStat4::NFS4ERR_MINOR_VERS_MISMATCH);
+                prop_assert!(res.resarray.is_empty());
+            } else if let Some(first) = ops.first() {
+                prop_assert!(!res.resarray.is_empty());
+                let solo = matches!(first, NfsArgop4::DestroySession(_) | NfsArgop4::DestroyClientId(_));
+                if !matches!(first, NfsArgop4::Sequence(_)) && !solo {
+                    prop_assert_eq!(res.resarray.len(), 1);
+                    let want = if matches!(first, NfsArgop4::Unknown(_)) {
+                        NfsStat4::NFS4ERR_OP_ILLEGAL
+                    } else {
+                        NfsStat4::NFS4ERR_OP_NOT_IN_SESSION
+                    };
+                    prop_assert_eq!(res.status, want);
+                }
+                if solo && ops.len() > 1 {
+                    prop_assert_eq!(res.status, NfsStat4::NFS4ERR_NOT_ONLY_OP);
+                }
+            }
+            // Nothing outside the export was touched, and it is still there.
+            prop_assert!(s.dir.exists());
+        }
     }
 }

@@ -136,24 +136,21 @@ fn pseudo_readdir(
         .skip(if a.cookie == 0 { 0 } else { start })
     {
         let attrs = match pseudo::lookup(&cx.table, cx.caller, dir, name) {
-            Ok(fh @ Fh::Pseudo(_)) => {
-                let Fh::Pseudo(path) = &fh else {
-                    unreachable!()
-                };
-                Values::of_pseudo(path, fh.to_wire(), cx.server.started)
-                    .encode(&a.attr_request, lease)
-            }
-            Ok(fh @ Fh::Export(_)) => {
-                let Fh::Export(fh3) = &fh else { unreachable!() };
-                match cx.table.resolve(fh3, cx.caller) {
-                    Ok((ex, node)) => {
-                        Values::of_node(ex, &node, fh.to_wire()).encode(&a.attr_request, lease)
-                    }
-                    Err(s) => rdattr_error(&a.attr_request, stat4(s)),
-                }
-            }
             Err(NfsStat4::NFS4ERR_NOENT) => continue,
             Err(s) => rdattr_error(&a.attr_request, s),
+            Ok(fh) => {
+                let wire = fh.to_wire();
+                match fh {
+                    Fh::Pseudo(path) => Values::of_pseudo(&path, wire, cx.server.started)
+                        .encode(&a.attr_request, lease),
+                    Fh::Export(fh3) => match cx.table.resolve(&fh3, cx.caller) {
+                        Ok((ex, node)) => {
+                            Values::of_node(ex, &node, wire).encode(&a.attr_request, lease)
+                        }
+                        Err(s) => rdattr_error(&a.attr_request, stat4(s)),
+                    },
+                }
+            }
         }?;
         let e = Entry4 {
             cookie: v3::FS_COOKIE_BASE + i as u64 + 1,

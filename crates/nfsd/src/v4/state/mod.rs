@@ -165,12 +165,12 @@ impl StateTable {
                 return Err(NfsStat4::NFS4ERR_NOT_SAME);
             }
             // Case 6: update (nothing to update with SP4_NONE and no pNFS).
-            return Ok(self.granted(c.id));
+            return Ok(Self::granted(c));
         }
         if let Some(c) = confirmed.and_then(|id| self.clients.get(&id)) {
             if c.principal == who && c.verifier == verifier {
                 // Case 2: the same client again.
-                return Ok(self.granted(c.id));
+                return Ok(Self::granted(c));
             }
             if c.principal != who && c.has_state(self.lease, now) {
                 // Case 3: another principal uses the owner of a client with state.
@@ -190,28 +190,26 @@ impl StateTable {
         }
         let id = (u64::from(self.boot) << 32) | u64::from(self.next_client);
         self.next_client = self.next_client.wrapping_add(1).max(1);
-        self.clients.insert(
+        let c = Client {
             id,
-            Client {
-                id,
-                owner: owner.clone(),
-                verifier,
-                principal: who,
-                confirmed: false,
-                cs_sequence: 0,
-                cs_cached: None,
-                sessions: Vec::new(),
-                reclaim_complete: false,
-                renewed: now,
-            },
-        );
-        Ok(self.granted(id))
+            owner: owner.clone(),
+            verifier,
+            principal: who,
+            confirmed: false,
+            cs_sequence: 0,
+            cs_cached: None,
+            sessions: Vec::new(),
+            reclaim_complete: false,
+            renewed: now,
+        };
+        let granted = Self::granted(&c);
+        self.clients.insert(id, c);
+        Ok(granted)
     }
 
-    fn granted(&self, id: ClientId4) -> Exchanged {
-        let c = &self.clients[&id];
+    fn granted(c: &Client) -> Exchanged {
         Exchanged {
-            clientid: id,
+            clientid: c.id,
             // The CREATE_SESSION to come carries the one after the last executed
             // (for a new record: 1).
             sequenceid: c.cs_sequence.wrapping_add(1),
@@ -273,8 +271,14 @@ impl StateTable {
             csr_fore_chan_attrs: fore.clone(),
             csr_back_chan_attrs: back.clone(),
         });
-        let owner = self.clients[&clientid].owner.clone();
-        if !self.clients[&clientid].confirmed {
+        let Some((owner, confirmed)) = self
+            .clients
+            .get(&clientid)
+            .map(|c| (c.owner.clone(), c.confirmed))
+        else {
+            return Res4::Err(NfsStat4::NFS4ERR_STALE_CLIENTID);
+        };
+        if !confirmed {
             let old: Vec<ClientId4> = self
                 .clients
                 .values()
@@ -285,17 +289,16 @@ impl StateTable {
                 self.remove_client(id);
             }
         }
-        self.sessions
-            .insert(sid, Session::new(sid, clientid, fore, back));
-        let c = self
-            .clients
-            .get_mut(&clientid)
-            .expect("the client record checked above");
+        let Some(c) = self.clients.get_mut(&clientid) else {
+            return Res4::Err(NfsStat4::NFS4ERR_STALE_CLIENTID);
+        };
         c.confirmed = true;
         c.cs_sequence = args.csa_sequence;
         c.cs_cached = Some(res.clone());
         c.sessions.push(sid);
         c.renewed = now;
+        self.sessions
+            .insert(sid, Session::new(sid, clientid, fore, back));
         res
     }
 
