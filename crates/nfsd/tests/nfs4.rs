@@ -993,3 +993,115 @@ async fn replayed_remove_and_rename_run_once_and_get_the_cached_reply() {
     assert_eq!(s.run(ops).await.status, NfsStat4::NFS4ERR_NOFILEHANDLE);
     serving.stop().await;
 }
+
+fn create(objtype: nfs4::dir::CreateType4, name: &str, mode: Option<u32>) -> NfsArgop4 {
+    let mut e = Encoder::new();
+    let mut mask = Bitmap4::default();
+    if let Some(m) = mode {
+        mask.set(MODE);
+        e.u32(m);
+    }
+    NfsArgop4::Create(nfs4::dir::Create4Args {
+        objtype,
+        objname: name.into(),
+        createattrs: Fattr4 {
+            attrmask: mask,
+            attr_vals: AttrList4(e.finish().to_bytes()),
+        },
+    })
+}
+
+/// CREATE (RFC 8881 §18.4): a directory with its mode, a symbolic link, a FIFO; the
+/// new object is the current filehandle; a replayed CREATE is answered from the
+/// cache and does not run again; regular files (OPEN's), existing names, attributes
+/// not served and the pseudo file system are refused.
+#[tokio::test]
+async fn create_makes_directories_links_and_special_files_once() {
+    use nfs4::dir::{CreateType4, NfsFtype4};
+    let (_dir, export, addr, serving) = server().await;
+    let mut s = Session::new(addr, "create").await;
+    let mut to_export = vec![NfsArgop4::PutRootFh];
+    to_export.extend(walk(&export));
+
+    let mut ops = vec![s.sequence(1, true)];
+    ops.extend(to_export.clone());
+    ops.extend([
+        create(CreateType4::Other(NfsFtype4::NF4DIR), "newdir", Some(0o700)),
+        getattr(),
+    ]);
+    let (xid, call) = s.conn.call(1, ops);
+    let first = s.conn.roundtrip(&call).await;
+    let res = Compound4Res::decode(&mut results(&first, xid)).unwrap();
+    assert_eq!(res.status, NfsStat4::NFS4_OK, "{res:?}");
+    let NfsResop4::Create(Res4::Ok(ok)) = &res.resarray[res.resarray.len() - 2] else {
+        panic!("CREATE")
+    };
+    assert_eq!(ok.attrset, Bitmap4::from_bits(&[MODE]));
+    let made = attrs(res.resarray.last().unwrap());
+    let meta = std::fs::metadata(export.join("newdir")).unwrap();
+    assert_eq!((made.ftype, made.mode, made.fileid), (2, 0o700, meta.ino()));
+    // Removed behind the server's back: a second execution would make it again.
+    std::fs::remove_dir(export.join("newdir")).unwrap();
+    assert_eq!(s.conn.roundtrip(&call).await, first, "the cached reply");
+    assert!(!export.join("newdir").exists(), "CREATE ran once");
+    s.seq = 2;
+
+    let mut ops = to_export.clone();
+    ops.extend([
+        NfsArgop4::SaveFh,
+        create(
+            CreateType4::Link(DdpLinkText4(Bytes::from_static(b"f"))),
+            "sl",
+            None,
+        ),
+        NfsArgop4::ReadLink,
+        NfsArgop4::RestoreFh,
+        create(CreateType4::Other(NfsFtype4::NF4FIFO), "pipe", Some(0o600)),
+        getattr(),
+    ]);
+    let res = s.run(ops).await;
+    assert_eq!(res.status, NfsStat4::NFS4_OK, "{res:?}");
+    assert_eq!(
+        std::fs::read_link(export.join("sl")).unwrap(),
+        Path::new("f")
+    );
+    assert_eq!(attrs(res.resarray.last().unwrap()).ftype, 7, "NF4FIFO");
+
+    let mut mtime = Encoder::new();
+    mtime.bool(true);
+    let archive = NfsArgop4::Create(nfs4::dir::Create4Args {
+        objtype: CreateType4::Other(NfsFtype4::NF4DIR),
+        objname: "x".into(),
+        createattrs: Fattr4 {
+            attrmask: Bitmap4::from_bits(&[14]),
+            attr_vals: AttrList4(mtime.finish().to_bytes()),
+        },
+    });
+    for (op, want) in [
+        (
+            create(CreateType4::Other(NfsFtype4::NF4REG), "r", None),
+            NfsStat4::NFS4ERR_BADTYPE,
+        ),
+        (
+            create(CreateType4::Other(NfsFtype4::NF4DIR), "d", None),
+            NfsStat4::NFS4ERR_EXIST,
+        ),
+        (
+            create(CreateType4::Other(NfsFtype4::NF4DIR), "..", None),
+            NfsStat4::NFS4ERR_BADNAME,
+        ),
+        (archive, NfsStat4::NFS4ERR_ATTRNOTSUPP),
+    ] {
+        let mut ops = to_export.clone();
+        ops.push(op);
+        assert_eq!(s.run(ops).await.status, want);
+    }
+    let res = s
+        .run(vec![
+            NfsArgop4::PutRootFh,
+            create(CreateType4::Other(NfsFtype4::NF4DIR), "x", None),
+        ])
+        .await;
+    assert_eq!(res.status, NfsStat4::NFS4ERR_ROFS);
+    serving.stop().await;
+}

@@ -9,7 +9,7 @@
 //!            |
 //!   compound (minor version, first-op rules, SEQUENCE + reply cache, op loop)
 //!            |   ops::OPS: name, flags, handler per operation
-//!   session_ops      fh_ops (+ attrs, pseudo), readdir, names_ops
+//!   session_ops      fh_ops (+ attrs, pseudo), readdir, names_ops (+ setattrs)
 //!            |                 |
 //!   state (sans-IO:      the NFSv3 file layer: Table::resolve, proc::*, vfs
 //!   clients, sessions,
@@ -20,9 +20,10 @@
 //! CREATE_SESSION, SEQUENCE (slots, reply cache), DESTROY_SESSION, DESTROY_CLIENTID,
 //! RECLAIM_COMPLETE, PUTROOTFH/PUTPUBFH (a pseudo root joining the exports),
 //! PUTFH, GETFH, SAVEFH, RESTOREFH, LOOKUP, LOOKUPP, ACCESS, GETATTR, READDIR,
-//! READLINK, SECINFO and SECINFO_NO_NAME (AUTH_SYS), REMOVE and RENAME. Minor
-//! versions 0 and 2 answer NFS4ERR_MINOR_VERS_MISMATCH. Not yet: OPEN and all
-//! open/lock state, READ, WRITE, COMMIT, CREATE, LINK, SETATTR, VERIFY/NVERIFY, BIND_CONN_TO_SESSION, the back
+//! READLINK, SECINFO and SECINFO_NO_NAME (AUTH_SYS), CREATE (not regular files:
+//! OPEN's), REMOVE and RENAME. Minor versions 0 and 2 answer
+//! NFS4ERR_MINOR_VERS_MISMATCH. Not yet: OPEN and all open/lock state, READ, WRITE,
+//! COMMIT, LINK, SETATTR, VERIFY/NVERIFY, BIND_CONN_TO_SESSION, the back
 //! channel, state kept across restarts (grace), NFSv4.2 (the operation table lists
 //! them: NFS4ERR_NOTSUPP).
 
@@ -36,6 +37,7 @@ pub mod pseudo;
 mod readdir;
 pub mod service;
 mod session_ops;
+pub mod setattrs;
 pub mod state;
 
 use std::sync::{Arc, Mutex, MutexGuard};

@@ -1,5 +1,5 @@
-//! Operations that change a directory's names (RFC 8881 §18.25 REMOVE, §18.26
-//! RENAME), through NFSv3's ([`crate::proc::names`]): the same write permission
+//! Operations that change a directory's names (RFC 8881 §18.4 CREATE, §18.25
+//! REMOVE, §18.26 RENAME), through NFSv3's ([`crate::proc::names`]): the same write permission
 //! (`ro` exports: NFS4ERR_ROFS), identity, name checks and confinement. The pseudo
 //! file system cannot be changed: NFS4ERR_ROFS.
 //!
@@ -7,9 +7,18 @@
 //! `after` are the directory's `change` attribute ([`super::attrs`]: its ctime) read
 //! around the change, not atomically with it (`atomic` FALSE, §3.3.6).
 
-use nfs3::dir::{Remove3Args, Rename3Args};
-use nfs3::{DirOpArgs3, Filename3, NfsFh3, NfsResult, NfsStat3, NfsTime3, WccData};
-use nfs4::dir::{Remove4Args, Remove4Res, Remove4ResOk, Rename4Args, Rename4Res, Rename4ResOk};
+use nfs3::dir::{
+    Create3Res, DeviceData3, MkDir3Args, Mknod3Args, MknodData3, Remove3Args, Rename3Args,
+    Symlink3Args, SymlinkData3,
+};
+use nfs3::{
+    DirOpArgs3, Filename3, Ftype3, NfsFh3, NfsPath3, NfsResult, NfsStat3, NfsTime3, SpecData3,
+    WccData,
+};
+use nfs4::dir::{
+    Create4Args, Create4Res, Create4ResOk, CreateType4, NfsFtype4, Remove4Args, Remove4Res,
+    Remove4ResOk, Rename4Args, Rename4Res, Rename4ResOk,
+};
 use nfs4::{ChangeInfo4, NfsStat4, Res4};
 use xdr::Bytes;
 
@@ -108,4 +117,104 @@ pub(crate) fn rename(cx: &mut Compound<'_>, a: &Rename4Args) -> Rename4Res {
         }
     };
     run().map_or_else(Res4::Err, Res4::Ok)
+}
+
+/// §18.4 CREATE: a directory, symbolic link, device, socket or FIFO (regular files
+/// are OPEN's: NFS4ERR_BADTYPE, §18.4.3), with `createattrs`
+/// ([`super::setattrs`]), through NFSv3's MKDIR, SYMLINK or MKNOD. The new object
+/// becomes the current filehandle (§18.4.3).
+pub(crate) fn create(cx: &mut Compound<'_>, a: &Create4Args) -> Create4Res {
+    let run = |cx: &mut Compound<'_>| -> Result<Create4ResOk, NfsStat4> {
+        let dir = export_dir(cx.current()?)?;
+        let name = component(&a.objname)?;
+        let attrs = super::setattrs::parse(&a.createattrs, false)?;
+        let cx3 = Cx::new(&cx.server.nfs, &cx.table, cx.caller, Some(&dir));
+        let dir_op = dirop(&dir, name);
+        let sattr = attrs.sattr.clone();
+        let spec = |s: &nfs4::dir::SpecData4| SpecData3 {
+            specdata1: s.specdata1,
+            specdata2: s.specdata2,
+        };
+        let device = |t, s| {
+            MknodData3::Device(
+                t,
+                DeviceData3 {
+                    dev_attributes: sattr.clone(),
+                    spec: s,
+                },
+            )
+        };
+        let r: Create3Res = match &a.objtype {
+            CreateType4::Link(text) => crate::proc::names::symlink(
+                &cx3,
+                Symlink3Args {
+                    dir_op,
+                    symlink: SymlinkData3 {
+                        symlink_attributes: sattr.clone(),
+                        symlink_data: NfsPath3(text.0.clone()),
+                    },
+                },
+            ),
+            CreateType4::Blk(s) => crate::proc::names::mknod(
+                &cx3,
+                Mknod3Args {
+                    dir_op,
+                    what: device(Ftype3::NF3BLK, spec(s)),
+                },
+            ),
+            CreateType4::Chr(s) => crate::proc::names::mknod(
+                &cx3,
+                Mknod3Args {
+                    dir_op,
+                    what: device(Ftype3::NF3CHR, spec(s)),
+                },
+            ),
+            CreateType4::Other(NfsFtype4::NF4DIR) => crate::proc::names::mkdir(
+                &cx3,
+                MkDir3Args {
+                    dir_op,
+                    attributes: sattr.clone(),
+                },
+            ),
+            CreateType4::Other(t @ (NfsFtype4::NF4SOCK | NfsFtype4::NF4FIFO)) => {
+                let t = if *t == NfsFtype4::NF4SOCK {
+                    Ftype3::NF3SOCK
+                } else {
+                    Ftype3::NF3FIFO
+                };
+                crate::proc::names::mknod(
+                    &cx3,
+                    Mknod3Args {
+                        dir_op,
+                        what: MknodData3::Pipe(t, sattr.clone()),
+                    },
+                )
+            }
+            CreateType4::Other(_) => return Err(NfsStat4::NFS4ERR_BADTYPE),
+        };
+        match r {
+            NfsResult::Ok(ok) => {
+                let fh = match ok.obj {
+                    Some(fh) => fh,
+                    // The file layer made it but could not give its handle: look it up.
+                    None => match crate::proc::names::lookup(
+                        &cx3,
+                        nfs3::dir::Lookup3Args {
+                            what: dirop(&dir, name),
+                        },
+                    ) {
+                        NfsResult::Ok(l) => l.object,
+                        NfsResult::Fail(s, _) => return Err(stat4(s)),
+                    },
+                };
+                cx.current = Some(Fh::Export(fh));
+                Ok(Create4ResOk {
+                    cinfo: cinfo(&ok.dir_wcc),
+                    attrset: attrs.set,
+                })
+            }
+            NfsResult::Fail(s, _) => Err(dir_error(cx, &dir, s)),
+        }
+    };
+    run(cx).map_or_else(Res4::Err, Res4::Ok)
 }

@@ -5,7 +5,7 @@
 //! [`super::fh_ops`], [`super::readdir`], [`super::names_ops`]).
 //!
 //! Operations whose handler is [`Run::NotYet`] (open, lock and stateid state, I/O,
-//! CREATE, LINK, SETATTR, VERIFY/NVERIFY, BIND_CONN_TO_SESSION) answer
+//! LINK, SETATTR, VERIFY/NVERIFY, BIND_CONN_TO_SESSION) answer
 //! NFS4ERR_NOTSUPP until they are served; so do the operations the decoder does not
 //! code (it stops there, [`nfs4::compound::StopReason::NotSupported`]).
 
@@ -81,7 +81,12 @@ pub(crate) static OPS: &[OpDesc] = &[
     ),
     op!(OP_CLOSE, "CLOSE", CURRENT_FH, Run::NotYet),
     op!(OP_COMMIT, "COMMIT", CURRENT_FH, Run::NotYet),
-    op!(OP_CREATE, "CREATE", CURRENT_FH, Run::NotYet),
+    op!(
+        OP_CREATE,
+        "CREATE",
+        CURRENT_FH,
+        handler!(Create, |cx, a| super::names_ops::create(cx, a))
+    ),
     op!(OP_DELEGRETURN, "DELEGRETURN", CURRENT_FH, Run::NotYet),
     op!(
         OP_GETATTR,
