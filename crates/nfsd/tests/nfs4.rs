@@ -1105,3 +1105,102 @@ async fn create_makes_directories_links_and_special_files_once() {
     assert_eq!(res.status, NfsStat4::NFS4ERR_ROFS);
     serving.stop().await;
 }
+
+fn setattr(stateid: StateId4, bits: &[u32], vals: impl FnOnce(&mut Encoder)) -> NfsArgop4 {
+    let mut e = Encoder::new();
+    vals(&mut e);
+    NfsArgop4::SetAttr(nfs4::dir::SetAttr4Args {
+        stateid,
+        obj_attributes: Fattr4 {
+            attrmask: Bitmap4::from_bits(bits),
+            attr_vals: AttrList4(e.finish().to_bytes()),
+        },
+    })
+}
+
+/// SETATTR (RFC 8881 §18.30) and LINK (§18.9) through NFSv3's file layer.
+#[tokio::test]
+async fn setattr_and_link() {
+    let (_dir, export, addr, serving) = server().await;
+    let mut s = Session::new(addr, "setattr").await;
+    let mut to_file = vec![NfsArgop4::PutRootFh];
+    to_file.extend(walk(&export));
+    to_file.push(lookup(b"f"));
+
+    // Mode, and size with the anonymous stateid (no open state can conflict).
+    let mut ops = to_file.clone();
+    ops.extend([
+        setattr(StateId4::ANONYMOUS, &[SIZE, MODE], |e| {
+            e.u64(2).u32(0o640);
+        }),
+        getattr(),
+    ]);
+    let res = s.run(ops).await;
+    assert_eq!(res.status, NfsStat4::NFS4_OK, "{res:?}");
+    let NfsResop4::SetAttr(r) = &res.resarray[res.resarray.len() - 2] else {
+        panic!("SETATTR")
+    };
+    assert_eq!(r.attrsset, Bitmap4::from_bits(&[SIZE, MODE]));
+    let a = attrs(res.resarray.last().unwrap());
+    assert_eq!((a.size, a.mode), (2, 0o640));
+    assert_eq!(std::fs::read(export.join("f")).unwrap(), b"he");
+    // Size with a stateid that is not ours; a read-only attribute; the pseudo root.
+    let other = StateId4 {
+        seqid: 1,
+        other: [5; 12],
+    };
+    for (op, want) in [
+        (
+            setattr(other, &[SIZE], |e| {
+                e.u64(0);
+            }),
+            NfsStat4::NFS4ERR_BAD_STATEID,
+        ),
+        (
+            setattr(StateId4::ANONYMOUS, &[TYPE], |e| {
+                e.u32(2);
+            }),
+            NfsStat4::NFS4ERR_INVAL,
+        ),
+    ] {
+        let mut ops = to_file.clone();
+        ops.push(op);
+        let res = s.run(ops).await;
+        assert_eq!(res.status, want);
+        let NfsResop4::SetAttr(r) = res.resarray.last().unwrap() else {
+            panic!("SETATTR")
+        };
+        assert!(r.attrsset.0.iter().all(|w| *w == 0));
+    }
+    let res = s
+        .run(vec![
+            NfsArgop4::PutRootFh,
+            setattr(StateId4::ANONYMOUS, &[MODE], |e| {
+                e.u32(0o777);
+            }),
+        ])
+        .await;
+    assert_eq!(res.status, NfsStat4::NFS4ERR_ROFS);
+
+    // LINK: the saved file into the current directory.
+    let mut to_dir = vec![NfsArgop4::PutRootFh];
+    to_dir.extend(walk(&export));
+    let mut ops = to_file.clone();
+    ops.push(NfsArgop4::SaveFh);
+    ops.extend(to_dir.clone());
+    ops.push(NfsArgop4::Link(nfs4::dir::Link4Args {
+        newname: "hard".into(),
+    }));
+    let res = s.run(ops).await;
+    assert_eq!(res.status, NfsStat4::NFS4_OK, "{res:?}");
+    assert_eq!(
+        std::fs::metadata(export.join("hard")).unwrap().ino(),
+        std::fs::metadata(export.join("f")).unwrap().ino()
+    );
+    let mut ops = to_dir.clone();
+    ops.push(NfsArgop4::Link(nfs4::dir::Link4Args {
+        newname: "again".into(),
+    }));
+    assert_eq!(s.run(ops).await.status, NfsStat4::NFS4ERR_NOFILEHANDLE);
+    serving.stop().await;
+}

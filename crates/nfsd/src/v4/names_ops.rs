@@ -1,5 +1,5 @@
-//! Operations that change a directory's names (RFC 8881 §18.4 CREATE, §18.25
-//! REMOVE, §18.26 RENAME), through NFSv3's ([`crate::proc::names`]): the same write permission
+//! Operations that change a directory's names (RFC 8881 §18.4 CREATE, §18.9 LINK,
+//! §18.25 REMOVE, §18.26 RENAME), through NFSv3's ([`crate::proc::names`]): the same write permission
 //! (`ro` exports: NFS4ERR_ROFS), identity, name checks and confinement. The pseudo
 //! file system cannot be changed: NFS4ERR_ROFS.
 //!
@@ -8,16 +8,16 @@
 //! around the change, not atomically with it (`atomic` FALSE, §3.3.6).
 
 use nfs3::dir::{
-    Create3Res, DeviceData3, MkDir3Args, Mknod3Args, MknodData3, Remove3Args, Rename3Args,
-    Symlink3Args, SymlinkData3,
+    Create3Res, DeviceData3, Link3Args, MkDir3Args, Mknod3Args, MknodData3, Remove3Args,
+    Rename3Args, Symlink3Args, SymlinkData3,
 };
 use nfs3::{
     DirOpArgs3, Filename3, Ftype3, NfsFh3, NfsPath3, NfsResult, NfsStat3, NfsTime3, SpecData3,
     WccData,
 };
 use nfs4::dir::{
-    Create4Args, Create4Res, Create4ResOk, CreateType4, NfsFtype4, Remove4Args, Remove4Res,
-    Remove4ResOk, Rename4Args, Rename4Res, Rename4ResOk,
+    Create4Args, Create4Res, Create4ResOk, CreateType4, Link4Args, Link4Res, Link4ResOk, NfsFtype4,
+    Remove4Args, Remove4Res, Remove4ResOk, Rename4Args, Rename4Res, Rename4ResOk,
 };
 use nfs4::{ChangeInfo4, NfsStat4, Res4};
 use xdr::Bytes;
@@ -217,4 +217,31 @@ pub(crate) fn create(cx: &mut Compound<'_>, a: &Create4Args) -> Create4Res {
         }
     };
     run(cx).map_or_else(Res4::Err, Res4::Ok)
+}
+
+/// §18.9 LINK: a new name `newname` in the current directory for the saved
+/// filehandle's object (no saved filehandle: NFS4ERR_NOFILEHANDLE), through NFSv3's
+/// LINK (another export: NFS4ERR_XDEV). A pseudo directory as the object is
+/// NFS4ERR_ISDIR (no hard links to directories), as the target NFS4ERR_ROFS.
+pub(crate) fn link(cx: &mut Compound<'_>, a: &Link4Args) -> Link4Res {
+    let run = || -> Result<Link4ResOk, NfsStat4> {
+        let dir = export_dir(cx.current()?)?;
+        let file = match cx.saved.as_ref().ok_or(NfsStat4::NFS4ERR_NOFILEHANDLE)? {
+            Fh::Export(fh) => fh.clone(),
+            Fh::Pseudo(_) => return Err(NfsStat4::NFS4ERR_ISDIR),
+        };
+        let name = component(&a.newname)?;
+        let cx3 = Cx::new(&cx.server.nfs, &cx.table, cx.caller, Some(&dir));
+        let args = Link3Args {
+            file,
+            link: dirop(&dir, name),
+        };
+        match crate::proc::names::link(&cx3, args) {
+            NfsResult::Ok(ok) => Ok(Link4ResOk {
+                cinfo: cinfo(&ok.linkdir_wcc),
+            }),
+            NfsResult::Fail(s, _) => Err(dir_error(cx, &dir, s)),
+        }
+    };
+    run().map_or_else(Res4::Err, Res4::Ok)
 }

@@ -5,7 +5,7 @@
 //! [`super::fh_ops`], [`super::readdir`], [`super::names_ops`]).
 //!
 //! Operations whose handler is [`Run::NotYet`] (open, lock and stateid state, I/O,
-//! LINK, SETATTR, VERIFY/NVERIFY, BIND_CONN_TO_SESSION) answer
+//! VERIFY/NVERIFY, BIND_CONN_TO_SESSION) answer
 //! NFS4ERR_NOTSUPP until they are served; so do the operations the decoder does not
 //! code (it stops there, [`nfs4::compound::StopReason::NotSupported`]).
 
@@ -100,7 +100,12 @@ pub(crate) static OPS: &[OpDesc] = &[
         CURRENT_FH,
         handler!(GetFh, |cx| fh_ops::getfh(cx))
     ),
-    op!(OP_LINK, "LINK", CURRENT_FH, Run::NotYet),
+    op!(
+        OP_LINK,
+        "LINK",
+        CURRENT_FH,
+        handler!(Link, |cx, a| super::names_ops::link(cx, a))
+    ),
     op!(OP_LOCK, "LOCK", CURRENT_FH, Run::NotYet),
     op!(OP_LOCKT, "LOCKT", CURRENT_FH, Run::NotYet),
     op!(OP_LOCKU, "LOCKU", CURRENT_FH, Run::NotYet),
@@ -180,7 +185,12 @@ pub(crate) static OPS: &[OpDesc] = &[
         CURRENT_FH,
         handler!(SecInfo, |cx, a| fh_ops::secinfo(cx, a))
     ),
-    op!(OP_SETATTR, "SETATTR", CURRENT_FH, Run::NotYet),
+    op!(
+        OP_SETATTR,
+        "SETATTR",
+        CURRENT_FH,
+        handler!(SetAttr, |cx, a| super::setattrs::setattr(cx, a))
+    ),
     op!(OP_VERIFY, "VERIFY", CURRENT_FH, Run::NotYet),
     op!(OP_WRITE, "WRITE", CURRENT_FH, Run::NotYet),
     op!(

@@ -91,6 +91,51 @@ pub fn parse(f: &Fattr4, size_ok: bool) -> Result<Settable, NfsStat4> {
     Ok(out)
 }
 
+/// §18.30 SETATTR, through NFSv3's (the same write permission, identity and
+/// order of changes, [`crate::proc::attr::apply_sattr`]). `size` needs a stateid
+/// that allows writing: without open state yet, only the special anonymous and
+/// READ-bypass stateids (§8.2.3), with which nothing can conflict; any other is
+/// NFS4ERR_BAD_STATEID. Other attributes ignore the stateid (§18.30.3). A pseudo
+/// directory is NFS4ERR_ROFS. `attrsset` is what was set (empty on error).
+pub(crate) fn setattr(
+    cx: &mut super::compound::Compound<'_>,
+    a: &nfs4::dir::SetAttr4Args,
+) -> nfs4::dir::SetAttr4Res {
+    use nfs4::StateId4;
+    let fail = |status| nfs4::dir::SetAttr4Res {
+        status,
+        attrsset: Bitmap4::default(),
+    };
+    let fh = match cx.current() {
+        Err(s) => return fail(s),
+        Ok(super::pseudo::Fh::Pseudo(_)) => return fail(NfsStat4::NFS4ERR_ROFS),
+        Ok(super::pseudo::Fh::Export(fh)) => fh.clone(),
+    };
+    let parsed = match parse(&a.obj_attributes, true) {
+        Ok(p) => p,
+        Err(s) => return fail(s),
+    };
+    if parsed.sattr.size.is_some()
+        && a.stateid != StateId4::ANONYMOUS
+        && a.stateid != StateId4::READ_BYPASS
+    {
+        return fail(NfsStat4::NFS4ERR_BAD_STATEID);
+    }
+    let cx3 = crate::nfs::Cx::new(&cx.server.nfs, &cx.table, cx.caller, Some(&fh));
+    let args = nfs3::attr::SetAttr3Args {
+        object: fh.clone(),
+        new_attributes: parsed.sattr,
+        guard: None,
+    };
+    match crate::proc::attr::setattr(&cx3, args) {
+        nfs3::NfsResult::Ok(_) => nfs4::dir::SetAttr4Res {
+            status: NfsStat4::NFS4_OK,
+            attrsset: parsed.set,
+        },
+        nfs3::NfsResult::Fail(s, _) => fail(super::errors::stat4(s)),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
