@@ -1204,3 +1204,41 @@ async fn setattr_and_link() {
     assert_eq!(s.run(ops).await.status, NfsStat4::NFS4ERR_NOFILEHANDLE);
     serving.stop().await;
 }
+
+/// VERIFY (RFC 8881 §18.31) and NVERIFY (§18.15) against GETATTR's own values.
+#[tokio::test]
+async fn verify_and_nverify_compare_with_the_objects_attributes() {
+    let (_dir, export, addr, serving) = server().await;
+    let mut s = Session::new(addr, "verify").await;
+    let mut to_file = vec![NfsArgop4::PutRootFh];
+    to_file.extend(walk(&export));
+    to_file.push(lookup(b"f"));
+    let mut ops = to_file.clone();
+    ops.push(getattr());
+    let res = s.run(ops).await;
+    let NfsResop4::GetAttr(Res4::Ok(got)) = res.resarray.last().unwrap() else {
+        panic!("GETATTR")
+    };
+    let same = got.obj_attributes.clone();
+    let mut other = same.clone();
+    let mut vals = other.attr_vals.0.to_vec();
+    vals[11] ^= 1; // the low byte of `size`
+    other.attr_vals = AttrList4(Bytes::from(vals));
+    let v = |f: &Fattr4| nfs4::dir::Verify4Args {
+        obj_attributes: f.clone(),
+    };
+    let mut rdattr = same.clone();
+    rdattr.attrmask.set(11);
+    for (op, want) in [
+        (NfsArgop4::Verify(v(&same)), NfsStat4::NFS4_OK),
+        (NfsArgop4::NVerify(v(&same)), NfsStat4::NFS4ERR_SAME),
+        (NfsArgop4::Verify(v(&other)), NfsStat4::NFS4ERR_NOT_SAME),
+        (NfsArgop4::NVerify(v(&other)), NfsStat4::NFS4_OK),
+        (NfsArgop4::Verify(v(&rdattr)), NfsStat4::NFS4ERR_INVAL),
+    ] {
+        let mut ops = to_file.clone();
+        ops.push(op);
+        assert_eq!(s.run(ops).await.status, want);
+    }
+    serving.stop().await;
+}

@@ -205,20 +205,62 @@ pub(crate) fn access(cx: &mut Compound<'_>, a: &Access4Args) -> Access4Res {
     }
 }
 
+/// The attributes of the current filehandle's object ([`super::attrs`]).
+fn values(cx: &Compound<'_>) -> Result<Values, NfsStat4> {
+    Ok(match cx.current()? {
+        fh @ Fh::Pseudo(path) => Values::of_pseudo(path, fh.to_wire(), cx.server.started),
+        fh @ Fh::Export(fh3) => {
+            let (ex, node) = cx.table.resolve(fh3, cx.caller).map_err(stat4)?;
+            Values::of_node(ex, &node, fh.to_wire())
+        }
+    })
+}
+
 /// §18.7 GETATTR ([`super::attrs`]).
 pub(crate) fn getattr(cx: &mut Compound<'_>, a: &GetAttr4Args) -> GetAttr4Res {
     let lease = cx.server.lease_secs();
-    let values = match cx.current() {
-        Err(s) => return Res4::Err(s),
-        Ok(fh @ Fh::Pseudo(path)) => Values::of_pseudo(path, fh.to_wire(), cx.server.started),
-        Ok(fh @ Fh::Export(fh3)) => match cx.table.resolve(fh3, cx.caller) {
-            Ok((ex, node)) => Values::of_node(ex, &node, fh.to_wire()),
-            Err(s) => return Res4::Err(stat4(s)),
-        },
-    };
-    match values.encode(&a.attr_request, lease) {
+    match values(cx).and_then(|v| v.encode(&a.attr_request, lease)) {
         Ok(obj_attributes) => Res4::Ok(GetAttr4ResOk { obj_attributes }),
         Err(s) => Res4::Err(s),
+    }
+}
+
+/// Whether the client's `fattr4` equals the object's current values, for §18.31
+/// VERIFY and §18.15 NVERIFY: the same attributes encoded the same (attribute values
+/// are compared as their XDR, as §18.31.4 puts it). An attribute not served is
+/// NFS4ERR_ATTRNOTSUPP, `rdattr_error` or a write-only one NFS4ERR_INVAL (§18.31.3).
+fn same(cx: &Compound<'_>, f: &nfs4::Fattr4) -> Result<bool, NfsStat4> {
+    if f.attrmask.is_set(super::attrs::fattr4::RDATTR_ERROR) {
+        return Err(NfsStat4::NFS4ERR_INVAL);
+    }
+    let ours = values(cx)?.encode(&f.attrmask, cx.server.lease_secs())?;
+    let asked = |b: &nfs4::Bitmap4| -> Vec<u32> {
+        (0..b.0.len() as u32 * 32)
+            .filter(|&n| b.is_set(n))
+            .collect()
+    };
+    if asked(&ours.attrmask) != asked(&f.attrmask) {
+        return Err(NfsStat4::NFS4ERR_ATTRNOTSUPP);
+    }
+    Ok(ours.attr_vals.0 == f.attr_vals.0)
+}
+
+/// §18.31 VERIFY: NFS4_OK if the attributes are the object's, else NFS4ERR_NOT_SAME.
+pub(crate) fn verify(cx: &mut Compound<'_>, a: &nfs4::dir::Verify4Args) -> NfsStat4 {
+    match same(cx, &a.obj_attributes) {
+        Ok(true) => NfsStat4::NFS4_OK,
+        Ok(false) => NfsStat4::NFS4ERR_NOT_SAME,
+        Err(s) => s,
+    }
+}
+
+/// §18.15 NVERIFY: NFS4_OK if the attributes differ from the object's, else
+/// NFS4ERR_SAME.
+pub(crate) fn nverify(cx: &mut Compound<'_>, a: &nfs4::dir::Verify4Args) -> NfsStat4 {
+    match same(cx, &a.obj_attributes) {
+        Ok(true) => NfsStat4::NFS4ERR_SAME,
+        Ok(false) => NfsStat4::NFS4_OK,
+        Err(s) => s,
     }
 }
 

@@ -22,8 +22,9 @@
 //! PUTFH, GETFH, SAVEFH, RESTOREFH, LOOKUP, LOOKUPP, ACCESS, GETATTR, READDIR,
 //! READLINK, SECINFO and SECINFO_NO_NAME (AUTH_SYS), CREATE (not regular files:
 //! OPEN's), LINK, REMOVE, RENAME and SETATTR (size with the special stateids
-//! only). Minor versions 0 and 2 answer NFS4ERR_MINOR_VERS_MISMATCH. Not yet: OPEN
-//! and all open/lock state, READ, WRITE, COMMIT, VERIFY/NVERIFY, BIND_CONN_TO_SESSION, the back
+//! only), VERIFY and NVERIFY. Minor versions 0 and 2 answer
+//! NFS4ERR_MINOR_VERS_MISMATCH. Not yet: OPEN and all open/lock state, READ, WRITE,
+//! COMMIT, BIND_CONN_TO_SESSION, the back
 //! channel, state kept across restarts (grace), NFSv4.2 (the operation table lists
 //! them: NFS4ERR_NOTSUPP).
 

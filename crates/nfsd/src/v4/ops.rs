@@ -5,7 +5,7 @@
 //! [`super::fh_ops`], [`super::readdir`], [`super::names_ops`]).
 //!
 //! Operations whose handler is [`Run::NotYet`] (open, lock and stateid state, I/O,
-//! VERIFY/NVERIFY, BIND_CONN_TO_SESSION) answer
+//! BIND_CONN_TO_SESSION) answer
 //! NFS4ERR_NOTSUPP until they are served; so do the operations the decoder does not
 //! code (it stops there, [`nfs4::compound::StopReason::NotSupported`]).
 
@@ -121,7 +121,12 @@ pub(crate) static OPS: &[OpDesc] = &[
         CURRENT_FH,
         handler!(LookupP, |cx| fh_ops::lookupp(cx))
     ),
-    op!(OP_NVERIFY, "NVERIFY", CURRENT_FH, Run::NotYet),
+    op!(
+        OP_NVERIFY,
+        "NVERIFY",
+        CURRENT_FH,
+        handler!(NVerify, |cx, a| fh_ops::nverify(cx, a))
+    ),
     op!(OP_OPEN, "OPEN", CURRENT_FH, Run::NotYet),
     op!(OP_OPEN_DOWNGRADE, "OPEN_DOWNGRADE", CURRENT_FH, Run::NotYet),
     op!(
@@ -191,7 +196,12 @@ pub(crate) static OPS: &[OpDesc] = &[
         CURRENT_FH,
         handler!(SetAttr, |cx, a| super::setattrs::setattr(cx, a))
     ),
-    op!(OP_VERIFY, "VERIFY", CURRENT_FH, Run::NotYet),
+    op!(
+        OP_VERIFY,
+        "VERIFY",
+        CURRENT_FH,
+        handler!(Verify, |cx, a| fh_ops::verify(cx, a))
+    ),
     op!(OP_WRITE, "WRITE", CURRENT_FH, Run::NotYet),
     op!(
         OP_BIND_CONN_TO_SESSION,

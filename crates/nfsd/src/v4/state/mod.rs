@@ -121,8 +121,12 @@ impl StateTable {
         who: Principal,
         now: Instant,
     ) -> Result<Exchanged, NfsStat4> {
+        // RFC 8881 §18.35.3 added EXCHGID4_FLAG_SUPP_FENCE_OPS (0x4) to RFC 5661's
+        // flags (the nfs4 crate follows RFC 5662, which lacks it): a client may set it.
+        const SUPP_FENCE_OPS: u32 = 0x0000_0004;
         const DEFINED: u32 = EXCHGID4_FLAG_SUPP_MOVED_REFER
             | EXCHGID4_FLAG_SUPP_MOVED_MIGR
+            | SUPP_FENCE_OPS
             | EXCHGID4_FLAG_BIND_PRINC_STATEID
             | EXCHGID4_FLAG_MASK_PNFS
             | EXCHGID4_FLAG_UPD_CONFIRMED_REC_A;

@@ -182,6 +182,15 @@ fn rfc8881_18_35_3_undefined_flags_and_unsupported_state_protection_are_refused(
         t.exchange_id(&exid("a", 1, 0x0000_1000), ALICE, now),
         Err(NfsStat4::NFS4ERR_INVAL)
     );
+    // The flags Linux sends, and RFC 8881's SUPP_FENCE_OPS, are accepted.
+    let linux = EXCHGID4_FLAG_SUPP_MOVED_REFER
+        | EXCHGID4_FLAG_SUPP_MOVED_MIGR
+        | EXCHGID4_FLAG_BIND_PRINC_STATEID
+        | 0x4;
+    assert!(t.exchange_id(&exid("linux", 1, linux), ALICE, now).is_ok());
+    assert!(t
+        .destroy_clientid(t.clients.keys().copied().next().unwrap(), now)
+        .is_ok());
     let mut a = exid("a", 1, 0);
     a.eia_state_protect = StateProtect4A::MachCred(StateProtectOps4::default());
     assert_eq!(t.exchange_id(&a, ALICE, now), Err(NfsStat4::NFS4ERR_INVAL));
