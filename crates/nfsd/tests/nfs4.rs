@@ -1242,3 +1242,57 @@ async fn verify_and_nverify_compare_with_the_objects_attributes() {
     }
     serving.stop().await;
 }
+
+/// BIND_CONN_TO_SESSION (RFC 8881 §18.34) from a second connection: the fore
+/// channel, which the session then serves there; no back channel yet.
+#[tokio::test]
+async fn bind_conn_to_session_binds_the_fore_channel() {
+    let (_dir, _export, addr, serving) = server().await;
+    let mut s = Session::new(addr, "bind").await;
+    let mut other = Conn::open(addr).await;
+    let bind = |sid, dir| {
+        NfsArgop4::BindConnToSession(BindConnToSession4Args {
+            bctsa_sessid: sid,
+            bctsa_dir: dir,
+            bctsa_use_conn_in_rdma_mode: true,
+        })
+    };
+    let (_, res) = other
+        .compound(
+            1,
+            vec![bind(s.sid, ChannelDirFromClient4::CDFC4_FORE_OR_BOTH)],
+        )
+        .await;
+    assert_eq!(
+        res.resarray,
+        [NfsResop4::BindConnToSession(Res4::Ok(
+            BindConnToSession4ResOk {
+                bctsr_sessid: s.sid,
+                bctsr_dir: ChannelDirFromServer4::CDFS4_FORE,
+                bctsr_use_conn_in_rdma_mode: false,
+            }
+        ))]
+    );
+    for (sid, dir, want) in [
+        (
+            s.sid,
+            ChannelDirFromClient4::CDFC4_BACK,
+            NfsStat4::NFS4ERR_INVAL,
+        ),
+        (
+            [3; 16],
+            ChannelDirFromClient4::CDFC4_FORE,
+            NfsStat4::NFS4ERR_BADSESSION,
+        ),
+    ] {
+        let (_, res) = other.compound(1, vec![bind(sid, dir)]).await;
+        assert_eq!(res.status, want);
+    }
+    let (_, res) = other
+        .compound(1, vec![s.sequence(1, false), NfsArgop4::PutRootFh])
+        .await;
+    assert_eq!(res.status, NfsStat4::NFS4_OK);
+    s.seq = 2;
+    s.run(vec![NfsArgop4::PutRootFh]).await;
+    serving.stop().await;
+}

@@ -18,14 +18,13 @@
 //!
 //! Served: NULL; COMPOUND of minor version 1 with EXCHANGE_ID (SP4_NONE),
 //! CREATE_SESSION, SEQUENCE (slots, reply cache), DESTROY_SESSION, DESTROY_CLIENTID,
-//! RECLAIM_COMPLETE, PUTROOTFH/PUTPUBFH (a pseudo root joining the exports),
+//! BIND_CONN_TO_SESSION, RECLAIM_COMPLETE, PUTROOTFH/PUTPUBFH (a pseudo root joining the exports),
 //! PUTFH, GETFH, SAVEFH, RESTOREFH, LOOKUP, LOOKUPP, ACCESS, GETATTR, READDIR,
 //! READLINK, SECINFO and SECINFO_NO_NAME (AUTH_SYS), CREATE (not regular files:
 //! OPEN's), LINK, REMOVE, RENAME and SETATTR (size with the special stateids
 //! only), VERIFY and NVERIFY. Minor versions 0 and 2 answer
 //! NFS4ERR_MINOR_VERS_MISMATCH. Not yet: OPEN and all open/lock state, READ, WRITE,
-//! COMMIT, BIND_CONN_TO_SESSION, the back
-//! channel, state kept across restarts (grace), NFSv4.2 (the operation table lists
+//! COMMIT, the back channel (BIND_CONN_TO_SESSION binds the fore channel only), state kept across restarts (grace), NFSv4.2 (the operation table lists
 //! them: NFS4ERR_NOTSUPP).
 
 pub mod attrs;

@@ -4,9 +4,8 @@
 //! data here; the handlers live by group ([`super::session_ops`],
 //! [`super::fh_ops`], [`super::readdir`], [`super::names_ops`]).
 //!
-//! Operations whose handler is [`Run::NotYet`] (open, lock and stateid state, I/O,
-//! BIND_CONN_TO_SESSION) answer
-//! NFS4ERR_NOTSUPP until they are served; so do the operations the decoder does not
+//! Operations whose handler is [`Run::NotYet`] (open, lock and stateid state, I/O)
+//! answer NFS4ERR_NOTSUPP until they are served; so do the operations the decoder does not
 //! code (it stops there, [`nfs4::compound::StopReason::NotSupported`]).
 
 use nfs4::compound::{NfsArgop4, NfsResop4};
@@ -207,7 +206,10 @@ pub(crate) static OPS: &[OpDesc] = &[
         OP_BIND_CONN_TO_SESSION,
         "BIND_CONN_TO_SESSION",
         SOLO,
-        Run::NotYet
+        handler!(
+            BindConnToSession,
+            |cx, a| session_ops::bind_conn_to_session(cx, a)
+        )
     ),
     op!(
         OP_EXCHANGE_ID,

@@ -1,6 +1,6 @@
 //! The session and client ID operations (RFC 8881 §18.35 EXCHANGE_ID, §18.36
 //! CREATE_SESSION, §18.37 DESTROY_SESSION, §18.50 DESTROY_CLIENTID, §18.51
-//! RECLAIM_COMPLETE): arguments in, [`super::state::StateTable`] decides, results
+//! RECLAIM_COMPLETE, §18.34 BIND_CONN_TO_SESSION): arguments in, [`super::state::StateTable`] decides, results
 //! out. SEQUENCE is [`super::compound`]'s.
 
 use nfs4::session::*;
@@ -68,4 +68,29 @@ pub(crate) fn reclaim_complete(cx: &mut Compound<'_>, a: &ReclaimComplete4Args) 
         return NfsStat4::NFS4ERR_NOFILEHANDLE;
     }
     cx.server.state().reclaim_complete(client, a.rca_one_fs)
+}
+
+/// §18.34 BIND_CONN_TO_SESSION. With SP4_NONE every connection is bound to the fore
+/// channel of the sessions it carries requests of (§2.10.3.1: the server binds it
+/// implicitly), so binding is a matter of answering: the fore channel for CDFC4_FORE
+/// and CDFC4_FORE_OR_BOTH; no back channel is served yet, so CDFC4_BACK and
+/// CDFC4_BACK_OR_BOTH, which need one, are NFS4ERR_INVAL. RDMA mode is not granted
+/// (`bctsr_use_conn_in_rdma_mode` FALSE). No such session: NFS4ERR_BADSESSION.
+pub(crate) fn bind_conn_to_session(
+    cx: &mut Compound<'_>,
+    a: &BindConnToSession4Args,
+) -> BindConnToSession4Res {
+    if cx.server.state().session(&a.bctsa_sessid).is_none() {
+        return Res4::Err(NfsStat4::NFS4ERR_BADSESSION);
+    }
+    match a.bctsa_dir {
+        ChannelDirFromClient4::CDFC4_FORE | ChannelDirFromClient4::CDFC4_FORE_OR_BOTH => {
+            Res4::Ok(BindConnToSession4ResOk {
+                bctsr_sessid: a.bctsa_sessid,
+                bctsr_dir: ChannelDirFromServer4::CDFS4_FORE,
+                bctsr_use_conn_in_rdma_mode: false,
+            })
+        }
+        _ => Res4::Err(NfsStat4::NFS4ERR_INVAL),
+    }
 }
