@@ -1,6 +1,6 @@
 //! NFSv3 statuses of the shared file layer as NFSv4 statuses (RFC 8881 §15.1).
 //!
-//! The file layer ([`crate::vfs`], [`crate::proc`]) answers in `nfsstat3`; the
+//! The file layer ([`crate::vfs`], `proc`) answers in `nfsstat3`; the
 //! NFSv4.1 operations that reuse it translate here, in one place. Most values are the
 //! same numbers in both versions (RFC 8881 §15.1 kept NFSv3's); the others:
 //!

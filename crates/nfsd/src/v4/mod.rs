@@ -1,8 +1,8 @@
 //! NFSv4.1 (RFC 8881; XDR of RFC 5662 in the `nfs4` crate) beside NFSv3: program
 //! 100003 version 4 on the same listeners (TCP and RPC-over-RDMA), over the same
 //! export-confined file layer ([`crate::nfs::Table`], [`crate::vfs`], `proc`).
-//! Opt-in ([`crate::server::Bound::serve_nfs4`], `--nfs4`) until a Linux mount can list
-//! and read through it.
+//! Opt-in ([`crate::server::Bound::serve_nfs4`], `--nfs4`) until a Linux mount can
+//! read and write through it (OPEN, READ, WRITE).
 //!
 //! ```text
 //!   service::Nfs4Service (oncrpc: NULL, COMPOUND)
@@ -106,7 +106,7 @@ impl Nfs4Server {
     }
 
     /// Serves one COMPOUND from `caller` (as `principal`) at `now`: `args` holds
-    /// `COMPOUND4args`; returns the encoded `COMPOUND4res` ([`compound`]).
+    /// `COMPOUND4args`; returns the encoded `COMPOUND4res` (module `compound`).
     pub fn compound(
         &self,
         caller: &Caller,

@@ -1,7 +1,7 @@
 //! Operations that change a directory's names (RFC 8881 §18.4 CREATE, §18.9 LINK,
-//! §18.25 REMOVE, §18.26 RENAME), through NFSv3's ([`crate::proc::names`]): the same write permission
-//! (`ro` exports: NFS4ERR_ROFS), identity, name checks and confinement. The pseudo
-//! file system cannot be changed: NFS4ERR_ROFS.
+//! §18.25 REMOVE, §18.26 RENAME), through NFSv3's ([`crate::proc::names`]): the
+//! same write permission (`ro` exports: NFS4ERR_ROFS), identity, name checks and
+//! confinement. The pseudo file system cannot be changed: NFS4ERR_ROFS.
 //!
 //! Their `change_info4` comes from NFSv3's weak cache consistency data: `before` and
 //! `after` are the directory's `change` attribute ([`super::attrs`]: its ctime) read

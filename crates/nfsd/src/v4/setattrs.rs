@@ -1,6 +1,6 @@
 //! The attributes a client may set (RFC 8881 §5.5: the writable attributes), parsed
 //! from a `fattr4` into NFSv3's `sattr3`, which the shared file layer applies
-//! ([`crate::proc::attr::apply_sattr`], CREATE's and MKDIR's initial attributes).
+//! (`proc::attr::apply_sattr`, CREATE's and MKDIR's initial attributes).
 //! CREATE's `createattrs` today, SETATTR's when it is served.
 //!
 //! Served: `mode` (33), `owner` (36) and `owner_group` (37) as numeric strings (as
