@@ -1,13 +1,15 @@
-//! An NFS version 3 server (RFC 1813) with MOUNT version 3, serving local directories.
+//! An NFS version 3 server (RFC 1813) with MOUNT version 3, serving local directories,
+//! and the first slice of NFS version 4.1 (RFC 8881, [`v4`]) beside it, opt-in
+//! ([`server::Bound::serve_nfs4`], the binary's `--nfs4`).
 //!
 //! ```text
 //!   TCP (record marking)        RPC-over-RDMA (rdma: NFS only)
 //!            \                    /
 //!        oncrpc::Dispatcher  (call bytes -> reply XdrStream)
-//!            /                    \
-//!   service::NfsService      mount::MountService
-//!            |                    |
-//!   nfs::NfsServer  -- proc/* (one module per group of procedures)
+//!            /                    \                  \
+//!   service::NfsService      mount::MountService   v4::Nfs4Service (COMPOUND,
+//!            |                    |                  sessions, pseudo root)
+//!   nfs::NfsServer  -- proc/* (one module per group of procedures) <- v4 reuses them
 //!            |
 //!   vfs (export-confined openat/O_NOFOLLOW access, handle resolution)
 //!   fh (handle format)   handle_key (its MAC key)   kernel_fh (open_by_handle_at)
@@ -49,7 +51,9 @@
 //!
 //! # What this crate does not do
 //!
-//! NFSv4, NLM over UDP (locking is [`nlm`], on TCP),
+//! Most of NFSv4.1 yet ([`v4`] lists what it serves: sessions, the pseudo root,
+//! lookups, attributes and READDIR; not OPEN, READ, WRITE, locks, callbacks or
+//! state across restarts), NFSv4.0 and 4.2, NLM over UDP (locking is [`nlm`], on TCP),
 //! ACLs over the wire, UDP, netgroups and host name wildcards in exports
 //! ([`exports`]).
 #![warn(missing_docs, unreachable_pub)]
@@ -76,6 +80,7 @@ mod proc;
 pub mod rdma;
 pub mod server;
 pub mod service;
+pub mod v4;
 pub mod vfs;
 
 pub use creds::Squash;

@@ -191,6 +191,12 @@ struct Cli {
     /// or for NFS/RDMA metadata calls of many clients in parallel.
     #[arg(long)]
     no_inline_metadata: bool,
+    /// Serve NFS version 4.1 beside version 3 on the NFS ports (issue 27, first
+    /// slice: sessions, the pseudo root, lookups, attributes and READDIR; no OPEN,
+    /// READ or WRITE yet). Off by default: a mount without `vers=` would settle on
+    /// NFSv4.1 and could not read files; without it, it settles on NFSv3.
+    #[arg(long)]
+    nfs4: bool,
     /// How READ data leaves over TCP: `sendfile` (the default: from the page cache,
     /// no copy by the server) or `copy` (the file is mapped and the kernel copies the
     /// data into the socket once: measured faster for clients on the same host,
@@ -468,7 +474,7 @@ fn main() -> std::process::ExitCode {
         },
         ..RdmaOptions::new((cli.bind, cli.rdma_port).into())
     });
-    match runtime.block_on(run(config, rdma, cli.exports_file)) {
+    match runtime.block_on(run(config, rdma, cli.exports_file, cli.nfs4)) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("nfsd: {e}");
@@ -481,8 +487,12 @@ async fn run(
     config: Config,
     rdma: Option<RdmaOptions>,
     exports_file: Option<PathBuf>,
+    nfs4: bool,
 ) -> std::io::Result<()> {
     let mut bound = Bound::new(&config).await?;
+    if nfs4 {
+        bound.serve_nfs4();
+    }
     if let Some(opts) = &rdma {
         bound.listen_rdma(opts).await?;
     }

@@ -269,21 +269,8 @@ impl NfsServer {
         args: Decoder,
     ) -> Result<XdrStream, ServiceError> {
         let table = self.table();
-        // A first handle that is malformed, stale or refused leaves the anonymous,
-        // read-only defaults: the procedure then fails resolving it, with its status.
-        let options = NfsFh3::decode(&mut args.clone())
-            .ok()
-            .and_then(|fh| table.decode(&fh).ok())
-            .and_then(|h| table.find(h.export))
-            .and_then(|s| s.clients.admit(caller.peer.as_ref()).ok().copied())
-            .unwrap_or_default();
-        let cx = Cx {
-            s: self,
-            table: &table,
-            caller,
-            id: caller.identity(&options),
-            read_only: options.read_only,
-        };
+        let first = NfsFh3::decode(&mut args.clone()).ok();
+        let cx = Cx::new(self, &table, caller, first.as_ref());
         match proc {
             NfsProc3::NULL => run(args, |nfs3::Void| nfs3::Void),
             NfsProc3::GETATTR => run(args, |a: GetAttr3Args| proc::attr::getattr(&cx, a)),
@@ -337,12 +324,19 @@ fn run_held<A: Decode, R: Encode>(
     let mut reply = result.to_xdr();
     drop(result);
     if let Some(charge) = charge {
-        reply.inline = xdr::Bytes::from_owner(Charged {
-            bytes: reply.inline,
-            _charge: charge,
-        });
+        hold(&mut reply, charge);
     }
     Ok(reply)
+}
+
+/// Makes `reply`'s bytes hold `charge` until the last of them is dropped (a READDIR's
+/// charge, NFSv3's or NFSv4's).
+pub(crate) fn hold(reply: &mut XdrStream, charge: rpcrdma::memory::Charge) {
+    let bytes = std::mem::take(&mut reply.inline);
+    reply.inline = xdr::Bytes::from_owner(Charged {
+        bytes,
+        _charge: charge,
+    });
 }
 
 /// Bytes that keep a charge to the memory budget until the last of them is dropped.
@@ -380,7 +374,33 @@ pub(crate) struct Cx<'a> {
     pub(crate) read_only: bool,
 }
 
-impl Cx<'_> {
+impl<'a> Cx<'a> {
+    /// The context of a call of `caller` whose first handle is `first`: the identity
+    /// and write permission come from the options the caller has on that handle's
+    /// export. A first handle that is missing, malformed, stale or refused leaves the
+    /// anonymous, read-only defaults: the procedure then fails resolving it, with its
+    /// status. NFSv3 calls take their first argument's handle; NFSv4 operations the
+    /// current filehandle ([`crate::v4`]).
+    pub(crate) fn new(
+        s: &'a NfsServer,
+        table: &'a Table,
+        caller: &'a Caller,
+        first: Option<&NfsFh3>,
+    ) -> Cx<'a> {
+        let options = first
+            .and_then(|fh| table.decode(fh).ok())
+            .and_then(|h| table.find(h.export))
+            .and_then(|s| s.clients.admit(caller.peer.as_ref()).ok().copied())
+            .unwrap_or_default();
+        Cx {
+            s,
+            table,
+            caller,
+            id: caller.identity(&options),
+            read_only: options.read_only,
+        }
+    }
+
     /// Runs `f` with the caller's file-system identity.
     pub(crate) fn as_caller<T>(&self, f: impl FnOnce() -> T) -> T {
         let _guard = crate::creds::AsCaller::enter(self.s.switching, &self.id);

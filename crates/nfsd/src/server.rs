@@ -24,6 +24,7 @@ use crate::nlm::xdr::{NLM_PROGRAM, NLM_V4, NSM_PROGRAM, NSM_V1};
 use crate::nlm::{Nlm, NlmConfig, NlmService, NsmService};
 use crate::portmap::{Portmapper, Registration, PMAP_PROGRAM};
 use crate::rdma::{RdmaListener, RdmaOptions};
+use crate::v4::Nfs4Service;
 use crate::vfs::HandleConfig;
 use crate::{MountService, NfsServer, NfsService};
 
@@ -88,6 +89,9 @@ pub struct Config {
 #[derive(Debug)]
 pub struct Bound {
     server: Arc<NfsServer>,
+    /// NFSv4.1 over the same exports, if served ([`Bound::serve_nfs4`]): one client
+    /// and session state for TCP and RDMA.
+    nfs4: Option<Arc<crate::v4::Nfs4Server>>,
     /// The server's budget as its TCP servers charge it.
     tcp_memory: Arc<crate::memory::TcpMemory>,
     nfs: TcpListener,
@@ -169,6 +173,7 @@ impl Bound {
             },
         };
         Ok(Bound {
+            nfs4: None,
             server,
             tcp_memory,
             nfs,
@@ -184,10 +189,22 @@ impl Bound {
         })
     }
 
+    /// Serves NFS version 4 (minor version 1, [`crate::v4`]) beside version 3 on the
+    /// NFS TCP port and on the NFS/RDMA listener added after this (call it before
+    /// [`Bound::listen_rdma`]). Off by default (the binary's `--nfs4`): until OPEN,
+    /// READ and WRITE are served, a Linux mount without `vers=` would settle on
+    /// NFSv4.1 and fail to read, where without it the NFSv4 probe gets
+    /// PROG_MISMATCH and the mount settles on NFSv3.
+    pub fn serve_nfs4(&mut self) {
+        if self.nfs4.is_none() {
+            self.nfs4 = Some(Arc::new(crate::v4::Nfs4Server::new(self.server.clone())));
+        }
+    }
+
     /// Adds the NFS/RDMA listener (NFS only: RFC 8267 binds no MOUNT), bound now,
     /// served and registered (netid "rdma") by [`Bound::serve`].
     pub async fn listen_rdma(&mut self, opts: &RdmaOptions) -> std::io::Result<()> {
-        self.rdma = Some(RdmaListener::bind(self.server.clone(), opts).await?);
+        self.rdma = Some(RdmaListener::bind(self.server.clone(), self.nfs4.clone(), opts).await?);
         Ok(())
     }
 
@@ -276,6 +293,15 @@ impl Bound {
             )),
             None => lines.push("NFS/RDMA: off".to_string()),
         }
+        lines.push(match self.nfs4 {
+            Some(_) => "NFS v4.1 on the NFS ports beside v3 [--nfs4] (sessions, the pseudo \
+                        root, lookups, attributes, READDIR; no OPEN, READ or WRITE yet); \
+                        v4.0 and v4.2 answer NFS4ERR_MINOR_VERS_MISMATCH"
+                .to_string(),
+            None => "NFS v4: off (answered PROG_MISMATCH; --nfs4 serves the first slice of \
+                     v4.1)"
+                .to_string(),
+        });
         lines.push(self.describe_nlm());
         lines.push(self.describe_rpcbind());
         let limit = self.server.memory.limit();
@@ -416,13 +442,27 @@ impl Bound {
         nfs_dispatcher
             .register(NFS_PROGRAM, [NFS_V3], nfs_service)
             .map_err(std::io::Error::other)?;
+        let mut nfs_versions = vec![NFS_V3];
+        if let Some(v4) = &self.nfs4 {
+            nfs_dispatcher
+                .register(
+                    NFS_PROGRAM,
+                    [nfs4::NFS_V4],
+                    Arc::new(Nfs4Service::new(v4.clone())),
+                )
+                .map_err(std::io::Error::other)?;
+            nfs_versions.push(nfs4::NFS_V4);
+        }
         let mut tasks = tokio::task::JoinSet::new();
-        let mut table = vec![Registration {
-            prog: NFS_PROGRAM,
-            vers: NFS_V3,
-            netid: "tcp",
-            addr: self.nfs.local_addr()?,
-        }];
+        let mut table = Vec::new();
+        for &vers in &nfs_versions {
+            table.push(Registration {
+                prog: NFS_PROGRAM,
+                vers,
+                netid: "tcp",
+                addr: self.nfs.local_addr()?,
+            });
+        }
         table.push(Registration {
             prog: MOUNT_PROGRAM,
             vers: MOUNT_V3,
@@ -436,16 +476,18 @@ impl Bound {
             .cloned();
         if let Some(rdma) = self.rdma {
             let addr = rdma.local_addr();
-            table.push(Registration {
-                prog: NFS_PROGRAM,
-                vers: NFS_V3,
-                netid: if addr.is_ipv4() {
-                    rpcrdma_transport::NETID_RDMA
-                } else {
-                    rpcrdma_transport::NETID_RDMA6
-                },
-                addr,
-            });
+            for &vers in &nfs_versions {
+                table.push(Registration {
+                    prog: NFS_PROGRAM,
+                    vers,
+                    netid: if addr.is_ipv4() {
+                        rpcrdma_transport::NETID_RDMA
+                    } else {
+                        rpcrdma_transport::NETID_RDMA6
+                    },
+                    addr,
+                });
+            }
             tasks.spawn(rdma.serve(self.registrar.clone(), stopped(stop_rx.clone())));
         }
         match self.mount {

@@ -65,7 +65,7 @@ const COOKIE_SCHEME: u64 = 1;
 
 /// The cookie verifier of a directory: its inode number and generation, and the
 /// cookie scheme.
-fn verifier(dir: &Meta) -> CookieVerf3 {
+pub(crate) fn verifier(dir: &Meta) -> CookieVerf3 {
     (dir.key.ino ^ dir.gen.rotate_left(17) ^ COOKIE_SCHEME).to_be_bytes()
 }
 
@@ -98,12 +98,12 @@ fn resume(cookie: u64) -> Result<(Next, Option<i64>), NfsStat3> {
 }
 
 /// One directory entry, as listed.
-struct Raw {
+pub(crate) struct Raw {
     /// `.`, `..`, or an entry of the file system.
     kind: Kind,
-    ino: u64,
-    name: Vec<u8>,
-    cookie: u64,
+    pub(crate) ino: u64,
+    pub(crate) name: Vec<u8>,
+    pub(crate) cookie: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -114,7 +114,8 @@ enum Kind {
 }
 
 /// A listing from some cookie on: the dots still due, then the file system's entries.
-struct Cursor<'a> {
+/// NFSv4's READDIR ([`crate::v4`]) lists from [`COOKIE_DOTDOT`] on: no dots.
+pub(crate) struct Cursor<'a> {
     ex: &'a Export,
     dir: &'a Node,
     next: Next,
@@ -125,7 +126,7 @@ impl Cursor<'_> {
     /// Opens the directory for listing after `cookie`, after the checks both
     /// procedures share: a directory (NFS3ERR_NOTDIR), a verifier that matches
     /// (NFS3ERR_BAD_COOKIE), a cookie we could have made (NFS3ERR_BAD_COOKIE).
-    fn open<'a>(
+    pub(crate) fn open<'a>(
         cx: &Cx<'_>,
         ex: &'a Export,
         dir: &'a Node,
@@ -150,7 +151,7 @@ impl Cursor<'_> {
     }
 
     /// The next entry; `Ok(None)` at the end.
-    fn next(&mut self) -> Result<Option<Raw>, NfsStat3> {
+    pub(crate) fn next(&mut self) -> Result<Option<Raw>, NfsStat3> {
         match self.next {
             Next::Dot => {
                 self.next = Next::DotDot;
@@ -203,7 +204,7 @@ fn fail_attrs(ex: Option<(&Export, &Node)>) -> ObjAttrFail {
 /// memory (each counted at [`entry_memory`]; the listing stops short of it); the
 /// charge lasts until the reply is dropped (`nfs::run_held`). Past the budget:
 /// NFS3ERR_JUKEBOX, as for READ (RFC 1813 §2.6: the client retries later).
-fn charge_listing(cx: &Cx<'_>, limit: usize) -> Result<Charge, NfsStat3> {
+pub(crate) fn charge_listing(cx: &Cx<'_>, limit: usize) -> Result<Charge, NfsStat3> {
     let bytes = (limit + entries_memory(limit)) as u64;
     cx.s.memory.charge_ahead(bytes).ok_or_else(|| {
         cx.s.memory_refusals.refused(bytes, &cx.s.memory);
@@ -215,7 +216,7 @@ fn charge_listing(cx: &Cx<'_>, limit: usize) -> Result<Charge, NfsStat3> {
 /// and at least 4 KiB, so that one entry (a few hundred bytes at most: a name of up to
 /// 255 bytes, a handle of up to 64) always fits and a reply that has room for it
 /// never fails NFS3ERR_TOOSMALL for memory.
-fn entries_memory(limit: usize) -> usize {
+pub(crate) fn entries_memory(limit: usize) -> usize {
     limit.max(4096)
 }
 
@@ -223,7 +224,7 @@ fn entries_memory(limit: usize) -> usize {
 /// grows by doubling, so its capacity is up to twice what it holds), and its name's
 /// allocation (at least an allocator's smallest chunk), and as much again for a
 /// handle.
-fn entry_memory<T>(name: usize, handle: usize) -> usize {
+pub(crate) fn entry_memory<T>(name: usize, handle: usize) -> usize {
     const SMALLEST_ALLOCATION: usize = 32;
     2 * std::mem::size_of::<T>()
         + name.max(SMALLEST_ALLOCATION)

@@ -1,4 +1,4 @@
-//! NFS version 3 over RPC-over-RDMA: the listener `nfsd` runs next to TCP.
+//! NFS versions 3 and 4 over RPC-over-RDMA: the listener `nfsd` runs next to TCP.
 //!
 //! Specs: RFC 8267 (NFS Upper Layer Binding: §4.1 DDP-eligible items, §5 port
 //! 20049 and "MOUNT ... not bound"), rpcrdma-v1-draft-ietf-nfsv4-rfc5666bis-04 §11
@@ -7,10 +7,11 @@
 //! ```text
 //!   client ──RDMA device (verbs: RoCE, IB, iWARP NIC, rxe, siw)──┐
 //!   client ──iWARP (MPA/DDP/RDMAP over TCP, userspace)───────────┴► RdmaServer
-//!                                                             │ Nfs3Binding
+//!                                 │ NfsBinding (Nfs3Binding + Nfs4Binding)
 //!                                   NFS-only oncrpc::Dispatcher (no MOUNT)
 //!                                                             │
 //!                                 NfsService ── the same NfsServer as TCP
+//!                                 Nfs4Service ── the same Nfs4Server as TCP
 //! ```
 //!
 //! The provider ([`Provider`]): rdma-core verbs when the listening address is on an
@@ -67,6 +68,9 @@ use verbs::{VerbsCm, VerbsListener};
 
 use crate::{NfsServer, NfsService};
 
+mod binding;
+
+pub use binding::NfsBinding;
 pub use nfs3::rdma::{Nfs3Binding, NFS_ACL_PROGRAM};
 
 /// Which RDMA provider carries NFS/RDMA.
@@ -274,31 +278,45 @@ impl std::fmt::Debug for RdmaListener {
 }
 
 impl RdmaListener {
-    /// Binds `opts.addr` for the NFS program of `nfs` (an NFS-only dispatcher:
-    /// RFC 8267 binds no MOUNT), on the provider `opts.provider` names.
-    pub async fn bind(nfs: Arc<NfsServer>, opts: &RdmaOptions) -> io::Result<RdmaListener> {
+    /// Binds `opts.addr` for the NFS program of `nfs`, version 3, and of `nfs4`,
+    /// version 4, if given (an NFS-only dispatcher: RFC 8267 binds no MOUNT), on the
+    /// provider `opts.provider` names. `nfs4` is the TCP listener's too: one client
+    /// and session state whichever transport a client's connections use.
+    pub async fn bind(
+        nfs: Arc<NfsServer>,
+        nfs4: Option<Arc<crate::v4::Nfs4Server>>,
+        opts: &RdmaOptions,
+    ) -> io::Result<RdmaListener> {
         // One memory budget for the process: the transport charges the NFS program's.
         let memory = nfs.memory.clone();
         let read_buffers = nfs.read_buffers.clone();
         // The server's reply cache too: a retransmission over RDMA is matched as
         // over TCP (by the connection's peer address).
         let cache = nfs.reply_cache.clone();
-        let nfs_only = |service: NfsService| {
+        let nfs_only = |service: NfsService, v4: Option<crate::v4::Nfs4Service>| {
             let mut d = Dispatcher::new();
             if let Some(cache) = &cache {
                 d.with_reply_cache(cache.clone());
             }
             d.register(NFS_PROGRAM, [NFS_V3], Arc::new(service))
                 .map_err(io::Error::other)?;
+            if let Some(v4) = v4 {
+                d.register(NFS_PROGRAM, [nfs4::NFS_V4], Arc::new(v4))
+                    .map_err(io::Error::other)?;
+            }
             Ok::<_, io::Error>(Arc::new(d))
         };
-        let on_iwarp = nfs_only(NfsService::new(nfs.clone()))?;
+        let on_iwarp = nfs_only(
+            NfsService::new(nfs.clone()),
+            nfs4.clone().map(crate::v4::Nfs4Service::new),
+        )?;
         // On a verbs device the calls run on this runtime, never on the device threads
         // (module docs, "Threads").
         let on_verbs = nfs_only(
             NfsService::new(nfs)
                 .on(tokio::runtime::Handle::current())
                 .delegating(crate::delegate::Delegate::start("nfsd-rdma-calls")?),
+            nfs4.map(|v4| crate::v4::Nfs4Service::new(v4).on(tokio::runtime::Handle::current())),
         )?;
         let context = |e: io::Error| {
             io::Error::new(e.kind(), format!("NFS/RDMA listener on {}: {e}", opts.addr))
@@ -414,6 +432,14 @@ impl RdmaListener {
     }
 }
 
+/// The binding of what `dispatcher` serves: NFSv4's too if it serves version 4.
+fn binding_for(dispatcher: &Dispatcher) -> Arc<NfsBinding> {
+    let v4 = dispatcher
+        .registrations()
+        .contains(&(NFS_PROGRAM, nfs4::NFS_V4));
+    Arc::new(NfsBinding::new(v4))
+}
+
 /// The userspace iWARP listener at `opts.addr`.
 async fn bind_iwarp(
     dispatcher: Arc<Dispatcher>,
@@ -430,8 +456,8 @@ async fn bind_iwarp(
     }
     let server = RdmaServer::new(
         IwarpProvider::new(iwarp),
-        dispatcher,
-        Arc::new(Nfs3Binding),
+        dispatcher.clone(),
+        binding_for(&dispatcher),
         opts.transport.clone(),
     )
     .with_memory(memory);
@@ -491,8 +517,8 @@ async fn bind_verbs_here(
     }
     let server = RdmaServer::new(
         VerbsCm::new(),
-        dispatcher,
-        Arc::new(Nfs3Binding),
+        dispatcher.clone(),
+        binding_for(&dispatcher),
         opts.transport.clone(),
     )
     .with_memory(memory);
@@ -559,9 +585,13 @@ async fn serve_on<P: rdma::ConnectionManager + 'static>(
         } else {
             rpcrdma_transport::NETID_RDMA6
         };
-        r.unset_all(&[(NFS_PROGRAM, NFS_V3)], netid, addr)
-            .await
-            .map_err(|e| io::Error::other(format!("rpcbind (rdma): {e}")))?;
+        r.unset_all(
+            &[(NFS_PROGRAM, NFS_V3), (NFS_PROGRAM, nfs4::NFS_V4)],
+            netid,
+            addr,
+        )
+        .await
+        .map_err(|e| io::Error::other(format!("rpcbind (rdma): {e}")))?;
     }
     result
 }

@@ -1,0 +1,427 @@
+//! COMPOUND processing (RFC 8881 §16.2.3, §2.10.6): the minor version check, the
+//! rules on the first operation, SEQUENCE and its reply cache, and running the
+//! operations in order until one fails, with the current and saved filehandles.
+//!
+//! What each operation may do is data in [`super::ops::OPS`]; this module applies it:
+//!
+//! - `minorversion` other than 1: NFS4ERR_MINOR_VERS_MISMATCH, no results, tag
+//!   echoed (§16.2.3; 0 is NFSv4.0, not served; 2 is NFSv4.2, not yet);
+//! - a header that does not decode: NFS4ERR_BADXDR, no results (§15.1.1.1);
+//! - the first operation is SEQUENCE, or an operation flagged
+//!   [`super::ops::SOLO`] (EXCHANGE_ID, CREATE_SESSION, DESTROY_SESSION,
+//!   BIND_CONN_TO_SESSION, DESTROY_CLIENTID), which must then be the only one
+//!   (NFS4ERR_NOT_ONLY_OP, §18.35.3, §18.36.3, §18.37.3, §18.50.3); any other first
+//!   operation is NFS4ERR_OP_NOT_IN_SESSION (§2.6.3.1.1.1, §15.1.10.5);
+//! - SEQUENCE anywhere else is NFS4ERR_SEQUENCE_POS (§18.46.3);
+//! - each operation runs if the one before succeeded; the reply holds the results up
+//!   to and including the first failure, its status that of the last (§16.2.3);
+//! - an operation that did not decode ends the COMPOUND with the status the decoder
+//!   gives ([`nfs4::compound::Stopped`]);
+//! - a retransmission on a slot whose reply is cached gets those bytes again, and
+//!   nothing runs (§2.10.6.1.3); the reply of a new request is cached when the
+//!   client asked (`sa_cachethis`) and it fits the session's
+//!   `ca_maxresponsesize_cached`.
+//!
+//! Not yet: NFS4ERR_REP_TOO_BIG(_TO_CACHE) checks against the session's reply
+//! limits (a reply too large to cache is sent but not cached, so its retry gets
+//! NFS4ERR_RETRY_UNCACHED_REP).
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use nfs4::compound::{decode_compound_args, Compound4Res, NfsArgop4, NfsResop4};
+use nfs4::{ClientId4, NfsStat4, SessionId4, Utf8Str};
+use xdr::{Decoder, Encode, XdrStream};
+
+use super::ops;
+use super::pseudo::Fh;
+use super::state::{Principal, Sequenced};
+use super::Nfs4Server;
+use crate::nfs::{Caller, Table};
+
+/// The state of one COMPOUND as its operations run.
+pub(crate) struct Compound<'a> {
+    pub(crate) server: &'a Nfs4Server,
+    /// The exports in force for this COMPOUND.
+    pub(crate) table: Arc<Table>,
+    pub(crate) caller: &'a Caller,
+    pub(crate) principal: Principal,
+    pub(crate) now: Instant,
+    /// The current filehandle (§16.2.3.1).
+    pub(crate) current: Option<Fh>,
+    /// The saved filehandle (SAVEFH, RESTOREFH).
+    pub(crate) saved: Option<Fh>,
+    /// The session and client of the SEQUENCE that began the COMPOUND.
+    pub(crate) session: Option<(SessionId4, ClientId4)>,
+    /// The operation running is the last of the COMPOUND.
+    pub(crate) last: bool,
+    /// Memory charged for results (READDIR's listings), held by the reply's bytes.
+    pub(crate) charges: Vec<rpcrdma::memory::Charge>,
+}
+
+/// The error result of `op` with `status`.
+pub(crate) fn fail(op: &NfsArgop4, status: NfsStat4) -> NfsResop4 {
+    NfsResop4::Unknown {
+        opnum: op.opnum(),
+        status,
+    }
+}
+
+/// Serves one COMPOUND (module docs); `args` holds `COMPOUND4args`. Returns the
+/// encoded `COMPOUND4res`.
+pub(crate) fn process(
+    server: &Nfs4Server,
+    caller: &Caller,
+    principal: Principal,
+    mut args: Decoder,
+    now: Instant,
+) -> XdrStream {
+    let request_len = args.remaining();
+    let c = match decode_compound_args(&mut args) {
+        Ok(c) => c,
+        Err(_) => {
+            return Compound4Res {
+                status: NfsStat4::NFS4ERR_BADXDR,
+                tag: Utf8Str::default(),
+                resarray: Vec::new(),
+            }
+            .to_xdr()
+        }
+    };
+    if c.minorversion != nfs4::NFS4_MINOR_VERSION {
+        return Compound4Res {
+            status: NfsStat4::NFS4ERR_MINOR_VERS_MISMATCH,
+            tag: c.tag,
+            resarray: Vec::new(),
+        }
+        .to_xdr();
+    }
+    let mut cx = Compound {
+        server,
+        table: server.nfs.table(),
+        caller,
+        principal,
+        now,
+        current: None,
+        saved: None,
+        session: None,
+        last: false,
+        charges: Vec::new(),
+    };
+    // The slot to complete: session, slot, sa_cachethis.
+    let mut slot = None;
+    let mut results = Vec::with_capacity(c.ops.len() + 1);
+    for (i, op) in c.ops.iter().enumerate() {
+        let desc = ops::describe(op.opnum());
+        cx.last = i as u32 + 1 == c.opcount;
+        let res = match (i, op, desc) {
+            (0, NfsArgop4::Sequence(a), _) => {
+                let r = server.state().sequence(a, c.opcount, request_len, now);
+                match r {
+                    Err(s) => fail(op, s),
+                    Ok(Sequenced::Replay(bytes)) => return XdrStream::inline_only(bytes),
+                    Ok(Sequenced::New(ok, client)) => {
+                        slot = Some((a.sa_sessionid, a.sa_slotid, a.sa_cachethis));
+                        cx.session = Some((a.sa_sessionid, client));
+                        NfsResop4::Sequence(nfs4::Res4::Ok(ok))
+                    }
+                }
+            }
+            (_, NfsArgop4::Sequence(_), _) => fail(op, NfsStat4::NFS4ERR_SEQUENCE_POS),
+            (0, _, Some(d)) if d.flags & ops::SOLO != 0 => {
+                if c.opcount > 1 {
+                    fail(op, NfsStat4::NFS4ERR_NOT_ONLY_OP)
+                } else {
+                    ops::run(d, &mut cx, op)
+                }
+            }
+            (0, _, _) => fail(op, NfsStat4::NFS4ERR_OP_NOT_IN_SESSION),
+            (_, _, Some(d)) => ops::run(d, &mut cx, op),
+            (_, _, None) => fail(op, NfsStat4::NFS4ERR_NOTSUPP),
+        };
+        let failed = !res.status().is_ok();
+        results.push(res);
+        if failed {
+            break;
+        }
+    }
+    // The operation that did not decode is reached only if all before it succeeded.
+    let all_ok = results.iter().all(|r| r.status().is_ok());
+    if results.len() == c.ops.len() && all_ok {
+        if let Some(stopped) = c.stopped {
+            results.push(stopped.result());
+        }
+    }
+    let reply = Compound4Res::new(c.tag, results);
+    let mut reply = {
+        let encoded = reply.to_xdr();
+        drop(reply);
+        encoded
+    };
+    for charge in cx.charges.drain(..) {
+        crate::nfs::hold(&mut reply, charge);
+    }
+    if let Some((sid, slotid, cachethis)) = slot {
+        // A reply with data left out of line (none yet: READ is not served) is not
+        // cached; its retry gets NFS4ERR_RETRY_UNCACHED_REP.
+        let keep = (cachethis && reply.ddp.is_empty()).then(|| reply.inline.clone());
+        server.state().complete(&sid, slotid, keep, now);
+    }
+    reply
+}
+
+impl Compound<'_> {
+    /// The current filehandle, or NFS4ERR_NOFILEHANDLE (§15.1.2.8).
+    pub(crate) fn current(&self) -> Result<&Fh, NfsStat4> {
+        self.current.as_ref().ok_or(NfsStat4::NFS4ERR_NOFILEHANDLE)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Instant;
+
+    use nfs4::compound::{Compound4Args, Compound4Res, NfsArgop4};
+    use nfs4::dir::{ReadDir4Args, Remove4Args, Rename4Args};
+    use nfs4::fh::*;
+    use nfs4::session::*;
+    use nfs4::*;
+    use proptest::prelude::*;
+    use xdr::{Bytes, Decode, Decoder, Encode};
+
+    use super::super::state::Principal;
+    use super::super::Nfs4Server;
+    use crate::exports::{ExportLine, ExportOptions};
+    use crate::nfs::{Caller, NfsServer, Table};
+    use crate::vfs::HandleConfig;
+
+    /// A server on a scratch export (a file, a directory, a symbolic link), with a
+    /// session set up; the directory is removed when the server is dropped.
+    struct Scratch {
+        v4: Nfs4Server,
+        sid: SessionId4,
+        dir: std::path::PathBuf,
+    }
+
+    impl Drop for Scratch {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+
+    fn scratch() -> Scratch {
+        static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "nfsd-v4-compound-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(dir.join("d")).unwrap();
+        std::fs::write(dir.join("f"), b"data").unwrap();
+        let _ = std::os::unix::fs::symlink("f", dir.join("l"));
+        let options = ExportOptions {
+            read_only: false,
+            secure: false,
+            ..ExportOptions::default()
+        };
+        let table = Table::open(
+            &[ExportLine::everyone(&dir, options)],
+            &HandleConfig::ephemeral().unwrap(),
+            None,
+        )
+        .unwrap();
+        let v4 = Nfs4Server::new(Arc::new(NfsServer::new(table)));
+        let now = Instant::now();
+        let e = v4
+            .state()
+            .exchange_id(
+                &ExchangeId4Args {
+                    eia_clientowner: ClientOwner4 {
+                        co_verifier: [1; 8],
+                        co_ownerid: "fuzz".into(),
+                    },
+                    eia_flags: 0,
+                    eia_state_protect: StateProtect4A::None,
+                    eia_client_impl_id: None,
+                },
+                Principal::default(),
+                now,
+            )
+            .unwrap();
+        let attrs = ChannelAttrs4 {
+            ca_headerpadsize: 0,
+            ca_maxrequestsize: 1 << 20,
+            ca_maxresponsesize: 1 << 20,
+            ca_maxresponsesize_cached: 4096,
+            ca_maxoperations: 64,
+            ca_maxrequests: 4,
+            ca_rdma_ird: None,
+        };
+        let Res4::Ok(cs) = v4.state().create_session(
+            &CreateSession4Args {
+                csa_clientid: e.clientid,
+                csa_sequence: e.sequenceid,
+                csa_flags: 0,
+                csa_fore_chan_attrs: attrs.clone(),
+                csa_back_chan_attrs: attrs,
+                csa_cb_program: 1,
+                csa_sec_parms: vec![],
+            },
+            Principal::default(),
+            now,
+        ) else {
+            panic!("CREATE_SESSION")
+        };
+        Scratch {
+            v4,
+            sid: cs.csr_sessionid,
+            dir,
+        }
+    }
+
+    /// Runs `args` through [`super::process`]; the reply must decode, hold at most one
+    /// result per operation (plus one for an operation that did not decode), and carry
+    /// its last result's status.
+    fn run(s: &Scratch, args: Bytes) -> Compound4Res {
+        let reply = super::process(
+            &s.v4,
+            &Caller::default(),
+            Principal::default(),
+            Decoder::new(args),
+            Instant::now(),
+        );
+        let mut d = Decoder::new(reply.to_bytes());
+        let res = Compound4Res::decode(&mut d).expect("our reply decodes");
+        d.finish().expect("and nothing follows it");
+        let last = res
+            .resarray
+            .last()
+            .map_or(NfsStat4::NFS4_OK, |r| r.status());
+        if res.status != NfsStat4::NFS4ERR_MINOR_VERS_MISMATCH
+            && res.status != NfsStat4::NFS4ERR_BADXDR
+        {
+            assert_eq!(res.status, last);
+        }
+        assert!(res.resarray[..res.resarray.len().saturating_sub(1)]
+            .iter()
+            .all(|r| r.status().is_ok()));
+        res
+    }
+
+    fn op(s: &Scratch) -> impl Strategy<Value = NfsArgop4> {
+        let sid = s.sid;
+        let names =
+            prop::sample::select(vec!["f", "d", "l", "..", ".", "", "missing", "a/b", "tmp"]);
+        prop_oneof![
+            (0u32..4, 0u32..6, any::<bool>(), any::<bool>()).prop_map(
+                move |(slot, seq, cache, ours)| {
+                    NfsArgop4::Sequence(Sequence4Args {
+                        sa_sessionid: if ours { sid } else { [7; 16] },
+                        sa_sequenceid: seq,
+                        sa_slotid: slot,
+                        sa_highest_slotid: 0,
+                        sa_cachethis: cache,
+                    })
+                }
+            ),
+            Just(NfsArgop4::PutRootFh),
+            Just(NfsArgop4::PutPubFh),
+            Just(NfsArgop4::GetFh),
+            Just(NfsArgop4::SaveFh),
+            Just(NfsArgop4::RestoreFh),
+            Just(NfsArgop4::LookupP),
+            Just(NfsArgop4::ReadLink),
+            prop::collection::vec(any::<u8>(), 0..70).prop_map(|b| NfsArgop4::PutFh(PutFh4Args {
+                object: NfsFh4(Bytes::from(b)),
+            })),
+            names
+                .clone()
+                .prop_map(|n| NfsArgop4::Lookup(Lookup4Args { objname: n.into() })),
+            names
+                .clone()
+                .prop_map(|n| NfsArgop4::SecInfo(SecInfo4Args { name: n.into() })),
+            (0u32..3).prop_map(|s| NfsArgop4::SecInfoNoName(SecInfoStyle4(s))),
+            any::<u32>().prop_map(|a| NfsArgop4::Access(Access4Args { access: a })),
+            prop::collection::vec(any::<u32>(), 0..4).prop_map(|w| NfsArgop4::GetAttr(
+                GetAttr4Args {
+                    attr_request: Bitmap4(w),
+                }
+            )),
+            (
+                0u64..8,
+                any::<bool>(),
+                0u32..600,
+                prop::collection::vec(any::<u32>(), 0..3)
+            )
+                .prop_map(|(cookie, zero, maxcount, w)| NfsArgop4::ReadDir(
+                    ReadDir4Args {
+                        cookie,
+                        cookieverf: if zero { [0; 8] } else { [9; 8] },
+                        dircount: maxcount,
+                        maxcount,
+                        attr_request: Bitmap4(w),
+                    }
+                )),
+            names
+                .clone()
+                .prop_map(|n| NfsArgop4::Remove(Remove4Args { target: n.into() })),
+            (names.clone(), names).prop_map(|(a, b)| NfsArgop4::Rename(Rename4Args {
+                oldname: a.into(),
+                newname: b.into(),
+            })),
+            any::<bool>()
+                .prop_map(|b| NfsArgop4::ReclaimComplete(ReclaimComplete4Args { rca_one_fs: b })),
+            Just(NfsArgop4::DestroySession(DestroySession4Args {
+                dsa_sessionid: sid
+            })),
+            any::<u64>()
+                .prop_map(|c| NfsArgop4::DestroyClientId(DestroyClientId4Args { dca_clientid: c })),
+            Just(NfsArgop4::Unknown(NfsOpnum4(10_000))),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        /// Any bytes as COMPOUND4args: never a panic, always a reply that decodes.
+        #[test]
+        fn arbitrary_bytes_get_a_reply(b in prop::collection::vec(any::<u8>(), 0..200)) {
+            let s = scratch();
+            run(&s, Bytes::from(b));
+        }
+
+        /// Random COMPOUNDs of the operations served (and some not), in any order with
+        /// any arguments: never a panic; the first-operation rules hold.
+        #[test]
+        fn random_compounds_follow_the_rules(
+            ops in prop::collection::vec(op(&scratch()), 0..12),
+            minor in prop_oneof![Just(1u32), 0u32..3],
+        ) {
+            let s = scratch();
+            let args = Compound4Args { tag: "fuzz".into(), minorversion: minor, argarray: ops.clone() };
+            let res = run(&s, args.to_xdr().to_bytes());
+            if minor != 1 {
+                prop_assert_eq!(res.status, NfsStat4::NFS4ERR_MINOR_VERS_MISMATCH);
+                prop_assert!(res.resarray.is_empty());
+            } else if let Some(first) = ops.first() {
+                prop_assert!(!res.resarray.is_empty());
+                let solo = matches!(first, NfsArgop4::DestroySession(_) | NfsArgop4::DestroyClientId(_));
+                if !matches!(first, NfsArgop4::Sequence(_)) && !solo {
+                    prop_assert_eq!(res.resarray.len(), 1);
+                    let want = if matches!(first, NfsArgop4::Unknown(_)) {
+                        NfsStat4::NFS4ERR_OP_ILLEGAL
+                    } else {
+                        NfsStat4::NFS4ERR_OP_NOT_IN_SESSION
+                    };
+                    prop_assert_eq!(res.status, want);
+                }
+                if solo && ops.len() > 1 {
+                    prop_assert_eq!(res.status, NfsStat4::NFS4ERR_NOT_ONLY_OP);
+                }
+            }
+            // Nothing outside the export was touched, and it is still there.
+            prop_assert!(s.dir.exists());
+        }
+    }
+}

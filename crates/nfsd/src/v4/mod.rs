@@ -1,0 +1,119 @@
+//! NFSv4.1 (RFC 8881; XDR of RFC 5662 in the `nfs4` crate) beside NFSv3: program
+//! 100003 version 4 on the same listeners (TCP and RPC-over-RDMA), over the same
+//! export-confined file layer ([`crate::nfs::Table`], [`crate::vfs`], `proc`).
+//! Opt-in ([`crate::server::Bound::serve_nfs4`], `--nfs4`) until a Linux mount can
+//! read and write through it (OPEN, READ, WRITE).
+//!
+//! ```text
+//!   service::Nfs4Service (oncrpc: NULL, COMPOUND)
+//!            |
+//!   compound (minor version, first-op rules, SEQUENCE + reply cache, op loop)
+//!            |   ops::OPS: name, flags, handler per operation
+//!   session_ops      fh_ops (+ attrs, pseudo), readdir, names_ops (+ setattrs)
+//!            |                 |
+//!   state (sans-IO:      the NFSv3 file layer: Table::resolve, proc::*, vfs
+//!   clients, sessions,
+//!   slots, leases)
+//! ```
+//!
+//! Served: NULL; COMPOUND of minor version 1 with EXCHANGE_ID (SP4_NONE),
+//! CREATE_SESSION, SEQUENCE (slots, reply cache), DESTROY_SESSION, DESTROY_CLIENTID,
+//! BIND_CONN_TO_SESSION, RECLAIM_COMPLETE, PUTROOTFH/PUTPUBFH (a pseudo root joining the exports),
+//! PUTFH, GETFH, SAVEFH, RESTOREFH, LOOKUP, LOOKUPP, ACCESS, GETATTR, READDIR,
+//! READLINK, SECINFO and SECINFO_NO_NAME (AUTH_SYS), CREATE (not regular files:
+//! OPEN's), LINK, REMOVE, RENAME and SETATTR (size with the special stateids
+//! only), VERIFY and NVERIFY. Minor versions 0 and 2 answer
+//! NFS4ERR_MINOR_VERS_MISMATCH. Not yet: OPEN and all open/lock state, READ, WRITE,
+//! COMMIT, the back channel (BIND_CONN_TO_SESSION binds the fore channel only), state kept across restarts (grace), NFSv4.2 (the operation table lists
+//! them: NFS4ERR_NOTSUPP).
+
+pub mod attrs;
+mod compound;
+pub mod errors;
+mod fh_ops;
+mod names_ops;
+mod ops;
+pub mod pseudo;
+mod readdir;
+pub mod service;
+mod session_ops;
+pub mod setattrs;
+pub mod state;
+
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Instant;
+
+use nfs4::{NfsTime4, OpaqueLimit};
+use xdr::{Decoder, XdrStream};
+
+use crate::nfs::{Caller, NfsServer};
+pub use service::Nfs4Service;
+use state::{Principal, StateTable};
+
+/// The NFSv4.1 server: the NFSv3 server whose exports and file layer it shares, and
+/// the client and session state.
+#[derive(Debug)]
+pub struct Nfs4Server {
+    /// The exports, the file layer's settings, the write verifier.
+    pub nfs: Arc<NfsServer>,
+    state: Mutex<StateTable>,
+    /// `so_major_id` and `eir_server_scope` (RFC 8881 §2.5, §18.35.3): the host name,
+    /// stable across restarts, so that a client recognizes the server it reclaims
+    /// from.
+    owner: OpaqueLimit,
+    /// When the server started: pseudo directories' times.
+    started: NfsTime4,
+}
+
+impl Nfs4Server {
+    /// An NFSv4.1 server over `nfs`'s exports, with leases of
+    /// [`state::LEASE_TIME`].
+    pub fn new(nfs: Arc<NfsServer>) -> Nfs4Server {
+        let since = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        let mut owner = std::fs::read("/proc/sys/kernel/hostname")
+            .map(|mut h| {
+                h.retain(|b| !b.is_ascii_whitespace());
+                h
+            })
+            .unwrap_or_default();
+        if owner.is_empty() {
+            owner = b"nfsd".to_vec();
+        }
+        owner.truncate(nfs4::NFS4_OPAQUE_LIMIT as usize);
+        Nfs4Server {
+            nfs,
+            state: Mutex::new(StateTable::new(since.as_secs() as u32, state::LEASE_TIME)),
+            owner: OpaqueLimit::from(&owner[..]),
+            started: NfsTime4 {
+                seconds: since.as_secs() as i64,
+                nseconds: since.subsec_nanos(),
+            },
+        }
+    }
+
+    /// The client and session state, locked (never across file-system work).
+    pub(crate) fn state(&self) -> MutexGuard<'_, StateTable> {
+        // Every state change is complete before the lock is released, so a panic
+        // elsewhere leaves no half-made change behind: a poisoned lock stays usable.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The lease time in seconds (`lease_time`, RFC 8881 §5.8.1.11).
+    pub fn lease_secs(&self) -> u32 {
+        self.state().lease().as_secs() as u32
+    }
+
+    /// Serves one COMPOUND from `caller` (as `principal`) at `now`: `args` holds
+    /// `COMPOUND4args`; returns the encoded `COMPOUND4res` (module `compound`).
+    pub fn compound(
+        &self,
+        caller: &Caller,
+        principal: Principal,
+        args: Decoder,
+        now: Instant,
+    ) -> XdrStream {
+        compound::process(self, caller, principal, args, now)
+    }
+}

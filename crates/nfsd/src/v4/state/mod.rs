@@ -1,0 +1,459 @@
+//! NFSv4.1 client and session state as a sans-IO state machine (RFC 8881 §2.4,
+//! §2.10, §8.3, §18.35-18.37, §18.46, §18.50, §18.51): every call takes the
+//! operation's arguments, who sent them and the time (`now`, an [`Instant`] the
+//! caller reads), and returns the answer; nothing here reads a clock, sleeps or does
+//! I/O, so every rule is a unit test (module `tests`).
+//!
+//! - [`client`]: client records, confirmed or not, and their leases;
+//! - [`session`]: sessions and the channel attributes CREATE_SESSION grants;
+//! - [`slots`]: a session's slot table and reply cache (SEQUENCE's exactly-once rules).
+//!
+//! [`StateTable`] holds them all and applies the operations' rules. Bounded: at most
+//! [`MAX_CLIENTS`] client records and [`MAX_SESSIONS`] sessions (past them: NFS4ERR_DELAY,
+//! as knfsd answers when it cannot allocate one); the reply caches of all sessions hold
+//! at most `MAX_SESSIONS` x 32 slots x 16 KiB (64 MiB) ([`session::ChannelLimits::FORE`]).
+//! Not yet charged to `--max-memory`.
+//!
+//! Not yet here: state protection other than SP4_NONE, the back channel
+//! (CREATE_SESSION grants no CONN_BACK_CHAN), BIND_CONN_TO_SESSION, opens, locks and
+//! delegations, and records kept across a restart (so no grace period).
+
+pub mod client;
+pub mod session;
+pub mod slots;
+#[cfg(test)]
+mod tests;
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use nfs4::session::*;
+use nfs4::{ClientId4, NfsStat4, Res4, SequenceId4, SessionId4, SlotId4};
+use xdr::Bytes;
+
+pub use client::{Client, Principal};
+pub use session::{ChannelLimits, Session};
+pub use slots::{SlotTable, SlotUse};
+
+/// Lease time (RFC 8881 §5.8.1.11 `lease_time`, §8.3): 90 s, as knfsd's default.
+pub const LEASE_TIME: Duration = Duration::from_secs(90);
+/// Most client records kept (confirmed and unconfirmed).
+pub const MAX_CLIENTS: usize = 4096;
+/// Most sessions, all clients together.
+pub const MAX_SESSIONS: usize = 128;
+
+/// What EXCHANGE_ID grants (the rest of `EXCHANGE_ID4resok` is the server's
+/// identity, [`crate::v4`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Exchanged {
+    /// `eir_clientid`.
+    pub clientid: ClientId4,
+    /// `eir_sequenceid`: the `csa_sequence` the next CREATE_SESSION carries.
+    pub sequenceid: SequenceId4,
+    /// The record is confirmed (`EXCHGID4_FLAG_CONFIRMED_R`).
+    pub confirmed: bool,
+}
+
+/// What SEQUENCE makes of a request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Sequenced {
+    /// A new request: the SEQUENCE result to answer and the session's client; run
+    /// the rest of the COMPOUND, then [`StateTable::complete`].
+    New(Sequence4ResOk, ClientId4),
+    /// A retransmission of a request whose reply is cached: these bytes are the
+    /// whole `COMPOUND4res` to send again (RFC 8881 §2.10.6.1.3).
+    Replay(Bytes),
+}
+
+/// All NFSv4.1 client and session state of a server.
+#[derive(Debug)]
+pub struct StateTable {
+    /// Distinguishes this server instance's client and session ids from an earlier
+    /// one's (RFC 8881 §2.4: a client ID from before a restart is stale).
+    boot: u32,
+    next_client: u32,
+    next_session: u32,
+    lease: Duration,
+    clients: HashMap<ClientId4, Client>,
+    sessions: HashMap<SessionId4, Session>,
+}
+
+impl StateTable {
+    /// Empty state for a server instance `boot` (e.g. its start time in seconds),
+    /// with leases of `lease`.
+    pub fn new(boot: u32, lease: Duration) -> StateTable {
+        StateTable {
+            boot,
+            next_client: 1,
+            next_session: 1,
+            lease,
+            clients: HashMap::new(),
+            sessions: HashMap::new(),
+        }
+    }
+
+    /// The lease time.
+    pub fn lease(&self) -> Duration {
+        self.lease
+    }
+
+    /// The client record `id`, if there is one.
+    pub fn client(&self, id: ClientId4) -> Option<&Client> {
+        self.clients.get(&id)
+    }
+
+    /// The session `id`, if there is one.
+    pub fn session(&self, id: &SessionId4) -> Option<&Session> {
+        self.sessions.get(id)
+    }
+
+    /// Number of client records and sessions.
+    pub fn counts(&self) -> (usize, usize) {
+        (self.clients.len(), self.sessions.len())
+    }
+
+    /// RFC 8881 §18.35 EXCHANGE_ID with SP4_NONE from `who`: the cases of §18.35.4
+    /// (numbered as there) decide between the existing record, a new unconfirmed
+    /// one and an error.
+    pub fn exchange_id(
+        &mut self,
+        args: &ExchangeId4Args,
+        who: Principal,
+        now: Instant,
+    ) -> Result<Exchanged, NfsStat4> {
+        // RFC 8881 §18.35.3 added EXCHGID4_FLAG_SUPP_FENCE_OPS (0x4) to RFC 5661's
+        // flags (the nfs4 crate follows RFC 5662, which lacks it): a client may set it.
+        const SUPP_FENCE_OPS: u32 = 0x0000_0004;
+        const DEFINED: u32 = EXCHGID4_FLAG_SUPP_MOVED_REFER
+            | EXCHGID4_FLAG_SUPP_MOVED_MIGR
+            | SUPP_FENCE_OPS
+            | EXCHGID4_FLAG_BIND_PRINC_STATEID
+            | EXCHGID4_FLAG_MASK_PNFS
+            | EXCHGID4_FLAG_UPD_CONFIRMED_REC_A;
+        // §18.35.3: a flag the argument does not define (or a result-only flag) is
+        // NFS4ERR_INVAL.
+        if args.eia_flags & !DEFINED != 0 {
+            return Err(NfsStat4::NFS4ERR_INVAL);
+        }
+        match &args.eia_state_protect {
+            StateProtect4A::None => {}
+            // No error of §15.2's list for EXCHANGE_ID says "not supported" but
+            // these: SSV needs algorithms (§18.35.3: none of the client's encryption
+            // algorithms is supported), and an unsupported SP4_MACH_CRED is INVAL as
+            // knfsd answers an unsupported `spa_how`.
+            StateProtect4A::Ssv(_) => return Err(NfsStat4::NFS4ERR_ENCR_ALG_UNSUPP),
+            StateProtect4A::MachCred(_) => return Err(NfsStat4::NFS4ERR_INVAL),
+        }
+        self.expire(now);
+        let owner = &args.eia_clientowner.co_ownerid;
+        let verifier = args.eia_clientowner.co_verifier;
+        let find = |confirmed: bool| {
+            self.clients
+                .values()
+                .find(|c| c.confirmed == confirmed && &c.owner == owner)
+                .map(|c| c.id)
+        };
+        let confirmed = find(true);
+        let unconfirmed = find(false);
+        if args.eia_flags & EXCHGID4_FLAG_UPD_CONFIRMED_REC_A != 0 {
+            let c = confirmed
+                .and_then(|id| self.clients.get(&id))
+                // Case 7: update, but no confirmed record.
+                .ok_or(NfsStat4::NFS4ERR_NOENT)?;
+            if c.principal != who {
+                // Case 9: update by another principal.
+                return Err(NfsStat4::NFS4ERR_PERM);
+            }
+            if c.verifier != verifier {
+                // Case 8: update with another verifier.
+                return Err(NfsStat4::NFS4ERR_NOT_SAME);
+            }
+            // Case 6: update (nothing to update with SP4_NONE and no pNFS).
+            return Ok(Self::granted(c));
+        }
+        if let Some(c) = confirmed.and_then(|id| self.clients.get(&id)) {
+            if c.principal == who && c.verifier == verifier {
+                // Case 2: the same client again.
+                return Ok(Self::granted(c));
+            }
+            if c.principal != who && c.has_state(self.lease, now) {
+                // Case 3: another principal uses the owner of a client with state.
+                return Err(NfsStat4::NFS4ERR_CLID_INUSE);
+            }
+            // Case 4: the client restarted (new verifier), or the old record has
+            // no state left: a new unconfirmed record; the confirmed one goes when
+            // CREATE_SESSION confirms the new one.
+        }
+        if let Some(old) = unconfirmed {
+            // Case 5: an unconfirmed record is replaced.
+            self.remove_client(old);
+        }
+        // Case 1 (or 4, 5): a new unconfirmed record.
+        if self.clients.len() >= MAX_CLIENTS {
+            return Err(NfsStat4::NFS4ERR_DELAY);
+        }
+        let id = (u64::from(self.boot) << 32) | u64::from(self.next_client);
+        self.next_client = self.next_client.wrapping_add(1).max(1);
+        let c = Client {
+            id,
+            owner: owner.clone(),
+            verifier,
+            principal: who,
+            confirmed: false,
+            cs_sequence: 0,
+            cs_cached: None,
+            sessions: Vec::new(),
+            reclaim_complete: false,
+            renewed: now,
+        };
+        let granted = Self::granted(&c);
+        self.clients.insert(id, c);
+        Ok(granted)
+    }
+
+    fn granted(c: &Client) -> Exchanged {
+        Exchanged {
+            clientid: c.id,
+            // The CREATE_SESSION to come carries the one after the last executed
+            // (for a new record: 1).
+            sequenceid: c.cs_sequence.wrapping_add(1),
+            confirmed: c.confirmed,
+        }
+    }
+
+    /// RFC 8881 §18.36 CREATE_SESSION from `who`, with the sequence and reply-cache
+    /// rules of §18.36.4: for the client's "CREATE_SESSION slot", `csa_sequence` one
+    /// past the last executed is new, equal to it (confirmed client) is answered from
+    /// the cache, anything else is NFS4ERR_SEQ_MISORDERED. The first one confirms an
+    /// unconfirmed record and retires the confirmed record of the same owner (the
+    /// client restarted, §18.35.4 case 4) with its sessions.
+    pub fn create_session(
+        &mut self,
+        args: &CreateSession4Args,
+        who: Principal,
+        now: Instant,
+    ) -> CreateSession4Res {
+        self.expire(now);
+        let Some(c) = self.clients.get(&args.csa_clientid) else {
+            // §18.36.4: no such client ID (expired, destroyed, from another boot).
+            return Res4::Err(NfsStat4::NFS4ERR_STALE_CLIENTID);
+        };
+        if !c.confirmed && c.principal != who {
+            // §18.36.4: the unconfirmed record's principal must send the first one.
+            return Res4::Err(NfsStat4::NFS4ERR_CLID_INUSE);
+        }
+        if c.confirmed && args.csa_sequence == c.cs_sequence {
+            return match &c.cs_cached {
+                Some(res) => res.clone(),
+                None => Res4::Err(NfsStat4::NFS4ERR_SEQ_MISORDERED),
+            };
+        }
+        if args.csa_sequence != c.cs_sequence.wrapping_add(1) {
+            return Res4::Err(NfsStat4::NFS4ERR_SEQ_MISORDERED);
+        }
+        let granted = ChannelLimits::FORE
+            .negotiate(&args.csa_fore_chan_attrs)
+            .and_then(|f| Ok((f, ChannelLimits::BACK.negotiate(&args.csa_back_chan_attrs)?)));
+        let (fore, back) = match granted {
+            Ok(g) => g,
+            Err(e) => return Res4::Err(e),
+        };
+        if self.sessions.len() >= MAX_SESSIONS {
+            return Res4::Err(NfsStat4::NFS4ERR_DELAY);
+        }
+        let clientid = args.csa_clientid;
+        let mut sid = [0u8; 16];
+        sid[..8].copy_from_slice(&clientid.to_be_bytes());
+        sid[8..12].copy_from_slice(&self.next_session.to_be_bytes());
+        sid[12..].copy_from_slice(&self.boot.to_be_bytes());
+        self.next_session = self.next_session.wrapping_add(1);
+        let res = Res4::Ok(CreateSession4ResOk {
+            csr_sessionid: sid,
+            csr_sequence: args.csa_sequence,
+            // No persistent reply cache, no back channel (yet), no RDMA mode.
+            csr_flags: 0,
+            csr_fore_chan_attrs: fore.clone(),
+            csr_back_chan_attrs: back.clone(),
+        });
+        let Some((owner, confirmed)) = self
+            .clients
+            .get(&clientid)
+            .map(|c| (c.owner.clone(), c.confirmed))
+        else {
+            return Res4::Err(NfsStat4::NFS4ERR_STALE_CLIENTID);
+        };
+        if !confirmed {
+            let old: Vec<ClientId4> = self
+                .clients
+                .values()
+                .filter(|o| o.confirmed && o.owner == owner)
+                .map(|o| o.id)
+                .collect();
+            for id in old {
+                self.remove_client(id);
+            }
+        }
+        let Some(c) = self.clients.get_mut(&clientid) else {
+            return Res4::Err(NfsStat4::NFS4ERR_STALE_CLIENTID);
+        };
+        c.confirmed = true;
+        c.cs_sequence = args.csa_sequence;
+        c.cs_cached = Some(res.clone());
+        c.sessions.push(sid);
+        c.renewed = now;
+        self.sessions
+            .insert(sid, Session::new(sid, clientid, fore, back));
+        res
+    }
+
+    /// RFC 8881 §18.46 SEQUENCE beginning a COMPOUND of `opcount` operations whose
+    /// arguments are `request_len` bytes: finds the session (NFS4ERR_BADSESSION if
+    /// there is none, or its client's lease ran out), holds the COMPOUND to the
+    /// session's `ca_maxoperations` (NFS4ERR_TOO_MANY_OPS) and `ca_maxrequestsize`
+    /// (NFS4ERR_REQ_TOO_BIG) before it takes a slot (§2.10.6.4, §18.46.3), applies
+    /// the slot rules ([`slots`]) and renews the client's lease (§8.3).
+    pub fn sequence(
+        &mut self,
+        args: &Sequence4Args,
+        opcount: u32,
+        request_len: usize,
+        now: Instant,
+    ) -> Result<Sequenced, NfsStat4> {
+        let session = self
+            .sessions
+            .get(&args.sa_sessionid)
+            .ok_or(NfsStat4::NFS4ERR_BADSESSION)?;
+        let clientid = session.client;
+        let expired = match self.clients.get(&clientid) {
+            Some(c) => c.expired(self.lease, now) && !self.busy(c),
+            None => true,
+        };
+        if expired {
+            self.remove_client(clientid);
+            return Err(NfsStat4::NFS4ERR_BADSESSION);
+        }
+        let session = self
+            .sessions
+            .get_mut(&args.sa_sessionid)
+            .ok_or(NfsStat4::NFS4ERR_BADSESSION)?;
+        if opcount > session.fore.ca_maxoperations {
+            return Err(NfsStat4::NFS4ERR_TOO_MANY_OPS);
+        }
+        if request_len > session.fore.ca_maxrequestsize as usize {
+            return Err(NfsStat4::NFS4ERR_REQ_TOO_BIG);
+        }
+        let used = session.slots.begin(args.sa_slotid, args.sa_sequenceid)?;
+        let highest = session.slots.highest_slotid();
+        if let Some(c) = self.clients.get_mut(&clientid) {
+            c.renewed = now;
+        }
+        Ok(match used {
+            SlotUse::Replay(bytes) => Sequenced::Replay(bytes),
+            SlotUse::New => Sequenced::New(
+                Sequence4ResOk {
+                    sr_sessionid: args.sa_sessionid,
+                    sr_sequenceid: args.sa_sequenceid,
+                    sr_slotid: args.sa_slotid,
+                    sr_highest_slotid: highest,
+                    sr_target_highest_slotid: highest,
+                    sr_status_flags: 0,
+                },
+                clientid,
+            ),
+        })
+    }
+
+    /// Ends the request SEQUENCE began on `slotid` of `session`, caching `reply` (the
+    /// encoded `COMPOUND4res`) if the client asked for it (`sa_cachethis`) and it fits
+    /// `ca_maxresponsesize_cached`. The lease is renewed again: it runs from the end
+    /// of the client's last request.
+    pub fn complete(
+        &mut self,
+        session: &SessionId4,
+        slotid: SlotId4,
+        reply: Option<Bytes>,
+        now: Instant,
+    ) {
+        if let Some(s) = self.sessions.get_mut(session) {
+            s.slots.complete(slotid, reply);
+            if let Some(c) = self.clients.get_mut(&s.client) {
+                c.renewed = now;
+            }
+        }
+    }
+
+    /// RFC 8881 §18.37 DESTROY_SESSION: NFS4ERR_BADSESSION if there is no such
+    /// session.
+    pub fn destroy_session(&mut self, id: &SessionId4) -> NfsStat4 {
+        match self.sessions.remove(id) {
+            None => NfsStat4::NFS4ERR_BADSESSION,
+            Some(s) => {
+                if let Some(c) = self.clients.get_mut(&s.client) {
+                    c.sessions.retain(|x| x != id);
+                }
+                NfsStat4::NFS4_OK
+            }
+        }
+    }
+
+    /// RFC 8881 §18.50 DESTROY_CLIENTID: NFS4ERR_STALE_CLIENTID if there is no such
+    /// client, NFS4ERR_CLIENTID_BUSY while it has sessions (§18.50.3).
+    pub fn destroy_clientid(&mut self, id: ClientId4, now: Instant) -> NfsStat4 {
+        self.expire(now);
+        match self.clients.get(&id) {
+            None => NfsStat4::NFS4ERR_STALE_CLIENTID,
+            Some(c) if !c.sessions.is_empty() => NfsStat4::NFS4ERR_CLIENTID_BUSY,
+            Some(_) => {
+                self.remove_client(id);
+                NfsStat4::NFS4_OK
+            }
+        }
+    }
+
+    /// RFC 8881 §18.51 RECLAIM_COMPLETE by `client` (the client of the COMPOUND's
+    /// session). With `rca_one_fs` FALSE a second one is NFS4ERR_COMPLETE_ALREADY
+    /// (§18.51.3); with TRUE it concerns one file system, and as no state survives a
+    /// restart yet there is nothing to reclaim there: NFS4_OK.
+    pub fn reclaim_complete(&mut self, client: ClientId4, one_fs: bool) -> NfsStat4 {
+        let Some(c) = self.clients.get_mut(&client) else {
+            return NfsStat4::NFS4ERR_STALE_CLIENTID;
+        };
+        if one_fs {
+            return NfsStat4::NFS4_OK;
+        }
+        if c.reclaim_complete {
+            return NfsStat4::NFS4ERR_COMPLETE_ALREADY;
+        }
+        c.reclaim_complete = true;
+        NfsStat4::NFS4_OK
+    }
+
+    /// Removes the clients whose lease ran out at `now` (RFC 8881 §8.3), with their
+    /// sessions, unless a request of theirs is in progress (it renews the lease
+    /// when it completes).
+    pub fn expire(&mut self, now: Instant) {
+        let gone: Vec<ClientId4> = self
+            .clients
+            .values()
+            .filter(|c| c.expired(self.lease, now) && !self.busy(c))
+            .map(|c| c.id)
+            .collect();
+        for id in gone {
+            self.remove_client(id);
+        }
+    }
+
+    fn busy(&self, c: &Client) -> bool {
+        c.sessions
+            .iter()
+            .any(|s| self.sessions.get(s).is_some_and(|s| s.slots.busy()))
+    }
+
+    fn remove_client(&mut self, id: ClientId4) {
+        if let Some(c) = self.clients.remove(&id) {
+            for s in &c.sessions {
+                self.sessions.remove(s);
+            }
+        }
+    }
+}
