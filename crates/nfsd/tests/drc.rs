@@ -24,10 +24,10 @@ use nfs3::{DdpData, DirOpArgs3, NfsFh3, NfsProc3, Sattr3, StableHow, NFS_PROGRAM
 use nfsd::nlm::xdr::*;
 use nfsd::nlm::NlmConfig;
 use nfsd::server::{Bound, Config};
-use oncrpc::{AcceptedStatus, AuthSysParms, CallHeader, ReplyBody, ReplyHeader, Xid};
+use oncrpc::{AcceptedStatus, ReplyBody, ReplyHeader, Xid};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpSocket, TcpStream};
-use xdr::{Bytes, Decoder, Encode, Encoder};
+use xdr::{Bytes, Decoder, Encode};
 
 /// A client connection from a chosen source port.
 struct Conn(TcpStream);
@@ -78,19 +78,7 @@ impl Conn {
 
 /// A call message: AUTH_SYS as root.
 fn call(xid: u32, prog: u32, vers: u32, proc_: u32, args: impl Encode) -> Bytes {
-    let cred = AuthSysParms {
-        stamp: 1,
-        machinename: Bytes::from_static(b"drc-client"),
-        uid: 0,
-        gid: 0,
-        gids: oncrpc::Gids::new(&[]).unwrap(),
-    }
-    .to_opaque_auth();
-    let mut enc = Encoder::new();
-    CallHeader::new(Xid(xid), prog, vers, proc_, cred).encode(&mut enc);
-    let mut msg = enc.finish().to_bytes().to_vec();
-    msg.extend_from_slice(&args.to_xdr().to_bytes());
-    Bytes::from(msg)
+    common::root_call(b"drc-client", xid, prog, vers, proc_, &args)
 }
 
 fn nfs(xid: u32, proc: NfsProc3, args: impl Encode) -> Bytes {

@@ -20,7 +20,7 @@ use nfs4::fh::*;
 use nfs4::session::*;
 use nfs4::*;
 use nfsd::server::Bound;
-use oncrpc::{AcceptedStatus, AuthSysParms, CallHeader, ReplyBody, ReplyHeader, Xid};
+use oncrpc::{AcceptedStatus, ReplyBody, ReplyHeader, Xid};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use xdr::{Bytes, Decode, Decoder, Encode, Encoder};
@@ -83,18 +83,7 @@ impl Conn {
 }
 
 fn rpc_call(xid: u32, proc_: u32, args: &impl Encode) -> Bytes {
-    let cred = AuthSysParms {
-        stamp: 1,
-        machinename: Bytes::from_static(b"nfs4-client"),
-        uid: 0,
-        gid: 0,
-        gids: oncrpc::Gids::new(&[]).unwrap(),
-    }
-    .to_opaque_auth();
-    let mut enc = Encoder::new();
-    CallHeader::new(Xid(xid), NFS4_PROGRAM, NFS_V4, proc_, cred).encode(&mut enc);
-    args.encode(&mut enc);
-    enc.finish().to_bytes()
+    common::root_call(b"nfs4-client", xid, NFS4_PROGRAM, NFS_V4, proc_, args)
 }
 
 /// The results of a SUCCESS reply to `xid`.

@@ -20,24 +20,20 @@ use nfs4::fh::*;
 use nfs4::session::*;
 use nfs4::*;
 use nfsd::server::Bound;
-use oncrpc::{AuthSysParms, CallHeader, ReplyHeader, Xid};
+use oncrpc::ReplyHeader;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-use xdr::{Bytes, Decode, Decoder, Encode, Encoder};
+use xdr::{Bytes, Decode, Decoder};
 
 fn call(xid: u32, args: &Compound4Args) -> Bytes {
-    let cred = AuthSysParms {
-        stamp: 1,
-        machinename: Bytes::from_static(b"tshark-client"),
-        uid: 0,
-        gid: 0,
-        gids: oncrpc::Gids::new(&[]).unwrap(),
-    }
-    .to_opaque_auth();
-    let mut enc = Encoder::new();
-    CallHeader::new(Xid(xid), NFS4_PROGRAM, NFS_V4, NFSPROC4_COMPOUND, cred).encode(&mut enc);
-    args.encode(&mut enc);
-    enc.finish().to_bytes()
+    common::root_call(
+        b"tshark-client",
+        xid,
+        NFS4_PROGRAM,
+        NFS_V4,
+        NFSPROC4_COMPOUND,
+        args,
+    )
 }
 
 /// Sends `msg` as one record and reads the reply record.

@@ -377,6 +377,30 @@ impl Harness {
     }
 }
 
+/// A call message of `prog`/`vers`/`proc_` with `args`, from `machine` with AUTH_SYS
+/// as root: what the wire tests (drc.rs, nfs4.rs, nfs4_tshark.rs) send over TCP.
+pub fn root_call(
+    machine: &'static [u8],
+    xid: u32,
+    prog: u32,
+    vers: u32,
+    proc_: u32,
+    args: &impl Encode,
+) -> Bytes {
+    let cred = AuthSysParms {
+        stamp: 1,
+        machinename: Bytes::from_static(machine),
+        uid: 0,
+        gid: 0,
+        gids: oncrpc::Gids::new(&[]).unwrap(),
+    }
+    .to_opaque_auth();
+    let mut enc = Encoder::new();
+    CallHeader::new(Xid(xid), prog, vers, proc_, cred).encode(&mut enc);
+    args.encode(&mut enc);
+    enc.finish().to_bytes()
+}
+
 /// Decodes an RPC reply message.
 pub fn decode_reply(reply: Bytes, xid: Xid) -> Reply {
     let mut dec = Decoder::new(reply);
