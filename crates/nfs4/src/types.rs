@@ -381,6 +381,13 @@ impl Bitmap4 {
         }
         self.0[word] |= 1 << (n % 32);
     }
+
+    /// Clears bit `n`.
+    pub fn clear(&mut self, n: u32) {
+        if let Some(w) = self.0.get_mut((n / 32) as usize) {
+            *w &= !(1 << (n % 32));
+        }
+    }
 }
 
 impl Encode for Bitmap4 {

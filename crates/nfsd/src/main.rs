@@ -191,10 +191,11 @@ struct Cli {
     /// or for NFS/RDMA metadata calls of many clients in parallel.
     #[arg(long)]
     no_inline_metadata: bool,
-    /// Serve NFS version 4.1 beside version 3 on the NFS ports (issue 27, first
-    /// slice: sessions, the pseudo root, lookups, attributes and READDIR; no OPEN,
-    /// READ or WRITE yet). Off by default: a mount without `vers=` would settle on
-    /// NFSv4.1 and could not read files; without it, it settles on NFSv3.
+    /// Serve NFS version 4.1 beside version 3 on the NFS ports: sessions, the pseudo
+    /// root, lookups, attributes, directory changes, OPEN with share reservations,
+    /// READ, WRITE and COMMIT; no byte-range locks, delegations or state kept across
+    /// a restart yet. Off by default: a mount without `vers=` would settle on NFSv4.1
+    /// and could not lock files; without it, it settles on NFSv3 (locks by NLM).
     #[arg(long)]
     nfs4: bool,
     /// How READ data leaves over TCP: `sendfile` (the default: from the page cache,

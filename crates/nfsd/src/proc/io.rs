@@ -21,7 +21,7 @@ use crate::vfs::{Meta, Node};
 
 /// RFC 1813 §3.3.6: READ of a directory is NFS3ERR_ISDIR; of another non-regular
 /// file, NFS3ERR_INVAL.
-fn regular(node: &Node) -> Result<(), NfsStat3> {
+pub(crate) fn regular(node: &Node) -> Result<(), NfsStat3> {
     match node.meta.file_type() {
         FileType::RegularFile => Ok(()),
         FileType::Directory => Err(NfsStat3::NFS3ERR_ISDIR),
@@ -39,7 +39,11 @@ pub(crate) fn open_io(cx: &Cx<'_>, node: &Node, flags: OFlags) -> Result<OwnedFd
 }
 
 /// [`open_io`], with the opened file's attributes (read anyway, to check the inode).
-fn open_io_stat(cx: &Cx<'_>, node: &Node, flags: OFlags) -> Result<(OwnedFd, Meta), NfsStat3> {
+pub(crate) fn open_io_stat(
+    cx: &Cx<'_>,
+    node: &Node,
+    flags: OFlags,
+) -> Result<(OwnedFd, Meta), NfsStat3> {
     match cx.as_caller(|| node.reopen_stat(flags)) {
         Err(NfsStat3::NFS3ERR_ACCES) if cx.id.uid == node.meta.uid => node.reopen_stat(flags),
         other => other,
@@ -86,34 +90,7 @@ pub(crate) fn read(cx: &Cx<'_>, a: Read3Args) -> XdrStream {
         if count == 0 {
             return Ok(Data::Memory(Bytes::new()));
         }
-        // The reply buffer, from the server's pool: the kernel copies file data into
-        // it (the one copy on the server), and it is handed to the encoder as the
-        // DDP-eligible item. Its stale bytes beyond what was read are never handed out.
-        // Issue 16: charged to the server's memory budget for as long as the buffer
-        // (or the reply's bytes frozen from it) lives; ahead of WRITEs waiting for
-        // memory, since answering releases memory soon. Past the budget: JUKEBOX,
-        // the client retries later.
-        let Some(charge) = cx.s.memory.charge_ahead(count as u64) else {
-            cx.s.memory_refusals.refused(count as u64, &cx.s.memory);
-            return Err(NfsStat3::NFS3ERR_JUKEBOX);
-        };
-        let buf = cx.s.read_buffers.get(count);
-        buf.hold(Box::new(charge));
-        let mut filled = 0;
-        while filled < count {
-            let at = a.offset.saturating_add(filled as u64);
-            let n = buf
-                .with_mut(filled..count, |free| rustix::io::pread(&fd, free, at))
-                .map_err(|_| NfsStat3::NFS3ERR_SERVERFAULT)?
-                .or_stat()?;
-            if n == 0 {
-                break;
-            }
-            filled += n;
-        }
-        buf.freeze(0..filled)
-            .map(Data::Memory)
-            .map_err(|_| NfsStat3::NFS3ERR_SERVERFAULT)
+        pread_pooled(cx, &fd, a.offset, count).map(Data::Memory)
     });
     let res: Read3Res = match got {
         Ok(Data::File { fd, meta, len, eof }) if len > 0 => {
@@ -151,6 +128,41 @@ pub(crate) fn read(cx: &Cx<'_>, a: Read3Args) -> XdrStream {
         ),
     };
     res.to_xdr()
+}
+
+/// Reads up to `count` (> 0) bytes at `offset` of `fd` into a buffer from the
+/// server's pool, which becomes the reply's DDP-eligible item: the one copy on the
+/// server, by the kernel. Its stale bytes beyond what was read are never handed out.
+/// Issue 16: charged to the server's memory budget for as long as the buffer (or
+/// the reply's bytes frozen from it) lives; ahead of WRITEs waiting for memory,
+/// since answering releases memory soon. Past the budget: JUKEBOX, the client
+/// retries later. Shorter than `count` only at the end of the file.
+pub(crate) fn pread_pooled(
+    cx: &Cx<'_>,
+    fd: &OwnedFd,
+    offset: u64,
+    count: usize,
+) -> Result<Bytes, NfsStat3> {
+    let Some(charge) = cx.s.memory.charge_ahead(count as u64) else {
+        cx.s.memory_refusals.refused(count as u64, &cx.s.memory);
+        return Err(NfsStat3::NFS3ERR_JUKEBOX);
+    };
+    let buf = cx.s.read_buffers.get(count);
+    buf.hold(Box::new(charge));
+    let mut filled = 0;
+    while filled < count {
+        let at = offset.saturating_add(filled as u64);
+        let n = buf
+            .with_mut(filled..count, |free| rustix::io::pread(fd, free, at))
+            .map_err(|_| NfsStat3::NFS3ERR_SERVERFAULT)?
+            .or_stat()?;
+        if n == 0 {
+            break;
+        }
+        filled += n;
+    }
+    buf.freeze(0..filled)
+        .map_err(|_| NfsStat3::NFS3ERR_SERVERFAULT)
 }
 
 /// READ data as [`read`] got it.

@@ -380,8 +380,8 @@ impl Values {
                     nseconds: 1,
                 },
             ),
-            // No exclusive create yet: no attribute may be set with it.
-            SUPPATTR_EXCLCREAT => Bitmap4::default().encode(e),
+            // What OPEN's EXCLUSIVE4_1 may set ([`super::open_ops::EXCLCREAT`]).
+            SUPPATTR_EXCLCREAT => Bitmap4::from_bits(super::open_ops::EXCLCREAT).encode(e),
             _ => {}
         }
     }

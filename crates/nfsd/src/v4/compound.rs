@@ -30,7 +30,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use nfs4::compound::{decode_compound_args, Compound4Res, NfsArgop4, NfsResop4};
-use nfs4::{ClientId4, NfsStat4, SessionId4, Utf8Str};
+use nfs4::{ClientId4, NfsStat4, SessionId4, StateId4, Utf8Str};
 use xdr::{Decoder, Encode, XdrStream};
 
 use super::ops;
@@ -51,6 +51,12 @@ pub(crate) struct Compound<'a> {
     pub(crate) current: Option<Fh>,
     /// The saved filehandle (SAVEFH, RESTOREFH).
     pub(crate) saved: Option<Fh>,
+    /// The current stateid (§16.2.3.1.2): set by OPEN, OPEN_DOWNGRADE and CLOSE,
+    /// cleared by the operations flagged [`ops::CLEARS_STATEID`], saved and
+    /// restored with the filehandle; what the special "current" stateid stands for.
+    pub(crate) current_stateid: Option<StateId4>,
+    /// The stateid SAVEFH saved.
+    pub(crate) saved_stateid: Option<StateId4>,
     /// The session and client of the SEQUENCE that began the COMPOUND.
     pub(crate) session: Option<(SessionId4, ClientId4)>,
     /// The operation running is the last of the COMPOUND.
@@ -104,6 +110,8 @@ pub(crate) fn process(
         now,
         current: None,
         saved: None,
+        current_stateid: None,
+        saved_stateid: None,
         session: None,
         last: false,
         charges: Vec::new(),
@@ -136,7 +144,12 @@ pub(crate) fn process(
                 }
             }
             (0, _, _) => fail(op, NfsStat4::NFS4ERR_OP_NOT_IN_SESSION),
-            (_, _, Some(d)) => ops::run(d, &mut cx, op),
+            (_, _, Some(d)) => {
+                if d.flags & ops::CLEARS_STATEID != 0 {
+                    cx.current_stateid = None;
+                }
+                ops::run(d, &mut cx, op)
+            }
             (_, _, None) => fail(op, NfsStat4::NFS4ERR_NOTSUPP),
         };
         let failed = !res.status().is_ok();
@@ -162,8 +175,8 @@ pub(crate) fn process(
         crate::nfs::hold(&mut reply, charge);
     }
     if let Some((sid, slotid, cachethis)) = slot {
-        // A reply with data left out of line (none yet: READ is not served) is not
-        // cached; its retry gets NFS4ERR_RETRY_UNCACHED_REP.
+        // A reply with data left out of line (a READ's, a READLINK's) is not cached:
+        // a READ is idempotent, and its retry gets NFS4ERR_RETRY_UNCACHED_REP.
         let keep = (cachethis && reply.ddp.is_empty()).then(|| reply.inline.clone());
         server.state().complete(&sid, slotid, keep, now);
     }
@@ -174,6 +187,25 @@ impl Compound<'_> {
     /// The current filehandle, or NFS4ERR_NOFILEHANDLE (§15.1.2.8).
     pub(crate) fn current(&self) -> Result<&Fh, NfsStat4> {
         self.current.as_ref().ok_or(NfsStat4::NFS4ERR_NOFILEHANDLE)
+    }
+
+    /// The client of the COMPOUND's session (every operation that uses state runs
+    /// after SEQUENCE, [`ops::SOLO`]).
+    pub(crate) fn client(&self) -> Result<ClientId4, NfsStat4> {
+        self.session
+            .map(|(_, c)| c)
+            .ok_or(NfsStat4::NFS4ERR_OP_NOT_IN_SESSION)
+    }
+
+    /// `given` as the operation uses it: the special "current" stateid (seqid 1,
+    /// other zeros) stands for the current stateid, NFS4ERR_BAD_STATEID when there
+    /// is none (§16.2.3.1.2).
+    pub(crate) fn stateid(&self, given: &StateId4) -> Result<StateId4, NfsStat4> {
+        if *given == StateId4::CURRENT {
+            self.current_stateid.ok_or(NfsStat4::NFS4ERR_BAD_STATEID)
+        } else {
+            Ok(*given)
+        }
     }
 }
 
@@ -366,7 +398,7 @@ mod tests {
             names
                 .clone()
                 .prop_map(|n| NfsArgop4::Remove(Remove4Args { target: n.into() })),
-            (names.clone(), names).prop_map(|(a, b)| NfsArgop4::Rename(Rename4Args {
+            (names.clone(), names.clone()).prop_map(|(a, b)| NfsArgop4::Rename(Rename4Args {
                 oldname: a.into(),
                 newname: b.into(),
             })),
@@ -378,6 +410,69 @@ mod tests {
             any::<u64>()
                 .prop_map(|c| NfsArgop4::DestroyClientId(DestroyClientId4Args { dca_clientid: c })),
             Just(NfsArgop4::Unknown(NfsOpnum4(10_000))),
+            (names.clone(), 0u32..5, 0u32..5, 0u8..4, 0u8..3).prop_map(
+                |(n, access, deny, how, claim)| {
+                    use nfs4::state::*;
+                    let attrs = Fattr4 {
+                        attrmask: Bitmap4::from_bits(&[33]),
+                        attr_vals: AttrList4(Bytes::from_static(&[0, 0, 1, 0xa4])),
+                    };
+                    NfsArgop4::Open(Open4Args {
+                        seqid: 0,
+                        share_access: access,
+                        share_deny: deny,
+                        owner: StateOwner4 {
+                            clientid: 0,
+                            owner: "o".into(),
+                        },
+                        openhow: OpenFlag4(match how {
+                            0 => None,
+                            1 => Some(CreateHow4::Unchecked(attrs)),
+                            2 => Some(CreateHow4::Guarded(attrs)),
+                            _ => Some(CreateHow4::Exclusive41([how; 8], attrs)),
+                        }),
+                        claim: match claim {
+                            0 => OpenClaim4::Null(n.into()),
+                            1 => OpenClaim4::Fh,
+                            _ => OpenClaim4::Previous(OpenDelegationType4::OPEN_DELEGATE_NONE),
+                        },
+                    })
+                }
+            ),
+            stateid().prop_map(|stateid| NfsArgop4::Read(nfs4::io::Read4Args {
+                stateid,
+                offset: 0,
+                count: 100,
+            })),
+            stateid().prop_map(|stateid| NfsArgop4::Write(nfs4::io::Write4Args {
+                stateid,
+                offset: 1,
+                stable: nfs4::io::StableHow4::UNSTABLE4,
+                data: DdpData(Bytes::from_static(b"xyz")),
+            })),
+            stateid().prop_map(|open_stateid| NfsArgop4::Close(nfs4::state::Close4Args {
+                seqid: 0,
+                open_stateid,
+            })),
+            Just(NfsArgop4::Commit(nfs4::io::Commit4Args {
+                offset: 0,
+                count: 0
+            })),
+        ]
+    }
+
+    /// Stateids a client might send: the special ones (CURRENT names what an OPEN
+    /// before it in the COMPOUND got) and unknown ones.
+    fn stateid() -> impl Strategy<Value = StateId4> {
+        prop_oneof![
+            Just(StateId4::ANONYMOUS),
+            Just(StateId4::READ_BYPASS),
+            Just(StateId4::CURRENT),
+            (0u32..3, 1u8..3).prop_map(|(seqid, n)| {
+                let mut other = [0u8; 12];
+                other[11] = n;
+                StateId4 { seqid, other }
+            }),
         ]
     }
 

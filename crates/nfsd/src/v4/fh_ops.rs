@@ -23,7 +23,7 @@ use crate::nfs::Cx;
 impl Compound<'_> {
     /// The NFSv3 file layer's context for an operation on `fh` (identity and
     /// read-only from the caller's options on its export, as for NFSv3).
-    fn cx3<'b>(&'b self, fh: &NfsFh3) -> Cx<'b> {
+    pub(crate) fn cx3<'b>(&'b self, fh: &NfsFh3) -> Cx<'b> {
         Cx::new(&self.server.nfs, &self.table, self.caller, Some(fh))
     }
 }
@@ -61,6 +61,7 @@ pub(crate) fn savefh(cx: &mut Compound<'_>) -> NfsStat4 {
     match cx.current() {
         Ok(fh) => {
             cx.saved = Some(fh.clone());
+            cx.saved_stateid = cx.current_stateid;
             NfsStat4::NFS4_OK
         }
         Err(s) => s,
@@ -72,6 +73,7 @@ pub(crate) fn restorefh(cx: &mut Compound<'_>) -> NfsStat4 {
     match &cx.saved {
         Some(fh) => {
             cx.current = Some(fh.clone());
+            cx.current_stateid = cx.saved_stateid;
             NfsStat4::NFS4_OK
         }
         None => NfsStat4::NFS4ERR_RESTOREFH,
@@ -123,7 +125,7 @@ fn lookup_in(cx: &Compound<'_>, fh: &NfsFh3, name: &[u8]) -> Result<Fh, NfsStat4
 }
 
 /// `name` in the current directory (LOOKUP, SECINFO).
-fn child(cx: &Compound<'_>, name: &Utf8Str) -> Result<Fh, NfsStat4> {
+pub(crate) fn child(cx: &Compound<'_>, name: &Utf8Str) -> Result<Fh, NfsStat4> {
     let name = component(name)?;
     match cx.current()? {
         Fh::Pseudo(dir) => pseudo::lookup(&cx.table, cx.caller, dir, name),

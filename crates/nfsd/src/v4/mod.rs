@@ -2,18 +2,20 @@
 //! 100003 version 4 on the same listeners (TCP and RPC-over-RDMA), over the same
 //! export-confined file layer ([`crate::nfs::Table`], [`crate::vfs`], `proc`).
 //! Opt-in ([`crate::server::Bound::serve_nfs4`], `--nfs4`) until a Linux mount can
-//! read and write through it (OPEN, READ, WRITE).
+//! lock through it (LOCK, LOCKT, LOCKU) as it can through NFSv3 and NLM.
 //!
 //! ```text
 //!   service::Nfs4Service (oncrpc: NULL, COMPOUND)
 //!            |
-//!   compound (minor version, first-op rules, SEQUENCE + reply cache, op loop)
+//!   compound (minor version, first-op rules, SEQUENCE + reply cache, op loop,
+//!            |  current and saved filehandle and stateid)
 //!            |   ops::OPS: name, flags, handler per operation
-//!   session_ops      fh_ops (+ attrs, pseudo), readdir, names_ops (+ setattrs)
+//!   session_ops   fh_ops (+ attrs, pseudo), readdir, names_ops (+ setattrs),
+//!            |    open_ops, io_ops
 //!            |                 |
 //!   state (sans-IO:      the NFSv3 file layer: Table::resolve, proc::*, vfs
 //!   clients, sessions,
-//!   slots, leases)
+//!   slots, leases, opens)
 //! ```
 //!
 //! Served: NULL; COMPOUND of minor version 1 with EXCHANGE_ID (SP4_NONE),
@@ -21,17 +23,21 @@
 //! BIND_CONN_TO_SESSION, RECLAIM_COMPLETE, PUTROOTFH/PUTPUBFH (a pseudo root joining the exports),
 //! PUTFH, GETFH, SAVEFH, RESTOREFH, LOOKUP, LOOKUPP, ACCESS, GETATTR, READDIR,
 //! READLINK, SECINFO and SECINFO_NO_NAME (AUTH_SYS), CREATE (not regular files:
-//! OPEN's), LINK, REMOVE, RENAME and SETATTR (size with the special stateids
-//! only), VERIFY and NVERIFY. Minor versions 0 and 2 answer
-//! NFS4ERR_MINOR_VERS_MISMATCH. Not yet: OPEN and all open/lock state, READ, WRITE,
-//! COMMIT, the back channel (BIND_CONN_TO_SESSION binds the fore channel only), state kept across restarts (grace), NFSv4.2 (the operation table lists
-//! them: NFS4ERR_NOTSUPP).
+//! OPEN's), LINK, REMOVE, RENAME, SETATTR, VERIFY and NVERIFY; OPEN (CLAIM_NULL with
+//! every create mode, CLAIM_FH), CLOSE, OPEN_DOWNGRADE with share reservations
+//! across clients, READ, WRITE and COMMIT, TEST_STATEID and FREE_STATEID. Minor
+//! versions 0 and 2 answer NFS4ERR_MINOR_VERS_MISMATCH. Not yet: byte-range locks,
+//! delegations and the back channel (BIND_CONN_TO_SESSION binds the fore channel
+//! only), state kept across restarts (grace; CLAIM_PREVIOUS is NFS4ERR_NO_GRACE),
+//! NFSv4.2 (the operation table lists them: NFS4ERR_NOTSUPP).
 
 pub mod attrs;
 mod compound;
 pub mod errors;
 mod fh_ops;
+mod io_ops;
 mod names_ops;
+mod open_ops;
 mod ops;
 pub mod pseudo;
 mod readdir;

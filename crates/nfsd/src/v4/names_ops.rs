@@ -29,12 +29,12 @@ use super::pseudo::Fh;
 use crate::nfs::Cx;
 
 /// `change` as [`super::attrs`] reports it, from a ctime.
-fn change(t: NfsTime3) -> u64 {
+pub(crate) fn change(t: NfsTime3) -> u64 {
     u64::from(t.seconds) * 1_000_000_000 + u64::from(t.nseconds)
 }
 
 /// `change_info4` from NFSv3's wcc data (module docs).
-fn cinfo(w: &WccData) -> ChangeInfo4 {
+pub(crate) fn cinfo(w: &WccData) -> ChangeInfo4 {
     ChangeInfo4 {
         atomic: false,
         before: w.before.as_ref().map_or(0, |b| change(b.ctime)),
@@ -52,7 +52,7 @@ fn export_dir(fh: &Fh) -> Result<NfsFh3, NfsStat4> {
 
 /// NFSv3's NOTDIR for the directory `fh`, made NFSv4's: NFS4ERR_SYMLINK for a
 /// symbolic link (§18.25.3, §18.26.3), else as mapped.
-fn dir_error(cx: &Compound<'_>, fh: &NfsFh3, s: NfsStat3) -> NfsStat4 {
+pub(crate) fn dir_error(cx: &Compound<'_>, fh: &NfsFh3, s: NfsStat3) -> NfsStat4 {
     if s == NfsStat3::NFS3ERR_NOTDIR {
         if let Ok((_, n)) = cx.table.resolve(fh, cx.caller) {
             if n.meta.file_type() == rustix::fs::FileType::Symlink {
@@ -63,7 +63,7 @@ fn dir_error(cx: &Compound<'_>, fh: &NfsFh3, s: NfsStat3) -> NfsStat4 {
     stat4(s)
 }
 
-fn dirop(dir: &NfsFh3, name: &[u8]) -> DirOpArgs3 {
+pub(crate) fn dirop(dir: &NfsFh3, name: &[u8]) -> DirOpArgs3 {
     DirOpArgs3 {
         dir: dir.clone(),
         name: Filename3(Bytes::copy_from_slice(name)),

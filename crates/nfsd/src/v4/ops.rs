@@ -4,21 +4,24 @@
 //! data here; the handlers live by group ([`super::session_ops`],
 //! [`super::fh_ops`], [`super::readdir`], [`super::names_ops`]).
 //!
-//! Operations whose handler is [`Run::NotYet`] (open, lock and stateid state, I/O)
-//! answer NFS4ERR_NOTSUPP until they are served; so do the operations the decoder does not
+//! Operations whose handler is [`Run::NotYet`] (locks, delegations) answer
+//! NFS4ERR_NOTSUPP until they are served; so do the operations the decoder does not
 //! code (it stops there, [`nfs4::compound::StopReason::NotSupported`]).
 
 use nfs4::compound::{NfsArgop4, NfsResop4};
 use nfs4::{NfsOpnum4, NfsStat4};
 
 use super::compound::{fail, Compound};
-use super::{fh_ops, session_ops};
+use super::{fh_ops, io_ops, open_ops, session_ops};
 
 /// May begin a COMPOUND without SEQUENCE, and must then be its only operation
 /// (RFC 8881 §2.6.3.1.1.1 and each operation's §18.x.3).
 pub(crate) const SOLO: u8 = 1;
 /// Needs a current filehandle (NFS4ERR_NOFILEHANDLE without one, §15.1.2.8).
 pub(crate) const CURRENT_FH: u8 = 2;
+/// Sets a new current filehandle without a stateid: the current stateid is
+/// cleared before it runs (§16.2.3.1.2; knfsd's `OP_CLEAR_STATEID`).
+pub(crate) const CLEARS_STATEID: u8 = 4;
 
 /// How an operation runs.
 pub(crate) enum Run {
@@ -78,12 +81,22 @@ pub(crate) static OPS: &[OpDesc] = &[
         CURRENT_FH,
         handler!(Access, |cx, a| fh_ops::access(cx, a))
     ),
-    op!(OP_CLOSE, "CLOSE", CURRENT_FH, Run::NotYet),
-    op!(OP_COMMIT, "COMMIT", CURRENT_FH, Run::NotYet),
+    op!(
+        OP_CLOSE,
+        "CLOSE",
+        CURRENT_FH,
+        handler!(Close, |cx, a| open_ops::close(cx, a))
+    ),
+    op!(
+        OP_COMMIT,
+        "COMMIT",
+        CURRENT_FH,
+        handler!(Commit, |cx, a| io_ops::commit(cx, a))
+    ),
     op!(
         OP_CREATE,
         "CREATE",
-        CURRENT_FH,
+        CURRENT_FH | CLEARS_STATEID,
         handler!(Create, |cx, a| super::names_ops::create(cx, a))
     ),
     op!(OP_DELEGRETURN, "DELEGRETURN", CURRENT_FH, Run::NotYet),
@@ -111,13 +124,13 @@ pub(crate) static OPS: &[OpDesc] = &[
     op!(
         OP_LOOKUP,
         "LOOKUP",
-        CURRENT_FH,
+        CURRENT_FH | CLEARS_STATEID,
         handler!(Lookup, |cx, a| fh_ops::lookup(cx, a))
     ),
     op!(
         OP_LOOKUPP,
         "LOOKUPP",
-        CURRENT_FH,
+        CURRENT_FH | CLEARS_STATEID,
         handler!(LookupP, |cx| fh_ops::lookupp(cx))
     ),
     op!(
@@ -126,27 +139,42 @@ pub(crate) static OPS: &[OpDesc] = &[
         CURRENT_FH,
         handler!(NVerify, |cx, a| fh_ops::nverify(cx, a))
     ),
-    op!(OP_OPEN, "OPEN", CURRENT_FH, Run::NotYet),
-    op!(OP_OPEN_DOWNGRADE, "OPEN_DOWNGRADE", CURRENT_FH, Run::NotYet),
+    op!(
+        OP_OPEN,
+        "OPEN",
+        CURRENT_FH,
+        handler!(Open, |cx, a| open_ops::open(cx, a))
+    ),
+    op!(
+        OP_OPEN_DOWNGRADE,
+        "OPEN_DOWNGRADE",
+        CURRENT_FH,
+        handler!(OpenDowngrade, |cx, a| open_ops::open_downgrade(cx, a))
+    ),
     op!(
         OP_PUTFH,
         "PUTFH",
-        0,
+        CLEARS_STATEID,
         handler!(PutFh, |cx, a| fh_ops::putfh(cx, a))
     ),
     op!(
         OP_PUTPUBFH,
         "PUTPUBFH",
-        0,
+        CLEARS_STATEID,
         handler!(PutPubFh, |cx| fh_ops::putrootfh(cx))
     ),
     op!(
         OP_PUTROOTFH,
         "PUTROOTFH",
-        0,
+        CLEARS_STATEID,
         handler!(PutRootFh, |cx| fh_ops::putrootfh(cx))
     ),
-    op!(OP_READ, "READ", CURRENT_FH, Run::NotYet),
+    op!(
+        OP_READ,
+        "READ",
+        CURRENT_FH,
+        handler!(Read, |cx, a| io_ops::read(cx, a))
+    ),
     op!(
         OP_READDIR,
         "READDIR",
@@ -201,7 +229,12 @@ pub(crate) static OPS: &[OpDesc] = &[
         CURRENT_FH,
         handler!(Verify, |cx, a| fh_ops::verify(cx, a))
     ),
-    op!(OP_WRITE, "WRITE", CURRENT_FH, Run::NotYet),
+    op!(
+        OP_WRITE,
+        "WRITE",
+        CURRENT_FH,
+        handler!(Write, |cx, a| io_ops::write(cx, a))
+    ),
     op!(
         OP_BIND_CONN_TO_SESSION,
         "BIND_CONN_TO_SESSION",
@@ -229,7 +262,12 @@ pub(crate) static OPS: &[OpDesc] = &[
         SOLO,
         handler!(DestroySession, |cx, a| session_ops::destroy_session(cx, a))
     ),
-    op!(OP_FREE_STATEID, "FREE_STATEID", 0, Run::NotYet),
+    op!(
+        OP_FREE_STATEID,
+        "FREE_STATEID",
+        0,
+        handler!(FreeStateId, |cx, a| open_ops::free_stateid(cx, a))
+    ),
     op!(
         OP_SECINFO_NO_NAME,
         "SECINFO_NO_NAME",
@@ -237,7 +275,12 @@ pub(crate) static OPS: &[OpDesc] = &[
         handler!(SecInfoNoName, |cx, a| fh_ops::secinfo_no_name(cx, a))
     ),
     op!(OP_SEQUENCE, "SEQUENCE", 0, Run::Sequence),
-    op!(OP_TEST_STATEID, "TEST_STATEID", 0, Run::NotYet),
+    op!(
+        OP_TEST_STATEID,
+        "TEST_STATEID",
+        0,
+        handler!(TestStateId, |cx, a| open_ops::test_stateid(cx, a))
+    ),
     op!(
         OP_DESTROY_CLIENTID,
         "DESTROY_CLIENTID",

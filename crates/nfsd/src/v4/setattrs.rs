@@ -93,15 +93,14 @@ pub fn parse(f: &Fattr4, size_ok: bool) -> Result<Settable, NfsStat4> {
 
 /// §18.30 SETATTR, through NFSv3's (the same write permission, identity and
 /// order of changes, [`crate::proc::attr::apply_sattr`]). `size` needs a stateid
-/// that allows writing: without open state yet, only the special anonymous and
-/// READ-bypass stateids (§8.2.3), with which nothing can conflict; any other is
-/// NFS4ERR_BAD_STATEID. Other attributes ignore the stateid (§18.30.3). A pseudo
-/// directory is NFS4ERR_ROFS. `attrsset` is what was set (empty on error).
+/// that allows writing, as WRITE does ([`super::state::opens::Opens::check_io`]: an
+/// open with write access, or a special stateid no deny mode excludes). Other
+/// attributes ignore the stateid (§18.30.3). A pseudo directory is NFS4ERR_ROFS.
+/// `attrsset` is what was set (empty on error).
 pub(crate) fn setattr(
     cx: &mut super::compound::Compound<'_>,
     a: &nfs4::dir::SetAttr4Args,
 ) -> nfs4::dir::SetAttr4Res {
-    use nfs4::StateId4;
     let fail = |status| nfs4::dir::SetAttr4Res {
         status,
         attrsset: Bitmap4::default(),
@@ -115,11 +114,17 @@ pub(crate) fn setattr(
         Ok(p) => p,
         Err(s) => return fail(s),
     };
-    if parsed.sattr.size.is_some()
-        && a.stateid != StateId4::ANONYMOUS
-        && a.stateid != StateId4::READ_BYPASS
-    {
-        return fail(NfsStat4::NFS4ERR_BAD_STATEID);
+    if parsed.sattr.size.is_some() {
+        let allowed = cx.client().and_then(|client| {
+            let id = cx.stateid(&a.stateid)?;
+            let state = cx.server.state();
+            state
+                .opens()
+                .check_io(client, &id, &fh.0, super::state::opens::Io::Write)
+        });
+        if let Err(s) = allowed {
+            return fail(s);
+        }
     }
     let cx3 = crate::nfs::Cx::new(&cx.server.nfs, &cx.table, cx.caller, Some(&fh));
     let args = nfs3::attr::SetAttr3Args {

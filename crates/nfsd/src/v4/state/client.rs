@@ -53,11 +53,4 @@ impl Client {
     pub fn expired(&self, lease: Duration, now: Instant) -> bool {
         now.saturating_duration_since(self.renewed) > lease
     }
-
-    /// Whether the record holds state another principal must not take over
-    /// (§18.35.4 case 3, "Client Collision"): sessions (opens and locks, when
-    /// served, will count too) under a lease still running.
-    pub fn has_state(&self, lease: Duration, now: Instant) -> bool {
-        !self.sessions.is_empty() && !self.expired(lease, now)
-    }
 }

@@ -6,7 +6,8 @@
 //!
 //! - [`client`]: client records, confirmed or not, and their leases;
 //! - [`session`]: sessions and the channel attributes CREATE_SESSION grants;
-//! - [`slots`]: a session's slot table and reply cache (SEQUENCE's exactly-once rules).
+//! - [`slots`]: a session's slot table and reply cache (SEQUENCE's exactly-once rules);
+//! - [`opens`]: open state, share reservations and open stateids.
 //!
 //! [`StateTable`] holds them all and applies the operations' rules. Bounded: at most
 //! [`MAX_CLIENTS`] client records and [`MAX_SESSIONS`] sessions (past them: NFS4ERR_DELAY,
@@ -15,10 +16,11 @@
 //! Not yet charged to `--max-memory`.
 //!
 //! Not yet here: state protection other than SP4_NONE, the back channel
-//! (CREATE_SESSION grants no CONN_BACK_CHAN), BIND_CONN_TO_SESSION, opens, locks and
-//! delegations, and records kept across a restart (so no grace period).
+//! (CREATE_SESSION grants no CONN_BACK_CHAN), locks and delegations, and records
+//! kept across a restart (so no grace period).
 
 pub mod client;
+pub mod opens;
 pub mod session;
 pub mod slots;
 #[cfg(test)]
@@ -32,6 +34,7 @@ use nfs4::{ClientId4, NfsStat4, Res4, SequenceId4, SessionId4, SlotId4};
 use xdr::Bytes;
 
 pub use client::{Client, Principal};
+pub use opens::Opens;
 pub use session::{ChannelLimits, Session};
 pub use slots::{SlotTable, SlotUse};
 
@@ -76,6 +79,7 @@ pub struct StateTable {
     lease: Duration,
     clients: HashMap<ClientId4, Client>,
     sessions: HashMap<SessionId4, Session>,
+    opens: Opens,
 }
 
 impl StateTable {
@@ -89,6 +93,7 @@ impl StateTable {
             lease,
             clients: HashMap::new(),
             sessions: HashMap::new(),
+            opens: Opens::new(boot),
         }
     }
 
@@ -105,6 +110,16 @@ impl StateTable {
     /// The session `id`, if there is one.
     pub fn session(&self, id: &SessionId4) -> Option<&Session> {
         self.sessions.get(id)
+    }
+
+    /// The open state.
+    pub fn opens(&self) -> &Opens {
+        &self.opens
+    }
+
+    /// The open state, to change.
+    pub fn opens_mut(&mut self) -> &mut Opens {
+        &mut self.opens
     }
 
     /// Number of client records and sessions.
@@ -176,7 +191,10 @@ impl StateTable {
                 // Case 2: the same client again.
                 return Ok(Self::granted(c));
             }
-            if c.principal != who && c.has_state(self.lease, now) {
+            // "Client Collision": sessions or opens under a lease still running.
+            let has_state =
+                !c.expired(self.lease, now) && (!c.sessions.is_empty() || self.opens.held_by(c.id));
+            if c.principal != who && has_state {
                 // Case 3: another principal uses the owner of a client with state.
                 return Err(NfsStat4::NFS4ERR_CLID_INUSE);
             }
@@ -450,6 +468,7 @@ impl StateTable {
     }
 
     fn remove_client(&mut self, id: ClientId4) {
+        self.opens.remove_client(id);
         if let Some(c) = self.clients.remove(&id) {
             for s in &c.sessions {
                 self.sessions.remove(s);

@@ -374,6 +374,43 @@ fn rfc8881_8_3_sequence_renews_the_lease_and_silent_clients_expire() {
 }
 
 #[test]
+fn rfc8881_8_3_an_expired_client_loses_its_opens_and_a_destroyed_session_keeps_them() {
+    let (mut t, start) = table();
+    let (a, sid) = session(&mut t, "a", start);
+    let (b, _) = session(&mut t, "b", start);
+    let file = Bytes::from_static(b"file-handle");
+    let owner = nfs4::OpaqueLimit::from(&b"owner"[..]);
+    let sa = t.opens_mut().open(a, &owner, &file, 3, 0).unwrap();
+    let sb = t.opens_mut().open(b, &owner, &file, 1, 0).unwrap();
+    // The opens belong to the client, not the session (§2.10.13.1).
+    assert_eq!(t.destroy_session(&sid), NfsStat4::NFS4_OK);
+    assert_eq!(t.opens().test(a, &sa), NfsStat4::NFS4_OK);
+    // "b" keeps renewing; "a" falls silent for more than a lease.
+    let later = start + t.lease() - Duration::from_secs(1);
+    t.clients.get_mut(&b).unwrap().renewed = later;
+    t.expire(later + Duration::from_secs(2));
+    assert!(t.client(a).is_none());
+    assert_eq!(t.opens().test(a, &sa), NfsStat4::NFS4ERR_BAD_STATEID);
+    assert_eq!(t.opens().test(b, &sb), NfsStat4::NFS4_OK);
+    assert_eq!(t.opens().len(), 1);
+}
+
+#[test]
+fn rfc8881_18_35_4_case3_opens_are_state_that_another_principal_may_not_take_over() {
+    let (mut t, now) = table();
+    let (a, sid) = session(&mut t, "a", now);
+    let owner = nfs4::OpaqueLimit::from(&b"o"[..]);
+    t.opens_mut()
+        .open(a, &owner, &Bytes::from_static(b"f"), 1, 0)
+        .unwrap();
+    assert_eq!(t.destroy_session(&sid), NfsStat4::NFS4_OK);
+    assert_eq!(
+        t.exchange_id(&exid("a", 9, 0), MALLORY, now),
+        Err(NfsStat4::NFS4ERR_CLID_INUSE)
+    );
+}
+
+#[test]
 fn rfc8881_8_3_a_client_with_a_request_in_progress_does_not_expire() {
     let (mut t, start) = table();
     let (id, sid) = session(&mut t, "a", start);

@@ -1,0 +1,276 @@
+//! An NFSv4.1 test client over TCP: COMPOUNDs built by the `nfs4` crate's encoder
+//! on a socket of the test's own, a session set up as the Linux client sets it up,
+//! and a server exporting a scratch directory.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+use nfs4::compound::{Compound4Args, Compound4Res, NfsArgop4, NfsResop4};
+use nfs4::fh::*;
+use nfs4::session::*;
+use nfs4::*;
+use nfsd::server::Bound;
+use oncrpc::{AcceptedStatus, ReplyBody, ReplyHeader, Xid};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use xdr::{Bytes, Decode, Decoder, Encode};
+
+use super::TempDir;
+
+/// A client connection speaking raw RPC records.
+pub struct Conn {
+    pub sock: TcpStream,
+    pub xid: u32,
+}
+
+impl Conn {
+    pub async fn open(server: SocketAddr) -> Conn {
+        Conn {
+            sock: TcpStream::connect(server).await.unwrap(),
+            xid: 1,
+        }
+    }
+
+    /// Sends a call record and returns the reply record.
+    pub async fn roundtrip(&mut self, call: &Bytes) -> Bytes {
+        let mut record = Vec::with_capacity(4 + call.len());
+        record.extend_from_slice(&(0x8000_0000 | call.len() as u32).to_be_bytes());
+        record.extend_from_slice(call);
+        self.sock.write_all(&record).await.unwrap();
+        let mut reply = Vec::new();
+        loop {
+            let mut mark = [0u8; 4];
+            tokio::time::timeout(Duration::from_secs(10), self.sock.read_exact(&mut mark))
+                .await
+                .expect("a reply within 10 s")
+                .unwrap();
+            let mark = u32::from_be_bytes(mark);
+            let start = reply.len();
+            reply.resize(start + (mark & 0x7fff_ffff) as usize, 0);
+            self.sock.read_exact(&mut reply[start..]).await.unwrap();
+            if mark & 0x8000_0000 != 0 {
+                return Bytes::from(reply);
+            }
+        }
+    }
+
+    /// A COMPOUND call message (AUTH_SYS, root) with a fresh xid.
+    pub fn call(&mut self, minorversion: u32, ops: Vec<NfsArgop4>) -> (u32, Bytes) {
+        self.xid += 1;
+        let args = Compound4Args {
+            tag: "nfs4-test".into(),
+            minorversion,
+            argarray: ops,
+        };
+        (self.xid, rpc_call(self.xid, NFSPROC4_COMPOUND, &args))
+    }
+
+    /// Sends a COMPOUND, returns the reply record and the decoded result.
+    pub async fn compound(
+        &mut self,
+        minorversion: u32,
+        ops: Vec<NfsArgop4>,
+    ) -> (Bytes, Compound4Res) {
+        let (xid, call) = self.call(minorversion, ops);
+        let reply = self.roundtrip(&call).await;
+        let res = Compound4Res::decode(&mut results(&reply, xid)).expect("COMPOUND4res");
+        (reply, res)
+    }
+}
+
+pub fn rpc_call(xid: u32, proc_: u32, args: &impl Encode) -> Bytes {
+    super::root_call(b"nfs4-client", xid, NFS4_PROGRAM, NFS_V4, proc_, args)
+}
+
+/// The results of a SUCCESS reply to `xid`.
+pub fn results(reply: &Bytes, xid: u32) -> Decoder {
+    let mut dec = Decoder::new(reply.clone());
+    let h = ReplyHeader::decode(&mut dec).unwrap();
+    assert_eq!(h.xid, Xid(xid));
+    match h.body {
+        ReplyBody::Accepted {
+            status: AcceptedStatus::Success,
+            ..
+        } => dec,
+        other => panic!("xid {xid}: {other:?}"),
+    }
+}
+
+pub fn statuses(res: &Compound4Res) -> Vec<NfsStat4> {
+    res.resarray.iter().map(NfsResop4::status).collect()
+}
+
+pub fn channel() -> ChannelAttrs4 {
+    ChannelAttrs4 {
+        ca_headerpadsize: 0,
+        ca_maxrequestsize: 1_049_620,
+        ca_maxresponsesize: 1_049_480,
+        ca_maxresponsesize_cached: 7584,
+        ca_maxoperations: 16,
+        ca_maxrequests: 64,
+        ca_rdma_ird: None,
+    }
+}
+
+/// A session set up as the Linux client does it.
+pub struct Session {
+    pub conn: Conn,
+    pub sid: SessionId4,
+    pub clientid: u64,
+    /// Slot 0's next sequence id.
+    pub seq: u32,
+}
+
+impl Session {
+    pub async fn new(server: SocketAddr, owner: &str) -> Session {
+        let mut conn = Conn::open(server).await;
+        let (_, res) = conn
+            .compound(
+                1,
+                vec![NfsArgop4::ExchangeId(ExchangeId4Args {
+                    eia_clientowner: ClientOwner4 {
+                        co_verifier: *b"verifier",
+                        co_ownerid: owner.into(),
+                    },
+                    eia_flags: EXCHGID4_FLAG_SUPP_MOVED_REFER | EXCHGID4_FLAG_BIND_PRINC_STATEID,
+                    eia_state_protect: StateProtect4A::None,
+                    eia_client_impl_id: None,
+                })],
+            )
+            .await;
+        let NfsResop4::ExchangeId(Res4::Ok(ex)) = &res.resarray[0] else {
+            panic!("EXCHANGE_ID: {res:?}")
+        };
+        assert_eq!(ex.eir_flags & EXCHGID4_FLAG_CONFIRMED_R, 0);
+        assert_ne!(ex.eir_flags & EXCHGID4_FLAG_USE_NON_PNFS, 0);
+        assert_eq!(ex.eir_state_protect, StateProtect4R::None);
+        let clientid = ex.eir_clientid;
+        let (_, res) = conn
+            .compound(
+                1,
+                vec![NfsArgop4::CreateSession(CreateSession4Args {
+                    csa_clientid: clientid,
+                    csa_sequence: ex.eir_sequenceid,
+                    csa_flags: CREATE_SESSION4_FLAG_PERSIST | CREATE_SESSION4_FLAG_CONN_BACK_CHAN,
+                    csa_fore_chan_attrs: channel(),
+                    csa_back_chan_attrs: channel(),
+                    csa_cb_program: 0x4000_0000,
+                    csa_sec_parms: vec![CallbackSecParms4::AuthNone],
+                })],
+            )
+            .await;
+        let NfsResop4::CreateSession(Res4::Ok(cs)) = &res.resarray[0] else {
+            panic!("CREATE_SESSION: {res:?}")
+        };
+        assert_eq!(cs.csr_sequence, ex.eir_sequenceid);
+        // Clamped to the server's limits, never raised.
+        assert!(cs.csr_fore_chan_attrs.ca_maxrequests <= 64);
+        assert!(cs.csr_fore_chan_attrs.ca_maxoperations <= 16);
+        assert_eq!(cs.csr_fore_chan_attrs.ca_maxresponsesize_cached, 7584);
+        Session {
+            conn,
+            sid: cs.csr_sessionid,
+            clientid,
+            seq: 1,
+        }
+    }
+
+    pub fn sequence(&self, seq: u32, cachethis: bool) -> NfsArgop4 {
+        NfsArgop4::Sequence(Sequence4Args {
+            sa_sessionid: self.sid,
+            sa_sequenceid: seq,
+            sa_slotid: 0,
+            sa_highest_slotid: 0,
+            sa_cachethis: cachethis,
+        })
+    }
+
+    /// SEQUENCE (slot 0, the next sequence id) and `ops`.
+    pub async fn run(&mut self, ops: Vec<NfsArgop4>) -> Compound4Res {
+        let mut all = vec![self.sequence(self.seq, false)];
+        all.extend(ops);
+        self.seq += 1;
+        let (_, res) = self.conn.compound(1, all).await;
+        assert_eq!(
+            res.resarray[0].status(),
+            NfsStat4::NFS4_OK,
+            "SEQUENCE: {res:?}"
+        );
+        res
+    }
+}
+
+pub const TYPE: u32 = 1;
+pub const SIZE: u32 = 4;
+pub const FSID: u32 = 8;
+pub const FILEID: u32 = 20;
+pub const MODE: u32 = 33;
+pub const OWNER: u32 = 36;
+
+pub fn getattr() -> NfsArgop4 {
+    NfsArgop4::GetAttr(GetAttr4Args {
+        attr_request: Bitmap4::from_bits(&[TYPE, SIZE, FSID, FILEID, MODE, OWNER]),
+    })
+}
+
+/// Type, size, fsid, fileid, mode and owner from [`getattr`]'s result.
+#[derive(Debug, PartialEq)]
+pub struct Attrs {
+    pub ftype: u32,
+    pub size: u64,
+    pub fsid: (u64, u64),
+    pub fileid: u64,
+    pub mode: u32,
+    pub owner: Vec<u8>,
+}
+
+pub fn attrs(r: &NfsResop4) -> Attrs {
+    let NfsResop4::GetAttr(Res4::Ok(ok)) = r else {
+        panic!("GETATTR: {r:?}")
+    };
+    let f = &ok.obj_attributes;
+    assert_eq!(
+        f.attrmask,
+        Bitmap4::from_bits(&[TYPE, SIZE, FSID, FILEID, MODE, OWNER])
+    );
+    let mut d = Decoder::new(f.attr_vals.0.clone());
+    let a = Attrs {
+        ftype: d.u32().unwrap(),
+        size: d.u64().unwrap(),
+        fsid: (d.u64().unwrap(), d.u64().unwrap()),
+        fileid: d.u64().unwrap(),
+        mode: d.u32().unwrap(),
+        owner: d.string(64).unwrap().to_vec(),
+    };
+    d.finish().unwrap();
+    a
+}
+
+pub fn lookup(name: &[u8]) -> NfsArgop4 {
+    NfsArgop4::Lookup(Lookup4Args {
+        objname: Utf8Str::from(name),
+    })
+}
+
+/// LOOKUPs from the root to `path`.
+pub fn walk(path: &Path) -> Vec<NfsArgop4> {
+    use std::os::unix::ffi::OsStrExt;
+    path.iter().skip(1).map(|c| lookup(c.as_bytes())).collect()
+}
+
+/// A server exporting a fresh directory (with a file `f` of 5 bytes, a directory `d`
+/// and a symbolic link `l` to `f`), served until the returned handle is stopped.
+pub async fn server() -> (TempDir, std::path::PathBuf, SocketAddr, super::Serving) {
+    let dir = TempDir::new("nfs4");
+    std::fs::write(dir.path().join("f"), b"hello").unwrap();
+    std::fs::create_dir(dir.path().join("d")).unwrap();
+    std::os::unix::fs::symlink("f", dir.path().join("l")).unwrap();
+    let mut bound = Bound::new(&super::loopback_config(dir.path()))
+        .await
+        .unwrap();
+    bound.serve_nfs4();
+    let export = bound.server().table().exports[0].export.path.clone();
+    let addr = bound.nfs_addr().unwrap();
+    (dir, export, addr, super::serve(bound))
+}
