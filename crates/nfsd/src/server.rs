@@ -197,7 +197,11 @@ impl Bound {
     /// PROG_MISMATCH and the mount settles on NFSv3.
     pub fn serve_nfs4(&mut self) {
         if self.nfs4.is_none() {
-            self.nfs4 = Some(Arc::new(crate::v4::Nfs4Server::new(self.server.clone())));
+            let nlm = self.nlm.as_ref().map(|(n, _, _)| n.clone());
+            self.nfs4 = Some(Arc::new(crate::v4::Nfs4Server::new(
+                self.server.clone(),
+                nlm,
+            )));
         }
     }
 

@@ -49,6 +49,12 @@ pub struct Range {
 pub const OFFSET_MAX: u64 = i64::MAX as u64;
 
 impl Range {
+    /// The whole file.
+    pub const ALL: Range = Range {
+        start: 0,
+        end: u64::MAX,
+    };
+
     /// The range of NLM4 `l_offset` / `l_len` (RFC 1813 appendix II: `l_len` 0 is
     /// "to end of file"); `None` (NLM4_FBIG) for an offset past [`OFFSET_MAX`]. A
     /// range whose end would pass `OFFSET_MAX` runs to the end of the file, as Linux

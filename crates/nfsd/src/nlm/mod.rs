@@ -141,11 +141,12 @@ impl Nlm {
         (!left.is_zero()).then_some(left)
     }
 
-    fn in_grace(&self) -> bool {
+    pub(crate) fn in_grace(&self) -> bool {
         self.grace_left().is_some()
     }
 
-    fn locks(&self) -> std::sync::MutexGuard<'_, LockTable<Blocked>> {
+    /// The lock table, which NFSv4.1's byte-range locks share ([`crate::v4`]).
+    pub(crate) fn locks(&self) -> std::sync::MutexGuard<'_, LockTable<Blocked>> {
         self.locks.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -286,7 +287,7 @@ impl Nlm {
     }
 
     /// Sends GRANTED for each newly granted blocked request, in the background.
-    fn send_granted(self: &Arc<Self>, granted: Vec<(Bytes, Waiter<Blocked>)>) {
+    pub(crate) fn send_granted(self: &Arc<Self>, granted: Vec<(Bytes, Waiter<Blocked>)>) {
         for (_, w) in granted {
             let nlm = self.clone();
             match tokio::runtime::Handle::try_current() {

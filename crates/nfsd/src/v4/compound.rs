@@ -171,6 +171,12 @@ pub(crate) fn process(
         drop(reply);
         encoded
     };
+    // Locks of lock owners whose client went during this COMPOUND (its lease ran
+    // out, its record was replaced or destroyed).
+    let released = server.state().take_released();
+    if !released.is_empty() {
+        server.locks.release(released);
+    }
     for charge in cx.charges.drain(..) {
         crate::nfs::hold(&mut reply, charge);
     }
@@ -263,7 +269,7 @@ mod tests {
             None,
         )
         .unwrap();
-        let v4 = Nfs4Server::new(Arc::new(NfsServer::new(table)));
+        let v4 = Nfs4Server::new(Arc::new(NfsServer::new(table)), None);
         let now = Instant::now();
         let e = v4
             .state()

@@ -1,8 +1,7 @@
 //! NFSv4.1 (RFC 8881; XDR of RFC 5662 in the `nfs4` crate) beside NFSv3: program
 //! 100003 version 4 on the same listeners (TCP and RPC-over-RDMA), over the same
 //! export-confined file layer ([`crate::nfs::Table`], [`crate::vfs`], `proc`).
-//! Opt-in ([`crate::server::Bound::serve_nfs4`], `--nfs4`) until a Linux mount can
-//! lock through it (LOCK, LOCKT, LOCKU) as it can through NFSv3 and NLM.
+//! Opt-in ([`crate::server::Bound::serve_nfs4`], `--nfs4`).
 //!
 //! ```text
 //!   service::Nfs4Service (oncrpc: NULL, COMPOUND)
@@ -11,11 +10,11 @@
 //!            |  current and saved filehandle and stateid)
 //!            |   ops::OPS: name, flags, handler per operation
 //!   session_ops   fh_ops (+ attrs, pseudo), readdir, names_ops (+ setattrs),
-//!            |    open_ops, io_ops
+//!            |    open_ops, io_ops, lock_ops (+ NLM's lock table)
 //!            |                 |
 //!   state (sans-IO:      the NFSv3 file layer: Table::resolve, proc::*, vfs
 //!   clients, sessions,
-//!   slots, leases, opens)
+//!   slots, leases, opens, lock stateids)
 //! ```
 //!
 //! Served: NULL; COMPOUND of minor version 1 with EXCHANGE_ID (SP4_NONE),
@@ -25,9 +24,10 @@
 //! READLINK, SECINFO and SECINFO_NO_NAME (AUTH_SYS), CREATE (not regular files:
 //! OPEN's), LINK, REMOVE, RENAME, SETATTR, VERIFY and NVERIFY; OPEN (CLAIM_NULL with
 //! every create mode, CLAIM_FH), CLOSE, OPEN_DOWNGRADE with share reservations
-//! across clients, READ, WRITE and COMMIT, TEST_STATEID and FREE_STATEID. Minor
-//! versions 0 and 2 answer NFS4ERR_MINOR_VERS_MISMATCH. Not yet: byte-range locks,
-//! delegations and the back channel (BIND_CONN_TO_SESSION binds the fore channel
+//! across clients, READ, WRITE and COMMIT, LOCK, LOCKT and LOCKU (in NLM's lock
+//! table: NFSv3 and NFSv4.1 clients see each other's locks), TEST_STATEID and
+//! FREE_STATEID. Minor versions 0 and 2 answer NFS4ERR_MINOR_VERS_MISMATCH. Not
+//! yet: delegations and the back channel (BIND_CONN_TO_SESSION binds the fore channel
 //! only), state kept across restarts (grace; CLAIM_PREVIOUS is NFS4ERR_NO_GRACE),
 //! NFSv4.2 (the operation table lists them: NFS4ERR_NOTSUPP).
 
@@ -36,6 +36,7 @@ mod compound;
 pub mod errors;
 mod fh_ops;
 mod io_ops;
+mod lock_ops;
 mod names_ops;
 mod open_ops;
 mod ops;
@@ -63,6 +64,8 @@ pub struct Nfs4Server {
     /// The exports, the file layer's settings, the write verifier.
     pub nfs: Arc<NfsServer>,
     state: Mutex<StateTable>,
+    /// The byte-range locks (NLM's table, or one of its own without NLM).
+    pub(crate) locks: lock_ops::LockSpace,
     /// `so_major_id` and `eir_server_scope` (RFC 8881 §2.5, §18.35.3): the host name,
     /// stable across restarts, so that a client recognizes the server it reclaims
     /// from.
@@ -73,8 +76,8 @@ pub struct Nfs4Server {
 
 impl Nfs4Server {
     /// An NFSv4.1 server over `nfs`'s exports, with leases of
-    /// [`state::LEASE_TIME`].
-    pub fn new(nfs: Arc<NfsServer>) -> Nfs4Server {
+    /// [`state::LEASE_TIME`], sharing `nlm`'s lock table if NLM is served.
+    pub fn new(nfs: Arc<NfsServer>, nlm: Option<Arc<crate::nlm::Nlm>>) -> Nfs4Server {
         let since = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap_or_default();
@@ -91,6 +94,7 @@ impl Nfs4Server {
         Nfs4Server {
             nfs,
             state: Mutex::new(StateTable::new(since.as_secs() as u32, state::LEASE_TIME)),
+            locks: lock_ops::LockSpace::new(nlm),
             owner: OpaqueLimit::from(&owner[..]),
             started: NfsTime4 {
                 seconds: since.as_secs() as i64,

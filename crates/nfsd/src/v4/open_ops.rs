@@ -295,7 +295,8 @@ pub(crate) fn close(cx: &mut Compound<'_>, a: &Close4Args) -> Close4Res {
         let client = cx.client()?;
         let id = cx.stateid(&a.open_stateid)?;
         let (_, file) = state_file(cx)?;
-        cx.server.state().opens_mut().close(client, &id, &file)?;
+        let gone = cx.server.state().close(client, &id, &file)?;
+        cx.server.locks.release(gone);
         cx.current_stateid = Some(StateId4::INVALID);
         Ok(StateId4::INVALID)
     };
@@ -324,7 +325,7 @@ pub(crate) fn open_downgrade(cx: &mut Compound<'_>, a: &OpenDowngrade4Args) -> O
     run(cx).map_or_else(Res4::Err, Res4::Ok)
 }
 
-/// §18.48 TEST_STATEID: one status per stateid; the special stateids are never
+/// §18.48 TEST_STATEID: one status per stateid, open or lock; the special stateids are never
 /// valid to test (NFS4ERR_BAD_STATEID, §18.48.3).
 pub(crate) fn test_stateid(cx: &mut Compound<'_>, a: &TestStateId4Args) -> TestStateId4Res {
     let client = match cx.client() {
@@ -334,16 +335,24 @@ pub(crate) fn test_stateid(cx: &mut Compound<'_>, a: &TestStateId4Args) -> TestS
     let state = cx.server.state();
     let codes =
         a.0.iter()
-            .map(|id| state.opens().test(client, id))
+            .map(|id| match state.locks().test(client, id) {
+                Some(s) => s,
+                None => state.opens().test(client, id),
+            })
             .collect();
     Res4::Ok(TestStateId4ResOk(codes))
 }
 
-/// §18.38 FREE_STATEID.
+/// §18.38 FREE_STATEID: of an open stateid, NFS4ERR_LOCKS_HELD (CLOSE ends an
+/// open); of a lock stateid, [`super::lock_ops::free_lock_stateid`].
 pub(crate) fn free_stateid(cx: &mut Compound<'_>, a: &FreeStateId4Args) -> NfsStat4 {
     let run = || -> Result<NfsStat4, NfsStat4> {
         let client = cx.client()?;
         let id = cx.stateid(&a.fsa_stateid)?;
+        let is_lock = cx.server.state().locks().get(&id).is_some();
+        if is_lock {
+            return Ok(super::lock_ops::free_lock_stateid(cx, client, &id));
+        }
         Ok(cx.server.state().opens().free(client, &id))
     };
     run().unwrap_or_else(|s| s)

@@ -4,7 +4,7 @@
 //! data here; the handlers live by group ([`super::session_ops`],
 //! [`super::fh_ops`], [`super::readdir`], [`super::names_ops`]).
 //!
-//! Operations whose handler is [`Run::NotYet`] (locks, delegations) answer
+//! Operations whose handler is [`Run::NotYet`] (delegations) answer
 //! NFS4ERR_NOTSUPP until they are served; so do the operations the decoder does not
 //! code (it stops there, [`nfs4::compound::StopReason::NotSupported`]).
 
@@ -12,7 +12,7 @@ use nfs4::compound::{NfsArgop4, NfsResop4};
 use nfs4::{NfsOpnum4, NfsStat4};
 
 use super::compound::{fail, Compound};
-use super::{fh_ops, io_ops, open_ops, session_ops};
+use super::{fh_ops, io_ops, lock_ops, open_ops, session_ops};
 
 /// May begin a COMPOUND without SEQUENCE, and must then be its only operation
 /// (RFC 8881 §2.6.3.1.1.1 and each operation's §18.x.3).
@@ -118,9 +118,24 @@ pub(crate) static OPS: &[OpDesc] = &[
         CURRENT_FH,
         handler!(Link, |cx, a| super::names_ops::link(cx, a))
     ),
-    op!(OP_LOCK, "LOCK", CURRENT_FH, Run::NotYet),
-    op!(OP_LOCKT, "LOCKT", CURRENT_FH, Run::NotYet),
-    op!(OP_LOCKU, "LOCKU", CURRENT_FH, Run::NotYet),
+    op!(
+        OP_LOCK,
+        "LOCK",
+        CURRENT_FH,
+        handler!(Lock, |cx, a| lock_ops::lock(cx, a))
+    ),
+    op!(
+        OP_LOCKT,
+        "LOCKT",
+        CURRENT_FH,
+        handler!(LockT, |cx, a| lock_ops::lockt(cx, a))
+    ),
+    op!(
+        OP_LOCKU,
+        "LOCKU",
+        CURRENT_FH,
+        handler!(LockU, |cx, a| lock_ops::locku(cx, a))
+    ),
     op!(
         OP_LOOKUP,
         "LOOKUP",

@@ -7,7 +7,8 @@
 //! - [`client`]: client records, confirmed or not, and their leases;
 //! - [`session`]: sessions and the channel attributes CREATE_SESSION grants;
 //! - [`slots`]: a session's slot table and reply cache (SEQUENCE's exactly-once rules);
-//! - [`opens`]: open state, share reservations and open stateids.
+//! - [`opens`]: open state, share reservations and open stateids;
+//! - [`lock_state`]: lock stateids (the locks are in the lock table NLM shares).
 //!
 //! [`StateTable`] holds them all and applies the operations' rules. Bounded: at most
 //! [`MAX_CLIENTS`] client records and [`MAX_SESSIONS`] sessions (past them: NFS4ERR_DELAY,
@@ -16,10 +17,11 @@
 //! Not yet charged to `--max-memory`.
 //!
 //! Not yet here: state protection other than SP4_NONE, the back channel
-//! (CREATE_SESSION grants no CONN_BACK_CHAN), locks and delegations, and records
-//! kept across a restart (so no grace period).
+//! (CREATE_SESSION grants no CONN_BACK_CHAN), delegations, and records kept across
+//! a restart (so no grace period).
 
 pub mod client;
+pub mod lock_state;
 pub mod opens;
 pub mod session;
 pub mod slots;
@@ -34,6 +36,7 @@ use nfs4::{ClientId4, NfsStat4, Res4, SequenceId4, SessionId4, SlotId4};
 use xdr::Bytes;
 
 pub use client::{Client, Principal};
+pub use lock_state::{LockState, LockStates};
 pub use opens::Opens;
 pub use session::{ChannelLimits, Session};
 pub use slots::{SlotTable, SlotUse};
@@ -80,6 +83,10 @@ pub struct StateTable {
     clients: HashMap<ClientId4, Client>,
     sessions: HashMap<SessionId4, Session>,
     opens: Opens,
+    locks: LockStates,
+    /// Lock states dropped with their client (lease expiry, a destroyed or replaced
+    /// record), whose locks the caller releases ([`StateTable::take_released`]).
+    released: Vec<LockState>,
 }
 
 impl StateTable {
@@ -94,6 +101,8 @@ impl StateTable {
             clients: HashMap::new(),
             sessions: HashMap::new(),
             opens: Opens::new(boot),
+            locks: LockStates::new(boot),
+            released: Vec::new(),
         }
     }
 
@@ -120,6 +129,35 @@ impl StateTable {
     /// The open state, to change.
     pub fn opens_mut(&mut self) -> &mut Opens {
         &mut self.opens
+    }
+
+    /// The lock stateids.
+    pub fn locks(&self) -> &LockStates {
+        &self.locks
+    }
+
+    /// The lock stateids, to change.
+    pub fn locks_mut(&mut self) -> &mut LockStates {
+        &mut self.locks
+    }
+
+    /// §18.2 CLOSE of the open `id` of `client` on `file`: the open ends, and the
+    /// lock states made from it go with it (knfsd releases them too); the caller
+    /// releases their locks.
+    pub fn close(
+        &mut self,
+        client: ClientId4,
+        id: &nfs4::StateId4,
+        file: &opens::FileKey,
+    ) -> Result<Vec<LockState>, NfsStat4> {
+        self.opens.close(client, id, file)?;
+        Ok(self.locks.remove_of_open(&id.other))
+    }
+
+    /// The lock states whose client went since the last call: the caller releases
+    /// their locks.
+    pub fn take_released(&mut self) -> Vec<LockState> {
+        std::mem::take(&mut self.released)
     }
 
     /// Number of client records and sessions.
@@ -469,6 +507,8 @@ impl StateTable {
 
     fn remove_client(&mut self, id: ClientId4) {
         self.opens.remove_client(id);
+        let gone = self.locks.remove_client(id);
+        self.released.extend(gone);
         if let Some(c) = self.clients.remove(&id) {
             for s in &c.sessions {
                 self.sessions.remove(s);

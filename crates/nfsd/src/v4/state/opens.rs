@@ -304,13 +304,13 @@ impl Opens {
 
 /// The seqid after `s`: it wraps from `u32::MAX` to 1, since 0 means "current"
 /// (§8.2.2).
-fn next_seqid(s: u32) -> u32 {
+pub(crate) fn next_seqid(s: u32) -> u32 {
     s.checked_add(1).unwrap_or(1)
 }
 
 /// §8.2.2: `given` 0 is the current seqid; less than `current` is
 /// NFS4ERR_OLD_STATEID; more is NFS4ERR_BAD_STATEID.
-fn check_seqid(current: u32, given: u32) -> Result<(), NfsStat4> {
+pub(crate) fn check_seqid(current: u32, given: u32) -> Result<(), NfsStat4> {
     match given {
         0 => Ok(()),
         g if g == current => Ok(()),

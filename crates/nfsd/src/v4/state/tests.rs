@@ -396,6 +396,49 @@ fn rfc8881_8_3_an_expired_client_loses_its_opens_and_a_destroyed_session_keeps_t
 }
 
 #[test]
+fn rfc8881_8_3_an_expired_clients_lock_states_are_handed_back_for_release() {
+    let (mut t, start) = table();
+    let (a, _) = session(&mut t, "a", start);
+    let file = Bytes::from_static(b"f");
+    let owner = nfs4::OpaqueLimit::from(&b"o"[..]);
+    let open = t.opens_mut().open(a, &owner, &file, 3, 0).unwrap();
+    let lock = t
+        .locks_mut()
+        .for_owner(a, &owner, &file, open.other)
+        .unwrap();
+    assert_eq!(lock.seqid, 0);
+    assert_eq!(t.locks_mut().bump(&lock.other).map(|s| s.seqid), Some(1));
+    assert!(t.take_released().is_empty());
+    t.expire(start + t.lease() + Duration::from_secs(1));
+    let gone = t.take_released();
+    assert_eq!(gone.len(), 1);
+    assert_eq!((gone[0].client, &gone[0].file), (a, &file));
+    assert!(t.locks().is_empty() && t.take_released().is_empty());
+}
+
+#[test]
+fn rfc8881_18_2_closing_an_open_ends_the_lock_states_made_from_it() {
+    let (mut t, now) = table();
+    let (a, _) = session(&mut t, "a", now);
+    let file = Bytes::from_static(b"f");
+    let owner = nfs4::OpaqueLimit::from(&b"o"[..]);
+    let open = t.opens_mut().open(a, &owner, &file, 3, 0).unwrap();
+    let other = t
+        .opens_mut()
+        .open(a, &nfs4::OpaqueLimit::from(&b"p"[..]), &file, 1, 0)
+        .unwrap();
+    t.locks_mut()
+        .for_owner(a, &owner, &file, open.other)
+        .unwrap();
+    t.locks_mut()
+        .for_owner(a, &b"q"[..].into(), &file, other.other)
+        .unwrap();
+    let gone = t.close(a, &open, &file).unwrap();
+    assert_eq!(gone.len(), 1);
+    assert_eq!(t.locks().len(), 1);
+}
+
+#[test]
 fn rfc8881_18_35_4_case3_opens_are_state_that_another_principal_may_not_take_over() {
     let (mut t, now) = table();
     let (a, sid) = session(&mut t, "a", now);

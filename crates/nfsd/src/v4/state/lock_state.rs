@@ -1,0 +1,173 @@
+//! Lock stateids (RFC 8881 §8.2, §9.1.4, §18.10-18.12): one per lock owner and
+//! file, made by the first LOCK of that owner from an open (`open_to_lock_owner4`)
+//! and tied to that open; its `seqid` moves with every LOCK and LOCKU that
+//! succeeds. The locks themselves (byte ranges, conflicts) are not here: they live
+//! in the one lock table NLM uses too ([`crate::nlm::locks`]), so that NFSv3 and
+//! NFSv4 clients see each other's locks. Sans-IO, as the rest of [`super`].
+//!
+//! The stateid's `other`: the server instance (4 bytes) and a counter (8 bytes)
+//! whose top bit is set, so it never equals an open stateid's
+//! ([`super::opens`]).
+
+use std::collections::HashMap;
+
+use nfs4::{ClientId4, NfsStat4, OpaqueLimit, StateId4};
+
+use super::opens::FileKey;
+
+/// Most lock stateids, all clients together (NFS4ERR_DELAY past it). Each holds
+/// at most about 1.2 KiB (the owner at most 1 KiB).
+pub const MAX_LOCK_STATEIDS: usize = 1 << 16;
+
+/// One lock owner's state on one file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LockState {
+    /// The client.
+    pub client: ClientId4,
+    /// The lock owner, as the client names it.
+    pub owner: OpaqueLimit,
+    /// The file.
+    pub file: FileKey,
+    /// The stateid's current `seqid` (0 until its first LOCK succeeded).
+    pub seqid: u32,
+    /// The open it was made from (its stateid's `other`).
+    pub open: [u8; 12],
+}
+
+/// The lock stateids of a server instance.
+#[derive(Debug)]
+pub struct LockStates {
+    boot: u32,
+    next: u64,
+    states: HashMap<[u8; 12], LockState>,
+}
+
+impl LockStates {
+    /// Empty, for the server instance `boot`.
+    pub fn new(boot: u32) -> LockStates {
+        LockStates {
+            boot,
+            next: 1 << 63,
+            states: HashMap::new(),
+        }
+    }
+
+    /// Number of lock stateids.
+    pub fn len(&self) -> usize {
+        self.states.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.states.is_empty()
+    }
+
+    /// The lock state `id` names, if any.
+    pub fn get(&self, id: &StateId4) -> Option<&LockState> {
+        self.states.get(&id.other)
+    }
+
+    /// The lock stateid of `owner` of `client` on `file`, made from the open
+    /// `open` if the owner has none there yet (§18.10.3: the first LOCK of a lock
+    /// owner, `open_to_lock_owner4`).
+    pub fn for_owner(
+        &mut self,
+        client: ClientId4,
+        owner: &OpaqueLimit,
+        file: &FileKey,
+        open: [u8; 12],
+    ) -> Result<StateId4, NfsStat4> {
+        if let Some((other, s)) = self
+            .states
+            .iter()
+            .find(|(_, s)| s.client == client && &s.owner == owner && s.file == file)
+        {
+            return Ok(StateId4 {
+                seqid: s.seqid,
+                other: *other,
+            });
+        }
+        if self.states.len() >= MAX_LOCK_STATEIDS {
+            return Err(NfsStat4::NFS4ERR_DELAY);
+        }
+        let mut other = [0u8; 12];
+        other[..4].copy_from_slice(&self.boot.to_be_bytes());
+        other[4..].copy_from_slice(&self.next.to_be_bytes());
+        self.next += 1;
+        self.states.insert(
+            other,
+            LockState {
+                client,
+                owner: owner.clone(),
+                file: file.clone(),
+                // The LOCK that made it moves it to 1 when it succeeds (§8.2.2:
+                // the first stateid a client sees has seqid 1).
+                seqid: 0,
+                open,
+            },
+        );
+        Ok(StateId4 { seqid: 0, other })
+    }
+
+    /// The lock state `id` of `client` on `file`, its seqid checked (§8.2.2).
+    pub fn find(
+        &self,
+        client: ClientId4,
+        id: &StateId4,
+        file: &FileKey,
+    ) -> Result<&LockState, NfsStat4> {
+        let s = self
+            .states
+            .get(&id.other)
+            .filter(|s| s.client == client && s.file == file)
+            .ok_or(NfsStat4::NFS4ERR_BAD_STATEID)?;
+        super::opens::check_seqid(s.seqid, id.seqid)?;
+        Ok(s)
+    }
+
+    /// The next seqid of `other` after a LOCK or LOCKU changed its locks: the
+    /// stateid to answer with.
+    pub fn bump(&mut self, other: &[u8; 12]) -> Option<StateId4> {
+        let s = self.states.get_mut(other)?;
+        s.seqid = super::opens::next_seqid(s.seqid);
+        Some(StateId4 {
+            seqid: s.seqid,
+            other: *other,
+        })
+    }
+
+    /// §18.48 TEST_STATEID of one stateid, if it is a lock stateid of `client`.
+    pub fn test(&self, client: ClientId4, id: &StateId4) -> Option<NfsStat4> {
+        let s = self.states.get(&id.other).filter(|s| s.client == client)?;
+        Some(match super::opens::check_seqid(s.seqid, id.seqid) {
+            Ok(()) => NfsStat4::NFS4_OK,
+            Err(e) => e,
+        })
+    }
+
+    /// Removes the lock state `other` (FREE_STATEID of a stateid without locks).
+    pub fn remove(&mut self, other: &[u8; 12]) -> Option<LockState> {
+        self.states.remove(other)
+    }
+
+    /// Removes the lock states made from the open `open` (it is being closed); the
+    /// caller releases their locks.
+    pub fn remove_of_open(&mut self, open: &[u8; 12]) -> Vec<LockState> {
+        self.remove_where(|s| &s.open == open)
+    }
+
+    /// Removes every lock state of `client`; the caller releases their locks.
+    pub fn remove_client(&mut self, client: ClientId4) -> Vec<LockState> {
+        self.remove_where(|s| s.client == client)
+    }
+
+    fn remove_where(&mut self, gone: impl Fn(&LockState) -> bool) -> Vec<LockState> {
+        let keys: Vec<[u8; 12]> = self
+            .states
+            .iter()
+            .filter(|(_, s)| gone(s))
+            .map(|(k, _)| *k)
+            .collect();
+        keys.iter().filter_map(|k| self.states.remove(k)).collect()
+    }
+}
