@@ -177,8 +177,9 @@ struct Cli {
     anon_gid: u32,
     /// Directory of the state kept across restarts: the key that authenticates file
     /// handles (fh.key, mode 0600), so that clients' handles stay valid after a
-    /// restart, and the lock manager's NSM state number and the clients to notify
-    /// after a restart (nsm/). Created if missing.
+    /// restart, the lock manager's NSM state number and the clients to notify
+    /// after a restart (nsm/), and with --nfs4 the NFSv4.1 clients that may reclaim
+    /// their opens and locks after a restart (nfs4-clients). Created if missing.
     #[arg(long, value_name = "DIR", default_value = nfsd::handle_key::DEFAULT_STATE_DIR)]
     state_dir: PathBuf,
     /// Run every NFS call's file-system work on the blocking thread pool. By default
@@ -193,9 +194,10 @@ struct Cli {
     no_inline_metadata: bool,
     /// Serve NFS version 4.1 beside version 3 on the NFS ports: sessions, the pseudo
     /// root, lookups, attributes, directory changes, OPEN with share reservations,
-    /// READ, WRITE and COMMIT; no byte-range locks, delegations or state kept across
-    /// a restart yet. Off by default: a mount without `vers=` would settle on NFSv4.1
-    /// and could not lock files; without it, it settles on NFSv3 (locks by NLM).
+    /// READ, WRITE, COMMIT and byte-range locks (shared with NLM's), and a grace
+    /// period after a restart in which the clients recorded in --state-dir reclaim
+    /// them; no delegations yet. Off by default: a mount without `vers=` then
+    /// settles on NFSv3.
     #[arg(long)]
     nfs4: bool,
     /// How READ data leaves over TCP: `sendfile` (the default: from the page cache,
@@ -475,7 +477,8 @@ fn main() -> std::process::ExitCode {
         },
         ..RdmaOptions::new((cli.bind, cli.rdma_port).into())
     });
-    match runtime.block_on(run(config, rdma, cli.exports_file, cli.nfs4)) {
+    let nfs4 = cli.nfs4.then(|| cli.state_dir.clone());
+    match runtime.block_on(run(config, rdma, cli.exports_file, nfs4)) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("nfsd: {e}");
@@ -488,11 +491,11 @@ async fn run(
     config: Config,
     rdma: Option<RdmaOptions>,
     exports_file: Option<PathBuf>,
-    nfs4: bool,
+    nfs4: Option<PathBuf>,
 ) -> std::io::Result<()> {
     let mut bound = Bound::new(&config).await?;
-    if nfs4 {
-        bound.serve_nfs4();
+    if let Some(state_dir) = &nfs4 {
+        bound.serve_nfs4_recoverable(state_dir)?;
     }
     if let Some(opts) = &rdma {
         bound.listen_rdma(opts).await?;

@@ -92,6 +92,8 @@ pub struct Bound {
     /// NFSv4.1 over the same exports, if served ([`Bound::serve_nfs4`]): one client
     /// and session state for TCP and RDMA.
     nfs4: Option<Arc<crate::v4::Nfs4Server>>,
+    /// Clients the previous run recorded, which may reclaim (for the log).
+    nfs4_reclaimers: usize,
     /// The server's budget as its TCP servers charge it.
     tcp_memory: Arc<crate::memory::TcpMemory>,
     nfs: TcpListener,
@@ -174,6 +176,7 @@ impl Bound {
         };
         Ok(Bound {
             nfs4: None,
+            nfs4_reclaimers: 0,
             server,
             tcp_memory,
             nfs,
@@ -191,10 +194,9 @@ impl Bound {
 
     /// Serves NFS version 4 (minor version 1, [`crate::v4`]) beside version 3 on the
     /// NFS TCP port and on the NFS/RDMA listener added after this (call it before
-    /// [`Bound::listen_rdma`]). Off by default (the binary's `--nfs4`): until OPEN,
-    /// READ and WRITE are served, a Linux mount without `vers=` would settle on
-    /// NFSv4.1 and fail to read, where without it the NFSv4 probe gets
-    /// PROG_MISMATCH and the mount settles on NFSv3.
+    /// [`Bound::listen_rdma`]), without restart recovery (no client may reclaim after
+    /// a restart: [`Bound::serve_nfs4_recoverable`] keeps them). Off by default (the
+    /// binary's `--nfs4`): a Linux mount without `vers=` then settles on NFSv3.
     pub fn serve_nfs4(&mut self) {
         if self.nfs4.is_none() {
             let nlm = self.nlm.as_ref().map(|(n, _, _)| n.clone());
@@ -203,6 +205,20 @@ impl Bound {
                 nlm,
             )));
         }
+    }
+
+    /// [`Bound::serve_nfs4`], keeping the clients that may reclaim after a restart in
+    /// `state_dir` ([`crate::v4::records`]); if the previous run left some, the grace
+    /// period starts now.
+    pub fn serve_nfs4_recoverable(&mut self, state_dir: &std::path::Path) -> std::io::Result<()> {
+        if self.nfs4.is_none() {
+            let nlm = self.nlm.as_ref().map(|(n, _, _)| n.clone());
+            let (v4, n) =
+                crate::v4::Nfs4Server::with_state_dir(self.server.clone(), nlm, state_dir)?;
+            self.nfs4_reclaimers = n;
+            self.nfs4 = Some(Arc::new(v4));
+        }
+        Ok(())
     }
 
     /// Adds the NFS/RDMA listener (NFS only: RFC 8267 binds no MOUNT), bound now,
@@ -297,14 +313,20 @@ impl Bound {
             )),
             None => lines.push("NFS/RDMA: off".to_string()),
         }
-        lines.push(match self.nfs4 {
-            Some(_) => "NFS v4.1 on the NFS ports beside v3 [--nfs4] (sessions, the pseudo \
-                        root, lookups, attributes, READDIR; no OPEN, READ or WRITE yet); \
-                        v4.0 and v4.2 answer NFS4ERR_MINOR_VERS_MISMATCH"
-                .to_string(),
-            None => "NFS v4: off (answered PROG_MISMATCH; --nfs4 serves the first slice of \
-                     v4.1)"
-                .to_string(),
+        lines.push(match &self.nfs4 {
+            Some(v4) => format!(
+                "NFS v4.1 on the NFS ports beside v3 [--nfs4] (sessions, opens, READ, WRITE, \
+                 locks; no delegations); v4.0 and v4.2 answer NFS4ERR_MINOR_VERS_MISMATCH; {}",
+                match v4.grace_left() {
+                    Some(t) => format!(
+                        "grace period {} s for {} client(s) to reclaim",
+                        t.as_secs(),
+                        self.nfs4_reclaimers
+                    ),
+                    None => "no grace period".to_string(),
+                }
+            ),
+            None => "NFS v4: off (answered PROG_MISMATCH; --nfs4 serves v4.1)".to_string(),
         });
         lines.push(self.describe_nlm());
         lines.push(self.describe_rpcbind());

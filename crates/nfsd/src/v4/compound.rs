@@ -177,6 +177,7 @@ pub(crate) fn process(
     if !released.is_empty() {
         server.locks.release(released);
     }
+    server.save_records();
     for charge in cx.charges.drain(..) {
         crate::nfs::hold(&mut reply, charge);
     }
@@ -193,6 +194,16 @@ impl Compound<'_> {
     /// The current filehandle, or NFS4ERR_NOFILEHANDLE (§15.1.2.8).
     pub(crate) fn current(&self) -> Result<&Fh, NfsStat4> {
         self.current.as_ref().ok_or(NfsStat4::NFS4ERR_NOFILEHANDLE)
+    }
+
+    /// NFS4ERR_GRACE while the grace period runs ([`super::state::grace`]): for
+    /// operations that make new state or could take a reclaimed file away.
+    pub(crate) fn not_in_grace(&self) -> Result<(), NfsStat4> {
+        if self.server.state().in_grace(self.now) {
+            Err(NfsStat4::NFS4ERR_GRACE)
+        } else {
+            Ok(())
+        }
     }
 
     /// The client of the COMPOUND's session (every operation that uses state runs

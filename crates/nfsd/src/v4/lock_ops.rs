@@ -16,9 +16,10 @@
 //! - a conflict is NFS4ERR_DENIED with the lock in the way; the blocking types
 //!   (READW_LT, WRITEW_LT) are not queued: the client polls (§9.6; CB_NOTIFY_LOCK
 //!   waits for the back channel);
-//! - while NLM's grace period runs, a new lock is NFS4ERR_GRACE (an NLM client may
-//!   be about to reclaim it); a reclaim is NFS4ERR_NO_GRACE (no NFSv4 state
-//!   survives a restart yet);
+//! - while NFSv4.1's grace period runs ([`super::state::grace`]) or NLM's, a new
+//!   lock (and LOCKT) is NFS4ERR_GRACE (a client may be about to reclaim it); a
+//!   reclaim (`reclaim` TRUE) is granted while the client may reclaim, and is
+//!   NFS4ERR_NO_GRACE otherwise;
 //! - LOCKU of what is not locked is no error (POSIX); a lock stateid that still
 //!   holds locks cannot be freed (FREE_STATEID: NFS4ERR_LOCKS_HELD); CLOSE releases
 //!   the locks of the lock owners made from that open, and a client whose lease
@@ -160,10 +161,13 @@ pub(crate) fn lock(cx: &mut Compound<'_>, a: &Lock4Args) -> Lock4Res {
         let excl = exclusive(a.locktype)?;
         let r = range(a.offset, a.length)?;
         if a.reclaim {
-            return Err(NfsStat4::NFS4ERR_NO_GRACE);
-        }
-        if cx.server.locks.in_grace() {
+            if !cx.server.state().may_reclaim(client, cx.now) {
+                return Err(NfsStat4::NFS4ERR_NO_GRACE);
+            }
+        } else if cx.server.locks.in_grace() {
             return Err(NfsStat4::NFS4ERR_GRACE);
+        } else {
+            cx.not_in_grace()?;
         }
         let mut state = cx.server.state();
         let (open, lock_owner, lock_id) = match &a.locker {
@@ -232,6 +236,7 @@ pub(crate) fn lockt(cx: &mut Compound<'_>, a: &LockT4Args) -> LockT4Res {
         if cx.server.locks.in_grace() {
             return Err(NfsStat4::NFS4ERR_GRACE);
         }
+        cx.not_in_grace()?;
         let owner = table_owner(client, &a.owner.owner);
         Ok(cx.server.locks.table().test(&file, &owner, r, excl))
     };

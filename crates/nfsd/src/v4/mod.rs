@@ -42,6 +42,7 @@ mod open_ops;
 mod ops;
 pub mod pseudo;
 mod readdir;
+pub mod records;
 pub mod service;
 mod session_ops;
 pub mod setattrs;
@@ -66,6 +67,9 @@ pub struct Nfs4Server {
     state: Mutex<StateTable>,
     /// The byte-range locks (NLM's table, or one of its own without NLM).
     pub(crate) locks: lock_ops::LockSpace,
+    /// Where the clients that may reclaim after a restart are kept; held while they
+    /// are saved, so that the last save is of the latest set.
+    records: Mutex<records::Records>,
     /// `so_major_id` and `eir_server_scope` (RFC 8881 §2.5, §18.35.3): the host name,
     /// stable across restarts, so that a client recognizes the server it reclaims
     /// from.
@@ -95,12 +99,47 @@ impl Nfs4Server {
             nfs,
             state: Mutex::new(StateTable::new(since.as_secs() as u32, state::LEASE_TIME)),
             locks: lock_ops::LockSpace::new(nlm),
+            records: Mutex::new(records::Records::none()),
             owner: OpaqueLimit::from(&owner[..]),
             started: NfsTime4 {
                 seconds: since.as_secs() as i64,
                 nseconds: since.subsec_nanos(),
             },
         }
+    }
+
+    /// [`Nfs4Server::new`], keeping the clients that may reclaim in `state_dir`
+    /// ([`records`]); if the previous run left any, the grace period starts now
+    /// ([`state::grace`]). Returns the server and the number of clients that may
+    /// reclaim.
+    pub fn with_state_dir(
+        nfs: Arc<NfsServer>,
+        nlm: Option<Arc<crate::nlm::Nlm>>,
+        state_dir: &std::path::Path,
+    ) -> std::io::Result<(Nfs4Server, usize)> {
+        let server = Nfs4Server::new(nfs, nlm);
+        let (records, previous) = records::Records::open(state_dir)?;
+        let n = previous.len();
+        server.state().start_grace(previous, Instant::now());
+        *server.records.lock().unwrap_or_else(|p| p.into_inner()) = records;
+        Ok((server, n))
+    }
+
+    /// Saves the client records if they changed (after a COMPOUND). A failure is
+    /// logged: the clients are served on, but could not reclaim after a restart.
+    pub(crate) fn save_records(&self) {
+        let records = self.records.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(owners) = self.state().take_records_changed() else {
+            return;
+        };
+        if let Err(e) = records.save(&owners) {
+            tracing::warn!(error = %e, "cannot save the NFSv4.1 client records; their clients could not reclaim after a restart");
+        }
+    }
+
+    /// Time left in the grace period.
+    pub fn grace_left(&self) -> Option<std::time::Duration> {
+        self.state().grace_left(Instant::now())
     }
 
     /// The client and session state, locked (never across file-system work).

@@ -1,7 +1,9 @@
 //! Operations that change a directory's names (RFC 8881 §18.4 CREATE, §18.9 LINK,
 //! §18.25 REMOVE, §18.26 RENAME), through NFSv3's ([`crate::proc::names`]): the
 //! same write permission (`ro` exports: NFS4ERR_ROFS), identity, name checks and
-//! confinement. The pseudo file system cannot be changed: NFS4ERR_ROFS.
+//! confinement. The pseudo file system cannot be changed: NFS4ERR_ROFS. During the
+//! grace period REMOVE and RENAME are NFS4ERR_GRACE (as knfsd: a name a client is
+//! about to reclaim an open of stays).
 //!
 //! Their `change_info4` comes from NFSv3's weak cache consistency data: `before` and
 //! `after` are the directory's `change` attribute ([`super::attrs`]: its ctime) read
@@ -75,6 +77,7 @@ pub(crate) fn dirop(dir: &NfsFh3, name: &[u8]) -> DirOpArgs3 {
 pub(crate) fn remove(cx: &mut Compound<'_>, a: &Remove4Args) -> Remove4Res {
     let run = || -> Result<Remove4ResOk, NfsStat4> {
         let dir = export_dir(cx.current()?)?;
+        cx.not_in_grace()?;
         let name = component(&a.target)?;
         let cx3 = Cx::new(&cx.server.nfs, &cx.table, cx.caller, Some(&dir));
         let args = || Remove3Args {
@@ -100,6 +103,7 @@ pub(crate) fn remove(cx: &mut Compound<'_>, a: &Remove4Args) -> Remove4Res {
 pub(crate) fn rename(cx: &mut Compound<'_>, a: &Rename4Args) -> Rename4Res {
     let run = || -> Result<Rename4ResOk, NfsStat4> {
         let to = export_dir(cx.current()?)?;
+        cx.not_in_grace()?;
         let from = export_dir(cx.saved.as_ref().ok_or(NfsStat4::NFS4ERR_NOFILEHANDLE)?)?;
         let oldname = component(&a.oldname)?;
         let newname = component(&a.newname)?;

@@ -4,9 +4,10 @@
 //! [`super::state::opens`].
 //!
 //! OPEN serves `CLAIM_NULL` (a name in the current directory, created if asked) and
-//! `CLAIM_FH` (the current filehandle). `CLAIM_PREVIOUS` is NFS4ERR_NO_GRACE: no
-//! state survives a restart yet, so there is no grace period to reclaim in
-//! (§18.16.3). The `CLAIM_DELEG*` claims are NFS4ERR_NOTSUPP: no delegation is ever
+//! `CLAIM_FH` (the current filehandle), NFS4ERR_GRACE during the grace period, and
+//! `CLAIM_PREVIOUS` (the current filehandle, reopened after a restart) while the
+//! client may reclaim, NFS4ERR_NO_GRACE otherwise ([`super::state::grace`],
+//! §18.16.3). The `CLAIM_DELEG*` claims are NFS4ERR_NOTSUPP: no delegation is ever
 //! granted. No delegation is offered either: OPEN_DELEGATE_NONE, or
 //! OPEN_DELEGATE_NONE_EXT with WND4_NOT_WANTED / WND4_RESOURCE when the client
 //! stated a want (§18.16.3).
@@ -80,18 +81,32 @@ pub(crate) fn open(cx: &mut Compound<'_>, a: &Open4Args) -> Open4Res {
         if !modes_valid(access, a.share_deny) {
             return Err(NfsStat4::NFS4ERR_INVAL);
         }
+        let this_file = |cx: &Compound<'_>| match cx.current()? {
+            Fh::Pseudo(_) => Err(NfsStat4::NFS4ERR_ISDIR),
+            Fh::Export(fh) => Ok(Target {
+                fh: fh.clone(),
+                cinfo: ChangeInfo4::default(),
+                attrset: Bitmap4::default(),
+                created: false,
+            }),
+        };
         let target = match &a.claim {
-            OpenClaim4::Null(name) => open_by_name(cx, name, &a.openhow)?,
-            OpenClaim4::Fh => match cx.current()? {
-                Fh::Pseudo(_) => return Err(NfsStat4::NFS4ERR_ISDIR),
-                Fh::Export(fh) => Target {
-                    fh: fh.clone(),
-                    cinfo: ChangeInfo4::default(),
-                    attrset: Bitmap4::default(),
-                    created: false,
-                },
-            },
-            OpenClaim4::Previous(_) => return Err(NfsStat4::NFS4ERR_NO_GRACE),
+            OpenClaim4::Null(name) => {
+                cx.not_in_grace()?;
+                open_by_name(cx, name, &a.openhow)?
+            }
+            OpenClaim4::Fh => {
+                cx.not_in_grace()?;
+                this_file(cx)?
+            }
+            // A reclaim of an open from before the restart: the current filehandle
+            // is the file (§18.16.3).
+            OpenClaim4::Previous(_) => {
+                if !cx.server.state().may_reclaim(client, cx.now) {
+                    return Err(NfsStat4::NFS4ERR_NO_GRACE);
+                }
+                this_file(cx)?
+            }
             OpenClaim4::DelegateCur(..)
             | OpenClaim4::DelegatePrev(_)
             | OpenClaim4::DelegCurFh(_)

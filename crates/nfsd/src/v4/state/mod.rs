@@ -8,7 +8,8 @@
 //! - [`session`]: sessions and the channel attributes CREATE_SESSION grants;
 //! - [`slots`]: a session's slot table and reply cache (SEQUENCE's exactly-once rules);
 //! - [`opens`]: open state, share reservations and open stateids;
-//! - [`lock_state`]: lock stateids (the locks are in the lock table NLM shares).
+//! - [`lock_state`]: lock stateids (the locks are in the lock table NLM shares);
+//! - [`grace`]: which clients may reclaim after a restart, and until when.
 //!
 //! [`StateTable`] holds them all and applies the operations' rules. Bounded: at most
 //! [`MAX_CLIENTS`] client records and [`MAX_SESSIONS`] sessions (past them: NFS4ERR_DELAY,
@@ -17,10 +18,12 @@
 //! Not yet charged to `--max-memory`.
 //!
 //! Not yet here: state protection other than SP4_NONE, the back channel
-//! (CREATE_SESSION grants no CONN_BACK_CHAN), delegations, and records kept across
-//! a restart (so no grace period).
+//! (CREATE_SESSION grants no CONN_BACK_CHAN) and delegations. What survives a
+//! restart is the set of clients that may reclaim ([`StateTable::recorded`], saved by
+//! the caller, [`crate::v4::records`]); opens and locks are reclaimed by the clients.
 
 pub mod client;
+pub mod grace;
 pub mod lock_state;
 pub mod opens;
 pub mod session;
@@ -87,6 +90,15 @@ pub struct StateTable {
     /// Lock states dropped with their client (lease expiry, a destroyed or replaced
     /// record), whose locks the caller releases ([`StateTable::take_released`]).
     released: Vec<LockState>,
+    grace: grace::Grace,
+    /// Owners of the clients that completed their reclaim and are still there: the
+    /// records to keep across a restart.
+    recorded: std::collections::HashSet<Vec<u8>>,
+    /// [`StateTable::recorded`] changed since [`StateTable::take_records_changed`].
+    records_changed: bool,
+    /// The previous run's clients that did not come back were dropped from the
+    /// records (the grace period ended).
+    grace_pruned: bool,
 }
 
 impl StateTable {
@@ -103,7 +115,44 @@ impl StateTable {
             opens: Opens::new(boot),
             locks: LockStates::new(boot),
             released: Vec::new(),
+            grace: grace::Grace::default(),
+            recorded: Default::default(),
+            records_changed: false,
+            grace_pruned: true,
         }
+    }
+
+    /// Starts the grace period at `now` for the clients the previous run recorded
+    /// (`previous`), one lease long; none if there are none.
+    pub fn start_grace(&mut self, previous: std::collections::HashSet<Vec<u8>>, now: Instant) {
+        // They stay recorded through the grace period, so that another restart
+        // before they reclaim does not take their right away; those that did not
+        // come back go when it ends ([`StateTable::expire`]).
+        self.recorded = previous.clone();
+        self.grace = grace::Grace::new(previous, now, self.lease);
+        self.grace_pruned = false;
+    }
+
+    /// Whether the grace period runs at `now`: new state is NFS4ERR_GRACE.
+    pub fn in_grace(&self, now: Instant) -> bool {
+        self.grace.active(now)
+    }
+
+    /// Time left in the grace period at `now`.
+    pub fn grace_left(&self, now: Instant) -> Option<Duration> {
+        self.grace.left(now)
+    }
+
+    /// Whether `client` may reclaim at `now` ([`grace`]).
+    pub fn may_reclaim(&self, client: ClientId4, now: Instant) -> bool {
+        self.clients
+            .get(&client)
+            .is_some_and(|c| self.grace.may_reclaim(&c.owner.0, c.reclaim_complete, now))
+    }
+
+    /// The owners to keep across a restart, if they changed since the last call.
+    pub fn take_records_changed(&mut self) -> Option<std::collections::HashSet<Vec<u8>>> {
+        std::mem::take(&mut self.records_changed).then(|| self.recorded.clone())
     }
 
     /// The lease time.
@@ -468,8 +517,9 @@ impl StateTable {
 
     /// RFC 8881 §18.51 RECLAIM_COMPLETE by `client` (the client of the COMPOUND's
     /// session). With `rca_one_fs` FALSE a second one is NFS4ERR_COMPLETE_ALREADY
-    /// (§18.51.3); with TRUE it concerns one file system, and as no state survives a
-    /// restart yet there is nothing to reclaim there: NFS4_OK.
+    /// (§18.51.3); the first ends the client's reclaims ([`grace`]) and records it,
+    /// to reclaim after a restart. With TRUE it concerns one file system: NFS4_OK
+    /// (reclaims are per client here).
     pub fn reclaim_complete(&mut self, client: ClientId4, one_fs: bool) -> NfsStat4 {
         let Some(c) = self.clients.get_mut(&client) else {
             return NfsStat4::NFS4ERR_STALE_CLIENTID;
@@ -481,13 +531,30 @@ impl StateTable {
             return NfsStat4::NFS4ERR_COMPLETE_ALREADY;
         }
         c.reclaim_complete = true;
+        let owner = c.owner.0.to_vec();
+        self.grace.complete(&owner);
+        if self.recorded.insert(owner) {
+            self.records_changed = true;
+        }
         NfsStat4::NFS4_OK
     }
 
     /// Removes the clients whose lease ran out at `now` (RFC 8881 §8.3), with their
     /// sessions, unless a request of theirs is in progress (it renews the lease
-    /// when it completes).
+    /// when it completes); once the grace period is over, drops the records of the
+    /// previous run's clients that did not reclaim.
     pub fn expire(&mut self, now: Instant) {
+        if !self.grace_pruned && !self.grace.active(now) {
+            self.grace_pruned = true;
+            let clients = &self.clients;
+            let before = self.recorded.len();
+            self.recorded.retain(|o| {
+                clients
+                    .values()
+                    .any(|c| c.reclaim_complete && c.owner.0[..] == o[..])
+            });
+            self.records_changed |= self.recorded.len() != before;
+        }
         let gone: Vec<ClientId4> = self
             .clients
             .values()
@@ -510,6 +577,12 @@ impl StateTable {
         let gone = self.locks.remove_client(id);
         self.released.extend(gone);
         if let Some(c) = self.clients.remove(&id) {
+            // Its record goes, unless another record of the same owner (the client
+            // restarted and is confirming a new one) is there to complete again.
+            let same_owner = self.clients.values().any(|o| o.owner == c.owner);
+            if !same_owner && self.recorded.remove(&c.owner.0[..]) {
+                self.records_changed = true;
+            }
             for s in &c.sessions {
                 self.sessions.remove(s);
             }
