@@ -8,15 +8,22 @@
 //! - `ls -la` of the export lists the names the host made, with their sizes and types
 //!   (READDIR with attributes; GETATTR of each);
 //! - `readlink` of a symlink the host made gives its target (READLINK);
-//! - (file data waits for OPEN, READ and WRITE, not served yet: `--nfs4` is opt-in
-//!   until they are;)
+//! - files the host made are copied out with the host's md5 (OPEN, READ: over RDMA
+//!   in the client's Write chunks); files the guest makes are copied in and read
+//!   back after dropping the guest's caches, and the host sees the guest's bytes
+//!   (OPEN with create, WRITE, COMMIT, CLOSE); one is appended to and one truncated
+//!   (SETATTR of the size under the open stateid); an exclusive create (`set -C`)
+//!   succeeds once and then finds the file taken (EXCLUSIVE4_1);
+//! - `flock` takes and releases a lock (LOCK, LOCKU), and through a second mount is
+//!   refused while another process holds it (LOCK4denied), as mountstats' LOCK and
+//!   LOCKU counts confirm;
 //! - a file and a directory the host made are renamed and removed (RENAME, REMOVE),
 //!   and the host sees it;
 //! - the unmount is clean (the client's DESTROY_SESSION and DESTROY_CLIENTID).
 
 use std::time::Duration;
 
-use lab::workspace::{build_binary, pattern};
+use lab::workspace::{build_binary, md5_file, pattern};
 use lab::{GuestScript, HostProcess, Lab, Outcome};
 
 const NFS_TCP_PORT: u16 = 35049;
@@ -24,6 +31,9 @@ const RDMA_PORT: u16 = lab::ports::HOST_SERVER_RDMA;
 /// Same as nfs_rdma.rs: our FPDUs fit one IPv4 packet of the capture.
 const MAX_ULPDU: u16 = 16_000;
 const SIZES: [u64; 3] = [0, 4095, (1 << 20) + 1];
+/// Files the guest writes: empty, one page less a byte, past one READ/WRITE
+/// (1 MiB), several of them.
+const SIZES_IN: [u64; 4] = [0, 4095, (1 << 20) + 1, 8 << 20];
 
 const GUEST: &str = r#". /share/lib.sh
 M=/mnt/v4
@@ -42,6 +52,41 @@ step xprt_is_$LAB_PROTO lab_expect_xprt $M $LAB_PROTO
 # name size type, one line per entry, sorted: what READDIR and GETATTR gave.
 record listing "$(cd $M && for f in $(ls -A | sort); do stat -c '%n %s %F' $f; done | tr '\n' ';')"
 record readlink "$(readlink $M/link)"
+for n in $LAB_SIZES; do
+  step "copy_out_$n" cp $M/from-host-$n /tmp/out-$n
+  record "out:$n" "$(md5sum /tmp/out-$n | cut -d' ' -f1)"
+done
+for n in $LAB_SIZES_IN; do
+  step "make_$n" sh -c "head -c $n /dev/urandom > /tmp/f$n"
+  record "in:$n" "$(md5sum /tmp/f$n | cut -d' ' -f1)"
+  step "copy_in_$n" cp /tmp/f$n $M/in-$n
+done
+step drop_caches sh -c 'sync; echo 3 >/proc/sys/vm/drop_caches'
+for n in $LAB_SIZES_IN; do
+  step "read_back_$n" lab_same_md5 /tmp/f$n $M/in-$n
+done
+step append sh -c "printf more >> $M/in-4095"
+step truncate truncate -s 100 $M/in-1048577
+step excl_create sh -c "set -C; echo x > $M/excl"
+step excl_again_is_refused sh -c "! (set -C; echo y > $M/excl) 2>/dev/null"
+# Byte-range locks (flock is a whole-file POSIX lock on NFS). The client checks its
+# own processes' locks locally first, so the conflict is made through a second mount
+# without a shared cache (other inodes; the same client ID): there the server's
+# LOCK4denied (another lock owner) is what refuses it.
+M2=/mnt/v4b
+mkdir -p $M2
+step mount_second timeout -s KILL 90 mount.nfs "10.0.2.2:$LAB_EXPORT" $M2 -n -o "$OPTS,nosharecache"
+step lock flock -x $M/in-0 true
+(flock -x $M/in-0 sleep 4) &
+sleep 1
+step lock_held_by_another_owner_is_refused sh -c "! flock -n -x $M2/in-0 true"
+wait
+step lock_after_release flock -n -x $M2/in-0 true
+record lock_ops "$(lab_mountstats $M LOCK:)"
+record locku_ops "$(lab_mountstats $M LOCKU:)"
+record lock_ops_2 "$(lab_mountstats $M2 LOCK:)"
+record locku_ops_2 "$(lab_mountstats $M2 LOCKU:)"
+step umount_second umount $M2
 step rename mv $M/to-rename $M/renamed
 # -f: the file is the host's (root_squash: not ours), and rm would ask first.
 step remove rm -f $M/renamed
@@ -72,6 +117,8 @@ fn kernel_nfsv41_client(proto: &str) {
         .env("LAB_PROTO", proto)
         .env("LAB_NFS_PORT", port.to_string())
         .env("LAB_EXPORT", export.display().to_string())
+        .env("LAB_SIZES", join(&SIZES))
+        .env("LAB_SIZES_IN", join(&SIZES_IN))
         .env("LAB_STEP_TIMEOUT", "120");
     let mut args = vec![
         "--nfs4".to_string(),
@@ -149,6 +196,64 @@ fn kernel_nfsv41_client(proto: &str) {
         Some("from-host-0") => Ok(()),
         other => Err(format!("readlink gave {other:?}")),
     });
+    o.host_step("copies_out_match_host_md5", |o| {
+        for n in SIZES {
+            let want = md5_file(&export.join(format!("from-host-{n}")));
+            let got = o.value(&format!("out:{n}")).unwrap_or("missing");
+            if got != want {
+                return Err(format!("from-host-{n}: guest md5 {got}, host {want}"));
+            }
+        }
+        Ok(())
+    });
+    o.host_step("host_has_the_guests_bytes", |o| {
+        // in-4095 was appended to and in-1048577 truncated after these were recorded.
+        for n in [0, 8 << 20] {
+            let host = md5_file(&export.join(format!("in-{n}")));
+            let guest = o.value(&format!("in:{n}")).unwrap_or("missing");
+            if host != guest {
+                return Err(format!("in-{n}: host md5 {host}, guest {guest}"));
+            }
+        }
+        let size = |name: &str| std::fs::metadata(export.join(name)).map(|m| m.len());
+        match (
+            size("in-4095"),
+            size("in-1048577"),
+            std::fs::read(export.join("excl")),
+        ) {
+            (Ok(4099), Ok(100), Ok(x)) if x == b"x\n" => Ok(()),
+            other => Err(format!(
+                "appended, truncated, exclusive: {other:?}, want 4099, 100, \"x\\n\""
+            )),
+        }
+    });
+    o.host_step("locks_reached_the_server", |o| {
+        // "LOCK: ops transmissions timeouts bytes_sent bytes_received queue rtt
+        // execute errors": first mount, the flock and the background holder (LOCK and
+        // LOCKU each); second mount, the refused LOCK (an error: the server's
+        // LOCK4denied) and the one granted after the release, and its LOCKU.
+        let field = |k: &str, i: usize| {
+            o.value(k)
+                .and_then(|l| l.split_whitespace().nth(i))
+                .and_then(|n| n.parse::<u64>().ok())
+                .unwrap_or(0)
+        };
+        let got = [
+            field("lock_ops", 1),
+            field("locku_ops", 1),
+            field("lock_ops_2", 1),
+            field("lock_ops_2", 9),
+            field("locku_ops_2", 1),
+        ];
+        if got.iter().zip([2, 2, 2, 1, 1]).all(|(g, w)| *g >= w) {
+            Ok(())
+        } else {
+            Err(format!(
+                "LOCK, LOCKU ops, second mount's LOCK ops and errors, LOCKU ops {got:?}, \
+                 want at least 2, 2, 2, 1, 1"
+            ))
+        }
+    });
     o.host_step("renamed_and_removed_on_the_host", |_| {
         let left: Vec<&str> = ["to-rename", "renamed", "empty-dir"]
             .into_iter()
@@ -165,6 +270,14 @@ fn kernel_nfsv41_client(proto: &str) {
         let _ = std::fs::remove_dir_all(&export);
     }
     o.assert_passed();
+}
+
+fn join(sizes: &[u64]) -> String {
+    sizes
+        .iter()
+        .map(u64::to_string)
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 #[test]
