@@ -126,12 +126,12 @@ fn denied(h: &Held) -> Lock4Denied {
         .strip_prefix(b"nfs4:")
         .and_then(|x| std::str::from_utf8(x).ok())
         .and_then(|x| u64::from_str_radix(x, 16).ok());
-    let (length, offset) = match h.range.end {
-        u64::MAX => (u64::MAX, h.range.start),
-        end => (end - h.range.start + 1, h.range.start),
+    let length = match h.range.end {
+        u64::MAX => u64::MAX,
+        end => end - h.range.start + 1,
     };
     Lock4Denied {
-        offset,
+        offset: h.range.start,
         length,
         locktype: if h.exclusive {
             NfsLockType4::WRITE_LT
@@ -295,4 +295,77 @@ pub(crate) fn free_lock_stateid(cx: &Compound<'_>, client: ClientId4, id: &State
     }
     cx.server.state().locks_mut().remove(&id.other);
     NfsStat4::NFS4_OK
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rfc8881_18_10_3_ranges_zero_length_and_overflow_are_invalid() {
+        assert_eq!(range(0, 0), Err(NfsStat4::NFS4ERR_INVAL));
+        assert_eq!(range(10, 5), Ok(Range { start: 10, end: 14 }));
+        assert_eq!(
+            range(10, u64::MAX),
+            Ok(Range {
+                start: 10,
+                end: u64::MAX
+            })
+        );
+        assert_eq!(
+            range(u64::MAX, 1),
+            Ok(Range {
+                start: u64::MAX,
+                end: u64::MAX
+            })
+        );
+        assert_eq!(range(u64::MAX, 2), Err(NfsStat4::NFS4ERR_INVAL));
+        assert_eq!(
+            range(1, u64::MAX - 1),
+            Ok(Range {
+                start: 1,
+                end: u64::MAX - 1
+            })
+        );
+    }
+
+    #[test]
+    fn a_denied_lock_names_its_nfs4_owner_or_nlms() {
+        let owner = OpaqueLimit::from(&b"lo"[..]);
+        let h = Held {
+            owner: table_owner(0x1234_5678_9abc_def0, &owner),
+            range: Range {
+                start: 5,
+                end: u64::MAX,
+            },
+            exclusive: false,
+        };
+        let d = denied(&h);
+        assert_eq!(
+            (d.offset, d.length, d.locktype),
+            (5, u64::MAX, NfsLockType4::READ_LT)
+        );
+        assert_eq!(
+            (d.owner.clientid, &d.owner.owner.0[..]),
+            (0x1234_5678_9abc_def0, &b"lo"[..])
+        );
+        let nlm = Held {
+            owner: Owner {
+                host: Bytes::from_static(b"v3-host"),
+                svid: 7,
+                oh: Bytes::from_static(b"7@v3-host"),
+            },
+            range: Range { start: 0, end: 9 },
+            exclusive: true,
+        };
+        let d = denied(&nlm);
+        assert_eq!(
+            (d.offset, d.length, d.locktype),
+            (0, 10, NfsLockType4::WRITE_LT)
+        );
+        assert_eq!(
+            (d.owner.clientid, &d.owner.owner.0[..]),
+            (0, &b"7@v3-host"[..])
+        );
+    }
 }
