@@ -214,9 +214,18 @@ impl Bound {
         if self.nfs4.is_none() {
             let nlm = self.nlm.as_ref().map(|(n, _, _)| n.clone());
             let (v4, n) =
-                crate::v4::Nfs4Server::with_state_dir(self.server.clone(), nlm, state_dir)?;
+                crate::v4::Nfs4Server::with_state_dir(self.server.clone(), nlm.clone(), state_dir)?;
+            let v4 = Arc::new(v4);
+            if let Some(nlm) = nlm {
+                // NFSv3 clients wait for NFSv4.1's reclaims too (one lock table). Weak:
+                // the lock manager does not keep the NFSv4.1 server alive.
+                let weak = Arc::downgrade(&v4);
+                nlm.share_grace(Box::new(move || {
+                    weak.upgrade().is_some_and(|v4| v4.grace_left().is_some())
+                }));
+            }
             self.nfs4_reclaimers = n;
-            self.nfs4 = Some(Arc::new(v4));
+            self.nfs4 = Some(v4);
         }
         Ok(())
     }

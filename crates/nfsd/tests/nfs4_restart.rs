@@ -3,7 +3,8 @@
 //! state directory); the server stops and starts again on the same state
 //! directory; in the grace period that client reclaims its open (CLAIM_PREVIOUS)
 //! and lock (`reclaim`), new state is NFS4ERR_GRACE, another client's reclaim is
-//! NFS4ERR_NO_GRACE; the recorded client's RECLAIM_COMPLETE ends the grace period,
+//! NFS4ERR_NO_GRACE, and an NFSv3 client's NLM lock waits too (one lock table, one
+//! grace period); the recorded client's RECLAIM_COMPLETE ends the grace period,
 //! after which the reclaimed lock still stops the other client.
 
 mod common;
@@ -17,7 +18,11 @@ use nfs4::compound::{NfsArgop4, NfsResop4};
 use nfs4::session::ReclaimComplete4Args;
 use nfs4::state::*;
 use nfs4::*;
+use nfsd::nlm::xdr::{LockArgs, Nlm4Lock, Stat};
+use nfsd::nlm::{Nlm, NlmConfig};
 use nfsd::server::Bound;
+use std::sync::Arc;
+use xdr::Bytes;
 
 fn owner(clientid: u64, name: &str) -> StateOwner4 {
     StateOwner4 {
@@ -56,15 +61,43 @@ fn reclaim_complete() -> NfsArgop4 {
     NfsArgop4::ReclaimComplete(ReclaimComplete4Args { rca_one_fs: false })
 }
 
-/// Binds a server on `export` keeping its handle key and client records in `state`.
-async fn start(export: &Path, state: &Path) -> (SocketAddr, common::Serving, Vec<String>) {
+/// Binds a server on `export` keeping its handle key, client records and NSM state
+/// in `state`, with NLM.
+async fn start(
+    export: &Path,
+    state: &Path,
+) -> (SocketAddr, common::Serving, Vec<String>, Arc<Nlm>) {
     let mut config = common::loopback_config(export);
     config.handles = nfsd::HandleConfig::new(nfsd::HandleKey::load_or_create(state).unwrap());
+    config.nlm = Some(NlmConfig {
+        port: 0,
+        ..NlmConfig::new(state.to_path_buf())
+    });
     let mut bound = Bound::new(&config).await.unwrap();
     bound.serve_nfs4_recoverable(state).unwrap();
     let lines = bound.describe();
     let addr = bound.nfs_addr().unwrap();
-    (addr, common::serve(bound), lines)
+    let nlm = bound.nlm().unwrap().clone();
+    (addr, common::serve(bound), lines, nlm)
+}
+
+/// An NFSv3 client's exclusive NLM lock of bytes 1000..1010 of `fh`.
+fn nlm_lock(fh: &NfsFh4) -> LockArgs {
+    LockArgs {
+        cookie: Bytes::from_static(b"c"),
+        block: false,
+        exclusive: true,
+        lock: Nlm4Lock {
+            caller_name: Bytes::from_static(b"v3-host"),
+            fh: fh.0.clone(),
+            oh: Bytes::from_static(b"1@v3-host"),
+            svid: 1,
+            offset: 1000,
+            len: 10,
+        },
+        reclaim: false,
+        state: 1,
+    }
 }
 
 fn opened(r: &NfsResop4) -> StateId4 {
@@ -79,7 +112,7 @@ async fn a_recorded_client_reclaims_its_open_and_lock_in_the_grace_period() {
     let dir = TempDir::new("nfs4-restart");
     let state = TempDir::new("nfs4-restart-state");
     std::fs::write(dir.path().join("f"), b"reclaimed file").unwrap();
-    let (addr, serving, lines) = start(dir.path(), state.path()).await;
+    let (addr, serving, lines, _) = start(dir.path(), state.path()).await;
     assert!(
         lines.iter().any(|l| l.contains("no grace period")),
         "{lines:?}"
@@ -109,7 +142,7 @@ async fn a_recorded_client_reclaims_its_open_and_lock_in_the_grace_period() {
     serving.stop().await;
 
     // The restart: one client may reclaim, the grace period runs.
-    let (addr, serving, lines) = start(dir.path(), state.path()).await;
+    let (addr, serving, lines, nlm) = start(dir.path(), state.path()).await;
     assert!(
         lines
             .iter()
@@ -140,12 +173,18 @@ async fn a_recorded_client_reclaims_its_open_and_lock_in_the_grace_period() {
     assert_eq!(res.status, NfsStat4::NFS4_OK, "{res:?}");
     let res = a.run(vec![put(), lock(ca, reopened, false)]).await;
     assert_eq!(res.status, NfsStat4::NFS4ERR_GRACE);
+    // An NFSv3 client's lock waits as well.
+    assert_eq!(
+        nlm.lock(&nlm_lock(&fh), None, false),
+        Stat::DeniedGracePeriod
+    );
     // Its RECLAIM_COMPLETE ends its reclaims, and the grace period (it was the only
     // recorded client).
     assert_eq!(
         a.run(vec![reclaim_complete()]).await.status,
         NfsStat4::NFS4_OK
     );
+    assert_eq!(nlm.lock(&nlm_lock(&fh), None, false), Stat::Granted);
     let res = a.run(vec![put(), open(ca, prev())]).await;
     assert_eq!(res.status, NfsStat4::NFS4ERR_NO_GRACE);
     // The other client may open now, and the reclaimed lock stops its lock.
@@ -162,7 +201,7 @@ async fn a_recorded_client_reclaims_its_open_and_lock_in_the_grace_period() {
     serving.stop().await;
 
     // A third start: the client is still recorded (it completed its reclaim again).
-    let (_, serving, lines) = start(dir.path(), state.path()).await;
+    let (_, serving, lines, _) = start(dir.path(), state.path()).await;
     assert!(lines.iter().any(|l| l.contains("1 client(s)")), "{lines:?}");
     serving.stop().await;
 }

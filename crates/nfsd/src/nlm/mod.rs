@@ -110,6 +110,17 @@ pub struct Nlm {
     grace_until: Option<Instant>,
     /// NSM state and clients.
     pub nsm: NsmState,
+    /// Whether NFSv4.1's grace period runs ([`Nlm::share_grace`]).
+    v4_grace: std::sync::OnceLock<GraceHook>,
+}
+
+/// Another protocol's "in its grace period?" (NFSv4.1's, [`crate::v4`]).
+pub struct GraceHook(Box<dyn Fn() -> bool + Send + Sync>);
+
+impl std::fmt::Debug for GraceHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("GraceHook")
+    }
 }
 
 /// The reply status of a lock request and, for TEST, the lock in the way.
@@ -127,6 +138,7 @@ impl Nlm {
             grace_until,
             nsm,
             config,
+            v4_grace: std::sync::OnceLock::new(),
         })
     }
 
@@ -141,8 +153,18 @@ impl Nlm {
         (!left.is_zero()).then_some(left)
     }
 
+    /// Whether a lock that is not a reclaim must wait: NLM's grace period runs, or
+    /// NFSv4.1's (one lock table, so one rule: a lock an NFSv4.1 client is about to
+    /// reclaim must not be taken by an NFSv3 client meanwhile, as knfsd's lockd and
+    /// nfsd share one grace period).
     pub(crate) fn in_grace(&self) -> bool {
-        self.grace_left().is_some()
+        self.grace_left().is_some() || self.v4_grace.get().is_some_and(|h| (h.0)())
+    }
+
+    /// Makes NLM wait for NFSv4.1's grace period too (`in_grace` is NFSv4.1's
+    /// answer). Set once; later calls are ignored.
+    pub(crate) fn share_grace(&self, in_grace: Box<dyn Fn() -> bool + Send + Sync>) {
+        let _ = self.v4_grace.set(GraceHook(in_grace));
     }
 
     /// The lock table, which NFSv4.1's byte-range locks share ([`crate::v4`]).
