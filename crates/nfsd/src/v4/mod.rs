@@ -95,9 +95,16 @@ impl Nfs4Server {
             owner = b"nfsd".to_vec();
         }
         owner.truncate(nfs4::NFS4_OPAQUE_LIMIT as usize);
+        let mut state = StateTable::new(since.as_secs() as u32, state::LEASE_TIME);
+        // State never takes the room one largest call needs (as connections).
+        let keep_free = u64::from(crate::nfs::MAX_IO) + 64 * 1024;
+        state.set_budget(state::budget::StateBudget::new(
+            nfs.memory.clone(),
+            keep_free,
+        ));
         Nfs4Server {
             nfs,
-            state: Mutex::new(StateTable::new(since.as_secs() as u32, state::LEASE_TIME)),
+            state: Mutex::new(state),
             locks: lock_ops::LockSpace::new(nlm),
             records: Mutex::new(records::Records::none()),
             owner: OpaqueLimit::from(&owner[..]),

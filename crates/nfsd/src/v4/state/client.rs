@@ -45,6 +45,8 @@ pub struct Client {
     pub reclaim_complete: bool,
     /// When the lease was last renewed (§8.3: by any SEQUENCE of the client).
     pub renewed: Instant,
+    /// What the record holds of the memory budget ([`super::budget`]).
+    pub charge: Option<rpcrdma::memory::Charge>,
 }
 
 impl Client {

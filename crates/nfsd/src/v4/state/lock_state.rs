@@ -40,6 +40,9 @@ pub struct LockStates {
     boot: u32,
     next: u64,
     states: HashMap<[u8; 12], LockState>,
+    /// What each holds of the memory budget ([`super::budget`]).
+    charges: HashMap<[u8; 12], rpcrdma::memory::Charge>,
+    budget: super::budget::StateBudget,
 }
 
 impl LockStates {
@@ -49,7 +52,14 @@ impl LockStates {
             boot,
             next: 1 << 63,
             states: HashMap::new(),
+            charges: HashMap::new(),
+            budget: Default::default(),
         }
+    }
+
+    /// Charges new lock stateids to `budget` (past it: NFS4ERR_DELAY).
+    pub fn set_budget(&mut self, budget: super::budget::StateBudget) {
+        self.budget = budget;
     }
 
     /// Number of lock stateids.
@@ -90,6 +100,9 @@ impl LockStates {
         if self.states.len() >= MAX_LOCK_STATEIDS {
             return Err(NfsStat4::NFS4ERR_DELAY);
         }
+        let charge = self
+            .budget
+            .charge(super::budget::stateid_cost(owner.0.len(), file.len()))?;
         let mut other = [0u8; 12];
         other[..4].copy_from_slice(&self.boot.to_be_bytes());
         other[4..].copy_from_slice(&self.next.to_be_bytes());
@@ -106,6 +119,9 @@ impl LockStates {
                 open,
             },
         );
+        if let Some(c) = charge {
+            self.charges.insert(other, c);
+        }
         Ok(StateId4 { seqid: 0, other })
     }
 
@@ -147,6 +163,7 @@ impl LockStates {
 
     /// Removes the lock state `other` (FREE_STATEID of a stateid without locks).
     pub fn remove(&mut self, other: &[u8; 12]) -> Option<LockState> {
+        self.charges.remove(other);
         self.states.remove(other)
     }
 
@@ -168,6 +185,6 @@ impl LockStates {
             .filter(|(_, s)| gone(s))
             .map(|(k, _)| *k)
             .collect();
-        keys.iter().filter_map(|k| self.states.remove(k)).collect()
+        keys.iter().filter_map(|k| self.remove(k)).collect()
     }
 }

@@ -15,13 +15,15 @@
 //! [`MAX_CLIENTS`] client records and [`MAX_SESSIONS`] sessions (past them: NFS4ERR_DELAY,
 //! as knfsd answers when it cannot allocate one); the reply caches of all sessions hold
 //! at most `MAX_SESSIONS` x 32 slots x 16 KiB (64 MiB) ([`session::ChannelLimits::FORE`]).
-//! Not yet charged to `--max-memory`.
+//! And charged to `--max-memory` ([`budget`]): a client record, session, open or lock
+//! stateid that does not fit is NFS4ERR_DELAY.
 //!
 //! Not yet here: state protection other than SP4_NONE, the back channel
 //! (CREATE_SESSION grants no CONN_BACK_CHAN) and delegations. What survives a
 //! restart is the set of clients that may reclaim ([`StateTable::recorded`], saved by
 //! the caller, [`crate::v4::records`]); opens and locks are reclaimed by the clients.
 
+pub mod budget;
 pub mod client;
 pub mod grace;
 pub mod lock_state;
@@ -99,6 +101,7 @@ pub struct StateTable {
     /// The previous run's clients that did not come back were dropped from the
     /// records (the grace period ended).
     grace_pruned: bool,
+    budget: budget::StateBudget,
 }
 
 impl StateTable {
@@ -119,7 +122,15 @@ impl StateTable {
             recorded: Default::default(),
             records_changed: false,
             grace_pruned: true,
+            budget: Default::default(),
         }
+    }
+
+    /// Charges new state to `b` ([`budget`]): past it, NFS4ERR_DELAY.
+    pub fn set_budget(&mut self, b: budget::StateBudget) {
+        self.opens.set_budget(b.clone());
+        self.locks.set_budget(b.clone());
+        self.budget = b;
     }
 
     /// Starts the grace period at `now` for the clients the previous run recorded
@@ -297,6 +308,7 @@ impl StateTable {
         if self.clients.len() >= MAX_CLIENTS {
             return Err(NfsStat4::NFS4ERR_DELAY);
         }
+        let charge = self.budget.charge(budget::client_cost(owner.0.len()))?;
         let id = (u64::from(self.boot) << 32) | u64::from(self.next_client);
         self.next_client = self.next_client.wrapping_add(1).max(1);
         let c = Client {
@@ -310,6 +322,7 @@ impl StateTable {
             sessions: Vec::new(),
             reclaim_complete: false,
             renewed: now,
+            charge,
         };
         let granted = Self::granted(&c);
         self.clients.insert(id, c);
@@ -366,6 +379,10 @@ impl StateTable {
         if self.sessions.len() >= MAX_SESSIONS {
             return Res4::Err(NfsStat4::NFS4ERR_DELAY);
         }
+        let charge = match self.budget.charge(budget::session_cost(&fore)) {
+            Ok(c) => c,
+            Err(e) => return Res4::Err(e),
+        };
         let clientid = args.csa_clientid;
         let mut sid = [0u8; 16];
         sid[..8].copy_from_slice(&clientid.to_be_bytes());
@@ -406,8 +423,9 @@ impl StateTable {
         c.cs_cached = Some(res.clone());
         c.sessions.push(sid);
         c.renewed = now;
-        self.sessions
-            .insert(sid, Session::new(sid, clientid, fore, back));
+        let mut session = Session::new(sid, clientid, fore, back);
+        session.charge = charge;
+        self.sessions.insert(sid, session);
         res
     }
 
@@ -502,12 +520,15 @@ impl StateTable {
     }
 
     /// RFC 8881 §18.50 DESTROY_CLIENTID: NFS4ERR_STALE_CLIENTID if there is no such
-    /// client, NFS4ERR_CLIENTID_BUSY while it has sessions (§18.50.3).
+    /// client, NFS4ERR_CLIENTID_BUSY while it has sessions or opens (§18.50.3; as
+    /// knfsd's `client_has_state`).
     pub fn destroy_clientid(&mut self, id: ClientId4, now: Instant) -> NfsStat4 {
         self.expire(now);
         match self.clients.get(&id) {
             None => NfsStat4::NFS4ERR_STALE_CLIENTID,
-            Some(c) if !c.sessions.is_empty() => NfsStat4::NFS4ERR_CLIENTID_BUSY,
+            Some(c) if !c.sessions.is_empty() || self.opens.held_by(id) => {
+                NfsStat4::NFS4ERR_CLIENTID_BUSY
+            }
             Some(_) => {
                 self.remove_client(id);
                 NfsStat4::NFS4_OK

@@ -20,6 +20,8 @@
 //!
 //! Stateid `other` (12 bytes): the server instance (4) and a counter (8), never
 //! reused within an instance, so a freed stateid is unknown rather than another's.
+//! Each open holds a charge of the memory budget ([`super::budget`]): past it, a new
+//! open is NFS4ERR_DELAY.
 
 use std::collections::HashMap;
 
@@ -70,6 +72,9 @@ pub struct Opens {
     opens: HashMap<[u8; 12], Open>,
     /// The opens of each file, for the share checks.
     by_file: HashMap<FileKey, Vec<[u8; 12]>>,
+    /// What each open holds of the memory budget.
+    charges: HashMap<[u8; 12], rpcrdma::memory::Charge>,
+    budget: super::budget::StateBudget,
 }
 
 impl Opens {
@@ -80,7 +85,14 @@ impl Opens {
             next: 1,
             opens: HashMap::new(),
             by_file: HashMap::new(),
+            charges: HashMap::new(),
+            budget: Default::default(),
         }
+    }
+
+    /// Charges new opens to `budget` ([`super::budget`]).
+    pub fn set_budget(&mut self, budget: super::budget::StateBudget) {
+        self.budget = budget;
     }
 
     /// The opens of `file`.
@@ -93,6 +105,7 @@ impl Opens {
     }
 
     fn remove(&mut self, other: &[u8; 12]) {
+        self.charges.remove(other);
         if let Some(o) = self.opens.remove(other) {
             if let Some(v) = self.by_file.get_mut(&o.file) {
                 v.retain(|k| k != other);
@@ -161,6 +174,9 @@ impl Opens {
         if self.opens.len() >= MAX_OPENS {
             return Err(NfsStat4::NFS4ERR_DELAY);
         }
+        let charge = self
+            .budget
+            .charge(super::budget::stateid_cost(owner.0.len(), file.len()))?;
         let mut other = [0u8; 12];
         other[..4].copy_from_slice(&self.boot.to_be_bytes());
         other[4..].copy_from_slice(&self.next.to_be_bytes());
@@ -176,6 +192,9 @@ impl Opens {
         let id = Self::stateid(other, &o);
         self.opens.insert(other, o);
         self.by_file.entry(file.clone()).or_default().push(other);
+        if let Some(c) = charge {
+            self.charges.insert(other, c);
+        }
         Ok(id)
     }
 

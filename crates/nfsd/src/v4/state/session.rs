@@ -93,6 +93,9 @@ pub struct Session {
     pub back: ChannelAttrs4,
     /// The fore channel's slots and reply cache.
     pub slots: SlotTable,
+    /// What the session holds of the memory budget: its reply caches, full
+    /// ([`super::budget::session_cost`]).
+    pub charge: Option<rpcrdma::memory::Charge>,
 }
 
 impl Session {
@@ -110,6 +113,7 @@ impl Session {
             fore,
             back,
             slots,
+            charge: None,
         }
     }
 }

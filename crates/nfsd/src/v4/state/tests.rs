@@ -705,3 +705,56 @@ proptest::proptest! {
         }
     }
 }
+
+#[test]
+fn state_is_charged_to_the_memory_budget_and_past_it_is_delay() {
+    use rpcrdma::memory::MemoryBudget;
+    let (mut t, now) = table();
+    let memory = MemoryBudget::new(8 * 1024);
+    t.set_budget(budget::StateBudget::new(memory.clone(), 1024));
+    let e = t.exchange_id(&exid("a", 1, 0), ALICE, now).unwrap();
+    let client = memory.used();
+    assert!(client >= budget::client_cost(1));
+    // attrs(): 8 slots of 8 KiB cached replies: 64 KiB, past the budget.
+    assert_eq!(
+        status(&t.create_session(&cs(e.clientid, 1), ALICE, now)),
+        NfsStat4::NFS4ERR_DELAY
+    );
+    let mut small = cs(e.clientid, 1);
+    small.csa_fore_chan_attrs.ca_maxrequests = 1;
+    small.csa_fore_chan_attrs.ca_maxresponsesize_cached = 1024;
+    assert_eq!(
+        status(&t.create_session(&small, ALICE, now)),
+        NfsStat4::NFS4_OK
+    );
+    // Opens until the budget (less the room kept free) is spent: then DELAY.
+    let owner = nfs4::OpaqueLimit::from(&[7u8; 512][..]);
+    let mut opened = Vec::new();
+    let refused = loop {
+        let file = Bytes::from(vec![opened.len() as u8; 32]);
+        match t.opens_mut().open(e.clientid, &owner, &file, 1, 0) {
+            Ok(id) => opened.push((id, file)),
+            Err(s) => break s,
+        }
+        assert!(opened.len() < 100, "never refused");
+    };
+    assert_eq!(refused, NfsStat4::NFS4ERR_DELAY);
+    assert!(!opened.is_empty() && memory.used() <= 8 * 1024 - 1024);
+    // Closing gives the charge back; so does the client's going.
+    let before = memory.used();
+    let (id, file) = opened.pop().unwrap();
+    t.close(e.clientid, &id, &file).unwrap();
+    assert!(memory.used() < before);
+    let sid = t.client(e.clientid).unwrap().sessions[0];
+    assert_eq!(t.destroy_session(&sid), NfsStat4::NFS4_OK);
+    // §18.50.3: opens are state too.
+    assert_eq!(
+        t.destroy_clientid(e.clientid, now),
+        NfsStat4::NFS4ERR_CLIENTID_BUSY
+    );
+    for (id, file) in opened {
+        t.close(e.clientid, &id, &file).unwrap();
+    }
+    assert_eq!(t.destroy_clientid(e.clientid, now), NfsStat4::NFS4_OK);
+    assert_eq!(memory.used(), 0);
+}
