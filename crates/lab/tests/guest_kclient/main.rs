@@ -13,6 +13,7 @@ mod common;
 mod kclient_to_host_peer;
 mod kclient_to_iwarp;
 mod nfs4_mount;
+mod nfs4_restart;
 mod nfs_crash_restart;
 mod nfs_exports;
 mod nfs_locking;
