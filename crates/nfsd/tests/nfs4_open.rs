@@ -580,3 +580,51 @@ async fn open_claims_and_create_modes_rfc8881_18_16() {
     assert_eq!((got.eof, &got.data.0[..]), (true, &b"hello"[..]));
     serving.stop().await;
 }
+
+/// The session's cached-reply limit (RFC 8881 §2.10.6.4): with `sa_cachethis`, a READ
+/// is shortened to what fits `ca_maxresponsesize_cached` (7584 bytes in this
+/// session), and an operation whose result could pass it is refused before it runs
+/// with NFS4ERR_REP_TOO_BIG_TO_CACHE.
+#[tokio::test]
+async fn replies_to_cache_keep_to_the_cached_limit() {
+    let (_dir, export, addr, serving) = server().await;
+    std::fs::write(export.join("big"), vec![1u8; 20_000]).unwrap();
+    let mut s = Session::new(addr, "cached").await;
+    let mut ops = vec![s.sequence(s.seq, true), NfsArgop4::PutRootFh];
+    ops.extend(walk(&export));
+    ops.extend([
+        lookup(b"big"),
+        read(StateId4::READ_BYPASS, 0, 20_000),
+        getattr(),
+    ]);
+    s.seq += 1;
+    let (reply, res) = s.conn.compound(1, ops).await;
+    assert_eq!(
+        res.status,
+        NfsStat4::NFS4ERR_REP_TOO_BIG_TO_CACHE,
+        "{res:?}"
+    );
+    let n = res.resarray.len();
+    let NfsResop4::Read(Res4::Ok(r)) = &res.resarray[n - 2] else {
+        panic!("READ: {res:?}")
+    };
+    assert!(
+        !r.eof && r.data.0.len() > 6000 && r.data.0.len() < 7584,
+        "{}",
+        r.data.0.len()
+    );
+    assert!(
+        reply.len() <= 7584 + 64,
+        "the reply with its RPC header: {}",
+        reply.len()
+    );
+    // Without caching the whole file comes back.
+    let mut ops = to_export(&export);
+    ops.extend([lookup(b"big"), read(StateId4::READ_BYPASS, 0, 20_000)]);
+    let res = s.run(ops).await;
+    let NfsResop4::Read(Res4::Ok(r)) = res.resarray.last().unwrap() else {
+        panic!("READ")
+    };
+    assert_eq!((r.eof, r.data.0.len()), (true, 20_000));
+    serving.stop().await;
+}

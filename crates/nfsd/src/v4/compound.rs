@@ -22,9 +22,10 @@
 //!   client asked (`sa_cachethis`) and it fits the session's
 //!   `ca_maxresponsesize_cached`.
 //!
-//! Not yet: NFS4ERR_REP_TOO_BIG(_TO_CACHE) checks against the session's reply
-//! limits (a reply too large to cache is sent but not cached, so its retry gets
-//! NFS4ERR_RETRY_UNCACHED_REP).
+//! - each operation after SEQUENCE must fit the session's reply limits, checked
+//!   before it runs ([`super::reply_size`]: NFS4ERR_REP_TOO_BIG, or
+//!   NFS4ERR_REP_TOO_BIG_TO_CACHE for a reply to cache; READ and READDIR are
+//!   shortened to fit instead).
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -33,10 +34,10 @@ use nfs4::compound::{decode_compound_args, Compound4Res, NfsArgop4, NfsResop4};
 use nfs4::{ClientId4, NfsStat4, SessionId4, StateId4, Utf8Str};
 use xdr::{Decoder, Encode, XdrStream};
 
-use super::ops;
 use super::pseudo::Fh;
 use super::state::{Principal, Sequenced};
 use super::Nfs4Server;
+use super::{ops, reply_size};
 use crate::nfs::{Caller, Table};
 
 /// The state of one COMPOUND as its operations run.
@@ -118,10 +119,26 @@ pub(crate) fn process(
     };
     // The slot to complete: session, slot, sa_cachethis.
     let mut slot = None;
+    // The session's reply limits (`ca_maxresponsesize`, and the cached one when the
+    // client asked for caching) and the reply's size so far (module reply_size).
+    let mut limits: Option<(usize, Option<usize>)> = None;
+    let mut used = reply_size::HEAD + c.tag.0.len();
     let mut results = Vec::with_capacity(c.ops.len() + 1);
     for (i, op) in c.ops.iter().enumerate() {
         let desc = ops::describe(op.opnum());
         cx.last = i as u32 + 1 == c.opcount;
+        let fitted;
+        let op = match limits.map(|(max, cached)| reply_size::fit(op, used, max, cached)) {
+            Some(Err(s)) => {
+                results.push(fail(op, s));
+                break;
+            }
+            Some(Ok(Some(smaller))) => {
+                fitted = smaller;
+                &fitted
+            }
+            _ => op,
+        };
         let res = match (i, op, desc) {
             (0, NfsArgop4::Sequence(a), _) => {
                 let r = server.state().sequence(a, c.opcount, request_len, now);
@@ -131,6 +148,12 @@ pub(crate) fn process(
                     Ok(Sequenced::New(ok, client)) => {
                         slot = Some((a.sa_sessionid, a.sa_slotid, a.sa_cachethis));
                         cx.session = Some((a.sa_sessionid, client));
+                        limits = server.state().session(&a.sa_sessionid).map(|s| {
+                            let cached = a
+                                .sa_cachethis
+                                .then_some(s.fore.ca_maxresponsesize_cached as usize);
+                            (s.fore.ca_maxresponsesize as usize, cached)
+                        });
                         NfsResop4::Sequence(nfs4::Res4::Ok(ok))
                     }
                 }
@@ -153,6 +176,9 @@ pub(crate) fn process(
             (_, _, None) => fail(op, NfsStat4::NFS4ERR_NOTSUPP),
         };
         let failed = !res.status().is_ok();
+        if limits.is_some() {
+            used += res.to_xdr().xdr_len();
+        }
         results.push(res);
         if failed {
             break;

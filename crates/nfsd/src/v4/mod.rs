@@ -43,6 +43,7 @@ mod ops;
 pub mod pseudo;
 mod readdir;
 pub mod records;
+mod reply_size;
 pub mod service;
 mod session_ops;
 pub mod setattrs;
