@@ -628,3 +628,67 @@ async fn replies_to_cache_keep_to_the_cached_limit() {
     assert_eq!((r.eof, r.data.0.len()), (true, 20_000));
     serving.stop().await;
 }
+
+/// `futimens` on a file open for writing, as Connectathon's general `make` test does
+/// it: SETATTR of `time_modify_set` (a client time) with the open stateid, then
+/// CLOSE; the modification time read back is the one set.
+#[tokio::test]
+async fn setattr_of_the_modification_time_under_an_open_stateid_sticks() {
+    let (_dir, export, addr, serving) = server().await;
+    let mut s = Session::new(addr, "times").await;
+    let mut ops = to_export(&export);
+    ops.extend([
+        open_name(
+            owner(&s, "o"),
+            "f",
+            OPEN4_SHARE_ACCESS_WRITE,
+            OPEN4_SHARE_DENY_NONE,
+            None,
+        ),
+        NfsArgop4::GetFh,
+    ]);
+    let res = s.run(ops).await;
+    let n = res.resarray.len();
+    let open = opened(&res.resarray[n - 2]);
+    let NfsResop4::GetFh(Res4::Ok(fh)) = &res.resarray[n - 1] else {
+        panic!("GETFH")
+    };
+    let put = || {
+        NfsArgop4::PutFh(nfs4::fh::PutFh4Args {
+            object: fh.object.clone(),
+        })
+    };
+    let when: i64 = 2_000_000_000;
+    let mut e = Encoder::new();
+    e.u32(1).i64(when).u32(0); // SET_TO_CLIENT_TIME4, nfstime4
+    let set = NfsArgop4::SetAttr(nfs4::dir::SetAttr4Args {
+        stateid: open.stateid,
+        obj_attributes: Fattr4 {
+            attrmask: Bitmap4::from_bits(&[54]),
+            attr_vals: AttrList4(e.finish().to_bytes()),
+        },
+    });
+    let time_modify = || {
+        NfsArgop4::GetAttr(nfs4::fh::GetAttr4Args {
+            attr_request: Bitmap4::from_bits(&[53]),
+        })
+    };
+    let mtime = |r: &NfsResop4| {
+        let NfsResop4::GetAttr(Res4::Ok(ok)) = r else {
+            panic!("GETATTR: {r:?}")
+        };
+        let mut d = xdr::Decoder::new(ok.obj_attributes.attr_vals.0.clone());
+        d.i64().unwrap()
+    };
+    // The Linux client's SETATTR: the new attributes come back in the same COMPOUND.
+    let res = s.run(vec![put(), set, time_modify()]).await;
+    assert_eq!(res.status, NfsStat4::NFS4_OK, "{res:?}");
+    assert_eq!(mtime(&res.resarray[3]), when);
+    let res = s.run(vec![put(), close(open.stateid), time_modify()]).await;
+    assert_eq!(res.status, NfsStat4::NFS4_OK, "{res:?}");
+    assert_eq!(mtime(&res.resarray[3]), when);
+    let meta = std::fs::metadata(export.join("f")).unwrap();
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!(meta.mtime(), when);
+    serving.stop().await;
+}
