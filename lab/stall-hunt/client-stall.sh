@@ -9,6 +9,7 @@ STALL_S=$(cat /share/stall.s 2>/dev/null || echo 40)
 net_up 192.168.77.2; rdma_up $(cat /share/rdma.kind 2>/dev/null || echo siw)
 OPTS=$(cat /share/mount.opts 2>/dev/null || echo vers=3,proto=rdma,port=20049,nolock)
 MIB=$(cat /share/dd.mib 2>/dev/null || echo 30)
+PAR=$(cat /share/par 2>/dev/null || echo 1)   # concurrent dd writers / readers per phase
 [ -f /share/stress.sh ] && . /share/stress.sh
 trace_setup client
 mkdir -p /mnt/d
@@ -19,17 +20,29 @@ if ! timeout 90 mount -t nfs -o $OPTS 192.168.77.1:/srv/export /mnt/d; then
 fi
 echo "MOUNT_OK $(grep ' /mnt/d ' /proc/mounts)"
 grep -A3 'xprt:' /proc/self/mountstats | head -3
+echo "PAR=$PAR MIB=$MIB"
 dd if=/dev/urandom of=/tmp/src bs=1M count=$MIB 2>/dev/null; a=$(md5sum < /tmp/src)
 echo "idle 0" > /tmp/phase
 (
   for i in 1 2 3; do
     t0=$(cut -d' ' -f1 /proc/uptime); echo "write$i $t0" > /tmp/phase; touch /share/results/phase.write$i
-    timeout 1000 dd if=/tmp/src of=/mnt/d/f$i bs=1M conv=fsync 2>/dev/null; w=$?
+    if [ $PAR = 1 ]; then
+      timeout 1000 dd if=/tmp/src of=/mnt/d/f$i bs=1M conv=fsync 2>/dev/null; w=$?
+    else # PAR concurrent writers, then PAR concurrent readers (more RPCs and MRs in flight)
+      pids=; for j in $(seq 1 $PAR); do timeout 1000 dd if=/tmp/src of=/mnt/d/f${i}_$j bs=1M conv=fsync 2>/dev/null & pids="$pids $!"; done
+      w=0; for p in $pids; do wait $p || w=$?; done
+    fi
     t1=$(cut -d' ' -f1 /proc/uptime); echo "read$i $t1" > /tmp/phase; touch /share/results/phase.read$i
     echo 3 > /proc/sys/vm/drop_caches
-    b=$(timeout 1000 md5sum < /mnt/d/f$i); r=$?
+    if [ $PAR = 1 ]; then
+      b=$(timeout 1000 md5sum < /mnt/d/f$i); r=$?
+      [ "$a" = "$b" ] && ok=match || ok=MISMATCH
+    else
+      pids=; for j in $(seq 1 $PAR); do timeout 1000 md5sum < /mnt/d/f${i}_$j > /tmp/md5.$j & pids="$pids $!"; done
+      r=0; for p in $pids; do wait $p || r=$?; done
+      ok=match; for j in $(seq 1 $PAR); do [ "$a" = "$(cat /tmp/md5.$j)" ] || ok=MISMATCH; done
+    fi
     t2=$(cut -d' ' -f1 /proc/uptime)
-    [ "$a" = "$b" ] && ok=match || ok=MISMATCH
     echo "DD $i write rc=$w $(echo $t0 $t1 | awk '{printf "%.1f", $2-$1}')s read rc=$r $(echo $t1 $t2 | awk '{printf "%.1f", $2-$1}')s $ok"
   done
   echo "done 0" > /tmp/phase
