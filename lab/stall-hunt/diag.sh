@@ -48,6 +48,8 @@ trace_setup() {
 
 # dump_state DIR: everything we can see, quickly; trace last (slow)
 dump_state() {
+  # local: the callers' loops count dumps in $n (a process name left in it broke the server's loop)
+  local d c h f p n st t
   d=$1; mkdir -p $d
   ( date; cat /proc/uptime ) > $d/when.txt
   cat /proc/self/mountstats > $d/mountstats.txt 2>&1
