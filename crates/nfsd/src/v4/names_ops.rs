@@ -65,6 +65,31 @@ pub(crate) fn dir_error(cx: &Compound<'_>, fh: &NfsFh3, s: NfsStat3) -> NfsStat4
     stat4(s)
 }
 
+/// `name` in directory `dir` through NFSv3's LOOKUP: its handle.
+pub(crate) fn lookup3(cx3: &Cx<'_>, dir: &NfsFh3, name: &[u8]) -> Result<NfsFh3, NfsStat3> {
+    let args = nfs3::dir::Lookup3Args {
+        what: dirop(dir, name),
+    };
+    match crate::proc::names::lookup(cx3, args) {
+        NfsResult::Ok(l) => Ok(l.object),
+        NfsResult::Fail(s, _) => Err(s),
+    }
+}
+
+/// The handle of what a create made as `name` in `dir`: the file layer's (`obj`), or,
+/// when it made the object but could not give its handle, looked up.
+pub(crate) fn made_handle(
+    cx3: &Cx<'_>,
+    dir: &NfsFh3,
+    name: &[u8],
+    obj: Option<NfsFh3>,
+) -> Result<NfsFh3, NfsStat4> {
+    match obj {
+        Some(fh) => Ok(fh),
+        None => lookup3(cx3, dir, name).map_err(stat4),
+    }
+}
+
 pub(crate) fn dirop(dir: &NfsFh3, name: &[u8]) -> DirOpArgs3 {
     DirOpArgs3 {
         dir: dir.clone(),
@@ -198,19 +223,7 @@ pub(crate) fn create(cx: &mut Compound<'_>, a: &Create4Args) -> Create4Res {
         };
         match r {
             NfsResult::Ok(ok) => {
-                let fh = match ok.obj {
-                    Some(fh) => fh,
-                    // The file layer made it but could not give its handle: look it up.
-                    None => match crate::proc::names::lookup(
-                        &cx3,
-                        nfs3::dir::Lookup3Args {
-                            what: dirop(&dir, name),
-                        },
-                    ) {
-                        NfsResult::Ok(l) => l.object,
-                        NfsResult::Fail(s, _) => return Err(stat4(s)),
-                    },
-                };
+                let fh = made_handle(&cx3, &dir, name, ok.obj)?;
                 cx.current = Some(Fh::Export(fh));
                 Ok(Create4ResOk {
                     cinfo: cinfo(&ok.dir_wcc),

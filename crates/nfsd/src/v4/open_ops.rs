@@ -34,7 +34,7 @@ use rustix::fs::{FileType, OFlags};
 use super::compound::Compound;
 use super::errors::stat4;
 use super::fh_ops::component;
-use super::names_ops::{cinfo, dir_error, dirop};
+use super::names_ops::{cinfo, dir_error, dirop, lookup3, made_handle};
 use super::pseudo::Fh;
 use super::state::opens::{modes_valid, FileKey};
 
@@ -159,15 +159,7 @@ fn open_by_name(
     let cx3 = cx.cx3(&dir);
     let Some(how) = &how.0 else {
         let before = dir_change(cx, &dir);
-        let fh = match crate::proc::names::lookup(
-            &cx3,
-            nfs3::dir::Lookup3Args {
-                what: dirop(&dir, name),
-            },
-        ) {
-            NfsResult::Ok(l) => l.object,
-            NfsResult::Fail(s, _) => return Err(dir_error(cx, &dir, s)),
-        };
+        let fh = lookup3(&cx3, &dir, name).map_err(|s| dir_error(cx, &dir, s))?;
         return Ok(Target {
             fh,
             cinfo: ChangeInfo4 {
@@ -179,15 +171,7 @@ fn open_by_name(
             created: false,
         });
     };
-    let existed = matches!(
-        crate::proc::names::lookup(
-            &cx3,
-            nfs3::dir::Lookup3Args {
-                what: dirop(&dir, name)
-            }
-        ),
-        NfsResult::Ok(_)
-    );
+    let existed = lookup3(&cx3, &dir, name).is_ok();
     let (how3, after) = match how {
         CreateHow4::Unchecked(f) | CreateHow4::Guarded(f) => {
             let mut parsed = super::setattrs::parse(f, true)?;
@@ -227,18 +211,7 @@ fn open_by_name(
         NfsResult::Ok(ok) => ok,
         NfsResult::Fail(s, _) => return Err(dir_error(cx, &dir, s)),
     };
-    let fh = match ok.obj {
-        Some(fh) => fh,
-        None => match crate::proc::names::lookup(
-            &cx3,
-            nfs3::dir::Lookup3Args {
-                what: dirop(&dir, name),
-            },
-        ) {
-            NfsResult::Ok(l) => l.object,
-            NfsResult::Fail(s, _) => return Err(stat4(s)),
-        },
-    };
+    let fh = made_handle(&cx3, &dir, name, ok.obj)?;
     let mut attrset = Bitmap4::default();
     if let Some((parsed, apply_after)) = after {
         if apply_after && parsed.sattr != Sattr3::default() {

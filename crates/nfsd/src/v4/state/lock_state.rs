@@ -103,10 +103,7 @@ impl LockStates {
         let charge = self
             .budget
             .charge(super::budget::stateid_cost(owner.0.len(), file.len()))?;
-        let mut other = [0u8; 12];
-        other[..4].copy_from_slice(&self.boot.to_be_bytes());
-        other[4..].copy_from_slice(&self.next.to_be_bytes());
-        self.next += 1;
+        let other = super::opens::new_other(self.boot, &mut self.next);
         self.states.insert(
             other,
             LockState {

@@ -177,10 +177,7 @@ impl Opens {
         let charge = self
             .budget
             .charge(super::budget::stateid_cost(owner.0.len(), file.len()))?;
-        let mut other = [0u8; 12];
-        other[..4].copy_from_slice(&self.boot.to_be_bytes());
-        other[4..].copy_from_slice(&self.next.to_be_bytes());
-        self.next += 1;
+        let other = new_other(self.boot, &mut self.next);
         let o = Open {
             client,
             owner: owner.clone(),
@@ -319,6 +316,16 @@ impl Opens {
             self.remove(&k);
         }
     }
+}
+
+/// A stateid's `other` (module docs): the server instance `boot` and the next value of
+/// the counter `next`, which moves on.
+pub(crate) fn new_other(boot: u32, next: &mut u64) -> [u8; 12] {
+    let mut other = [0u8; 12];
+    other[..4].copy_from_slice(&boot.to_be_bytes());
+    other[4..].copy_from_slice(&next.to_be_bytes());
+    *next += 1;
+    other
 }
 
 /// The seqid after `s`: it wraps from `u32::MAX` to 1, since 0 means "current"
