@@ -5,10 +5,13 @@
 //! [`SUPPORTED`] lists what is served: every REQUIRED attribute (§5.6) and the
 //! RECOMMENDED ones (§5.7) the Linux client asks for that a POSIX file system can
 //! answer. Not served: ACLs, `fs_locations`, quotas, `time_backup`/`time_create`,
-//! `hidden`/`system`/`archive`, `mimetype`, the pNFS attributes, and the settable
-//! `time_access_set`/`time_modify_set` (no SETATTR yet). A GETATTR asking for an
-//! attribute not served simply does not get it (§18.7.3); asking for a write-only
-//! one is NFS4ERR_INVAL (§18.7.3).
+//! `hidden`/`system`/`archive`, `mimetype` and the pNFS attributes. The write-only
+//! `time_access_set` and `time_modify_set` ([`WRITE_ONLY`]) are in `supported_attrs`
+//! because SETATTR serves them ([`super::setattrs`]): the Linux client masks every
+//! SETATTR by `supported_attrs` and, without them, sent `futimens` as an empty
+//! SETATTR that set nothing (Connectathon's `general make` saw the file's old
+//! mtime). A GETATTR asking for an attribute not served simply does not get it
+//! (§18.7.3); asking for a write-only one is NFS4ERR_INVAL (§18.7.3).
 //!
 //! `owner` and `owner_group` are the numeric uid and gid as strings (§5.9: a server
 //! without an ID-mapping domain may answer so, and the Linux client takes them with
@@ -113,12 +116,17 @@ pub const SUPPORTED: &[u32] = &[
     SPACE_TOTAL,
     SPACE_USED,
     TIME_ACCESS,
+    TIME_ACCESS_SET,
     TIME_DELTA,
     TIME_METADATA,
     TIME_MODIFY,
+    TIME_MODIFY_SET,
     MOUNTED_ON_FILEID,
     SUPPATTR_EXCLCREAT,
 ];
+
+/// The served attributes a client may set but never read (§5.8.2.37, §5.8.2.43).
+pub const WRITE_ONLY: &[u32] = &[TIME_ACCESS_SET, TIME_MODIFY_SET];
 
 /// RFC 5662 `nfs_ftype4` values.
 mod ftype4 {
@@ -269,7 +277,7 @@ impl Values {
     /// `lease` as `lease_time`. A request for a write-only attribute is
     /// NFS4ERR_INVAL.
     pub fn encode(&self, request: &Bitmap4, lease: u32) -> Result<Fattr4, NfsStat4> {
-        if request.is_set(TIME_ACCESS_SET) || request.is_set(TIME_MODIFY_SET) {
+        if WRITE_ONLY.iter().any(|&a| request.is_set(a)) {
             return Err(NfsStat4::NFS4ERR_INVAL);
         }
         let mut mask = Bitmap4::default();
@@ -439,5 +447,16 @@ mod tests {
         for a in (0..=11).chain([19, 75]) {
             assert!(b.is_set(a), "{a}");
         }
+    }
+
+    /// The Linux client sends only the attributes `supported_attrs` lists: without
+    /// the settable times there, `futimens` went out as an empty SETATTR.
+    #[test]
+    fn supported_attrs_lists_the_settable_times_that_setattr_serves() {
+        let f = pseudo()
+            .encode(&Bitmap4::from_bits(&[SUPPORTED_ATTRS]), 90)
+            .unwrap();
+        let b = Bitmap4::decode(&mut Decoder::new(f.attr_vals.0.clone())).unwrap();
+        assert!(b.is_set(TIME_ACCESS_SET) && b.is_set(TIME_MODIFY_SET));
     }
 }
