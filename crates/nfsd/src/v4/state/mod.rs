@@ -412,6 +412,12 @@ impl StateTable {
                 .map(|o| o.id)
                 .collect();
             for id in old {
+                // §18.35.5 case 4 confirmed: a restart, or another client that
+                // names itself the same (Linux clients of one host name do).
+                tracing::info!(
+                    owner = %String::from_utf8_lossy(&owner.0),
+                    "NFSv4.1 client came back with a new verifier: a restart, or another client of the same name; its former state is dropped"
+                );
                 self.remove_client(id);
             }
         }

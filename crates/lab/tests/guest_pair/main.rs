@@ -28,6 +28,8 @@ use std::time::Duration;
 use lab::workspace::build_binary;
 use lab::{GuestScript, Lab, Outcome};
 
+mod nfs4;
+
 /// Both guests: the device `$DEV` (rxe or siw) as `${DEV}1` on eth1 at `$ADDR`.
 const UP: &str = r#". /share/lib.sh
 case $DEV in
@@ -138,6 +140,28 @@ fn run_pair(
     client: &str,
     env: &[(&str, &str)],
 ) -> (Outcome, Outcome) {
+    run_pair_with(
+        name,
+        dev,
+        server,
+        client,
+        env,
+        &[],
+        Duration::from_secs(400),
+    )
+}
+
+/// [`run_pair`] with `binaries` (guest name, host path) shipped to both guests, and
+/// `timeout` for the whole run.
+fn run_pair_with(
+    name: &str,
+    dev: &str,
+    server: &str,
+    client: &str,
+    env: &[(&str, &str)],
+    binaries: &[(&str, std::path::PathBuf)],
+    timeout: Duration,
+) -> (Outcome, Outcome) {
     let lab = Lab::open().unwrap_or_else(|e| panic!("{e}"));
     let nfsd = build_binary("nfsd", "nfsd");
     let nfs = build_binary("nfsclient", "nfs");
@@ -159,9 +183,13 @@ fn run_pair(
         server = server.env(k, *v);
         client = client.env(k, *v);
     }
+    for (guest_name, path) in binaries {
+        server = server.binary(guest_name, path);
+        client = client.binary(guest_name, path);
+    }
     lab.pair(server, client)
         .run_name(name)
-        .timeout(Duration::from_secs(400))
+        .timeout(timeout)
         .run()
         .unwrap_or_else(|e| panic!("{e}"))
 }
