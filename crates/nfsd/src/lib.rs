@@ -1,6 +1,6 @@
 //! An NFS version 3 server (RFC 1813) with MOUNT version 3, serving local directories,
-//! and NFS version 4.1 (RFC 8881, [`v4`]) beside it, opt-in
-//! ([`server::Bound::serve_nfs4_recoverable`], the binary's `--nfs4`).
+//! and NFS version 4.1 (RFC 8881, [`v4`]) beside it
+//! ([`server::Bound::serve_nfs4_recoverable`]; the binary serves it unless `--no-nfs4`).
 //!
 //! ```text
 //!   TCP (record marking)        RPC-over-RDMA (rdma: NFS only)

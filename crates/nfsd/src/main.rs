@@ -178,8 +178,9 @@ struct Cli {
     /// Directory of the state kept across restarts: the key that authenticates file
     /// handles (fh.key, mode 0600), so that clients' handles stay valid after a
     /// restart, the lock manager's NSM state number and the clients to notify
-    /// after a restart (nsm/), and with --nfs4 the NFSv4.1 clients that may reclaim
-    /// their opens and locks after a restart (nfs4-clients). Created if missing.
+    /// after a restart (nsm/), and (without --no-nfs4) the NFSv4.1 clients that may
+    /// reclaim their opens and locks after a restart (nfs4-clients). Created if
+    /// missing.
     #[arg(long, value_name = "DIR", default_value = nfsd::handle_key::DEFAULT_STATE_DIR)]
     state_dir: PathBuf,
     /// Run every NFS call's file-system work on the blocking thread pool. By default
@@ -192,14 +193,15 @@ struct Cli {
     /// or for NFS/RDMA metadata calls of many clients in parallel.
     #[arg(long)]
     no_inline_metadata: bool,
-    /// Serve NFS version 4.1 beside version 3 on the NFS ports: sessions, the pseudo
-    /// root, lookups, attributes, directory changes, OPEN with share reservations,
-    /// READ, WRITE, COMMIT and byte-range locks (shared with NLM's), and a grace
-    /// period after a restart in which the clients recorded in --state-dir reclaim
-    /// them; no delegations yet. Off by default: a mount without `vers=` then
+    /// Serve NFS version 3 only. By default NFS version 4.1 is served beside it on
+    /// the NFS ports (a Linux mount without `vers=` settles on it): sessions, the
+    /// pseudo root, lookups, attributes, directory changes, OPEN with share
+    /// reservations, READ, WRITE, COMMIT and byte-range locks (shared with NLM's),
+    /// and a grace period after a restart in which the clients recorded in
+    /// --state-dir reclaim them; no delegations yet. With this flag such a mount
     /// settles on NFSv3.
     #[arg(long)]
-    nfs4: bool,
+    no_nfs4: bool,
     /// How READ data leaves over TCP: `sendfile` (the default: from the page cache,
     /// no copy by the server) or `copy` (the file is mapped and the kernel copies the
     /// data into the socket once: measured faster for clients on the same host,
@@ -477,7 +479,7 @@ fn main() -> std::process::ExitCode {
         },
         ..RdmaOptions::new((cli.bind, cli.rdma_port).into())
     });
-    let nfs4 = cli.nfs4.then(|| cli.state_dir.clone());
+    let nfs4 = (!cli.no_nfs4).then(|| cli.state_dir.clone());
     match runtime.block_on(run(config, rdma, cli.exports_file, nfs4)) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {

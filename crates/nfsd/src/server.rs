@@ -195,8 +195,9 @@ impl Bound {
     /// Serves NFS version 4 (minor version 1, [`crate::v4`]) beside version 3 on the
     /// NFS TCP port and on the NFS/RDMA listener added after this (call it before
     /// [`Bound::listen_rdma`]), without restart recovery (no client may reclaim after
-    /// a restart: [`Bound::serve_nfs4_recoverable`] keeps them). Off by default (the
-    /// binary's `--nfs4`): a Linux mount without `vers=` then settles on NFSv3.
+    /// a restart: [`Bound::serve_nfs4_recoverable`] keeps them). Not served unless
+    /// called (the binary calls it unless `--no-nfs4`): a Linux mount without `vers=`
+    /// then settles on NFSv3.
     pub fn serve_nfs4(&mut self) {
         if self.nfs4.is_none() {
             let nlm = self.nlm.as_ref().map(|(n, _, _)| n.clone());
@@ -324,7 +325,7 @@ impl Bound {
         }
         lines.push(match &self.nfs4 {
             Some(v4) => format!(
-                "NFS v4.1 on the NFS ports beside v3 [--nfs4] (sessions, opens, READ, WRITE, \
+                "NFS v4.1 on the NFS ports beside v3 [--no-nfs4 turns it off] (sessions, opens, READ, WRITE, \
                  locks; no delegations); v4.0 and v4.2 answer NFS4ERR_MINOR_VERS_MISMATCH; {}",
                 match v4.grace_left() {
                     Some(t) => format!(
@@ -335,7 +336,7 @@ impl Bound {
                     None => "no grace period".to_string(),
                 }
             ),
-            None => "NFS v4: off (answered PROG_MISMATCH; --nfs4 serves v4.1)".to_string(),
+            None => "NFS v4: off [--no-nfs4] (answered PROG_MISMATCH)".to_string(),
         });
         lines.push(self.describe_nlm());
         lines.push(self.describe_rpcbind());

@@ -495,7 +495,7 @@ async fn a_session_made_over_rdma_serves_over_tcp_too() {
     serving.stop().await;
 }
 
-/// Without [`Bound::serve_nfs4`] (the binary without `--nfs4`), version 4 is not
+/// Without [`Bound::serve_nfs4`] (the binary with `--no-nfs4`), version 4 is not
 /// served: PROG_MISMATCH 3-3, so that a Linux mount without `vers=` settles on NFSv3.
 #[tokio::test]
 async fn without_serve_nfs4_version_4_is_prog_mismatch() {

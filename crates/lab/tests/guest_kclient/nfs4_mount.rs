@@ -1,5 +1,5 @@
 //! Scenario (issue 27): the guest's Linux kernel NFS client mounts our `nfsd` on the
-//! host with `vers=4.1` (`--nfs4`), over TCP and over RDMA (siw in the guest, our
+//! host with `vers=4.1` (served by default), over TCP and over RDMA (siw in the guest, our
 //! userspace iWARP provider on the host), and with nothing but NFSv4.1 on the wire
 //! (no MOUNT, no portmapper, no NLM):
 //! - mountstats shows `vers=4.1` and the transport asked for;
@@ -141,7 +141,6 @@ fn kernel_nfsv41_client(proto: &str) {
         .binary("cthon-suite", &suite)
         .binary("nlm-locktest", &locktest);
     let mut args = vec![
-        "--nfs4".to_string(),
         "--bind".to_string(),
         "127.0.0.1".to_string(),
         "--nfs-port".to_string(),

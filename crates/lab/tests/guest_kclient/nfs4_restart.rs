@@ -1,4 +1,4 @@
-//! Issue 27, restart recovery with the Linux client: our `nfsd --nfs4` runs inside the
+//! Issue 27, restart recovery with the Linux client: our `nfsd` (NFSv4.1 by default) runs inside the
 //! guest (export on a tmpfs, handle key and client records in a fixed `--state-dir`),
 //! the guest's kernel client mounts it with `vers=4.1` over TCP twice (the second
 //! mount without a shared cache: other inodes, the same client ID, so that a lock
@@ -27,7 +27,7 @@ step export_dir sh -c "mkdir -p $E $M $M2 $S && mount -t tmpfs -o size=128m tmpf
 lab_on_exit "umount $E 2>/dev/null"
 N=0
 nfsd_start() {
-  /share/bin/nfsd --nfs4 --bind 10.0.2.15 --nfs-port 2049 --mount-port 2049 --rpcbind off \
+  /share/bin/nfsd --bind 10.0.2.15 --nfs-port 2049 --mount-port 2049 --rpcbind off \
     --no-nlm --no-rdma --squash none --state-dir $S $E >"$LAB_RUN_DIR/nfsd-$N.log" 2>&1 &
   NFSD_PID=$!
   lab_on_exit "kill -9 $NFSD_PID 2>/dev/null"

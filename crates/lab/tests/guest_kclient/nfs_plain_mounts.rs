@@ -1,9 +1,12 @@
 //! Scenario: the guest's Linux kernel client mounts our `nfsd` on the host with the
 //! mount lines an admin types, and nothing more: no `mountport=`, no `mountproto=`, no
-//! `nolock`. The host runs no rpcbind; nfsd runs with its defaults (NFS tcp 2049,
-//! MOUNT tcp 20048, `--rpcbind auto`) but for `--rdma-port` (host port 20049 may be
-//! the knfsd boots' hostfwd, so RDMA uses `lab::ports::HOST_SERVER_RDMA`) and
-//! `--bind 127.0.0.1`. Three mounts, one after the other, in one run:
+//! `nolock`, against a server of NFSv3 alone: how such a mount finds NFSv3, its MOUNT
+//! and its lock manager. The host runs no rpcbind; nfsd runs with its defaults (NFS
+//! tcp 2049, MOUNT tcp 20048, `--rpcbind auto`) but for `--no-nfs4` (with NFSv4.1,
+//! the default, these mounts settle on it: `guest_pair/nfs4.rs`), `--rdma-port`
+//! (host port 20049 may be the knfsd boots' hostfwd, so RDMA uses
+//! `lab::ports::HOST_SERVER_RDMA`) and `--bind 127.0.0.1`. Three mounts, one after
+//! the other, in one run:
 //! - `rdma_v3`: `-o vers=3,proto=rdma,port=30049`;
 //! - `rdma`: `-o proto=rdma,port=30049` (mount.nfs asks for NFSv4.2, 4.1, 4.0 over
 //!   RDMA, each answered PROG_MISMATCH, then NFSv3);
@@ -119,9 +122,10 @@ fn kernel_mounts_with_plain_options_find_mount_through_our_portmapper() {
         .env("LAB_EXPORT", export.display().to_string())
         .env("LAB_MOUNT_KILL", MOUNT_KILL_SECS.to_string())
         .binary("rpc.statd", "/usr/sbin/rpc.statd");
-    // Defaults but for the RDMA port and the address: NFS tcp 2049, MOUNT tcp 20048,
-    // --rpcbind auto.
+    // Defaults but for NFSv4, the RDMA port and the address: NFS tcp 2049, MOUNT tcp
+    // 20048, --rpcbind auto.
     let server = HostProcess::new("nfsd", &nfsd).args([
+        "--no-nfs4".to_string(),
         "--bind".to_string(),
         "127.0.0.1".to_string(),
         "--rdma-port".to_string(),

@@ -1,5 +1,5 @@
-//! Scenario: the guest's Linux kernel NFS client mounts our NFSv3-only `nfsd` on the
-//! host over RDMA without `vers=`, twice, in one run:
+//! Scenario: the guest's Linux kernel NFS client mounts our NFSv3-only `nfsd`
+//! (`--no-nfs4`) on the host over RDMA without `vers=`, twice, in one run:
 //! - `implied`: `proto=rdma,port=33049,mountproto=tcp,mountport=33048,nolock` (the
 //!   nfs_rdma options without `vers=3`). mount.nfs (nfs-utils 2.6.2) takes any of
 //!   mountproto=/mounthost=/mountaddr=/mountvers= as asking for NFSv3 and passes the
@@ -116,6 +116,7 @@ fn kernel_rdma_mount_without_vers_falls_back_to_nfsv3() {
         .env("LAB_EXPORT", export.display().to_string())
         .env("LAB_MOUNT_KILL", MOUNT_KILL_SECS.to_string());
     let server = HostProcess::new("nfsd", &nfsd).args([
+        "--no-nfs4".to_string(),
         "--bind".to_string(),
         "127.0.0.1".to_string(),
         "--nfs-port".to_string(),

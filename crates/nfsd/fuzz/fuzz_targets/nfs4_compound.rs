@@ -1,5 +1,5 @@
 //! NFSv4.1 COMPOUNDs from arbitrary bytes against the real server (`Nfs4Server`, the
-//! code `nfsd --nfs4` runs) on a scratch export, inside a session.
+//! code `nfsd` runs for NFSv4.1) on a scratch export, inside a session.
 //!
 //! The first byte picks the mode: even, the rest is a whole `COMPOUND4args` (the
 //! session operations, the first-operation rules, anything); odd, a valid SEQUENCE

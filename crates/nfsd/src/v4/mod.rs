@@ -1,7 +1,8 @@
 //! NFSv4.1 (RFC 8881; XDR of RFC 5662 in the `nfs4` crate) beside NFSv3: program
 //! 100003 version 4 on the same listeners (TCP and RPC-over-RDMA), over the same
 //! export-confined file layer ([`crate::nfs::Table`], [`crate::vfs`], `proc`).
-//! Opt-in ([`crate::server::Bound::serve_nfs4`], `--nfs4`).
+//! Served when [`crate::server::Bound::serve_nfs4`] is called (the binary does unless
+//! `--no-nfs4`).
 //!
 //! ```text
 //!   service::Nfs4Service (oncrpc: NULL, COMPOUND)
