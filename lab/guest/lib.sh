@@ -326,12 +326,18 @@ lab_serve_runs() {
 # lab_rdma_state DIR: what a stalled NFS/RDMA transfer leaves to read (issue 31):
 # the mounts' counters (the client's `xprt: rdma` line), QP and CQ states, the RDMA
 # device counters (rxe's hw_counters: retries, NAKs, drops), the TCP sockets under
-# siw, the kernel log, and the rpcrdma trace if lab_trace_rpcrdma turned it on.
+# siw, the kernel log, the RPC client's tasks and transports (debugfs sunrpc: which
+# queue each waiting RPC is on), and the rpcrdma trace if lab_trace_rpcrdma turned it
+# on.
 lab_rdma_state() {
   local d=$1 c f
   mkdir -p "$d"
   cat /proc/uptime >"$d/uptime.txt"
   cat /proc/self/mountstats >"$d/mountstats.txt" 2>&1
+  mount -t debugfs nodev /sys/kernel/debug 2>/dev/null
+  for f in /sys/kernel/debug/sunrpc/rpc_clnt/*/* /sys/kernel/debug/sunrpc/rpc_xprt/*/*; do
+    [ -f "$f" ] && { echo "### $f"; cat "$f"; }
+  done >"$d/debugfs-sunrpc.txt" 2>&1
   for c in "res show qp" "-d res show qp" "res show cq" "res show cm_id" "-d stat show" "link show"; do
     echo "### rdma $c"
     timeout 10 rdma $c 2>&1
