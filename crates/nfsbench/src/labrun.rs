@@ -20,6 +20,14 @@
 //! 2049, ours on its `--nfs-port 12049`); the fabric is still set up, and carries
 //! nothing (no `ib_write_bw` ceiling then).
 //!
+//! `--writes`: after each pair of reads, the same servers interleaved writing `LAB_MIB`
+//! MiB (`dd if=/dev/zero bs=1M conv=fsync` into a new file on a fresh mount,
+//! `wsize=1048576`), timed and charged as the reads are.
+//!
+//! [`NfsVersion::V41`] (`--nfs-version 4.1`): the same runs with `vers=4.1` mounts of
+//! both servers (no MOUNT, no `nolock`: NFSv4.1 has its locks inside), knfsd's and
+//! ours on the same ports.
+//!
 //! `--metadata N` ([`crate::labmeta`]): after the reads, per server and repetition
 //! (interleaved as the reads are), `fs-meta` (crates/lab/src/bin/fs-meta.rs, shipped
 //! into the guest) creates, stats, opens, lists and removes `N` files in a fresh
@@ -80,6 +88,29 @@ impl Proto {
     }
 }
 
+/// The NFS version the guest's kernel client mounts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
+pub enum NfsVersion {
+    /// `vers=3` (with MOUNT on the server's mount port, `nolock`).
+    #[value(name = "3")]
+    #[serde(rename = "3")]
+    V3,
+    /// `vers=4.1`.
+    #[value(name = "4.1")]
+    #[serde(rename = "4.1")]
+    V41,
+}
+
+impl NfsVersion {
+    /// `3` or `4.1` (the mount's `vers=`).
+    pub fn name(self) -> &'static str {
+        match self {
+            NfsVersion::V3 => "3",
+            NfsVersion::V41 => "4.1",
+        }
+    }
+}
+
 /// What `nfsbench lab` runs.
 #[derive(Debug, Clone)]
 pub struct LabPlan {
@@ -87,6 +118,8 @@ pub struct LabPlan {
     pub fabric: Fabric,
     /// The mounts' transport.
     pub proto: Proto,
+    /// The mounts' NFS version.
+    pub nfs_version: NfsVersion,
     /// Host path of our `nfsd` binary (shipped into the guest).
     pub nfsd: PathBuf,
     /// The `lab/` directory (with its cache); default: the lab's own lookup.
@@ -97,6 +130,8 @@ pub struct LabPlan {
     pub reps: u32,
     /// One more read from ours under `strace -c -f`.
     pub strace: bool,
+    /// Interleaved writes after the reads of each repetition.
+    pub writes: bool,
     /// Our nfsd's `--tcp-read-data` (sendfile or copy).
     pub tcp_read_data: String,
     /// With `metadata`, one more metadata run per server under the guest's `perf
@@ -184,6 +219,14 @@ mkdir -p $M
 # knfsd's 2049, ours --nfs-port 12049.
 P=${LAB_PROTO:-rdma}
 if [ "$P" = tcp ]; then KP=2049; OP=12049; else KP=20049; OP=30049; fi
+# mount_opts PORT MOUNT_PORT: the options of a mount of NFS version $LAB_VERS.
+mount_opts() {
+  if [ "${LAB_VERS:-3}" = 3 ]; then
+    echo "vers=3,proto=$P,port=$1,mountproto=tcp,mountport=$2,nolock"
+  else
+    echo "vers=$LAB_VERS,proto=$P,port=$1"
+  fi
+}
 record knfsd_portlist "$(tr '\n' ' ' </proc/fs/nfsd/portlist)"
 busy() { awk '/^cpu /{print $2+$3+$4+$7+$8}' /proc/stat; }
 # Busy jiffies of each vCPU, and of our nfsd process (utime + stime), for the
@@ -223,7 +266,7 @@ perf_off() {
   grep -q "^# Samples" "$LAB_RUN_DIR/profile-$1.txt" || { head -50 "$LAB_RUN_DIR/profile-$1.txt"; return 1; }
 }
 readone() {
-  step "mount_$1_$4" mount.nfs 10.0.2.15:/export $M -n -o "vers=3,proto=$P,port=$2,mountproto=tcp,mountport=$3,nolock,rsize=1048576"
+  step "mount_$1_$4" mount.nfs 10.0.2.15:/export $M -n -o "$(mount_opts $2 $3),rsize=1048576"
   [ "$4" = 0 ] && record "mount_$1" "$(grep " $M " /proc/mounts)"
   sync
   echo 3 >/proc/sys/vm/drop_caches
@@ -240,6 +283,26 @@ readone() {
   record "cpus_$1_$4" "$(pdelta "$p0" "$p1")"
   record "ours_proc_$1_$4" "$(pdelta "$n0" "$n1")"
   step "umount_$1_$4" umount $M
+}
+# writeone SERVER PORT MOUNT_PORT REP: LAB_MIB MiB written into a new file through a
+# fresh mount (fsync before dd ends), timed and charged as readone's read.
+writeone() {
+  step "wmount_$1_$4" mount.nfs 10.0.2.15:/export $M -n -o "$(mount_opts $2 $3),wsize=1048576"
+  sync
+  p0=$(pcpu)
+  n0=$(oursproc)
+  c0=$(busy)
+  t0=$(cut -d" " -f1 /proc/uptime)
+  step "write_$1_$4" dd if=/dev/zero of=$M/written bs=1M count="$LAB_MIB" conv=fsync
+  t1=$(cut -d" " -f1 /proc/uptime)
+  c1=$(busy)
+  n1=$(oursproc)
+  p1=$(pcpu)
+  record "wrun_$1_$4" "$(echo "$t1 $t0 $c1 $c0" | awk '{printf "%.2f %d", $1-$2, $3-$4}')"
+  record "wcpus_$1_$4" "$(pdelta "$p0" "$p1")"
+  record "wours_proc_$1_$4" "$(pdelta "$n0" "$n1")"
+  step "wremove_$1_$4" rm $M/written
+  step "wumount_$1_$4" umount $M
 }
 # ib_write_bw, server and client in this guest over rxe0 (rdma_cm, port 18515):
 # LAB_MIB messages of 1 MiB, the client's report line recorded with the guest's own
@@ -281,6 +344,15 @@ while [ $i -lt "$LAB_REPS" ]; do
     readone ours $OP 12048 $i
     readone knfsd $KP 20048 $i
   fi
+  if [ "${LAB_WRITES:-0}" = 1 ]; then
+    if [ $((i % 2)) = 0 ]; then
+      writeone knfsd $KP 20048 $i
+      writeone ours $OP 12048 $i
+    else
+      writeone ours $OP 12048 $i
+      writeone knfsd $KP 20048 $i
+    fi
+  fi
   [ "${LAB_CEILING:-0}" = 1 ] && step "ceiling_$i" ceiling $i
   i=$((i + 1))
 done
@@ -305,7 +377,7 @@ strace_ours() {
 /// per-op counts of the mount's `/proc/self/mountstats` (`NAME:ops:rtt_ms:
 /// execute_ms:errors` for the ops with calls) and the guest's busy jiffies.
 const META: &str = r#"meta_mount() {
-  mount.nfs 10.0.2.15:/export $M -n -o "vers=3,proto=$P,port=$1,mountproto=tcp,mountport=$2,nolock"
+  mount.nfs 10.0.2.15:/export $M -n -o "$(mount_opts $1 $2)"
 }
 meta_umount() {
   umount $M || return 1
@@ -411,6 +483,82 @@ pub struct GuestRead {
     pub ours_process_user_system_jiffies: Vec<u64>,
 }
 
+/// The interleaved writes (`--writes`), compared as the reads are.
+#[derive(Debug, Clone, Serialize)]
+pub struct Writes {
+    /// Every write (a [`GuestRead`] of the bytes written).
+    pub runs: Vec<GuestRead>,
+    /// Median MB/s per server.
+    pub median_mb_s: Vec<(String, f64)>,
+    /// Median guest CPU seconds per GiB per server.
+    pub median_cpu_s_per_gib: Vec<(String, f64)>,
+    /// Median ours/knfsd throughput over the interleaved pairs.
+    pub ours_over_knfsd_throughput: f64,
+    /// Median ours/knfsd guest CPU per GiB.
+    pub ours_over_knfsd_cpu_per_gib: f64,
+}
+
+impl Writes {
+    fn of(runs: Vec<GuestRead>, reps: u32) -> Writes {
+        let c = Comparison::of(&runs, reps);
+        Writes {
+            runs,
+            median_mb_s: c.median_mb_s,
+            median_cpu_s_per_gib: c.median_cpu_s_per_gib,
+            ours_over_knfsd_throughput: c.throughput,
+            ours_over_knfsd_cpu_per_gib: c.cpu_per_gib,
+        }
+    }
+}
+
+/// Medians per server and ours/knfsd over the interleaved pairs of `reps`.
+struct Comparison {
+    median_mb_s: Vec<(String, f64)>,
+    median_cpu_s_per_gib: Vec<(String, f64)>,
+    throughput: f64,
+    cpu_per_gib: f64,
+}
+
+impl Comparison {
+    fn of(runs: &[GuestRead], reps: u32) -> Comparison {
+        let pick = |s: &str, rep: u32| runs.iter().find(|r| r.server == s && r.rep == rep);
+        let pairs: Vec<(&GuestRead, &GuestRead)> = (0..reps)
+            .filter_map(|rep| Some((pick("ours", rep)?, pick("knfsd", rep)?)))
+            .collect();
+        let med_of = |s: &str, f: fn(&GuestRead) -> f64| {
+            median(
+                &runs
+                    .iter()
+                    .filter(|r| r.server == s)
+                    .map(f)
+                    .collect::<Vec<_>>(),
+            )
+        };
+        let per_server = |f: fn(&GuestRead) -> f64| {
+            ["knfsd", "ours"]
+                .iter()
+                .map(|s| (s.to_string(), med_of(s, f)))
+                .collect()
+        };
+        Comparison {
+            median_mb_s: per_server(|r| r.mb_s),
+            median_cpu_s_per_gib: per_server(|r| r.guest_cpu_s_per_gib),
+            throughput: median(
+                &pairs
+                    .iter()
+                    .map(|(a, b)| a.mb_s / b.mb_s)
+                    .collect::<Vec<_>>(),
+            ),
+            cpu_per_gib: median(
+                &pairs
+                    .iter()
+                    .map(|(a, b)| a.guest_cpu_s_per_gib / b.guest_cpu_s_per_gib)
+                    .collect::<Vec<_>>(),
+            ),
+        }
+    }
+}
+
 /// Whitespace-separated integers (the per-CPU diagnostics); empty if absent.
 fn ints(v: Option<&str>) -> Vec<u64> {
     v.unwrap_or("")
@@ -468,6 +616,8 @@ pub struct LabReport {
     pub fabric: Fabric,
     /// The mounts' transport.
     pub proto: Proto,
+    /// The mounts' NFS version.
+    pub nfs_version: NfsVersion,
     /// Guest kernel and the mount lines (rsize actually used).
     pub guest: Vec<(String, String)>,
     /// Every read.
@@ -486,6 +636,9 @@ pub struct LabReport {
     /// The metadata runs (`--metadata N`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub metadata: Option<crate::labmeta::Metadata>,
+    /// The writes (`--writes`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub writes: Option<Writes>,
     /// Where the lab kept the run.
     pub out_dir: PathBuf,
 }
@@ -539,11 +692,13 @@ pub fn run(plan: &LabPlan) -> Result<LabReport, String> {
     let LabPlan {
         fabric,
         proto,
+        nfs_version,
         ref nfsd,
         ref lab_dir,
         mib,
         reps,
         strace,
+        writes,
         profile,
         ref metadata,
         ref tcp_read_data,
@@ -568,6 +723,7 @@ pub fn run(plan: &LabPlan) -> Result<LabReport, String> {
         .env("LAB_MIB", mib.to_string())
         .env("LAB_REPS", reps.to_string())
         .env("LAB_PROTO", proto.name())
+        .env("LAB_VERS", nfs_version.name())
         .env("LAB_TCP_READ_DATA", tcp_read_data)
         .env("LAB_STEP_TIMEOUT", step_timeout.to_string());
     // The ib_write_bw ceiling is an RDMA figure: not for the TCP reads.
@@ -581,6 +737,9 @@ pub fn run(plan: &LabPlan) -> Result<LabReport, String> {
     }
     if strace {
         script = script.env("LAB_STRACE", "1");
+    }
+    if writes {
+        script = script.env("LAB_WRITES", "1");
     }
     if profile {
         script = script
@@ -603,46 +762,40 @@ pub fn run(plan: &LabPlan) -> Result<LabReport, String> {
     }
     let bytes = u64::from(mib) << 20;
     let ticks = 100.0; // USER_HZ in /proc/stat
-    let mut reads = Vec::new();
-    for rep in 0..reps {
-        for server in ["knfsd", "ours"] {
-            let key = format!("run_{server}_{rep}");
-            let v = o.value(&key).ok_or(format!("no value {key}"))?;
-            let (secs, jiffies) = secs_jiffies(&key, v)?;
-            let cpu = jiffies / ticks;
-            reads.push(GuestRead {
-                server: server.into(),
-                rep,
-                bytes,
-                secs,
-                mb_s: mb_per_s(bytes, secs),
-                guest_cpu_s: cpu,
-                guest_cpu_s_per_gib: cpu_per_gib(cpu, bytes),
-                per_cpu_busy_jiffies: ints(o.value(&format!("cpus_{server}_{rep}"))),
-                ours_process_user_system_jiffies: ints(
-                    o.value(&format!("ours_proc_{server}_{rep}")),
-                ),
-            });
+                       // The transfers recorded as `{prefix}run_*`, `{prefix}cpus_*`, `{prefix}ours_proc_*`.
+    let transfers = |prefix: &str| -> Result<Vec<GuestRead>, String> {
+        let mut runs = Vec::new();
+        for rep in 0..reps {
+            for server in ["knfsd", "ours"] {
+                let key = format!("{prefix}run_{server}_{rep}");
+                let v = o.value(&key).ok_or(format!("no value {key}"))?;
+                let (secs, jiffies) = secs_jiffies(&key, v)?;
+                let cpu = jiffies / ticks;
+                runs.push(GuestRead {
+                    server: server.into(),
+                    rep,
+                    bytes,
+                    secs,
+                    mb_s: mb_per_s(bytes, secs),
+                    guest_cpu_s: cpu,
+                    guest_cpu_s_per_gib: cpu_per_gib(cpu, bytes),
+                    per_cpu_busy_jiffies: ints(o.value(&format!("{prefix}cpus_{server}_{rep}"))),
+                    ours_process_user_system_jiffies: ints(
+                        o.value(&format!("{prefix}ours_proc_{server}_{rep}")),
+                    ),
+                });
+            }
         }
-    }
-    let pick = |s: &str, rep: u32| reads.iter().find(|r| r.server == s && r.rep == rep);
-    let pairs: Vec<(&GuestRead, &GuestRead)> = (0..reps)
-        .filter_map(|rep| Some((pick("ours", rep)?, pick("knfsd", rep)?)))
-        .collect();
-    let tr: Vec<f64> = pairs.iter().map(|(a, b)| a.mb_s / b.mb_s).collect();
-    let cr: Vec<f64> = pairs
-        .iter()
-        .map(|(a, b)| a.guest_cpu_s_per_gib / b.guest_cpu_s_per_gib)
-        .collect();
-    let med_of = |s: &str, f: fn(&GuestRead) -> f64| {
-        median(
-            &reads
-                .iter()
-                .filter(|r| r.server == s)
-                .map(f)
-                .collect::<Vec<_>>(),
-        )
+        Ok(runs)
     };
+    let reads = transfers("")?;
+    let writes = if writes {
+        Some(Writes::of(transfers("w")?, reps))
+    } else {
+        None
+    };
+    let pick = |s: &str, rep: u32| reads.iter().find(|r| r.server == s && r.rep == rep);
+    let compared = Comparison::of(&reads, reps);
     let ceiling = match (fabric, proto) {
         (Fabric::Siw, _) | (_, Proto::Tcp) => None,
         (Fabric::Rxe, Proto::Rdma) => {
@@ -748,18 +901,14 @@ pub fn run(plan: &LabPlan) -> Result<LabReport, String> {
     Ok(LabReport {
         fabric,
         proto,
+        nfs_version,
         guest,
         metadata,
-        median_mb_s: vec![
-            ("knfsd".into(), med_of("knfsd", |r| r.mb_s)),
-            ("ours".into(), med_of("ours", |r| r.mb_s)),
-        ],
-        median_cpu_s_per_gib: vec![
-            ("knfsd".into(), med_of("knfsd", |r| r.guest_cpu_s_per_gib)),
-            ("ours".into(), med_of("ours", |r| r.guest_cpu_s_per_gib)),
-        ],
-        ours_over_knfsd_throughput: median(&tr),
-        ours_over_knfsd_cpu_per_gib: median(&cr),
+        writes,
+        median_mb_s: compared.median_mb_s,
+        median_cpu_s_per_gib: compared.median_cpu_s_per_gib,
+        ours_over_knfsd_throughput: compared.throughput,
+        ours_over_knfsd_cpu_per_gib: compared.cpu_per_gib,
         ceiling,
         reads,
         out_dir: o.out_dir.clone(),
@@ -776,7 +925,8 @@ pub fn text(r: &LabReport) -> String {
     };
     let _ = writeln!(
         o,
-        "Lab: guest kernel NFSv3 client over {fabric}, proto={}, reading the same file (dd bs=1M)",
+        "Lab: guest kernel NFSv{} client over {fabric}, proto={}, reading the same file (dd bs=1M)",
+        r.nfs_version.name(),
         r.proto.name()
     );
     for (k, v) in &r.guest {
@@ -804,6 +954,27 @@ pub fn text(r: &LabReport) -> String {
         if r.ours_over_knfsd_throughput >= 1.0 { "MET" } else { "NOT MET" },
         r.ours_over_knfsd_cpu_per_gib
     );
+    if let Some(w) = &r.writes {
+        let _ = writeln!(
+            o,
+            "writes (dd if=/dev/zero bs=1M conv=fsync, a new file each):"
+        );
+        for x in &w.runs {
+            let _ = writeln!(
+                o,
+                "{:<6} {:>4} {:>8.2} {:>9.1} {:>13.2}",
+                x.server, x.rep, x.secs, x.mb_s, x.guest_cpu_s_per_gib
+            );
+        }
+        for (s, m) in &w.median_mb_s {
+            let _ = writeln!(o, "median write {s}: {m:.1} MB/s");
+        }
+        let _ = writeln!(
+            o,
+            "writes ours/knfsd (median of interleaved pairs): throughput {:.2}x, guest CPU per GiB {:.2}x",
+            w.ours_over_knfsd_throughput, w.ours_over_knfsd_cpu_per_gib
+        );
+    }
     if let Some(c) = &r.ceiling {
         let _ = writeln!(
             o,
@@ -887,8 +1058,9 @@ mod tests {
             assert!(s.contains(
                 "if [ \"$P\" = tcp ]; then KP=2049; OP=12049; else KP=20049; OP=30049; fi"
             ));
-            assert!(s.contains("proto=$P,port=$2,"));
+            assert!(s.contains("-o \"$(mount_opts $2 $3),rsize=1048576\""));
             assert!(s.contains("metaone knfsd $KP 20048 $i"));
+            assert!(s.contains("writeone ours $OP 12048 $i"));
             assert!(s.ends_with("exit 0\n"));
         }
     }

@@ -8,6 +8,7 @@
 //! nfsbench lab --out docs/bench                 # the qemu-guest variant (lab/setup first)
 //! nfsbench lab --fabric rxe --out docs/bench    # the same over soft-RoCE, with ib_write_bw
 //! nfsbench lab --proto tcp --metadata 10000 --out docs/bench  # proto=tcp reads + metadata runs
+//! nfsbench lab --nfs-version 4.1 --writes --out docs/bench  # vers=4.1 mounts, reads and writes
 //! nfsbench handles --sizes 10000,1000000 --out docs/bench   # GETATTR after a restart vs export size
 //! ```
 
@@ -95,6 +96,10 @@ struct LabArgs {
     /// 20049, ours on 30049) or tcp (knfsd on 2049, ours on 12049).
     #[arg(long, value_enum, default_value_t = nfsbench::labrun::Proto::Rdma)]
     proto: nfsbench::labrun::Proto,
+    /// The NFS version both servers are mounted with: 3 (with MOUNT, `nolock`) or
+    /// 4.1.
+    #[arg(long, value_enum, default_value_t = nfsbench::labrun::NfsVersion::V3)]
+    nfs_version: nfsbench::labrun::NfsVersion,
     /// After the reads, the metadata runs with N files per run (create, stat, open,
     /// list, remove; per server and repetition, interleaved): issue 17 uses 10000.
     #[arg(long, value_name = "N")]
@@ -108,6 +113,11 @@ struct LabArgs {
     /// share as strace-ours.txt); not part of the figures.
     #[arg(long)]
     strace: bool,
+    /// After each repetition's reads, the same servers (interleaved) writing a file of
+    /// --mib MiB with `dd conv=fsync`: throughput and guest CPU per GiB, compared as
+    /// the reads are.
+    #[arg(long)]
+    writes: bool,
     /// Diagnostics, with --metadata: after the measured runs, one more metadata run
     /// per server with each phase under the guest's `perf record -a -g`; the
     /// profiles go to <out>/<stem>-profile/ (profile-*.txt, perf-*.data and the
@@ -119,7 +129,8 @@ struct LabArgs {
     #[arg(long, value_enum, default_value_t = TcpReadData::Sendfile)]
     tcp_read_data: TcpReadData,
     /// Output directory for lab.json and lab.txt (the stem gains `-rxe` for `--fabric
-    /// rxe`, `-tcp` for `--proto tcp`, `-metadata` with `--metadata`).
+    /// rxe`, `-tcp` for `--proto tcp`, `-v4.1` for `--nfs-version 4.1`, `-writes` with
+    /// `--writes`, `-metadata` with `--metadata`).
     #[arg(long, default_value = "nfsbench-report")]
     out: PathBuf,
 }
@@ -413,11 +424,13 @@ fn lab(a: LabArgs) -> Result<(), grid::BenchError> {
     let r = nfsbench::labrun::run(&nfsbench::labrun::LabPlan {
         fabric: a.fabric,
         proto: a.proto,
+        nfs_version: a.nfs_version,
         nfsd,
         lab_dir: a.lab_dir,
         mib: a.mib,
         reps: a.reps.max(1),
         strace: a.strace,
+        writes: a.writes,
         profile: a.profile,
         metadata,
         tcp_read_data: a.tcp_read_data.name().to_string(),
@@ -428,6 +441,12 @@ fn lab(a: LabArgs) -> Result<(), grid::BenchError> {
     }
     if a.proto == nfsbench::labrun::Proto::Tcp {
         stem.push_str("-tcp");
+    }
+    if a.nfs_version == nfsbench::labrun::NfsVersion::V41 {
+        stem.push_str("-v4.1");
+    }
+    if a.writes {
+        stem.push_str("-writes");
     }
     if r.metadata.is_some() {
         stem.push_str("-metadata");
