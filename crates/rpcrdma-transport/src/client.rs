@@ -21,9 +21,10 @@
 //! ```
 //! Message shapes, chunks, credits, version negotiation (ERR_VERS fallback), the
 //! reliable-reply exchange, RDMA_DONE, aborted Calls and the backward direction are the
-//! core's; this module keeps only what execution needs: the regions it registered per
-//! Call, pull sinks in flight, receive buffers, and the procedure of each Call (its
-//! binding says where placed data goes back into the Reply).
+//! core's, and so is putting a Reply back together from what the responder placed
+//! (`Requester::assemble_reply`, which takes the bytes out of the fenced regions through
+//! [`PlacedChunks`]); this module keeps only what execution needs: the regions it
+//! registered per Call, pull sinks in flight and receive buffers.
 //!
 //! `oncrpc::Client` reconnects when [`RdmaReceiver`] ends and sends every outstanding
 //! Call again with its XID; each retransmission is planned and registered afresh on
@@ -48,7 +49,7 @@ use rdma::{
 use rpcrdma::marshal::Registration;
 use rpcrdma::private_data::PrivateData;
 use rpcrdma::requester::{PlacedChunks, ReplyParts};
-use rpcrdma::rpc::{self, ProcId};
+use rpcrdma::rpc;
 use rpcrdma::version::Negotiation;
 use rpcrdma::{
     Action, Error, MarshalError, ReplyError, Requester, RequesterConfig, RequesterEvent, Segment,
@@ -233,7 +234,6 @@ impl<P: ConnectionManager + 'static> RdmaTransport<P> {
                 regions: HashMap::new(),
                 fencing: HashMap::new(),
                 fenced: HashMap::new(),
-                procs: HashMap::new(),
                 pulls: HashMap::new(),
                 next_pull: 0,
                 closed: false,
@@ -335,8 +335,6 @@ struct State {
     /// Calls fenced whose Reply the core released (`Requester::handle_invalidated`)
     /// and not yet put together.
     fenced: HashMap<Xid, Fenced>,
-    /// The procedure of each Call in flight (where placed data goes back, `Binding`).
-    procs: HashMap<Xid, ProcId>,
     /// Pulls in flight, by pull id (the low bits of their RDMA Reads' `wr_id`).
     pulls: HashMap<u64, Pull>,
     next_pull: u64,
@@ -486,11 +484,7 @@ impl<Q: QueuePair + 'static> Conn<Q> {
                     write_lengths,
                     proc_id,
                 } => {
-                    let fenced = {
-                        let mut st = self.lock();
-                        st.procs.remove(&xid);
-                        st.fenced.remove(&xid)
-                    };
+                    let fenced = self.lock().fenced.remove(&xid);
                     let reply = ReplyParts {
                         proc_id,
                         inline: &inline,
@@ -511,11 +505,7 @@ impl<Q: QueuePair + 'static> Conn<Q> {
                     }
                 }
                 RequesterEvent::Failed { xid, error } => {
-                    {
-                        let mut st = self.lock();
-                        st.procs.remove(&xid);
-                        st.fenced.remove(&xid);
-                    }
+                    self.lock().fenced.remove(&xid);
                     if let Error::Reply(ReplyError::ConnectionLost) = error {
                         // oncrpc sends it again on the next connection.
                         continue;
@@ -558,7 +548,6 @@ impl<Q: QueuePair + 'static> Conn<Q> {
                     let work = self
                         .step_received(|core| core.handle_registration_failed(xid))
                         .1;
-                    self.lock().procs.remove(&xid);
                     self.fail_call(xid, TransportError::Register(e));
                     return work;
                 }
@@ -864,9 +853,6 @@ impl<Q: QueuePair + 'static> RdmaSender<Q> {
         let Some(xid) = rpc::xid(&msg.inline) else {
             return Err(TransportError::NotACall);
         };
-        if let Some(p) = rpc::call_proc(&msg.inline) {
-            conn.lock().procs.insert(xid, p);
-        }
         // §4.3.1: "The requester MUST NOT send unacknowledged requests in excess of
         // this granted responder credit limit": the core refuses a Call past the
         // limit, and it waits for a Reply to free a credit.
@@ -892,7 +878,7 @@ impl<Q: QueuePair + 'static> RdmaSender<Q> {
                     // Call message, the associated RPC transaction fails immediately."
                     // Failing the connection instead would make oncrpc reconnect and
                     // retry it.
-                    let proc_id = conn.lock().procs.remove(&xid);
+                    let proc_id = rpc::call_proc(&msg.inline);
                     tracing::debug!(target: "rpcrdma_transport", xid = xid.0, error = %e, "call failed locally");
                     conn.stats.inc(Counter::ErrCallFailedLocally);
                     let error = match (e, proc_id) {
@@ -929,9 +915,6 @@ impl<Q: QueuePair + 'static> RdmaSender<Q> {
     pub fn abort(&self, xid: u32) -> bool {
         let xid = Xid(xid);
         let (aborted, work) = self.conn.step(|core| core.abort_call(xid));
-        if aborted {
-            self.conn.lock().procs.remove(&xid);
-        }
         self.conn.execute(work, None);
         aborted
     }
@@ -1019,7 +1002,6 @@ async fn completions<Q: QueuePair + 'static>(conn: Arc<Conn<Q>>) {
         st.core.handle_disconnect();
         let _ = drain(&mut st.core);
         st.pulls.clear();
-        st.procs.clear();
         let pending = st.regions.values().map(|r| r.regions.len()).sum::<usize>()
             + st.fencing.values().map(Fencing::unfenced).sum::<usize>();
         conn.stats.add(Counter::FencedByDisconnect, pending as u64);
