@@ -21,9 +21,10 @@
 //! ```
 //! Message shapes, chunks, credits, version negotiation (ERR_VERS fallback), the
 //! reliable-reply exchange, RDMA_DONE, aborted Calls and the backward direction are the
-//! core's; this module keeps only what execution needs: the regions it registered per
-//! Call, pull sinks in flight, receive buffers, and the procedure of each Call (its
-//! binding says where placed data goes back into the Reply).
+//! core's, and so is putting a Reply back together from what the responder placed
+//! (`Requester::assemble_reply`, which takes the bytes out of the fenced regions through
+//! [`PlacedChunks`]); this module keeps only what execution needs: the regions it
+//! registered per Call, pull sinks in flight and receive buffers.
 //!
 //! `oncrpc::Client` reconnects when [`RdmaReceiver`] ends and sends every outstanding
 //! Call again with its XID; each retransmission is planned and registered afresh on
@@ -47,7 +48,8 @@ use rdma::{
 };
 use rpcrdma::marshal::Registration;
 use rpcrdma::private_data::PrivateData;
-use rpcrdma::rpc::{self, ProcId};
+use rpcrdma::requester::{PlacedChunks, ReplyParts};
+use rpcrdma::rpc;
 use rpcrdma::version::Negotiation;
 use rpcrdma::{
     Action, Error, MarshalError, ReplyError, Requester, RequesterConfig, RequesterEvent, Segment,
@@ -232,7 +234,6 @@ impl<P: ConnectionManager + 'static> RdmaTransport<P> {
                 regions: HashMap::new(),
                 fencing: HashMap::new(),
                 fenced: HashMap::new(),
-                procs: HashMap::new(),
                 pulls: HashMap::new(),
                 next_pull: 0,
                 closed: false,
@@ -287,11 +288,37 @@ impl Fencing {
 }
 
 /// A Call's regions after fencing: each Write or Reply chunk's buffer, with where the
-/// chunk starts in it.
+/// chunk starts in it. The core takes the bytes the responder placed out of them
+/// (`Requester::assemble_reply`); none for a Call that registered no chunk.
+#[derive(Default)]
 struct Fenced {
     bufs: Vec<Option<(PooledBuffer, usize)>>,
     write: Vec<usize>,
     reply: Option<usize>,
+    /// The buffers of the Write chunks the core took data from, in order, for
+    /// [`join_in_place`].
+    taken: Vec<(PooledBuffer, usize)>,
+}
+
+/// The first `len` bytes of a chunk that starts at `at` in `buf`, frozen (no copy);
+/// `None` if the buffer is shorter.
+fn placed(buf: &PooledBuffer, at: usize, len: usize) -> Option<Bytes> {
+    buf.freeze(at..at.checked_add(len)?).ok()
+}
+
+impl PlacedChunks for Fenced {
+    fn reply_chunk(&mut self, len: usize) -> Option<Bytes> {
+        let (buf, at) = self.bufs.get_mut(self.reply?)?.take()?;
+        placed(&buf, at, len)
+    }
+
+    fn write_chunk(&mut self, index: usize, len: usize) -> Option<Bytes> {
+        let i = *self.write.get(index)?;
+        let (buf, at) = self.bufs.get_mut(i)?.take()?;
+        let data = placed(&buf, at, len)?;
+        self.taken.push((buf, at));
+        Some(data)
+    }
 }
 
 /// A Reply being pulled from a responder-provided Read chunk.
@@ -308,8 +335,6 @@ struct State {
     /// Calls fenced whose Reply the core released (`Requester::handle_invalidated`)
     /// and not yet put together.
     fenced: HashMap<Xid, Fenced>,
-    /// The procedure of each Call in flight (where placed data goes back, `Binding`).
-    procs: HashMap<Xid, ProcId>,
     /// Pulls in flight, by pull id (the low bits of their RDMA Reads' `wr_id`).
     pulls: HashMap<u64, Pull>,
     next_pull: u64,
@@ -351,6 +376,7 @@ fn fenced(r: CallRegions) -> Fenced {
         bufs: r.regions.into_iter().map(ChunkRegion::release).collect(),
         write: r.write,
         reply: r.reply,
+        taken: Vec::new(),
     }
 }
 
@@ -458,30 +484,28 @@ impl<Q: QueuePair + 'static> Conn<Q> {
                     write_lengths,
                     proc_id,
                 } => {
-                    let fenced = {
-                        let mut st = self.lock();
-                        st.procs.remove(&xid);
-                        st.fenced.remove(&xid)
+                    let fenced = self.lock().fenced.remove(&xid);
+                    let reply = ReplyParts {
+                        proc_id,
+                        inline: &inline,
+                        reply_chunk_len,
+                        write_lengths: &write_lengths,
                     };
-                    match self.assemble(proc_id, inline, reply_chunk_len, &write_lengths, fenced) {
+                    match self.assemble(reply, fenced.unwrap_or_default()) {
                         Ok(reply) => {
                             if !self.deliver(Incoming::Message(reply)) {
                                 self.close("the receiver is gone");
                             }
                         }
-                        Err(why) => {
-                            self.stats.inc(Counter::ErrBadReply);
-                            tracing::debug!(target: "rpcrdma_transport", xid = xid.0, ?proc_id, why, "bad reply");
-                            self.fail_call(xid, TransportError::BadReply(why));
+                        Err(e) => {
+                            // Counted by the core (`err_bad_reply`).
+                            tracing::debug!(target: "rpcrdma_transport", xid = xid.0, ?proc_id, error = %e, "bad reply");
+                            self.fail_call(xid, TransportError::BadReply(e));
                         }
                     }
                 }
                 RequesterEvent::Failed { xid, error } => {
-                    {
-                        let mut st = self.lock();
-                        st.procs.remove(&xid);
-                        st.fenced.remove(&xid);
-                    }
+                    self.lock().fenced.remove(&xid);
                     if let Error::Reply(ReplyError::ConnectionLost) = error {
                         // oncrpc sends it again on the next connection.
                         continue;
@@ -524,7 +548,6 @@ impl<Q: QueuePair + 'static> Conn<Q> {
                     let work = self
                         .step_received(|core| core.handle_registration_failed(xid))
                         .1;
-                    self.lock().procs.remove(&xid);
                     self.fail_call(xid, TransportError::Register(e));
                     return work;
                 }
@@ -640,73 +663,25 @@ impl<Q: QueuePair + 'static> Conn<Q> {
         }
     }
 
-    /// Rebuilds the RPC reply: takes what the responder placed out of the Call's
-    /// fenced regions (the first `reply_chunk_len` bytes of our Reply chunk, the first
-    /// `write_lengths[k]` bytes of each Write chunk) and has the core put it together
-    /// (`Requester::assemble_reply`, §5.3.2, the same path the in-memory `pair` tests
-    /// run); then makes it contiguous for `oncrpc`.
-    fn assemble(
-        &self,
-        proc_id: Option<ProcId>,
-        inline: Bytes,
-        reply_chunk_len: Option<u64>,
-        write_lengths: &[u64],
-        fenced: Option<Fenced>,
-    ) -> Result<Bytes, &'static str> {
-        let stats = &self.stats;
-        let Some(mut f) = fenced else {
-            return match reply_chunk_len {
-                None if write_lengths.iter().all(|&l| l == 0) => Ok(inline),
-                _ => Err("chunks without registered regions"),
-            };
-        };
-        let reply_chunk = match reply_chunk_len {
-            None => None,
-            Some(len) => {
-                stats.add(Counter::ChunkBytesReceived, len);
-                let (buf, at) = f
-                    .reply
-                    .and_then(|i| f.bufs.get_mut(i)?.take())
-                    .ok_or("reply chunk")?;
-                let n = (len as usize).min(buf.len().saturating_sub(at));
-                Some(buf.freeze(at..at + n).map_err(|_| "reply chunk")?)
-            }
-        };
-        // Each Write chunk's region, whole, and where its data starts; the data handed
-        // up is at most the length the responder returned (checked against what we
-        // offered, by the core).
-        let mut wholes = Vec::with_capacity(write_lengths.len());
-        let mut data = Vec::with_capacity(write_lengths.len());
-        for (k, &len) in write_lengths.iter().enumerate() {
-            let i = *f.write.get(k).ok_or("write chunk")?;
-            let (buf, at) = f
-                .bufs
-                .get_mut(i)
-                .and_then(Option::take)
-                .ok_or("write chunk")?;
-            stats.add(Counter::ChunkBytesReceived, len);
-            let n = (len as usize).min(buf.len().saturating_sub(at));
-            data.push(buf.freeze(at..at + n).map_err(|_| "write chunk")?);
-            wholes.push((buf, at));
-        }
-        let full = self
-            .lock()
-            .core
-            .assemble_reply(proc_id, inline, reply_chunk, data)?;
+    /// Rebuilds the RPC reply: the core takes what the responder placed out of the
+    /// Call's fenced regions and puts it together (`Requester::assemble_reply`,
+    /// §5.3.2, the same path the in-memory `pair` tests run); then it is made
+    /// contiguous for `oncrpc`.
+    fn assemble(&self, reply: ReplyParts<'_>, mut fenced: Fenced) -> Result<Bytes, ReplyError> {
+        let full = self.lock().core.assemble_reply(reply, &mut fenced)?;
         // One chunk with data (an NFS READ): the Reply is made contiguous in that
         // chunk's region, around the data, without copying the data.
-        let full = if full.chunk_ranges.len() == 1 && !wholes.is_empty() {
-            let (whole, at) = wholes.swap_remove(0);
-            drop(wholes);
-            match join_in_place(full, &whole, at) {
-                Ok(reply) => {
-                    stats.inc(Counter::RepliesJoinedInPlace);
-                    return Ok(reply);
+        let full = match fenced.taken.first() {
+            Some((whole, at)) if full.chunk_ranges.len() == 1 => {
+                match join_in_place(full, whole, *at) {
+                    Ok(reply) => {
+                        self.stats.inc(Counter::RepliesJoinedInPlace);
+                        return Ok(reply);
+                    }
+                    Err(full) => full,
                 }
-                Err(full) => full,
             }
-        } else {
-            full
+            _ => full,
         };
         // COPY: a Reply with several chunks of data (or a long tail) is made contiguous
         // for `oncrpc`'s `RecordReceiver`, which takes one `Bytes`.
@@ -878,9 +853,6 @@ impl<Q: QueuePair + 'static> RdmaSender<Q> {
         let Some(xid) = rpc::xid(&msg.inline) else {
             return Err(TransportError::NotACall);
         };
-        if let Some(p) = rpc::call_proc(&msg.inline) {
-            conn.lock().procs.insert(xid, p);
-        }
         // §4.3.1: "The requester MUST NOT send unacknowledged requests in excess of
         // this granted responder credit limit": the core refuses a Call past the
         // limit, and it waits for a Reply to free a credit.
@@ -906,7 +878,7 @@ impl<Q: QueuePair + 'static> RdmaSender<Q> {
                     // Call message, the associated RPC transaction fails immediately."
                     // Failing the connection instead would make oncrpc reconnect and
                     // retry it.
-                    let proc_id = conn.lock().procs.remove(&xid);
+                    let proc_id = rpc::call_proc(&msg.inline);
                     tracing::debug!(target: "rpcrdma_transport", xid = xid.0, error = %e, "call failed locally");
                     conn.stats.inc(Counter::ErrCallFailedLocally);
                     let error = match (e, proc_id) {
@@ -943,9 +915,6 @@ impl<Q: QueuePair + 'static> RdmaSender<Q> {
     pub fn abort(&self, xid: u32) -> bool {
         let xid = Xid(xid);
         let (aborted, work) = self.conn.step(|core| core.abort_call(xid));
-        if aborted {
-            self.conn.lock().procs.remove(&xid);
-        }
         self.conn.execute(work, None);
         aborted
     }
@@ -1033,7 +1002,6 @@ async fn completions<Q: QueuePair + 'static>(conn: Arc<Conn<Q>>) {
         st.core.handle_disconnect();
         let _ = drain(&mut st.core);
         st.pulls.clear();
-        st.procs.clear();
         let pending = st.regions.values().map(|r| r.regions.len()).sum::<usize>()
             + st.fencing.values().map(Fencing::unfenced).sum::<usize>();
         conn.stats.add(Counter::FencedByDisconnect, pending as u64);

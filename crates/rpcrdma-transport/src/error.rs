@@ -41,9 +41,10 @@ pub enum TransportError {
     #[error("{0}")]
     Call(#[from] rpcrdma::Error),
     /// The Reply could not be put back together from its chunks (the binding cannot
-    /// parse it, a chunk is missing).
+    /// parse it, a chunk is missing or shorter than its returned length): the core's
+    /// `Requester::assemble_reply`.
     #[error("reply cannot be put together: {0}")]
-    BadReply(&'static str),
+    BadReply(rpcrdma::ReplyError),
     /// Socket-level failure (listening).
     #[error("i/o: {0}")]
     Io(#[from] io::Error),

@@ -198,6 +198,32 @@ pub enum ReplyError {
     /// A DDP item position that does not fit the reply stream.
     #[error("reply item position {0} does not fit the payload stream")]
     BadPosition(u32),
+    /// The responder returned a Reply chunk of `len` bytes, and the driver cannot hand
+    /// out that many from the Call's Reply chunk (none registered, or a shorter one:
+    /// more than was provisioned).
+    #[error("reply chunk of {len} bytes was not placed")]
+    ReplyChunkNotPlaced {
+        /// The length the responder returned.
+        len: u64,
+    },
+    /// The responder returned `len` bytes in Write chunk `index`, and the driver cannot
+    /// hand out that many from the Call's Write chunk (none registered, or a shorter
+    /// one: more than was provisioned).
+    #[error("write chunk {index} of {len} bytes was not placed")]
+    WriteChunkNotPlaced {
+        /// Index in the Write list.
+        index: usize,
+        /// The length the responder returned.
+        len: u64,
+    },
+    /// Data was placed in a Write chunk, but the Call's procedure is unknown, so its
+    /// Upper Layer Binding cannot say where the data goes back (§5.3.2).
+    #[error("no procedure for the call: placed data cannot go back")]
+    NoProcedure,
+    /// The Upper Layer Binding cannot find the DDP-eligible results in the Reply (it
+    /// does not parse), so placed data cannot go back (§5.3.2).
+    #[error("the binding finds no results in the reply")]
+    ResultsNotFound,
     /// The responder answered with RDMA_ERROR.
     #[error("peer answered {0:?}")]
     PeerError(ErrCode),

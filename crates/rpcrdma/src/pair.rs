@@ -8,6 +8,10 @@
 //! iWARP Terminate would; a Send With Invalidate removes the STag before the message
 //! is handed over; a message arriving when its direction has no Receive posted breaks
 //! the connection too (v1 §7.2.2: "the RDMA provider MAY drop the RDMA connection").
+//!
+//! Like a driver, it puts each Reply the client receives back together from what the
+//! server placed in the Call's fenced chunks (`Requester::assemble_reply`):
+//! [`Pair::client_replies`].
 
 use std::collections::{HashMap, VecDeque};
 use std::time::Instant;
@@ -17,9 +21,11 @@ use xdr::XdrStream;
 
 use crate::action::Action;
 use crate::chunks::Segment;
+use crate::error::ReplyError;
 use crate::header::PrefixView;
 use crate::marshal::Registration;
-use crate::requester::{Requester, RequesterEvent};
+use crate::reassembly::Reassembled;
+use crate::requester::{PlacedChunks, ReplyParts, Requester, RequesterEvent};
 use crate::responder::{Responder, ResponderEvent};
 use crate::rpc;
 use crate::testutil::TestUlb;
@@ -105,6 +111,37 @@ impl Wire {
     }
 }
 
+/// The client's Write and Reply chunk handles of one Call, as registered.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct CallChunks {
+    pub(crate) writes: Vec<u32>,
+    pub(crate) reply: Option<u32>,
+}
+
+/// A Call's fenced client regions, read as a driver reads them after fencing: only
+/// the bytes asked for are taken (copied out of the region).
+struct FencedView<'a> {
+    mem: &'a Memory,
+    chunks: Option<&'a CallChunks>,
+}
+
+impl FencedView<'_> {
+    fn take(&self, handle: Option<u32>, len: usize) -> Option<Bytes> {
+        let region = self.mem.fenced.get(&handle?)?;
+        Some(Bytes::copy_from_slice(region.get(..len)?))
+    }
+}
+
+impl PlacedChunks for FencedView<'_> {
+    fn reply_chunk(&mut self, len: usize) -> Option<Bytes> {
+        self.take(self.chunks.and_then(|c| c.reply), len)
+    }
+
+    fn write_chunk(&mut self, index: usize, len: usize) -> Option<Bytes> {
+        self.take(self.chunks.and_then(|c| c.writes.get(index).copied()), len)
+    }
+}
+
 type ServerUlp = Box<dyn FnMut(Xid, Bytes) -> Option<XdrStream>>;
 type ClientUlp = Box<dyn FnMut(Xid, Bytes) -> XdrStream>;
 
@@ -122,7 +159,15 @@ pub(crate) struct Pair {
     pub(crate) sent_by_server: Vec<Wire>,
     /// Fault injection: Sends from the client for which this says true are lost.
     pub(crate) drop_to_server: Box<dyn FnMut(&Wire) -> bool>,
+    /// Fault injection: rewrites each Send from the server before the client gets it
+    /// (a lying responder); `sent_by_server` keeps the original.
+    pub(crate) tamper_to_client: Box<dyn FnMut(&mut Wire)>,
     pub(crate) client_events: Vec<RequesterEvent>,
+    /// The client's Write and Reply chunks of each Call (its latest registration).
+    pub(crate) client_chunks: HashMap<Xid, CallChunks>,
+    /// Each Reply the client received, put back together from its fenced chunks as a
+    /// driver does (`Requester::assemble_reply`), or why it could not be.
+    pub(crate) client_replies: HashMap<Xid, Result<Reassembled, ReplyError>>,
     pub(crate) server_events: Vec<ResponderEvent>,
     /// The server's upper layer: a Reply for each Call (`None`: keep it pending).
     pub(crate) server_ulp: ServerUlp,
@@ -166,7 +211,10 @@ impl Pair {
             sent_by_client: Vec::new(),
             sent_by_server: Vec::new(),
             drop_to_server: Box::new(|_| false),
+            tamper_to_client: Box::new(|_| {}),
             client_events: Vec::new(),
+            client_chunks: HashMap::new(),
+            client_replies: HashMap::new(),
             server_events: Vec::new(),
             server_ulp: Box::new(|xid, _| Some(crate::testutil::rpc_reply(xid.0, &[], None))),
             client_ulp: Box::new(|xid, _| crate::testutil::rpc_reply(xid.0, &[], None)),
@@ -193,17 +241,26 @@ impl Pair {
             moved = true;
             match a {
                 Action::Register { xid, registrations } => {
+                    let mut chunks = CallChunks::default();
                     let segs = registrations
                         .iter()
                         .map(|r| match r {
                             Registration::Read { data, .. } => {
                                 self.client_mem.register(data.concat(), false)
                             }
-                            Registration::Write { len } | Registration::Reply { len } => {
-                                self.client_mem.register(vec![0; *len as usize], true)
+                            Registration::Write { len } => {
+                                let segs = self.client_mem.register(vec![0; *len as usize], true);
+                                chunks.writes.push(segs[0].handle);
+                                segs
+                            }
+                            Registration::Reply { len } => {
+                                let segs = self.client_mem.register(vec![0; *len as usize], true);
+                                chunks.reply = Some(segs[0].handle);
+                                segs
                             }
                         })
                         .collect();
+                    self.client_chunks.insert(xid, chunks);
                     self.client.handle_registered(xid, segs).unwrap();
                 }
                 Action::Send {
@@ -244,6 +301,14 @@ impl Pair {
             if let RequesterEvent::BackwardCall { xid, payload } = &e {
                 let reply = (self.client_ulp)(*xid, payload.clone());
                 self.client.send_backward_reply(*xid, reply).unwrap();
+            }
+            if let (RequesterEvent::Reply { xid, .. }, Some(parts)) = (&e, ReplyParts::of(&e)) {
+                let mut placed = FencedView {
+                    mem: &self.client_mem,
+                    chunks: self.client_chunks.get(xid),
+                };
+                let assembled = self.client.assemble_reply(parts, &mut placed);
+                self.client_replies.insert(*xid, assembled);
             }
             self.client_events.push(e);
         }
@@ -374,8 +439,9 @@ impl Pair {
             self.server_posted -= 1;
             self.server.handle_receive(w.bytes);
         }
-        while let Some(w) = self.to_client.pop_front() {
+        while let Some(mut w) = self.to_client.pop_front() {
             moved = true;
+            (self.tamper_to_client)(&mut w);
             self.client.handle_receive(w.bytes);
         }
         moved |= self.drain_client() | self.drain_server();
@@ -390,6 +456,12 @@ impl Pair {
             }
         }
         panic!("the pair never settled");
+    }
+
+    /// The client's Reply to `xid`, put back together (`Requester::assemble_reply`).
+    pub(crate) fn client_reply(&self, xid: Xid) -> Option<Result<Bytes, ReplyError>> {
+        let r = self.client_replies.get(&xid)?;
+        Some(r.as_ref().map(Reassembled::to_bytes).map_err(Clone::clone))
     }
 
     /// The client's Reply (or failure) for `xid`.

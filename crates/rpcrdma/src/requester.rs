@@ -13,6 +13,7 @@
 //!     Receive ──handle_receive──► check Reply against the Call, credits, version
 //!                 driver ◄──poll_action: Invalidate (fence) then
 //! upper layer ◄──poll_event: Reply { reduced stream, Write chunk lengths }
+//!                 driver ──assemble_reply(reply, placed chunks)──► the RPC Reply
 //! ```
 //! With reliable reply agreed (`requester/reliable.rs`), Calls carry no Reply chunk and
 //! an RDMA_NOMSG with a Position Zero Read chunk makes `poll_action` return an
@@ -39,7 +40,7 @@ use crate::marshal::{
 };
 use crate::options::{ReliableReplyInfo, RELIABLE_REPLY};
 use crate::private_data::PeerLimits;
-use crate::reassembly::{reassemble_reply, reply_chunk_length, written_lengths, Reassembled};
+use crate::reassembly::{reply_chunk_length, written_lengths};
 use crate::rpc;
 use crate::stats::{Counter, CounterSink, NoCounters};
 use crate::ulb::{ReplySizing, UpperLayerBinding};
@@ -108,6 +109,7 @@ pub enum RequesterEvent {
     /// from a responder-provided Read chunk) or the first `reply_chunk_len` bytes of our
     /// Reply chunk buffer (RDMA_NOMSG with our Reply chunk); the data of DDP-eligible
     /// results is in our Write chunk buffers, `write_lengths` bytes each.
+    /// [`Requester::assemble_reply`] puts the RPC Reply together from them.
     Reply {
         /// The XID.
         xid: Xid,
@@ -615,42 +617,6 @@ impl<B: UpperLayerBinding> Requester<B> {
         );
     }
 
-    /// Rebuilds the RPC Reply of a [`RequesterEvent::Reply`] from what the responder
-    /// placed, as the driver read it out of the Call's fenced regions: the Payload
-    /// stream is `reply_chunk` (the first `reply_chunk_len` bytes of our Reply chunk,
-    /// RDMA_NOMSG) or else `inline`, and `written[k]` the first `write_lengths[k]` bytes
-    /// of Write chunk `k`. §5.3.2: "Each decoded result consumes one entry in the Write
-    /// list": the binding finds where each DDP-eligible result's data goes back
-    /// ([`UpperLayerBinding::reply_ddp_offsets`] for the Call's `proc_id`), and the
-    /// data goes in there with its XDR padding (§4.4.6.1: the responder wrote none).
-    /// Write chunks the reply has no result for are left out. Nothing is copied: the
-    /// result is a list of pieces. The error says why the Reply cannot be rebuilt (the
-    /// Call then fails).
-    pub fn assemble_reply(
-        &self,
-        proc_id: Option<rpc::ProcId>,
-        inline: Bytes,
-        reply_chunk: Option<Bytes>,
-        mut written: Vec<Bytes>,
-    ) -> Result<Reassembled, &'static str> {
-        let base = reply_chunk.unwrap_or(inline);
-        if written.iter().all(Bytes::is_empty) {
-            // Nothing was placed: the stream is complete as it is.
-            return Ok(Reassembled {
-                parts: vec![base],
-                chunk_ranges: Vec::new(),
-            });
-        }
-        let proc_id = proc_id.ok_or("no procedure for the call")?;
-        let offsets = self
-            .ulb
-            .reply_ddp_offsets(proc_id, &base)
-            .ok_or("reply does not parse")?;
-        let n = offsets.len().min(written.len());
-        written.truncate(n);
-        reassemble_reply(base, &offsets[..n], written).map_err(|_| "reassembly")
-    }
-
     /// A Reply that does not match its Call: the Call fails.
     fn bad_reply(&mut self, xid: Xid, error: Error) {
         self.counters.inc(Counter::ErrBadReply);
@@ -802,6 +768,9 @@ impl<B: UpperLayerBinding> Requester<B> {
 
 mod reliable;
 use reliable::{PendingPull, ReliableState};
+
+mod reply;
+pub use reply::{PlacedBytes, PlacedChunks, ReplyParts};
 
 #[cfg(test)]
 mod tests;

@@ -5,7 +5,8 @@
 //! length prefix each). Properties: nothing panics; every event completes a Call we
 //! made or is a backward Call; at most our two Calls (plus the reliable-reply
 //! advertisement) are ever outstanding (a Reply cannot complete a Call twice or one we
-//! never made).
+//! never made). Every Reply is then put back together from placed memory the size of
+//! what was registered (`Requester::assemble_reply`): a Reply or a typed error.
 //!
 //! Reliable reply is configured, so once a v2 Reply settles the version the requester
 //! advertises it, and an RDMA_OPTIONAL answer in the input turns it on: RDMA_NOMSG
@@ -16,7 +17,7 @@
 use bytes::Bytes;
 use libfuzzer_sys::fuzz_target;
 use rpcrdma::action::Action;
-use rpcrdma::requester::{Requester, RequesterConfig, RequesterEvent};
+use rpcrdma::requester::{PlacedBytes, ReplyParts, Requester, RequesterConfig, RequesterEvent};
 use rpcrdma::rpc::ProcId;
 use rpcrdma::ulb::{ReplySizing, UpperLayerBinding};
 use rpcrdma::header::{Body, Header};
@@ -44,6 +45,10 @@ impl UpperLayerBinding for Ulb {
     }
     fn call_ddp_positions(&self, _: ProcId, _: &Bytes) -> Option<Vec<u32>> {
         Some(Vec::new())
+    }
+    /// The READ-like result's data goes back at the end of the reduced stream.
+    fn reply_ddp_offsets(&self, p: ProcId, reply: &Bytes) -> Option<Vec<usize>> {
+        (p.proc_num == 6).then(|| vec![reply.len()])
     }
 }
 
@@ -123,6 +128,16 @@ fuzz_target!(|data: &[u8]| {
         r.handle_receive(msg);
         drain(&mut r);
         while let Some(ev) = r.poll_event() {
+            if let Some(parts) = ReplyParts::of(&ev) {
+                // Call 1's Write chunk (4096) and Reply chunk (9000), as registered.
+                let mut placed = PlacedBytes {
+                    reply: Some(Bytes::from(vec![0u8; 9000])),
+                    writes: vec![Bytes::from(vec![0u8; 4096])],
+                };
+                if let Ok(full) = r.assemble_reply(parts, &mut placed) {
+                    assert!(full.len() <= parts.inline.len() + 9000 + 4096 + 3);
+                }
+            }
             match ev {
                 RequesterEvent::Reply { xid, .. } | RequesterEvent::Failed { xid, .. } => {
                     assert!(xid == Xid(1) || xid == Xid(2));

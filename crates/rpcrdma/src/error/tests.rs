@@ -99,6 +99,10 @@ fn reply_errors_are_local_and_fail_the_rpc() {
         ReplyError::BadPosition(3),
         ReplyError::PeerError(ErrCode::ERR_BADHEADER),
         ReplyError::ConnectionLost,
+        ReplyError::ReplyChunkNotPlaced { len: 9 },
+        ReplyError::WriteChunkNotPlaced { index: 0, len: 9 },
+        ReplyError::NoProcedure,
+        ReplyError::ResultsNotFound,
         ReplyError::WriteChunkLengthMismatch {
             index: 0,
             in_stream: 1,

@@ -7,9 +7,10 @@ use bytes::Bytes;
 
 use super::*;
 use crate::chunks::ChunkLists;
+use crate::error::ReplyError;
 use crate::header::{Body, Header};
 use crate::options::ReliableReplyInfo;
-use crate::requester::RequesterConfig;
+use crate::requester::{PlacedBytes, PlacedChunks, ReplyParts, RequesterConfig};
 use crate::responder::{ReliableReplyConfig, ResponderConfig};
 use crate::testutil::{nfs_call, rpc_reply};
 use crate::validate::Policy;
@@ -587,7 +588,6 @@ fn rr_s4_1_write_chunks_are_still_used_beside_the_read_chunk() {
         inline,
         write_lengths,
         reply_chunk_len: None,
-        proc_id,
         ..
     } = ev
     else {
@@ -607,11 +607,8 @@ fn rr_s4_1_write_chunks_are_still_used_beside_the_read_chunk() {
     let placed = Bytes::from(p.client_mem.fenced[&ours.handle][..5000].to_vec());
     assert_eq!(placed, file, "the RDMA Write placed the data");
     assert_eq!(inline.len(), position);
-    let full = p
-        .client
-        .assemble_reply(proc_id, inline, None, vec![placed])
-        .unwrap()
-        .to_bytes();
+    // The requester put the Write chunk's data back into the pulled stream.
+    let full = p.client_reply(Xid(50)).unwrap().unwrap();
     assert_eq!(full, rpc_reply(50, &vec![9; 10_000], Some(file)).to_bytes());
     assert!(p.server_mem.regions.is_empty() && p.broken.is_none());
 }
@@ -704,7 +701,8 @@ mod random {
                     prop_assert!(outcome.is_none());
                 } else {
                     let expected = rpc_reply(xid, &[], Some(reply_data(xid, *len))).to_bytes();
-                    prop_assert_eq!(reply_payload(outcome.unwrap()), expected);
+                    prop_assert_eq!(reply_payload(outcome.unwrap()), expected.clone());
+                    prop_assert_eq!(p.client_reply(Xid(xid)), Some(Ok(expected)));
                 }
             }
         }
@@ -712,6 +710,167 @@ mod random {
 }
 
 // ---- the requester's reply reassembly (the transport's client runs the same) ----
+//
+// Every Reply the pair's client receives is put back together from the Call's fenced
+// chunks by `Requester::assemble_reply`, as the transport's client does
+// (`Pair::client_replies`).
+
+/// A Version One pair (Reply chunks, no reliable reply) whose procedure has one
+/// DDP-eligible result of at most `ddp_max` bytes (NFS READ-like), or none.
+fn v1_read_pair(ddp_max: Option<u32>) -> Pair {
+    let ulb = TestUlb {
+        max_reply: 1 << 20,
+        ddp_results: ddp_max.into_iter().collect(),
+        call_ddp: 0,
+    };
+    Pair::new(
+        Requester::new(ulb.clone(), client_config(Version::ONE, false)),
+        Responder::new(ulb, server_config(Policy::v1_only(), false)).unwrap(),
+        CREDITS,
+    )
+}
+
+/// The server answers every Call with `extra` words and, if given, `data` as the
+/// DDP-eligible result.
+fn answer_with(p: &mut Pair, extra: Vec<u32>, data: Option<Bytes>) {
+    p.server_ulp = Box::new(move |xid, _| Some(rpc_reply(xid.0, &extra, data.clone())));
+}
+
+/// Rewrites the chunk lists of each Reply the client receives (a lying responder).
+fn tamper_chunks(p: &mut Pair, f: impl Fn(&mut ChunkLists) + 'static) {
+    p.tamper_to_client = Box::new(move |w| {
+        let Ok(parsed) = Header::parse(&w.bytes, &Limits::default()) else {
+            return;
+        };
+        let mut h = parsed.header;
+        match &mut h.body {
+            Body::Msg(c) | Body::NoMsg(c) => f(c),
+            _ => return,
+        }
+        let mut out = h.to_bytes().to_vec();
+        out.extend_from_slice(&w.bytes[parsed.header_len..]);
+        w.bytes = out.into();
+    });
+}
+
+#[test]
+fn s5_3_2_an_inline_reply_is_the_reply() {
+    // A Short Reply (§4.5.1): the Payload stream came inline, no chunk was written
+    // (a Reply chunk was offered and not used), and nothing needs a region.
+    let mut p = v1_read_pair(None);
+    answer_with(&mut p, vec![5; 30], None);
+    let ev = exchange(&mut p, 70, 1);
+    let RequesterEvent::Reply {
+        reply_chunk_len: None,
+        ref write_lengths,
+        ..
+    } = ev
+    else {
+        panic!("{ev:?}")
+    };
+    assert!(write_lengths.is_empty());
+    let expected = rpc_reply(70, &[5; 30], None).to_bytes();
+    assert_eq!(p.client_reply(Xid(70)), Some(Ok(expected.clone())));
+    // A driver with no region at all for the Call gets the same Reply.
+    let parts = ReplyParts::of(&ev).unwrap();
+    assert!(parts.is_inline_only());
+    let r = p
+        .client
+        .assemble_reply(parts, &mut PlacedBytes::default())
+        .unwrap();
+    assert_eq!((r.to_bytes(), r.chunk_ranges), (expected, vec![]));
+    assert!(p.broken.is_none());
+}
+
+#[test]
+fn s5_3_3_a_reply_in_the_reply_chunk_is_the_reply() {
+    // A Long Reply (§4.5.3): 40 KB fit no inline Send, so the responder RDMA-Writes
+    // the whole Payload stream into our Reply chunk and sends RDMA_NOMSG; the Reply is
+    // the first `reply_chunk_len` bytes of that chunk, not the rest of it.
+    let mut p = v1_read_pair(None);
+    answer_with(&mut p, vec![6; 10_000], None);
+    let c0 = p.sent_by_client.len();
+    let ev = exchange(&mut p, 71, 1);
+    let RequesterEvent::Reply {
+        ref inline,
+        reply_chunk_len: Some(len),
+        ..
+    } = ev
+    else {
+        panic!("{ev:?}")
+    };
+    let expected = rpc_reply(71, &[6; 10_000], None).to_bytes();
+    assert!(inline.is_empty());
+    assert_eq!(len, expected.len() as u64);
+    let offered = header(&p.sent_by_client[c0])
+        .chunks()
+        .unwrap()
+        .reply
+        .clone();
+    assert!(
+        offered.unwrap().len() > len,
+        "the chunk is larger than the Reply"
+    );
+    assert_eq!(p.client_reply(Xid(71)), Some(Ok(expected)));
+    assert!(p.broken.is_none());
+}
+
+#[test]
+fn s4_4_6_1_read_data_through_a_write_chunk_gets_its_xdr_padding_back() {
+    // An NFS READ-like Reply, RDMA_MSG: its inline part up to the data's count word,
+    // the data RDMA-Written into our Write chunk without XDR padding (§4.4.6.1), its
+    // length returned in the Write list (§4.4.6). The requester inserts the data after
+    // the count and supplies the padding (§5.3.2): the Reply is byte for byte what the
+    // responder's upper layer encoded, for every length modulo 4, and 0.
+    for (xid, len) in [
+        (80u32, 5000usize),
+        (81, 5001),
+        (82, 5002),
+        (83, 5003),
+        (84, 0),
+    ] {
+        let mut p = v1_read_pair(Some(8192));
+        let file = reply_data(xid, len);
+        answer_with(&mut p, vec![1, 2, 3], Some(file.clone()));
+        let c0 = p.sent_by_client.len();
+        let s0 = p.sent_by_server.len();
+        let ev = exchange(&mut p, xid, 1);
+        let RequesterEvent::Reply {
+            ref inline,
+            reply_chunk_len: None,
+            ref write_lengths,
+            ..
+        } = ev
+        else {
+            panic!("{ev:?}")
+        };
+        assert_eq!(*write_lengths, vec![len as u64]);
+        let sent = header(&p.sent_by_server[s0]);
+        assert_eq!(sent.msg_type(), MsgType::RDMA_MSG);
+        assert_eq!(
+            sent.chunks().unwrap().writes[0].len(),
+            len as u64,
+            "no padding"
+        );
+        // Header, three words, the count: the data goes back at 40.
+        assert_eq!(inline.len(), 40);
+        // The Write chunk was fenced before the Reply was handed up (§5.4.1).
+        let ours = header(&p.sent_by_client[c0]).chunks().unwrap().writes[0].segments[0];
+        assert!(!p.client_mem.regions.contains_key(&ours.handle));
+        assert!(p.client_mem.fenced.contains_key(&ours.handle));
+        let full = p.client_replies[&Xid(xid)].clone().unwrap();
+        let expected = rpc_reply(xid, &[1, 2, 3], Some(file)).to_bytes();
+        assert_eq!(full.len(), 40 + len + xdr::pad_len(len), "len {len}");
+        assert_eq!(full.to_bytes(), expected, "len {len}");
+        let ranges = if len == 0 {
+            vec![]
+        } else {
+            vec![(40, len as u32)]
+        };
+        assert_eq!(full.chunk_ranges, ranges);
+        assert!(p.broken.is_none());
+    }
+}
 
 #[test]
 fn s5_3_2_a_reply_through_a_write_chunk_and_the_reply_chunk_is_reassembled() {
@@ -719,34 +878,22 @@ fn s5_3_2_a_reply_through_a_write_chunk_and_the_reply_chunk_is_reassembled() {
     // Write chunk, and 40 KB of other results that fit no inline Send: the data is
     // RDMA-Written into the Write chunk, the rest into the Reply chunk (RDMA_NOMSG,
     // §4.4.6.2), and the requester puts the data back where its result is (§5.3.2).
-    let ulb = TestUlb {
-        max_reply: 1 << 20,
-        ddp_results: vec![8192],
-        call_ddp: 0,
-    };
-    let mut p = Pair::new(
-        Requester::new(ulb.clone(), client_config(Version::ONE, false)),
-        Responder::new(ulb, server_config(Policy::v1_only(), false)).unwrap(),
-        CREDITS,
-    );
+    let mut p = v1_read_pair(Some(8192));
     let file = reply_data(60, 5000);
-    let f = file.clone();
-    p.server_ulp =
-        Box::new(move |xid, _| Some(rpc_reply(xid.0, &vec![9; 10_000], Some(f.clone()))));
+    answer_with(&mut p, vec![9; 10_000], Some(file.clone()));
     let c0 = p.sent_by_client.len();
     let s0 = p.sent_by_server.len();
     let ev = exchange(&mut p, 60, 1);
     let RequesterEvent::Reply {
-        inline,
+        ref inline,
         reply_chunk_len: Some(reply_len),
-        write_lengths,
-        proc_id,
+        ref write_lengths,
         ..
     } = ev
     else {
         panic!("{ev:?}")
     };
-    assert_eq!(write_lengths, vec![5000]);
+    assert_eq!(*write_lengths, vec![5000]);
     assert!(
         inline.is_empty(),
         "RDMA_NOMSG: the stream is in the Reply chunk"
@@ -755,45 +902,238 @@ fn s5_3_2_a_reply_through_a_write_chunk_and_the_reply_chunk_is_reassembled() {
         panic!()
     };
     assert_eq!(back.writes[0].len(), 5000);
-    // What the responder placed, as the driver reads it out of the fenced regions.
-    let ours = header(&p.sent_by_client[c0]).chunks().unwrap().clone();
-    let write = ours.writes[0].segments[0].handle;
-    let reply = ours.reply.as_ref().unwrap().segments[0].handle;
-    let placed = Bytes::from(p.client_mem.fenced[&write][..5000].to_vec());
-    let stream = Bytes::from(p.client_mem.fenced[&reply][..reply_len as usize].to_vec());
-    assert_eq!(placed, file);
-    assert_eq!(stream.len(), 24 + 40_000 + 4, "the reduced stream");
-    let full = p
-        .client
-        .assemble_reply(proc_id, inline.clone(), Some(stream.clone()), vec![placed])
-        .unwrap();
+    let full = p.client_replies[&Xid(60)].clone().unwrap();
     assert_eq!(full.chunk_ranges, vec![(24 + 40_000 + 4, 5000)]);
-    assert_eq!(
-        full.to_bytes(),
-        rpc_reply(60, &vec![9; 10_000], Some(file)).to_bytes()
-    );
-    // Nothing placed: the stream as it is; a Write chunk the reply has no result for
-    // is left out; without the Call's procedure placed data cannot go back.
-    let unplaced = p
-        .client
-        .assemble_reply(
-            proc_id,
-            inline.clone(),
-            Some(stream.clone()),
-            vec![Bytes::new()],
-        )
-        .unwrap();
-    assert_eq!(unplaced.to_bytes(), stream);
+    let expected = rpc_reply(60, &vec![9; 10_000], Some(file.clone())).to_bytes();
+    assert_eq!(full.to_bytes(), expected);
+    // The same through `PlacedBytes`, each chunk's region whole as a driver keeps it.
+    let ours = header(&p.sent_by_client[c0]).chunks().unwrap().clone();
+    let region = |h: u32| Bytes::from(p.client_mem.fenced[&h].clone());
+    let mut placed = PlacedBytes {
+        reply: Some(region(ours.reply.as_ref().unwrap().segments[0].handle)),
+        writes: vec![region(ours.writes[0].segments[0].handle)],
+    };
+    assert_eq!(placed.writes[0].slice(..5000), file);
+    assert_eq!(placed.reply.as_ref().unwrap().len(), 1 << 20);
+    let parts = ReplyParts::of(&ev).unwrap();
+    let again = p.client.assemble_reply(parts, &mut placed).unwrap();
+    assert_eq!(again.to_bytes(), expected);
+    // Nothing placed in the Write chunk: the Reply chunk's stream as it is.
+    let lengths = [0];
+    let unplaced = ReplyParts {
+        write_lengths: &lengths,
+        ..parts
+    };
     assert_eq!(
         p.client
-            .assemble_reply(
-                None,
-                inline,
-                Some(stream),
-                vec![Bytes::from_static(b"data")]
-            )
-            .map(|r| r.len()),
-        Err("no procedure for the call")
+            .assemble_reply(unplaced, &mut placed)
+            .unwrap()
+            .to_bytes(),
+        region(ours.reply.as_ref().unwrap().segments[0].handle).slice(..reply_len as usize)
     );
     assert!(p.broken.is_none());
+}
+
+/// A `PlacedChunks` that hands out fewer bytes than asked (a buggy driver).
+struct Short;
+
+impl PlacedChunks for Short {
+    fn reply_chunk(&mut self, len: usize) -> Option<Bytes> {
+        Some(Bytes::from(vec![0; len / 2]))
+    }
+    fn write_chunk(&mut self, _: usize, len: usize) -> Option<Bytes> {
+        Some(Bytes::from(vec![0; len / 2]))
+    }
+}
+
+#[test]
+fn s5_3_2_a_reply_that_cannot_be_put_back_together_is_a_typed_error() {
+    // A real Reply with data in the Write chunk and the stream in the Reply chunk,
+    // assembled against placed memory that does not hold it: each case is a
+    // `ReplyError` (the Call fails, the connection stays), never a panic.
+    let mut p = v1_read_pair(Some(8192));
+    let file = reply_data(90, 5001);
+    answer_with(&mut p, vec![9; 10_000], Some(file.clone()));
+    let ev = exchange(&mut p, 90, 1);
+    let parts = ReplyParts::of(&ev).unwrap();
+    let (reply_len, data_len) = (parts.reply_chunk_len.unwrap() as usize, 5001);
+    let good = p.client_replies[&Xid(90)].clone().unwrap();
+    let stream = good.parts[0].clone();
+    assert_eq!(stream.len(), reply_len);
+    let placed = |reply: usize, write: usize| PlacedBytes {
+        reply: Some(Bytes::from(vec![0; reply])),
+        writes: vec![file.slice(..write.min(file.len()))],
+    };
+    let client = &p.client;
+    let assemble = |parts: ReplyParts<'_>, placed: &mut dyn PlacedChunks| {
+        client.assemble_reply(parts, placed).map(|r| r.len())
+    };
+    // The Call's chunks have no regions at all (the driver lost them).
+    assert_eq!(
+        assemble(parts, &mut PlacedBytes::default()),
+        Err(ReplyError::ReplyChunkNotPlaced {
+            len: reply_len as u64
+        })
+    );
+    // Returned lengths larger than what was provisioned (placed).
+    assert_eq!(
+        assemble(parts, &mut placed(reply_len - 1, data_len)),
+        Err(ReplyError::ReplyChunkNotPlaced {
+            len: reply_len as u64
+        })
+    );
+    assert_eq!(
+        assemble(parts, &mut placed(reply_len, data_len - 1)),
+        Err(ReplyError::WriteChunkNotPlaced {
+            index: 0,
+            len: data_len as u64
+        })
+    );
+    let huge = [u64::MAX];
+    let lying = ReplyParts {
+        reply_chunk_len: Some(u64::MAX),
+        ..parts
+    };
+    assert_eq!(
+        assemble(lying, &mut placed(reply_len, data_len)),
+        Err(ReplyError::ReplyChunkNotPlaced { len: u64::MAX })
+    );
+    let lying = ReplyParts {
+        write_lengths: &huge,
+        ..parts
+    };
+    assert_eq!(
+        assemble(lying, &mut placed(reply_len, data_len)),
+        Err(ReplyError::WriteChunkNotPlaced {
+            index: 0,
+            len: u64::MAX
+        })
+    );
+    // A driver that hands out fewer bytes than asked is caught too.
+    assert_eq!(
+        assemble(parts, &mut Short),
+        Err(ReplyError::ReplyChunkNotPlaced {
+            len: reply_len as u64
+        })
+    );
+    // A second Write chunk the Call never offered.
+    let two = [data_len as u64, 4];
+    let extra = ReplyParts {
+        write_lengths: &two,
+        ..parts
+    };
+    assert_eq!(
+        assemble(extra, &mut placed(reply_len, data_len)),
+        Err(ReplyError::WriteChunkNotPlaced { index: 1, len: 4 })
+    );
+    // The stream's count word (5001) disagrees with the returned length (§4.4.4.1,
+    // §8.1.1).
+    let mut real = PlacedBytes {
+        reply: Some(stream.clone()),
+        writes: vec![file.clone()],
+    };
+    let fewer = [4000];
+    let short = ReplyParts {
+        write_lengths: &fewer,
+        ..parts
+    };
+    assert_eq!(
+        assemble(short, &mut real),
+        Err(ReplyError::WriteChunkLengthMismatch {
+            index: 0,
+            in_stream: 5001,
+            chunk: 4000
+        })
+    );
+    // Without the Call's procedure, or with a binding that finds no results, placed
+    // data cannot go back.
+    let anonymous = ReplyParts {
+        proc_id: None,
+        ..parts
+    };
+    assert_eq!(assemble(anonymous, &mut real), Err(ReplyError::NoProcedure));
+    let blind = Requester::new(TestUlb::default(), RequesterConfig::default());
+    assert_eq!(
+        blind.assemble_reply(parts, &mut real).map(|r| r.len()),
+        Err(ReplyError::ResultsNotFound)
+    );
+    // And the real memory still gives the Reply.
+    assert_eq!(assemble(parts, &mut real), Ok(good.len()));
+    assert!(p.broken.is_none());
+}
+
+#[test]
+fn s4_4_6_a_responder_returning_more_than_was_provisioned_fails_the_call() {
+    // §4.4.6: the responder returns the lengths it wrote; one larger than the chunk
+    // we offered (a Write chunk, or the Reply chunk) is refused before anything is
+    // read from our memory: the Call fails with a typed error, its credit returns and
+    // the connection stays. A returned length shorter than the result's count fails
+    // the assembly instead.
+    let mut p = v1_read_pair(Some(8192));
+    tamper_chunks(&mut p, |c| {
+        if let Some(w) = c.writes.first_mut() {
+            w.segments[0].length = 8192 + 4;
+        }
+    });
+    answer_with(&mut p, vec![1], Some(reply_data(1, 8192)));
+    let ev = exchange(&mut p, 100, 1);
+    assert!(
+        matches!(
+            ev,
+            RequesterEvent::Failed {
+                error: crate::Error::Header(crate::HeaderError::ChunkOverrun),
+                ..
+            }
+        ),
+        "{ev:?}"
+    );
+    assert!(!p.client_replies.contains_key(&Xid(100)));
+
+    tamper_chunks(&mut p, |c| {
+        if let Some(r) = c.reply.as_mut() {
+            // We offered 1 MiB.
+            r.segments[0].length = (1 << 20) + 4;
+        }
+    });
+    answer_with(&mut p, vec![9; 10_000], None);
+    let ev = exchange(&mut p, 101, 1);
+    assert!(
+        matches!(
+            ev,
+            RequesterEvent::Failed {
+                error: crate::Error::Header(crate::HeaderError::ChunkOverrun),
+                ..
+            }
+        ),
+        "{ev:?}"
+    );
+
+    tamper_chunks(&mut p, |c| {
+        if let Some(w) = c.writes.first_mut() {
+            w.segments[0].length = 3000;
+        }
+    });
+    answer_with(&mut p, vec![1], Some(reply_data(2, 5000)));
+    let ev = exchange(&mut p, 102, 1);
+    assert!(matches!(ev, RequesterEvent::Reply { .. }), "{ev:?}");
+    assert_eq!(
+        p.client_reply(Xid(102)),
+        Some(Err(ReplyError::WriteChunkLengthMismatch {
+            index: 0,
+            in_stream: 5000,
+            chunk: 3000
+        }))
+    );
+
+    // Honest again: the connection and its credits are intact.
+    p.tamper_to_client = Box::new(|_| {});
+    let file = reply_data(3, 6000);
+    answer_with(&mut p, vec![1], Some(file.clone()));
+    exchange(&mut p, 103, 1);
+    assert_eq!(
+        p.client_reply(Xid(103)),
+        Some(Ok(rpc_reply(103, &[1], Some(file)).to_bytes()))
+    );
+    assert_eq!(p.client.credits().outstanding(), 0);
+    assert!(p.broken.is_none() && !p.closed);
 }

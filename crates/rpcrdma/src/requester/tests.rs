@@ -639,25 +639,29 @@ fn pair_nfs_read_moves_data_through_the_write_chunk() {
         move |_| rpc_reply(10, &[0; 3], Some(f.clone())),
     );
     let RequesterEvent::Reply {
-        inline,
-        write_lengths,
+        ref write_lengths,
         reply_chunk_len,
         ..
     } = ev
     else {
         panic!("{ev:?}")
     };
-    assert_eq!(write_lengths, vec![5001]);
+    assert_eq!(*write_lengths, vec![5001]);
     assert_eq!(reply_chunk_len, None);
     assert_eq!(&writes[0][..5001], &file[..]);
-    let full = crate::reassembly::reassemble_reply(
-        inline,
-        &[40],
-        vec![Bytes::from(writes[0][..5001].to_vec())],
-    )
-    .unwrap()
-    .to_bytes();
-    assert_eq!(full, rpc_reply(10, &[0; 3], Some(file)).to_bytes());
+    // The Write chunk's region, whole (8192 bytes): the core takes the 5001 returned.
+    let mut placed = super::PlacedBytes {
+        reply: None,
+        writes: vec![Bytes::from(writes[0].clone())],
+    };
+    let full = req
+        .assemble_reply(super::ReplyParts::of(&ev).unwrap(), &mut placed)
+        .unwrap();
+    assert_eq!(full.chunk_ranges, vec![(40, 5001)]);
+    assert_eq!(
+        full.to_bytes(),
+        rpc_reply(10, &[0; 3], Some(file)).to_bytes()
+    );
 }
 
 #[test]
