@@ -64,6 +64,9 @@ pub(crate) struct Compound<'a> {
     pub(crate) last: bool,
     /// Memory charged for results (READDIR's listings), held by the reply's bytes.
     pub(crate) charges: Vec<rpcrdma::memory::Charge>,
+    /// READ data left in files over TCP, in the order the READs ran
+    /// ([`super::read_file`]).
+    pub(crate) file_reads: Vec<xdr::FileRange>,
 }
 
 /// The error result of `op` with `status`.
@@ -116,6 +119,7 @@ pub(crate) fn process(
         session: None,
         last: false,
         charges: Vec::new(),
+        file_reads: Vec::new(),
     };
     // The slot to complete: session, slot, sa_cachethis.
     let mut slot = None;
@@ -197,6 +201,7 @@ pub(crate) fn process(
         drop(reply);
         encoded
     };
+    super::read_file::fill(&mut reply, std::mem::take(&mut cx.file_reads));
     // Locks of lock owners whose client went during this COMPOUND (its lease ran
     // out, its record was replaced or destroyed).
     let released = server.state().take_released();

@@ -6,12 +6,11 @@
 //!
 //! The stateid is checked first ([`super::state::opens::Opens::check_io`]).
 //!
-//! Copies per byte: WRITE data is written by `pwrite` from the received buffer, as
-//! for NFSv3. READ data is read by `pread` into a pooled buffer on every transport:
-//! over RPC-over-RDMA that buffer is the reply's DDP-eligible item (RFC 8267 §5.1),
-//! sent by RDMA Write from there, as for NFSv3; over TCP it is then copied into the
-//! socket, where NFSv3 `sendfile`s from the page cache (a COMPOUND reply has no
-//! file ranges yet).
+//! Copies per byte, as for NFSv3: WRITE data is written by `pwrite` from the
+//! received buffer. READ data over RPC-over-RDMA is read by `pread` into a pooled
+//! buffer, the reply's DDP-eligible item (RFC 8267 §5.1), sent by RDMA Write from
+//! there; over TCP it is left in the file and `sendfile`d from the page cache
+//! ([`super::read_file`]): no copy by the server.
 
 use nfs3::io::{Commit3Args, Write3Args};
 use nfs3::{NfsResult, NfsStat3, StableHow};
@@ -60,13 +59,31 @@ fn io_file(cx: &Compound<'_>, given: &nfs4::StateId4, io: Io) -> Result<nfs3::Nf
 /// §18.22 READ: at most [`MAX_IO`] bytes (a larger count is shortened, §18.22.3);
 /// `eof` when the read reached the end of the file.
 pub(crate) fn read(cx: &mut Compound<'_>, a: &Read4Args) -> Read4Res {
-    let run = || -> Result<Read4ResOk, NfsStat4> {
+    let mut run = || -> Result<Read4ResOk, NfsStat4> {
         let fh = io_file(cx, &a.stateid, Io::Read)?;
         let cx3 = cx.cx3(&fh);
         let (_, node) = cx3.resolve(&fh).map_err(stat4)?;
         crate::proc::io::regular(&node).map_err(|s| not_regular(cx, s))?;
-        let (fd, _) = crate::proc::io::open_io_stat(&cx3, &node, OFlags::RDONLY).map_err(stat4)?;
+        let (fd, meta) =
+            crate::proc::io::open_io_stat(&cx3, &node, OFlags::RDONLY).map_err(stat4)?;
         let count = a.count.min(MAX_IO) as usize;
+        if count > 0 && cx3.byte_stream() {
+            // Over TCP: left in the file (module read_file); what lies between the
+            // offset and the end of the file, at most `count`.
+            let len = meta.size.saturating_sub(a.offset).min(count as u64) as usize;
+            let eof = a.offset.saturating_add(len as u64) >= meta.size;
+            if len > 0 {
+                cx.file_reads.push(xdr::FileRange {
+                    file: std::sync::Arc::new(std::fs::File::from(fd)),
+                    offset: a.offset,
+                    len,
+                });
+            }
+            return Ok(Read4ResOk {
+                eof,
+                data: DdpData(super::read_file::stand_in(len)),
+            });
+        }
         let data = if count == 0 {
             Bytes::new()
         } else {

@@ -42,6 +42,7 @@ mod names_ops;
 mod open_ops;
 mod ops;
 pub mod pseudo;
+mod read_file;
 mod readdir;
 pub mod records;
 mod reply_size;
