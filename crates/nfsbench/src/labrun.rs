@@ -156,7 +156,7 @@ const RXE_UP: &str = r#"perftest_present() {
 }
 step perftest_present perftest_present
 rxe_only_up() {
-  for m in rpcrdma nfsv3 nfsd rdma_ucm ib_uverbs; do modprobe $m || return 1; done
+  for m in rpcrdma nfsv3 nfsv4 nfsd rdma_ucm ib_uverbs; do modprobe $m || return 1; done
   lab_rxe_up || return 1
   [ "$(rdma link show | grep -c '^link ')" = 1 ] || { rdma link show; return 1; }
 }

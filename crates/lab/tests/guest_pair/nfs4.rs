@@ -109,7 +109,19 @@ record md5 "$(md5sum /tmp/f | cut -d' ' -f1)"
 step write cp /tmp/f /mnt/r/f
 step drop_caches sh -c 'sync; echo 3 >/proc/sys/vm/drop_caches'
 step read_back cmp /tmp/f /mnt/r/f
-cthon /mnt/r rdma
+[ -z "$LOCK_LOOPS" ] && cthon /mnt/r rdma
+# LAB_LOCK_LOOPS=N (a hunt, instead of Connectathon on this mount): the lock group N
+# times, the client's state saved after each that fails.
+if [ -n "$LOCK_LOOPS" ]; then
+  n=0; bad=0
+  while [ $n -lt "$LOCK_LOOPS" ]; do
+    n=$((n+1))
+    timeout 120 /share/bin/nlm-locktest suite /mnt/r/loop-$n >"$LAB_RUN_DIR/loop-$n.txt" 2>&1 ||
+      { bad=$((bad+1)); lab_rdma_state /share/loop-$n-state; }
+    rm -rf /mnt/r/loop-$n
+  done
+  record lock_loops "$n runs, $bad failed"
+fi
 if [ -n "$SECOND_CLIENT" ]; then
   # Markers from the other guest, seen without this client's caches.
   step marker_mount mount.nfs 10.0.3.1:/srv/p /mnt/m -n -o vers=4.1,proto=tcp,nosharecache,lookupcache=none,actimeo=0
@@ -190,12 +202,14 @@ fn mounted(c: &mut Outcome, key: &str, xprt_key: &str, proto: &str) {
 
 fn kernel_nfsv41_client_to_our_nfsd(name: &str, dev: &str, second_client: bool) {
     let nfsd_log = std::env::var("LAB_NFSD_LOG").unwrap_or_else(|_| "info".into());
+    let lock_loops = std::env::var("LAB_LOCK_LOOPS").unwrap_or_default();
     let env = [
         ("SECOND_CLIENT", if second_client { "1" } else { "" }),
         // Connectathon over RDMA in a TCG guest takes minutes.
         ("LAB_STEP_TIMEOUT", "600"),
         // LAB_NFSD_LOG=info,nfsd::v4=trace logs every NFSv4 operation and status.
         ("NFSD_LOG", nfsd_log.as_str()),
+        ("LOCK_LOOPS", lock_loops.as_str()),
     ];
     let binaries = [
         ("cthon-suite", build_binary("lab", "cthon-suite")),
@@ -212,7 +226,19 @@ fn kernel_nfsv41_client_to_our_nfsd(name: &str, dev: &str, second_client: bool) 
         Duration::from_secs(1200),
     );
     mounted(&mut c, "rdma_opts", "rdma_xprt", "rdma");
-    cthon_passed(&mut c, "rdma");
+    if lock_loops.is_empty() {
+        cthon_passed(&mut c, "rdma");
+    } else {
+        let got = c.value("lock_loops").unwrap_or("none").to_string();
+        eprintln!("{name}: lock group loops: {got}");
+        c.host_step("lock_loops_passed", |_| {
+            if got.ends_with(", 0 failed") {
+                Ok(())
+            } else {
+                Err(format!("lock group loops: {got}"))
+            }
+        });
+    }
     if second_client {
         mounted(&mut c, "plain_opts", "plain_xprt", "tcp");
         cthon_passed(&mut c, "plain");
