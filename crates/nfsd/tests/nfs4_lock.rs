@@ -359,3 +359,133 @@ async fn nlm_and_nfs4_locks_see_each_other() {
     assert_eq!(&h.owner.oh[..], b"lo");
     serving.stop().await;
 }
+
+/// §8.2.1: READ, WRITE and SETATTR take a lock stateid, and the open it was made
+/// from decides what it allows (the Linux client sends its lock stateid while it
+/// holds locks). pynfs's CSID4 as a test: LOCK, then WRITE and LOCKU with the
+/// current stateid (§16.2.3.1.2: LOCK's), in one COMPOUND.
+#[tokio::test]
+async fn io_takes_a_lock_stateid_and_its_open_decides() {
+    use nfs4::io::{Read4Args, StableHow4, Write4Args};
+    let (_dir, _state, export, addr, serving, _nlm) = server_with_nlm().await;
+    let mut s = Session::new(addr, "lockio").await;
+    let c = s.clientid;
+    let open = open_f(&mut s, &export, "o", OPEN4_SHARE_ACCESS_BOTH).await;
+    let write = |stateid, data: &[u8]| {
+        NfsArgop4::Write(Write4Args {
+            stateid,
+            offset: 5,
+            stable: StableHow4::FILE_SYNC4,
+            data: DdpData(Bytes::copy_from_slice(data)),
+        })
+    };
+    let mut ops = to_f(&export);
+    ops.extend([
+        lock_new(c, NfsLockType4::WRITE_LT, 0, u64::MAX, open, "lo"),
+        write(StateId4::CURRENT, b"under the lock"),
+        locku(StateId4::CURRENT, 0, u64::MAX),
+    ]);
+    let res = s.run(ops).await;
+    assert_eq!(res.status, NfsStat4::NFS4_OK, "{res:?}");
+    assert_eq!(
+        &std::fs::read(export.join("f")).unwrap()[5..19],
+        b"under the lock"
+    );
+
+    // A lock stateid made from a read-only open reads, and does not write.
+    let ro = open_f(&mut s, &export, "r", OPEN4_SHARE_ACCESS_READ).await;
+    let lock = locked(
+        &on_f(
+            &mut s,
+            &export,
+            lock_new(c, NfsLockType4::READ_LT, 0, 10, ro, "lr"),
+        )
+        .await,
+    );
+    let read = NfsArgop4::Read(Read4Args {
+        stateid: lock,
+        offset: 0,
+        count: 4,
+    });
+    let r = on_f(&mut s, &export, read).await;
+    assert_eq!(r.status(), NfsStat4::NFS4_OK, "{r:?}");
+    let w = on_f(&mut s, &export, write(lock, b"no")).await;
+    assert_eq!(w.status(), NfsStat4::NFS4ERR_OPENMODE, "{w:?}");
+    // An old seqid of the lock stateid is OLD_STATEID, as for an open stateid.
+    let relocked = locked(
+        &on_f(
+            &mut s,
+            &export,
+            lock_existing(NfsLockType4::READ_LT, 20, 5, lock),
+        )
+        .await,
+    );
+    assert!(relocked.seqid > lock.seqid);
+    let w = on_f(
+        &mut s,
+        &export,
+        NfsArgop4::Read(Read4Args {
+            stateid: lock,
+            offset: 0,
+            count: 4,
+        }),
+    )
+    .await;
+    assert_eq!(w.status(), NfsStat4::NFS4ERR_OLD_STATEID, "{w:?}");
+    serving.stop().await;
+}
+
+/// The Linux client frees a process's lock state with a FREE_STATEID it does not
+/// wait for, and gives the next process the same lock owner name at once: that
+/// one's first LOCK finds the same stateid (as knfsd's does), one seqid on. The late
+/// FREE_STATEID of the first, with its older seqid, is NFS4ERR_OLD_STATEID and frees
+/// nothing: the second keeps locking and unlocking with its stateid (§8.2.2). Before,
+/// it freed the stateid between the second's LOCKU and its next LOCK, which failed
+/// NFS4ERR_BAD_STATEID (seen in the lab's lock loops under load).
+#[tokio::test]
+async fn a_late_free_stateid_of_a_reused_lock_owner_frees_nothing() {
+    use nfs4::state::FreeStateId4Args;
+    let (_dir, _state, export, addr, serving, _nlm) = server_with_nlm().await;
+    let mut s = Session::new(addr, "reuse").await;
+    let c = s.clientid;
+    let open = open_f(&mut s, &export, "o", OPEN4_SHARE_ACCESS_BOTH).await;
+    // The first process: a lock and its release.
+    let first = locked(
+        &on_f(
+            &mut s,
+            &export,
+            lock_new(c, NfsLockType4::WRITE_LT, 0, 1, open, "lock id:1"),
+        )
+        .await,
+    );
+    let NfsResop4::LockU(Res4::Ok(freed)) = on_f(&mut s, &export, locku(first, 0, 1)).await else {
+        panic!("LOCKU")
+    };
+    // The second process, same owner name: the same stateid, one seqid on.
+    let second = locked(
+        &on_f(
+            &mut s,
+            &export,
+            lock_new(c, NfsLockType4::WRITE_LT, 5, 1, open, "lock id:1"),
+        )
+        .await,
+    );
+    assert_eq!(second.other, first.other);
+    assert!(second.seqid > freed.seqid);
+    let NfsResop4::LockU(Res4::Ok(now)) = on_f(&mut s, &export, locku(second, 5, 1)).await else {
+        panic!("LOCKU")
+    };
+    // The first's FREE_STATEID arrives late.
+    let late = NfsArgop4::FreeStateId(FreeStateId4Args { fsa_stateid: freed });
+    let r = on_f(&mut s, &export, late).await;
+    assert_eq!(r.status(), NfsStat4::NFS4ERR_OLD_STATEID, "{r:?}");
+    // The second's stateid is still there.
+    let again = on_f(
+        &mut s,
+        &export,
+        lock_existing(NfsLockType4::WRITE_LT, 7, 1, now),
+    )
+    .await;
+    assert_eq!(again.status(), NfsStat4::NFS4_OK, "{again:?}");
+    serving.stop().await;
+}

@@ -4,7 +4,8 @@
 //! `stable_how` handling and write verifier (which changes on restart, so a client
 //! resends what it wrote UNSTABLE).
 //!
-//! The stateid is checked first ([`super::state::opens::Opens::check_io`]).
+//! The stateid (an open, lock or special one) is checked first
+//! ([`super::state::StateTable::check_io`]).
 //!
 //! Copies per byte, as for NFSv3: WRITE data is written by `pwrite` from the
 //! received buffer. READ data over RPC-over-RDMA is read by `pread` into a pooled
@@ -52,7 +53,7 @@ fn io_file(cx: &Compound<'_>, given: &nfs4::StateId4, io: Io) -> Result<nfs3::Nf
     let client = cx.client()?;
     let id = cx.stateid(given)?;
     let (fh, file) = state_file(cx)?;
-    cx.server.state().opens().check_io(client, &id, &file, io)?;
+    cx.server.state().check_io(client, &id, &file, io)?;
     Ok(fh)
 }
 

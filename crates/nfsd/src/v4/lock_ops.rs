@@ -155,7 +155,10 @@ fn lock_error(e: LockError) -> LockRes<StateId4> {
 
 /// §18.10 LOCK (module docs).
 pub(crate) fn lock(cx: &mut Compound<'_>, a: &Lock4Args) -> Lock4Res {
-    let prepared = || -> Result<(Bytes, Owner, Range, bool, [u8; 12]), NfsStat4> {
+    // The file, the lock's owner in the table, its range, whether exclusive, the lock
+    // stateid's `other` and its open's.
+    type Prepared = (Bytes, Owner, Range, bool, [u8; 12], [u8; 12]);
+    let prepared = || -> Result<Prepared, NfsStat4> {
         let client = cx.client()?;
         let (_, file) = state_file(cx)?;
         let excl = exclusive(a.locktype)?;
@@ -204,21 +207,47 @@ pub(crate) fn lock(cx: &mut Compound<'_>, a: &Lock4Args) -> Lock4Res {
             r,
             excl,
             lock_id.other,
+            open,
         ))
     };
-    let (file, owner, r, excl, other) = match prepared() {
+    let (file, owner, r, excl, other, open) = match prepared() {
         Ok(p) => p,
         Err(s) => return LockRes::Err(s),
     };
     if let Err(e) = cx.server.locks.table().lock(&file, &owner, r, excl) {
         return lock_error(e);
     }
-    match cx.server.state().locks_mut().bump(&other) {
+    let mut state = cx.server.state();
+    let mut bumped = state.locks_mut().bump(&other);
+    if bumped.is_none() {
+        // The lock state went while the lock was taken: its client's lease ran out,
+        // or (a first LOCK of the owner) the FREE_STATEID of the owner's former
+        // incarnation freed the stateid this LOCK had found (module
+        // free_lock_stateid). A first LOCK makes it anew, with the lock now held.
+        if let (Locker4::New(o), Ok(client)) = (&a.locker, cx.client()) {
+            let open_id = StateId4 {
+                seqid: 0,
+                other: open,
+            };
+            let made = state
+                .opens()
+                .find(client, &open_id, &file)
+                .is_ok()
+                .then(|| {
+                    state
+                        .locks_mut()
+                        .for_owner(client, &o.lock_owner.owner, &file, open)
+                })
+                .and_then(Result::ok);
+            bumped = made.and_then(|id| state.locks_mut().bump(&id.other));
+        }
+    }
+    drop(state);
+    match bumped {
         Some(id) => {
             cx.current_stateid = Some(id);
             LockRes::Ok(id)
         }
-        // The client went (its lease ran out) while the lock was taken.
         None => {
             cx.server.locks.unlock(&file, &owner, r);
             LockRes::Err(NfsStat4::NFS4ERR_BAD_STATEID)
@@ -274,13 +303,21 @@ pub(crate) fn locku(cx: &mut Compound<'_>, a: &LockU4Args) -> LockU4Res {
 }
 
 /// §18.38 FREE_STATEID of a lock stateid: NFS4ERR_LOCKS_HELD while its owner holds
-/// locks on the file, else it goes.
+/// locks on the file, else it goes. Its `seqid` is checked as every stateid's is
+/// (§8.2.2, NFS4ERR_OLD_STATEID; knfsd does too): the Linux client frees a lock
+/// state in the background when its process is done with it, and reuses the lock
+/// owner's name at once for the next process; that one's LOCK
+/// (`open_to_lock_owner4`) gets the same stateid, one seqid on, so the late
+/// FREE_STATEID of the first must not free the second's.
 pub(crate) fn free_lock_stateid(cx: &Compound<'_>, client: ClientId4, id: &StateId4) -> NfsStat4 {
     let Some(s) = cx.server.state().locks().get(id).cloned() else {
         return NfsStat4::NFS4ERR_BAD_STATEID;
     };
     if s.client != client {
         return NfsStat4::NFS4ERR_BAD_STATEID;
+    }
+    if let Err(e) = super::state::opens::check_seqid(s.seqid, id.seqid) {
+        return e;
     }
     let owner = table_owner(client, &s.owner);
     let holds = cx

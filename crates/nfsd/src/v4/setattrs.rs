@@ -93,9 +93,10 @@ pub fn parse(f: &Fattr4, size_ok: bool) -> Result<Settable, NfsStat4> {
 
 /// §18.30 SETATTR, through NFSv3's (the same write permission, identity and
 /// order of changes, [`crate::proc::attr::apply_sattr`]). `size` needs a stateid
-/// that allows writing, as WRITE does ([`super::state::opens::Opens::check_io`]: an
-/// open with write access, or a special stateid no deny mode excludes). Other
-/// attributes ignore the stateid (§18.30.3). A pseudo directory is NFS4ERR_ROFS.
+/// that allows writing, as WRITE does ([`super::state::StateTable::check_io`]: an
+/// open with write access, a lock stateid made from one, or a special stateid no
+/// deny mode excludes). Other attributes ignore the stateid (§18.30.3). A pseudo
+/// directory is NFS4ERR_ROFS.
 /// `attrsset` is what was set (empty on error).
 pub(crate) fn setattr(
     cx: &mut super::compound::Compound<'_>,
@@ -118,9 +119,7 @@ pub(crate) fn setattr(
         let allowed = cx.client().and_then(|client| {
             let id = cx.stateid(&a.stateid)?;
             let state = cx.server.state();
-            state
-                .opens()
-                .check_io(client, &id, &fh.0, super::state::opens::Io::Write)
+            state.check_io(client, &id, &fh.0, super::state::opens::Io::Write)
         });
         if let Err(s) = allowed {
             return fail(s);

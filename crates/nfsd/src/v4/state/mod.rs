@@ -196,6 +196,29 @@ impl StateTable {
         &self.locks
     }
 
+    /// Whether `id`, presented by `client` for `io` on `file`, allows it: an open
+    /// stateid or a special one ([`Opens::check_io`]), or a lock stateid (§8.2.1: READ,
+    /// WRITE and SETATTR take one; the Linux client sends its lock stateid while it
+    /// holds locks), current (§8.2.2) and bound to the file, whose open then decides.
+    pub fn check_io(
+        &self,
+        client: nfs4::ClientId4,
+        id: &nfs4::StateId4,
+        file: &opens::FileKey,
+        io: opens::Io,
+    ) -> Result<(), NfsStat4> {
+        if self.locks.get(id).is_some() {
+            let lock = self.locks.find(client, id, file)?;
+            let open = nfs4::StateId4 {
+                // §8.2.2: seqid 0 is the open's current one.
+                seqid: 0,
+                other: lock.open,
+            };
+            return self.opens.check_io(client, &open, file, io);
+        }
+        self.opens.check_io(client, id, file, io)
+    }
+
     /// The lock stateids, to change.
     pub fn locks_mut(&mut self) -> &mut LockStates {
         &mut self.locks
@@ -368,6 +391,14 @@ impl StateTable {
         }
         if args.csa_sequence != c.cs_sequence.wrapping_add(1) {
             return Res4::Err(NfsStat4::NFS4ERR_SEQ_MISORDERED);
+        }
+        // §18.36.3 defines three `csa_flags`; others are refused, as knfsd does (and
+        // as §18.35.3 requires of EXCHANGE_ID's flags).
+        const DEFINED: u32 = CREATE_SESSION4_FLAG_PERSIST
+            | CREATE_SESSION4_FLAG_CONN_BACK_CHAN
+            | CREATE_SESSION4_FLAG_CONN_RDMA;
+        if args.csa_flags & !DEFINED != 0 {
+            return Res4::Err(NfsStat4::NFS4ERR_INVAL);
         }
         let granted = ChannelLimits::FORE
             .negotiate(&args.csa_fore_chan_attrs)

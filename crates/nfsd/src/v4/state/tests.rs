@@ -282,6 +282,13 @@ fn rfc8881_18_36_3_granted_attributes_are_clamped() {
         ChannelLimits::FORE.max_ops
     );
     assert_eq!(ok.csr_flags, 0, "no persistent cache, no back channel");
+    // Undefined flag bits (pynfs CSESS15).
+    let mut bad = cs(e.clientid, 2);
+    bad.csa_flags = 0xf;
+    assert_eq!(
+        t.create_session(&bad, ALICE, now),
+        Res4::Err(NfsStat4::NFS4ERR_INVAL)
+    );
     let s = t.session(&ok.csr_sessionid).unwrap();
     assert_eq!(
         s.slots.highest_slotid(),
