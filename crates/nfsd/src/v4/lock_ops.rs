@@ -330,8 +330,18 @@ pub(crate) fn free_lock_stateid(cx: &Compound<'_>, client: ClientId4, id: &State
     if holds {
         return NfsStat4::NFS4ERR_LOCKS_HELD;
     }
-    cx.server.state().locks_mut().remove(&id.other);
-    NfsStat4::NFS4_OK
+    // A LOCK of the stateid may have run since it was looked at (the state and the
+    // lock table are not held together): then it holds a lock, and stays.
+    if cx
+        .server
+        .state()
+        .locks_mut()
+        .remove_unchanged(&id.other, s.seqid)
+    {
+        NfsStat4::NFS4_OK
+    } else {
+        NfsStat4::NFS4ERR_LOCKS_HELD
+    }
 }
 
 #[cfg(test)]

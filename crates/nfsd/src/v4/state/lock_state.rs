@@ -164,6 +164,17 @@ impl LockStates {
         self.states.remove(other)
     }
 
+    /// Removes `other` if its seqid is still `seqid` (nothing locked or unlocked with
+    /// it since it was looked at): whether it was removed.
+    pub fn remove_unchanged(&mut self, other: &[u8; 12], seqid: u32) -> bool {
+        if self.states.get(other).is_some_and(|s| s.seqid == seqid) {
+            self.remove(other);
+            true
+        } else {
+            false
+        }
+    }
+
     /// Removes the lock states made from the open `open` (it is being closed); the
     /// caller releases their locks.
     pub fn remove_of_open(&mut self, open: &[u8; 12]) -> Vec<LockState> {
