@@ -915,6 +915,18 @@ pub fn run(plan: &LabPlan) -> Result<LabReport, String> {
     })
 }
 
+/// One line per read or write: server, repetition, seconds, MB/s, guest CPU per GiB.
+fn runs_table(o: &mut String, runs: &[GuestRead]) {
+    use std::fmt::Write as _;
+    for x in runs {
+        let _ = writeln!(
+            o,
+            "{:<6} {:>4} {:>8.2} {:>9.1} {:>13.2}",
+            x.server, x.rep, x.secs, x.mb_s, x.guest_cpu_s_per_gib
+        );
+    }
+}
+
 /// The lab report as text.
 pub fn text(r: &LabReport) -> String {
     use std::fmt::Write as _;
@@ -937,13 +949,7 @@ pub fn text(r: &LabReport) -> String {
         "{:<6} {:>4} {:>8} {:>9} {:>13}",
         "server", "rep", "secs", "MB/s", "guest s/GiB"
     );
-    for x in &r.reads {
-        let _ = writeln!(
-            o,
-            "{:<6} {:>4} {:>8.2} {:>9.1} {:>13.2}",
-            x.server, x.rep, x.secs, x.mb_s, x.guest_cpu_s_per_gib
-        );
-    }
+    runs_table(&mut o, &r.reads);
     for (s, m) in &r.median_mb_s {
         let _ = writeln!(o, "median {s}: {m:.1} MB/s");
     }
@@ -959,13 +965,7 @@ pub fn text(r: &LabReport) -> String {
             o,
             "writes (dd if=/dev/zero bs=1M conv=fsync, a new file each):"
         );
-        for x in &w.runs {
-            let _ = writeln!(
-                o,
-                "{:<6} {:>4} {:>8.2} {:>9.1} {:>13.2}",
-                x.server, x.rep, x.secs, x.mb_s, x.guest_cpu_s_per_gib
-            );
-        }
+        runs_table(&mut o, &w.runs);
         for (s, m) in &w.median_mb_s {
             let _ = writeln!(o, "median write {s}: {m:.1} MB/s");
         }
