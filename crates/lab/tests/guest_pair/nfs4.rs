@@ -134,18 +134,18 @@ if [ -n "$SECOND_CLIENT" ]; then
   step statd_up lab_statd_up
   step v3_mount mount.nfs 10.0.3.1:/srv/p /mnt/v3 -n -o vers=3,proto=tcp,mountport=20048
   echo mix >/mnt/r/mix
-  flock -x /mnt/v3/mix sh -c 'touch /tmp/h3; i=0; until [ -e /tmp/r3 ] || [ $i -gt 600 ]; do i=$((i+1)); sleep 0.2; done' &
-  H=$!
-  step v3_holds sh -c 'i=0; until [ -e /tmp/h3 ]; do i=$((i+1)); [ $i -gt 300 ] && exit 1; sleep 0.2; done'
-  step v41_refused_while_v3_holds taken /mnt/r/mix
-  touch /tmp/r3; wait $H
-  step v41_granted_after_v3 flock -n /mnt/r/mix true
-  flock -x /mnt/r/mix sh -c 'touch /tmp/h4; i=0; until [ -e /tmp/r4 ] || [ $i -gt 600 ]; do i=$((i+1)); sleep 0.2; done' &
-  H=$!
-  step v41_holds sh -c 'i=0; until [ -e /tmp/h4 ]; do i=$((i+1)); [ $i -gt 300 ] && exit 1; sleep 0.2; done'
-  step v3_refused_while_v41_holds taken /mnt/v3/mix
-  touch /tmp/r4; wait $H
-  step v3_granted_after_v41 flock -n /mnt/v3/mix true
+  # mixed HOLDER OTHER H O: a lock on mix held through mount /mnt/HOLDER refuses the
+  # same lock through /mnt/OTHER, which gets it once released (H, O: step names).
+  mixed() {
+    flock -x /mnt/$1/mix sh -c "touch /tmp/held-$1; i=0; until [ -e /tmp/release-$1 ] || [ \$i -gt 600 ]; do i=\$((i+1)); sleep 0.2; done" &
+    H=$!
+    step ${3}_holds sh -c "i=0; until [ -e /tmp/held-$1 ]; do i=\$((i+1)); [ \$i -gt 300 ] && exit 1; sleep 0.2; done"
+    step ${4}_refused_while_${3}_holds taken /mnt/$2/mix
+    touch /tmp/release-$1; wait $H
+    step ${4}_granted_after_$3 flock -n /mnt/$2/mix true
+  }
+  mixed v3 r v3 v41
+  mixed r v3 v41 v3
   step umount_v3 umount /mnt/v3
   step umount_markers umount /mnt/m
 fi
