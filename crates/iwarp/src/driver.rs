@@ -164,7 +164,7 @@ impl IwarpProvider {
     /// Passive open.
     pub async fn listen(&self, addr: SocketAddr) -> io::Result<IwarpListener> {
         Ok(IwarpListener {
-            listener: TcpListener::bind(addr).await?,
+            listener: bind_listener(addr)?,
             cfg: self.cfg.clone(),
             device: self.device.clone(),
             pending: tokio::task::JoinSet::new(),
@@ -195,6 +195,24 @@ impl ConnectionManager for IwarpProvider {
     fn listen<'a>(&'a self, addr: SocketAddr) -> BoxFuture<'a, io::Result<IwarpListener>> {
         Box::pin(IwarpProvider::listen(self, addr))
     }
+}
+
+/// The accept queue asked of the kernel (which caps it at `net.core.somaxconn`,
+/// 4096 by default since Linux 5.4). Tokio's own `bind` asks for 1024: a burst of
+/// about that many connections, as stalled peers renewed together make (issue 16's
+/// flood test), overflowed it and the kernel dropped the honest peer's handshake,
+/// which then waited a 1 s SYN retransmission (`TcpExtListenOverflows`).
+const LISTEN_BACKLOG: u32 = 4096;
+
+fn bind_listener(addr: SocketAddr) -> io::Result<TcpListener> {
+    let socket = match addr {
+        SocketAddr::V4(_) => tokio::net::TcpSocket::new_v4()?,
+        SocketAddr::V6(_) => tokio::net::TcpSocket::new_v6()?,
+    };
+    // As std's and tokio's `bind` do: a restarted server rebinds at once.
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(LISTEN_BACKLOG)
 }
 
 /// A peer address on the iWARP provider's device ([`ConnectionManager::resolve`]).
