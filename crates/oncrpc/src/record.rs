@@ -140,6 +140,29 @@ impl RecordDecoder {
         }
     }
 
+    /// The length of the record being received when its rest may be read into memory
+    /// of the driver's own rather than into `src`: the fragment being received is the
+    /// record's only one, and `src` holds only its first bytes (so all of `src` is
+    /// the record's).
+    pub fn lone_fragment(&self, src: &BytesMut) -> Option<usize> {
+        match self.fragment {
+            Some((len, true)) if self.partial.is_empty() && src.len() < len => Some(len),
+            _ => None,
+        }
+    }
+
+    /// Hands the record [`RecordDecoder::lone_fragment`] announced to the driver:
+    /// its first bytes move from `src` (left empty) to `body`, and the decoder waits
+    /// for the next record's header; the driver reads the rest into `body` itself.
+    pub fn take_lone_fragment(&mut self, src: &mut BytesMut, body: &mut Vec<u8>) {
+        debug_assert!(self.lone_fragment(src).is_some());
+        // COPY: the record's first bytes, which came with the read that ended the
+        // previous record (at most one read's worth).
+        body.extend_from_slice(src);
+        src.clear();
+        self.fragment = None;
+    }
+
     /// Called at end of stream: an error if a record was left unfinished.
     pub fn decode_eof(&mut self, src: &mut BytesMut) -> Result<Option<Bytes>, RecordError> {
         match self.decode(src)? {

@@ -15,7 +15,6 @@ use std::task::Poll;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use tokio::io::AsyncReadExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot, watch, Semaphore};
 use tokio::task::JoinSet;
@@ -25,8 +24,13 @@ use crate::record::RecordDecoder;
 use crate::rpcbind::{Registrar, NETID_TCP};
 use crate::service::{poll_once, Dispatcher, Peer, Protocol};
 use crate::tcp::{
-    close_write, invalid_data, write_replies, DEFAULT_MAX_FRAGMENT, DEFAULT_MAX_RECORD, READ_CHUNK,
+    close_write, invalid_data, read_into_reused, read_more, reusable, write_replies, RecordBuffers,
+    DEFAULT_MAX_FRAGMENT, DEFAULT_MAX_RECORD, READ_CHUNK,
 };
+
+/// How often [`ServerConfig::record_buffers`] gives its idle buffers back when none
+/// was taken meanwhile.
+pub const RELEASE_PERIOD: Duration = Duration::from_secs(10);
 
 /// Most replies one write of the connection's writer takes from its queue.
 const MAX_BATCH: usize = 32;
@@ -107,6 +111,9 @@ pub struct ServerConfig {
     pub memory: Option<Arc<dyn ConnectionMemory>>,
     /// How replies' file ranges are sent.
     pub file_data: crate::tcp::FileData,
+    /// Memory reused for large call records (WRITE data), shared by the server's
+    /// connections; released after 10 s without one ([`RELEASE_PERIOD`]).
+    pub record_buffers: RecordBuffers,
 }
 
 impl Default for ServerConfig {
@@ -119,6 +126,7 @@ impl Default for ServerConfig {
             shutdown_grace: Some(Duration::from_secs(30)),
             memory: None,
             file_data: crate::tcp::FileData::default(),
+            record_buffers: RecordBuffers::default(),
         }
     }
 }
@@ -171,6 +179,17 @@ impl Server {
         let _ = ready.send(());
         let (stop_tx, stop_rx) = watch::channel(false);
         let mut conns = JoinSet::new();
+        let _release = AbortOnDrop(tokio::spawn({
+            let pool = self.config.record_buffers.clone();
+            async move {
+                let mut tick = tokio::time::interval(RELEASE_PERIOD);
+                tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                loop {
+                    tick.tick().await;
+                    pool.release_if_unused();
+                }
+            }
+        }));
         tokio::pin!(shutdown);
         loop {
             tokio::select! {
@@ -280,7 +299,7 @@ async fn connection(
         let record = tokio::select! {
             biased;
             _ = &mut stopped => break,
-            r = read_call(&mut rd, &mut dec, &mut buf, config.memory.as_deref()) => r,
+            r = read_call(&mut rd, &mut dec, &mut buf, config.memory.as_deref(), &config.record_buffers) => r,
         };
         match record {
             Ok(Some((call, held))) => {
@@ -375,6 +394,7 @@ async fn read_call(
     dec: &mut RecordDecoder,
     buf: &mut BytesMut,
     memory: Option<&dyn ConnectionMemory>,
+    reuse: &RecordBuffers,
 ) -> io::Result<Option<(Bytes, Option<Held>)>> {
     let too_large = || {
         io::Error::new(
@@ -421,9 +441,12 @@ async fn read_call(
                 held = Some(memory.charge(bytes).granted().await.ok_or_else(too_large)?);
             }
         }
-        // As `read_record`: the rest of the current fragment at once.
-        buf.reserve(dec.bytes_wanted(buf).max(READ_CHUNK));
-        if r.read_buf(buf).await? == 0 {
+        if let Some((pool, len)) = reusable(dec, buf, Some(reuse)) {
+            // Charged above for its whole length (`record_bound`).
+            let record = read_into_reused(r, dec, buf, pool, len).await?;
+            return Ok(Some((record, held)));
+        }
+        if read_more(r, dec, buf).await? == 0 {
             return Ok(dec
                 .decode_eof(buf)
                 .map_err(invalid_data)?

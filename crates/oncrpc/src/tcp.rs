@@ -18,6 +18,7 @@ use crate::record::{frame, RecordDecoder};
 use crate::transport::{Incoming, RecordReceiver, RecordSender, Transport};
 
 mod mapped;
+mod record_buffers;
 mod replies;
 
 /// An unlinked temporary file holding `data`, open for reading and writing: the file
@@ -40,6 +41,7 @@ pub(crate) fn temp_file(data: &[u8]) -> std::sync::Arc<std::fs::File> {
     f.write_all(data).unwrap();
     std::sync::Arc::new(f)
 }
+pub use record_buffers::{RecordBuffers, DEFAULT_MAX_IDLE_BYTES, MIN_REUSED_RECORD};
 pub(crate) use replies::write_replies;
 pub use replies::{read_range, FileData};
 
@@ -57,26 +59,76 @@ pub const DEFAULT_MAX_FRAGMENT: usize = DEFAULT_MAX_RECORD;
 
 /// Reads one record from `r`. `Ok(None)` at a clean end of stream (between records).
 /// A broken record stream is an `InvalidData` error whose inner error is the
-/// [`crate::RecordError`].
+/// [`crate::RecordError`]. Records of [`MIN_REUSED_RECORD`] bytes and more are read
+/// into a buffer of `reuse` when given.
 pub async fn read_record<R: AsyncRead + Unpin>(
     r: &mut R,
     dec: &mut RecordDecoder,
     buf: &mut BytesMut,
+    reuse: Option<&RecordBuffers>,
 ) -> io::Result<Option<Bytes>> {
     loop {
         if let Some(rec) = dec.decode(buf).map_err(invalid_data)? {
             return Ok(Some(rec));
         }
-        // Reserve the rest of the current fragment at once: growing the buffer 64 KiB
-        // at a time would copy what was already received on every reallocation (about
-        // one more copy per byte of a 1 MiB record). DoS bound: `bytes_wanted` never
-        // exceeds the fragment's announced length, which the decoder has already
-        // checked against the maximum record size.
-        buf.reserve(dec.bytes_wanted(buf).max(READ_CHUNK));
-        if r.read_buf(buf).await? == 0 {
+        if let Some((pool, len)) = reusable(dec, buf, reuse) {
+            return read_into_reused(r, dec, buf, pool, len).await.map(Some);
+        }
+        if read_more(r, dec, buf).await? == 0 {
             return dec.decode_eof(buf).map_err(invalid_data);
         }
     }
+}
+
+/// Reads more of the stream into `buf`: how many bytes (0 at the end of the stream).
+///
+/// Reserves the rest of the current fragment at once: growing the buffer 64 KiB at a
+/// time would copy what was already received on every reallocation (about one more
+/// copy per byte of a 1 MiB record). DoS bound: `bytes_wanted` never exceeds the
+/// fragment's announced length, which the decoder has already checked against the
+/// maximum record size.
+pub(crate) async fn read_more<R: AsyncRead + Unpin>(
+    r: &mut R,
+    dec: &RecordDecoder,
+    buf: &mut BytesMut,
+) -> io::Result<usize> {
+    buf.reserve(dec.bytes_wanted(buf).max(READ_CHUNK));
+    r.read_buf(buf).await
+}
+
+/// The pool and the record's length when the record being received is to be read
+/// into a reused buffer ([`RecordDecoder::lone_fragment`], large enough).
+pub(crate) fn reusable<'a>(
+    dec: &RecordDecoder,
+    buf: &BytesMut,
+    reuse: Option<&'a RecordBuffers>,
+) -> Option<(&'a RecordBuffers, usize)> {
+    let len = dec.lone_fragment(buf).filter(|&l| l >= MIN_REUSED_RECORD)?;
+    Some((reuse?, len))
+}
+
+/// Reads the rest of the record of `len` bytes that `dec` announced as a lone
+/// fragment into a buffer of `pool`, which it returns to when the record is dropped.
+pub(crate) async fn read_into_reused<R: AsyncRead + Unpin>(
+    r: &mut R,
+    dec: &mut RecordDecoder,
+    buf: &mut BytesMut,
+    pool: &RecordBuffers,
+    len: usize,
+) -> io::Result<Bytes> {
+    use bytes::BufMut;
+    let mut body = pool.take(len);
+    dec.take_lone_fragment(buf, body.vec_mut());
+    while body.len() < len {
+        let rest = len - body.len();
+        // Within the capacity taken: the buffer never grows.
+        if r.read_buf(&mut body.vec_mut().limit(rest)).await? == 0 {
+            return Err(invalid_data(crate::RecordError::TruncatedRecord {
+                buffered: body.len(),
+            }));
+        }
+    }
+    Ok(body.freeze())
 }
 
 pub(crate) fn invalid_data(e: crate::RecordError) -> io::Error {
@@ -166,6 +218,9 @@ pub struct TcpReceiver {
     r: OwnedReadHalf,
     dec: RecordDecoder,
     buf: BytesMut,
+    /// Large replies (READ data) are read into buffers reused once the caller has
+    /// dropped them: kept for the connection's life, bounded by the default.
+    reuse: RecordBuffers,
 }
 
 impl Transport for TcpTransport {
@@ -185,6 +240,7 @@ impl Transport for TcpTransport {
                 r,
                 dec: RecordDecoder::new(self.max_record),
                 buf: BytesMut::new(),
+                reuse: RecordBuffers::default(),
             },
         ))
     }
@@ -198,7 +254,8 @@ impl RecordSender for TcpSender {
 
 impl RecordReceiver for TcpReceiver {
     async fn recv(&mut self) -> io::Result<Option<Incoming>> {
-        let record = read_record(&mut self.r, &mut self.dec, &mut self.buf).await?;
+        let record =
+            read_record(&mut self.r, &mut self.dec, &mut self.buf, Some(&self.reuse)).await?;
         Ok(record.map(Incoming::Message))
     }
 }

@@ -428,11 +428,11 @@ async fn client_matches_replies_by_xid_and_ignores_strays() {
         let (mut r, mut w) = s.into_split();
         let mut dec = RecordDecoder::new(1 << 16);
         let mut buf = bytes::BytesMut::new();
-        let a = read_record(&mut r, &mut dec, &mut buf)
+        let a = read_record(&mut r, &mut dec, &mut buf, None)
             .await
             .unwrap()
             .unwrap();
-        let b = read_record(&mut r, &mut dec, &mut buf)
+        let b = read_record(&mut r, &mut dec, &mut buf, None)
             .await
             .unwrap()
             .unwrap();

@@ -425,8 +425,12 @@ mod tests {
         let mut dec = RecordDecoder::new(1 << 24);
         let mut buf = BytesMut::new();
         let mut out = Vec::new();
+        // Records of 128 KiB and more are read into reused buffers.
+        let reuse = crate::tcp::RecordBuffers::default();
         for _ in 0..n {
-            let rec = read_record(&mut rd, &mut dec, &mut buf).await.unwrap();
+            let rec = read_record(&mut rd, &mut dec, &mut buf, Some(&reuse))
+                .await
+                .unwrap();
             out.push(rec.expect("a record").to_vec());
         }
         sender.await.unwrap();
