@@ -197,7 +197,7 @@ async fn linux_mount_sequence_reaches_the_export_through_the_pseudo_root() {
 #[tokio::test]
 async fn retransmitted_sequence_gets_the_cached_reply_and_misordered_is_refused() {
     let (_dir, _export, addr, serving) = server().await;
-    let mut s = Session::new(addr, "replay").await;
+    let mut s = Session::to_reclaim(addr, "replay").await;
     let ops = vec![s.sequence(1, true), NfsArgop4::PutRootFh, NfsArgop4::GetFh];
     let (xid, call) = s.conn.call(1, ops);
     let first = s.conn.roundtrip(&call).await;
@@ -654,7 +654,7 @@ async fn replayed_remove_and_rename_run_once_and_get_the_cached_reply() {
     let (dir, export, addr, serving) = server().await;
     std::fs::write(dir.path().join("victim"), b"v").unwrap();
     std::fs::write(dir.path().join("old"), b"o").unwrap();
-    let mut s = Session::new(addr, "exactly-once").await;
+    let mut s = Session::to_reclaim(addr, "exactly-once").await;
     let mut to_export = vec![NfsArgop4::PutRootFh];
     to_export.extend(walk(&export));
 
@@ -751,7 +751,7 @@ fn create(objtype: nfs4::dir::CreateType4, name: &str, mode: Option<u32>) -> Nfs
 async fn create_makes_directories_links_and_special_files_once() {
     use nfs4::dir::{CreateType4, NfsFtype4};
     let (_dir, export, addr, serving) = server().await;
-    let mut s = Session::new(addr, "create").await;
+    let mut s = Session::to_reclaim(addr, "create").await;
     let mut to_export = vec![NfsArgop4::PutRootFh];
     to_export.extend(walk(&export));
 
@@ -980,7 +980,7 @@ async fn verify_and_nverify_compare_with_the_objects_attributes() {
 #[tokio::test]
 async fn bind_conn_to_session_binds_the_fore_channel() {
     let (_dir, _export, addr, serving) = server().await;
-    let mut s = Session::new(addr, "bind").await;
+    let mut s = Session::to_reclaim(addr, "bind").await;
     let mut other = Conn::open(addr).await;
     let bind = |sid, dir| {
         NfsArgop4::BindConnToSession(BindConnToSession4Args {

@@ -234,6 +234,43 @@ async fn create_write_read_commit_and_close_a_file() {
     serving.stop().await;
 }
 
+/// §18.51.3: "If non-reclaim locking operations are done before the
+/// RECLAIM_COMPLETE, an NFS4ERR_GRACE error will be returned" (pynfs RECC3), even
+/// with no grace period running.
+#[tokio::test]
+async fn no_open_before_the_clients_reclaim_complete_rfc8881_18_51_3() {
+    let (_dir, export, addr, serving) = server().await;
+    let mut s = Session::to_reclaim(addr, "not-yet-complete").await;
+    let o = owner(&s, "o");
+    let create = || {
+        open_name(
+            o.clone(),
+            "made-after-reclaim",
+            OPEN4_SHARE_ACCESS_BOTH,
+            OPEN4_SHARE_DENY_NONE,
+            Some(CreateHow4::Unchecked(mode_attrs(0o644))),
+        )
+    };
+    let op = create();
+    assert_eq!(
+        open_then(&mut s, &export, op).await.err(),
+        Some(NfsStat4::NFS4ERR_GRACE)
+    );
+    assert!(
+        !export.join("made-after-reclaim").exists(),
+        "nothing created"
+    );
+    let res = s
+        .run(vec![NfsArgop4::ReclaimComplete(
+            nfs4::session::ReclaimComplete4Args { rca_one_fs: false },
+        )])
+        .await;
+    assert_eq!(res.status, NfsStat4::NFS4_OK, "{res:?}");
+    let op = create();
+    assert!(open_then(&mut s, &export, op).await.is_ok());
+    serving.stop().await;
+}
+
 #[tokio::test]
 async fn share_reservations_hold_across_clients_rfc8881_9_7() {
     let (_dir, export, addr, serving) = server().await;

@@ -122,7 +122,7 @@ async fn a_recorded_client_reclaims_its_open_and_lock_in_the_grace_period() {
     to_f.extend(walk(&export));
     to_f.push(lookup(b"f"));
 
-    // Before: the client opens and locks "f", completes its (empty) reclaim.
+    // Before: the client, its (empty) reclaim complete, opens and locks "f".
     let mut a = Session::new(addr, "client-a").await;
     let ca = a.clientid;
     let mut ops = to_f.clone();
@@ -135,9 +135,7 @@ async fn a_recorded_client_reclaims_its_open_and_lock_in_the_grace_period() {
     };
     let fh = fh.object.clone();
     let put = || NfsArgop4::PutFh(nfs4::fh::PutFh4Args { object: fh.clone() });
-    let res = a
-        .run(vec![put(), lock(ca, before, false), reclaim_complete()])
-        .await;
+    let res = a.run(vec![put(), lock(ca, before, false)]).await;
     assert_eq!(res.status, NfsStat4::NFS4_OK, "{res:?}");
     serving.stop().await;
 
@@ -149,7 +147,8 @@ async fn a_recorded_client_reclaims_its_open_and_lock_in_the_grace_period() {
             .any(|l| l.contains("grace period") && l.contains("1 client(s)")),
         "{lines:?}"
     );
-    let mut a = Session::new(addr, "client-a").await;
+    let mut a = Session::to_reclaim(addr, "client-a").await;
+    // A client with nothing to reclaim says so at once (its RECLAIM_COMPLETE).
     let mut b = Session::new(addr, "client-b").await;
     let (ca, cb) = (a.clientid, b.clientid);
     // New state waits for the grace period: OPEN, REMOVE.
@@ -200,8 +199,8 @@ async fn a_recorded_client_reclaims_its_open_and_lock_in_the_grace_period() {
     );
     serving.stop().await;
 
-    // A third start: the client is still recorded (it completed its reclaim again).
+    // A third start: both clients are recorded (each completed its reclaim).
     let (_, serving, lines, _) = start(dir.path(), state.path()).await;
-    assert!(lines.iter().any(|l| l.contains("1 client(s)")), "{lines:?}");
+    assert!(lines.iter().any(|l| l.contains("2 client(s)")), "{lines:?}");
     serving.stop().await;
 }

@@ -237,6 +237,19 @@ impl Compound<'_> {
         }
     }
 
+    /// Whether a non-reclaim OPEN or LOCK may take new state: not in the grace
+    /// period, and only once the COMPOUND's client has sent RECLAIM_COMPLETE
+    /// (§18.51.3: "If non-reclaim locking operations are done before the
+    /// RECLAIM_COMPLETE, an NFS4ERR_GRACE error will be returned").
+    pub(crate) fn may_lock_anew(&self) -> Result<(), NfsStat4> {
+        self.not_in_grace()?;
+        let client = self.client()?;
+        match self.server.state().client(client) {
+            Some(c) if c.reclaim_complete => Ok(()),
+            _ => Err(NfsStat4::NFS4ERR_GRACE),
+        }
+    }
+
     /// The client of the COMPOUND's session (every operation that uses state runs
     /// after SEQUENCE, [`ops::SOLO`]).
     pub(crate) fn client(&self) -> Result<ClientId4, NfsStat4> {

@@ -170,7 +170,7 @@ pub(crate) fn lock(cx: &mut Compound<'_>, a: &Lock4Args) -> Lock4Res {
         } else if cx.server.locks.in_grace() {
             return Err(NfsStat4::NFS4ERR_GRACE);
         } else {
-            cx.not_in_grace()?;
+            cx.may_lock_anew()?;
         }
         let mut state = cx.server.state();
         let (open, lock_owner, lock_id) = match &a.locker {

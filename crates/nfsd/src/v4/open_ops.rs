@@ -4,7 +4,8 @@
 //! [`super::state::opens`].
 //!
 //! OPEN serves `CLAIM_NULL` (a name in the current directory, created if asked) and
-//! `CLAIM_FH` (the current filehandle), NFS4ERR_GRACE during the grace period, and
+//! `CLAIM_FH` (the current filehandle), NFS4ERR_GRACE during the grace period or before
+//! the client's RECLAIM_COMPLETE (§18.51.3), and
 //! `CLAIM_PREVIOUS` (the current filehandle, reopened after a restart) while the
 //! client may reclaim, NFS4ERR_NO_GRACE otherwise ([`super::state::grace`],
 //! §18.16.3). The `CLAIM_DELEG*` claims are NFS4ERR_NOTSUPP: no delegation is ever
@@ -92,11 +93,11 @@ pub(crate) fn open(cx: &mut Compound<'_>, a: &Open4Args) -> Open4Res {
         };
         let target = match &a.claim {
             OpenClaim4::Null(name) => {
-                cx.not_in_grace()?;
+                cx.may_lock_anew()?;
                 open_by_name(cx, name, &a.openhow)?
             }
             OpenClaim4::Fh => {
-                cx.not_in_grace()?;
+                cx.may_lock_anew()?;
                 this_file(cx)?
             }
             // A reclaim of an open from before the restart: the current filehandle

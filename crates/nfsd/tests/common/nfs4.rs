@@ -123,7 +123,23 @@ pub struct Session {
 }
 
 impl Session {
+    /// A session of a new client that has nothing to reclaim: EXCHANGE_ID,
+    /// CREATE_SESSION and RECLAIM_COMPLETE, as the Linux client starts (§18.51.3: no
+    /// OPEN or LOCK before it).
     pub async fn new(server: SocketAddr, owner: &str) -> Session {
+        let mut s = Session::to_reclaim(server, owner).await;
+        let res = s
+            .run(vec![NfsArgop4::ReclaimComplete(
+                nfs4::session::ReclaimComplete4Args { rca_one_fs: false },
+            )])
+            .await;
+        assert_eq!(res.status, NfsStat4::NFS4_OK, "RECLAIM_COMPLETE: {res:?}");
+        s
+    }
+
+    /// A session of a client that may have state to reclaim: no RECLAIM_COMPLETE yet,
+    /// and its slot's next sequence id is 1 (tests of the slot rules count from it).
+    pub async fn to_reclaim(server: SocketAddr, owner: &str) -> Session {
         let mut conn = Conn::open(server).await;
         let (_, res) = conn
             .compound(
