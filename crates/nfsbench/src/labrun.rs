@@ -234,8 +234,9 @@ busy() { awk '/^cpu /{print $2+$3+$4+$7+$8}' /proc/stat; }
 pcpu() { awk '/^cpu[0-9]/{printf "%d ", $2+$3+$4+$7+$8}' /proc/stat; }
 pdelta() { echo "$1|$2" | awk -F'|' '{n=split($1,a," "); split($2,b," "); for(k=1;k<=n;k++) printf "%d ", b[k]-a[k]}'; }
 oursproc() { awk '{print $14, $15}' "/proc/$LAB_PID_nfsd/stat" 2>/dev/null || echo 0 0; }
-# Diagnostics (--profile, with --metadata): `perf record -a` (cpu-clock samples of
-# both vCPUs, kernel and user, with call chains) around one metadata phase; perf_off leaves
+# Diagnostics (--profile, with --metadata or --writes): `perf record -a` (cpu-clock
+# samples of both vCPUs, kernel and user, with call chains) around one metadata phase
+# or one write (rep "profile", after the measured ones); perf_off leaves
 # profile-<label>.txt in the run's share: the samples by process and object, then
 # the flat profile by symbol (self time), then the kernel's call chains into it; and
 # perf-<label>.data with the guest's kallsyms, for `perf report --kallsyms` on the
@@ -292,9 +293,11 @@ writeone() {
   p0=$(pcpu)
   n0=$(oursproc)
   c0=$(busy)
+  [ "$4" = profile ] && { step "wperf_on_$1" perf_on "write-$1" || return 1; }
   t0=$(cut -d" " -f1 /proc/uptime)
   step "write_$1_$4" dd if=/dev/zero of=$M/written bs=1M count="$LAB_MIB" conv=fsync
   t1=$(cut -d" " -f1 /proc/uptime)
+  [ "$4" = profile ] && { step "wperf_off_$1" perf_off "write-$1" || return 1; }
   c1=$(busy)
   n1=$(oursproc)
   p1=$(pcpu)
@@ -356,6 +359,10 @@ while [ $i -lt "$LAB_REPS" ]; do
   [ "${LAB_CEILING:-0}" = 1 ] && step "ceiling_$i" ceiling $i
   i=$((i + 1))
 done
+if [ "${LAB_PERF:-0}" = 1 ] && [ "${LAB_WRITES:-0}" = 1 ]; then
+  writeone knfsd $KP 20048 profile
+  writeone ours $OP 12048 profile
+fi
 # Diagnostics (--strace): one more read from ours, outside the measured ones, with
 # `strace -c -f` attached to our nfsd: its system calls, counted and timed.
 strace_ours() {

@@ -118,11 +118,12 @@ struct LabArgs {
     /// the reads are.
     #[arg(long)]
     writes: bool,
-    /// Diagnostics, with --metadata: after the measured runs, one more metadata run
-    /// per server with each phase under the guest's `perf record -a -g`; the
-    /// profiles go to <out>/<stem>-profile/ (profile-*.txt, perf-*.data and the
-    /// guest's kallsyms; docs/bench/percall/guest-profile.py sums them per call);
-    /// not part of the figures. Needs the host's perf (Debian package linux-perf).
+    /// Diagnostics, with --metadata or --writes: after the measured runs, one more
+    /// metadata run per server with each phase, and one more write per server,
+    /// under the guest's `perf record -a -g`; the profiles go to
+    /// <out>/<stem>-profile/ (profile-*.txt, perf-*.data and the guest's kallsyms;
+    /// docs/bench/percall/guest-profile.py sums them per call); not part of the
+    /// figures. Needs the host's perf (Debian package linux-perf).
     #[arg(long)]
     profile: bool,
     /// How our nfsd sends READ data over TCP (its --tcp-read-data).
@@ -415,8 +416,11 @@ fn lab(a: LabArgs) -> Result<(), grid::BenchError> {
             sibling_binary(a.fs_meta, "fs-meta", "cargo build --release -p lab --bins")?,
         )),
     };
-    if a.profile && metadata.is_none() {
-        return Err("--profile profiles the metadata runs: give --metadata N too".into());
+    if a.profile && metadata.is_none() && !a.writes {
+        return Err(
+            "--profile profiles the metadata runs and the writes: give --metadata N or --writes too"
+                .into(),
+        );
     }
     let command = std::env::args().collect::<Vec<_>>().join(" ");
     let started = utc_now();
