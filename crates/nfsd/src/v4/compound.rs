@@ -145,7 +145,12 @@ pub(crate) fn process(
         };
         let res = match (i, op, desc) {
             (0, NfsArgop4::Sequence(a), _) => {
-                let r = server.state().sequence(a, c.opcount, request_len, now);
+                // The reply of SEQUENCE alone with this tag, padded.
+                let least_reply = super::state::session::MIN_RESPONSE as usize
+                    + c.tag.0.len().next_multiple_of(4);
+                let r = server
+                    .state()
+                    .sequence(a, c.opcount, request_len, least_reply, now);
                 match r {
                     Err(s) => fail(op, s),
                     Ok(Sequenced::Replay(bytes)) => return XdrStream::inline_only(bytes),

@@ -470,13 +470,17 @@ impl StateTable {
     /// arguments are `request_len` bytes: finds the session (NFS4ERR_BADSESSION if
     /// there is none, or its client's lease ran out), holds the COMPOUND to the
     /// session's `ca_maxoperations` (NFS4ERR_TOO_MANY_OPS) and `ca_maxrequestsize`
-    /// (NFS4ERR_REQ_TOO_BIG) before it takes a slot (§2.10.6.4, §18.46.3), applies
-    /// the slot rules ([`slots`]) and renews the client's lease (§8.3).
+    /// (NFS4ERR_REQ_TOO_BIG), and its least reply (`least_reply_len`: SEQUENCE's
+    /// alone) to `ca_maxresponsesize` (NFS4ERR_REP_TOO_BIG) and, when it is to be
+    /// cached, `ca_maxresponsesize_cached` (NFS4ERR_REP_TOO_BIG_TO_CACHE), before it
+    /// takes a slot (§2.10.6.4, §18.46.3); applies the slot rules ([`slots`]) and
+    /// renews the client's lease (§8.3).
     pub fn sequence(
         &mut self,
         args: &Sequence4Args,
         opcount: u32,
         request_len: usize,
+        least_reply_len: usize,
         now: Instant,
     ) -> Result<Sequenced, NfsStat4> {
         let session = self
@@ -501,6 +505,15 @@ impl StateTable {
         }
         if request_len > session.fore.ca_maxrequestsize as usize {
             return Err(NfsStat4::NFS4ERR_REQ_TOO_BIG);
+        }
+        // §18.46.3, for the smallest reply (SEQUENCE's own result): the later
+        // operations are checked as they come (`v4::reply_size`). Before the slot is
+        // used, so that nothing is cached or advanced (pynfs CSESS27).
+        if least_reply_len > session.fore.ca_maxresponsesize as usize {
+            return Err(NfsStat4::NFS4ERR_REP_TOO_BIG);
+        }
+        if args.sa_cachethis && least_reply_len > session.fore.ca_maxresponsesize_cached as usize {
+            return Err(NfsStat4::NFS4ERR_REP_TOO_BIG_TO_CACHE);
         }
         let used = session.slots.begin(args.sa_slotid, args.sa_sequenceid)?;
         let highest = session.slots.highest_slotid();

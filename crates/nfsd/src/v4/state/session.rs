@@ -21,10 +21,16 @@ pub struct ChannelLimits {
     pub max_requests: u32,
 }
 
-/// Smallest `ca_maxrequestsize` / `ca_maxresponsesize` a channel can work with: an RPC
-/// header with AUTH_SYS credentials and a COMPOUND of SEQUENCE and PUTFH (knfsd
-/// refuses less than about this much, `check_forechannel_attrs`).
-pub const MIN_MESSAGE: u32 = 512;
+/// Smallest `ca_maxrequestsize` a channel can work with: the sizes include the RPC
+/// headers (§18.36.2), and the smallest useful request is an RPC call header with
+/// AUTH_NONE (40 bytes) and a COMPOUND of SEQUENCE alone with an empty tag (48), as
+/// knfsd counts (`NFSD_MIN_REQ_HDR_SEQ_SZ`).
+pub const MIN_REQUEST: u32 = 40 + 48;
+
+/// Smallest `ca_maxresponsesize`: an RPC reply header with an AUTH_NONE verifier (24
+/// bytes) and the reply of a COMPOUND of SEQUENCE alone (56). Larger replies are then
+/// NFS4ERR_REP_TOO_BIG, operation by operation ([`crate::v4`]'s reply limits).
+pub const MIN_RESPONSE: u32 = 24 + 56;
 
 impl ChannelLimits {
     /// The fore channel of this server: 1 MiB of data plus headroom per request and
@@ -56,11 +62,13 @@ impl ChannelLimits {
     /// connections, §2.10.6.2, not negotiated here yet).
     ///
     /// NFS4ERR_TOOSMALL (§18.36.3: the values asked for are too small for the
-    /// server) if the client's message sizes cannot hold a SEQUENCE and one more
-    /// operation, or it asks for no slot or no operation.
+    /// server) if the client's message sizes cannot hold a COMPOUND of SEQUENCE
+    /// alone, or it asks for no slot or no operation. A `ca_maxresponsesize_cached`
+    /// too small for any reply is granted: each SEQUENCE that asks for caching is
+    /// then NFS4ERR_REP_TOO_BIG_TO_CACHE (§18.46.3; pynfs CSESS27).
     pub fn negotiate(&self, asked: &ChannelAttrs4) -> Result<ChannelAttrs4, NfsStat4> {
-        if asked.ca_maxrequestsize < MIN_MESSAGE
-            || asked.ca_maxresponsesize < MIN_MESSAGE
+        if asked.ca_maxrequestsize < MIN_REQUEST
+            || asked.ca_maxresponsesize < MIN_RESPONSE
             || asked.ca_maxrequests == 0
             || asked.ca_maxoperations == 0
         {
@@ -162,11 +170,52 @@ mod tests {
         );
     }
 
+    /// The COMPOUND parts of [`MIN_REQUEST`] and [`MIN_RESPONSE`] are what the codec
+    /// makes of SEQUENCE alone; the smallest sizes themselves are granted.
+    #[test]
+    fn the_smallest_channel_holds_a_sequence_alone() {
+        use nfs4::compound::{Compound4Args, Compound4Res, NfsArgop4, NfsResop4};
+        use nfs4::session::{Sequence4Args, Sequence4ResOk};
+        use xdr::Encode;
+        let args = Compound4Args {
+            tag: Default::default(),
+            minorversion: 1,
+            argarray: vec![NfsArgop4::Sequence(Sequence4Args {
+                sa_sessionid: [0; 16],
+                sa_sequenceid: 1,
+                sa_slotid: 0,
+                sa_highest_slotid: 0,
+                sa_cachethis: false,
+            })],
+        };
+        let res = Compound4Res::new(
+            Default::default(),
+            vec![NfsResop4::Sequence(nfs4::Res4::Ok(Sequence4ResOk {
+                sr_sessionid: [0; 16],
+                sr_sequenceid: 1,
+                sr_slotid: 0,
+                sr_highest_slotid: 0,
+                sr_target_highest_slotid: 0,
+                sr_status_flags: 0,
+            }))],
+        );
+        let len = |e: &dyn Fn(&mut xdr::Encoder)| {
+            let mut enc = xdr::Encoder::new();
+            e(&mut enc);
+            enc.finish().xdr_len() as u32
+        };
+        assert_eq!(MIN_REQUEST - 40, len(&|e| args.encode(e)));
+        assert_eq!(MIN_RESPONSE - 24, len(&|e| res.encode(e)));
+        assert!(ChannelLimits::FORE
+            .negotiate(&asked(MIN_REQUEST, MIN_RESPONSE, 0, 1, 1))
+            .is_ok());
+    }
+
     #[test]
     fn rfc8881_18_36_3_too_small_attributes_are_toosmall() {
         for a in [
-            asked(100, 8192, 0, 8, 2),
-            asked(8192, 100, 0, 8, 2),
+            asked(MIN_REQUEST - 1, 8192, 0, 8, 2),
+            asked(8192, MIN_RESPONSE - 1, 0, 8, 2),
             asked(8192, 8192, 0, 0, 2),
             asked(8192, 8192, 0, 8, 0),
         ] {

@@ -7,6 +7,7 @@ use nfs4::session::*;
 use nfs4::{ClientOwner4, NfsStat4, Res4};
 use xdr::Bytes;
 
+use super::session::MIN_RESPONSE;
 use super::*;
 
 const ALICE: Principal = Principal {
@@ -317,7 +318,13 @@ fn rfc8881_18_36_3_too_small_channel_is_toosmall_and_changes_nothing() {
 fn rfc8881_18_46_3_unknown_session_is_badsession() {
     let (mut t, now) = table();
     assert_eq!(
-        t.sequence(&seq([9; 16], 0, 1, false), 1, 100, now),
+        t.sequence(
+            &seq([9; 16], 0, 1, false),
+            1,
+            100,
+            MIN_RESPONSE as usize,
+            now
+        ),
         Err(NfsStat4::NFS4ERR_BADSESSION)
     );
 }
@@ -326,33 +333,65 @@ fn rfc8881_18_46_3_unknown_session_is_badsession() {
 fn rfc8881_18_46_4_new_replay_uncached_misordered_badslot() {
     let (mut t, now) = table();
     let (_, sid) = session(&mut t, "a", now);
-    let Ok(Sequenced::New(ok, _)) = t.sequence(&seq(sid, 0, 1, true), 1, 100, now) else {
+    let Ok(Sequenced::New(ok, _)) =
+        t.sequence(&seq(sid, 0, 1, true), 1, 100, MIN_RESPONSE as usize, now)
+    else {
         panic!("a new request")
     };
     assert_eq!(ok.sr_sequenceid, 1);
     assert_eq!(ok.sr_highest_slotid, 7);
     t.complete(&sid, 0, Some(Bytes::from_static(b"compound reply")), now);
     assert_eq!(
-        t.sequence(&seq(sid, 0, 1, true), 1, 100, now),
+        t.sequence(&seq(sid, 0, 1, true), 1, 100, MIN_RESPONSE as usize, now),
         Ok(Sequenced::Replay(Bytes::from_static(b"compound reply")))
     );
     assert_eq!(
-        t.sequence(&seq(sid, 0, 5, true), 1, 100, now),
+        t.sequence(&seq(sid, 0, 5, true), 1, 100, MIN_RESPONSE as usize, now),
         Err(NfsStat4::NFS4ERR_SEQ_MISORDERED)
     );
     assert_eq!(
-        t.sequence(&seq(sid, 8, 1, true), 1, 100, now),
+        t.sequence(&seq(sid, 8, 1, true), 1, 100, MIN_RESPONSE as usize, now),
         Err(NfsStat4::NFS4ERR_BADSLOT)
     );
     assert!(matches!(
-        t.sequence(&seq(sid, 0, 2, false), 1, 100, now),
+        t.sequence(&seq(sid, 0, 2, false), 1, 100, MIN_RESPONSE as usize, now),
         Ok(Sequenced::New(..))
     ));
     t.complete(&sid, 0, None, now);
     assert_eq!(
-        t.sequence(&seq(sid, 0, 2, false), 1, 100, now),
+        t.sequence(&seq(sid, 0, 2, false), 1, 100, MIN_RESPONSE as usize, now),
         Err(NfsStat4::NFS4ERR_RETRY_UNCACHED_REP)
     );
+}
+
+/// pynfs CSESS26/27: a session whose replies can hardly hold anything is granted;
+/// a SEQUENCE whose own reply is over a limit is refused without using its slot.
+#[test]
+fn rfc8881_18_46_3_a_reply_over_the_limits_is_refused_before_the_slot_is_used() {
+    let (mut t, now) = table();
+    let e = t.exchange_id(&exid("tiny", 1, 0), ALICE, now).unwrap();
+    let mut a = cs(e.clientid, e.sequenceid);
+    a.csa_fore_chan_attrs.ca_maxresponsesize = MIN_RESPONSE;
+    a.csa_fore_chan_attrs.ca_maxresponsesize_cached = 10;
+    let Res4::Ok(ok) = t.create_session(&a, ALICE, now) else {
+        panic!("CREATE_SESSION")
+    };
+    let sid = ok.csr_sessionid;
+    let least = MIN_RESPONSE as usize;
+    assert_eq!(
+        t.sequence(&seq(sid, 0, 1, true), 1, 100, least, now),
+        Err(NfsStat4::NFS4ERR_REP_TOO_BIG_TO_CACHE)
+    );
+    // A longer tag makes even SEQUENCE alone too big.
+    assert_eq!(
+        t.sequence(&seq(sid, 0, 1, false), 1, 100, least + 4, now),
+        Err(NfsStat4::NFS4ERR_REP_TOO_BIG)
+    );
+    // The slot was not used: sequence id 1 is still the new request.
+    assert!(matches!(
+        t.sequence(&seq(sid, 0, 1, false), 1, 100, least, now),
+        Ok(Sequenced::New(..))
+    ));
 }
 
 #[test]
@@ -363,7 +402,7 @@ fn rfc8881_8_3_sequence_renews_the_lease_and_silent_clients_expire() {
     // Renewed just before the lease runs out: still there a lease later.
     let later = start + lease - Duration::from_secs(1);
     assert!(matches!(
-        t.sequence(&seq(sid, 0, 1, false), 1, 100, later),
+        t.sequence(&seq(sid, 0, 1, false), 1, 100, MIN_RESPONSE as usize, later),
         Ok(Sequenced::New(..))
     ));
     t.complete(&sid, 0, None, later);
@@ -373,7 +412,7 @@ fn rfc8881_8_3_sequence_renews_the_lease_and_silent_clients_expire() {
     // Silent for more than a lease: gone, with its session.
     let gone = still + lease + Duration::from_secs(1);
     assert_eq!(
-        t.sequence(&seq(sid, 0, 2, false), 1, 100, gone),
+        t.sequence(&seq(sid, 0, 2, false), 1, 100, MIN_RESPONSE as usize, gone),
         Err(NfsStat4::NFS4ERR_BADSESSION)
     );
     assert!(t.client(id).is_none());
@@ -465,7 +504,7 @@ fn rfc8881_8_3_a_client_with_a_request_in_progress_does_not_expire() {
     let (mut t, start) = table();
     let (id, sid) = session(&mut t, "a", start);
     assert!(matches!(
-        t.sequence(&seq(sid, 0, 1, false), 1, 100, start),
+        t.sequence(&seq(sid, 0, 1, false), 1, 100, MIN_RESPONSE as usize, start),
         Ok(Sequenced::New(..))
     ));
     t.expire(start + LEASE_TIME * 3);
@@ -491,7 +530,7 @@ fn rfc8881_18_37_destroy_session() {
     assert_eq!(t.destroy_session(&sid), NfsStat4::NFS4ERR_BADSESSION);
     assert!(t.client(id).unwrap().sessions.is_empty());
     assert_eq!(
-        t.sequence(&seq(sid, 0, 1, false), 1, 100, now),
+        t.sequence(&seq(sid, 0, 1, false), 1, 100, MIN_RESPONSE as usize, now),
         Err(NfsStat4::NFS4ERR_BADSESSION)
     );
 }
@@ -544,16 +583,28 @@ fn rfc8881_18_46_3_compound_over_the_session_limits_is_refused_before_the_slot()
     let (_, sid) = session(&mut t, "a", now);
     // attrs(): 16 operations, 1 MiB requests.
     assert_eq!(
-        t.sequence(&seq(sid, 0, 1, false), 17, 100, now),
+        t.sequence(&seq(sid, 0, 1, false), 17, 100, MIN_RESPONSE as usize, now),
         Err(NfsStat4::NFS4ERR_TOO_MANY_OPS)
     );
     assert_eq!(
-        t.sequence(&seq(sid, 0, 1, false), 2, (1 << 20) + 1, now),
+        t.sequence(
+            &seq(sid, 0, 1, false),
+            2,
+            (1 << 20) + 1,
+            MIN_RESPONSE as usize,
+            now
+        ),
         Err(NfsStat4::NFS4ERR_REQ_TOO_BIG)
     );
     // The slot was not taken: seqid 1 is still the next.
     assert!(matches!(
-        t.sequence(&seq(sid, 0, 1, false), 16, 1 << 20, now),
+        t.sequence(
+            &seq(sid, 0, 1, false),
+            16,
+            1 << 20,
+            MIN_RESPONSE as usize,
+            now
+        ),
         Ok(Sequenced::New(..))
     ));
 }
@@ -688,7 +739,7 @@ proptest::proptest! {
                 }
                 Step::Sequence { session, slot, seq: n, cache } => {
                     let sid = sessions[session as usize % sessions.len()];
-                    let _ = t.sequence(&seq(sid, slot, n, cache), 1, 100, now);
+                    let _ = t.sequence(&seq(sid, slot, n, cache), 1, 100, MIN_RESPONSE as usize, now);
                 }
                 Step::Complete { session, slot, cache } => {
                     let sid = sessions[session as usize % sessions.len()];
