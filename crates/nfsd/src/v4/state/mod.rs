@@ -315,13 +315,19 @@ impl StateTable {
             // "Client Collision": sessions or opens under a lease still running.
             let has_state =
                 !c.expired(self.lease, now) && (!c.sessions.is_empty() || self.opens.held_by(c.id));
-            if c.principal != who && has_state {
-                // Case 3: another principal uses the owner of a client with state.
-                return Err(NfsStat4::NFS4ERR_CLID_INUSE);
+            if c.principal != who {
+                if has_state {
+                    // Case 3: another principal uses the owner of a client with state.
+                    return Err(NfsStat4::NFS4ERR_CLID_INUSE);
+                }
+                // Case 3 without state: nothing of the old principal's is left to
+                // protect, and its client ID goes now (NFS4ERR_STALE_CLIENTID from
+                // here on), as knfsd expires it (pynfs EID5e).
+                let old = c.id;
+                self.remove_client(old);
             }
-            // Case 4: the client restarted (new verifier), or the old record has
-            // no state left: a new unconfirmed record; the confirmed one goes when
-            // CREATE_SESSION confirms the new one.
+            // Case 4: the client restarted (new verifier): a new unconfirmed record;
+            // the confirmed one goes when CREATE_SESSION confirms the new one.
         }
         if let Some(old) = unconfirmed {
             // Case 5: an unconfirmed record is replaced.

@@ -116,6 +116,23 @@ fn rfc8881_18_35_4_case3_another_principal_on_an_owner_with_state_is_clid_inuse(
     );
 }
 
+/// pynfs EID5e: with no session and no open left, the old principal's record has
+/// nothing to protect; the new principal's EXCHANGE_ID takes the owner and the old
+/// client ID is gone at once.
+#[test]
+fn rfc8881_18_35_4_case3_another_principal_on_an_owner_without_state_replaces_it() {
+    let (mut t, now) = table();
+    let (old, sid) = session(&mut t, "a", now);
+    assert_eq!(t.destroy_session(&sid), NfsStat4::NFS4_OK);
+    let e = t.exchange_id(&exid("a", 1, 0), MALLORY, now).unwrap();
+    assert_ne!(e.clientid, old);
+    assert!(t.client(old).is_none(), "the old client ID is stale");
+    assert_eq!(
+        status(&t.create_session(&cs(e.clientid, e.sequenceid), MALLORY, now)),
+        NfsStat4::NFS4_OK
+    );
+}
+
 #[test]
 fn rfc8881_18_35_4_case4_client_restart_replaces_the_record_once_confirmed() {
     let (mut t, now) = table();
