@@ -716,11 +716,19 @@ fn copy_libraries(bin: &Path, dir: &Path) -> Result<(), LabError> {
     Ok(())
 }
 
-/// Fresh `lab/out/boot-<name>/share` whose script serves queued scenarios.
+/// Fresh `lab/out/boot-<name>/share` whose script serves queued scenarios. The runs
+/// an earlier boot of that name served (`share/runs/<run>`, which `lab/out/<run>/share`
+/// links to) stay until their scenario runs again, as an own boot's `lab/out/<run>`
+/// does: a failed run's capture and logs must outlive the later test binaries that
+/// boot under the same name (a CI run lost a failed capture that way).
 fn prepare_boot_out(out: &Path, lab_dir: &Path) -> Result<(), LabError> {
     let io = |what: &str, e| LabError::io(format!("{what} in {}", out.display()), e);
     if out.exists() {
-        fs::remove_dir_all(out).map_err(|e| io("clear", e))?;
+        clear_except(out, |name| name == "share").map_err(|e| io("clear", e))?;
+        clear_except(&out.join("share"), |name| name == "runs").map_err(|e| io("clear", e))?;
+        // The queue is numbered from 1 in each boot.
+        clear_except(&out.join("share/runs"), |name| !name.starts_with("queue-"))
+            .map_err(|e| io("clear the queue", e))?;
     }
     let share = out.join("share");
     fs::create_dir_all(share.join("bin")).map_err(|e| io("create share", e))?;
@@ -730,6 +738,28 @@ fn prepare_boot_out(out: &Path, lab_dir: &Path) -> Result<(), LabError> {
     fs::write(share.join("guest.sh"), ". /share/lib.sh\nlab_serve_runs\n")
         .map_err(|e| io("write guest.sh", e))?;
     fs::write(share.join("env.sh"), "").map_err(|e| io("write env.sh", e))
+}
+
+/// Removes what `dir` holds except the entries `keep` names (nothing if `dir` is
+/// missing).
+fn clear_except(dir: &Path, keep: impl Fn(&str) -> bool) -> std::io::Result<()> {
+    let entries = match fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    for entry in entries {
+        let entry = entry?;
+        if keep(&entry.file_name().to_string_lossy()) {
+            continue;
+        }
+        if entry.file_type()?.is_dir() {
+            fs::remove_dir_all(entry.path())?;
+        } else {
+            fs::remove_file(entry.path())?;
+        }
+    }
+    Ok(())
 }
 
 /// A scenario's directories in a shared boot: `<boot share>/runs/<run>` (its
@@ -768,4 +798,32 @@ pub(crate) fn tail_file(path: &Path, n: usize) -> String {
     let text = String::from_utf8_lossy(&text);
     let lines: Vec<&str> = text.lines().collect();
     lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A new boot of a name keeps the runs an earlier one served, and nothing else.
+    #[test]
+    fn a_new_shared_boot_keeps_the_earlier_runs_only() {
+        let out = std::env::temp_dir().join(format!("lab-boot-out-{}", std::process::id()));
+        let runs = out.join("share/runs");
+        fs::create_dir_all(runs.join("failed-scenario")).unwrap();
+        fs::write(runs.join("failed-scenario/capture.pcap"), b"kept").unwrap();
+        fs::write(runs.join("queue-1"), b"failed-scenario").unwrap();
+        fs::write(out.join("share/booted"), b"").unwrap();
+        fs::write(out.join("console.log"), b"old").unwrap();
+        let lab_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../lab");
+        prepare_boot_out(&out, &lab_dir).unwrap();
+        assert_eq!(
+            fs::read(runs.join("failed-scenario/capture.pcap")).unwrap(),
+            b"kept"
+        );
+        assert!(!runs.join("queue-1").exists());
+        assert!(!out.join("share/booted").exists());
+        assert!(!out.join("console.log").exists());
+        assert!(out.join("share/lib.sh").exists());
+        fs::remove_dir_all(&out).unwrap();
+    }
 }
