@@ -28,8 +28,8 @@ use crate::tcp::{
     DEFAULT_MAX_FRAGMENT, DEFAULT_MAX_RECORD, READ_CHUNK,
 };
 
-/// How often [`ServerConfig::record_buffers`] gives its idle buffers back when none
-/// was taken meanwhile.
+/// [`ServerConfig::record_buffers`] gives its idle buffers back once none was
+/// taken for this long (checked as often).
 pub const RELEASE_PERIOD: Duration = Duration::from_secs(10);
 
 /// Most replies one write of the connection's writer takes from its queue.
@@ -186,7 +186,7 @@ impl Server {
                 tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
                 loop {
                     tick.tick().await;
-                    pool.release_if_unused();
+                    pool.release_if_unused_for(RELEASE_PERIOD);
                 }
             }
         }));

@@ -12,12 +12,12 @@
 //! [`RecordBuffers`] keeps the buffers of records that have been served and hands
 //! them to the next large record: a record's bytes are a [`Bytes`] whose owner gives
 //! its buffer back when the last reference goes ([`Bytes::from_owner`]). What it
-//! keeps is bounded (`max_idle_bytes`), and [`RecordBuffers::release_if_unused`],
+//! keeps is bounded (`max_idle_bytes`), and [`RecordBuffers::release_if_unused_for`],
 //! run periodically, gives it all back after a quiet period, so a server's memory
 //! still falls after a burst (issue 16).
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
@@ -42,8 +42,6 @@ pub struct RecordBuffers {
 struct Shared {
     idle: Mutex<Idle>,
     max_idle_bytes: usize,
-    /// Whether a buffer was taken since the last [`RecordBuffers::release_if_unused`].
-    used: AtomicBool,
 }
 
 #[derive(Debug, Default)]
@@ -51,6 +49,8 @@ struct Idle {
     buffers: Vec<Vec<u8>>,
     /// The sum of their capacities.
     bytes: usize,
+    /// When a buffer was last taken.
+    last_taken: Option<Instant>,
 }
 
 impl Default for RecordBuffers {
@@ -67,7 +67,6 @@ impl RecordBuffers {
             shared: Arc::new(Shared {
                 idle: Mutex::new(Idle::default()),
                 max_idle_bytes,
-                used: AtomicBool::new(false),
             }),
         }
     }
@@ -76,9 +75,9 @@ impl RecordBuffers {
     /// enough, else a new one. The caller has bounded `len` (the record's announced
     /// length, checked against the maximum record size).
     pub(crate) fn take(&self, len: usize) -> RecordBuffer {
-        self.shared.used.store(true, Ordering::Relaxed);
         let reused = {
             let mut idle = self.lock();
+            idle.last_taken = Some(Instant::now());
             let fit = idle.buffers.iter().position(|b| b.capacity() >= len);
             fit.map(|i| {
                 let b = idle.buffers.swap_remove(i);
@@ -98,12 +97,14 @@ impl RecordBuffers {
         self.lock().bytes
     }
 
-    /// Frees the idle buffers if none was taken since the last call: run every few
-    /// seconds, this keeps them through a stream of records and gives them back once
-    /// the stream stops.
-    pub fn release_if_unused(&self) {
-        if !self.shared.used.swap(false, Ordering::Relaxed) {
-            *self.lock() = Idle::default();
+    /// Frees the idle buffers if none was taken for `quiet`: run every few seconds,
+    /// this keeps them through a stream of records and gives them back once the
+    /// stream stops.
+    pub fn release_if_unused_for(&self, quiet: Duration) {
+        let mut idle = self.lock();
+        if idle.last_taken.map_or(true, |t| t.elapsed() >= quiet) {
+            idle.buffers = Vec::new();
+            idle.bytes = 0;
         }
     }
 
@@ -212,9 +213,9 @@ mod tests {
     fn idle_buffers_are_released_after_a_quiet_period_only() {
         let pool = RecordBuffers::default();
         drop(filled(&pool, MIN_REUSED_RECORD, 0));
-        pool.release_if_unused();
-        assert!(pool.idle_bytes() > 0, "used since the last check: kept");
-        pool.release_if_unused();
+        pool.release_if_unused_for(Duration::from_secs(3600));
+        assert!(pool.idle_bytes() > 0, "taken within the period: kept");
+        pool.release_if_unused_for(Duration::ZERO);
         assert_eq!(pool.idle_bytes(), 0, "unused for a whole period: freed");
     }
 
