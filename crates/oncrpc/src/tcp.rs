@@ -60,7 +60,9 @@ pub const DEFAULT_MAX_FRAGMENT: usize = DEFAULT_MAX_RECORD;
 /// Reads one record from `r`. `Ok(None)` at a clean end of stream (between records).
 /// A broken record stream is an `InvalidData` error whose inner error is the
 /// [`crate::RecordError`]. Records of [`MIN_REUSED_RECORD`] bytes and more are read
-/// into a buffer of `reuse` when given.
+/// into a buffer of `reuse` when given. Not cancel safe: a future dropped while it
+/// reads such a record loses the part read, and the stream must be dropped too (our
+/// client awaits it in a task of its own; the server stops reading when it cancels).
 pub async fn read_record<R: AsyncRead + Unpin>(
     r: &mut R,
     dec: &mut RecordDecoder,
