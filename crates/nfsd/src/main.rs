@@ -202,6 +202,13 @@ struct Cli {
     /// settles on NFSv3.
     #[arg(long)]
     no_nfs4: bool,
+    /// NFSv4.1's ID-mapping domain: file owners and groups that have a name in this
+    /// machine's user and group database are sent as `name@DOMAIN`, and clients may
+    /// set them so (others as numbers), as with knfsd and the `Domain` of
+    /// /etc/idmapd.conf, which the clients must share. By default owners and groups
+    /// are numeric ids both ways, as knfsd answers AUTH_SYS clients by default.
+    #[arg(long, value_name = "DOMAIN", conflicts_with = "no_nfs4")]
+    idmap_domain: Option<String>,
     /// How READ data leaves over TCP: `sendfile` (the default: from the page cache,
     /// no copy by the server) or `copy` (the file is mapped and the kernel copies the
     /// data into the socket once: measured faster for clients on the same host,
@@ -412,6 +419,7 @@ fn main() -> std::process::ExitCode {
         portmap_port: cli.portmap_port,
         inline_metadata: !cli.no_inline_metadata,
         drc_entries: cli.drc_entries,
+        nfs4_id_domain: cli.idmap_domain.clone(),
         tcp_read_data: match cli.tcp_read_data {
             TcpReadData::Sendfile => oncrpc::tcp::FileData::Sendfile,
             TcpReadData::Copy => oncrpc::tcp::FileData::Copy,

@@ -83,6 +83,10 @@ pub struct Config {
     /// [`crate::drc`]): `None` for knfsd's default for this machine's memory, 0 for
     /// no cache. Its byte bound is reserved from [`Config::max_memory`].
     pub drc_entries: Option<usize>,
+    /// NFSv4.1's ID-mapping domain (`--idmap-domain`, [`crate::v4::idmap`]):
+    /// `owner` and `owner_group` as `name@domain`; `None` (the default): numeric
+    /// strings.
+    pub nfs4_id_domain: Option<String>,
 }
 
 /// Listeners bound and exports opened, not yet serving.
@@ -114,6 +118,8 @@ pub struct Bound {
     tcp_read_data: oncrpc::tcp::FileData,
     /// The reply cache's byte bound, reserved from the memory budget while serving.
     reply_cache_charge: Option<rpcrdma::memory::Charge>,
+    /// [`Config::nfs4_id_domain`].
+    nfs4_id_domain: Option<String>,
 }
 
 impl Bound {
@@ -189,6 +195,7 @@ impl Bound {
             no_portmapper,
             tcp_read_data: config.tcp_read_data,
             reply_cache_charge,
+            nfs4_id_domain: config.nfs4_id_domain.clone(),
         })
     }
 
@@ -201,10 +208,9 @@ impl Bound {
     pub fn serve_nfs4(&mut self) {
         if self.nfs4.is_none() {
             let nlm = self.nlm.as_ref().map(|(n, _, _)| n.clone());
-            self.nfs4 = Some(Arc::new(crate::v4::Nfs4Server::new(
-                self.server.clone(),
-                nlm,
-            )));
+            let mut v4 = crate::v4::Nfs4Server::new(self.server.clone(), nlm);
+            v4.set_id_domain(self.nfs4_id_domain.clone());
+            self.nfs4 = Some(Arc::new(v4));
         }
     }
 
@@ -214,8 +220,9 @@ impl Bound {
     pub fn serve_nfs4_recoverable(&mut self, state_dir: &std::path::Path) -> std::io::Result<()> {
         if self.nfs4.is_none() {
             let nlm = self.nlm.as_ref().map(|(n, _, _)| n.clone());
-            let (v4, n) =
+            let (mut v4, n) =
                 crate::v4::Nfs4Server::with_state_dir(self.server.clone(), nlm.clone(), state_dir)?;
+            v4.set_id_domain(self.nfs4_id_domain.clone());
             let v4 = Arc::new(v4);
             if let Some(nlm) = nlm {
                 // NFSv3 clients wait for NFSv4.1's reclaims too (one lock table). Weak:
@@ -326,7 +333,11 @@ impl Bound {
         lines.push(match &self.nfs4 {
             Some(v4) => format!(
                 "NFS v4.1 on the NFS ports beside v3 [--no-nfs4 turns it off] (sessions, opens, READ, WRITE, \
-                 locks; no delegations); v4.0 and v4.2 answer NFS4ERR_MINOR_VERS_MISMATCH; {}",
+                 locks; no delegations); v4.0 and v4.2 answer NFS4ERR_MINOR_VERS_MISMATCH; {}; {}",
+                match v4.ids().domain() {
+                    Some(d) => format!("owners as name@{d} [--idmap-domain]"),
+                    None => "owners as numeric ids [--idmap-domain]".to_string(),
+                },
                 match v4.grace_left() {
                     Some(t) => format!(
                         "grace period {} s for {} client(s) to reclaim",

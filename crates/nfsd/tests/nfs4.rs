@@ -1028,3 +1028,96 @@ async fn bind_conn_to_session_binds_the_fore_channel() {
     s.run(vec![NfsArgop4::PutRootFh]).await;
     serving.stop().await;
 }
+
+/// RFC 8881 §5.8 `owner_group`.
+const OWNER_GROUP_ATTR: u32 = 37;
+
+/// `getent DB KEY`'s fields: the system's own answer, not our lookup's.
+fn getent(db: &str, key: &str) -> Vec<String> {
+    let out = std::process::Command::new("getent")
+        .args([db, key])
+        .output()
+        .expect("getent (libc-bin) runs");
+    assert!(out.status.success(), "getent {db} {key}: {out:?}");
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .trim()
+        .split(':')
+        .map(str::to_string)
+        .collect()
+}
+
+/// RFC 8881 §5.9 with an ID-mapping domain (`--idmap-domain`): GETATTR answers an
+/// owner that has a name as `name@domain`; SETATTR takes `name@domain` (the domain
+/// in any case) and numeric strings, and answers NFS4ERR_BADOWNER for a name not in
+/// the database, a name in another domain, or a bare name.
+#[tokio::test]
+async fn owners_are_names_in_the_idmap_domain() {
+    assert!(
+        rustix::process::geteuid().is_root(),
+        "this test gives a file to another user (chown): run it as root"
+    );
+    let dir = TempDir::new("nfs4-idmap");
+    std::fs::write(dir.path().join("f"), b"hello").unwrap();
+    let mut config = common::loopback_config(dir.path());
+    config.nfs4_id_domain = Some("example.org".into());
+    let mut bound = Bound::new(&config).await.unwrap();
+    bound.serve_nfs4();
+    let export = bound.server().table().exports[0].export.path.clone();
+    let addr = bound.nfs_addr().unwrap();
+    let serving = common::serve(bound);
+    let mut s = Session::new(addr, "idmap").await;
+    let mut to_file = vec![NfsArgop4::PutRootFh];
+    to_file.extend(walk(&export));
+    to_file.push(lookup(b"f"));
+
+    let uid = std::fs::metadata(export.join("f")).unwrap().uid();
+    let mut ops = to_file.clone();
+    ops.push(getattr());
+    let res = s.run(ops).await;
+    let owner = attrs(res.resarray.last().unwrap()).owner;
+    let name = &getent("passwd", &uid.to_string())[0];
+    assert_eq!(
+        String::from_utf8(owner).unwrap(),
+        format!("{name}@example.org")
+    );
+
+    // To daemon by name (uid and gid from getent), then back by number.
+    let daemon = getent("passwd", "daemon");
+    let group = &getent("group", &daemon[3])[0];
+    let mut ops = to_file.clone();
+    ops.push(setattr(
+        StateId4::ANONYMOUS,
+        &[OWNER, OWNER_GROUP_ATTR],
+        |e| {
+            e.string(b"daemon@EXAMPLE.org")
+                .string(format!("{group}@example.org").as_bytes());
+        },
+    ));
+    let res = s.run(ops).await;
+    assert_eq!(res.status, NfsStat4::NFS4_OK, "{res:?}");
+    let meta = std::fs::metadata(export.join("f")).unwrap();
+    assert_eq!(
+        (meta.uid().to_string(), meta.gid().to_string()),
+        (daemon[2].clone(), daemon[3].clone())
+    );
+    let mut ops = to_file.clone();
+    ops.push(setattr(StateId4::ANONYMOUS, &[OWNER], |e| {
+        e.string(uid.to_string().as_bytes());
+    }));
+    assert_eq!(s.run(ops).await.status, NfsStat4::NFS4_OK);
+    assert_eq!(std::fs::metadata(export.join("f")).unwrap().uid(), uid);
+
+    for bad in [
+        "no-such-user-here@example.org",
+        "daemon@example.com",
+        "daemon",
+    ] {
+        let mut ops = to_file.clone();
+        ops.push(setattr(StateId4::ANONYMOUS, &[OWNER], |e| {
+            e.string(bad.as_bytes());
+        }));
+        assert_eq!(s.run(ops).await.status, NfsStat4::NFS4ERR_BADOWNER, "{bad}");
+    }
+    serving.stop().await;
+}

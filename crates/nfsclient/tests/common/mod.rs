@@ -105,6 +105,7 @@ impl TestServer {
             inline_metadata: true,
             tcp_read_data: oncrpc::tcp::FileData::Sendfile,
             drc_entries: None,
+            nfs4_id_domain: None,
         };
         let bound = Bound::new(&config).await.expect("nfsd binds");
         let nfs = bound.nfs_addr().unwrap();

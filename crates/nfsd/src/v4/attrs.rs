@@ -13,16 +13,26 @@
 //! mtime). A GETATTR asking for an attribute not served simply does not get it
 //! (§18.7.3); asking for a write-only one is NFS4ERR_INVAL (§18.7.3).
 //!
-//! `owner` and `owner_group` are the numeric uid and gid as strings (§5.9: a server
-//! without an ID-mapping domain may answer so, and the Linux client takes them with
-//! `nfs4_disable_idmapping`, its default).
+//! `owner` and `owner_group` are the numeric uid and gid as strings, or with an
+//! ID-mapping domain `name@domain` ([`super::idmap`], §5.9).
 
 use nfs3::NfsTime3;
 use nfs4::{AttrList4, Bitmap4, Fattr4, NfsFh4, NfsStat4, NfsTime4};
 use rustix::fs::FileType;
 use xdr::Encoder;
 
+use super::idmap::{IdMap, Kind};
 use crate::vfs::{Export, Meta, Node};
+
+/// What the server adds to an object's attributes: `lease_time` in seconds and the
+/// strings of `owner` and `owner_group`.
+#[derive(Debug, Clone, Copy)]
+pub struct AttrContext<'a> {
+    /// `lease_time` (§5.8.1.11).
+    pub lease: u32,
+    /// How ids become `owner` and `owner_group` strings.
+    pub ids: &'a IdMap,
+}
 
 /// RFC 8881 §5.8 attribute numbers served here.
 pub mod fattr4 {
@@ -274,9 +284,9 @@ impl Values {
     }
 
     /// The `fattr4` of the attributes of `request` that are served (§18.7.3), with
-    /// `lease` as `lease_time`. A request for a write-only attribute is
+    /// the server's part from `server`. A request for a write-only attribute is
     /// NFS4ERR_INVAL.
-    pub fn encode(&self, request: &Bitmap4, lease: u32) -> Result<Fattr4, NfsStat4> {
+    pub fn encode(&self, request: &Bitmap4, server: &AttrContext<'_>) -> Result<Fattr4, NfsStat4> {
         if WRITE_ONLY.iter().any(|&a| request.is_set(a)) {
             return Err(NfsStat4::NFS4ERR_INVAL);
         }
@@ -284,7 +294,7 @@ impl Values {
         let mut e = Encoder::new();
         for &attr in SUPPORTED.iter().filter(|&&a| request.is_set(a)) {
             mask.set(attr);
-            self.put(&mut e, attr, lease);
+            self.put(&mut e, attr, server);
         }
         Ok(Fattr4 {
             attrmask: mask,
@@ -292,7 +302,7 @@ impl Values {
         })
     }
 
-    fn put(&self, e: &mut Encoder, attr: u32, lease: u32) {
+    fn put(&self, e: &mut Encoder, attr: u32, server: &AttrContext<'_>) {
         use xdr::Encode;
         let time = |e: &mut Encoder, t: NfsTime4| t.encode(e);
         match attr {
@@ -321,7 +331,7 @@ impl Values {
                 e.u64(self.fsid.0).u64(self.fsid.1);
             }
             LEASE_TIME => {
-                e.u32(lease);
+                e.u32(server.lease);
             }
             RDATTR_ERROR => NfsStat4::NFS4_OK.encode(e),
             FILEHANDLE => self.fh.encode(e),
@@ -357,10 +367,10 @@ impl Values {
                 e.u32(self.nlink);
             }
             OWNER => {
-                e.string(self.uid.to_string().as_bytes());
+                e.string(server.ids.to_string(Kind::User, self.uid).as_bytes());
             }
             OWNER_GROUP => {
-                e.string(self.gid.to_string().as_bytes());
+                e.string(server.ids.to_string(Kind::Group, self.gid).as_bytes());
             }
             RAWDEV => {
                 e.u32(self.rawdev.0).u32(self.rawdev.1);
@@ -400,6 +410,15 @@ mod tests {
     use super::*;
     use xdr::{Decode, Decoder};
 
+    /// Lease 90 s, numeric owners.
+    fn numeric() -> AttrContext<'static> {
+        static IDS: std::sync::LazyLock<IdMap> = std::sync::LazyLock::new(IdMap::numeric);
+        AttrContext {
+            lease: 90,
+            ids: &IDS,
+        }
+    }
+
     fn pseudo() -> Values {
         Values::of_pseudo(
             b"/srv",
@@ -417,7 +436,7 @@ mod tests {
     fn rfc8881_18_7_3_only_served_attributes_are_returned_in_order() {
         // 12 (acl) is not served: left out of the mask.
         let req = Bitmap4::from_bits(&[TYPE, 12, SIZE, OWNER, FSID]);
-        let f = pseudo().encode(&req, 90).unwrap();
+        let f = pseudo().encode(&req, &numeric()).unwrap();
         assert_eq!(f.attrmask, Bitmap4::from_bits(&[TYPE, SIZE, FSID, OWNER]));
         let mut d = Decoder::new(f.attr_vals.0.clone());
         assert_eq!(d.u32().unwrap(), ftype4::NF4DIR);
@@ -430,13 +449,16 @@ mod tests {
     #[test]
     fn rfc8881_18_7_3_write_only_attributes_are_inval() {
         let req = Bitmap4::from_bits(&[TYPE, TIME_MODIFY_SET]);
-        assert_eq!(pseudo().encode(&req, 90), Err(NfsStat4::NFS4ERR_INVAL));
+        assert_eq!(
+            pseudo().encode(&req, &numeric()),
+            Err(NfsStat4::NFS4ERR_INVAL)
+        );
     }
 
     #[test]
     fn supported_attrs_lists_every_served_attribute() {
         let f = pseudo()
-            .encode(&Bitmap4::from_bits(&[SUPPORTED_ATTRS]), 90)
+            .encode(&Bitmap4::from_bits(&[SUPPORTED_ATTRS]), &numeric())
             .unwrap();
         let mut d = Decoder::new(f.attr_vals.0.clone());
         let b = Bitmap4::decode(&mut d).unwrap();
@@ -454,7 +476,7 @@ mod tests {
     #[test]
     fn supported_attrs_lists_the_settable_times_that_setattr_serves() {
         let f = pseudo()
-            .encode(&Bitmap4::from_bits(&[SUPPORTED_ATTRS]), 90)
+            .encode(&Bitmap4::from_bits(&[SUPPORTED_ATTRS]), &numeric())
             .unwrap();
         let b = Bitmap4::decode(&mut Decoder::new(f.attr_vals.0.clone())).unwrap();
         assert!(b.is_set(TIME_ACCESS_SET) && b.is_set(TIME_MODIFY_SET));

@@ -220,8 +220,7 @@ fn values(cx: &Compound<'_>) -> Result<Values, NfsStat4> {
 
 /// §18.7 GETATTR ([`super::attrs`]).
 pub(crate) fn getattr(cx: &mut Compound<'_>, a: &GetAttr4Args) -> GetAttr4Res {
-    let lease = cx.server.lease_secs();
-    match values(cx).and_then(|v| v.encode(&a.attr_request, lease)) {
+    match values(cx).and_then(|v| v.encode(&a.attr_request, &cx.server.attr_context())) {
         Ok(obj_attributes) => Res4::Ok(GetAttr4ResOk { obj_attributes }),
         Err(s) => Res4::Err(s),
     }
@@ -235,7 +234,7 @@ fn same(cx: &Compound<'_>, f: &nfs4::Fattr4) -> Result<bool, NfsStat4> {
     if f.attrmask.is_set(super::attrs::fattr4::RDATTR_ERROR) {
         return Err(NfsStat4::NFS4ERR_INVAL);
     }
-    let ours = values(cx)?.encode(&f.attrmask, cx.server.lease_secs())?;
+    let ours = values(cx)?.encode(&f.attrmask, &cx.server.attr_context())?;
     let asked = |b: &nfs4::Bitmap4| -> Vec<u32> {
         (0..b.0.len() as u32 * 32)
             .filter(|&n| b.is_set(n))

@@ -27,15 +27,17 @@
 //! every create mode, CLAIM_FH), CLOSE, OPEN_DOWNGRADE with share reservations
 //! across clients, READ, WRITE and COMMIT, LOCK, LOCKT and LOCKU (in NLM's lock
 //! table: NFSv3 and NFSv4.1 clients see each other's locks), TEST_STATEID and
-//! FREE_STATEID. Minor versions 0 and 2 answer NFS4ERR_MINOR_VERS_MISMATCH. Not
+//! FREE_STATEID; restart recovery ([`records`], a grace period for CLAIM_PREVIOUS
+//! and reclaim LOCKs); `owner` strings numeric or in an ID-mapping domain
+//! ([`idmap`]). Minor versions 0 and 2 answer NFS4ERR_MINOR_VERS_MISMATCH. Not
 //! yet: delegations and the back channel (BIND_CONN_TO_SESSION binds the fore channel
-//! only), state kept across restarts (grace; CLAIM_PREVIOUS is NFS4ERR_NO_GRACE),
-//! NFSv4.2 (the operation table lists them: NFS4ERR_NOTSUPP).
+//! only), NFSv4.2 (the operation table lists them: NFS4ERR_NOTSUPP).
 
 pub mod attrs;
 mod compound;
 pub mod errors;
 mod fh_ops;
+pub mod idmap;
 mod io_ops;
 mod lock_ops;
 mod names_ops;
@@ -79,6 +81,8 @@ pub struct Nfs4Server {
     owner: OpaqueLimit,
     /// When the server started: pseudo directories' times.
     started: NfsTime4,
+    /// `owner` and `owner_group` strings ([`idmap`]).
+    ids: idmap::IdMap,
 }
 
 impl Nfs4Server {
@@ -115,7 +119,20 @@ impl Nfs4Server {
                 seconds: since.as_secs() as i64,
                 nseconds: since.subsec_nanos(),
             },
+            ids: idmap::IdMap::numeric(),
         }
+    }
+
+    /// Answers `owner` and `owner_group` as `name@domain` where the system's user
+    /// and group database has a name ([`idmap`]); `None` (the default): numeric
+    /// strings only.
+    pub fn set_id_domain(&mut self, domain: Option<String>) {
+        self.ids = idmap::IdMap::new(domain, Box::new(idmap::SystemDirectory));
+    }
+
+    /// How ids and owner strings map ([`idmap`]).
+    pub fn ids(&self) -> &idmap::IdMap {
+        &self.ids
     }
 
     /// [`Nfs4Server::new`], keeping the clients that may reclaim in `state_dir`
@@ -162,6 +179,14 @@ impl Nfs4Server {
     /// The lease time in seconds (`lease_time`, RFC 8881 §5.8.1.11).
     pub fn lease_secs(&self) -> u32 {
         self.state().lease().as_secs() as u32
+    }
+
+    /// The server's part of every object's attributes ([`attrs::AttrContext`]).
+    pub fn attr_context(&self) -> attrs::AttrContext<'_> {
+        attrs::AttrContext {
+            lease: self.lease_secs(),
+            ids: &self.ids,
+        }
     }
 
     /// Serves one COMPOUND from `caller` (as `principal`) at `now`: `args` holds

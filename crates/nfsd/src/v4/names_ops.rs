@@ -156,7 +156,7 @@ pub(crate) fn create(cx: &mut Compound<'_>, a: &Create4Args) -> Create4Res {
     let run = |cx: &mut Compound<'_>| -> Result<Create4ResOk, NfsStat4> {
         let dir = export_dir(cx.current()?)?;
         let name = component(&a.objname)?;
-        let attrs = super::setattrs::parse(&a.createattrs, false)?;
+        let attrs = super::setattrs::parse(&a.createattrs, false, cx.server.ids())?;
         let cx3 = Cx::new(&cx.server.nfs, &cx.table, cx.caller, Some(&dir));
         let dir_op = dirop(&dir, name);
         let sattr = attrs.sattr.clone();

@@ -175,7 +175,7 @@ fn open_by_name(
     let existed = lookup3(&cx3, &dir, name).is_ok();
     let (how3, after) = match how {
         CreateHow4::Unchecked(f) | CreateHow4::Guarded(f) => {
-            let mut parsed = super::setattrs::parse(f, true)?;
+            let mut parsed = super::setattrs::parse(f, true, cx.server.ids())?;
             // §18.16.3: a size other than 0 at create is ignored.
             if parsed.sattr.size.is_some_and(|s| s != 0) {
                 parsed.sattr.size = None;
@@ -191,7 +191,7 @@ fn open_by_name(
         }
         CreateHow4::Exclusive(v) => (CreateHow3::Exclusive(*v), None),
         CreateHow4::Exclusive41(v, f) => {
-            let parsed = super::setattrs::parse(f, false)?;
+            let parsed = super::setattrs::parse(f, false, cx.server.ids())?;
             let allowed = (0..parsed.set.0.len() as u32 * 32)
                 .filter(|&b| parsed.set.is_set(b))
                 .all(|b| EXCLCREAT.contains(&b));

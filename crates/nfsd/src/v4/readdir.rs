@@ -127,7 +127,7 @@ fn pseudo_readdir(
     if a.cookie != 0 && start > names.len() {
         return Err(NfsStat4::NFS4ERR_BAD_COOKIE);
     }
-    let lease = cx.server.lease_secs();
+    let served = cx.server.attr_context();
     let mut fill = Fill::new(a);
     let mut eof = true;
     for (i, name) in names
@@ -142,10 +142,10 @@ fn pseudo_readdir(
                 let wire = fh.to_wire();
                 match fh {
                     Fh::Pseudo(path) => Values::of_pseudo(&path, wire, cx.server.started)
-                        .encode(&a.attr_request, lease),
+                        .encode(&a.attr_request, &served),
                     Fh::Export(fh3) => match cx.table.resolve(&fh3, cx.caller) {
                         Ok((ex, node)) => {
-                            Values::of_node(ex, &node, wire).encode(&a.attr_request, lease)
+                            Values::of_node(ex, &node, wire).encode(&a.attr_request, &served)
                         }
                         Err(s) => rdattr_error(&a.attr_request, stat4(s)),
                     },
@@ -184,7 +184,7 @@ fn export_readdir(
     if a.cookie != 0 && a.cookieverf != verf && a.cookieverf != [0; 8] {
         return Err(NfsStat4::NFS4ERR_NOT_SAME);
     }
-    let lease = cx.server.lease_secs();
+    let served = cx.server.attr_context();
     let cx3 = crate::nfs::Cx::new(&cx.server.nfs, &cx.table, cx.caller, Some(fh));
     let mut fill = Fill::new(a);
     let charge = v3::charge_listing(&cx3, fill.limit).map_err(stat4)?;
@@ -203,7 +203,7 @@ fn export_readdir(
             };
             let attrs = match ex.peek_listed(&dir, &e.name, e.ino) {
                 Ok((meta, fh3)) => Values::of_meta(ex, &meta, nfs4::NfsFh4(fh3.0), space)
-                    .encode(&a.attr_request, lease)?,
+                    .encode(&a.attr_request, &served)?,
                 // Gone since it was listed.
                 Err(nfs3::NfsStat3::NFS3ERR_NOENT) => continue,
                 Err(s) => rdattr_error(&a.attr_request, stat4(s))?,

@@ -3,9 +3,9 @@
 //! (`proc::attr::apply_sattr`, CREATE's and MKDIR's initial attributes).
 //! CREATE's `createattrs` today, SETATTR's when it is served.
 //!
-//! Served: `mode` (33), `owner` (36) and `owner_group` (37) as numeric strings (as
-//! GETATTR gives them, [`super::attrs`]; any other string is NFS4ERR_BADOWNER,
-//! §5.9), `time_access_set` (48) and `time_modify_set` (54). `size` (4) is settable
+//! Served: `mode` (33), `owner` (36) and `owner_group` (37) as numeric strings or,
+//! with an ID-mapping domain, `name@domain` ([`super::idmap`]; any other string is
+//! NFS4ERR_BADOWNER, §5.9), `time_access_set` (48) and `time_modify_set` (54). `size` (4) is settable
 //! but not at CREATE (no regular files there). Any other writable attribute is
 //! NFS4ERR_ATTRNOTSUPP; a read-only one NFS4ERR_INVAL (§18.30.3, §18.4.3); values that
 //! do not decode, or bytes left after them, NFS4ERR_BADXDR.
@@ -15,6 +15,7 @@ use nfs4::{Bitmap4, Fattr4, NfsStat4, NfsTime4};
 use xdr::{Decode, Decoder};
 
 use super::attrs::{fattr4::*, SUPPORTED};
+use super::idmap::{IdMap, Kind};
 
 /// The writable attributes of RFC 8881 §5.5 (REQUIRED and RECOMMENDED): `size`,
 /// `acl`, `archive`, `hidden`, `mimetype`, `mode`, `mode_set_masked`, `owner`,
@@ -31,14 +32,11 @@ pub struct Settable {
     pub set: Bitmap4,
 }
 
-fn numeric_id(d: &mut Decoder) -> Result<u32, NfsStat4> {
+fn owner_id(d: &mut Decoder, ids: &IdMap, kind: Kind) -> Result<u32, NfsStat4> {
     let s = d
         .string(nfs4::UTF8STR_DECODE_MAX)
         .map_err(|_| NfsStat4::NFS4ERR_BADXDR)?;
-    std::str::from_utf8(&s)
-        .ok()
-        .and_then(|s| s.parse::<u32>().ok())
-        .ok_or(NfsStat4::NFS4ERR_BADOWNER)
+    ids.to_id(kind, &s)
 }
 
 fn settime(d: &mut Decoder) -> Result<SetTime, NfsStat4> {
@@ -62,8 +60,9 @@ fn settime(d: &mut Decoder) -> Result<SetTime, NfsStat4> {
     }
 }
 
-/// Parses `f` (module docs); `size_ok`: whether `size` may be set.
-pub fn parse(f: &Fattr4, size_ok: bool) -> Result<Settable, NfsStat4> {
+/// Parses `f` (module docs), owners mapped by `ids`; `size_ok`: whether `size` may
+/// be set.
+pub fn parse(f: &Fattr4, size_ok: bool, ids: &IdMap) -> Result<Settable, NfsStat4> {
     let mut out = Settable::default();
     let mut d = Decoder::new(f.attr_vals.0.clone());
     let bits = (0..f.attrmask.0.len() as u32 * 32).filter(|&b| f.attrmask.is_set(b));
@@ -73,8 +72,8 @@ pub fn parse(f: &Fattr4, size_ok: bool) -> Result<Settable, NfsStat4> {
                 let m = d.u32().map_err(|_| NfsStat4::NFS4ERR_BADXDR)?;
                 out.sattr.mode = Some(m & 0o7777);
             }
-            OWNER => out.sattr.uid = Some(numeric_id(&mut d)?),
-            OWNER_GROUP => out.sattr.gid = Some(numeric_id(&mut d)?),
+            OWNER => out.sattr.uid = Some(owner_id(&mut d, ids, Kind::User)?),
+            OWNER_GROUP => out.sattr.gid = Some(owner_id(&mut d, ids, Kind::Group)?),
             TIME_ACCESS_SET => out.sattr.atime = settime(&mut d)?,
             TIME_MODIFY_SET => out.sattr.mtime = settime(&mut d)?,
             SIZE if size_ok => {
@@ -111,7 +110,7 @@ pub(crate) fn setattr(
         Ok(super::pseudo::Fh::Pseudo(_)) => return fail(NfsStat4::NFS4ERR_ROFS),
         Ok(super::pseudo::Fh::Export(fh)) => fh.clone(),
     };
-    let parsed = match parse(&a.obj_attributes, true) {
+    let parsed = match parse(&a.obj_attributes, true, cx.server.ids()) {
         Ok(p) => p,
         Err(s) => return fail(s),
     };
@@ -146,6 +145,10 @@ mod tests {
     use nfs4::AttrList4;
     use xdr::Encoder;
 
+    fn ids() -> IdMap {
+        IdMap::numeric()
+    }
+
     fn fattr(bits: &[u32], vals: impl FnOnce(&mut Encoder)) -> Fattr4 {
         let mut e = Encoder::new();
         vals(&mut e);
@@ -164,7 +167,7 @@ mod tests {
                 e.u32(1).i64(5).u32(6);
             },
         );
-        let s = parse(&f, false).unwrap();
+        let s = parse(&f, false, &ids()).unwrap();
         assert_eq!(s.sattr.mode, Some(0o755));
         assert_eq!((s.sattr.uid, s.sattr.gid), (Some(1000), Some(100)));
         assert_eq!(s.sattr.atime, SetTime::ServerTime);
@@ -176,7 +179,10 @@ mod tests {
             })
         );
         assert_eq!(s.set, f.attrmask);
-        assert_eq!(parse(&Fattr4::default(), false), Ok(Settable::default()));
+        assert_eq!(
+            parse(&Fattr4::default(), false, &ids()),
+            Ok(Settable::default())
+        );
     }
 
     #[test]
@@ -187,7 +193,8 @@ mod tests {
                 &fattr(&[TYPE], |e| {
                     e.u32(1);
                 }),
-                false
+                false,
+                &ids()
             ),
             Err(NfsStat4::NFS4ERR_INVAL)
         );
@@ -196,7 +203,8 @@ mod tests {
                 &fattr(&[14], |e| {
                     e.bool(true);
                 }),
-                false
+                false,
+                &ids()
             ),
             Err(NfsStat4::NFS4ERR_ATTRNOTSUPP)
         );
@@ -205,7 +213,8 @@ mod tests {
                 &fattr(&[SIZE], |e| {
                     e.u64(1);
                 }),
-                false
+                false,
+                &ids()
             ),
             Err(NfsStat4::NFS4ERR_ATTRNOTSUPP)
         );
@@ -213,12 +222,13 @@ mod tests {
             &fattr(&[SIZE], |e| {
                 e.u64(1);
             }),
-            true
+            true,
+            &ids()
         )
         .is_ok());
         // Truncated and trailing values, an owner name.
         assert_eq!(
-            parse(&fattr(&[MODE], |_| {}), false),
+            parse(&fattr(&[MODE], |_| {}), false, &ids()),
             Err(NfsStat4::NFS4ERR_BADXDR)
         );
         assert_eq!(
@@ -226,7 +236,8 @@ mod tests {
                 &fattr(&[MODE], |e| {
                     e.u32(1).u32(2);
                 }),
-                false
+                false,
+                &ids()
             ),
             Err(NfsStat4::NFS4ERR_BADXDR)
         );
@@ -235,7 +246,8 @@ mod tests {
                 &fattr(&[OWNER], |e| {
                     e.string(b"alice@example");
                 }),
-                false
+                false,
+                &ids()
             ),
             Err(NfsStat4::NFS4ERR_BADOWNER)
         );
@@ -245,7 +257,8 @@ mod tests {
                 &fattr(&[TIME_MODIFY_SET], |e| {
                     e.u32(1).i64(-1).u32(0);
                 }),
-                false
+                false,
+                &ids()
             ),
             Err(NfsStat4::NFS4ERR_INVAL)
         );
