@@ -32,6 +32,12 @@ impl MountProc3 {
     pub const UMNTALL: Self = Self(4);
     /// MOUNTPROC3_EXPORT: `void` -> `exports`.
     pub const EXPORT: Self = Self(5);
+
+    /// The procedure's name (`MOUNTPROC3_` left off), or `None` for an unknown number.
+    pub fn name(self) -> Option<&'static str> {
+        const NAMES: [&str; 6] = ["NULL", "MNT", "DUMP", "UMNT", "UMNTALL", "EXPORT"];
+        NAMES.get(self.0 as usize).copied()
+    }
 }
 
 open_enum! {

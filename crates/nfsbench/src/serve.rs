@@ -65,6 +65,7 @@ async fn serve(opts: &ServeOptions) -> std::io::Result<()> {
         tcp_read_data: opts.tcp_read_data,
         drc_entries: None,
         nfs4_id_domain: None,
+        metrics: None,
         handles: HandleConfig {
             kernel: opts.kernel_handles,
             ..HandleConfig::new(key)

@@ -72,6 +72,7 @@ pub mod kernel_fh;
 pub mod links;
 pub mod malloc;
 pub mod memory;
+pub mod metrics;
 pub mod mount;
 pub mod nfs;
 pub mod nlm;

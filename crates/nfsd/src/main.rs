@@ -209,6 +209,13 @@ struct Cli {
     /// are numeric ids both ways, as knfsd answers AUTH_SYS clients by default.
     #[arg(long, value_name = "DOMAIN", conflicts_with = "no_nfs4")]
     idmap_domain: Option<String>,
+    /// Serve the server's counters over HTTP at http://ADDR:PORT/metrics in the
+    /// Prometheus text format: per-procedure calls, errors and service times (NFS,
+    /// MOUNT, NLM, NSM), the duplicate request cache, the memory budget, TCP and
+    /// NFS/RDMA connections, bytes and transport counters. A bare PORT listens on
+    /// 127.0.0.1 only. Off by default. `nfs stats ADDR:PORT` prints them.
+    #[arg(long, value_name = "[ADDR:]PORT", value_parser = parse_metrics_addr)]
+    metrics: Option<std::net::SocketAddr>,
     /// How READ data leaves over TCP: `sendfile` (the default: from the page cache,
     /// no copy by the server) or `copy` (the file is mapped and the kernel copies the
     /// data into the socket once: measured faster for clients on the same host,
@@ -278,6 +285,15 @@ fn parse_size(s: &str) -> Result<u64, String> {
         ));
     }
     Ok(n)
+}
+
+/// `--metrics`: `ADDR:PORT`, or a port on 127.0.0.1.
+fn parse_metrics_addr(s: &str) -> Result<std::net::SocketAddr, String> {
+    if let Ok(port) = s.parse::<u16>() {
+        return Ok((std::net::Ipv4Addr::LOCALHOST, port).into());
+    }
+    s.parse()
+        .map_err(|_| format!("{s:?}: ADDR:PORT (e.g. 127.0.0.1:9750, [::1]:9750) or a port"))
 }
 
 fn parse_timeout(s: &str) -> Result<f64, String> {
@@ -420,6 +436,7 @@ fn main() -> std::process::ExitCode {
         inline_metadata: !cli.no_inline_metadata,
         drc_entries: cli.drc_entries,
         nfs4_id_domain: cli.idmap_domain.clone(),
+        metrics: cli.metrics,
         tcp_read_data: match cli.tcp_read_data {
             TcpReadData::Sendfile => oncrpc::tcp::FileData::Sendfile,
             TcpReadData::Copy => oncrpc::tcp::FileData::Copy,

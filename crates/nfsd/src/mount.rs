@@ -140,6 +140,10 @@ fn run<A: Decode, R: Encode>(mut args: Decoder, f: impl FnOnce(A) -> R) -> Servi
 }
 
 impl Service for MountService {
+    fn procedure_name(&self, _vers: u32, proc_: u32) -> Option<&'static str> {
+        MountProc3(proc_).name()
+    }
+
     async fn call(&self, req: Request) -> ServiceResult {
         let host = match &req.cred {
             oncrpc::Credentials::Sys(p) => p.machinename.clone(),

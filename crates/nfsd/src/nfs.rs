@@ -173,6 +173,9 @@ pub struct NfsServer {
     /// programs keeps (TCP and RDMA: one cache, one bound; [`crate::drc`]); `None`:
     /// none (`--drc-entries 0`).
     pub reply_cache: Option<std::sync::Arc<oncrpc::ReplyCache>>,
+    /// Call counts and service times of every program this server's dispatchers
+    /// serve, over every transport (`--metrics`, [`crate::metrics`]).
+    pub calls: std::sync::Arc<oncrpc::metrics::CallMetrics>,
 }
 
 /// Most bytes of idle READ buffers kept for the next calls (a burst of 64 READs of
@@ -198,6 +201,7 @@ impl NfsServer {
                 "READs and READDIRs answered NFS3ERR_JUKEBOX",
             ),
             reply_cache: None,
+            calls: std::sync::Arc::default(),
         }
     }
 
@@ -215,12 +219,21 @@ impl NfsServer {
         self
     }
 
-    /// A dispatcher with this server's reply cache, if it has one.
+    /// A dispatcher with this server's reply cache, if it has one, counting its
+    /// calls in [`NfsServer::calls`]: for the NFS and NLM programs.
     pub fn dispatcher(&self) -> oncrpc::Dispatcher {
-        let mut d = oncrpc::Dispatcher::new();
+        let mut d = self.counting_dispatcher();
         if let Some(cache) = &self.reply_cache {
             d.with_reply_cache(cache.clone());
         }
+        d
+    }
+
+    /// A dispatcher counting its calls in [`NfsServer::calls`], without the reply
+    /// cache: for MOUNT and NSM, whose procedures it does not keep.
+    pub fn counting_dispatcher(&self) -> oncrpc::Dispatcher {
+        let mut d = oncrpc::Dispatcher::new();
+        d.with_metrics(self.calls.clone());
         d
     }
 

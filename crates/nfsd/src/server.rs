@@ -87,6 +87,9 @@ pub struct Config {
     /// `owner` and `owner_group` as `name@domain`; `None` (the default): numeric
     /// strings.
     pub nfs4_id_domain: Option<String>,
+    /// Where to serve the counters over HTTP (`--metrics`, [`crate::metrics`]);
+    /// `None`: not served.
+    pub metrics: Option<SocketAddr>,
 }
 
 /// Listeners bound and exports opened, not yet serving.
@@ -120,6 +123,8 @@ pub struct Bound {
     reply_cache_charge: Option<rpcrdma::memory::Charge>,
     /// [`Config::nfs4_id_domain`].
     nfs4_id_domain: Option<String>,
+    /// The metrics listener ([`Config::metrics`]).
+    metrics: Option<TcpListener>,
 }
 
 impl Bound {
@@ -165,6 +170,12 @@ impl Bound {
             }
             None => None,
         };
+        let metrics = match config.metrics {
+            Some(addr) => Some(TcpListener::bind(addr).await.map_err(|e| {
+                std::io::Error::new(e.kind(), format!("metrics listener {addr}: {e}"))
+            })?),
+            None => None,
+        };
         let mut no_portmapper = None;
         let pm_addr = SocketAddr::new(config.bind, config.portmap_port);
         let (registrar, portmap) = match config.rpcbind {
@@ -196,6 +207,7 @@ impl Bound {
             tcp_read_data: config.tcp_read_data,
             reply_cache_charge,
             nfs4_id_domain: config.nfs4_id_domain.clone(),
+            metrics,
         })
     }
 
@@ -351,6 +363,12 @@ impl Bound {
         });
         lines.push(self.describe_nlm());
         lines.push(self.describe_rpcbind());
+        lines.push(
+            match self.metrics.as_ref().and_then(|l| l.local_addr().ok()) {
+                Some(a) => format!("metrics on http://{a}/metrics [--metrics]"),
+                None => "metrics: off [--metrics]".to_string(),
+            },
+        );
         let limit = self.server.memory.limit();
         lines.push(format!(
             "memory budget {} MiB [--max-memory]: RDMA connections' buffers, WRITE data \
@@ -481,6 +499,19 @@ impl Bound {
             file_data: self.tcp_read_data,
             ..ServerConfig::default()
         };
+        let mut tasks = tokio::task::JoinSet::new();
+        if let Some(listener) = self.metrics.take() {
+            let sources = crate::metrics::Sources {
+                nfs: self.server.clone(),
+                tcp: config.stats.clone(),
+                rdma: self.rdma_stats(),
+            };
+            let stop = stopped(stop_rx.clone());
+            tasks.spawn(async move {
+                crate::metrics::serve(listener, sources, stop).await;
+                Ok(())
+            });
+        }
         let nfs_service = Arc::new(NfsService::new(self.server.clone()));
         let mount_service = Arc::new(MountService::new(self.server.clone()));
         // Held until every server below has stopped.
@@ -500,7 +531,6 @@ impl Bound {
                 .map_err(std::io::Error::other)?;
             nfs_versions.push(nfs4::NFS_V4);
         }
-        let mut tasks = tokio::task::JoinSet::new();
         let mut table = Vec::new();
         for &vers in &nfs_versions {
             table.push(Registration {
@@ -539,7 +569,7 @@ impl Bound {
         }
         match self.mount {
             Some(listener) => {
-                let mut d = Dispatcher::new();
+                let mut d = self.server.counting_dispatcher();
                 d.register(MOUNT_PROGRAM, [MOUNT_V3], mount_service)
                     .map_err(std::io::Error::other)?;
                 let s = Server::new(d, config.clone());
@@ -578,7 +608,7 @@ impl Bound {
                 .map_err(std::io::Error::other)?;
             tasks.spawn(Server::new(d, config.clone()).serve(tcp, stopped(stop_rx.clone())));
             // NSM on UDP: rebooted clients' sm-notify sends SM_NOTIFY over UDP.
-            let mut d = Dispatcher::new();
+            let mut d = self.server.counting_dispatcher();
             d.register(NSM_PROGRAM, [NSM_V1], nsm)
                 .map_err(std::io::Error::other)?;
             if let Some(r) = &self.registrar {

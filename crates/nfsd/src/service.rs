@@ -56,6 +56,10 @@ impl NfsService {
 }
 
 impl Service for NfsService {
+    fn procedure_name(&self, _vers: u32, proc_: u32) -> Option<&'static str> {
+        NfsProc3(proc_).name()
+    }
+
     async fn call(&self, req: Request) -> ServiceResult {
         let proc = NfsProc3(req.proc_);
         if proc.name().is_none() {

@@ -826,3 +826,135 @@ mod wire {
         assert!(status.success(), "{status}: {rest:?}");
     }
 }
+
+/// `GET path` of nfsd's metrics listener: the status line and the body.
+fn http_get(addr: SocketAddr, method: &str, path: &str) -> (String, String) {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    write!(s, "{method} {path} HTTP/1.1\r\nHost: test\r\n\r\n").unwrap();
+    let mut all = String::new();
+    s.read_to_string(&mut all).unwrap();
+    let (head, body) = all.split_once("\r\n\r\n").expect("a header and a body");
+    (head.lines().next().unwrap().to_string(), body.to_string())
+}
+
+/// The page as the Prometheus project's own parser reads it (Debian's
+/// python3-prometheus-client): `name{label="value",...}` (labels sorted) to value.
+fn prometheus_samples(page: &str) -> std::collections::BTreeMap<String, f64> {
+    use std::io::Write;
+    const PARSE: &str = r#"
+import sys
+from prometheus_client.parser import text_string_to_metric_families
+for family in text_string_to_metric_families(sys.stdin.read()):
+    for s in family.samples:
+        labels = ",".join('%s="%s"' % kv for kv in sorted(s.labels.items()))
+        print("%s{%s}\t%r" % (s.name, labels, s.value))
+"#;
+    // Debian's interpreter, for which the package is installed (another python3
+    // may come first in PATH).
+    let mut child = Command::new("/usr/bin/python3")
+        .args(["-c", PARSE])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("/usr/bin/python3 runs");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(page.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "the Prometheus parser refused the page (this test needs Debian's \
+         python3-prometheus-client): {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let (k, v) = l.split_once('\t').unwrap();
+            (k.to_string(), v.parse().unwrap())
+        })
+        .collect()
+}
+
+/// `--metrics`: the page parses with the Prometheus project's parser, and its
+/// counters move as libnfs (an independent client) writes, reads and lists: calls
+/// by procedure with matching histogram counts, TCP bytes at least the data moved,
+/// the reply cache's misses (WRITE and CREATE go through it); other paths are 404
+/// and other methods 405.
+#[test]
+fn metrics_page_parses_and_counts_what_libnfs_does() {
+    let (nfs_cat, nfs_cp, nfs_ls) = (tool("nfs-cat"), tool("nfs-cp"), tool("nfs-ls"));
+    let base = TempDir::new("metrics");
+    let export = make_export(&base);
+    let server = Nfsd::start(&["--metrics", "127.0.0.1:0"], &export);
+    let line = server
+        .lines
+        .iter()
+        .find_map(|l| l.strip_prefix("nfsd: metrics on http://"))
+        .unwrap_or_else(|| panic!("no metrics line: {:?}", server.lines));
+    let addr: SocketAddr = line.split('/').next().unwrap().parse().unwrap();
+
+    let scrape = || {
+        let (status, body) = http_get(addr, "GET", "/metrics");
+        assert_eq!(status, "HTTP/1.1 200 OK");
+        prometheus_samples(&body)
+    };
+    let before = scrape();
+    let size = 3 << 20;
+    let local = TempDir::new("metrics-local");
+    let src = local.path().join("put.bin");
+    std::fs::write(&src, pattern(size, 9)).unwrap();
+    let dst = export.join("put.bin");
+    run(&nfs_cp, &[src.to_str().unwrap(), &server.url(&dst)]);
+    assert_eq!(run(&nfs_cat, &[&server.url(&dst)]), pattern(size, 9));
+    run(&nfs_ls, &[&server.url(&export)]);
+    let after = scrape();
+
+    let get =
+        |m: &std::collections::BTreeMap<String, f64>, k: &str| m.get(k).copied().unwrap_or(0.0);
+    let moved = |k: &str| get(&after, k) - get(&before, k);
+    let proc_ = |p: &str| format!("procedure=\"{p}\",program=\"nfs\",version=\"3\"");
+    for p in ["WRITE", "READ", "CREATE", "READDIRPLUS"] {
+        let calls = moved(&format!("nfsd_rpc_calls_total{{{}}}", proc_(p)));
+        assert!(calls >= 1.0, "{p}: {calls} calls");
+        assert_eq!(
+            get(
+                &after,
+                &format!("nfsd_rpc_duration_seconds_count{{{}}}", proc_(p))
+            ),
+            get(&after, &format!("nfsd_rpc_calls_total{{{}}}", proc_(p))),
+            "{p}: histogram count = calls"
+        );
+        let inf = format!(
+            "nfsd_rpc_duration_seconds_bucket{{le=\"+Inf\",{}}}",
+            proc_(p)
+        );
+        assert_eq!(
+            get(&after, &inf),
+            get(&after, &format!("nfsd_rpc_calls_total{{{}}}", proc_(p)))
+        );
+    }
+    let mnt = "nfsd_rpc_calls_total{procedure=\"MNT\",program=\"mount\",version=\"3\"}";
+    assert!(moved(mnt) >= 3.0, "one MNT per libnfs run: {}", moved(mnt));
+    assert!(moved("nfsd_tcp_received_bytes_total{}") >= size as f64);
+    assert!(moved("nfsd_tcp_sent_bytes_total{}") >= size as f64);
+    assert!(moved("nfsd_tcp_connections_total{}") >= 3.0);
+    assert!(moved("nfsd_reply_cache_misses_total{}") >= 1.0);
+    assert!(get(&after, "nfsd_memory_limit_bytes{}") > 0.0);
+
+    assert_eq!(http_get(addr, "GET", "/other").0, "HTTP/1.1 404 Not Found");
+    assert_eq!(
+        http_get(addr, "POST", "/metrics").0,
+        "HTTP/1.1 405 Method Not Allowed"
+    );
+    let (status, body) = http_get(addr, "HEAD", "/metrics");
+    assert_eq!((status.as_str(), body.as_str()), ("HTTP/1.1 200 OK", ""));
+    let (status, _) = server.terminate();
+    assert!(status.success());
+}

@@ -240,6 +240,7 @@ async fn a_flood_of_distinct_calls_stays_within_the_cache_bound() {
     let config = Config {
         drc_entries: Some(64),
         nfs4_id_domain: None,
+        metrics: None,
         ..common::loopback_config(dir.path())
     };
     let bound = Bound::new(&config).await.unwrap();

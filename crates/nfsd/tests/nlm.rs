@@ -128,6 +128,7 @@ async fn start(export: &TempDir, state: &TempDir, pm_port: u16, grace: Duration)
         tcp_read_data: oncrpc::tcp::FileData::Sendfile,
         drc_entries: None,
         nfs4_id_domain: None,
+        metrics: None,
         nlm: Some(NlmConfig {
             port: 0,
             grace,

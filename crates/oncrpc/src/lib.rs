@@ -34,6 +34,7 @@ pub mod client;
 pub mod drc;
 pub mod error;
 pub mod message;
+pub mod metrics;
 pub mod record;
 #[cfg(feature = "tokio")]
 pub mod rpcbind;
@@ -60,7 +61,7 @@ pub use record::{RecordDecoder, RecordError};
 #[cfg(feature = "tokio")]
 pub use rpcbind::{Registrar, RpcbindVersion};
 #[cfg(feature = "tokio")]
-pub use server::{Server, ServerConfig};
+pub use server::{Server, ServerConfig, TcpStats};
 pub use service::{Dispatcher, Peer, Protocol, Request, Service, ServiceResult};
 #[cfg(feature = "tokio")]
 pub use tcp::TcpTransport;

@@ -10,6 +10,7 @@ use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::Poll;
 use std::time::Duration;
@@ -114,6 +115,44 @@ pub struct ServerConfig {
     /// Memory reused for large call records (WRITE data), shared by the server's
     /// connections; released after 10 s without one ([`RELEASE_PERIOD`]).
     pub record_buffers: RecordBuffers,
+    /// Where the server counts its connections, calls and bytes (shared by every
+    /// server given the same one).
+    pub stats: Arc<TcpStats>,
+}
+
+/// What a TCP server's connections counted: connections, call records read and
+/// replies produced, with their bytes (record marks left out).
+#[derive(Debug, Default)]
+pub struct TcpStats {
+    /// Connections accepted.
+    pub connections: AtomicU64,
+    /// Connections open now (a gauge).
+    pub open: AtomicU64,
+    /// Call records read.
+    pub calls: AtomicU64,
+    /// Their bytes.
+    pub call_bytes: AtomicU64,
+    /// Replies produced (DRC answers included; a call answered by none has none).
+    pub replies: AtomicU64,
+    /// Their bytes (READ data sent from a file included).
+    pub reply_bytes: AtomicU64,
+}
+
+/// Counts an open connection in [`TcpStats::open`] until dropped.
+struct OpenConnection(Arc<TcpStats>);
+
+impl OpenConnection {
+    fn new(stats: &Arc<TcpStats>) -> OpenConnection {
+        stats.connections.fetch_add(1, Ordering::Relaxed);
+        stats.open.fetch_add(1, Ordering::Relaxed);
+        OpenConnection(stats.clone())
+    }
+}
+
+impl Drop for OpenConnection {
+    fn drop(&mut self) {
+        self.0.open.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 impl Default for ServerConfig {
@@ -127,6 +166,7 @@ impl Default for ServerConfig {
             memory: None,
             file_data: crate::tcp::FileData::default(),
             record_buffers: RecordBuffers::default(),
+            stats: Arc::default(),
         }
     }
 }
@@ -262,6 +302,8 @@ async fn connection(
         },
     };
     tracing::debug!(%peer, "connection opened");
+    let _open = OpenConnection::new(&config.stats);
+    let stats = config.stats.clone();
     let (mut rd, wr) = stream.into_split();
     // The connection's write half. Its holder writes whole replies (tcp::write_replies:
     // one `sendmsg` for replies in memory; READ data from the page cache by
@@ -303,7 +345,11 @@ async fn connection(
         };
         match record {
             Ok(Some((call, held))) => {
-                let mut call = Box::pin(serve_call(dispatcher.clone(), call, peer));
+                stats.calls.fetch_add(1, Ordering::Relaxed);
+                stats
+                    .call_bytes
+                    .fetch_add(call.len() as u64, Ordering::Relaxed);
+                let mut call = Box::pin(serve_call(dispatcher.clone(), call, peer, stats.clone()));
                 // With no other call of this connection in service, the call's first
                 // poll runs here, and most calls (NULL, the metadata calls nfsd runs
                 // inline, errors) end in it: no task to spawn, schedule and join
@@ -378,12 +424,19 @@ async fn serve_call(
     dispatcher: Arc<Dispatcher>,
     call: Bytes,
     peer: SocketAddr,
+    stats: Arc<TcpStats>,
 ) -> Option<XdrStream> {
     let from = Peer {
         addr: peer,
         protocol: Protocol::Tcp,
     };
-    dispatcher.dispatch_from(call, Some(from)).await
+    let reply = dispatcher.dispatch_from(call, Some(from)).await;
+    if let Some(r) = &reply {
+        let len = r.inline.len() + r.ddp.iter().map(|d| d.padded_len()).sum::<usize>();
+        stats.replies.fetch_add(1, Ordering::Relaxed);
+        stats.reply_bytes.fetch_add(len as u64, Ordering::Relaxed);
+    }
+    reply
 }
 
 /// Reads one call record from `r` (as [`crate::tcp::read_record`]), charging it to

@@ -47,6 +47,7 @@ use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::Poll;
+use std::time::Instant;
 
 use bytes::Bytes;
 use xdr::{Decoder, Encode, Encoder, XdrStream};
@@ -55,6 +56,7 @@ use crate::auth::{Credentials, OpaqueAuth};
 use crate::drc::{Begin, CacheStats, CallKey, ReplyCache};
 use crate::error::{CallError, Disposition, ServiceError};
 use crate::message::{CallHeader, MismatchInfo, ReplyBody, ReplyHeader, Xid, RPC_VERSION};
+use crate::metrics::{CallMetrics, VersionStats};
 
 /// One call, as a service sees it.
 #[derive(Debug)]
@@ -121,6 +123,14 @@ pub trait Service: Send + Sync + 'static {
         let _ = (vers, proc_);
         false
     }
+
+    /// The name of procedure `proc_` of version `vers` as its specification writes
+    /// it (`"GETATTR"`), for metrics ([`Dispatcher::with_metrics`]); `None` (the
+    /// default): shown by number.
+    fn procedure_name(&self, vers: u32, proc_: u32) -> Option<&'static str> {
+        let _ = (vers, proc_);
+        None
+    }
 }
 
 type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -129,6 +139,7 @@ type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 trait DynService: Send + Sync {
     fn call_dyn(&self, req: Request) -> BoxFuture<'_, ServiceResult>;
     fn caches_reply_dyn(&self, vers: u32, proc_: u32) -> bool;
+    fn procedure_name_dyn(&self, vers: u32, proc_: u32) -> Option<&'static str>;
 }
 
 impl<S: Service> DynService for S {
@@ -138,6 +149,10 @@ impl<S: Service> DynService for S {
 
     fn caches_reply_dyn(&self, vers: u32, proc_: u32) -> bool {
         self.caches_reply(vers, proc_)
+    }
+
+    fn procedure_name_dyn(&self, vers: u32, proc_: u32) -> Option<&'static str> {
+        self.procedure_name(vers, proc_)
     }
 }
 
@@ -157,6 +172,11 @@ pub struct Dispatcher {
     programs: HashMap<u32, BTreeMap<u32, Arc<dyn DynService>>>,
     /// The duplicate request cache in front of every program, if any.
     reply_cache: Option<Arc<ReplyCache>>,
+    /// Call counts and service times, if kept ([`Dispatcher::with_metrics`]).
+    metrics: Option<Arc<CallMetrics>>,
+    /// Each registered version's table in `metrics`, taken once so that counting
+    /// a call takes no lock.
+    version_stats: HashMap<(u32, u32), Arc<VersionStats>>,
 }
 
 impl std::fmt::Debug for Dispatcher {
@@ -164,6 +184,7 @@ impl std::fmt::Debug for Dispatcher {
         f.debug_struct("Dispatcher")
             .field("programs", &self.registrations())
             .field("reply_cache", &self.reply_cache)
+            .field("metrics", &self.metrics.is_some())
             .finish()
     }
 }
@@ -191,8 +212,45 @@ impl Dispatcher {
         let service: Arc<dyn DynService> = service;
         for vers in versions {
             table.insert(vers, service.clone());
+            if let Some(m) = &self.metrics {
+                let v = m.version(prog, vers);
+                v.name_procedures(|p| service.procedure_name_dyn(vers, p));
+                self.version_stats.insert((prog, vers), v);
+            }
         }
         Ok(self)
+    }
+
+    /// Counts every routed call of this dispatcher's programs in `metrics`
+    /// ([`crate::metrics`]), those registered before and after this. One `metrics`
+    /// may serve several dispatchers (a server's TCP and RDMA ones), which then
+    /// count into the same tables.
+    pub fn with_metrics(&mut self, metrics: Arc<CallMetrics>) -> &mut Self {
+        self.version_stats = self
+            .programs
+            .iter()
+            .flat_map(|(&p, versions)| versions.iter().map(move |(&v, s)| (p, v, s)))
+            .map(|(p, v, service)| {
+                let stats = metrics.version(p, v);
+                stats.name_procedures(|n| service.procedure_name_dyn(v, n));
+                ((p, v), stats)
+            })
+            .collect();
+        self.metrics = Some(metrics);
+        self
+    }
+
+    /// The call metrics, if kept.
+    pub fn metrics(&self) -> Option<&Arc<CallMetrics>> {
+        self.metrics.as_ref()
+    }
+
+    /// The name of a registered procedure ([`Service::procedure_name`]).
+    pub fn procedure_name(&self, prog: u32, vers: u32, proc_: u32) -> Option<&'static str> {
+        self.programs
+            .get(&prog)?
+            .get(&vers)?
+            .procedure_name_dyn(vers, proc_)
     }
 
     /// Puts `cache` in front of every program of this dispatcher (of any transport
@@ -294,16 +352,21 @@ impl Dispatcher {
                     args: dec,
                     peer,
                 };
+                let started = Instant::now();
                 // A panic in the handler fails this call with SYSTEM_ERR, not the
                 // task that drives the connection (over TCP and RDMA alike).
-                match CatchUnwind(std::pin::pin!(service.call_dyn(req))).await {
+                let result = match CatchUnwind(std::pin::pin!(service.call_dyn(req))).await {
                     Ok(result) => result.map_err(CallError::from),
                     Err(panic) => {
                         let e = panic_message(&*panic);
                         tracing::error!(xid = xid.0, error = %e, "handler failed");
                         Err(CallError::Service(ServiceError::SystemErr))
                     }
+                };
+                if let Some(v) = self.version_stats.get(&(header.prog, header.vers)) {
+                    v.record(header.proc_, started.elapsed(), result.is_ok());
                 }
+                result
             }
             Err(e) => Err(e),
         };

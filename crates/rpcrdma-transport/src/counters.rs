@@ -168,9 +168,20 @@ impl fmt::Display for Snapshot {
 #[derive(Debug, Clone, Default)]
 pub struct StatsRegistry {
     conns: Arc<Mutex<Vec<Arc<ConnStats>>>>,
+    /// What connections no longer in `conns` counted, and how many they were, so
+    /// that totals only grow.
+    retired: Arc<Mutex<Retired>>,
     memory: Arc<ServerMemory>,
     /// Bumped to ask every connection task of a server for its live state.
     dump: Arc<DumpRequests>,
+}
+
+/// The counts of connections dropped from a registry's list.
+#[derive(Debug, Default)]
+struct Retired {
+    /// By counter index (empty until the first is retired).
+    counts: Vec<u64>,
+    connections: u64,
 }
 
 /// Requests for the connections' live state: a generation number each connection
@@ -257,8 +268,17 @@ impl StatsRegistry {
 
     pub(crate) fn add(&self, s: Arc<ConnStats>) {
         let mut v = self.lock();
-        // Keep closed connections for reading, but not without bound.
+        // Keep closed connections for reading, but not without bound; their counts
+        // stay in the totals.
         if v.len() >= 1024 {
+            let mut retired = lock(&self.retired);
+            retired.counts.resize(N, 0);
+            for c in v.iter().filter(|c| !c.is_open()) {
+                for (i, &k) in Counter::ALL.iter().enumerate() {
+                    retired.counts[i] += c.get(k);
+                }
+                retired.connections += 1;
+            }
             v.retain(|c| c.is_open());
         }
         v.push(s);
@@ -310,9 +330,26 @@ impl StatsRegistry {
         self.lock().last().map(|c| c.snapshot())
     }
 
-    /// The sum of `c` over every connection.
+    /// The sum of counter `c` over every connection this registry has had, closed
+    /// ones included; of a gauge ([`Counter::is_gauge`]), over the open ones.
     pub fn total(&self, c: Counter) -> u64 {
-        self.lock().iter().map(|s| s.get(c)).sum()
+        let conns = self.lock();
+        if c.is_gauge() {
+            return conns.iter().filter(|s| s.is_open()).map(|s| s.get(c)).sum();
+        }
+        let retired = lock(&self.retired)
+            .counts
+            .get(ConnStats::index(c))
+            .copied()
+            .unwrap_or(0);
+        retired + conns.iter().map(|s| s.get(c)).sum::<u64>()
+    }
+
+    /// Connections open now, and every connection this registry has had.
+    pub fn connections(&self) -> (u64, u64) {
+        let conns = self.lock();
+        let open = conns.iter().filter(|s| s.is_open()).count() as u64;
+        (open, lock(&self.retired).connections + conns.len() as u64)
     }
 
     /// The server's memory budget now; `None` for a client's registry.
@@ -375,5 +412,32 @@ impl rpcrdma::stats::CounterSink for ConnStats {
 
     fn set(&self, c: Counter, v: u64) {
         ConnStats::set(self, c, v);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Totals only grow: closed connections dropped from the list (past 1024) keep
+    /// their counts; gauges are summed over open connections only.
+    #[test]
+    fn totals_keep_the_counts_of_dropped_connections() {
+        let r = StatsRegistry::default();
+        for _ in 0..1500 {
+            let c = ConnStats::new("server", None);
+            c.add(Counter::SendBytes, 10);
+            c.set(Counter::CreditsGranted, 8);
+            r.add(c.clone());
+            c.close();
+        }
+        let open = ConnStats::new("server", None);
+        open.add(Counter::SendBytes, 1);
+        open.set(Counter::CreditsGranted, 32);
+        r.add(open);
+        assert!(r.lock().len() < 1500, "closed connections were dropped");
+        assert_eq!(r.total(Counter::SendBytes), 15_001);
+        assert_eq!(r.total(Counter::CreditsGranted), 32);
+        assert_eq!(r.connections(), (1, 1501));
     }
 }

@@ -27,6 +27,23 @@ macro_rules! counters {
                     $(Counter::$name => $text,)*
                 }
             }
+
+            /// True for a gauge: a level a connection sets (its credits, thresholds,
+            /// version, memory charge), not a count that only grows. Summed over
+            /// open connections only.
+            pub fn is_gauge(self) -> bool {
+                matches!(
+                    self,
+                    Counter::MemoryCharged
+                        | Counter::CreditsRequested
+                        | Counter::CreditsGranted
+                        | Counter::Version
+                        | Counter::PeerIrd
+                        | Counter::SendThreshold
+                        | Counter::RecvThreshold
+                        | Counter::ReliableReply
+                )
+            }
         }
     };
 }

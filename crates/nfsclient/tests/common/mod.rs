@@ -106,6 +106,7 @@ impl TestServer {
             tcp_read_data: oncrpc::tcp::FileData::Sendfile,
             drc_entries: None,
             nfs4_id_domain: None,
+            metrics: None,
         };
         let bound = Bound::new(&config).await.expect("nfsd binds");
         let nfs = bound.nfs_addr().unwrap();

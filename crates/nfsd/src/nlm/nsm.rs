@@ -181,6 +181,10 @@ fn sm_stat_res(ok: bool, state: i32) -> xdr::XdrStream {
 }
 
 impl Service for NsmService {
+    fn procedure_name(&self, _vers: u32, proc_: u32) -> Option<&'static str> {
+        sm_proc::name(proc_)
+    }
+
     async fn call(&self, req: Request) -> ServiceResult {
         let mut a = req.args;
         let state = self.nlm.nsm.state;

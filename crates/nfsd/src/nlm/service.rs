@@ -136,6 +136,10 @@ impl NlmService {
 }
 
 impl Service for NlmService {
+    fn procedure_name(&self, _vers: u32, proc_: u32) -> Option<&'static str> {
+        proc4::name(proc_)
+    }
+
     async fn call(&self, req: Request) -> ServiceResult {
         use proc4::*;
         let peer = req.peer.map(|p| p.addr.ip());

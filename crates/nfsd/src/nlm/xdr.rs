@@ -47,6 +47,37 @@ pub mod proc4 {
     pub const UNSHARE: u32 = 21;
     pub const NM_LOCK: u32 = 22;
     pub const FREE_ALL: u32 = 23;
+
+    /// The procedure's name as the specification writes it (for metrics).
+    pub fn name(p: u32) -> Option<&'static str> {
+        const NAMES: [&str; 24] = [
+            "NULL",
+            "TEST",
+            "LOCK",
+            "CANCEL",
+            "UNLOCK",
+            "GRANTED",
+            "TEST_MSG",
+            "LOCK_MSG",
+            "CANCEL_MSG",
+            "UNLOCK_MSG",
+            "GRANTED_MSG",
+            "TEST_RES",
+            "LOCK_RES",
+            "CANCEL_RES",
+            "UNLOCK_RES",
+            "GRANTED_RES",
+            "",
+            "",
+            "",
+            "",
+            "SHARE",
+            "UNSHARE",
+            "NM_LOCK",
+            "FREE_ALL",
+        ];
+        NAMES.get(p as usize).copied().filter(|n| !n.is_empty())
+    }
 }
 
 /// NSM procedures (`sm_inter.x`).
@@ -59,6 +90,20 @@ pub mod sm_proc {
     pub const UNMON_ALL: u32 = 4;
     pub const SIMU_CRASH: u32 = 5;
     pub const NOTIFY: u32 = 6;
+
+    /// The procedure's name as `sm_inter.x` writes it, less `SM_` (for metrics).
+    pub fn name(p: u32) -> Option<&'static str> {
+        const NAMES: [&str; 7] = [
+            "NULL",
+            "STAT",
+            "MON",
+            "UNMON",
+            "UNMON_ALL",
+            "SIMU_CRASH",
+            "NOTIFY",
+        ];
+        NAMES.get(p as usize).copied()
+    }
 }
 
 /// `enum nlm4_stats` (RFC 1813 appendix II).

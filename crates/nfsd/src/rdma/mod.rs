@@ -290,14 +290,11 @@ impl RdmaListener {
         // One memory budget for the process: the transport charges the NFS program's.
         let memory = nfs.memory.clone();
         let read_buffers = nfs.read_buffers.clone();
-        // The server's reply cache too: a retransmission over RDMA is matched as
-        // over TCP (by the connection's peer address).
-        let cache = nfs.reply_cache.clone();
+        let server = nfs.clone();
         let nfs_only = |service: NfsService, v4: Option<crate::v4::Nfs4Service>| {
-            let mut d = Dispatcher::new();
-            if let Some(cache) = &cache {
-                d.with_reply_cache(cache.clone());
-            }
+            // The server's reply cache too: a retransmission over RDMA is matched as
+            // over TCP (by the connection's peer address); and its call counts.
+            let mut d = server.dispatcher();
             d.register(NFS_PROGRAM, [NFS_V3], Arc::new(service))
                 .map_err(io::Error::other)?;
             if let Some(v4) = v4 {

@@ -51,6 +51,14 @@ fn principal(cred: &Credentials) -> Principal {
 }
 
 impl Service for Nfs4Service {
+    fn procedure_name(&self, _vers: u32, proc_: u32) -> Option<&'static str> {
+        match proc_ {
+            NFSPROC4_NULL => Some("NULL"),
+            NFSPROC4_COMPOUND => Some("COMPOUND"),
+            _ => None,
+        }
+    }
+
     async fn call(&self, req: Request) -> ServiceResult {
         match req.proc_ {
             // RFC 8881 §16.1: NULL takes and returns nothing.

@@ -61,6 +61,7 @@ pub fn loopback_config(dir: &Path) -> nfsd::server::Config {
         tcp_read_data: oncrpc::tcp::FileData::Sendfile,
         drc_entries: None,
         nfs4_id_domain: None,
+        metrics: None,
     }
 }
 

@@ -234,3 +234,49 @@ fn a_handler_panic_is_system_err_for_that_call_only() {
     let h = CallHeader::new(Xid(10), PROG, 1, 0, OpaqueAuth::none());
     assert_eq!(status(&d, h, &[]), ReplyBody::accepted(AcceptStat::SUCCESS));
 }
+
+/// `with_metrics` counts routed calls by procedure, for versions registered before
+/// and after it, errors apart; calls never routed (an unknown version) are not
+/// counted; two dispatchers sharing one `CallMetrics` count into the same rows.
+#[test]
+fn metrics_count_routed_calls_by_procedure() {
+    let metrics = Arc::new(CallMetrics::new());
+    let mut d = Dispatcher::new();
+    d.register(PROG, [1], Arc::new(Echo)).unwrap();
+    d.with_metrics(metrics.clone());
+    d.register(PROG + 1, [1], Arc::new(Echo)).unwrap();
+    let mut other = dispatcher();
+    other.with_metrics(metrics.clone());
+    let calls = [
+        (&d, PROG, 1, 0),
+        (&d, PROG, 1, 0),
+        (&other, PROG, 1, 0),
+        (&d, PROG, 1, 99),
+        (&d, PROG, 1, 3),
+        (&d, PROG + 1, 1, 0),
+        (&d, PROG, 2, 0),
+    ];
+    for (d, prog, vers, proc_) in calls {
+        run(
+            d,
+            call(
+                CallHeader::new(Xid(1), prog, vers, proc_, OpaqueAuth::none()),
+                &[],
+            ),
+        );
+    }
+    let rows: Vec<_> = metrics
+        .snapshot()
+        .iter()
+        .map(|r| (r.prog, r.vers, r.proc_, r.stats.calls, r.stats.errors))
+        .collect();
+    assert_eq!(
+        rows,
+        [
+            (PROG, 1, Some(0), 3, 0),
+            (PROG, 1, Some(3), 1, 1),
+            (PROG, 1, None, 1, 1),
+            (PROG + 1, 1, Some(0), 1, 0),
+        ]
+    );
+}
