@@ -129,6 +129,7 @@ pub(crate) async fn run(g: Global, cmd: Command) -> Result<()> {
             Ok(())
         }
         Command::Cat { target } => get(&g, &target, Some("-".into())).await,
+        Command::Stats { addr } => crate::stats::stats(&addr).await,
     }
 }
 

@@ -16,6 +16,7 @@ use nfsclient::{auth_sys_self, MountOptions, RdmaConfig, RdmaProvider, Target, T
 mod commands;
 mod format;
 mod progress;
+mod stats;
 
 /// NFSv3 client: ls, get, put, rm, mkdir, stat, cat against host:/path or
 /// nfs://host[:port]/path.
@@ -141,6 +142,14 @@ enum Command {
     Cat {
         /// Remote file.
         target: Target,
+    },
+    /// Print a running nfsd's counters, as `nfsstat -s` does: calls, errors and mean
+    /// service time per procedure, then its other counters that are not zero (read
+    /// from its `--metrics` page).
+    Stats {
+        /// Where nfsd serves its metrics (`nfsd --metrics ADDR:PORT`).
+        #[arg(value_name = "ADDR:PORT")]
+        addr: String,
     },
 }
 
