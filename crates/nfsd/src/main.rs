@@ -216,6 +216,11 @@ struct Cli {
     /// 127.0.0.1 only. Off by default. `nfs stats ADDR:PORT` prints them.
     #[arg(long, value_name = "[ADDR:]PORT", value_parser = parse_metrics_addr)]
     metrics: Option<std::net::SocketAddr>,
+    /// How log events are written to standard error: `text` (one line each, no
+    /// colours unless a terminal: what journald stores) or `json` (one object per
+    /// line, for log collectors). The level is set with RUST_LOG (default warn).
+    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
     /// How READ data leaves over TCP: `sendfile` (the default: from the page cache,
     /// no copy by the server) or `copy` (the file is mapped and the kernel copies the
     /// data into the socket once: measured faster for clients on the same host,
@@ -334,6 +339,15 @@ fn raise_open_file_limit() -> Option<u64> {
     }
 }
 
+/// `--log-format`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum LogFormat {
+    /// One line of text per event.
+    Text,
+    /// One JSON object per line (timestamp, level, target, fields).
+    Json,
+}
+
 #[derive(Debug, Clone, Copy, ValueEnum)]
 enum ProviderArg {
     Auto,
@@ -365,17 +379,26 @@ enum SquashArg {
     All,
 }
 
+/// Logs to standard error, one line per event: text (colours only on a terminal, so
+/// journald and files get plain lines) or JSON objects for collectors. The level
+/// comes from `RUST_LOG` (default `warn`).
+fn init_logging(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .init(),
+        LogFormat::Json => builder.json().with_ansi(false).init(),
+    }
+}
+
 fn main() -> std::process::ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
-        .with_writer(std::io::stderr)
-        // Plain text when stderr is a file or a pipe (logs, journald).
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
     let cli = Cli::parse();
+    init_logging(cli.log_format);
     let exports = match &cli.exports_file {
         Some(file) => match nfsd::exports::load(file) {
             Ok(lines) => lines,

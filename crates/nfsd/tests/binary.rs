@@ -958,3 +958,90 @@ fn metrics_page_parses_and_counts_what_libnfs_does() {
     let (status, _) = server.terminate();
     assert!(status.success());
 }
+
+/// `--log-format json`: every line nfsd writes to standard error is one JSON object
+/// with a level and a message (Python's json module reads each); the default text
+/// format has no ANSI colours when standard error is not a terminal.
+#[test]
+fn log_lines_are_json_objects_or_plain_text() {
+    let base = TempDir::new("logs");
+    let export = make_export(&base);
+    let state = TempDir::new("logs-state");
+    for (format, json) in [("json", true), ("text", false)] {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_nfsd"))
+            .args([
+                "--log-format",
+                format,
+                "--bind",
+                "127.0.0.1",
+                "--nfs-port",
+                "0",
+            ])
+            .args([
+                "--mount-port",
+                "0",
+                "--no-nlm",
+                "--rpcbind",
+                "off",
+                "--no-rdma",
+            ])
+            .arg("--state-dir")
+            .arg(state.path())
+            .arg(&export)
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut out = BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        while line.trim_end() != "nfsd: ready" {
+            line.clear();
+            assert!(
+                out.read_line(&mut line).unwrap() > 0,
+                "nfsd exited before ready"
+            );
+        }
+        // Keep reading standard output: nfsd prints its last lines at the stop.
+        let drain = std::thread::spawn(move || std::io::copy(&mut out, &mut std::io::sink()));
+        let pid = rustix::process::Pid::from_raw(child.id() as i32).unwrap();
+        rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
+        let out = child.wait_with_output().unwrap();
+        drain.join().unwrap().unwrap();
+        assert!(out.status.success(), "{format}: {:?}", out.status);
+        let err = String::from_utf8(out.stderr).unwrap();
+        assert!(err.lines().count() >= 2, "{format}: {err}");
+        assert!(!err.contains('\u{1b}'), "{format}: ANSI escapes in {err:?}");
+        if json {
+            let check = Command::new("/usr/bin/python3")
+                .args([
+                    "-c",
+                    "import json, sys\nfor l in sys.stdin:\n    o = json.loads(l)\n    assert o['level'] and o['fields']['message'], l",
+                ])
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap();
+            use std::io::Write;
+            check
+                .stdin
+                .as_ref()
+                .unwrap()
+                .write_all(err.as_bytes())
+                .unwrap();
+            let r = check.wait_with_output().unwrap();
+            assert!(
+                r.status.success(),
+                "{err}\n{}",
+                String::from_utf8_lossy(&r.stderr)
+            );
+        } else {
+            assert!(
+                err.lines()
+                    .all(|l| l.contains(" INFO ") || l.contains(" WARN ")),
+                "{err}"
+            );
+        }
+    }
+}
