@@ -58,6 +58,7 @@
 //! ([`exports`]).
 #![warn(missing_docs, unreachable_pub)]
 
+pub mod config_file;
 pub mod creds;
 pub mod delegate;
 pub mod dir_cache;

@@ -25,7 +25,9 @@ use std::net::IpAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use clap::{Parser, ValueEnum};
+use std::ffi::OsString;
+
+use clap::{CommandFactory, Parser, ValueEnum};
 use nfsd::nlm::locks::Limits;
 use nfsd::nlm::NlmConfig;
 use nfsd::rdma::{Provider, RdmaOptions};
@@ -33,18 +35,29 @@ use nfsd::server::{export_lines, Bound, Config, RpcbindMode};
 use nfsd::{ExportLine, ExportOptions, HandleConfig, HandleKey, NfsServer, Squash};
 use rpcrdma_transport::RdmaConfig;
 
-/// Serve local directories over NFS version 3 and MOUNT version 3.
+/// Serve local directories over NFS versions 3 and 4.1 (TCP and RPC-over-RDMA),
+/// MOUNT version 3 and the NLM/NSM lock manager.
+///
+/// Settings come from the command line and, before it, from the configuration file
+/// (/etc/nfsd-rs.conf when it exists, or --config FILE): one `NAME = VALUE` per line,
+/// NAME a long option below without its dashes, flags `true` or `false`; the
+/// command line wins. Without directories or --exports, /etc/exports is served if it
+/// exists.
 #[derive(Debug, Parser)]
-#[command(name = "nfsd", version)]
+#[command(name = "nfsd", version, args_override_self = true)]
 struct Cli {
     /// Directories to export to every client (each is mounted by its absolute path):
     /// a shortcut for the exports file line `DIR *(rw,root_squash,insecure)`, changed
     /// by --read-only, --squash, --anon-uid and --anon-gid.
-    #[arg(
-        required_unless_present = "exports_file",
-        conflicts_with = "exports_file"
-    )]
+    #[arg(conflicts_with = "exports_file")]
     exports: Vec<PathBuf>,
+    /// Configuration file read before the command line (module docs above); by
+    /// default /etc/nfsd-rs.conf if it exists. A file named here must exist.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Write the man pages (nfsd-rs.8 and nfsd-rs.conf.5) into DIR and exit.
+    #[arg(long, value_name = "DIR", exclusive = true, hide = true)]
+    generate_man_pages: Option<PathBuf>,
     /// Exports file in the /etc/exports syntax (exports(5); see docs/exports.md):
     /// per-client host/network lists, ro/rw, squashing, secure ports. Reloaded on
     /// SIGHUP.
@@ -396,9 +409,179 @@ fn init_logging(format: LogFormat) {
     }
 }
 
+/// The long options a configuration file may not set.
+const NOT_IN_CONFIG: &[&str] = &["config", "generate-man-pages", "help", "version"];
+
+/// The arguments to parse: the configuration file's settings
+/// ([`nfsd::config_file`]) as options, then the command line's, which win (clap's
+/// `args_override_self`). A file's `exports` gives way to directories or --exports
+/// on the command line.
+fn arguments() -> Result<Vec<OsString>, String> {
+    let raw: Vec<OsString> = std::env::args_os().collect();
+    let on_line = Cli::command().ignore_errors(true).get_matches_from(&raw);
+    if on_line.contains_id("generate_man_pages") {
+        return Ok(raw);
+    }
+    let from_line =
+        |id: &str| on_line.value_source(id) == Some(clap::parser::ValueSource::CommandLine);
+    let path = match on_line.get_one::<PathBuf>("config") {
+        Some(p) if from_line("config") => p.clone(),
+        _ => {
+            let default = PathBuf::from(nfsd::config_file::DEFAULT_PATH);
+            if !default.exists() {
+                return Ok(raw);
+            }
+            default
+        }
+    };
+    let settings = nfsd::config_file::load(&path).map_err(|e| e.to_string())?;
+    let exports_on_line = from_line("exports") || from_line("exports_file");
+    let cmd = Cli::command();
+    let mut args = vec![raw[0].clone()];
+    for s in &settings {
+        let arg = cmd
+            .get_arguments()
+            .find(|a| {
+                a.get_long() == Some(s.name.as_str()) && !NOT_IN_CONFIG.contains(&s.name.as_str())
+            })
+            .ok_or_else(|| {
+                format!(
+                    "{}:{}: no setting {:?} (the long options of --help, without dashes)",
+                    path.display(),
+                    s.line,
+                    s.name
+                )
+            })?;
+        if s.name == "exports" && exports_on_line {
+            continue;
+        }
+        if arg.get_action().takes_values() {
+            args.push(format!("--{}={}", s.name, s.value).into());
+        } else if nfsd::config_file::flag_value(s)
+            .map_err(|e| format!("{}: {e}", path.display()))?
+        {
+            args.push(format!("--{}", s.name).into());
+        }
+    }
+    args.extend(raw.into_iter().skip(1));
+    Ok(args)
+}
+
+/// Writes `nfsd-rs.8` (the command line) and `nfsd-rs.conf.5` (the configuration
+/// file) into `dir`, named as the Debian package installs the binary.
+fn write_man_pages(dir: &std::path::Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    let cmd = Cli::command().name("nfsd-rs").bin_name("nfsd-rs");
+    let mut page = Vec::new();
+    clap_mangen::Man::new(cmd.clone())
+        .section("8")
+        .render(&mut page)?;
+    std::fs::write(dir.join("nfsd-rs.8"), page)?;
+    std::fs::write(dir.join("nfsd-rs.conf.5"), config_man_page(&cmd))?;
+    Ok(())
+}
+
+/// Escapes text for roff: backslashes, and a leading `.` or `'` (a request).
+fn roff(text: &str) -> String {
+    let t = text.replace('\\', "\\e").replace('-', "\\-");
+    match t.chars().next() {
+        Some('.' | '\'') => format!("\\&{t}"),
+        _ => t,
+    }
+}
+
+/// nfsd-rs.conf(5): the file's syntax and every setting, from the command line's
+/// definitions (so the page and the options cannot drift apart).
+fn config_man_page(cmd: &clap::Command) -> String {
+    let mut p = String::new();
+    p.push_str(".TH NFSD-RS.CONF 5 \"\" \"nfsd-rs\" \"File Formats\"\n");
+    p.push_str(".SH NAME\nnfsd\\-rs.conf \\- configuration file of the nfsd\\-rs NFS server\n");
+    p.push_str(".SH SYNOPSIS\n/etc/nfsd\\-rs.conf\n");
+    p.push_str(".SH DESCRIPTION\n");
+    p.push_str(&roff(
+        "nfsd-rs reads this file, when it exists (or the file --config names), before its \
+         command line, which wins over it. Each line is NAME = VALUE, where NAME is one of \
+         the settings below: a long option of nfsd-rs(8) without its two dashes. A setting \
+         without a value on the command line (a flag) takes true or false (also yes/no, \
+         1/0, on/off). Blank lines and lines starting with # are skipped; the value is the \
+         rest of the line, without quoting. An unknown name or a malformed line stops the \
+         server with the file's name and line number. The exports setting gives way to \
+         directories or --exports on the command line.",
+    ));
+    p.push_str("\n.SH EXAMPLE\n.nf\nexports = /etc/exports\nmax\\-memory = 2G\nmetrics = 127.0.0.1:9750\nno\\-nlm = true\n.fi\n");
+    p.push_str(".SH SETTINGS\n");
+    for a in cmd.get_arguments() {
+        let Some(long) = a.get_long() else { continue };
+        if a.is_hide_set() || NOT_IN_CONFIG.contains(&long) {
+            continue;
+        }
+        let value = if a.get_action().takes_values() {
+            a.get_value_names()
+                .and_then(|v| v.first())
+                .map(|v| v.to_string())
+                .unwrap_or_else(|| long.to_uppercase())
+        } else {
+            "true|false".to_string()
+        };
+        let help = a
+            .get_long_help()
+            .or(a.get_help())
+            .map(|h| h.to_string())
+            .unwrap_or_default();
+        let default = a
+            .get_default_values()
+            .iter()
+            .map(|v| v.to_string_lossy().into_owned())
+            .collect::<Vec<_>>()
+            .join(", ");
+        p.push_str(&format!(
+            ".TP\n\\fB{}\\fR = \\fI{}\\fR\n{}",
+            roff(long),
+            roff(&value),
+            roff(&help)
+        ));
+        if !default.is_empty() {
+            let stop = if help.ends_with('.') { "" } else { "." };
+            p.push_str(&format!("{stop} Default: {}.", roff(&default)));
+        }
+        p.push('\n');
+    }
+    p.push_str(
+        ".SH FILES\n/etc/nfsd\\-rs.conf, /etc/exports\n.SH SEE ALSO\nnfsd\\-rs(8), exports(5)\n",
+    );
+    p
+}
+
 fn main() -> std::process::ExitCode {
-    let cli = Cli::parse();
+    let args = match arguments() {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("nfsd: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    let mut cli = Cli::parse_from(args);
+    if let Some(dir) = &cli.generate_man_pages {
+        return match write_man_pages(dir) {
+            Ok(()) => std::process::ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("nfsd: {}: {e}", dir.display());
+                std::process::ExitCode::FAILURE
+            }
+        };
+    }
     init_logging(cli.log_format);
+    if cli.exports.is_empty() && cli.exports_file.is_none() {
+        let default = PathBuf::from("/etc/exports");
+        if !default.exists() {
+            eprintln!(
+                "nfsd: nothing to export: give directories, --exports FILE, or an \
+                 /etc/exports (nfsd --help)"
+            );
+            return std::process::ExitCode::from(2);
+        }
+        cli.exports_file = Some(default);
+    }
     let exports = match &cli.exports_file {
         Some(file) => match nfsd::exports::load(file) {
             Ok(lines) => lines,

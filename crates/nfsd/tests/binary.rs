@@ -1045,3 +1045,116 @@ fn log_lines_are_json_objects_or_plain_text() {
         }
     }
 }
+
+/// The long options `--help` lists: each option's own line starts with it (after
+/// a short form, if any).
+fn help_flags(help: &str) -> std::collections::BTreeSet<String> {
+    help.lines()
+        .map(str::trim_start)
+        .filter_map(|l| {
+            let l = l
+                .strip_prefix("-")
+                .filter(|r| r.len() > 3 && &r[1..3] == ", ")
+                .map_or(l, |r| &r[3..]);
+            let name = l.strip_prefix("--")?.split([' ', '=', '<']).next()?;
+            (!name.is_empty()).then(|| format!("--{name}"))
+        })
+        .collect()
+}
+
+/// `--generate-man-pages`: nfsd-rs.8 lists every option `--help` shows, and
+/// nfsd-rs.conf.5 every one a configuration file may set.
+#[test]
+fn man_pages_list_every_option_of_help() {
+    let help = Command::new(env!("CARGO_BIN_EXE_nfsd"))
+        .arg("--help")
+        .output()
+        .unwrap();
+    let help = String::from_utf8(help.stdout).unwrap();
+    let flags = help_flags(&help);
+    assert!(flags.len() > 40, "{flags:?}");
+    let dir = TempDir::new("man");
+    run(
+        Path::new(env!("CARGO_BIN_EXE_nfsd")),
+        &["--generate-man-pages", dir.path().to_str().unwrap()],
+    );
+    let page = std::fs::read_to_string(dir.path().join("nfsd-rs.8")).unwrap();
+    let conf = std::fs::read_to_string(dir.path().join("nfsd-rs.conf.5")).unwrap();
+    for flag in &flags {
+        let roff = flag.replace('-', "\\-");
+        assert!(page.contains(&roff), "nfsd-rs.8 lacks {flag}");
+        let name = &roff[4..];
+        if !["config", "help", "version"].contains(&&flag[2..]) {
+            assert!(
+                conf.contains(&format!("\\fB{name}\\fR = ")),
+                "nfsd-rs.conf.5 lacks {flag}"
+            );
+        }
+    }
+    assert!(
+        page.starts_with(".ie") || page.contains(".TH nfsd-rs 8"),
+        "{}",
+        &page[..200]
+    );
+}
+
+/// A configuration file (`--config`) sets options as the command line does, which
+/// wins over it; a flag takes true or false; an unknown setting, a malformed line or
+/// a missing file named by --config is an error naming the file and line.
+#[test]
+fn config_file_settings_and_the_command_line_wins() {
+    let base = TempDir::new("conf");
+    let export = make_export(&base);
+    let conf = base.path().join("nfsd-rs.conf");
+    std::fs::write(
+        &conf,
+        "# test\nread-only = true\nsquash = all\nmetrics = 127.0.0.1:0\nno-nlm = false\n",
+    )
+    .unwrap();
+    let server = Nfsd::start(
+        &["--config", conf.to_str().unwrap(), "--squash", "none"],
+        &export,
+    );
+    let export_line = server
+        .lines
+        .iter()
+        .find(|l| l.starts_with("nfsd: export "))
+        .unwrap();
+    assert!(
+        export_line.contains("*(ro,no_root_squash,"),
+        "{export_line}"
+    );
+    assert!(
+        server
+            .lines
+            .iter()
+            .any(|l| l.starts_with("nfsd: metrics on http://127.0.0.1:")),
+        "{:?}",
+        server.lines
+    );
+    drop(server);
+
+    let nfsd = Path::new(env!("CARGO_BIN_EXE_nfsd"));
+    for (text, want) in [
+        (
+            "bind = 127.0.0.1\nmax-memroy = 2G\n",
+            ":2: no setting \"max-memroy\"",
+        ),
+        (
+            "read-only = maybe\n",
+            "line 1: read-only: \"maybe\" is not true or false",
+        ),
+        ("just words\n", ":1: \"just words\" is not NAME = VALUE"),
+        ("config = /etc/other.conf\n", ":1: no setting \"config\""),
+    ] {
+        std::fs::write(&conf, text).unwrap();
+        let (ok, err) = try_run(nfsd, &["--config", conf.to_str().unwrap(), "/tmp"], false);
+        assert!(!ok && err.contains(want), "{text:?}: {err}");
+    }
+    let (ok, err) = try_run(
+        nfsd,
+        &["--config", "/nonexistent/nfsd-rs.conf", "/tmp"],
+        false,
+    );
+    assert!(!ok && err.contains("/nonexistent/nfsd-rs.conf"), "{err}");
+}

@@ -21,12 +21,35 @@ mod stats;
 /// NFSv3 client: ls, get, put, rm, mkdir, stat, cat against host:/path or
 /// nfs://host[:port]/path.
 #[derive(Debug, Parser)]
-#[command(name = "nfs", version)]
+#[command(name = "nfs", version, arg_required_else_help = true)]
 struct Cli {
     #[command(flatten)]
     global: Global,
+    /// Write the man pages (nfs.1 and one nfs-COMMAND.1 per command) into DIR and
+    /// exit.
+    #[arg(long, value_name = "DIR", exclusive = true, hide = true)]
+    generate_man_pages: Option<std::path::PathBuf>,
     #[command(subcommand)]
-    command: Command,
+    command: Option<Command>,
+}
+
+/// Writes nfs.1 and nfs-COMMAND.1 for each command into `dir`.
+fn write_man_pages(dir: &std::path::Path) -> std::io::Result<()> {
+    use clap::CommandFactory;
+    std::fs::create_dir_all(dir)?;
+    let cmd = Cli::command();
+    let mut page = Vec::new();
+    clap_mangen::Man::new(cmd.clone()).render(&mut page)?;
+    std::fs::write(dir.join("nfs.1"), page)?;
+    for sub in cmd.get_subcommands() {
+        let name = format!("nfs-{}", sub.get_name());
+        let usage = format!("nfs [OPTIONS] {}", sub.get_name());
+        let sub = sub.clone().name(name.clone()).bin_name(usage);
+        let mut page = Vec::new();
+        clap_mangen::Man::new(sub).render(&mut page)?;
+        std::fs::write(dir.join(format!("{name}.1")), page)?;
+    }
+    Ok(())
 }
 
 /// Options of every command.
@@ -196,6 +219,19 @@ impl Global {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Some(dir) = &cli.generate_man_pages {
+        return match write_man_pages(dir) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("nfs: {}: {e}", dir.display());
+                ExitCode::FAILURE
+            }
+        };
+    }
+    let Some(command) = cli.command else {
+        eprintln!("nfs: a command is needed (nfs --help)");
+        return ExitCode::from(2);
+    };
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::from_env("NFS_LOG"))
         .with_writer(std::io::stderr)
@@ -208,7 +244,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match rt.block_on(commands::run(cli.global, cli.command)) {
+    match rt.block_on(commands::run(cli.global, command)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("nfs: {e}");
