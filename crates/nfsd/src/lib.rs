@@ -80,6 +80,7 @@ pub mod nlm;
 pub mod portmap;
 mod proc;
 pub mod rdma;
+pub mod sd_notify;
 pub mod server;
 pub mod service;
 pub mod v4;

@@ -758,8 +758,10 @@ async fn run(
     // supervisor (or a test) sees that line must find them, not the default action.
     let signals = ShutdownSignals::install();
     println!("nfsd: ready");
+    nfsd::sd_notify::notify("READY=1\nSTATUS=serving");
     let shutdown = async {
         let name = signals.recv().await;
+        nfsd::sd_notify::notify("STOPPING=1\nSTATUS=finishing calls in flight");
         println!("nfsd: {name}: shutting down, finishing calls in flight");
     };
     let reply_cache = bound.server().reply_cache.clone();
@@ -783,6 +785,8 @@ async fn reload_on_sighup(server: Arc<NfsServer>, file: Option<PathBuf>) {
             println!("nfsd: SIGHUP: no exports file (--exports) to reload");
             continue;
         };
+        // `systemctl status` shows "reloading" until READY=1.
+        nfsd::sd_notify::notify("RELOADING=1\nSTATUS=reloading the exports");
         let reloaded = nfsd::exports::load(file)
             .map_err(std::io::Error::from)
             .and_then(|lines| server.reload(&lines));
@@ -795,6 +799,7 @@ async fn reload_on_sighup(server: Arc<NfsServer>, file: Option<PathBuf>) {
             }
             Err(e) => eprintln!("nfsd: SIGHUP: {e}; the exports in force stay"),
         }
+        nfsd::sd_notify::notify("READY=1\nSTATUS=serving");
     }
 }
 

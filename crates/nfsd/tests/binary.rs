@@ -1158,3 +1158,73 @@ fn config_file_settings_and_the_command_line_wins() {
     );
     assert!(!ok && err.contains("/nonexistent/nfsd-rs.conf"), "{err}");
 }
+
+/// Started by a service manager (`$NOTIFY_SOCKET`, as systemd's `Type=notify` sets
+/// it), nfsd sends READY=1 once it serves (after its `ready` line), RELOADING=1
+/// then READY=1 around a SIGHUP reload, and STOPPING=1 at SIGTERM; for a path and
+/// for an abstract socket name.
+#[test]
+fn readiness_reload_and_stop_reach_the_service_manager() {
+    use std::os::linux::net::SocketAddrExt;
+    use std::os::unix::net::{SocketAddr as UnixAddr, UnixDatagram};
+    let base = TempDir::new("notify");
+    let export = make_export(&base);
+    let exports = base.path().join("exports");
+    std::fs::write(&exports, format!("{} *(rw,insecure)\n", export.display())).unwrap();
+    let abstract_name = format!("nfsd-test-notify-{}", std::process::id());
+    let path = base.path().join("notify.sock");
+    for (sock, env) in [
+        (
+            UnixDatagram::bind(&path).unwrap(),
+            path.display().to_string(),
+        ),
+        (
+            UnixDatagram::bind_addr(&UnixAddr::from_abstract_name(&abstract_name).unwrap())
+                .unwrap(),
+            format!("@{abstract_name}"),
+        ),
+    ] {
+        sock.set_read_timeout(Some(std::time::Duration::from_secs(20)))
+            .unwrap();
+        let recv = || {
+            let mut buf = [0u8; 512];
+            let n = sock.recv(&mut buf).expect("a notification within 20 s");
+            String::from_utf8(buf[..n].to_vec()).unwrap()
+        };
+        let state = TempDir::new("notify-state");
+        let mut child = Command::new(env!("CARGO_BIN_EXE_nfsd"))
+            .args([
+                "--bind",
+                "127.0.0.1",
+                "--nfs-port",
+                "0",
+                "--mount-port",
+                "0",
+            ])
+            .args(["--no-nlm", "--rpcbind", "off", "--no-rdma", "--exports"])
+            .arg(&exports)
+            .arg("--state-dir")
+            .arg(state.path())
+            .env("NOTIFY_SOCKET", &env)
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut out = BufReader::new(child.stdout.take().unwrap());
+        let ready = recv();
+        assert!(ready.starts_with("READY=1\n"), "{env}: {ready:?}");
+        let mut line = String::new();
+        while line.trim_end() != "nfsd: ready" {
+            line.clear();
+            assert!(out.read_line(&mut line).unwrap() > 0, "no ready line");
+        }
+        let drain = std::thread::spawn(move || std::io::copy(&mut out, &mut std::io::sink()));
+        let pid = rustix::process::Pid::from_raw(child.id() as i32).unwrap();
+        rustix::process::kill_process(pid, rustix::process::Signal::HUP).unwrap();
+        assert!(recv().starts_with("RELOADING=1\n"), "{env}");
+        assert!(recv().starts_with("READY=1\n"), "{env}");
+        rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
+        assert!(recv().starts_with("STOPPING=1\n"), "{env}");
+        assert!(child.wait().unwrap().success());
+        drain.join().unwrap().unwrap();
+    }
+}
