@@ -418,7 +418,13 @@ const NOT_IN_CONFIG: &[&str] = &["config", "generate-man-pages", "help", "versio
 /// on the command line.
 fn arguments() -> Result<Vec<OsString>, String> {
     let raw: Vec<OsString> = std::env::args_os().collect();
-    let on_line = Cli::command().ignore_errors(true).get_matches_from(&raw);
+    // A first look at the command line, for --config and the exports (--help and
+    // --version must not act yet: the file is read, and its errors shown, first).
+    let on_line = Cli::command()
+        .disable_help_flag(true)
+        .disable_version_flag(true)
+        .ignore_errors(true)
+        .get_matches_from(&raw);
     if on_line.contains_id("generate_man_pages") {
         return Ok(raw);
     }

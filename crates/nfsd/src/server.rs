@@ -147,13 +147,26 @@ impl Bound {
             server.memory.clone(),
             oncrpc::tcp::DEFAULT_MAX_RECORD as u64,
         ));
-        let listen = |port| TcpListener::bind(SocketAddr::new(config.bind, port));
-        let nfs = listen(config.nfs_port).await?;
+        let listen = |what: &'static str, port| async move {
+            let addr = SocketAddr::new(config.bind, port);
+            TcpListener::bind(addr).await.map_err(|e| {
+                // knfsd holds 2049 and 20048 when nfs-server.service runs: say so
+                // rather than leave "address in use" to be puzzled over.
+                let hint = if e.kind() == std::io::ErrorKind::AddrInUse {
+                    " (another NFS server, such as the kernel's nfs-server.service, may \
+                     hold it: stop it, or give nfsd other ports)"
+                } else {
+                    ""
+                };
+                std::io::Error::new(e.kind(), format!("{what} tcp {addr}: {e}{hint}"))
+            })
+        };
+        let nfs = listen("NFS", config.nfs_port).await?;
         let nfs_port = nfs.local_addr()?.port();
         let mount = if config.mount_port == config.nfs_port && config.nfs_port != 0 {
             None
         } else {
-            Some(listen(config.mount_port).await?)
+            Some(listen("MOUNT", config.mount_port).await?)
         };
         let _ = nfs_port;
         let nlm = match &config.nlm {

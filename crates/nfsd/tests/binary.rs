@@ -1228,3 +1228,35 @@ fn readiness_reload_and_stop_reach_the_service_manager() {
         drain.join().unwrap().unwrap();
     }
 }
+
+/// A port another server holds (as knfsd holds 2049) stops nfsd with the port and
+/// a hint, not a bare "address in use".
+#[test]
+fn a_port_in_use_is_named_with_a_hint() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port().to_string();
+    let state = TempDir::new("inuse-state");
+    let (ok, err) = try_run(
+        Path::new(env!("CARGO_BIN_EXE_nfsd")),
+        &[
+            "--bind",
+            "127.0.0.1",
+            "--nfs-port",
+            &port,
+            "--no-rdma",
+            "--no-nlm",
+            "--rpcbind",
+            "off",
+            "--state-dir",
+            state.path().to_str().unwrap(),
+            "/tmp",
+        ],
+        false,
+    );
+    assert!(!ok);
+    assert!(
+        err.contains(&format!("NFS tcp 127.0.0.1:{port}: Address already in use"))
+            && err.contains("nfs-server.service"),
+        "{err}"
+    );
+}
