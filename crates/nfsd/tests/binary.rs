@@ -1260,3 +1260,48 @@ fn a_port_in_use_is_named_with_a_hint() {
         "{err}"
     );
 }
+
+/// Nobody reading standard output any more (a closed pipe) does not stop nfsd: its
+/// status lines at shutdown go nowhere and it still exits cleanly (`println!` would
+/// panic on EPIPE).
+#[test]
+fn a_closed_standard_output_is_no_panic() {
+    let base = TempDir::new("epipe");
+    let export = make_export(&base);
+    let state = TempDir::new("epipe-state");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_nfsd"))
+        .args([
+            "--bind",
+            "127.0.0.1",
+            "--nfs-port",
+            "0",
+            "--mount-port",
+            "0",
+        ])
+        .args(["--no-nlm", "--rpcbind", "off", "--no-rdma", "--state-dir"])
+        .arg(state.path())
+        .arg(&export)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    while line.trim_end() != "nfsd: ready" {
+        line.clear();
+        assert!(
+            out.read_line(&mut line).unwrap() > 0,
+            "nfsd exited before ready"
+        );
+    }
+    drop(out);
+    let pid = rustix::process::Pid::from_raw(child.id() as i32).unwrap();
+    rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && !err.contains("panicked"),
+        "{:?}: {err}",
+        out.status
+    );
+}

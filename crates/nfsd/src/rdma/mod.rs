@@ -539,7 +539,11 @@ async fn bind_verbs_here(
     };
     // A port going down, or the device failing, is said on the server's output: the
     // first thing to know when NFS/RDMA clients stop.
-    if let Err(e) = verbs::watch_device_events(|event| println!("nfsd: {event}")) {
+    if let Err(e) = verbs::watch_device_events(|event| {
+        use std::io::Write as _;
+        // Never a panic for a closed standard output (as the binary's status lines).
+        let _ = writeln!(std::io::stdout(), "nfsd: {event}");
+    }) {
         tracing::warn!(error = %e, "cannot watch the RDMA devices' events");
     }
     Ok((server, listener, device))
