@@ -182,3 +182,58 @@ async fn no_portmapper_fails_at_once_with_a_hint() {
         "{err}"
     );
 }
+
+/// The long options an `--help` lists (each on its own line, after a short form).
+fn help_flags(help: &str) -> Vec<String> {
+    help.lines()
+        .map(str::trim_start)
+        .filter_map(|l| {
+            let l = l
+                .strip_prefix('-')
+                .filter(|r| r.len() > 3 && &r[1..3] == ", ")
+                .map_or(l, |r| &r[3..]);
+            let name = l.strip_prefix("--")?.split([' ', '=', '<']).next()?;
+            (!name.is_empty()).then(|| format!("--{name}"))
+        })
+        .collect()
+}
+
+/// `nfs --generate-man-pages`: nfs.1 lists every option of `nfs --help`, and
+/// nfs-COMMAND.1 every option of `nfs COMMAND --help`, for every command.
+#[test]
+fn man_pages_list_every_option_of_help() {
+    let nfs = env!("CARGO_BIN_EXE_nfs");
+    let help = |args: &[&str]| {
+        let o = std::process::Command::new(nfs).args(args).output().unwrap();
+        String::from_utf8(o.stdout).unwrap()
+    };
+    let dir = TempDir::new("man");
+    let o = std::process::Command::new(nfs)
+        .arg("--generate-man-pages")
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let top = help(&["--help"]);
+    let commands: Vec<String> = top
+        .lines()
+        .skip_while(|l| !l.starts_with("Commands:"))
+        .skip(1)
+        .take_while(|l| l.starts_with("  "))
+        .filter_map(|l| l.split_whitespace().next().map(str::to_string))
+        .filter(|c| c != "help")
+        .collect();
+    assert!(commands.len() >= 8, "{commands:?}");
+    let mut pages = vec![("nfs.1".to_string(), top)];
+    for c in &commands {
+        pages.push((format!("nfs-{c}.1"), help(&[c, "--help"])));
+    }
+    for (page, help) in pages {
+        let text = std::fs::read_to_string(dir.path().join(&page)).unwrap();
+        let flags = help_flags(&help);
+        assert!(!flags.is_empty(), "{page}");
+        for f in flags {
+            assert!(text.contains(&f.replace('-', "\\-")), "{page} lacks {f}");
+        }
+    }
+}

@@ -37,7 +37,9 @@ struct Cli {
 fn write_man_pages(dir: &std::path::Path) -> std::io::Result<()> {
     use clap::CommandFactory;
     std::fs::create_dir_all(dir)?;
-    let cmd = Cli::command();
+    let mut cmd = Cli::command();
+    // Propagates the global options into each command, whose page then lists them.
+    cmd.build();
     let mut page = Vec::new();
     clap_mangen::Man::new(cmd.clone()).render(&mut page)?;
     std::fs::write(dir.join("nfs.1"), page)?;
