@@ -30,6 +30,7 @@ mod error;
 mod host;
 mod outcome;
 mod paths;
+pub mod prometheus;
 mod qemu;
 pub mod realign;
 mod run;

@@ -46,6 +46,8 @@ const NFS_TCP_PORT: u16 = 31049;
 /// 16,000 is also what crates/iwarp's own tshark test uses.
 const MAX_ULPDU: u16 = 16_000;
 const SIZES: [u64; 5] = [0, 1, 4095, (1 << 20) + 1, 64 << 20];
+/// nfsd's `--metrics` on the host; the guest scrapes it through slirp.
+const METRICS_PORT: u16 = 39750;
 
 const GUEST: &str = r#". /share/lib.sh
 OPTS="vers=3,proto=rdma,port=$LAB_NFS_PORT,mountproto=tcp,mountport=$LAB_MOUNT_PORT,nolock"
@@ -55,6 +57,7 @@ step rdma_up lab_rdma_up
 step mount mount.nfs "10.0.2.2:$LAB_EXPORT" $M -n -o "$OPTS"
 record xprt "$(lab_xprt $M)"
 step xprt_is_rdma lab_expect_xprt $M rdma
+step metrics_before wget -q -O $LAB_RUN_DIR/metrics-before.txt "http://10.0.2.2:$LAB_METRICS_PORT/metrics"
 for n in $LAB_SIZES; do
   step "make_$n" sh -c "head -c $n /dev/urandom > /tmp/f$n"
   t0=$(cut -d" " -f1 /proc/uptime)
@@ -70,6 +73,7 @@ step drop_caches sh -c 'sync; echo 3 >/proc/sys/vm/drop_caches'
 for n in $LAB_SIZES; do
   step "read_back_$n" lab_same_md5 /tmp/f$n $M/in-$n
 done
+step metrics_after wget -q -O $LAB_RUN_DIR/metrics-after.txt "http://10.0.2.2:$LAB_METRICS_PORT/metrics"
 step mkdir mkdir -p $M/d1/d2
 step rename mv $M/in-1 $M/d1/d2/renamed
 step rename_dir mv $M/d1 $M/d1moved
@@ -124,6 +128,7 @@ fn scenario(run_name: &str, crc: bool, sizes_in: &[u64], entries: usize) {
         .env("LAB_EXPORT", export.display().to_string())
         .env("LAB_SIZES", sizes.join(" "))
         .env("LAB_MANY", entries.to_string())
+        .env("LAB_METRICS_PORT", METRICS_PORT.to_string())
         .env("LAB_STEP_TIMEOUT", "240");
     let server = HostProcess::new("nfsd", &nfsd).args([
         "--bind".to_string(),
@@ -138,6 +143,8 @@ fn scenario(run_name: &str, crc: bool, sizes_in: &[u64], entries: usize) {
         MOUNT_PORT.to_string(),
         "--rpcbind".to_string(),
         "off".to_string(),
+        "--metrics".to_string(),
+        format!("127.0.0.1:{METRICS_PORT}"),
         export.display().to_string(),
     ]);
     let server = if crc {
@@ -180,6 +187,7 @@ fn scenario(run_name: &str, crc: bool, sizes_in: &[u64], entries: usize) {
         Ok(())
     });
     check_nfs_copy_tree(&mut o, &export, sizes_in, entries);
+    check_metrics(&mut o, sizes_in);
     o.host_step("server_log_says_rdma", |o| {
         let log = std::fs::read_to_string(o.out_dir.join("host-nfsd.log"))
             .map_err(|e| format!("host-nfsd.log: {e}"))?;
@@ -265,4 +273,56 @@ fn scenario(run_name: &str, crc: bool, sizes_in: &[u64], entries: usize) {
         let _ = std::fs::remove_dir_all(&export);
     }
     o.assert_passed();
+}
+
+/// nfsd's `--metrics` pages, scraped by the guest (busybox wget) after the mount and
+/// after the copies and read-backs: the Prometheus parser reads both, and the
+/// counters moved as the kernel client's traffic says they must: a WRITE and a READ
+/// per MiB of each file at least, the large files' data pulled by RDMA Read and
+/// pushed by RDMA Write, the service-time histogram counting every WRITE, and the
+/// client's connection open.
+fn check_metrics(o: &mut Outcome, sizes: &[u64]) {
+    use lab::prometheus::{get, nfs3_calls, parse};
+    let page = |o: &Outcome, name: &str| {
+        let p = o.share_file(name);
+        let text = std::fs::read_to_string(&p).map_err(|e| format!("{}: {e}", p.display()))?;
+        parse(&text)
+    };
+    let per_mib: f64 = sizes.iter().map(|n| n.div_ceil(1 << 20) as f64).sum();
+    let large: f64 = sizes
+        .iter()
+        .filter(|&&n| n >= 1 << 20)
+        .map(|&n| n as f64)
+        .sum();
+    if let Some(report) = o.host_step("metrics_counted_the_kernel_client", |o| {
+        let (before, after) = (
+            page(o, "metrics-before.txt")?,
+            page(o, "metrics-after.txt")?,
+        );
+        let moved = |k: &str| get(&after, k) - get(&before, k);
+        let mut report = Vec::new();
+        for (key, at_least) in [
+            (nfs3_calls("WRITE"), per_mib),
+            (nfs3_calls("READ"), per_mib),
+            ("nfsd_rdma_rdma_read_bytes_total{}".to_string(), large),
+            ("nfsd_rdma_rdma_write_bytes_total{}".to_string(), large),
+        ] {
+            let m = moved(&key);
+            if m < at_least {
+                return Err(format!("{key} moved by {m}, expected at least {at_least}"));
+            }
+            report.push(format!("{key} +{m}"));
+        }
+        let count =
+            "nfsd_rpc_duration_seconds_count{procedure=\"WRITE\",program=\"nfs\",version=\"3\"}";
+        if get(&after, count) != get(&after, &nfs3_calls("WRITE")) {
+            return Err(format!("{count} is not the WRITE calls"));
+        }
+        if get(&after, "nfsd_rdma_connections_open{}") < 1.0 {
+            return Err("no NFS/RDMA connection open while the client was mounted".into());
+        }
+        Ok(report.join(", "))
+    }) {
+        eprintln!("metrics: {report}");
+    }
 }
