@@ -12,6 +12,7 @@ mod common;
 
 mod kclient_to_host_peer;
 mod kclient_to_iwarp;
+mod nfs4_idmap;
 mod nfs4_mount;
 mod nfs4_restart;
 mod nfs_crash_restart;
