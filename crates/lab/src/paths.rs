@@ -18,6 +18,8 @@ pub struct Lab {
     tshark: PathBuf,
     kv: String,
     kv_pinned: String,
+    /// The minimal Debian with systemd for the package scenario, if setup made it.
+    service_root: Option<PathBuf>,
 }
 
 impl Lab {
@@ -76,6 +78,7 @@ impl Lab {
             tshark: existing("LAB_TSHARK")?,
             kv: get("LAB_KV")?,
             kv_pinned: get("LAB_KV_PINNED")?,
+            service_root: env.get("LAB_SERVICE_ROOT").map(PathBuf::from),
             lab_dir,
         })
     }
@@ -98,6 +101,17 @@ impl Lab {
     /// True when setup had to fall back from the pinned kernel.
     pub fn is_fallback_kernel(&self) -> bool {
         self.kv != self.kv_pinned
+    }
+
+    /// The minimal Debian 12 root with systemd that `lab/setup` made for booting
+    /// in a container (the Debian package scenario).
+    pub fn service_root(&self) -> Result<&Path, LabError> {
+        match &self.service_root {
+            Some(p) if p.join(".complete").exists() => Ok(p),
+            _ => Err(LabError::NotSetUp(
+                "no service root (LAB_SERVICE_ROOT): run lab/setup again".into(),
+            )),
+        }
     }
 
     /// The tshark binary found by setup.

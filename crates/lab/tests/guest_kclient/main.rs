@@ -24,6 +24,7 @@ mod nfs_rdma;
 mod nfs_rdma_guest_server;
 mod nfs_rdma_no_vers;
 mod nfs_tcp;
+mod package_service;
 mod verbs_devices;
 mod verbs_iwarp_interop;
 mod verbs_pingpong;
