@@ -21,6 +21,7 @@
 //! vers=3,proto=rdma,port=20049 host:/srv/export /mnt` (an RDMA NIC or rxe/siw on
 //! both sides with verbs; with the userspace iWARP provider, Linux siw on the client).
 
+use std::ffi::OsString;
 use std::net::IpAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -34,8 +35,6 @@ macro_rules! say {
         let _ = writeln!(std::io::stdout(), $($arg)*);
     }};
 }
-
-use std::ffi::OsString;
 
 use clap::{CommandFactory, Parser, ValueEnum};
 use nfsd::nlm::locks::Limits;
