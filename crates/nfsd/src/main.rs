@@ -763,8 +763,15 @@ async fn run(
         .map(|b| format!("{b:02x}"))
         .collect();
     say!("nfsd: write verifier {verf}");
-    tokio::spawn(reload_on_sighup(bound.server().clone(), exports_file));
+    // SIGHUP's and SIGUSR1's handlers are installed here, before "ready" and READY=1:
+    // installed only when their tasks first ran, a reload sent the moment a supervisor
+    // saw nfsd ready found the default action, which ends the process.
+    use tokio::signal::unix::{signal, SignalKind};
+    let hup = signal(SignalKind::hangup())?;
+    let usr1 = signal(SignalKind::user_defined1())?;
+    tokio::spawn(reload_on_sighup(hup, bound.server().clone(), exports_file));
     tokio::spawn(dump_on_sigusr1(
+        usr1,
         bound.rdma_stats(),
         bound.server().reply_cache.clone(),
     ));
@@ -790,11 +797,11 @@ async fn run(
 
 /// On each SIGHUP, reads the exports file again and serves it; a file that does not
 /// load (or a directory that does not open) is reported and the exports in force stay.
-async fn reload_on_sighup(server: Arc<NfsServer>, file: Option<PathBuf>) {
-    use tokio::signal::unix::{signal, SignalKind};
-    let Ok(mut hup) = signal(SignalKind::hangup()) else {
-        return;
-    };
+async fn reload_on_sighup(
+    mut hup: tokio::signal::unix::Signal,
+    server: Arc<NfsServer>,
+    file: Option<PathBuf>,
+) {
     while hup.recv().await.is_some() {
         let Some(file) = &file else {
             say!("nfsd: SIGHUP: no exports file (--exports) to reload");
@@ -823,13 +830,10 @@ async fn reload_on_sighup(server: Arc<NfsServer>, file: Option<PathBuf>) {
 /// work requests in flight, calls in service and their age, memory charged); then the
 /// memory budget and the duplicate request cache's counters.
 async fn dump_on_sigusr1(
+    mut usr1: tokio::signal::unix::Signal,
     rdma: Option<rpcrdma_transport::StatsRegistry>,
     reply_cache: Option<Arc<oncrpc::drc::ReplyCache>>,
 ) {
-    use tokio::signal::unix::{signal, SignalKind};
-    let Ok(mut usr1) = signal(SignalKind::user_defined1()) else {
-        return;
-    };
     while usr1.recv().await.is_some() {
         let mut out = String::new();
         match &rdma {
