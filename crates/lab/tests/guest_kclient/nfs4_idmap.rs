@@ -11,6 +11,9 @@
 //! - a file the guest gives to daemon:daemon (`chown`, SETATTR with the names the
 //!   client's idmapper made) is daemon's on the host, 1:1 (the server looked the
 //!   names up in the host's database).
+//!
+//! The guest's changes (idmapper, users, `nfs4_disable_idmapping`) are undone when
+//! its script exits, for the scenarios that share the boot.
 
 use std::os::unix::fs::MetadataExt;
 use std::time::Duration;
@@ -22,6 +25,11 @@ const NFS_TCP_PORT: u16 = 35149;
 const DOMAIN: &str = "lab.test";
 
 const GUEST: &str = r#". /share/lib.sh
+# Everything below is undone at exit: the other scenarios of the shared boot expect
+# the kernel client's default (no ID mapping) and the initramfs's user database.
+cp /etc/passwd /tmp/passwd.orig
+cp /etc/group /tmp/group.orig
+lab_on_exit 'umount /mnt/idmap 2>/dev/null; cp /tmp/passwd.orig /etc/passwd; cp /tmp/group.orig /etc/group; rm -f /sbin/request-key /sbin/nfsidmap /etc/request-key.d/id_resolver.conf /etc/idmapd.conf; echo Y > /sys/module/nfs/parameters/nfs4_disable_idmapping 2>/dev/null; true'
 # The idmapper as nfs-common installs it, from the share: request-key (keyutils) and
 # nfsidmap with their libraries, nfsidmap's nsswitch plugin where it looks for it.
 cat > /sbin/request-key <<'EOF'
