@@ -838,50 +838,6 @@ fn http_get(addr: SocketAddr, method: &str, path: &str) -> (String, String) {
     (head.lines().next().unwrap().to_string(), body.to_string())
 }
 
-/// The page as the Prometheus project's own parser reads it (Debian's
-/// python3-prometheus-client): `name{label="value",...}` (labels sorted) to value.
-fn prometheus_samples(page: &str) -> std::collections::BTreeMap<String, f64> {
-    use std::io::Write;
-    const PARSE: &str = r#"
-import sys
-from prometheus_client.parser import text_string_to_metric_families
-for family in text_string_to_metric_families(sys.stdin.read()):
-    for s in family.samples:
-        labels = ",".join('%s="%s"' % kv for kv in sorted(s.labels.items()))
-        print("%s{%s}\t%r" % (s.name, labels, s.value))
-"#;
-    // Debian's interpreter, for which the package is installed (another python3
-    // may come first in PATH).
-    let mut child = Command::new("/usr/bin/python3")
-        .args(["-c", PARSE])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("/usr/bin/python3 runs");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(page.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "the Prometheus parser refused the page (this test needs Debian's \
-         python3-prometheus-client): {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .map(|l| {
-            let (k, v) = l.split_once('\t').unwrap();
-            (k.to_string(), v.parse().unwrap())
-        })
-        .collect()
-}
-
 /// `--metrics`: the page parses with the Prometheus project's parser, and its
 /// counters move as libnfs (an independent client) writes, reads and lists: calls
 /// by procedure with matching histogram counts, TCP bytes at least the data moved,
@@ -903,7 +859,7 @@ fn metrics_page_parses_and_counts_what_libnfs_does() {
     let scrape = || {
         let (status, body) = http_get(addr, "GET", "/metrics");
         assert_eq!(status, "HTTP/1.1 200 OK");
-        prometheus_samples(&body)
+        lab::prometheus::parse(&body).unwrap_or_else(|e| panic!("{e}"))
     };
     let before = scrape();
     let size = 3 << 20;
@@ -959,6 +915,43 @@ fn metrics_page_parses_and_counts_what_libnfs_does() {
     assert!(status.success());
 }
 
+/// Starts nfsd on loopback ports of its own (no NLM, rpcbind or RDMA), its state in
+/// `state`, with `args` and `env`, standard output and error piped, and reads
+/// standard output up to its `ready` line: the child, and the rest of that output.
+fn start_piped(
+    state: &Path,
+    args: &[&std::ffi::OsStr],
+    env: &[(&str, &std::ffi::OsStr)],
+) -> (Child, BufReader<std::process::ChildStdout>) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_nfsd"))
+        .args([
+            "--bind",
+            "127.0.0.1",
+            "--nfs-port",
+            "0",
+            "--mount-port",
+            "0",
+        ])
+        .args(["--no-nlm", "--rpcbind", "off", "--no-rdma", "--state-dir"])
+        .arg(state)
+        .args(args)
+        .envs(env.iter().copied())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    while line.trim_end() != "nfsd: ready" {
+        line.clear();
+        assert!(
+            out.read_line(&mut line).unwrap() > 0,
+            "nfsd exited before ready"
+        );
+    }
+    (child, out)
+}
+
 /// `--log-format json`: every line nfsd writes to standard error is one JSON object
 /// with a level and a message (Python's json module reads each); the default text
 /// format has no ANSI colours when standard error is not a terminal.
@@ -968,40 +961,12 @@ fn log_lines_are_json_objects_or_plain_text() {
     let export = make_export(&base);
     let state = TempDir::new("logs-state");
     for (format, json) in [("json", true), ("text", false)] {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_nfsd"))
-            .args([
-                "--log-format",
-                format,
-                "--bind",
-                "127.0.0.1",
-                "--nfs-port",
-                "0",
-            ])
-            .args([
-                "--mount-port",
-                "0",
-                "--no-nlm",
-                "--rpcbind",
-                "off",
-                "--no-rdma",
-            ])
-            .arg("--state-dir")
-            .arg(state.path())
-            .arg(&export)
-            .env("RUST_LOG", "info")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut out = BufReader::new(child.stdout.take().unwrap());
-        let mut line = String::new();
-        while line.trim_end() != "nfsd: ready" {
-            line.clear();
-            assert!(
-                out.read_line(&mut line).unwrap() > 0,
-                "nfsd exited before ready"
-            );
-        }
+        let os = std::ffi::OsStr::new;
+        let (child, mut out) = start_piped(
+            state.path(),
+            &[os("--log-format"), os(format), export.as_os_str()],
+            &[("RUST_LOG", os("info"))],
+        );
         // Keep reading standard output: nfsd prints its last lines at the stop.
         let drain = std::thread::spawn(move || std::io::copy(&mut out, &mut std::io::sink()));
         let pid = rustix::process::Pid::from_raw(child.id() as i32).unwrap();
@@ -1192,31 +1157,13 @@ fn readiness_reload_and_stop_reach_the_service_manager() {
             String::from_utf8(buf[..n].to_vec()).unwrap()
         };
         let state = TempDir::new("notify-state");
-        let mut child = Command::new(env!("CARGO_BIN_EXE_nfsd"))
-            .args([
-                "--bind",
-                "127.0.0.1",
-                "--nfs-port",
-                "0",
-                "--mount-port",
-                "0",
-            ])
-            .args(["--no-nlm", "--rpcbind", "off", "--no-rdma", "--exports"])
-            .arg(&exports)
-            .arg("--state-dir")
-            .arg(state.path())
-            .env("NOTIFY_SOCKET", &env)
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut out = BufReader::new(child.stdout.take().unwrap());
+        let (mut child, mut out) = start_piped(
+            state.path(),
+            &[std::ffi::OsStr::new("--exports"), exports.as_os_str()],
+            &[("NOTIFY_SOCKET", std::ffi::OsStr::new(&env))],
+        );
         let ready = recv();
         assert!(ready.starts_with("READY=1\n"), "{env}: {ready:?}");
-        let mut line = String::new();
-        while line.trim_end() != "nfsd: ready" {
-            line.clear();
-            assert!(out.read_line(&mut line).unwrap() > 0, "no ready line");
-        }
         let drain = std::thread::spawn(move || std::io::copy(&mut out, &mut std::io::sink()));
         let pid = rustix::process::Pid::from_raw(child.id() as i32).unwrap();
         rustix::process::kill_process(pid, rustix::process::Signal::HUP).unwrap();
@@ -1269,31 +1216,7 @@ fn a_closed_standard_output_is_no_panic() {
     let base = TempDir::new("epipe");
     let export = make_export(&base);
     let state = TempDir::new("epipe-state");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_nfsd"))
-        .args([
-            "--bind",
-            "127.0.0.1",
-            "--nfs-port",
-            "0",
-            "--mount-port",
-            "0",
-        ])
-        .args(["--no-nlm", "--rpcbind", "off", "--no-rdma", "--state-dir"])
-        .arg(state.path())
-        .arg(&export)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut out = BufReader::new(child.stdout.take().unwrap());
-    let mut line = String::new();
-    while line.trim_end() != "nfsd: ready" {
-        line.clear();
-        assert!(
-            out.read_line(&mut line).unwrap() > 0,
-            "nfsd exited before ready"
-        );
-    }
+    let (child, out) = start_piped(state.path(), &[export.as_os_str()], &[]);
     drop(out);
     let pid = rustix::process::Pid::from_raw(child.id() as i32).unwrap();
     rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
