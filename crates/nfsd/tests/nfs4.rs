@@ -14,13 +14,13 @@ use std::path::Path;
 
 use common::nfs4::*;
 use common::TempDir;
-use nfs4::compound::{Compound4Args, Compound4Res, NfsArgop4, NfsResop4};
+use nfs4::compound::{Compound4Res, NfsArgop4, NfsResop4};
 use nfs4::fh::*;
 use nfs4::session::*;
 use nfs4::*;
 use nfsd::server::Bound;
 use oncrpc::{AcceptedStatus, ReplyBody, ReplyHeader};
-use xdr::{Bytes, Decode, Decoder, Encode, Encoder};
+use xdr::{Bytes, Decode, Decoder, Encoder};
 
 #[tokio::test]
 async fn linux_mount_sequence_reaches_the_export_through_the_pseudo_root() {
@@ -407,92 +407,31 @@ async fn exports_client_rules_apply_to_the_pseudo_file_system_and_to_handles() {
 /// (RFC 8267 §5) carries the COMPOUNDs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_session_made_over_rdma_serves_over_tcp_too() {
-    use nfsd::rdma::{Provider, RdmaOptions};
-    let dir = TempDir::new("nfs4-rdma");
-    let mut bound = Bound::new(&common::loopback_config(dir.path()))
-        .await
-        .unwrap();
-    bound.serve_nfs4();
-    bound
-        .listen_rdma(&RdmaOptions {
-            provider: Provider::Iwarp,
-            ..RdmaOptions::new((std::net::Ipv4Addr::LOCALHOST, 0).into())
-        })
-        .await
-        .unwrap();
-    let rdma = bound.rdma_addr().unwrap();
-    let tcp = bound.nfs_addr().unwrap();
-    let serving = common::serve(bound);
-
-    let transport = rpcrdma_transport::RdmaTransport::new(
-        iwarp::IwarpProvider::new(iwarp::IwarpConfig::default()),
-        rdma,
-        rpcrdma_transport::RdmaConfig::default(),
-        std::sync::Arc::new(nfs4::rdma::Nfs4Binding::default()),
-    );
-    let client = oncrpc::Client::new(transport, oncrpc::ClientConfig::default());
-    let compound = |ops: Vec<NfsArgop4>| {
-        let args = Compound4Args {
-            tag: "rdma".into(),
-            minorversion: 1,
-            argarray: ops,
-        };
-        let client = &client;
-        async move {
-            let mut reply = client
-                .call(NFS4_PROGRAM, NFS_V4, NFSPROC4_COMPOUND, args.to_xdr())
-                .await
-                .expect("a reply over RDMA");
-            Compound4Res::decode(&mut reply.results).expect("COMPOUND4res")
-        }
-    };
-    let res = compound(vec![NfsArgop4::ExchangeId(ExchangeId4Args {
-        eia_clientowner: ClientOwner4 {
-            co_verifier: *b"rdma-vrf",
-            co_ownerid: "over-rdma".into(),
-        },
-        eia_flags: 0,
-        eia_state_protect: StateProtect4A::None,
-        eia_client_impl_id: None,
-    })])
+    let server = rdma_server().await;
+    let mut s = Session::new_on(
+        Conn::open_rdma(server.rdma, rpcrdma_transport::RdmaConfig::default()),
+        "over-rdma",
+    )
     .await;
-    let NfsResop4::ExchangeId(Res4::Ok(ex)) = &res.resarray[0] else {
-        panic!("EXCHANGE_ID over RDMA: {res:?}")
-    };
-    let res = compound(vec![NfsArgop4::CreateSession(CreateSession4Args {
-        csa_clientid: ex.eir_clientid,
-        csa_sequence: ex.eir_sequenceid,
-        csa_flags: 0,
-        csa_fore_chan_attrs: channel(),
-        csa_back_chan_attrs: channel(),
-        csa_cb_program: 0x4000_0000,
-        csa_sec_parms: vec![CallbackSecParms4::AuthNone],
-    })])
-    .await;
-    let NfsResop4::CreateSession(Res4::Ok(cs)) = &res.resarray[0] else {
-        panic!("CREATE_SESSION over RDMA: {res:?}")
-    };
-    let sequence = |seq| {
-        NfsArgop4::Sequence(Sequence4Args {
-            sa_sessionid: cs.csr_sessionid,
-            sa_sequenceid: seq,
-            sa_slotid: 0,
-            sa_highest_slotid: 0,
-            sa_cachethis: false,
-        })
-    };
-    let res = compound(vec![sequence(1), NfsArgop4::PutRootFh, getattr()]).await;
+    let res = s.run(vec![NfsArgop4::PutRootFh, getattr()]).await;
     assert_eq!(res.status, NfsStat4::NFS4_OK, "{res:?}");
     assert_eq!(attrs(&res.resarray[2]).ftype, 2);
 
     // Slot 0 of the same session, next sequence id, over TCP.
-    let mut conn = Conn::open(tcp).await;
+    let mut conn = Conn::open(server.tcp).await;
     let (_, res) = conn
-        .compound(1, vec![sequence(2), NfsArgop4::PutRootFh, NfsArgop4::GetFh])
+        .compound(
+            1,
+            vec![
+                s.sequence(s.seq, false),
+                NfsArgop4::PutRootFh,
+                NfsArgop4::GetFh,
+            ],
+        )
         .await;
     assert_eq!(res.status, NfsStat4::NFS4_OK, "{res:?}");
-    drop(client);
-    serving.stop().await;
+    drop(s);
+    server.serving.stop().await;
 }
 
 /// Without [`Bound::serve_nfs4`] (the binary with `--no-nfs4`), version 4 is not

@@ -729,3 +729,104 @@ async fn setattr_of_the_modification_time_under_an_open_stateid_sticks() {
     assert_eq!(meta.mtime(), when);
     serving.stop().await;
 }
+
+/// NFSv4.1 over RPC-over-RDMA, Version One and Version Two (with reliable reply), our
+/// userspace iWARP provider on both ends: a 1 MiB WRITE whose data the server pulls
+/// by RDMA Read from the Call's Read chunk, and a 1 MiB READ whose data it pushes by
+/// RDMA Write into the Call's Write chunk (RFC 8267 §5.1: the DDP-eligible items),
+/// with OPEN, COMMIT and CLOSE around them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_write_and_read_over_rdma_versions_one_and_two() {
+    use rpcrdma_transport::Counter;
+    for version_two in [false, true] {
+        let RdmaServer {
+            export,
+            rdma,
+            stats: served,
+            serving,
+            dir: _dir,
+            ..
+        } = rdma_server().await;
+        let conn = Conn::open_rdma(
+            rdma,
+            rpcrdma_transport::RdmaConfig {
+                version_two,
+                reliable_reply: version_two,
+                ..rpcrdma_transport::RdmaConfig::default()
+            },
+        );
+        let mut s = Session::new_on(conn, "rdma-io").await;
+
+        let mut ops = to_export(&export);
+        ops.extend([
+            open_name(
+                owner(&s, "open-owner"),
+                "big",
+                OPEN4_SHARE_ACCESS_BOTH,
+                OPEN4_SHARE_DENY_NONE,
+                Some(CreateHow4::Unchecked(mode_attrs(0o644))),
+            ),
+            NfsArgop4::GetFh,
+        ]);
+        let res = s.run(ops).await;
+        assert_eq!(res.status, NfsStat4::NFS4_OK, "{res:?}");
+        let n = res.resarray.len();
+        let open = opened(&res.resarray[n - 2]);
+        let NfsResop4::GetFh(Res4::Ok(fh)) = &res.resarray[n - 1] else {
+            panic!("GETFH")
+        };
+        let put = || {
+            NfsArgop4::PutFh(nfs4::fh::PutFh4Args {
+                object: fh.object.clone(),
+            })
+        };
+
+        let data: Vec<u8> = (0..1u32 << 20).map(|i| (i * 13 % 253) as u8).collect();
+        let res = s
+            .run(vec![
+                put(),
+                write(open.stateid, 0, &data, StableHow4::UNSTABLE4),
+            ])
+            .await;
+        let NfsResop4::Write(Res4::Ok(w)) = &res.resarray[2] else {
+            panic!("WRITE over RDMA: {res:?}")
+        };
+        assert_eq!(w.count, 1 << 20);
+        let res = s
+            .run(vec![
+                put(),
+                read(open.stateid, 0, 1 << 20),
+                NfsArgop4::Commit(Commit4Args {
+                    offset: 0,
+                    count: 0,
+                }),
+            ])
+            .await;
+        assert_eq!(res.status, NfsStat4::NFS4_OK, "{res:?}");
+        let NfsResop4::Read(Res4::Ok(r)) = &res.resarray[2] else {
+            panic!("READ over RDMA: {res:?}")
+        };
+        assert!(r.data.0 == data, "READ returns what WRITE wrote");
+        let res = s.run(vec![put(), close(open.stateid)]).await;
+        assert_eq!(res.status, NfsStat4::NFS4_OK, "{res:?}");
+        assert!(std::fs::read(export.join("big")).unwrap() == data);
+
+        let ours = s.conn.rdma_stats().unwrap().latest().unwrap();
+        let version = if version_two { 2 } else { 1 };
+        assert_eq!(ours.get(Counter::Version), version, "{ours}");
+        assert_eq!(ours.get(Counter::ReliableReply), u64::from(version_two));
+        assert!(
+            ours.get(Counter::ReadChunks) >= 1,
+            "WRITE data in a Read chunk: {ours}"
+        );
+        assert!(
+            ours.get(Counter::WriteChunks) >= 1,
+            "a Write chunk for READ: {ours}"
+        );
+        assert!(served.total(Counter::RdmaReadBytes) >= 1 << 20);
+        assert!(served.total(Counter::RdmaWriteBytes) >= 1 << 20);
+        assert_eq!(ours.get(Counter::ErrRdmaErrorReceived), 0, "{ours}");
+        drop(s);
+        serving.stop().await;
+    }
+}

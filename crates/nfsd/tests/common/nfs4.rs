@@ -18,17 +18,69 @@ use xdr::{Bytes, Decode, Decoder, Encode};
 
 use super::TempDir;
 
-/// A client connection speaking raw RPC records.
+/// A client connection: raw RPC records over TCP, or calls through our RPC-over-RDMA
+/// client (with the NFSv4 binding of RFC 8267 §5, so WRITE data goes in Read chunks
+/// and READ data comes back in Write chunks).
 pub struct Conn {
-    pub sock: TcpStream,
+    wire: Wire,
     pub xid: u32,
+}
+
+enum Wire {
+    Tcp(TcpStream),
+    Rdma(oncrpc::Client, rpcrdma_transport::StatsRegistry),
 }
 
 impl Conn {
     pub async fn open(server: SocketAddr) -> Conn {
         Conn {
-            sock: TcpStream::connect(server).await.unwrap(),
+            wire: Wire::Tcp(TcpStream::connect(server).await.unwrap()),
             xid: 1,
+        }
+    }
+
+    /// A connection to an NFS/RDMA listener, AUTH_SYS root as [`rpc_call`]'s.
+    pub fn open_rdma(server: SocketAddr, config: rpcrdma_transport::RdmaConfig) -> Conn {
+        let transport = rpcrdma_transport::RdmaTransport::new(
+            iwarp::IwarpProvider::new(iwarp::IwarpConfig::default()),
+            server,
+            config,
+            std::sync::Arc::new(nfs4::rdma::Nfs4Binding::default()),
+        );
+        let stats = transport.stats();
+        let cred = oncrpc::AuthSysParms {
+            stamp: 1,
+            machinename: Bytes::from_static(b"nfs4-client"),
+            uid: 0,
+            gid: 0,
+            gids: oncrpc::Gids::new(&[]).unwrap(),
+        }
+        .to_opaque_auth();
+        let client = oncrpc::Client::new(
+            transport,
+            oncrpc::ClientConfig {
+                cred,
+                ..oncrpc::ClientConfig::default()
+            },
+        );
+        Conn {
+            wire: Wire::Rdma(client, stats),
+            xid: 1,
+        }
+    }
+
+    /// The transport's counters of a connection made by [`Conn::open_rdma`].
+    pub fn rdma_stats(&self) -> Option<&rpcrdma_transport::StatsRegistry> {
+        match &self.wire {
+            Wire::Tcp(_) => None,
+            Wire::Rdma(_, stats) => Some(stats),
+        }
+    }
+
+    fn sock(&mut self) -> &mut TcpStream {
+        match &mut self.wire {
+            Wire::Tcp(sock) => sock,
+            Wire::Rdma(..) => panic!("raw records are sent over TCP only"),
         }
     }
 
@@ -37,18 +89,18 @@ impl Conn {
         let mut record = Vec::with_capacity(4 + call.len());
         record.extend_from_slice(&(0x8000_0000 | call.len() as u32).to_be_bytes());
         record.extend_from_slice(call);
-        self.sock.write_all(&record).await.unwrap();
+        self.sock().write_all(&record).await.unwrap();
         let mut reply = Vec::new();
         loop {
             let mut mark = [0u8; 4];
-            tokio::time::timeout(Duration::from_secs(10), self.sock.read_exact(&mut mark))
+            tokio::time::timeout(Duration::from_secs(10), self.sock().read_exact(&mut mark))
                 .await
                 .expect("a reply within 10 s")
                 .unwrap();
             let mark = u32::from_be_bytes(mark);
             let start = reply.len();
             reply.resize(start + (mark & 0x7fff_ffff) as usize, 0);
-            self.sock.read_exact(&mut reply[start..]).await.unwrap();
+            self.sock().read_exact(&mut reply[start..]).await.unwrap();
             if mark & 0x8000_0000 != 0 {
                 return Bytes::from(reply);
             }
@@ -66,12 +118,27 @@ impl Conn {
         (self.xid, rpc_call(self.xid, NFSPROC4_COMPOUND, &args))
     }
 
-    /// Sends a COMPOUND, returns the reply record and the decoded result.
+    /// Sends a COMPOUND, returns the reply record (over RDMA: the results) and the
+    /// decoded result.
     pub async fn compound(
         &mut self,
         minorversion: u32,
         ops: Vec<NfsArgop4>,
     ) -> (Bytes, Compound4Res) {
+        if let Wire::Rdma(client, _) = &self.wire {
+            let args = Compound4Args {
+                tag: "nfs4-test".into(),
+                minorversion,
+                argarray: ops,
+            };
+            let reply = client
+                .call(NFS4_PROGRAM, NFS_V4, NFSPROC4_COMPOUND, args.to_xdr())
+                .await
+                .expect("a reply over RDMA");
+            let bytes = reply.results.rest();
+            let res = Compound4Res::decode(&mut Decoder::new(bytes.clone())).expect("COMPOUND4res");
+            return (bytes, res);
+        }
         let (xid, call) = self.call(minorversion, ops);
         let reply = self.roundtrip(&call).await;
         let res = Compound4Res::decode(&mut results(&reply, xid)).expect("COMPOUND4res");
@@ -127,7 +194,18 @@ impl Session {
     /// CREATE_SESSION and RECLAIM_COMPLETE, as the Linux client starts (§18.51.3: no
     /// OPEN or LOCK before it).
     pub async fn new(server: SocketAddr, owner: &str) -> Session {
-        let mut s = Session::to_reclaim(server, owner).await;
+        Session::new_on(Conn::open(server).await, owner).await
+    }
+
+    /// A session of a client that may have state to reclaim: no RECLAIM_COMPLETE yet,
+    /// and its slot's next sequence id is 1 (tests of the slot rules count from it).
+    pub async fn to_reclaim(server: SocketAddr, owner: &str) -> Session {
+        Session::to_reclaim_on(Conn::open(server).await, owner).await
+    }
+
+    /// [`Session::new`] on the connection given.
+    pub async fn new_on(conn: Conn, owner: &str) -> Session {
+        let mut s = Session::to_reclaim_on(conn, owner).await;
         let res = s
             .run(vec![NfsArgop4::ReclaimComplete(
                 nfs4::session::ReclaimComplete4Args { rca_one_fs: false },
@@ -137,10 +215,8 @@ impl Session {
         s
     }
 
-    /// A session of a client that may have state to reclaim: no RECLAIM_COMPLETE yet,
-    /// and its slot's next sequence id is 1 (tests of the slot rules count from it).
-    pub async fn to_reclaim(server: SocketAddr, owner: &str) -> Session {
-        let mut conn = Conn::open(server).await;
+    /// [`Session::to_reclaim`] on the connection given.
+    pub async fn to_reclaim_on(mut conn: Conn, owner: &str) -> Session {
         let (_, res) = conn
             .compound(
                 1,
@@ -289,4 +365,40 @@ pub async fn server() -> (TempDir, std::path::PathBuf, SocketAddr, super::Servin
     let export = bound.server().table().exports[0].export.path.clone();
     let addr = bound.nfs_addr().unwrap();
     (dir, export, addr, super::serve(bound))
+}
+
+/// What [`rdma_server`] started.
+pub struct RdmaServer {
+    pub dir: TempDir,
+    pub export: std::path::PathBuf,
+    pub tcp: SocketAddr,
+    pub rdma: SocketAddr,
+    pub stats: rpcrdma_transport::StatsRegistry,
+    pub serving: super::Serving,
+}
+
+/// A server exporting a fresh, empty directory over TCP and over RPC-over-RDMA (our
+/// userspace iWARP provider on loopback).
+pub async fn rdma_server() -> RdmaServer {
+    use nfsd::rdma::{Provider, RdmaOptions};
+    let dir = TempDir::new("nfs4-rdma");
+    let mut bound = Bound::new(&super::loopback_config(dir.path()))
+        .await
+        .unwrap();
+    bound.serve_nfs4();
+    bound
+        .listen_rdma(&RdmaOptions {
+            provider: Provider::Iwarp,
+            ..RdmaOptions::new((std::net::Ipv4Addr::LOCALHOST, 0).into())
+        })
+        .await
+        .unwrap();
+    RdmaServer {
+        export: bound.server().table().exports[0].export.path.clone(),
+        tcp: bound.nfs_addr().unwrap(),
+        rdma: bound.rdma_addr().unwrap(),
+        stats: bound.rdma_stats().unwrap(),
+        serving: super::serve(bound),
+        dir,
+    }
 }
