@@ -333,14 +333,14 @@ impl Bound {
     pub fn describe(&self) -> Vec<String> {
         let mut lines = export_lines(&self.server);
         if let Ok(a) = self.nfs_addr() {
-            lines.push(format!("NFS v3 listening on tcp {a}"));
+            lines.push(format!("NFS listening on tcp {a}"));
         }
         if let Ok(a) = self.mount_addr() {
             lines.push(format!("MOUNT v3 listening on tcp {a}"));
         }
         match &self.rdma {
             Some(r) => lines.push(format!(
-                "NFS v3 listening on rdma {} ({}) via {}{}",
+                "NFS listening on rdma {} ({}) via {}{}",
                 r.local_addr(),
                 r.versions(),
                 r.provider(),

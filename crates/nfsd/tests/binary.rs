@@ -85,7 +85,7 @@ impl Nfsd {
                     .parse::<SocketAddr>()
                     .unwrap()
             };
-            if line.starts_with("nfsd: NFS v3 listening on tcp ") {
+            if line.starts_with("nfsd: NFS listening on tcp ") {
                 nfs = Some(addr());
             } else if line.starts_with("nfsd: MOUNT v3 listening on tcp ") {
                 mount = Some(addr());

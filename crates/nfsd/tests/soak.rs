@@ -160,9 +160,9 @@ impl Nfsd {
                     .and_then(|rest| rest.split(' ').next())
                     .and_then(|a| a.parse::<SocketAddr>().ok())
             };
-            nfs = nfs.or(addr("nfsd: NFS v3 listening on tcp "));
+            nfs = nfs.or(addr("nfsd: NFS listening on tcp "));
             mount = mount.or(addr("nfsd: MOUNT v3 listening on tcp "));
-            rdma = rdma.or(addr("nfsd: NFS v3 listening on rdma "));
+            rdma = rdma.or(addr("nfsd: NFS listening on rdma "));
             let ready = line == "nfsd: ready";
             lines.push(line);
             if ready {

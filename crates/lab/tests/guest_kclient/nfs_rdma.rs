@@ -191,7 +191,7 @@ fn scenario(run_name: &str, crc: bool, sizes_in: &[u64], entries: usize) {
     o.host_step("server_log_says_rdma", |o| {
         let log = std::fs::read_to_string(o.out_dir.join("host-nfsd.log"))
             .map_err(|e| format!("host-nfsd.log: {e}"))?;
-        let want = format!("NFS v3 listening on rdma 127.0.0.1:{RDMA_PORT}");
+        let want = format!("NFS listening on rdma 127.0.0.1:{RDMA_PORT}");
         log.lines()
             .find(|l| l.contains(&want))
             .map(str::to_string)

@@ -295,7 +295,7 @@ fn verbs_pingpong_over_rxe0_and_siw0() {
                 _ => "via verbs on siw0 [auto]",
             };
             if !text.lines().any(|l| {
-                l.starts_with("nfsd: NFS v3 listening on rdma 10.0.2.15:") && l.contains(provider)
+                l.starts_with("nfsd: NFS listening on rdma 10.0.2.15:") && l.contains(provider)
             }) {
                 return Err(format!(
                     "no RDMA listener line with {provider:?} in:\n{text}"
