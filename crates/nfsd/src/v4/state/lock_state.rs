@@ -8,8 +8,12 @@
 //! The stateid's `other`: the server instance (4 bytes) and a counter (8 bytes)
 //! whose top bit is set, so it never equals an open stateid's
 //! ([`super::opens`]).
+//!
+//! Found by `other` (every stateid-bearing operation), by owner and file (each
+//! LOCK with `open_to_lock_owner4`) and by open (each CLOSE): each a hash lookup,
+//! whatever the number of lock states. Only a client's expiry walks them all.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use nfs4::{ClientId4, NfsStat4, OpaqueLimit, StateId4};
 
@@ -40,6 +44,10 @@ pub struct LockStates {
     boot: u32,
     next: u64,
     states: HashMap<[u8; 12], LockState>,
+    /// Each state's `other` by its client, owner and file.
+    by_owner: HashMap<(ClientId4, OpaqueLimit, FileKey), [u8; 12]>,
+    /// The states made from each open, by the open's `other`.
+    by_open: HashMap<[u8; 12], HashSet<[u8; 12]>>,
     /// What each holds of the memory budget ([`super::budget`]).
     charges: HashMap<[u8; 12], rpcrdma::memory::Charge>,
     budget: super::budget::StateBudget,
@@ -52,6 +60,8 @@ impl LockStates {
             boot,
             next: 1 << 63,
             states: HashMap::new(),
+            by_owner: HashMap::new(),
+            by_open: HashMap::new(),
             charges: HashMap::new(),
             budget: Default::default(),
         }
@@ -87,13 +97,10 @@ impl LockStates {
         file: &FileKey,
         open: [u8; 12],
     ) -> Result<StateId4, NfsStat4> {
-        if let Some((other, s)) = self
-            .states
-            .iter()
-            .find(|(_, s)| s.client == client && &s.owner == owner && s.file == file)
-        {
+        let key = (client, owner.clone(), file.clone());
+        if let Some(other) = self.by_owner.get(&key) {
             return Ok(StateId4 {
-                seqid: s.seqid,
+                seqid: self.states[other].seqid,
                 other: *other,
             });
         }
@@ -116,6 +123,8 @@ impl LockStates {
                 open,
             },
         );
+        self.by_owner.insert(key, other);
+        self.by_open.entry(open).or_default().insert(other);
         if let Some(c) = charge {
             self.charges.insert(other, c);
         }
@@ -161,7 +170,16 @@ impl LockStates {
     /// Removes the lock state `other` (FREE_STATEID of a stateid without locks).
     pub fn remove(&mut self, other: &[u8; 12]) -> Option<LockState> {
         self.charges.remove(other);
-        self.states.remove(other)
+        let s = self.states.remove(other)?;
+        self.by_owner
+            .remove(&(s.client, s.owner.clone(), s.file.clone()));
+        if let Some(made) = self.by_open.get_mut(&s.open) {
+            made.remove(other);
+            if made.is_empty() {
+                self.by_open.remove(&s.open);
+            }
+        }
+        Some(s)
     }
 
     /// Removes `other` if its seqid is still `seqid` (nothing locked or unlocked with
@@ -178,19 +196,16 @@ impl LockStates {
     /// Removes the lock states made from the open `open` (it is being closed); the
     /// caller releases their locks.
     pub fn remove_of_open(&mut self, open: &[u8; 12]) -> Vec<LockState> {
-        self.remove_where(|s| &s.open == open)
+        let made = self.by_open.remove(open).unwrap_or_default();
+        made.iter().filter_map(|k| self.remove(k)).collect()
     }
 
     /// Removes every lock state of `client`; the caller releases their locks.
     pub fn remove_client(&mut self, client: ClientId4) -> Vec<LockState> {
-        self.remove_where(|s| s.client == client)
-    }
-
-    fn remove_where(&mut self, gone: impl Fn(&LockState) -> bool) -> Vec<LockState> {
         let keys: Vec<[u8; 12]> = self
             .states
             .iter()
-            .filter(|(_, s)| gone(s))
+            .filter(|(_, s)| s.client == client)
             .map(|(k, _)| *k)
             .collect();
         keys.iter().filter_map(|k| self.remove(k)).collect()

@@ -833,3 +833,46 @@ fn state_is_charged_to_the_memory_budget_and_past_it_is_delay() {
     assert_eq!(t.destroy_clientid(e.clientid, now), NfsStat4::NFS4_OK);
     assert_eq!(memory.used(), 0);
 }
+
+#[test]
+fn rfc8881_18_10_3_one_lock_stateid_per_owner_and_file_found_again_until_freed() {
+    let mut locks = super::lock_state::LockStates::new(7);
+    let (f, g) = (Bytes::from_static(b"f"), Bytes::from_static(b"g"));
+    let (o, p) = (
+        nfs4::OpaqueLimit::from(&b"o"[..]),
+        nfs4::OpaqueLimit::from(&b"p"[..]),
+    );
+    let (open1, open2) = ([1; 12], [2; 12]);
+    let first = locks.for_owner(1, &o, &f, open1).unwrap();
+    locks.bump(&first.other);
+    // The same owner, client and file: the same stateid, at its current seqid.
+    let again = locks.for_owner(1, &o, &f, open1).unwrap();
+    assert_eq!((again.other, again.seqid), (first.other, 1));
+    // Another file, owner or client: another stateid each.
+    let others = [
+        locks.for_owner(1, &o, &g, open2).unwrap(),
+        locks.for_owner(1, &p, &f, open1).unwrap(),
+        locks.for_owner(2, &o, &f, open2).unwrap(),
+    ];
+    let mut all: Vec<[u8; 12]> = others.iter().map(|s| s.other).collect();
+    all.push(first.other);
+    all.sort();
+    all.dedup();
+    assert_eq!(all.len(), 4);
+    // Closing open1 ends the two states made from it, and only those.
+    let gone = locks.remove_of_open(&open1);
+    assert_eq!(gone.len(), 2);
+    assert!(gone.iter().all(|s| s.open == open1));
+    assert_eq!(locks.len(), 2);
+    assert!(locks.remove_of_open(&open1).is_empty());
+    // Freed: the owner's next LOCK on the file makes a new stateid.
+    let fresh = locks.for_owner(1, &o, &f, open1).unwrap();
+    assert_ne!(fresh.other, first.other);
+    assert_eq!(fresh.seqid, 0);
+    // FREE_STATEID of one state leaves the others' lookups intact.
+    assert!(locks.remove(&others[0].other).is_some());
+    assert_eq!(locks.for_owner(2, &o, &f, open2).unwrap(), others[2]);
+    assert_eq!(locks.remove_client(2).len(), 1);
+    assert!(locks.remove_of_open(&open2).is_empty());
+    assert_eq!(locks.len(), 1);
+}
