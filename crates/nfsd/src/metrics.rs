@@ -6,6 +6,8 @@
 //! - per procedure of every program served (NFSv3, NFSv4 NULL and COMPOUND, MOUNT,
 //!   NLM, NSM), over TCP and RDMA together: calls, errors (replies other than
 //!   SUCCESS) and a service-time histogram (`oncrpc::metrics`);
+//! - per NFSv4 operation inside the COMPOUNDs: operations run and, of them, those
+//!   that failed (any status but NFS4_OK; the COMPOUND's time is the call's);
 //! - the duplicate request cache: hits, misses, drops of duplicates in service,
 //!   evictions, entries and bytes;
 //! - the memory budget (`--max-memory`): limit, charge, peak, charges refused, READs
@@ -138,6 +140,35 @@ fn render_calls(page: &mut Page, rows: &[ProcedureRow]) {
             r.stats.micros as f64 / 1e6
         );
         let _ = writeln!(page.0, "{h}_count{{{labels}}} {}", r.stats.calls);
+    }
+}
+
+fn render_operations(page: &mut Page, rows: &[ProcedureRow]) {
+    let label = |r: &ProcedureRow| {
+        let op = match (r.name, r.proc_) {
+            (Some(n), _) => n.to_string(),
+            (None, Some(p)) => p.to_string(),
+            (None, None) => "other".to_string(),
+        };
+        format!("version=\"{}\",operation=\"{op}\"", r.vers)
+    };
+    let ops = "nfsd_nfs4_operations_total";
+    page.header(
+        ops,
+        "counter",
+        "NFSv4 operations run inside COMPOUNDs, by operation (TCP and RDMA).",
+    );
+    for r in rows {
+        page.sample(ops, &label(r), r.stats.calls);
+    }
+    let errors = "nfsd_nfs4_operation_errors_total";
+    page.header(
+        errors,
+        "counter",
+        "NFSv4 operations that failed (a status other than NFS4_OK), by operation.",
+    );
+    for r in rows {
+        page.sample(errors, &label(r), r.stats.errors);
     }
 }
 
@@ -295,6 +326,7 @@ fn render_rdma(page: &mut Page, r: &StatsRegistry) {
 pub fn render(src: &Sources) -> String {
     let mut page = Page(String::with_capacity(16 * 1024));
     render_calls(&mut page, &src.nfs.calls.snapshot());
+    render_operations(&mut page, &src.nfs.calls.operation_snapshot());
     render_server(&mut page, &src.nfs);
     render_tcp(&mut page, &src.tcp);
     if let Some(r) = &src.rdma {

@@ -1060,3 +1060,58 @@ async fn owners_are_names_in_the_idmap_domain() {
     }
     serving.stop().await;
 }
+
+/// `--metrics` counts each NFSv4 operation inside the COMPOUNDs, over TCP and RDMA
+/// together, and the ones that failed; the page is read back by the Prometheus
+/// project's parser.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn operations_are_counted_on_the_metrics_page() {
+    let server = rdma_server().await;
+    let page = || {
+        let page = nfsd::metrics::render(&nfsd::metrics::Sources {
+            nfs: server.nfs.clone(),
+            tcp: Default::default(),
+            rdma: Some(server.stats.clone()),
+        });
+        lab::prometheus::parse(&page).unwrap_or_else(|e| panic!("{e}"))
+    };
+    // EXCHANGE_ID, CREATE_SESSION, SEQUENCE + RECLAIM_COMPLETE.
+    let mut tcp = Session::new(server.tcp, "metrics-tcp").await;
+    let mut rdma = Session::new_on(
+        Conn::open_rdma(server.rdma, rpcrdma_transport::RdmaConfig::default()),
+        "metrics-rdma",
+    )
+    .await;
+    for s in [&mut tcp, &mut rdma] {
+        let res = s
+            .run(vec![
+                NfsArgop4::PutRootFh,
+                lookup(b"no-such-export"),
+                NfsArgop4::GetFh,
+            ])
+            .await;
+        assert_eq!(res.status, NfsStat4::NFS4ERR_NOENT, "{res:?}");
+    }
+    let m = page();
+    let get = |family: &str, op: &str| {
+        lab::prometheus::get(
+            &m,
+            &format!("nfsd_nfs4_{family}{{operation=\"{op}\",version=\"4\"}}"),
+        )
+    };
+    for (op, ran, failed) in [
+        ("EXCHANGE_ID", 2.0, 0.0),
+        ("CREATE_SESSION", 2.0, 0.0),
+        ("RECLAIM_COMPLETE", 2.0, 0.0),
+        ("SEQUENCE", 4.0, 0.0),
+        ("PUTROOTFH", 2.0, 0.0),
+        ("LOOKUP", 2.0, 2.0),
+        // After the failed LOOKUP: not run.
+        ("GETFH", 0.0, 0.0),
+    ] {
+        assert_eq!(get("operations_total", op), ran, "{op} run");
+        assert_eq!(get("operation_errors_total", op), failed, "{op} failed");
+    }
+    drop((tcp, rdma));
+    server.serving.stop().await;
+}

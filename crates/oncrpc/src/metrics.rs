@@ -15,6 +15,11 @@
 //! [`PROCEDURES`] procedures, made when it is registered; a procedure number past
 //! the table is counted in one `other` row. The hot path takes no lock: a dispatcher
 //! holds its versions' tables, and counting is a few relaxed atomic additions.
+//!
+//! A service whose procedure carries operations of its own (NFSv4's COMPOUND) keeps
+//! a second kind of table here, [`CallMetrics::operations`]: per operation, how
+//! many ran and how many failed, counted by the service (no clock read per
+//! operation: the COMPOUND's time is the call's).
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -65,26 +70,77 @@ impl ProcedureStats {
     }
 }
 
-/// The counters of one (program, version): [`PROCEDURES`] rows and `other`.
-#[derive(Debug, Default)]
+/// The counters of one (program, version): [`PROCEDURES`] rows (or as many as
+/// [`CallMetrics::operations`] was given) and `other`.
+#[derive(Debug)]
 pub struct VersionStats {
-    procedures: [ProcedureStats; PROCEDURES],
+    procedures: Box<[ProcedureStats]>,
     other: ProcedureStats,
     /// The procedures' names, from the service registered for the version.
-    names: std::sync::OnceLock<[Option<&'static str>; PROCEDURES]>,
+    names: std::sync::OnceLock<Box<[Option<&'static str>]>>,
+}
+
+impl Default for VersionStats {
+    fn default() -> Self {
+        VersionStats::with_rows(PROCEDURES)
+    }
 }
 
 impl VersionStats {
+    /// A table of `rows` numbered rows and `other`.
+    fn with_rows(rows: usize) -> VersionStats {
+        VersionStats {
+            procedures: (0..rows).map(|_| ProcedureStats::default()).collect(),
+            other: ProcedureStats::default(),
+            names: std::sync::OnceLock::new(),
+        }
+    }
+
+    fn row(&self, proc_: u32) -> &ProcedureStats {
+        self.procedures.get(proc_ as usize).unwrap_or(&self.other)
+    }
+
     /// Counts one call of `proc_` that took `took`; `ok`: answered SUCCESS.
     pub fn record(&self, proc_: u32, took: Duration, ok: bool) {
-        let row = self.procedures.get(proc_ as usize).unwrap_or(&self.other);
-        row.record(took, ok);
+        self.row(proc_).record(took, ok);
+    }
+
+    /// Counts one operation `op` that ran, without a time; `ok`: it succeeded.
+    pub fn count(&self, op: u32, ok: bool) {
+        let row = self.row(op);
+        row.calls.fetch_add(1, Ordering::Relaxed);
+        if !ok {
+            row.errors.fetch_add(1, Ordering::Relaxed);
+        }
     }
 
     /// Names the procedures by `name` (the service's
     /// [`crate::Service::procedure_name`]); the first naming stays.
     pub fn name_procedures(&self, name: impl Fn(u32) -> Option<&'static str>) {
-        let _ = self.names.set(std::array::from_fn(|p| name(p as u32)));
+        let _ = self
+            .names
+            .set((0..self.procedures.len()).map(|p| name(p as u32)).collect());
+    }
+
+    /// Its rows called at least once, numbered rows first, `other` last.
+    fn rows(&self, prog: u32, vers: u32) -> impl Iterator<Item = ProcedureRow> + '_ {
+        let numbered = self
+            .procedures
+            .iter()
+            .enumerate()
+            .map(|(i, p)| (Some(i as u32), p));
+        numbered
+            .chain([(None, &self.other)])
+            .filter_map(move |(proc_, p)| {
+                let stats = p.snapshot();
+                (stats.calls > 0).then(|| ProcedureRow {
+                    prog,
+                    vers,
+                    proc_,
+                    name: proc_.and_then(|p| *self.names.get()?.get(p as usize)?),
+                    stats,
+                })
+            })
     }
 }
 
@@ -93,6 +149,7 @@ impl VersionStats {
 #[derive(Debug, Default)]
 pub struct CallMetrics {
     versions: Mutex<BTreeMap<(u32, u32), Arc<VersionStats>>>,
+    operations: Mutex<BTreeMap<(u32, u32), Arc<VersionStats>>>,
 }
 
 /// What one procedure counted so far.
@@ -135,35 +192,45 @@ impl CallMetrics {
         v.entry((prog, vers)).or_default().clone()
     }
 
+    /// The operation table of (`prog`, `vers`) with `rows` numbered rows (larger
+    /// operation numbers count as `other`), made on first use; its rows are named
+    /// by `name`.
+    pub fn operations(
+        &self,
+        prog: u32,
+        vers: u32,
+        rows: usize,
+        name: impl Fn(u32) -> Option<&'static str>,
+    ) -> Arc<VersionStats> {
+        let mut v = self.operations.lock().unwrap_or_else(|p| p.into_inner());
+        let table = v
+            .entry((prog, vers))
+            .or_insert_with(|| Arc::new(VersionStats::with_rows(rows)));
+        table.name_procedures(name);
+        table.clone()
+    }
+
     /// Every procedure that has been called at least once, in (program, version,
     /// procedure) order, `other` last in its version.
     pub fn snapshot(&self) -> Vec<ProcedureRow> {
-        let versions: Vec<((u32, u32), Arc<VersionStats>)> = {
-            let v = self.versions.lock().unwrap_or_else(|p| p.into_inner());
+        Self::rows_of(&self.versions)
+    }
+
+    /// Every operation ([`CallMetrics::operations`]) that has run at least once, in
+    /// the same order; their `stats` hold calls and errors only.
+    pub fn operation_snapshot(&self) -> Vec<ProcedureRow> {
+        Self::rows_of(&self.operations)
+    }
+
+    fn rows_of(tables: &Mutex<BTreeMap<(u32, u32), Arc<VersionStats>>>) -> Vec<ProcedureRow> {
+        let tables: Vec<((u32, u32), Arc<VersionStats>)> = {
+            let v = tables.lock().unwrap_or_else(|p| p.into_inner());
             v.iter().map(|(k, s)| (*k, s.clone())).collect()
         };
-        let mut rows = Vec::new();
-        for ((prog, vers), s) in versions {
-            let numbered = s
-                .procedures
-                .iter()
-                .enumerate()
-                .map(|(i, p)| (Some(i as u32), p));
-            for (proc_, p) in numbered.chain([(None, &s.other)]) {
-                let stats = p.snapshot();
-                if stats.calls > 0 {
-                    let name = proc_.and_then(|p| s.names.get()?[p as usize]);
-                    rows.push(ProcedureRow {
-                        prog,
-                        vers,
-                        proc_,
-                        name,
-                        stats,
-                    });
-                }
-            }
-        }
-        rows
+        tables
+            .iter()
+            .flat_map(|((prog, vers), s)| s.rows(*prog, *vers).collect::<Vec<_>>())
+            .collect()
     }
 }
 
@@ -210,5 +277,33 @@ mod tests {
         let rows = m.snapshot();
         assert_eq!(rows.len(), 2);
         assert_eq!(rows[0].stats.calls, 2);
+    }
+
+    #[test]
+    fn operations_are_counted_apart_from_procedures_and_named() {
+        let m = CallMetrics::new();
+        let name = |op| (op == 25).then_some("READ");
+        let ops = m.operations(100003, 4, 72, name);
+        ops.count(25, true);
+        ops.count(25, false);
+        ops.count(70, true);
+        ops.count(10044, false);
+        assert!(m.snapshot().is_empty(), "no procedure was called");
+        // The same table for a second server over the same exports.
+        assert!(Arc::ptr_eq(&ops, &m.operations(100003, 4, 72, name)));
+        let rows = m.operation_snapshot();
+        let seen: Vec<_> = rows
+            .iter()
+            .map(|r| (r.proc_, r.name, r.stats.calls, r.stats.errors))
+            .collect();
+        assert_eq!(
+            seen,
+            [
+                (Some(25), Some("READ"), 2, 1),
+                (Some(70), None, 1, 0),
+                (None, None, 1, 1)
+            ]
+        );
+        assert_eq!(rows[0].stats.buckets, [0; BUCKETS_MICROS.len() + 1]);
     }
 }

@@ -26,6 +26,10 @@
 //!   before it runs ([`super::reply_size`]: NFS4ERR_REP_TOO_BIG, or
 //!   NFS4ERR_REP_TOO_BIG_TO_CACHE for a reply to cache; READ and READDIR are
 //!   shortened to fit instead).
+//!
+//! Each operation that ran, and the one that did not decode, is counted for the
+//! metrics (`Nfs4Server::op_counts`), failed or not; a replay runs nothing and
+//! counts nothing.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -185,6 +189,7 @@ pub(crate) fn process(
             (_, _, None) => fail(op, NfsStat4::NFS4ERR_NOTSUPP),
         };
         let failed = !res.status().is_ok();
+        server.op_counts.count(op.opnum().0, !failed);
         if limits.is_some() {
             used += res.to_xdr().xdr_len();
         }
@@ -197,6 +202,7 @@ pub(crate) fn process(
     let all_ok = results.iter().all(|r| r.status().is_ok());
     if results.len() == c.ops.len() && all_ok {
         if let Some(stopped) = c.stopped {
+            server.op_counts.count(stopped.opnum.0, false);
             results.push(stopped.result());
         }
     }

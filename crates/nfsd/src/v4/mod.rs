@@ -83,6 +83,19 @@ pub struct Nfs4Server {
     started: NfsTime4,
     /// `owner` and `owner_group` strings ([`idmap`]).
     ids: idmap::IdMap,
+    /// Operations run and failed, by operation (`--metrics`), in the call metrics
+    /// of `nfs` ([`oncrpc::metrics::CallMetrics::operations`]).
+    pub(crate) op_counts: Arc<oncrpc::metrics::VersionStats>,
+}
+
+/// Rows of the operation counts: every operation number of RFC 5662, RFC 7863 and
+/// RFC 8276 (0..=75); others (ILLEGAL) count as `other`.
+const OPERATION_ROWS: usize = 76;
+
+/// An operation's name without its `OP_` prefix ("READ"), for the metrics.
+fn operation_name(op: u32) -> Option<&'static str> {
+    let name = nfs4::NfsOpnum4(op).name()?;
+    Some(name.strip_prefix("OP_").unwrap_or(name))
 }
 
 impl Nfs4Server {
@@ -109,8 +122,15 @@ impl Nfs4Server {
             nfs.memory.clone(),
             keep_free,
         ));
+        let op_counts = nfs.calls.operations(
+            nfs4::NFS4_PROGRAM,
+            nfs4::NFS_V4,
+            OPERATION_ROWS,
+            operation_name,
+        );
         Nfs4Server {
             nfs,
+            op_counts,
             state: Mutex::new(state),
             locks: lock_ops::LockSpace::new(nlm),
             records: Mutex::new(records::Records::none()),

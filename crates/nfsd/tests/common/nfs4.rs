@@ -370,6 +370,7 @@ pub async fn server() -> (TempDir, std::path::PathBuf, SocketAddr, super::Servin
 /// What [`rdma_server`] started.
 pub struct RdmaServer {
     pub dir: TempDir,
+    pub nfs: std::sync::Arc<nfsd::nfs::NfsServer>,
     pub export: std::path::PathBuf,
     pub tcp: SocketAddr,
     pub rdma: SocketAddr,
@@ -394,6 +395,7 @@ pub async fn rdma_server() -> RdmaServer {
         .await
         .unwrap();
     RdmaServer {
+        nfs: bound.server().clone(),
         export: bound.server().table().exports[0].export.path.clone(),
         tcp: bound.nfs_addr().unwrap(),
         rdma: bound.rdma_addr().unwrap(),

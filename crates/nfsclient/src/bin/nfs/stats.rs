@@ -1,6 +1,7 @@
 //! `nfs stats ADDR:PORT`: a running nfsd's counters, read from its `--metrics` page
 //! (Prometheus text format) and printed as `nfsstat -s` does: calls per procedure
-//! of each program, then the server's other counters.
+//! of each program, the NFSv4 operations inside the COMPOUNDs, then the server's
+//! other counters.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -46,7 +47,8 @@ fn parse(page: &str) -> Vec<Sample> {
         .collect()
 }
 
-/// The report: a table of procedures, then every other counter that is not zero.
+/// The report: a table of procedures, one of NFSv4 operations (if any ran), then
+/// every other counter that is not zero.
 fn report(samples: &[Sample]) -> String {
     let label = |s: &Sample, k: &str| s.labels.get(k).cloned().unwrap_or_default();
     let key = |s: &Sample| {
@@ -57,6 +59,7 @@ fn report(samples: &[Sample]) -> String {
         )
     };
     let mut rows: BTreeMap<(String, String, String), (f64, f64, f64)> = BTreeMap::new();
+    let mut operations: BTreeMap<String, (f64, f64)> = BTreeMap::new();
     let mut others = Vec::new();
     for s in samples {
         match s.name.as_str() {
@@ -64,6 +67,12 @@ fn report(samples: &[Sample]) -> String {
             "nfsd_rpc_errors_total" => rows.entry(key(s)).or_default().1 = s.value,
             "nfsd_rpc_duration_seconds_sum" => rows.entry(key(s)).or_default().2 = s.value,
             n if n.starts_with("nfsd_rpc_duration_seconds") => {}
+            "nfsd_nfs4_operations_total" => {
+                operations.entry(label(s, "operation")).or_default().0 = s.value
+            }
+            "nfsd_nfs4_operation_errors_total" => {
+                operations.entry(label(s, "operation")).or_default().1 = s.value
+            }
             _ if s.value != 0.0 => others.push(s),
             _ => {}
         }
@@ -83,6 +92,16 @@ fn report(samples: &[Sample]) -> String {
         ));
     }
     out.push('\n');
+    if !operations.is_empty() {
+        out.push_str(&format!(
+            "{:<25} {:>12} {:>8}\n",
+            "nfsv4 operation", "count", "errors"
+        ));
+        for (op, (count, errors)) in &operations {
+            out.push_str(&format!("{op:<25} {count:>12} {errors:>8}\n"));
+        }
+        out.push('\n');
+    }
     for s in others {
         out.push_str(&format!("{:<48} {}\n", s.name, s.value));
     }
@@ -128,6 +147,8 @@ mod tests {
         nfsd_rpc_errors_total{program=\"nfs\",version=\"3\",procedure=\"GETATTR\"} 1\n\
         nfsd_rpc_duration_seconds_bucket{program=\"nfs\",version=\"3\",procedure=\"GETATTR\",le=\"+Inf\"} 4\n\
         nfsd_rpc_duration_seconds_sum{program=\"nfs\",version=\"3\",procedure=\"GETATTR\"} 0.002\n\
+        nfsd_nfs4_operations_total{version=\"4\",operation=\"SEQUENCE\"} 7\n\
+        nfsd_nfs4_operation_errors_total{version=\"4\",operation=\"SEQUENCE\"} 2\n\
         nfsd_tcp_connections_total 3\nnfsd_rdma_sends_total 0\n";
 
     #[test]
@@ -137,6 +158,13 @@ mod tests {
         assert!(lines[0].starts_with("program"));
         let row: Vec<&str> = lines[1].split_whitespace().collect();
         assert_eq!(row, ["nfs", "3", "GETATTR", "4", "1", "0.500"]);
+        assert_eq!(lines[3].split_whitespace().next(), Some("nfsv4"));
+        let op: Vec<&str> = lines[4].split_whitespace().collect();
+        assert_eq!(op, ["SEQUENCE", "7", "2"]);
+        assert!(
+            !text.contains("nfsd_nfs4"),
+            "operations only in their table"
+        );
         assert!(text.contains("nfsd_tcp_connections_total"));
         assert!(
             !text.contains("nfsd_rdma_sends_total"),
