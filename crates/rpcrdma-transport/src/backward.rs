@@ -59,6 +59,10 @@ pub enum BackwardError {
     /// client to reconnect before retransmitting).
     #[error("connection lost")]
     ConnectionLost,
+    /// `rpcrdma::responder::BACKWARD_QUEUE_MAX` backward Calls already wait for a
+    /// backward credit on this connection: try again once some are answered.
+    #[error("too many backward calls waiting for a credit")]
+    Busy,
 }
 
 /// What a [`BackwardChannel`] asks of its connection's task.

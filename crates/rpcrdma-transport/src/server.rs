@@ -328,7 +328,6 @@ impl<P: ConnectionManager + 'static> RdmaServer<P> {
                 replies,
                 backward_rx,
                 backward_waiters: HashMap::new(),
-                backward_queue: VecDeque::new(),
                 has_backward: backward_credits > 0,
                 closing: None,
                 growth: CreditGrowth {
@@ -545,10 +544,9 @@ struct ServerConn<Q> {
     replies: mpsc::UnboundedSender<(Xid, Option<XdrStream>)>,
     /// Requests from this connection's [`BackwardChannel`]s (taken by `run`).
     backward_rx: Option<mpsc::UnboundedReceiver<BackwardRequest>>,
-    /// Backward Calls sent, waiting for their Reply; and those waiting for a backward
-    /// credit, oldest first.
+    /// Where the Reply of each backward Call the core took goes (sent, or waiting
+    /// there for a backward credit).
     backward_waiters: HashMap<Xid, Waiter>,
-    backward_queue: VecDeque<(Xid, XdrStream, Waiter)>,
     has_backward: bool,
     closing: Option<CloseReason>,
     growth: CreditGrowth,
@@ -701,11 +699,6 @@ impl<Q: QueuePair + 'static> ServerConn<Q> {
         for (_, w) in self.backward_waiters.drain() {
             let _ = w.send(Err(BackwardError::ConnectionLost));
         }
-        let queued = self.backward_queue.len() as u64;
-        for (_, _, w) in self.backward_queue.drain(..) {
-            let _ = w.send(Err(BackwardError::ConnectionLost));
-        }
-        self.stats.add(Counter::BackwardFailed, queued);
         // Why it closed: a failed post is the consequence of a connection the provider
         // already lost, whose reason (a Terminate from the peer, say) is the cause; any
         // other reason of ours is the cause itself.
@@ -1068,7 +1061,6 @@ impl<Q: QueuePair + 'static> ServerConn<Q> {
                 if let Some(w) = self.backward_waiters.remove(&xid) {
                     let _ = w.send(Ok(payload));
                 }
-                self.pump_backward();
             }
             // §5.5.3: a peer that does not answer our RDMA Reads loses the connection.
             ResponderEvent::ReadTimeout { after, .. } => {
@@ -1084,7 +1076,6 @@ impl<Q: QueuePair + 'static> ServerConn<Q> {
                         BackwardFailure::ConnectionLost => BackwardError::ConnectionLost,
                     }));
                 }
-                self.pump_backward();
             }
         }
     }
@@ -1298,66 +1289,34 @@ impl<Q: QueuePair + 'static> ServerConn<Q> {
                         return;
                     }
                 };
-                if self.backward_waiters.contains_key(&xid)
-                    || self.backward_queue.iter().any(|(x, _, _)| *x == xid)
-                {
-                    let _ = reply.send(Err(BackwardError::DuplicateXid(xid.0)));
-                    return;
-                }
-                if !self.backward_queue.is_empty() {
-                    self.stats.inc(Counter::BackwardCreditWaits);
-                    self.backward_queue.push_back((xid, msg, reply));
-                    return;
-                }
-                if let Some((xid, msg, reply)) = self.start_backward(xid, msg, reply) {
-                    self.stats.inc(Counter::BackwardCreditWaits);
-                    self.backward_queue.push_back((xid, msg, reply));
-                }
+                self.start_backward(xid, msg, reply);
             }
         }
     }
 
-    /// Hands backward Call `xid` to the core; gives it back if no credit is free. The
-    /// core refuses it before the peer said it is ready (§7.3.1,
-    /// `MarshalError::BackwardNotReady`): that rule is the core's alone.
-    fn start_backward(
-        &mut self,
-        xid: Xid,
-        msg: XdrStream,
-        reply: Waiter,
-    ) -> Option<(Xid, XdrStream, Waiter)> {
-        match self.core.start_backward_call(xid, msg.clone()) {
+    /// Hands backward Call `xid` to the core, which sends it when a backward credit
+    /// is free. Whether the peer said it is ready (§7.3.1), a duplicate XID, the
+    /// inline limit (§7.4) and the wait for credits are the core's rules
+    /// (`Responder::start_backward_call`).
+    fn start_backward(&mut self, xid: Xid, msg: XdrStream, reply: Waiter) {
+        let err = match self.core.start_backward_call(xid, msg) {
             Ok(()) => {
                 self.backward_waiters.insert(xid, reply);
-                None
-            }
-            Err(rpcrdma::Error::Credit(_)) => Some((xid, msg, reply)),
-            Err(e) => {
-                self.stats.inc(Counter::BackwardFailed);
-                let err = match e {
-                    // §7.4: backward messages are never reduced.
-                    rpcrdma::Error::Marshal(MarshalError::HeaderTooLarge { len, threshold }) => {
-                        BackwardError::TooLarge { len, threshold }
-                    }
-                    rpcrdma::Error::Marshal(MarshalError::BackwardNotReady) => {
-                        BackwardError::NotReady
-                    }
-                    _ => BackwardError::ConnectionLost,
-                };
-                let _ = reply.send(Err(err));
-                None
-            }
-        }
-    }
-
-    /// Sends queued backward Calls while backward credits allow.
-    fn pump_backward(&mut self) {
-        while let Some((xid, msg, reply)) = self.backward_queue.pop_front() {
-            if let Some(back) = self.start_backward(xid, msg, reply) {
-                self.backward_queue.push_front(back);
                 return;
             }
-        }
+            Err(rpcrdma::Error::Credit(_)) => BackwardError::Busy,
+            // §7.4: backward messages are never reduced.
+            Err(rpcrdma::Error::Marshal(MarshalError::HeaderTooLarge { len, threshold })) => {
+                BackwardError::TooLarge { len, threshold }
+            }
+            Err(rpcrdma::Error::Marshal(MarshalError::BackwardNotReady)) => BackwardError::NotReady,
+            Err(rpcrdma::Error::Marshal(MarshalError::DuplicateBackwardXid(x))) => {
+                BackwardError::DuplicateXid(x)
+            }
+            Err(_) => BackwardError::ConnectionLost,
+        };
+        self.stats.inc(Counter::BackwardFailed);
+        let _ = reply.send(Err(err));
     }
 }
 

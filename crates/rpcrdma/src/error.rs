@@ -295,6 +295,10 @@ pub enum MarshalError {
     /// handle them." The peer has not (yet) said so on this connection.
     #[error("the peer has not said it is prepared for backward calls")]
     BackwardNotReady,
+    /// A backward Call with the XID of one of ours still in flight or waiting for a
+    /// credit (§7.1.4: the backward direction's XIDs are one space of ours).
+    #[error("a backward call with xid {0:#x} is already in flight")]
+    DuplicateBackwardXid(u32),
     /// A reply that needs a responder-provided Read chunk, when no Receive can be set
     /// aside for its RDMA_DONE (draft-cel-nfsv4-rpcrdma-reliable-reply-05 §5.2.3):
     /// answered like a reply with no reply resources (ERR_BADHEADER).

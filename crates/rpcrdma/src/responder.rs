@@ -228,6 +228,11 @@ enum ReadStart {
     WaitMemory,
 }
 
+/// Most backward Calls that wait for a backward credit on one connection
+/// ([`Responder::start_backward_call`]); past it the caller is told to wait
+/// (`CreditError::Exhausted`).
+pub const BACKWARD_QUEUE_MAX: usize = 1024;
+
 /// One responder connection.
 pub struct Responder<B> {
     ulb: B,
@@ -236,6 +241,9 @@ pub struct Responder<B> {
     /// Backward direction: our Calls to the client, credited separately (§7.2.1).
     backward: Option<RequesterCredits>,
     backward_calls: HashSet<Xid>,
+    /// Backward Calls waiting for a backward credit, oldest first (at most
+    /// [`BACKWARD_QUEUE_MAX`]): sent as Replies return credits.
+    backward_waiting: VecDeque<(Xid, XdrStream)>,
     /// Version of the last Call received (backward messages use it).
     version: Version,
     calls: HashMap<Xid, PendingCall>,
@@ -286,6 +294,7 @@ impl<B: UpperLayerBinding> Responder<B> {
             ulb,
             backward: config.backward_credits.map(RequesterCredits::new),
             backward_calls: HashSet::new(),
+            backward_waiting: VecDeque::new(),
             version: config.policy.min_version,
             config,
             credits,
@@ -467,6 +476,7 @@ impl<B: UpperLayerBinding> Responder<B> {
                         xid: prefix.xid,
                         reason: BackwardFailure::Refused,
                     });
+                    self.send_waiting_backward();
                 } else {
                     self.counters.inc(Counter::ErrDiscarded);
                 }
@@ -632,14 +642,19 @@ impl<B: UpperLayerBinding> Responder<B> {
             xid: prefix.xid,
             payload,
         });
+        self.send_waiting_backward();
     }
 
-    /// Sends a backward-direction Call (§7.3.4) to the client. Takes a backward credit
-    /// (accounted apart from the forward grant, §7.2.1); fails if there is no backward
-    /// channel or no credit, or if the Call does not fit inline (§7.4: no reduction).
+    /// Sends a backward-direction Call (§7.3.4) to the client, at once if a backward
+    /// credit is free (accounted apart from the forward grant, §7.2.1), else when a
+    /// Reply returns one: it waits here, in order (its outcome is a later
+    /// `BackwardReply` or `BackwardFailed` event either way). Fails if there is no
+    /// backward channel, if the peer has not said it is ready (§7.3.1), if a Call of
+    /// ours with the same XID is in flight or waiting, if the Call does not fit inline
+    /// (§7.4: no reduction), or if [`BACKWARD_QUEUE_MAX`] Calls already wait.
     pub fn start_backward_call(&mut self, xid: Xid, stream: XdrStream) -> Result<(), Error> {
         let threshold = self.send_threshold_for(self.version);
-        let Some(b) = self.backward.as_mut() else {
+        let Some(b) = self.backward.as_ref() else {
             return Err(MarshalError::NoBackwardChannel.into());
         };
         // §7.3.1: "An Upper Layer Protocol consumer MUST NOT perform backward direction
@@ -648,12 +663,61 @@ impl<B: UpperLayerBinding> Responder<B> {
         if !self.backward_ready {
             return Err(MarshalError::BackwardNotReady.into());
         }
+        // §7.1.4: our backward XIDs are one space; a Reply could not tell two Calls
+        // with the same XID apart.
+        if self.backward_calls.contains(&xid)
+            || self.backward_waiting.iter().any(|(x, _)| *x == xid)
+        {
+            return Err(MarshalError::DuplicateBackwardXid(xid.0).into());
+        }
+        // §7.4: a backward Call that does not fit inline is refused now, not when its
+        // turn comes.
+        marshal_backward(xid, self.version, b.requested(), &stream, threshold)?;
+        if !self.backward_waiting.is_empty() || b.available() == 0 {
+            if self.backward_waiting.len() >= BACKWARD_QUEUE_MAX {
+                return Err(Error::Credit(CreditError::Exhausted {
+                    limit: b.limit(),
+                    outstanding: b.outstanding(),
+                }));
+            }
+            self.counters.inc(Counter::BackwardCreditWaits);
+            self.backward_waiting.push_back((xid, stream));
+            return Ok(());
+        }
+        self.send_backward(xid, &stream)
+    }
+
+    /// Sends the backward Calls that wait, while credits allow.
+    fn send_waiting_backward(&mut self) {
+        while let Some((xid, stream)) = self.backward_waiting.pop_front() {
+            let free = self.backward.as_ref().is_some_and(|b| b.available() > 0);
+            if !free {
+                self.backward_waiting.push_front((xid, stream));
+                return;
+            }
+            if self.send_backward(xid, &stream).is_err() {
+                // Cannot happen: checked when it was queued, and a credit is free.
+                self.counters.inc(Counter::BackwardFailed);
+                self.events.push_back(ResponderEvent::BackwardFailed {
+                    xid,
+                    reason: BackwardFailure::ConnectionLost,
+                });
+            }
+        }
+    }
+
+    /// Takes a backward credit and sends backward Call `xid`.
+    fn send_backward(&mut self, xid: Xid, stream: &XdrStream) -> Result<(), Error> {
+        let threshold = self.send_threshold_for(self.version);
+        let Some(b) = self.backward.as_mut() else {
+            return Err(MarshalError::NoBackwardChannel.into());
+        };
         b.try_acquire()?;
         let requested = b.requested();
         // §7.3.4: "The rdma_proc field in the RPC-over-RDMA header MUST contain the value
         // RDMA_MSG. All three chunk lists MUST be empty." In the version the client last
         // used for its Calls.
-        match marshal_backward(xid, self.version, requested, &stream, threshold) {
+        match marshal_backward(xid, self.version, requested, stream, threshold) {
             Ok(out) => {
                 self.backward_calls.insert(xid);
                 self.counters.inc(Counter::BackwardCalls);
@@ -688,9 +752,10 @@ impl<B: UpperLayerBinding> Responder<B> {
         self.invalidate_all_pulls();
         self.backward_ready = false;
         self.read_timed_out = false;
-        let lost = self.backward_calls.len() as u64;
+        let waiting: Vec<Xid> = self.backward_waiting.drain(..).map(|(x, _)| x).collect();
+        let lost = (self.backward_calls.len() + waiting.len()) as u64;
         self.counters.add(Counter::BackwardFailed, lost);
-        for xid in self.backward_calls.drain() {
+        for xid in self.backward_calls.drain().chain(waiting) {
             self.events.push_back(ResponderEvent::BackwardFailed {
                 xid,
                 reason: BackwardFailure::ConnectionLost,

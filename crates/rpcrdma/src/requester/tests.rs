@@ -465,13 +465,21 @@ fn s7_2_1_pair_backward_calls_use_their_own_credits() {
     server
         .start_backward_call(Xid(0x900), nfs_call(0x900, 0, &[], None))
         .unwrap();
-    assert!(matches!(
-        server.start_backward_call(Xid(0x901), nfs_call(0x901, 0, &[], None)),
-        Err(Error::Credit(CreditError::Exhausted { limit: 1, .. }))
-    ));
+    // The second waits in the core for the credit, and a third of the same XID as
+    // one in flight or waiting is refused (§7.1.4).
+    server
+        .start_backward_call(Xid(0x901), nfs_call(0x901, 0, &[], None))
+        .unwrap();
+    for dup in [0x900, 0x901] {
+        assert_eq!(
+            server.start_backward_call(Xid(dup), nfs_call(dup, 0, &[], None)),
+            Err(crate::MarshalError::DuplicateBackwardXid(dup).into())
+        );
+    }
     let Some(Action::Send { send, .. }) = server.poll_action() else {
         panic!()
     };
+    assert_eq!(server.poll_action(), None, "0x901 waits for a credit");
     assert_eq!(&send[0][..], &words(&[0x900, 1, 8, 0, 0, 0, 0])[..]);
     client.handle_receive(concat(&send));
     let Some(RequesterEvent::BackwardCall { xid, .. }) = client.poll_event() else {
@@ -491,7 +499,15 @@ fn s7_2_1_pair_backward_calls_use_their_own_credits() {
     let b = server.backward_credits().unwrap();
     assert_eq!(b.limit(), 2, "min(requested 8, client's backward grant 2)");
     assert_eq!(client.credits().limit(), 64, "forward credits unchanged");
-    assert_eq!(b.outstanding(), 0);
+    // The Reply returned the credit: the waiting Call went.
+    assert_eq!(b.outstanding(), 1);
+    assert!(matches!(
+        server.poll_action(),
+        Some(Action::Send {
+            xid: Xid(0x901),
+            ..
+        })
+    ));
 }
 
 #[test]

@@ -751,3 +751,70 @@ fn s5_5_3_reads_answered_in_time_arm_no_read_timeout() {
     r.handle_timeout(t0 + Duration::from_secs(3600));
     assert_eq!(r.poll_event(), None);
 }
+
+#[test]
+fn s7_2_1_backward_calls_wait_for_a_credit_in_order_and_fail_with_the_connection() {
+    let mut r = Responder::new(
+        TestUlb::default(),
+        ResponderConfig {
+            backward_credits: Some(4),
+            ..ResponderConfig::default()
+        },
+    )
+    .unwrap();
+    r.handle_peer_backward_ready();
+    assert_eq!(r.poll_action(), Some(Action::PostBackwardReceives(4)));
+    // §4.3.3 for the backward requester: one Call until the client's first Reply.
+    for x in 0x900..0x904 {
+        r.start_backward_call(Xid(x), nfs_call(x, 0, &[], None))
+            .unwrap();
+    }
+    assert!(matches!(
+        r.poll_action(),
+        Some(Action::Send {
+            xid: Xid(0x900),
+            ..
+        })
+    ));
+    assert_eq!(r.poll_action(), None, "the others wait");
+    // An RDMA_ERROR for 0x900 returns its credit: the next goes, in order.
+    r.handle_receive(words(&[0x900, 1, 1, 4, 2]));
+    assert!(matches!(
+        r.poll_event(),
+        Some(ResponderEvent::BackwardFailed {
+            xid: Xid(0x900),
+            ..
+        })
+    ));
+    assert!(matches!(
+        r.poll_action(),
+        Some(Action::Send {
+            xid: Xid(0x901),
+            ..
+        })
+    ));
+    assert_eq!(r.poll_action(), None);
+    // The queue is bounded.
+    for x in 0..(BACKWARD_QUEUE_MAX as u32 - 2) {
+        r.start_backward_call(Xid(0x1000 + x), nfs_call(0x1000 + x, 0, &[], None))
+            .unwrap();
+    }
+    assert!(matches!(
+        r.start_backward_call(Xid(0x5_0000), nfs_call(0x5_0000, 0, &[], None)),
+        Err(Error::Credit(CreditError::Exhausted { .. }))
+    ));
+    // The connection's end fails the one in flight and every waiting one.
+    r.handle_disconnect();
+    let mut failed = Vec::new();
+    while let Some(ev) = r.poll_event() {
+        let ResponderEvent::BackwardFailed { xid, reason } = ev else {
+            panic!("{ev:?}")
+        };
+        assert_eq!(reason, BackwardFailure::ConnectionLost);
+        failed.push(xid.0);
+    }
+    failed.sort();
+    assert_eq!(failed.len(), BACKWARD_QUEUE_MAX + 1);
+    assert_eq!(&failed[..3], &[0x901, 0x902, 0x903]);
+    assert_eq!(r.backward_credits().unwrap().outstanding(), 0);
+}
