@@ -34,6 +34,22 @@
 //! directory on the mount, remounting between phases so the client asks the server;
 //! the mount's per-op counts from `/proc/self/mountstats` are taken around each phase.
 //!
+//! `--with-ganesha` ([`LabPlan::ganesha`], `--proto tcp` only): nfs-ganesha (Debian 12's
+//! 4.3, VFS backend; lab/setup installs it on the host, `ganesha.nfsd` and its
+//! `libfsalvfs.so` plugin are shipped into the guest with their libraries) as a third
+//! server: started in the guest after ours with its own configuration ([`GANESHA_UP`]:
+//! NFS on 22049, MOUNT on 22048, NFSv3 and NFSv4, no NLM or RQUOTA, graceless, 10 s
+//! lease, `MaxRead`/`MaxWrite` 1 MiB) exporting the same tmpfs `/export`, and read and
+//! written by the same kernel client in interleaved triples: each repetition runs the
+//! three servers in an order rotated by the repetition (knfsd, ours, ganesha; ours,
+//! ganesha, knfsd; ganesha, knfsd, ours; ...), so no server always goes first. The
+//! report adds ours/ganesha (throughput, guest CPU per GiB: medians of the
+//! per-repetition ratios, as ours/knfsd) and leaves ours/knfsd as it is. Ganesha takes
+//! no part in the metadata runs (`--metadata` stays knfsd and ours). Not over
+//! `proto=rdma`: Debian's build of ganesha 4.3 has no NFS/RDMA transport (its
+//! libntirpc links neither libibverbs nor librdmacm, and its configuration knows no
+//! `NFS_RDMA_Port`; docs/bench/README.md).
+//!
 //! The guest runs under TCG (no KVM here): absolute numbers are far below the host's
 //! and only the ratio means something.
 
@@ -140,7 +156,15 @@ pub struct LabPlan {
     pub profile: bool,
     /// The metadata runs: files per run and the host path of `fs-meta`.
     pub metadata: Option<(u32, PathBuf)>,
+    /// nfs-ganesha as a third server of the reads and writes (`--proto tcp` only).
+    pub ganesha: bool,
 }
+
+/// Host path of Debian's `ganesha.nfsd` (package nfs-ganesha), shipped into the guest.
+pub const GANESHA_BIN: &str = "/usr/bin/ganesha.nfsd";
+/// Host path of ganesha's VFS backend (package nfs-ganesha-vfs), a plugin ganesha
+/// dlopens from its `Plugins_Dir` (the guest's `/share/bin`).
+pub const GANESHA_FSAL_VFS: &str = "/usr/lib/x86_64-linux-gnu/ganesha/libfsalvfs.so";
 
 /// The guest's RDMA setup for siw: siw0 and siw_lo (lab_rdma_up).
 const SIW_UP: &str = r#"step rdma_up lab_rdma_up
@@ -202,6 +226,70 @@ const RXE_OURS: &str = r#"export RUST_LOG=rpcrdma_transport=info
 lab_run_binary nfsd --bind 10.0.2.15 --nfs-port 12049 --mount-port 12048 --rdma-port 30049 --rdma-provider verbs --rpcbind off --squash none --tcp-read-data "$LAB_TCP_READ_DATA" /export
 "#;
 
+/// nfs-ganesha (with `LAB_GANESHA=1`): its configuration, then `ganesha.nfsd` in the
+/// foreground (a child of the script, stopped at exit), ready when its NFS port
+/// listens. It registers with the guest's rpcbind (it will not start without one),
+/// which takes knfsd's registrations for NFS and MOUNT over: every mount names its
+/// ports, so no mount asks rpcbind. Its VFS backend needs the mount table as
+/// `/etc/mtab`. Owners are numeric ids, and `UseGetpwnam` keeps its ID mapper off
+/// libnfsidmap (whose plugins the guest does not have: ganesha refuses to start then).
+pub const GANESHA_UP: &str = r#"ganesha_up() {
+  mkdir -p /var/lib/nfs/ganesha /var/run/ganesha || return 1
+  [ -e /etc/mtab ] || ln -s /proc/mounts /etc/mtab || return 1
+  cat >/tmp/ganesha.conf <<'CONF'
+NFS_CORE_PARAM {
+  NFS_Port = 22049;
+  MNT_Port = 22048;
+  Protocols = 3, 4;
+  Enable_NLM = false;
+  Enable_RQUOTA = false;
+  Plugins_Dir = "/share/bin";
+}
+NFSV4 {
+  Graceless = true;
+  Lease_Lifetime = 10;
+  Grace_Period = 10;
+  Only_Numeric_Owners = true;
+  UseGetpwnam = true;
+}
+EXPORT {
+  Export_Id = 1;
+  Path = /export;
+  Pseudo = /export;
+  Protocols = 3, 4;
+  Transports = TCP;
+  Access_Type = RW;
+  Squash = No_Root_Squash;
+  SecType = sys;
+  MaxRead = 1048576;
+  MaxWrite = 1048576;
+  PrefRead = 1048576;
+  PrefWrite = 1048576;
+  FSAL {
+    Name = VFS;
+  }
+}
+LOG {
+  Default_Log_Level = EVENT;
+}
+CONF
+  cp /tmp/ganesha.conf "$LAB_RUN_DIR/ganesha.conf"
+  LD_LIBRARY_PATH=/share/lib /share/bin/ganesha.nfsd -F -f /tmp/ganesha.conf \
+    -L "$LAB_RUN_DIR/ganesha.log" -p /var/run/ganesha/ganesha.pid -N NIV_EVENT \
+    >"$LAB_RUN_DIR/ganesha.out" 2>&1 &
+  LAB_PID_ganesha=$!
+  lab_on_exit "kill $LAB_PID_ganesha 2>/dev/null"
+  lab_wait_listen 22049 120 && kill -0 $LAB_PID_ganesha && return 0
+  cat "$LAB_RUN_DIR/ganesha.out" "$LAB_RUN_DIR/ganesha.log"
+  return 1
+}
+if [ "${LAB_GANESHA:-0}" = 1 ]; then
+  step ganesha_up ganesha_up
+  record ganesha_version "$(grep -o 'Ganesha Version [^ ]*' "$LAB_RUN_DIR/ganesha.log" | head -1)"
+  record ganesha_rpcbind "$(rpcinfo -p 127.0.0.1 2>&1 | awk '$3 == "tcp" && ($5 == "nfs" || $5 == "mountd") {printf "%s v%s %s; ", $5, $2, $4}')"
+fi
+"#;
+
 /// The interleaved reads (and, with `LAB_CEILING=1`, the ib_write_bw ceiling after
 /// each pair).
 const READS: &str = r#"ours_ready() {
@@ -219,6 +307,36 @@ mkdir -p $M
 # knfsd's 2049, ours --nfs-port 12049.
 P=${LAB_PROTO:-rdma}
 if [ "$P" = tcp ]; then KP=2049; OP=12049; else KP=20049; OP=30049; fi
+# ports SERVER: its NFS port and its MOUNT port (ganesha: TCP only, 22049 and 22048).
+ports() {
+  case $1 in
+    knfsd) echo "$KP 20048" ;;
+    ours) echo "$OP 12048" ;;
+    ganesha) echo "22049 22048" ;;
+  esac
+}
+# The servers of the reads and writes: knfsd and ours, and ganesha with LAB_GANESHA=1.
+SERVERS="knfsd ours"
+[ "${LAB_GANESHA:-0}" = 1 ] && SERVERS="knfsd ours ganesha"
+# in_turn FN REP SERVER...: `FN SERVER NFS_PORT MOUNT_PORT REP` for each SERVER, the
+# list rotated left by REP (a number) so that no server always goes first: two
+# servers alternate (knfsd ours, ours knfsd, ...), three take turns (knfsd ours
+# ganesha, ours ganesha knfsd, ganesha knfsd ours, ...).
+in_turn() {
+  local fn=$1 rep=$2 k s
+  shift 2
+  k=$((rep % $#))
+  while [ $k -gt 0 ]; do
+    s=$1
+    shift
+    set -- "$@" "$s"
+    k=$((k - 1))
+  done
+  for s in "$@"; do
+    # shellcheck disable=SC2046
+    $fn "$s" $(ports "$s") "$rep"
+  done
+}
 # mount_opts PORT MOUNT_PORT: the options of a mount of NFS version $LAB_VERS.
 mount_opts() {
   if [ "${LAB_VERS:-3}" = 3 ]; then
@@ -340,28 +458,18 @@ ceiling() {
 }
 i=0
 while [ $i -lt "$LAB_REPS" ]; do
-  if [ $((i % 2)) = 0 ]; then
-    readone knfsd $KP 20048 $i
-    readone ours $OP 12048 $i
-  else
-    readone ours $OP 12048 $i
-    readone knfsd $KP 20048 $i
-  fi
-  if [ "${LAB_WRITES:-0}" = 1 ]; then
-    if [ $((i % 2)) = 0 ]; then
-      writeone knfsd $KP 20048 $i
-      writeone ours $OP 12048 $i
-    else
-      writeone ours $OP 12048 $i
-      writeone knfsd $KP 20048 $i
-    fi
-  fi
+  # shellcheck disable=SC2086
+  in_turn readone $i $SERVERS
+  # shellcheck disable=SC2086
+  [ "${LAB_WRITES:-0}" = 1 ] && in_turn writeone $i $SERVERS
   [ "${LAB_CEILING:-0}" = 1 ] && step "ceiling_$i" ceiling $i
   i=$((i + 1))
 done
 if [ "${LAB_PERF:-0}" = 1 ] && [ "${LAB_WRITES:-0}" = 1 ]; then
-  writeone knfsd $KP 20048 profile
-  writeone ours $OP 12048 profile
+  for s in $SERVERS; do
+    # shellcheck disable=SC2046
+    writeone $s $(ports $s) profile
+  done
 fi
 # Diagnostics (--strace): one more read from ours, outside the measured ones, with
 # `strace -c -f` attached to our nfsd: its system calls, counted and timed.
@@ -425,16 +533,11 @@ metaone() {
   step "meta_rmdir_$1_$4" rmdir $d
   step "meta_umount_$1_$4" meta_umount
 }
+# knfsd and ours only (ganesha takes no part in the metadata runs).
 if [ "${LAB_META:-0}" -gt 0 ]; then
   i=0
   while [ $i -lt "$LAB_REPS" ]; do
-    if [ $((i % 2)) = 0 ]; then
-      metaone knfsd $KP 20048 $i
-      metaone ours $OP 12048 $i
-    else
-      metaone ours $OP 12048 $i
-      metaone knfsd $KP 20048 $i
-    fi
+    in_turn metaone $i knfsd ours
     i=$((i + 1))
   done
   if [ "${LAB_PERF:-0}" = 1 ]; then
@@ -462,13 +565,13 @@ pub fn guest_script(fabric: Fabric) -> String {
         Fabric::Siw => (SIW_UP, SIW_OURS),
         Fabric::Rxe => (RXE_UP, RXE_OURS),
     };
-    format!(". /share/lib.sh\n{up}{KNFSD_UP}{ours}{READS}{META}")
+    format!(". /share/lib.sh\n{up}{KNFSD_UP}{ours}{GANESHA_UP}{READS}{META}")
 }
 
 /// One `dd` read in the guest.
 #[derive(Debug, Clone, Serialize)]
 pub struct GuestRead {
-    /// `knfsd` or `ours`.
+    /// `knfsd`, `ours` or `ganesha`.
     pub server: String,
     /// Repetition.
     pub rep: u32,
@@ -503,6 +606,12 @@ pub struct Writes {
     pub ours_over_knfsd_throughput: f64,
     /// Median ours/knfsd guest CPU per GiB.
     pub ours_over_knfsd_cpu_per_gib: f64,
+    /// Median ours/ganesha throughput over the repetitions (`--with-ganesha`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ours_over_ganesha_throughput: Option<f64>,
+    /// Median ours/ganesha guest CPU per GiB (`--with-ganesha`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ours_over_ganesha_cpu_per_gib: Option<f64>,
 }
 
 impl Writes {
@@ -514,24 +623,47 @@ impl Writes {
             median_cpu_s_per_gib: c.median_cpu_s_per_gib,
             ours_over_knfsd_throughput: c.throughput,
             ours_over_knfsd_cpu_per_gib: c.cpu_per_gib,
+            ours_over_ganesha_throughput: c.vs_ganesha.map(|r| r.0),
+            ours_over_ganesha_cpu_per_gib: c.vs_ganesha.map(|r| r.1),
         }
     }
 }
 
-/// Medians per server and ours/knfsd over the interleaved pairs of `reps`.
+/// Medians per server, ours/knfsd over the interleaved pairs of `reps`, and
+/// ours/ganesha when ganesha ran.
 struct Comparison {
     median_mb_s: Vec<(String, f64)>,
     median_cpu_s_per_gib: Vec<(String, f64)>,
     throughput: f64,
     cpu_per_gib: f64,
+    /// ours/ganesha (throughput, CPU per GiB), if any run is ganesha's.
+    vs_ganesha: Option<(f64, f64)>,
 }
 
 impl Comparison {
     fn of(runs: &[GuestRead], reps: u32) -> Comparison {
         let pick = |s: &str, rep: u32| runs.iter().find(|r| r.server == s && r.rep == rep);
-        let pairs: Vec<(&GuestRead, &GuestRead)> = (0..reps)
-            .filter_map(|rep| Some((pick("ours", rep)?, pick("knfsd", rep)?)))
-            .collect();
+        // Medians over the repetitions of ours/`other` (throughput, CPU per GiB), each
+        // repetition's ratio from that repetition's two runs.
+        let ratios = |other: &str| {
+            let pairs: Vec<(&GuestRead, &GuestRead)> = (0..reps)
+                .filter_map(|rep| Some((pick("ours", rep)?, pick(other, rep)?)))
+                .collect();
+            (
+                median(
+                    &pairs
+                        .iter()
+                        .map(|(a, b)| a.mb_s / b.mb_s)
+                        .collect::<Vec<_>>(),
+                ),
+                median(
+                    &pairs
+                        .iter()
+                        .map(|(a, b)| a.guest_cpu_s_per_gib / b.guest_cpu_s_per_gib)
+                        .collect::<Vec<_>>(),
+                ),
+            )
+        };
         let med_of = |s: &str, f: fn(&GuestRead) -> f64| {
             median(
                 &runs
@@ -541,27 +673,25 @@ impl Comparison {
                     .collect::<Vec<_>>(),
             )
         };
+        let with_ganesha = runs.iter().any(|r| r.server == "ganesha");
+        let servers: &[&str] = if with_ganesha {
+            &["knfsd", "ours", "ganesha"]
+        } else {
+            &["knfsd", "ours"]
+        };
         let per_server = |f: fn(&GuestRead) -> f64| {
-            ["knfsd", "ours"]
+            servers
                 .iter()
                 .map(|s| (s.to_string(), med_of(s, f)))
                 .collect()
         };
+        let (throughput, cpu_per_gib) = ratios("knfsd");
         Comparison {
             median_mb_s: per_server(|r| r.mb_s),
             median_cpu_s_per_gib: per_server(|r| r.guest_cpu_s_per_gib),
-            throughput: median(
-                &pairs
-                    .iter()
-                    .map(|(a, b)| a.mb_s / b.mb_s)
-                    .collect::<Vec<_>>(),
-            ),
-            cpu_per_gib: median(
-                &pairs
-                    .iter()
-                    .map(|(a, b)| a.guest_cpu_s_per_gib / b.guest_cpu_s_per_gib)
-                    .collect::<Vec<_>>(),
-            ),
+            throughput,
+            cpu_per_gib,
+            vs_ganesha: with_ganesha.then(|| ratios("ganesha")),
         }
     }
 }
@@ -635,6 +765,12 @@ pub struct LabReport {
     pub ours_over_knfsd_throughput: f64,
     /// Median ours/knfsd guest CPU per GiB.
     pub ours_over_knfsd_cpu_per_gib: f64,
+    /// Median ours/ganesha throughput over the repetitions (`--with-ganesha`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ours_over_ganesha_throughput: Option<f64>,
+    /// Median ours/ganesha guest CPU per GiB (`--with-ganesha`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ours_over_ganesha_cpu_per_gib: Option<f64>,
     /// Median guest CPU seconds per GiB per server.
     pub median_cpu_s_per_gib: Vec<(String, f64)>,
     /// The `ib_write_bw` ceiling (rxe only).
@@ -709,7 +845,11 @@ pub fn run(plan: &LabPlan) -> Result<LabReport, String> {
         profile,
         ref metadata,
         ref tcp_read_data,
+        ganesha,
     } = *plan;
+    if ganesha && proto != Proto::Tcp {
+        return Err("--with-ganesha needs --proto tcp: Debian's nfs-ganesha 4.3 has no NFS/RDMA transport (docs/bench/README.md, \"nfs-ganesha in the lab guest\")".into());
+    }
     let lab = match lab_dir {
         Some(d) => Lab::open_at(d),
         None => Lab::open(),
@@ -748,6 +888,17 @@ pub fn run(plan: &LabPlan) -> Result<LabReport, String> {
     if writes {
         script = script.env("LAB_WRITES", "1");
     }
+    if ganesha {
+        for p in [GANESHA_BIN, GANESHA_FSAL_VFS] {
+            if !std::path::Path::new(p).is_file() {
+                return Err(format!("--with-ganesha needs {p} on the host: run lab/setup (it installs nfs-ganesha and nfs-ganesha-vfs)"));
+            }
+        }
+        script = script
+            .binary_with_libraries("ganesha.nfsd", GANESHA_BIN)
+            .binary_with_libraries("libfsalvfs.so", GANESHA_FSAL_VFS)
+            .env("LAB_GANESHA", "1");
+    }
     if profile {
         script = script
             .binary_with_libraries("perf", host_perf()?)
@@ -769,11 +920,16 @@ pub fn run(plan: &LabPlan) -> Result<LabReport, String> {
     }
     let bytes = u64::from(mib) << 20;
     let ticks = 100.0; // USER_HZ in /proc/stat
-                       // The transfers recorded as `{prefix}run_*`, `{prefix}cpus_*`, `{prefix}ours_proc_*`.
+    let servers: &[&str] = if ganesha {
+        &["knfsd", "ours", "ganesha"]
+    } else {
+        &["knfsd", "ours"]
+    };
+    // The transfers recorded as `{prefix}run_*`, `{prefix}cpus_*`, `{prefix}ours_proc_*`.
     let transfers = |prefix: &str| -> Result<Vec<GuestRead>, String> {
         let mut runs = Vec::new();
         for rep in 0..reps {
-            for server in ["knfsd", "ours"] {
+            for &server in servers {
                 let key = format!("{prefix}run_{server}_{rep}");
                 let v = o.value(&key).ok_or(format!("no value {key}"))?;
                 let (secs, jiffies) = secs_jiffies(&key, v)?;
@@ -899,6 +1055,9 @@ pub fn run(plan: &LabPlan) -> Result<LabReport, String> {
         "ours_tcp_read_data",
         "mount_knfsd",
         "mount_ours",
+        "mount_ganesha",
+        "ganesha_version",
+        "ganesha_rpcbind",
         "meta_mount_knfsd",
         "meta_mount_ours",
     ]
@@ -916,6 +1075,8 @@ pub fn run(plan: &LabPlan) -> Result<LabReport, String> {
         median_cpu_s_per_gib: compared.median_cpu_s_per_gib,
         ours_over_knfsd_throughput: compared.throughput,
         ours_over_knfsd_cpu_per_gib: compared.cpu_per_gib,
+        ours_over_ganesha_throughput: compared.vs_ganesha.map(|r| r.0),
+        ours_over_ganesha_cpu_per_gib: compared.vs_ganesha.map(|r| r.1),
         ceiling,
         reads,
         out_dir: o.out_dir.clone(),
@@ -928,10 +1089,19 @@ fn runs_table(o: &mut String, runs: &[GuestRead]) {
     for x in runs {
         let _ = writeln!(
             o,
-            "{:<6} {:>4} {:>8.2} {:>9.1} {:>13.2}",
+            "{:<7} {:>4} {:>8.2} {:>9.1} {:>13.2}",
             x.server, x.rep, x.secs, x.mb_s, x.guest_cpu_s_per_gib
         );
     }
+}
+
+/// The ours/ganesha line of the text report (reads, or `writes ` as `prefix`); the
+/// goal (issue 30) is >= 1.3x.
+fn vs_ganesha_line(prefix: &str, throughput: f64, cpu_per_gib: f64) -> String {
+    format!(
+        "{prefix}ours/ganesha (median over repetitions of the interleaved triples): throughput {throughput:.2}x (goal >= 1.3x: {}), guest CPU per GiB {cpu_per_gib:.2}x",
+        if throughput >= 1.3 { "MET" } else { "NOT MET" }
+    )
 }
 
 /// The lab report as text.
@@ -953,7 +1123,7 @@ pub fn text(r: &LabReport) -> String {
     }
     let _ = writeln!(
         o,
-        "{:<6} {:>4} {:>8} {:>9} {:>13}",
+        "{:<7} {:>4} {:>8} {:>9} {:>13}",
         "server", "rep", "secs", "MB/s", "guest s/GiB"
     );
     runs_table(&mut o, &r.reads);
@@ -967,6 +1137,12 @@ pub fn text(r: &LabReport) -> String {
         if r.ours_over_knfsd_throughput >= 1.0 { "MET" } else { "NOT MET" },
         r.ours_over_knfsd_cpu_per_gib
     );
+    if let (Some(t), Some(c)) = (
+        r.ours_over_ganesha_throughput,
+        r.ours_over_ganesha_cpu_per_gib,
+    ) {
+        let _ = writeln!(o, "{}", vs_ganesha_line("", t, c));
+    }
     if let Some(w) = &r.writes {
         let _ = writeln!(
             o,
@@ -981,6 +1157,12 @@ pub fn text(r: &LabReport) -> String {
             "writes ours/knfsd (median of interleaved pairs): throughput {:.2}x, guest CPU per GiB {:.2}x",
             w.ours_over_knfsd_throughput, w.ours_over_knfsd_cpu_per_gib
         );
+        if let (Some(t), Some(c)) = (
+            w.ours_over_ganesha_throughput,
+            w.ours_over_ganesha_cpu_per_gib,
+        ) {
+            let _ = writeln!(o, "{}", vs_ganesha_line("writes ", t, c));
+        }
     }
     if let Some(c) = &r.ceiling {
         let _ = writeln!(
@@ -1061,14 +1243,113 @@ mod tests {
         assert!(!rxe.contains("lab_rdma_up"), "no siw device in the rxe run");
         for s in [&siw, &rxe] {
             assert!(s.contains("step ours_ready ours_ready"));
-            assert!(s.contains("readone knfsd $KP 20048 $i"));
+            assert!(s.contains("in_turn readone $i $SERVERS"));
             assert!(s.contains(
                 "if [ \"$P\" = tcp ]; then KP=2049; OP=12049; else KP=20049; OP=30049; fi"
             ));
             assert!(s.contains("-o \"$(mount_opts $2 $3),rsize=1048576\""));
-            assert!(s.contains("metaone knfsd $KP 20048 $i"));
-            assert!(s.contains("writeone ours $OP 12048 $i"));
+            assert!(s.contains("in_turn metaone $i knfsd ours"));
+            assert!(s.contains("in_turn writeone $i $SERVERS"));
+            assert!(s.contains("[ \"${LAB_GANESHA:-0}\" = 1 ] && SERVERS=\"knfsd ours ganesha\""));
+            assert!(s.contains("step ganesha_up ganesha_up"));
             assert!(s.ends_with("exit 0\n"));
         }
+    }
+
+    /// The guest script's `ports` and `in_turn`, run by the host's sh: the order of
+    /// the servers in each repetition.
+    fn turns(servers: &str, reps: u32) -> Vec<String> {
+        let script = guest_script(Fabric::Siw);
+        let from = script.find("# ports SERVER").unwrap();
+        let to = script.find("record knfsd_portlist").unwrap();
+        let body = format!(
+            "KP=2049; OP=12049\n{}\nshow() {{ printf '%s:%s:%s:%s ' \"$1\" \"$2\" \"$3\" \"$4\"; }}\n\
+             i=0; while [ $i -lt {reps} ]; do in_turn show $i {servers}; echo; i=$((i + 1)); done\n",
+            &script[from..to]
+        );
+        let out = std::process::Command::new("sh")
+            .args(["-c", &body])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout)
+            .unwrap()
+            .lines()
+            .map(|l| l.trim().to_string())
+            .collect()
+    }
+
+    #[test]
+    fn servers_take_turns_going_first() {
+        // Two servers alternate as they always have.
+        assert_eq!(
+            turns("knfsd ours", 3),
+            [
+                "knfsd:2049:20048:0 ours:12049:12048:0",
+                "ours:12049:12048:1 knfsd:2049:20048:1",
+                "knfsd:2049:20048:2 ours:12049:12048:2",
+            ]
+        );
+        // Three rotate: each goes first once in three repetitions.
+        assert_eq!(
+            turns("knfsd ours ganesha", 4),
+            [
+                "knfsd:2049:20048:0 ours:12049:12048:0 ganesha:22049:22048:0",
+                "ours:12049:12048:1 ganesha:22049:22048:1 knfsd:2049:20048:1",
+                "ganesha:22049:22048:2 knfsd:2049:20048:2 ours:12049:12048:2",
+                "knfsd:2049:20048:3 ours:12049:12048:3 ganesha:22049:22048:3",
+            ]
+        );
+    }
+
+    fn run_of(server: &str, rep: u32, mb_s: f64, cpu: f64) -> GuestRead {
+        GuestRead {
+            server: server.into(),
+            rep,
+            bytes: 1 << 20,
+            secs: 1.0,
+            mb_s,
+            guest_cpu_s: cpu,
+            guest_cpu_s_per_gib: cpu,
+            per_cpu_busy_jiffies: vec![],
+            ours_process_user_system_jiffies: vec![],
+        }
+    }
+
+    #[test]
+    fn comparison_adds_ganesha_and_keeps_ours_over_knfsd() {
+        let pairs = vec![
+            run_of("knfsd", 0, 10.0, 4.0),
+            run_of("ours", 0, 20.0, 2.0),
+            run_of("ours", 1, 30.0, 3.0),
+            run_of("knfsd", 1, 10.0, 6.0),
+            run_of("knfsd", 2, 40.0, 1.0),
+            run_of("ours", 2, 20.0, 2.0),
+        ];
+        let c = Comparison::of(&pairs, 3);
+        assert_eq!((c.throughput, c.cpu_per_gib), (2.0, 0.5));
+        assert!(c.vs_ganesha.is_none());
+        assert_eq!(c.median_mb_s.len(), 2);
+        let mut triples = pairs.clone();
+        triples.extend([
+            run_of("ganesha", 0, 10.0, 1.0),
+            run_of("ganesha", 1, 20.0, 3.0),
+            run_of("ganesha", 2, 5.0, 4.0),
+        ]);
+        let t = Comparison::of(&triples, 3);
+        // ours/knfsd exactly as without ganesha.
+        assert_eq!((t.throughput, t.cpu_per_gib), (c.throughput, c.cpu_per_gib));
+        // Per repetition ours/ganesha: 2.0, 1.5, 4.0 and CPU 2.0, 1.0, 0.5.
+        assert_eq!(t.vs_ganesha, Some((2.0, 1.0)));
+        assert_eq!(t.median_mb_s[2], ("ganesha".to_string(), 10.0));
+        let w = Writes::of(triples, 3);
+        assert_eq!(w.ours_over_ganesha_throughput, Some(2.0));
+        assert_eq!(w.ours_over_knfsd_throughput, 2.0);
+        let j = serde_json::to_value(Writes::of(pairs, 3)).unwrap();
+        assert!(j.get("ours_over_ganesha_throughput").is_none());
     }
 }

@@ -19,7 +19,7 @@
 //!
 //! `nfsbench lab` ([`labrun`]) is the qemu-guest variant: the Linux kernel client reads
 //! from knfsd and from our `nfsd` in the guest, over siw or (`--fabric rxe`, with an
-//! `ib_write_bw` ceiling) over rxe.
+//! `ib_write_bw` ceiling) over rxe; with `--with-ganesha` (TCP), from nfs-ganesha too.
 //!
 //! This crate does not assert performance goals (it reports against them) or tune
 //! the crates it measures.

@@ -9,6 +9,7 @@
 //! nfsbench lab --fabric rxe --out docs/bench    # the same over soft-RoCE, with ib_write_bw
 //! nfsbench lab --proto tcp --metadata 10000 --out docs/bench  # proto=tcp reads + metadata runs
 //! nfsbench lab --nfs-version 4.1 --writes --out docs/bench  # vers=4.1 mounts, reads and writes
+//! nfsbench lab --proto tcp --with-ganesha --writes --out docs/bench  # nfs-ganesha as a third server
 //! nfsbench handles --sizes 10000,1000000 --out docs/bench   # GETATTR after a restart vs export size
 //! ```
 
@@ -84,7 +85,7 @@ struct LabArgs {
     /// Size of the file read in the guest, in MiB.
     #[arg(long, default_value_t = 64)]
     mib: u32,
-    /// Repetitions (interleaved knfsd / ours).
+    /// Repetitions (interleaved knfsd / ours, and ganesha with --with-ganesha).
     #[arg(long, default_value_t = 3)]
     reps: u32,
     /// The guest's RDMA device: siw (soft-iWARP siw0) or rxe (soft-RoCE rxe0, our
@@ -129,9 +130,16 @@ struct LabArgs {
     /// How our nfsd sends READ data over TCP (its --tcp-read-data).
     #[arg(long, value_enum, default_value_t = TcpReadData::Sendfile)]
     tcp_read_data: TcpReadData,
+    /// nfs-ganesha (Debian's 4.3, VFS backend, installed by lab/setup) as a third
+    /// server in the guest, exporting the same tmpfs on port 22049 (MOUNT 22048): the
+    /// reads and writes run in interleaved triples, the order rotated per repetition,
+    /// and the report adds ours/ganesha. Needs --proto tcp (Debian's ganesha has no
+    /// NFS/RDMA); not part of --metadata.
+    #[arg(long)]
+    with_ganesha: bool,
     /// Output directory for lab.json and lab.txt (the stem gains `-rxe` for `--fabric
     /// rxe`, `-tcp` for `--proto tcp`, `-v4.1` for `--nfs-version 4.1`, `-writes` with
-    /// `--writes`, `-metadata` with `--metadata`).
+    /// `--writes`, `-metadata` with `--metadata`, `-ganesha` with `--with-ganesha`).
     #[arg(long, default_value = "nfsbench-report")]
     out: PathBuf,
 }
@@ -438,6 +446,7 @@ fn lab(a: LabArgs) -> Result<(), grid::BenchError> {
         profile: a.profile,
         metadata,
         tcp_read_data: a.tcp_read_data.name().to_string(),
+        ganesha: a.with_ganesha,
     })?;
     let mut stem = String::from("lab");
     if a.fabric == nfsbench::labrun::Fabric::Rxe {
@@ -454,6 +463,9 @@ fn lab(a: LabArgs) -> Result<(), grid::BenchError> {
     }
     if r.metadata.is_some() {
         stem.push_str("-metadata");
+    }
+    if a.with_ganesha {
+        stem.push_str("-ganesha");
     }
     let load_end = nfsbench::machine::loadavg();
     let text = format!(
