@@ -139,14 +139,15 @@ struct Cli {
     /// Credits granted to a new RDMA connection: the grant doubles, up to
     /// --rdma-credits, whenever the client keeps more than half of it in use and
     /// --max-memory has room for the buffers, and never shrinks. Small, so that an idle
-    /// connection holds little memory (96 KiB charged at 8, besides 24 KiB of state).
+    /// connection holds little memory (at 8: 32 KiB of Receive buffers charged, 8 KiB of
+    /// Send buffers until its replies need more, and 24 KiB of state).
     #[arg(long, value_name = "N", default_value_t = 8,
           value_parser = clap::value_parser!(u32).range(1..=1024))]
     rdma_initial_credits: u32,
     /// The server's memory budget (bytes; K, M, G suffixes), one for everything it
-    /// charges: each RDMA connection's Receive and Send buffers (8 KiB per credit
-    /// granted) and state (24 KiB): 120 KiB for a new connection, about 1 MiB at 128
-    /// credits; each TCP connection's read buffer (64 KiB) and the call records it
+    /// charges: each RDMA connection's Receive buffers (4 KiB per credit granted), Send
+    /// buffers (as its replies need them) and state (24 KiB): 64 KiB for a new
+    /// connection, about 1 MiB at 128 credits; each TCP connection's read buffer (64 KiB) and the call records it
     /// receives; the data of NFS WRITEs pulled by RDMA Read; READ reply buffers.
     /// Connections never take the last 16 MiB (RDMA) or 4 MiB (TCP), kept for one
     /// whole WRITE. At least 32 MiB. Past it a new RDMA connection is rejected, a new

@@ -360,10 +360,10 @@ fn binary_with_verbs_provider_and_no_device_for_the_address_fails_saying_why() {
 async fn one_budget_rejects_rdma_connections_and_reads_past_it() {
     use nfsclient::nfs3::NfsStat3;
     use std::sync::Arc;
-    // One connection's state (24 KiB) and Receive and Send buffers at nfsd's
-    // defaults, for its initial grant of 8 credits: 8 of 4 KiB each way, and 8 Send
-    // buffers more.
-    const CONN: u64 = (24 << 10) + 8 * 4096 + 16 * 4096;
+    // One connection's state (24 KiB) and buffers at nfsd's defaults: 8 Receive
+    // buffers of 4 KiB for its initial grant of 8 credits and 2 Send buffers (more as
+    // its Sends need them, which `until_charged` counts).
+    const CONN: u64 = (24 << 10) + 8 * 4096 + 2 * 4096;
     const KIB: u64 = 1 << 10;
     let dir = TempDir::new("rdma-budget");
     std::fs::write(dir.path().join("f"), pattern(1 << 20, 3)).unwrap();
@@ -472,11 +472,20 @@ async fn one_budget_rejects_rdma_connections_and_reads_past_it() {
     serving.stop().await;
 }
 
-/// Waits until the budget holds exactly `bytes` (connections end asynchronously).
+/// Waits until the budget holds exactly `bytes`, and the 4 KiB Send buffers open
+/// connections added to their first 2 (connections end asynchronously).
 async fn until_charged(stats: &rpcrdma_transport::StatsRegistry, bytes: u64) {
+    use rpcrdma_transport::Counter;
     let give_up = Instant::now() + Duration::from_secs(20);
     loop {
         let m = stats.memory().unwrap();
+        let grown_sends: u64 = stats
+            .snapshots()
+            .iter()
+            .filter(|s| s.open)
+            .map(|s| s.get(Counter::SendBuffers).saturating_sub(2) * 4096)
+            .sum();
+        let bytes = bytes + grown_sends;
         if m.charged == bytes {
             return;
         }

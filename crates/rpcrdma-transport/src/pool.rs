@@ -223,6 +223,8 @@ pub(crate) struct SendPool {
     pd: ProtectionDomain,
     slabs: Slabs,
     free: Mutex<Vec<usize>>,
+    /// The most slots it may grow to.
+    max: usize,
 }
 
 impl SendPool {
@@ -237,6 +239,7 @@ impl SendPool {
             pd: pd.clone(),
             slabs: Slabs::new(pd, n, max, len, Access::NONE)?,
             free: Mutex::new((0..n).rev().collect()),
+            max: max.max(n),
         })
     }
 
@@ -245,6 +248,31 @@ impl SendPool {
         let added = self.slabs.grow(&self.pd, more)?;
         self.free().extend(added.rev());
         Ok(())
+    }
+
+    /// Whether every slot is taken (a Send posted now would register its pieces).
+    pub(crate) fn exhausted(&self) -> bool {
+        self.free().is_empty()
+    }
+
+    /// Slots it has.
+    pub(crate) fn slots(&self) -> usize {
+        self.slabs.n
+    }
+
+    /// Slots it may still add.
+    pub(crate) fn room(&self) -> usize {
+        self.max.saturating_sub(self.slabs.n)
+    }
+
+    /// Grows no further (its registrations failed).
+    pub(crate) fn stop_growing(&mut self) {
+        self.max = self.slabs.n;
+    }
+
+    /// Bytes of one slot.
+    pub(crate) fn slot_len(&self) -> usize {
+        self.slabs.len
     }
 
     fn free(&self) -> std::sync::MutexGuard<'_, Vec<usize>> {
@@ -422,5 +450,25 @@ mod tests {
         assert_eq!((r.stag(), at), (sends.slabs.regions[2].1.stag(), 4096));
         assert_eq!(sends.slabs.get(4).unwrap().1, 2 * 4096);
         assert!(sends.slabs.get(7).is_none());
+    }
+
+    #[test]
+    fn a_send_pool_says_when_it_is_exhausted_and_how_far_it_may_grow() {
+        let pd = ProtectionDomain::software(rdma::DeviceAttributes::SOFTWARE);
+        let mut sends = SendPool::new(&pd, 2, 10, 4096).unwrap();
+        assert_eq!(
+            (sends.slots(), sends.room(), sends.slot_len()),
+            (2, 8, 4096)
+        );
+        let taken: Vec<usize> = (0..2).map(|_| sends.free().pop().unwrap()).collect();
+        assert!(sends.exhausted());
+        sends.grow(2).unwrap();
+        assert!(!sends.exhausted());
+        assert_eq!((sends.slots(), sends.room()), (4, 6));
+        // A completion gives its slot back (slot numbers are 1-based in `wr_id`).
+        sends.complete(wr_kind::SEND | ((taken[0] as u64 + 1) << 32));
+        assert_eq!(sends.free().len(), 3);
+        sends.stop_growing();
+        assert_eq!(sends.room(), 0);
     }
 }

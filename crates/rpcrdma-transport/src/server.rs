@@ -196,7 +196,7 @@ impl<P: ConnectionManager + 'static> RdmaServer<P> {
             // rejected: the server never allocates past its budget. Room for one whole
             // Call is kept from connections, so that idle ones cannot keep every Call
             // with Read chunks waiting.
-            let per_credit = config.recv_buffer_len() as u64 + u64::from(send_buffer_len);
+            let per_credit = config.recv_buffer_len() as u64;
             let needed = CONNECTION_STATE + conn_buffer_bytes(&config, initial, send_buffer_len);
             let Some(memory) = self.memory.try_charge_now(needed, config.max_message) else {
                 self.stats.connection_refused(peer.addr, needed);
@@ -242,6 +242,7 @@ impl<P: ConnectionManager + 'static> RdmaServer<P> {
             stats.set(Counter::RecvThreshold, u64::from(limits.recv_threshold));
             stats.set(Counter::CreditsRequested, u64::from(config.credits));
             stats.set(Counter::MemoryCharged, memory.bytes());
+            stats.set(Counter::SendBuffers, INITIAL_SEND_SLOTS as u64);
             self.stats.add(stats.clone());
             let core = Responder::new(
                 self.binding.clone(),
@@ -283,11 +284,11 @@ impl<P: ConnectionManager + 'static> RdmaServer<P> {
             } else {
                 None
             };
-            // Replies are at most one per credit; RDMA_ERRORs and GARBAGE_ARGS answers
-            // fall back to registering caller bytes if they find the pool empty.
+            // A few Send buffers to start with, more as Sends find them all taken
+            // (`ServerConn::grow_sends`): an idle connection holds few.
             let sends = match SendPool::new(
                 &pd,
-                send_slots(initial),
+                INITIAL_SEND_SLOTS,
                 send_slots(credits),
                 send_buffer_len as usize,
             ) {
@@ -343,12 +344,18 @@ impl<P: ConnectionManager + 'static> RdmaServer<P> {
     }
 }
 
-/// Send buffers of a connection granting `credits`: one Reply per credit, and room
-/// for RDMA_ERRORs and GARBAGE_ARGS answers (which fall back to registering caller
-/// bytes if they find the pool empty).
+/// The most Send buffers of a connection granting at most `credits`: one Reply per
+/// credit, and room for RDMA_ERRORs, GARBAGE_ARGS answers and backward Calls (which,
+/// like any Send past them, fall back to registering caller bytes if they find the
+/// pool empty).
 fn send_slots(credits: u32) -> usize {
     credits.clamp(1, 1024) as usize + 8
 }
+
+/// Send buffers a connection starts with: one Reply in flight and the next (a peer's
+/// Calls one at a time never need more). The pool doubles, up to [`send_slots`] of
+/// the largest grant, when a Send finds every buffer taken (`ServerConn::grow_sends`).
+pub const INITIAL_SEND_SLOTS: usize = 2;
 
 /// What a connection holds besides its Receive and Send buffers (its task, the
 /// provider's queues and tables), charged with them at accept: nfsd's RSS grows by
@@ -363,7 +370,7 @@ pub const CONNECTION_STATE: u64 = 24 << 10;
 fn conn_buffer_bytes(config: &RdmaConfig, credits: u32, send_buffer_len: u32) -> u64 {
     let recvs = u64::from(credits.max(1)) + u64::from(config.backward_credits);
     let recv = recvs * config.recv_buffer_len() as u64;
-    let send = send_slots(credits) as u64 * u64::from(send_buffer_len);
+    let send = INITIAL_SEND_SLOTS as u64 * u64::from(send_buffer_len);
     recv + send
 }
 
@@ -380,7 +387,7 @@ const TEARDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
 struct CreditGrowth {
     /// The most credits the connection may be granted ([`RdmaConfig::credits`]).
     max: u32,
-    /// The bytes of one more credit's Receive and Send buffer.
+    /// The bytes of one more credit's Receive buffer.
     per_credit: u64,
     /// The server's memory budget, which the buffers are charged to.
     budget: Arc<MemoryBudget>,
@@ -916,11 +923,7 @@ impl<Q: QueuePair + 'static> ServerConn<Q> {
         // charge then covers at least what the pools hold).
         self.memory.absorb(charge);
         self.stats.set(Counter::MemoryCharged, self.memory.bytes());
-        let grown = self
-            .sends
-            .grow(more as usize)
-            .and_then(|()| self.pool.grow(&self.pd, more as usize));
-        match grown {
+        match self.pool.grow(&self.pd, more as usize) {
             Ok(added) => {
                 self.recv_buffers += added.len();
                 self.free_recvs.extend(added.rev());
@@ -932,6 +935,32 @@ impl<Q: QueuePair + 'static> ServerConn<Q> {
                 self.growth.max = target;
             }
         }
+    }
+
+    /// Doubles the Send buffers (up to [`send_slots`] of the largest grant), charged to
+    /// the memory budget first as a larger grant's Receives are; without room in the
+    /// budget, or if they cannot be registered, the Send registers its own pieces.
+    fn grow_sends(&mut self) {
+        let more = self.sends.slots().min(self.sends.room());
+        if more == 0 {
+            return;
+        }
+        let bytes = (more * self.sends.slot_len()) as u64;
+        let Some(charge) = self
+            .growth
+            .budget
+            .try_charge_now(bytes, self.growth.keep_free)
+        else {
+            return;
+        };
+        self.memory.absorb(charge);
+        self.stats.set(Counter::MemoryCharged, self.memory.bytes());
+        if let Err(e) = self.sends.grow(more) {
+            tracing::warn!(target: "rpcrdma_transport", conn = self.stats.id, error = %e, slots = self.sends.slots(), "cannot register more send buffers: Sends register their own");
+            self.sends.stop_growing();
+        }
+        self.stats
+            .set(Counter::SendBuffers, self.sends.slots() as u64);
     }
 
     fn post_recvs(&mut self, n: u32) {
@@ -1222,6 +1251,9 @@ impl<Q: QueuePair + 'static> ServerConn<Q> {
             None => SendOp::Send,
         };
         let wr_id = wr_kind::SEND | u64::from(xid.0);
+        if self.sends.exhausted() {
+            self.grow_sends();
+        }
         let writes = std::mem::take(&mut self.writes);
         match self
             .sends

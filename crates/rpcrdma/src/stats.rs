@@ -42,6 +42,7 @@ macro_rules! counters {
                         | Counter::SendThreshold
                         | Counter::RecvThreshold
                         | Counter::ReliableReply
+                        | Counter::SendBuffers
                 )
             }
         }
@@ -144,6 +145,9 @@ counters! {
     /// budget had no room for its buffers (responder,
     /// `Responder::handle_credit_growth_refused`).
     CreditGrowthsRefused = "credit_growths_refused",
+    /// Registered Send buffers the connection holds (responder: a few at first, more
+    /// as Sends find them all taken): a gauge.
+    SendBuffers = "send_buffers",
     /// RPC-over-RDMA version of the last Call sent (requester) or received
     /// (responder): a gauge.
     Version = "rpcrdma_version",
