@@ -89,12 +89,17 @@ impl Page {
     }
 }
 
-fn procedure_labels(r: &ProcedureRow) -> String {
-    let procedure = match (r.name, r.proc_) {
+/// A row's procedure (or operation) label: its name, else its number, else `other`.
+fn row_name(r: &ProcedureRow) -> String {
+    match (r.name, r.proc_) {
         (Some(n), _) => n.to_string(),
         (None, Some(p)) => p.to_string(),
         (None, None) => "other".to_string(),
-    };
+    }
+}
+
+fn procedure_labels(r: &ProcedureRow) -> String {
+    let procedure = row_name(r);
     format!(
         "program=\"{}\",version=\"{}\",procedure=\"{procedure}\"",
         program_name(r.prog),
@@ -144,14 +149,7 @@ fn render_calls(page: &mut Page, rows: &[ProcedureRow]) {
 }
 
 fn render_operations(page: &mut Page, rows: &[ProcedureRow]) {
-    let label = |r: &ProcedureRow| {
-        let op = match (r.name, r.proc_) {
-            (Some(n), _) => n.to_string(),
-            (None, Some(p)) => p.to_string(),
-            (None, None) => "other".to_string(),
-        };
-        format!("version=\"{}\",operation=\"{op}\"", r.vers)
-    };
+    let label = |r: &ProcedureRow| format!("version=\"{}\",operation=\"{}\"", r.vers, row_name(r));
     let ops = "nfsd_nfs4_operations_total";
     page.header(
         ops,

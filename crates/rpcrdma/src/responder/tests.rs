@@ -428,14 +428,7 @@ fn s7_3_1_no_backward_call_without_backward_channel() {
 
 #[test]
 fn s7_3_1_backward_calls_refused_until_ready_and_again_after_a_disconnect() {
-    let mut r = Responder::new(
-        TestUlb::default(),
-        ResponderConfig {
-            backward_credits: Some(2),
-            ..ResponderConfig::default()
-        },
-    )
-    .unwrap();
+    let mut r = with_backward_credits(2);
     // §7.3.1: "An Upper Layer Protocol consumer MUST NOT perform backward direction
     // ONC RPC operations unless the peer consumer has indicated it is prepared to
     // handle them." Refused, nothing sent, no credit taken.
@@ -460,16 +453,21 @@ fn s7_3_1_backward_calls_refused_until_ready_and_again_after_a_disconnect() {
     assert_eq!(r.poll_action(), None);
 }
 
-#[test]
-fn s7_backward_call_failed_by_rdma_error_or_disconnect() {
-    let mut r = Responder::new(
+/// A responder with a backward channel of `credits`.
+fn with_backward_credits(credits: u32) -> Responder<TestUlb> {
+    Responder::new(
         TestUlb::default(),
         ResponderConfig {
-            backward_credits: Some(4),
+            backward_credits: Some(credits),
             ..ResponderConfig::default()
         },
     )
-    .unwrap();
+    .unwrap()
+}
+
+#[test]
+fn s7_backward_call_failed_by_rdma_error_or_disconnect() {
+    let mut r = with_backward_credits(4);
     // §7.3.1: the client's upper layer said it takes backward Calls.
     r.handle_peer_backward_ready();
     assert_eq!(r.poll_action(), Some(Action::PostBackwardReceives(4)));
@@ -754,14 +752,7 @@ fn s5_5_3_reads_answered_in_time_arm_no_read_timeout() {
 
 #[test]
 fn s7_2_1_backward_calls_wait_for_a_credit_in_order_and_fail_with_the_connection() {
-    let mut r = Responder::new(
-        TestUlb::default(),
-        ResponderConfig {
-            backward_credits: Some(4),
-            ..ResponderConfig::default()
-        },
-    )
-    .unwrap();
+    let mut r = with_backward_credits(4);
     r.handle_peer_backward_ready();
     assert_eq!(r.poll_action(), Some(Action::PostBackwardReceives(4)));
     // §4.3.3 for the backward requester: one Call until the client's first Reply.
