@@ -10,7 +10,9 @@
 //! ```
 //!
 //! It starts the `nfsd` binary given on an empty export in a scratch directory (userspace
-//! iWARP on 127.0.0.1, rpcbind and NLM off), prints one line per sample and a summary,
+//! iWARP on 127.0.0.1, rpcbind and NLM off, `--metrics` on a loopback port, from which
+//! it reads what the idle connections are charged to the memory budget), prints one
+//! line per sample and a summary,
 //! and kills the server at the end. The client side runs in this process: its own
 //! memory is not counted.
 
@@ -113,8 +115,26 @@ struct Server {
     child: Child,
     rdma: SocketAddr,
     mount_port: u16,
+    /// nfsd's `--metrics` page.
+    metrics: SocketAddr,
     export: PathBuf,
     scratch: PathBuf,
+}
+
+impl Server {
+    /// A sample of nfsd's `--metrics` page with no labels (`name value`), 0 if absent.
+    fn metric(&self, name: &str) -> u64 {
+        use std::io::{Read, Write};
+        let Ok(mut s) = TcpStream::connect(self.metrics) else {
+            return 0;
+        };
+        let _ = s.write_all(b"GET /metrics HTTP/1.1\r\nHost: probe\r\n\r\n");
+        let mut page = String::new();
+        let _ = s.read_to_string(&mut page);
+        page.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+            .unwrap_or(0)
+    }
 }
 
 impl Drop for Server {
@@ -130,12 +150,14 @@ fn start_server(nfsd: &Path, extra: &[String]) -> Server {
     let export = scratch.join("export");
     std::fs::create_dir_all(&export).expect("scratch directory");
     let (nfs_port, mount_port, rdma_port) = (free_port(), free_port(), free_port());
+    let metrics: SocketAddr = (Ipv4Addr::LOCALHOST, free_port()).into();
     let child = Command::new(nfsd)
         .args(["--bind", "127.0.0.1", "--rdma-provider", "iwarp"])
         .args(["--rpcbind", "off", "--no-nlm", "--squash", "none"])
         .args(["--nfs-port", &nfs_port.to_string()])
         .args(["--mount-port", &mount_port.to_string()])
         .args(["--rdma-port", &rdma_port.to_string()])
+        .args(["--metrics", &metrics.to_string()])
         .arg("--state-dir")
         .arg(scratch.join("state"))
         .args(extra)
@@ -147,6 +169,7 @@ fn start_server(nfsd: &Path, extra: &[String]) -> Server {
         child,
         rdma: (Ipv4Addr::LOCALHOST, rdma_port).into(),
         mount_port,
+        metrics,
         export,
         scratch,
     };
@@ -183,6 +206,7 @@ async fn idle_connections(args: &Args, server: &Server, idle: u64) -> f64 {
         ..RdmaConfig::default()
     };
     let pid = server.child.id();
+    let charged_idle = server.metric("nfsd_memory_charged_bytes");
     let mut clients = Vec::with_capacity(args.conns);
     let started = Instant::now();
     // A connection the server rejects (its memory budget, `--max-memory`, is
@@ -210,6 +234,16 @@ async fn idle_connections(args: &Args, server: &Server, idle: u64) -> f64 {
     let opened = started.elapsed();
     tokio::time::sleep(args.settle).await;
     let with_conns = rss_kib(pid);
+    let charged = server
+        .metric("nfsd_memory_charged_bytes")
+        .saturating_sub(charged_idle);
+    println!(
+        "charged to the memory budget for {} open connections: {:.1} MiB, {:.0} KiB per connection (of --max-memory {:.0} MiB)",
+        server.metric("nfsd_rdma_connections_open"),
+        charged as f64 / 1048576.0,
+        charged as f64 / 1024.0 / clients.len().max(1) as f64,
+        server.metric("nfsd_memory_limit_bytes") as f64 / 1048576.0,
+    );
     let mut answered = 0;
     for c in &clients {
         if c.null().await.is_ok() {
