@@ -1,6 +1,7 @@
 //! The metadata part of `nfsbench lab --metadata N` (issue 17): in the qemu guest the
 //! kernel NFSv3 client creates, stats, opens, lists and removes `N` files through a
-//! mount of knfsd and of our nfsd, interleaved; `fs-meta`
+//! mount of knfsd and of our nfsd (and of nfs-ganesha with `--with-ganesha`),
+//! interleaved; `fs-meta`
 //! (crates/lab/src/bin/fs-meta.rs) makes the calls, one phase per run, and the guest
 //! script reads the mount's per-op counts from `/proc/self/mountstats` before and
 //! after each phase. This module parses those counts and summarises the runs.
@@ -98,7 +99,7 @@ pub fn op_delta(
 /// One phase of one server in one repetition.
 #[derive(Debug, Clone, Serialize)]
 pub struct MetaRun {
-    /// `knfsd` or `ours`.
+    /// `knfsd`, `ours` or `ganesha`.
     pub server: String,
     /// Repetition.
     pub rep: u32,
@@ -191,6 +192,15 @@ pub struct PhaseSummary {
     pub ours_over_knfsd_speed: f64,
     /// ours/knfsd guest CPU: median over repetitions of ours CPU s / knfsd CPU s.
     pub ours_over_knfsd_cpu: f64,
+    /// nfs-ganesha's figures (`--with-ganesha`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ganesha: Option<PhaseServer>,
+    /// ours/ganesha as a speed: median over repetitions of ganesha secs / ours secs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ours_over_ganesha_speed: Option<f64>,
+    /// ours/ganesha guest CPU: median over repetitions of ours CPU s / ganesha CPU s.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ours_over_ganesha_cpu: Option<f64>,
 }
 
 /// The metadata runs and their summary.
@@ -203,6 +213,10 @@ pub struct Metadata {
     /// ours/knfsd speed over the whole workload: median over repetitions of the
     /// summed knfsd secs of the five phases / ours'.
     pub ours_over_knfsd_speed_total: f64,
+    /// ours/ganesha speed over the whole workload (`--with-ganesha`), as
+    /// `ours_over_knfsd_speed_total`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ours_over_ganesha_speed_total: Option<f64>,
     /// Every phase run.
     pub runs: Vec<MetaRun>,
     /// `--profile`: the runs of the extra repetition under `perf record` (`rep` is
@@ -253,6 +267,27 @@ pub fn summarise(files: u32, reps: u32, runs: Vec<MetaRun>) -> Metadata {
         runs.iter()
             .find(|r| r.server == s && r.rep == rep && r.phase == p)
     };
+    let with_ganesha = runs.iter().any(|r| r.server == "ganesha");
+    // Medians over repetitions of other/ours secs and ours/other CPU in phase `p`.
+    let ratios = |other: &str, p: &str| {
+        let pairs: Vec<(&MetaRun, &MetaRun)> = (0..reps)
+            .filter_map(|rep| Some((find("ours", rep, p)?, find(other, rep, p)?)))
+            .collect();
+        (
+            median(
+                &pairs
+                    .iter()
+                    .map(|(o, k)| k.secs / o.secs)
+                    .collect::<Vec<_>>(),
+            ),
+            median(
+                &pairs
+                    .iter()
+                    .map(|(o, k)| o.guest_cpu_s / k.guest_cpu_s)
+                    .collect::<Vec<_>>(),
+            ),
+        )
+    };
     let phases = PHASES
         .iter()
         .map(|p| {
@@ -261,26 +296,18 @@ pub fn summarise(files: u32, reps: u32, runs: Vec<MetaRun>) -> Metadata {
                     .filter(|r| r.server == s && r.phase == *p)
                     .collect()
             };
-            let pairs: Vec<(&MetaRun, &MetaRun)> = (0..reps)
-                .filter_map(|rep| Some((find("ours", rep, p)?, find("knfsd", rep, p)?)))
-                .collect();
+            let (ours_over_knfsd_speed, ours_over_knfsd_cpu) = ratios("knfsd", p);
+            let vs_ganesha = with_ganesha.then(|| ratios("ganesha", p));
             PhaseSummary {
                 phase: p.to_string(),
                 what: phase_doc(p).into(),
                 knfsd: server_summary(&of("knfsd")),
                 ours: server_summary(&of("ours")),
-                ours_over_knfsd_speed: median(
-                    &pairs
-                        .iter()
-                        .map(|(o, k)| k.secs / o.secs)
-                        .collect::<Vec<_>>(),
-                ),
-                ours_over_knfsd_cpu: median(
-                    &pairs
-                        .iter()
-                        .map(|(o, k)| o.guest_cpu_s / k.guest_cpu_s)
-                        .collect::<Vec<_>>(),
-                ),
+                ours_over_knfsd_speed,
+                ours_over_knfsd_cpu,
+                ganesha: with_ganesha.then(|| server_summary(&of("ganesha"))),
+                ours_over_ganesha_speed: vs_ganesha.map(|r| r.0),
+                ours_over_ganesha_cpu: vs_ganesha.map(|r| r.1),
             }
         })
         .collect();
@@ -290,15 +317,18 @@ pub fn summarise(files: u32, reps: u32, runs: Vec<MetaRun>) -> Metadata {
             .map(|p| find(s, rep, p).map(|r| r.secs))
             .sum::<Option<f64>>()
     };
-    let ours_over_knfsd_speed_total = median(
-        &(0..reps)
-            .filter_map(|rep| Some(total("knfsd", rep)? / total("ours", rep)?))
-            .collect::<Vec<_>>(),
-    );
+    let speed_total = |other: &str| {
+        median(
+            &(0..reps)
+                .filter_map(|rep| Some(total(other, rep)? / total("ours", rep)?))
+                .collect::<Vec<_>>(),
+        )
+    };
     Metadata {
         files,
         phases,
-        ours_over_knfsd_speed_total,
+        ours_over_knfsd_speed_total: speed_total("knfsd"),
+        ours_over_ganesha_speed_total: with_ganesha.then(|| speed_total("ganesha")),
         runs,
         profiled_runs: Vec::new(),
     }
@@ -351,13 +381,55 @@ pub fn text(m: &Metadata) -> String {
             "NOT MET"
         }
     );
+    if let Some(total) = m.ours_over_ganesha_speed_total {
+        let _ = writeln!(
+            o,
+            "{:<7} {:>9} {:>9} {:>8} {:>9} {:>9} {:>8} {:>8} {:>8}",
+            "phase",
+            "ganesha s",
+            "ours s",
+            "speed",
+            "gan. f/s",
+            "ours f/s",
+            "cpu g s",
+            "cpu o s",
+            "cpu o/g"
+        );
+        for p in &m.phases {
+            if let (Some(g), Some(speed), Some(cpu)) = (
+                &p.ganesha,
+                p.ours_over_ganesha_speed,
+                p.ours_over_ganesha_cpu,
+            ) {
+                let _ = writeln!(
+                    o,
+                    "{:<7} {:>9.2} {:>9.2} {:>7.2}x {:>9.0} {:>9.0} {:>8.2} {:>8.2} {:>7.2}x",
+                    p.phase,
+                    g.secs,
+                    p.ours.secs,
+                    speed,
+                    g.files_per_s,
+                    p.ours.files_per_s,
+                    g.guest_cpu_s,
+                    p.ours.guest_cpu_s,
+                    cpu,
+                );
+            }
+        }
+        let _ = writeln!(o, "all five phases: ours/ganesha speed {total:.2}x");
+    }
     let _ = writeln!(
         o,
         "NFS calls per phase (mountstats, median over repetitions), wall us per call, client's mean RTT per call (ms):"
     );
     for p in &m.phases {
         let _ = writeln!(o, "  {} ({})", p.phase, p.what);
-        for (name, s) in [("knfsd", &p.knfsd), ("ours", &p.ours)] {
+        let servers = [
+            ("knfsd", Some(&p.knfsd)),
+            ("ours", Some(&p.ours)),
+            ("ganesha", p.ganesha.as_ref()),
+        ];
+        for (name, s) in servers.into_iter().filter_map(|(n, s)| Some((n, s?))) {
             let ops: Vec<String> = s
                 .ops
                 .iter()
@@ -374,7 +446,7 @@ pub fn text(m: &Metadata) -> String {
                 .collect();
             let _ = writeln!(
                 o,
-                "    {name:<5} {:>6.0} calls, {:>7.0} us/call: {}",
+                "    {name:<7} {:>6.0} calls, {:>7.0} us/call: {}",
                 s.calls,
                 s.us_per_call,
                 ops.join(", ")
@@ -458,6 +530,34 @@ mod tests {
         assert_eq!(c.ours.rtt_ms_per_call["LOOKUP"], 0.19);
         assert_eq!(m.ours_over_knfsd_speed_total, 2.0);
         assert!(text(&m).contains("speed 2.00x (goal >= 1.0x: MET)"));
+        assert!(m.ours_over_ganesha_speed_total.is_none() && c.ganesha.is_none());
+        assert!(!text(&m).contains("ganesha"));
         assert!(MetaRun::from_records("ours", 0, "stat", 1, "x", "", "").is_err());
+
+        // ganesha 3 s per phase, 300 jiffies: ours/ganesha 3x (rep 2: 0.75x), CPU
+        // 1/6 (rep 2: 0.5); ours/knfsd as without it.
+        let mut runs = m.runs.clone();
+        for rep in 0..3 {
+            for p in PHASES {
+                runs.push(
+                    MetaRun::from_records("ganesha", rep, p, 100, "3.0 300", "", "GETATTR:7:7:7:0")
+                        .unwrap(),
+                );
+            }
+        }
+        let g = summarise(100, 3, runs);
+        let c = &g.phases[0];
+        assert_eq!(c.ours_over_knfsd_speed, 2.0);
+        assert_eq!(c.ours_over_ganesha_speed, Some(3.0));
+        assert_eq!(c.ours_over_ganesha_cpu, Some(50.0 / 300.0));
+        assert_eq!(c.ganesha.as_ref().unwrap().calls, 7.0);
+        assert_eq!(g.ours_over_knfsd_speed_total, 2.0);
+        assert_eq!(g.ours_over_ganesha_speed_total, Some(3.0));
+        let t = text(&g);
+        assert!(
+            t.contains("all five phases: ours/ganesha speed 3.00x"),
+            "{t}"
+        );
+        assert!(t.contains("    ganesha      7 calls"), "{t}");
     }
 }

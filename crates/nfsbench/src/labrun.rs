@@ -44,8 +44,8 @@
 //! three servers in an order rotated by the repetition (knfsd, ours, ganesha; ours,
 //! ganesha, knfsd; ganesha, knfsd, ours; ...), so no server always goes first. The
 //! report adds ours/ganesha (throughput, guest CPU per GiB: medians of the
-//! per-repetition ratios, as ours/knfsd) and leaves ours/knfsd as it is. Ganesha takes
-//! no part in the metadata runs (`--metadata` stays knfsd and ours). Not over
+//! per-repetition ratios, as ours/knfsd) and leaves ours/knfsd as it is; the metadata
+//! runs (`--metadata`) take ganesha in turn too, with ours/ganesha per phase. Not over
 //! `proto=rdma`: Debian's build of ganesha 4.3 has no NFS/RDMA transport (its
 //! libntirpc links neither libibverbs nor librdmacm, and its configuration knows no
 //! `NFS_RDMA_Port`; docs/bench/README.md).
@@ -533,16 +533,18 @@ metaone() {
   step "meta_rmdir_$1_$4" rmdir $d
   step "meta_umount_$1_$4" meta_umount
 }
-# knfsd and ours only (ganesha takes no part in the metadata runs).
 if [ "${LAB_META:-0}" -gt 0 ]; then
   i=0
   while [ $i -lt "$LAB_REPS" ]; do
-    in_turn metaone $i knfsd ours
+    # shellcheck disable=SC2086
+    in_turn metaone $i $SERVERS
     i=$((i + 1))
   done
   if [ "${LAB_PERF:-0}" = 1 ]; then
-    metaone knfsd $KP 20048 profile
-    metaone ours $OP 12048 profile
+    for s in $SERVERS; do
+      # shellcheck disable=SC2046
+      metaone $s $(ports $s) profile
+    done
   fi
 fi
 exit 0
@@ -864,7 +866,8 @@ pub fn run(plan: &LabPlan) -> Result<LabReport, String> {
     let files = metadata.as_ref().map_or(0, |(n, _)| *n);
     let step_timeout = 300 + u64::from(files) * 60 / 1000;
     let runs = u64::from(reps) + u64::from(profile);
-    let run_timeout = 1500 + runs * 2 * 5 * u64::from(files) * 25 / 1000;
+    let n_servers = if ganesha { 3 } else { 2 };
+    let run_timeout = 1500 + runs * n_servers * 5 * u64::from(files) * 25 / 1000;
     let mut script = GuestScript::inline(name, guest_script(fabric))
         .binary("nfsd", nfsd)
         .env("LAB_MIB", mib.to_string())
@@ -1021,7 +1024,7 @@ pub fn run(plan: &LabPlan) -> Result<LabReport, String> {
                 .chain(profile.then(|| (reps, "profile".to_string())));
             let (mut runs, mut profiled_runs) = (Vec::new(), Vec::new());
             for (rep, label) in labels {
-                for server in ["knfsd", "ours"] {
+                for &server in servers {
                     for phase in crate::labmeta::PHASES {
                         let k = format!("{server}_{label}_{phase}");
                         let get = |key: String| o.value(&key).ok_or(format!("no value {key}"));
@@ -1060,6 +1063,7 @@ pub fn run(plan: &LabPlan) -> Result<LabReport, String> {
         "ganesha_rpcbind",
         "meta_mount_knfsd",
         "meta_mount_ours",
+        "meta_mount_ganesha",
     ]
     .iter()
     .filter_map(|k| Some((k.to_string(), o.value(k)?.to_string())))
@@ -1248,7 +1252,7 @@ mod tests {
                 "if [ \"$P\" = tcp ]; then KP=2049; OP=12049; else KP=20049; OP=30049; fi"
             ));
             assert!(s.contains("-o \"$(mount_opts $2 $3),rsize=1048576\""));
-            assert!(s.contains("in_turn metaone $i knfsd ours"));
+            assert!(s.contains("in_turn metaone $i $SERVERS"));
             assert!(s.contains("in_turn writeone $i $SERVERS"));
             assert!(s.contains("[ \"${LAB_GANESHA:-0}\" = 1 ] && SERVERS=\"knfsd ours ganesha\""));
             assert!(s.contains("step ganesha_up ganesha_up"));

@@ -133,8 +133,8 @@ struct LabArgs {
     /// nfs-ganesha (Debian's 4.3, VFS backend, installed by lab/setup) as a third
     /// server in the guest, exporting the same tmpfs on port 22049 (MOUNT 22048): the
     /// reads and writes run in interleaved triples, the order rotated per repetition,
-    /// and the report adds ours/ganesha. Needs --proto tcp (Debian's ganesha has no
-    /// NFS/RDMA); not part of --metadata.
+    /// and the report adds ours/ganesha (with --metadata, per phase too). Needs --proto
+    /// tcp (Debian's ganesha has no NFS/RDMA).
     #[arg(long)]
     with_ganesha: bool,
     /// Output directory for lab.json and lab.txt (the stem gains `-rxe` for `--fabric
