@@ -106,6 +106,45 @@ fn fds(pid: u32) -> u64 {
         .unwrap_or(0)
 }
 
+/// What `pid`'s open descriptors are (from their `/proc/PID/fd` links), so that a
+/// peak says what it is made of: sockets, files, anonymous inodes (eventfd, epoll,
+/// timerfd) and the rest.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct FdKinds {
+    sockets: u64,
+    files: u64,
+    anon: u64,
+    other: u64,
+}
+
+impl FdKinds {
+    fn of(pid: u32) -> FdKinds {
+        let mut k = FdKinds::default();
+        let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+            return k;
+        };
+        for e in dir.flatten() {
+            match std::fs::read_link(e.path()) {
+                Ok(t) if t.starts_with("socket:") => k.sockets += 1,
+                Ok(t) if t.starts_with("anon_inode:") => k.anon += 1,
+                Ok(t) if t.is_absolute() => k.files += 1,
+                _ => k.other += 1,
+            }
+        }
+        k
+    }
+}
+
+impl std::fmt::Display for FdKinds {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} sockets, {} files, {} anonymous inodes, {} other",
+            self.sockets, self.files, self.anon, self.other
+        )
+    }
+}
+
 fn mib(kib: u64) -> f64 {
     kib as f64 / 1024.0
 }
@@ -205,6 +244,8 @@ struct Sample {
     t: f64,
     rss_kib: u64,
     fds: u64,
+    /// What they are.
+    kinds: FdKinds,
     /// NFS calls the clients had made by then ([`Tally::calls`]).
     calls: u64,
 }
@@ -223,6 +264,7 @@ fn sampler(
                 t: start.elapsed().as_secs_f64(),
                 rss_kib: rss_kib(pid),
                 fds: fds(pid),
+                kinds: FdKinds::of(pid),
                 calls: Tally::get(&tally.calls),
             });
             std::thread::sleep(Duration::from_secs(1));
@@ -647,6 +689,7 @@ fn flatness_check_fails_on_growth_and_passes_noise() {
                 t: i as f64,
                 rss_kib: f(i as f64),
                 fds: 210,
+                kinds: FdKinds::default(),
                 calls: (i as f64 * calls_per_s) as u64,
             })
             .collect()
@@ -819,7 +862,9 @@ fn soak() {
         .filter(|s| s.t < secs as f64)
         .collect();
     let peak_rss = during.iter().map(|s| s.rss_kib).max().unwrap_or(0);
-    let peak_fds = during.iter().map(|s| s.fds).max().unwrap_or(0);
+    let peak = during.iter().max_by_key(|s| s.fds);
+    let peak_fds = peak.map_or(0, |s| s.fds);
+    let peak_kinds = peak.map(|s| s.kinds).unwrap_or_default();
     let warm_calls = connections * WARM_UP_CALLS_PER_CONNECTION;
     let warm_end = warm_up_end(&during, secs as f64, warm_calls);
     let rss_halves = halves(&during, warm_end, secs as f64, |s| s.rss_kib);
@@ -869,10 +914,11 @@ fn soak() {
     }
     for s in samples.iter().step_by((samples.len() / 40).max(1)) {
         println!(
-            "soak: t={:6.1} s rss {:7.1} MiB fds {} calls {}",
+            "soak: t={:6.1} s rss {:7.1} MiB fds {} ({}) calls {}",
             s.t,
             mib(s.rss_kib),
             s.fds,
+            s.kinds,
             s.calls
         );
     }
@@ -925,7 +971,8 @@ fn soak() {
     assert!(files_verified >= connections, "too little done: {summary}");
     assert!(
         peak_fds <= idle_fds + 2 * connections + 64,
-        "descriptors peaked at {peak_fds} with {connections} connections (idle {idle_fds})"
+        "descriptors peaked at {peak_fds} ({peak_kinds}) with {connections} connections \
+         (idle {idle_fds})"
     );
     if let Some((f1, f2)) = fds_halves {
         assert!(
