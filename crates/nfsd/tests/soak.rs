@@ -124,10 +124,12 @@ impl FdKinds {
             return k;
         };
         for e in dir.flatten() {
-            match std::fs::read_link(e.path()) {
-                Ok(t) if t.starts_with("socket:") => k.sockets += 1,
-                Ok(t) if t.starts_with("anon_inode:") => k.anon += 1,
-                Ok(t) if t.is_absolute() => k.files += 1,
+            let target = std::fs::read_link(e.path()).unwrap_or_default();
+            let target = target.to_string_lossy();
+            match () {
+                _ if target.starts_with("socket:") => k.sockets += 1,
+                _ if target.starts_with("anon_inode:") => k.anon += 1,
+                _ if target.starts_with('/') => k.files += 1,
                 _ => k.other += 1,
             }
         }
