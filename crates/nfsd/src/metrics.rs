@@ -82,6 +82,21 @@ impl Page {
         }
     }
 
+    /// A counter with one sample per row: `labels` and `value` of each.
+    fn counter<R>(
+        &mut self,
+        name: &str,
+        help: &str,
+        rows: &[R],
+        labels: impl Fn(&R) -> String,
+        value: impl Fn(&R) -> u64,
+    ) {
+        self.header(name, "counter", help);
+        for r in rows {
+            self.sample(name, &labels(r), value(r));
+        }
+    }
+
     /// A metric with one sample and no labels.
     fn single(&mut self, name: &str, kind: &str, help: &str, value: u64) {
         self.header(name, kind, help);
@@ -108,20 +123,20 @@ fn procedure_labels(r: &ProcedureRow) -> String {
 }
 
 fn render_calls(page: &mut Page, rows: &[ProcedureRow]) {
-    let calls = "nfsd_rpc_calls_total";
-    page.header(
-        calls,
-        "counter",
+    page.counter(
+        "nfsd_rpc_calls_total",
         "RPC calls served, by program, version and procedure (TCP and RDMA).",
+        rows,
+        procedure_labels,
+        |r| r.stats.calls,
     );
-    for r in rows {
-        page.sample(calls, &procedure_labels(r), r.stats.calls);
-    }
-    let errors = "nfsd_rpc_errors_total";
-    page.header(errors, "counter", "RPC calls answered other than SUCCESS (PROC_UNAVAIL, GARBAGE_ARGS, SYSTEM_ERR) or not at all.");
-    for r in rows {
-        page.sample(errors, &procedure_labels(r), r.stats.errors);
-    }
+    page.counter(
+        "nfsd_rpc_errors_total",
+        "RPC calls answered other than SUCCESS (PROC_UNAVAIL, GARBAGE_ARGS, SYSTEM_ERR) or not at all.",
+        rows,
+        procedure_labels,
+        |r| r.stats.errors,
+    );
     let h = "nfsd_rpc_duration_seconds";
     page.header(
         h,
@@ -150,24 +165,20 @@ fn render_calls(page: &mut Page, rows: &[ProcedureRow]) {
 
 fn render_operations(page: &mut Page, rows: &[ProcedureRow]) {
     let label = |r: &ProcedureRow| format!("version=\"{}\",operation=\"{}\"", r.vers, row_name(r));
-    let ops = "nfsd_nfs4_operations_total";
-    page.header(
-        ops,
-        "counter",
+    page.counter(
+        "nfsd_nfs4_operations_total",
         "NFSv4 operations run inside COMPOUNDs, by operation (TCP and RDMA).",
+        rows,
+        label,
+        |r| r.stats.calls,
     );
-    for r in rows {
-        page.sample(ops, &label(r), r.stats.calls);
-    }
-    let errors = "nfsd_nfs4_operation_errors_total";
-    page.header(
-        errors,
-        "counter",
+    page.counter(
+        "nfsd_nfs4_operation_errors_total",
         "NFSv4 operations that failed (a status other than NFS4_OK), by operation.",
+        rows,
+        label,
+        |r| r.stats.errors,
     );
-    for r in rows {
-        page.sample(errors, &label(r), r.stats.errors);
-    }
 }
 
 fn render_server(page: &mut Page, nfs: &NfsServer) {
