@@ -208,7 +208,8 @@ struct Cli {
     state_dir: PathBuf,
     /// Run every NFS call's file-system work on the blocking thread pool. By default
     /// GETATTR, LOOKUP, ACCESS, CREATE, REMOVE and READ over TCP (whose data leaves by
-    /// sendfile from the socket's writer) run on the async worker threads (over
+    /// sendfile from the socket's writer), and NFSv4.1 COMPOUNDs of such operations only
+    /// (with OPEN, CLOSE and the filehandle operations), run on the async worker threads (over
     /// NFS/RDMA on a verbs device: on the device thread, or on a delegate thread of
     /// its CPU that it waits for when they act as the caller), which saves a thread
     /// hand-off per call but stalls that thread while such a call blocks: use this for

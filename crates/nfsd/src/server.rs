@@ -73,7 +73,8 @@ pub struct Config {
     /// NFS/RDMA connections' buffers, WRITE data pulled by RDMA Read, READ buffers.
     /// [`crate::memory::default_max_memory`] by default.
     pub max_memory: u64,
-    /// Run GETATTR, LOOKUP, ACCESS, CREATE, REMOVE and READ over TCP on the async workers
+    /// Run GETATTR, LOOKUP, ACCESS, CREATE, REMOVE and READ over TCP, and NFSv4.1
+    /// COMPOUNDs of small metadata operations, on the async workers
     /// ([`NfsServer::inline_metadata`]); false puts every call on the blocking pool.
     pub inline_metadata: bool,
     /// How READ data leaves over TCP (`--tcp-read-data`): by `sendfile` (the
@@ -399,9 +400,9 @@ impl Bound {
             None => "duplicate request cache: off [--drc-entries]".to_string(),
         });
         lines.push(if self.server.inline_metadata {
-            "GETATTR, LOOKUP, ACCESS, CREATE, REMOVE, READ over TCP on the async workers \
-             (NFS/RDMA on verbs: on the device thread or a delegate thread on its CPU) \
-             [--no-inline-metadata]"
+            "GETATTR, LOOKUP, ACCESS, CREATE, REMOVE, READ over TCP (and NFSv4.1 COMPOUNDs \
+             of them, OPEN and CLOSE) on the async workers (NFS/RDMA on verbs: on the \
+             device thread or a delegate thread on its CPU) [--no-inline-metadata]"
                 .to_string()
         } else {
             "every call on the blocking pool [--no-inline-metadata]".to_string()

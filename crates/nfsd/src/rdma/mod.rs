@@ -309,11 +309,16 @@ impl RdmaListener {
         )?;
         // On a verbs device the calls run on this runtime, never on the device threads
         // (module docs, "Threads").
+        let delegate = crate::delegate::Delegate::start("nfsd-rdma-calls")?;
         let on_verbs = nfs_only(
             NfsService::new(nfs)
                 .on(tokio::runtime::Handle::current())
-                .delegating(crate::delegate::Delegate::start("nfsd-rdma-calls")?),
-            nfs4.map(|v4| crate::v4::Nfs4Service::new(v4).on(tokio::runtime::Handle::current())),
+                .delegating(delegate.clone()),
+            nfs4.map(|v4| {
+                crate::v4::Nfs4Service::new(v4)
+                    .on(tokio::runtime::Handle::current())
+                    .delegating(delegate)
+            }),
         )?;
         let context = |e: io::Error| {
             io::Error::new(e.kind(), format!("NFS/RDMA listener on {}: {e}", opts.addr))

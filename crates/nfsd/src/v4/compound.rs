@@ -34,7 +34,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use nfs4::compound::{decode_compound_args, Compound4Res, NfsArgop4, NfsResop4};
+use nfs4::compound::{decode_compound_args, Compound4Res, CompoundArgs, NfsArgop4, NfsResop4};
 use nfs4::{ClientId4, NfsStat4, SessionId4, StateId4, Utf8Str};
 use xdr::{Decoder, Encode, XdrStream};
 
@@ -81,35 +81,65 @@ pub(crate) fn fail(op: &NfsArgop4, status: NfsStat4) -> NfsResop4 {
     }
 }
 
-/// Serves one COMPOUND (module docs); `args` holds `COMPOUND4args`. Returns the
-/// encoded `COMPOUND4res`.
-pub(crate) fn process(
-    server: &Nfs4Server,
-    caller: &Caller,
-    principal: Principal,
-    mut args: Decoder,
-    now: Instant,
-) -> XdrStream {
+/// A COMPOUND decoded, before it runs: its operations, or the reply already decided
+/// without running any (a header that does not decode, another minor version).
+pub(crate) struct Decoded(Result<(CompoundArgs, usize), XdrStream>);
+
+/// Decodes `args` (`COMPOUND4args`) and checks its minor version (module docs).
+pub(crate) fn decode(mut args: Decoder) -> Decoded {
     let request_len = args.remaining();
     let c = match decode_compound_args(&mut args) {
         Ok(c) => c,
         Err(_) => {
-            return Compound4Res {
+            return Decoded(Err(Compound4Res {
                 status: NfsStat4::NFS4ERR_BADXDR,
                 tag: Utf8Str::default(),
                 resarray: Vec::new(),
             }
-            .to_xdr()
+            .to_xdr()))
         }
     };
     if c.minorversion != nfs4::NFS4_MINOR_VERSION {
-        return Compound4Res {
+        return Decoded(Err(Compound4Res {
             status: NfsStat4::NFS4ERR_MINOR_VERS_MISMATCH,
             tag: c.tag,
             resarray: Vec::new(),
         }
-        .to_xdr();
+        .to_xdr()));
     }
+    Decoded(Ok((c, request_len)))
+}
+
+impl Decoded {
+    /// Whether the COMPOUND, arrived `over` a transport (`None`: in process), is
+    /// small metadata work only, to run on the thread that read it: every operation
+    /// flagged [`ops::INLINE`], or READ over TCP (its data left in the file for the
+    /// connection's writer, [`super::read_file`]); a reply decided without running
+    /// anything too.
+    pub(crate) fn runs_inline(&self, over: Option<oncrpc::Protocol>) -> bool {
+        let Ok((c, _)) = &self.0 else {
+            return true;
+        };
+        c.ops.iter().all(|op| {
+            let opnum = op.opnum();
+            ops::describe(opnum).is_some_and(|d| d.flags & ops::INLINE != 0)
+                || (opnum == nfs4::NfsOpnum4::OP_READ && over == Some(oncrpc::Protocol::Tcp))
+        })
+    }
+}
+
+/// Serves one decoded COMPOUND (module docs). Returns the encoded `COMPOUND4res`.
+pub(crate) fn process(
+    server: &Nfs4Server,
+    caller: &Caller,
+    principal: Principal,
+    decoded: Decoded,
+    now: Instant,
+) -> XdrStream {
+    let (c, request_len) = match decoded.0 {
+        Ok(ok) => ok,
+        Err(reply) => return reply,
+    };
     let mut cx = Compound {
         server,
         table: server.nfs.table(),
@@ -392,7 +422,7 @@ mod tests {
             &s.v4,
             &Caller::default(),
             Principal::default(),
-            Decoder::new(args),
+            super::decode(Decoder::new(args)),
             Instant::now(),
         );
         let mut d = Decoder::new(reply.to_bytes());
@@ -590,5 +620,99 @@ mod tests {
             // Nothing outside the export was touched, and it is still there.
             prop_assert!(s.dir.exists());
         }
+    }
+
+    /// Where a COMPOUND runs ([`super::Decoded::runs_inline`]): on the thread that
+    /// read it when every operation is small metadata work (the kernel client's
+    /// OPEN, ACCESS, CLOSE and REMOVE COMPOUNDs), READ only over TCP; on the
+    /// blocking pool with one operation that is not (WRITE, RENAME).
+    #[test]
+    fn small_metadata_compounds_run_inline_and_the_rest_on_the_pool() {
+        use nfs4::io::{Read4Args, StableHow4, Write4Args};
+        use nfs4::state::*;
+        use oncrpc::Protocol::{Rdma, Tcp};
+        let decoded = |ops: Vec<NfsArgop4>| {
+            let args = Compound4Args {
+                tag: "t".into(),
+                minorversion: 1,
+                argarray: ops,
+            };
+            super::decode(Decoder::new(args.to_xdr().to_bytes()))
+        };
+        let seq = NfsArgop4::Sequence(Sequence4Args {
+            sa_sessionid: [1; 16],
+            sa_sequenceid: 1,
+            sa_slotid: 0,
+            sa_highest_slotid: 0,
+            sa_cachethis: false,
+        });
+        let putfh = NfsArgop4::PutFh(PutFh4Args {
+            object: NfsFh4(Bytes::from_static(b"fh")),
+        });
+        let open = NfsArgop4::Open(Open4Args {
+            seqid: 0,
+            share_access: OPEN4_SHARE_ACCESS_WRITE,
+            share_deny: 0,
+            owner: StateOwner4 {
+                clientid: 1,
+                owner: b"o".as_slice().into(),
+            },
+            openhow: OpenFlag4(None),
+            claim: OpenClaim4::Null("f".into()),
+        });
+        let getattr = NfsArgop4::GetAttr(GetAttr4Args {
+            attr_request: Bitmap4::from_bits(&[1, 3, 4]),
+        });
+        let open_compound = vec![
+            seq.clone(),
+            putfh.clone(),
+            open,
+            NfsArgop4::GetFh,
+            NfsArgop4::Access(Access4Args { access: 0x1f }),
+            getattr.clone(),
+        ];
+        let remove = vec![
+            seq.clone(),
+            putfh.clone(),
+            NfsArgop4::Remove(Remove4Args { target: "f".into() }),
+            getattr.clone(),
+        ];
+        let read = vec![
+            seq.clone(),
+            putfh.clone(),
+            NfsArgop4::Read(Read4Args {
+                stateid: StateId4::ANONYMOUS,
+                offset: 0,
+                count: 1 << 20,
+            }),
+        ];
+        let write = vec![
+            seq.clone(),
+            putfh.clone(),
+            NfsArgop4::Write(Write4Args {
+                stateid: StateId4::ANONYMOUS,
+                offset: 0,
+                stable: StableHow4::UNSTABLE4,
+                data: nfs4::DdpData(Bytes::from_static(b"data")),
+            }),
+        ];
+        let rename = vec![
+            seq,
+            putfh,
+            NfsArgop4::SaveFh,
+            NfsArgop4::Rename(Rename4Args {
+                oldname: "a".into(),
+                newname: "b".into(),
+            }),
+        ];
+        for over in [Some(Tcp), Some(Rdma), None] {
+            assert!(decoded(open_compound.clone()).runs_inline(over));
+            assert!(decoded(remove.clone()).runs_inline(over));
+            assert!(!decoded(write.clone()).runs_inline(over));
+            assert!(!decoded(rename.clone()).runs_inline(over));
+            assert_eq!(decoded(read.clone()).runs_inline(over), over == Some(Tcp));
+        }
+        // A reply decided without running anything: no reason to hand it off.
+        assert!(super::decode(Decoder::new(Bytes::from_static(&[0, 0]))).runs_inline(None));
     }
 }

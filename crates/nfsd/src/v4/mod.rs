@@ -218,6 +218,18 @@ impl Nfs4Server {
         args: Decoder,
         now: Instant,
     ) -> XdrStream {
-        compound::process(self, caller, principal, args, now)
+        compound::process(self, caller, principal, compound::decode(args), now)
+    }
+
+    /// [`Nfs4Server::compound`] of a COMPOUND decoded first ([`compound::decode`]),
+    /// so that the transport's service can see where it should run.
+    pub(crate) fn run_decoded(
+        &self,
+        caller: &Caller,
+        principal: Principal,
+        decoded: compound::Decoded,
+        now: Instant,
+    ) -> XdrStream {
+        compound::process(self, caller, principal, decoded, now)
     }
 }

@@ -22,6 +22,16 @@ pub(crate) const CURRENT_FH: u8 = 2;
 /// Sets a new current filehandle without a stateid: the current stateid is
 /// cleared before it runs (§16.2.3.1.2; knfsd's `OP_CLEAR_STATEID`).
 pub(crate) const CLEARS_STATEID: u8 = 4;
+/// Small metadata work, a handful of system calls the inode and dentry caches answer:
+/// a COMPOUND of such operations only runs on the async worker that read it,
+/// without the hand-off to the blocking pool ([`super::compound::Decoded::runs_inline`],
+/// for the reasons of NFSv3's [`crate::service::runs_inline`]). Not: WRITE, COMMIT,
+/// READDIR and READLINK (data, fsync, long directories), SETATTR (a truncation may
+/// free a large file's blocks), CREATE, LINK and RENAME (rarer, and RENAME may
+/// remove a large file), the lock operations (they may wait on NLM's table), READ
+/// (inline only over TCP, where its data leaves by `sendfile`: decided with the
+/// transport).
+pub(crate) const INLINE: u8 = 8;
 
 /// How an operation runs.
 pub(crate) enum Run {
@@ -39,7 +49,7 @@ pub(crate) struct OpDesc {
     pub(crate) op: NfsOpnum4,
     /// Its name, for logs.
     pub(crate) name: &'static str,
-    /// [`SOLO`], [`CURRENT_FH`].
+    /// [`SOLO`], [`CURRENT_FH`], [`CLEARS_STATEID`], [`INLINE`].
     pub(crate) flags: u8,
     /// Its handler.
     pub(crate) run: Run,
@@ -78,13 +88,13 @@ pub(crate) static OPS: &[OpDesc] = &[
     op!(
         OP_ACCESS,
         "ACCESS",
-        CURRENT_FH,
+        CURRENT_FH | INLINE,
         handler!(Access, |cx, a| fh_ops::access(cx, a))
     ),
     op!(
         OP_CLOSE,
         "CLOSE",
-        CURRENT_FH,
+        CURRENT_FH | INLINE,
         handler!(Close, |cx, a| open_ops::close(cx, a))
     ),
     op!(
@@ -103,13 +113,13 @@ pub(crate) static OPS: &[OpDesc] = &[
     op!(
         OP_GETATTR,
         "GETATTR",
-        CURRENT_FH,
+        CURRENT_FH | INLINE,
         handler!(GetAttr, |cx, a| fh_ops::getattr(cx, a))
     ),
     op!(
         OP_GETFH,
         "GETFH",
-        CURRENT_FH,
+        CURRENT_FH | INLINE,
         handler!(GetFh, |cx| fh_ops::getfh(cx))
     ),
     op!(
@@ -139,49 +149,49 @@ pub(crate) static OPS: &[OpDesc] = &[
     op!(
         OP_LOOKUP,
         "LOOKUP",
-        CURRENT_FH | CLEARS_STATEID,
+        CURRENT_FH | CLEARS_STATEID | INLINE,
         handler!(Lookup, |cx, a| fh_ops::lookup(cx, a))
     ),
     op!(
         OP_LOOKUPP,
         "LOOKUPP",
-        CURRENT_FH | CLEARS_STATEID,
+        CURRENT_FH | CLEARS_STATEID | INLINE,
         handler!(LookupP, |cx| fh_ops::lookupp(cx))
     ),
     op!(
         OP_NVERIFY,
         "NVERIFY",
-        CURRENT_FH,
+        CURRENT_FH | INLINE,
         handler!(NVerify, |cx, a| fh_ops::nverify(cx, a))
     ),
     op!(
         OP_OPEN,
         "OPEN",
-        CURRENT_FH,
+        CURRENT_FH | INLINE,
         handler!(Open, |cx, a| open_ops::open(cx, a))
     ),
     op!(
         OP_OPEN_DOWNGRADE,
         "OPEN_DOWNGRADE",
-        CURRENT_FH,
+        CURRENT_FH | INLINE,
         handler!(OpenDowngrade, |cx, a| open_ops::open_downgrade(cx, a))
     ),
     op!(
         OP_PUTFH,
         "PUTFH",
-        CLEARS_STATEID,
+        CLEARS_STATEID | INLINE,
         handler!(PutFh, |cx, a| fh_ops::putfh(cx, a))
     ),
     op!(
         OP_PUTPUBFH,
         "PUTPUBFH",
-        CLEARS_STATEID,
+        CLEARS_STATEID | INLINE,
         handler!(PutPubFh, |cx| fh_ops::putrootfh(cx))
     ),
     op!(
         OP_PUTROOTFH,
         "PUTROOTFH",
-        CLEARS_STATEID,
+        CLEARS_STATEID | INLINE,
         handler!(PutRootFh, |cx| fh_ops::putrootfh(cx))
     ),
     op!(
@@ -205,7 +215,7 @@ pub(crate) static OPS: &[OpDesc] = &[
     op!(
         OP_REMOVE,
         "REMOVE",
-        CURRENT_FH,
+        CURRENT_FH | INLINE,
         handler!(Remove, |cx, a| super::names_ops::remove(cx, a))
     ),
     op!(
@@ -217,19 +227,19 @@ pub(crate) static OPS: &[OpDesc] = &[
     op!(
         OP_RESTOREFH,
         "RESTOREFH",
-        0,
+        INLINE,
         handler!(RestoreFh, |cx| fh_ops::restorefh(cx))
     ),
     op!(
         OP_SAVEFH,
         "SAVEFH",
-        CURRENT_FH,
+        CURRENT_FH | INLINE,
         handler!(SaveFh, |cx| fh_ops::savefh(cx))
     ),
     op!(
         OP_SECINFO,
         "SECINFO",
-        CURRENT_FH,
+        CURRENT_FH | INLINE,
         handler!(SecInfo, |cx, a| fh_ops::secinfo(cx, a))
     ),
     op!(
@@ -241,7 +251,7 @@ pub(crate) static OPS: &[OpDesc] = &[
     op!(
         OP_VERIFY,
         "VERIFY",
-        CURRENT_FH,
+        CURRENT_FH | INLINE,
         handler!(Verify, |cx, a| fh_ops::verify(cx, a))
     ),
     op!(
@@ -280,20 +290,20 @@ pub(crate) static OPS: &[OpDesc] = &[
     op!(
         OP_FREE_STATEID,
         "FREE_STATEID",
-        0,
+        INLINE,
         handler!(FreeStateId, |cx, a| open_ops::free_stateid(cx, a))
     ),
     op!(
         OP_SECINFO_NO_NAME,
         "SECINFO_NO_NAME",
-        CURRENT_FH,
+        CURRENT_FH | INLINE,
         handler!(SecInfoNoName, |cx, a| fh_ops::secinfo_no_name(cx, a))
     ),
-    op!(OP_SEQUENCE, "SEQUENCE", 0, Run::Sequence),
+    op!(OP_SEQUENCE, "SEQUENCE", INLINE, Run::Sequence),
     op!(
         OP_TEST_STATEID,
         "TEST_STATEID",
-        0,
+        INLINE,
         handler!(TestStateId, |cx, a| open_ops::test_stateid(cx, a))
     ),
     op!(

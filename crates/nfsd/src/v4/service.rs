@@ -1,7 +1,13 @@
 //! NFS version 4 (program 100003) as an [`oncrpc::Service`]: NULL and COMPOUND
-//! (RFC 8881 §16). A COMPOUND runs on the blocking pool (its operations may block in
-//! the file system and switch the thread's identity, [`crate::creds`]), on the
-//! runtime [`Nfs4Service::on`] names if any.
+//! (RFC 8881 §16). A COMPOUND is decoded on the thread that read it; one of small
+//! metadata operations only (`compound::Decoded::runs_inline`: SEQUENCE, PUTFH,
+//! LOOKUP, GETATTR, ACCESS, OPEN, CLOSE, REMOVE, ...) then runs there too, as
+//! NFSv3's GETATTR, LOOKUP, ACCESS, CREATE and REMOVE do ([`crate::service`],
+//! `NfsServer::inline_metadata`); the others run on the blocking pool (their
+//! operations may block in the file system), and with [`Nfs4Service::on`] (NFS/RDMA
+//! on a verbs device, whose threads must keep their identity, [`crate::creds`]) the
+//! inline ones on its delegate thread, the others on the blocking pool of the
+//! runtime it names.
 
 use std::sync::Arc;
 
@@ -9,8 +15,10 @@ use nfs4::{NFSPROC4_COMPOUND, NFSPROC4_NULL};
 use oncrpc::{Credentials, Request, Service, ServiceError, ServiceResult};
 use xdr::XdrStream;
 
+use super::compound::Decoded;
 use super::state::Principal;
 use super::Nfs4Server;
+use crate::delegate::Delegate;
 use crate::nfs::Caller;
 
 /// NFS version 4 as an RPC service.
@@ -18,6 +26,8 @@ use crate::nfs::Caller;
 pub struct Nfs4Service {
     server: Arc<Nfs4Server>,
     calls: Option<tokio::runtime::Handle>,
+    /// Where [`Nfs4Service::on`]'s inline COMPOUNDs run instead.
+    delegate: Option<Arc<Delegate>>,
 }
 
 impl Nfs4Service {
@@ -26,6 +36,7 @@ impl Nfs4Service {
         Nfs4Service {
             server,
             calls: None,
+            delegate: None,
         }
     }
 
@@ -36,6 +47,28 @@ impl Nfs4Service {
         self.calls = Some(handle);
         self
     }
+
+    /// With [`Nfs4Service::on`]: the inline COMPOUNDs run on `delegate`'s thread, the
+    /// calling thread waiting for them (as [`crate::NfsService::delegating`]).
+    pub fn delegating(mut self, delegate: Arc<Delegate>) -> Self {
+        self.delegate = Some(delegate);
+        self
+    }
+}
+
+/// An inline COMPOUND on this thread. A panic fails the call with SYSTEM_ERR, as
+/// from the blocking pool (the identity guards restore the thread's identity while
+/// unwinding).
+fn run_inline(
+    server: &Nfs4Server,
+    caller: &Caller,
+    who: Principal,
+    decoded: Decoded,
+) -> ServiceResult {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        server.run_decoded(caller, who, decoded, std::time::Instant::now())
+    }))
+    .map_err(|_| ServiceError::SystemErr)
 }
 
 /// The principal client records compare (RFC 8881 §18.35.4) for `cred`.
@@ -68,10 +101,30 @@ impl Service for Nfs4Service {
             }
             NFSPROC4_COMPOUND => {
                 let who = principal(&req.cred);
+                let over = req.peer.map(|p| p.protocol);
                 let caller = Caller::new(req.peer, req.cred);
-                let args = req.args;
+                let decoded = super::compound::decode(req.args);
                 let server = self.server.clone();
-                let work = move || server.compound(&caller, who, args, std::time::Instant::now());
+                if self.server.nfs.inline_metadata && decoded.runs_inline(over) {
+                    match (&self.calls, &self.delegate) {
+                        (None, _) => return run_inline(&server, &caller, who, decoded),
+                        (Some(h), Some(d)) => {
+                            // In the runtime's context, as on its blocking pool: a CLOSE
+                            // that frees locks an NLM client waits for spawns the
+                            // GRANTED callback there (`Nlm::send_granted`).
+                            let h = h.clone();
+                            return d
+                                .run(move || {
+                                    let _runtime = h.enter();
+                                    run_inline(&server, &caller, who, decoded)
+                                })
+                                .unwrap_or(Err(ServiceError::SystemErr));
+                        }
+                        (Some(_), None) => {}
+                    }
+                }
+                let work =
+                    move || server.run_decoded(&caller, who, decoded, std::time::Instant::now());
                 match &self.calls {
                     None => tokio::task::spawn_blocking(work),
                     Some(h) => h.spawn_blocking(work),
