@@ -234,6 +234,52 @@ async fn create_write_read_commit_and_close_a_file() {
     serving.stop().await;
 }
 
+/// The file an OPEN creates is its creator's to use whatever the mode it was given
+/// (knfsd's `op_created`, the "owner override" of open(2) with O_CREAT); an OPEN
+/// that finds the file there is checked against its mode, as the caller. Made
+/// or found is told by the create itself (`proc::names::create_telling`), not by a
+/// lookup before it.
+#[tokio::test]
+async fn the_creator_may_write_a_file_it_made_read_only_and_a_later_open_may_not() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    assert!(
+        rustix::process::geteuid().is_root(),
+        "this test switches the server's identity to a user's: run it as root, as scripts/test-all does"
+    );
+    let (dir, export, addr, serving) = server().await;
+    let public = dir.path().join("public");
+    std::fs::create_dir(&public).unwrap();
+    std::fs::set_permissions(&public, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let mut conn = Conn::open(addr).await;
+    conn.uid = 1000;
+    let mut s = Session::new_on(conn, "override").await;
+    let open = |s: &Session| {
+        let mut ops = to_export(&export);
+        ops.extend([
+            lookup(b"public"),
+            open_name(
+                owner(s, "o"),
+                "ro",
+                OPEN4_SHARE_ACCESS_WRITE,
+                OPEN4_SHARE_DENY_NONE,
+                Some(CreateHow4::Unchecked(mode_attrs(0o444))),
+            ),
+        ]);
+        ops
+    };
+    let res = s.run(open(&s)).await;
+    assert_eq!(res.status, NfsStat4::NFS4_OK, "the creating OPEN: {res:?}");
+    let made = std::fs::metadata(public.join("ro")).unwrap();
+    assert_eq!((made.uid(), made.mode() & 0o777), (1000, 0o444));
+    let res = s.run(open(&s)).await;
+    assert_eq!(
+        res.status,
+        NfsStat4::NFS4ERR_ACCESS,
+        "the OPEN that finds it: {res:?}"
+    );
+    serving.stop().await;
+}
+
 /// §18.51.3: "If non-reclaim locking operations are done before the
 /// RECLAIM_COMPLETE, an NFS4ERR_GRACE error will be returned" (pynfs RECC3), even
 /// with no grace period running.

@@ -199,10 +199,18 @@ fn mode_of(s: &Sattr3, default: u32) -> Mode {
 /// create finds the same verifier and succeeds: "the server ... stores the verifier
 /// in stable storage ... If the verifier matches, the server returns NFS3_OK".
 pub(crate) fn create(cx: &Cx<'_>, a: Create3Args) -> Create3Res {
+    create_telling(cx, a).0
+}
+
+/// [`create`], and whether this call made the file (not an UNCHECKED or EXCLUSIVE
+/// create that found it there): NFSv4.1 OPEN's "owner override" for the file it
+/// created, told without a lookup before the create.
+pub(crate) fn create_telling(cx: &Cx<'_>, a: Create3Args) -> (Create3Res, bool) {
     let t = match Target::open(cx, &a.dir_op, NameUse::Create) {
         Ok(t) => t,
-        Err(e) => return create_fail(e),
+        Err(e) => return (create_fail(e), false),
     };
+    let fresh = std::cell::Cell::new(false);
     let excl = |mode: Mode| {
         rustix::fs::openat(
             &t.dir.fd,
@@ -215,11 +223,13 @@ pub(crate) fn create(cx: &Cx<'_>, a: Create3Args) -> Create3Res {
     // nothing is opened, so nothing is closed either; a file system without mknod
     // (EPERM) gets the exclusive open instead. Both fail with EEXIST if the name is
     // taken.
-    let make =
-        |mode: Mode| match rustix::fs::mknodat(&t.dir.fd, t.name, FileType::RegularFile, mode, 0) {
+    let make = |mode: Mode| {
+        match rustix::fs::mknodat(&t.dir.fd, t.name, FileType::RegularFile, mode, 0) {
             Err(rustix::io::Errno::PERM) => excl(mode).map(drop),
             made => made,
-        };
+        }
+        .inspect(|()| fresh.set(true))
+    };
     // The attributes the create did not apply (all but the mode), applied to the new
     // file. A client's plain create sets only the mode: then the file is not opened
     // here at all, and the reply's attributes and handle are read by its name
@@ -252,6 +262,7 @@ pub(crate) fn create(cx: &Cx<'_>, a: Create3Args) -> Create3Res {
         },
         CreateHow3::Exclusive(verf) => match excl(Mode::empty()) {
             Ok(fd) => rustix::fs::futimens(&fd, &verifier_times(verf))
+                .inspect(|()| fresh.set(true))
                 .or_stat()
                 .map(|()| Some(fd)),
             Err(rustix::io::Errno::EXIST) => {
@@ -269,7 +280,7 @@ pub(crate) fn create(cx: &Cx<'_>, a: Create3Args) -> Create3Res {
             Err(e) => Err(crate::errno::nfsstat3_from_errno(e)),
         },
     });
-    t.created_by(made)
+    (t.created_by(made), fresh.get())
 }
 
 fn verifier_times(v: &CreateVerf3) -> Timestamps {

@@ -172,7 +172,6 @@ fn open_by_name(
             created: false,
         });
     };
-    let existed = lookup3(&cx3, &dir, name).is_ok();
     let (how3, after) = match how {
         CreateHow4::Unchecked(f) | CreateHow4::Guarded(f) => {
             let mut parsed = super::setattrs::parse(f, true, cx.server.ids())?;
@@ -201,7 +200,7 @@ fn open_by_name(
             (CreateHow3::Exclusive(*v), Some((parsed, true)))
         }
     };
-    let r: Create3Res = crate::proc::names::create(
+    let (r, made): (Create3Res, bool) = crate::proc::names::create_telling(
         &cx3,
         Create3Args {
             dir_op: dirop(&dir, name),
@@ -234,7 +233,7 @@ fn open_by_name(
         fh,
         cinfo: cinfo(&ok.dir_wcc),
         attrset,
-        created: !existed || matches!(how, CreateHow4::Exclusive(_) | CreateHow4::Exclusive41(..)),
+        created: made || matches!(how, CreateHow4::Exclusive(_) | CreateHow4::Exclusive41(..)),
     })
 }
 

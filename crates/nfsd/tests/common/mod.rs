@@ -391,11 +391,24 @@ pub fn root_call(
     proc_: u32,
     args: &impl Encode,
 ) -> Bytes {
+    call_as(machine, 0, xid, prog, vers, proc_, args)
+}
+
+/// [`root_call`] as user and group `id` (AUTH_SYS, no other groups).
+pub fn call_as(
+    machine: &'static [u8],
+    id: u32,
+    xid: u32,
+    prog: u32,
+    vers: u32,
+    proc_: u32,
+    args: &impl Encode,
+) -> Bytes {
     let cred = AuthSysParms {
         stamp: 1,
         machinename: Bytes::from_static(machine),
-        uid: 0,
-        gid: 0,
+        uid: id,
+        gid: id,
         gids: oncrpc::Gids::new(&[]).unwrap(),
     }
     .to_opaque_auth();

@@ -24,6 +24,8 @@ use super::TempDir;
 pub struct Conn {
     wire: Wire,
     pub xid: u32,
+    /// The AUTH_SYS user and group of the calls over TCP (root by default).
+    pub uid: u32,
 }
 
 enum Wire {
@@ -36,6 +38,7 @@ impl Conn {
         Conn {
             wire: Wire::Tcp(TcpStream::connect(server).await.unwrap()),
             xid: 1,
+            uid: 0,
         }
     }
 
@@ -66,6 +69,7 @@ impl Conn {
         Conn {
             wire: Wire::Rdma(client, stats),
             xid: 1,
+            uid: 0,
         }
     }
 
@@ -107,7 +111,7 @@ impl Conn {
         }
     }
 
-    /// A COMPOUND call message (AUTH_SYS, root) with a fresh xid.
+    /// A COMPOUND call message (AUTH_SYS, as [`Conn::uid`]) with a fresh xid.
     pub fn call(&mut self, minorversion: u32, ops: Vec<NfsArgop4>) -> (u32, Bytes) {
         self.xid += 1;
         let args = Compound4Args {
@@ -115,7 +119,16 @@ impl Conn {
             minorversion,
             argarray: ops,
         };
-        (self.xid, rpc_call(self.xid, NFSPROC4_COMPOUND, &args))
+        let call = super::call_as(
+            b"nfs4-client",
+            self.uid,
+            self.xid,
+            NFS4_PROGRAM,
+            NFS_V4,
+            NFSPROC4_COMPOUND,
+            &args,
+        );
+        (self.xid, call)
     }
 
     /// Sends a COMPOUND, returns the reply record (over RDMA: the results) and the
