@@ -114,7 +114,10 @@ impl Table {
             tracing::debug!(peer = ?caller.peer, export = %served.export.path.display(), ?why, "NFS call refused");
             return Err(NfsStat3::NFS3ERR_ACCES);
         }
-        Ok((&served.export, served.export.resolve(&h)?))
+        Ok((
+            &served.export,
+            served.export.resolve_in_call(&h, &caller.recent)?,
+        ))
     }
 }
 
@@ -125,6 +128,8 @@ pub struct Caller {
     pub peer: Option<Peer>,
     /// AUTH_SYS uid, gid and groups; `None` for AUTH_NONE.
     pub sys: Option<(u32, u32, Gids)>,
+    /// The last file this call opened by handle ([`crate::vfs::RecentFile`]).
+    pub recent: crate::vfs::RecentFile,
 }
 
 impl Caller {
@@ -136,6 +141,7 @@ impl Caller {
                 Credentials::Sys(p) => Some((p.uid, p.gid, p.gids)),
                 _ => None,
             },
+            recent: crate::vfs::RecentFile::default(),
         }
     }
 

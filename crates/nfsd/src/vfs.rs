@@ -243,6 +243,40 @@ pub fn stat_fd(fd: impl AsFd) -> Result<Meta, NfsStat3> {
     Ok(Meta::from_statx(&s))
 }
 
+/// The last file (not a directory: those the export's [`DirCache`] keeps) that one
+/// call opened by handle, kept until the call ends. An NFSv4.1 COMPOUND names the
+/// same file in several operations (OPEN's permission check, then ACCESS and
+/// GETATTR, as the Linux client's OPEN sends them), and each would open it by
+/// handle and close it again: two system calls each time, where the kept
+/// descriptor needs none. Each use checks it again as a kept directory's is
+/// (fresh attributes; a file unlinked since is stale), so a call sees what it
+/// would have seen opening it anew. Held by the call's [`crate::nfs::Caller`]; a
+/// clone starts empty.
+#[derive(Debug, Default)]
+pub struct RecentFile(Mutex<Option<(u64, SmallKernelHandle, Arc<OwnedFd>)>>);
+
+impl RecentFile {
+    /// The descriptor kept for `handle` of export `export`, if it is the one.
+    fn get(&self, export: u64, handle: &SmallKernelHandle) -> Option<Arc<OwnedFd>> {
+        let kept = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        match &*kept {
+            Some((e, h, fd)) if *e == export && h == handle => Some(fd.clone()),
+            _ => None,
+        }
+    }
+
+    /// Keeps `fd`, opened for `handle` of export `export`, instead of the one before.
+    fn keep(&self, export: u64, handle: SmallKernelHandle, fd: Arc<OwnedFd>) {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = Some((export, handle, fd));
+    }
+}
+
+impl Clone for RecentFile {
+    fn clone(&self) -> Self {
+        RecentFile::default()
+    }
+}
+
 /// An object of the export, open as an O_PATH descriptor.
 #[derive(Debug)]
 pub struct Node {
@@ -591,6 +625,12 @@ impl Export {
     /// Opens the object an (authenticated) handle of this export names, or
     /// NFS3ERR_STALE.
     pub fn resolve(&self, fh: &FileHandle) -> Result<Node, NfsStat3> {
+        self.resolve_in_call(fh, &RecentFile::default())
+    }
+
+    /// [`Export::resolve`] within one call, whose last file opened by handle
+    /// `recent` keeps ([`RecentFile`]).
+    pub fn resolve_in_call(&self, fh: &FileHandle, recent: &RecentFile) -> Result<Node, NfsStat3> {
         match fh.object {
             Object::Inode { key, gen } => {
                 let node = self.walk_or_search(key)?;
@@ -601,7 +641,7 @@ impl Export {
             }
             Object::Kernel { ino, handle } => {
                 if let Some(mount_fd) = self.kernel.as_ref().and_then(|k| k.mount_fd.as_ref()) {
-                    match self.open_by_handle(mount_fd, ino, &handle) {
+                    match self.open_by_handle(mount_fd, ino, &handle, recent) {
                         Err(Some(s)) => return Err(s),
                         Ok(node) => return Ok(node),
                         // Not opened for another reason (capabilities dropped since):
@@ -637,6 +677,7 @@ impl Export {
         mount_fd: &OwnedFd,
         ino: u64,
         handle: &SmallKernelHandle,
+        recent: &RecentFile,
     ) -> Result<Node, Option<NfsStat3>> {
         if let Some(fd) = self.dirs.get(handle) {
             match self.check_opened(fd, ino) {
@@ -645,6 +686,10 @@ impl Export {
                 // it by handle gives the answer.
                 Err(_) => self.dirs.remove(handle),
             }
+        }
+        if let Some(fd) = recent.get(self.id, handle) {
+            // Checked as a kept directory is: a file unlinked since is stale.
+            return self.check_opened(fd, ino).map_err(Some);
         }
         let kh = kernel_fh::KernelHandle {
             handle_type: i32::from(handle.handle_type),
@@ -663,6 +708,8 @@ impl Export {
         let node = self.check_opened(Arc::new(fd), ino).map_err(Some)?;
         if node.meta.is_dir() {
             self.dirs.insert(*handle, node.fd.clone());
+        } else {
+            recent.keep(self.id, *handle, node.fd.clone());
         }
         Ok(node)
     }
@@ -1328,6 +1375,46 @@ mod dir_cache_tests {
         ex.age_descriptors();
         ex.age_descriptors();
         assert_eq!(ex.kept_descriptors(), 0, "kept while idle");
+        std::fs::remove_dir_all(base).unwrap();
+    }
+
+    /// Within one call ([`RecentFile`]) a file's handle is opened once and its
+    /// descriptor used again, checked at each use as a kept directory's is: fresh
+    /// attributes, stale once unlinked; another file's handle replaces it; without
+    /// the call's [`RecentFile`], every resolve opens the file anew.
+    #[test]
+    fn a_calls_last_file_is_opened_once_and_checked_at_each_use() {
+        let (base, ex) = export("recent-file");
+        let f = handle_of(&ex, b"f");
+        let recent = RecentFile::default();
+        let first = ex.resolve_in_call(&f, &recent).unwrap();
+        let again = ex.resolve_in_call(&f, &recent).unwrap();
+        assert!(Arc::ptr_eq(&first.fd, &again.fd), "opened a second time");
+        assert!(!Arc::ptr_eq(&first.fd, &ex.resolve(&f).unwrap().fd));
+        assert!(!Arc::ptr_eq(
+            &first.fd,
+            &ex.resolve_in_call(&f, &recent.clone()).unwrap().fd
+        ));
+
+        std::fs::write(base.join("export/f"), b"longer than before").unwrap();
+        let fresh = ex.resolve_in_call(&f, &recent).unwrap();
+        assert!(Arc::ptr_eq(&first.fd, &fresh.fd));
+        assert_eq!(fresh.meta.size, 18, "attributes as read when it was kept");
+
+        std::fs::write(base.join("export/g"), b"").unwrap();
+        let g = handle_of(&ex, b"g");
+        let other = ex.resolve_in_call(&g, &recent).unwrap();
+        assert!(!Arc::ptr_eq(&first.fd, &other.fd));
+        assert!(!Arc::ptr_eq(
+            &first.fd,
+            &ex.resolve_in_call(&f, &recent).unwrap().fd
+        ));
+
+        std::fs::remove_file(base.join("export/f")).unwrap();
+        assert_eq!(
+            ex.resolve_in_call(&f, &recent).err(),
+            Some(NfsStat3::NFS3ERR_STALE)
+        );
         std::fs::remove_dir_all(base).unwrap();
     }
 
