@@ -1,0 +1,153 @@
+//! A driver, not a test: sends an nfsd that runs elsewhere the NFSv4.1 COMPOUNDs the
+//! Linux client sends for open(O_CREAT)+close (OPEN with GETFH, ACCESS and GETATTR;
+//! ACCESS of the directory; CLOSE), stat (LOOKUP, GETFH, GETATTR), access and
+//! unlink (REMOVE, GETATTR), N files each, one at a time, so that `strace -f -c -p`
+//! of that nfsd counts its system calls per call
+//! (docs/bench/percall/measure41.sh runs it; docs/bench/README.md, "NFSv4.1
+//! COMPOUNDs inline"). Ignored by `cargo test`; run by name with
+//! NFSD_ADDR=host:port NFSD_EXPORT=/path N=500 WHAT=create|lookup|access|remove.
+mod common;
+use common::nfs4::*;
+use nfs4::compound::{NfsArgop4, NfsResop4};
+use nfs4::fh::*;
+use nfs4::state::*;
+use nfs4::*;
+use xdr::Encoder;
+
+/// GETATTR of what the Linux client asks with OPEN and LOOKUP: type, change, size,
+/// fsid, fileid, mode, numlinks, owner, owner_group, rawdev, space_used, the three
+/// times and mounted_on_fileid.
+fn big_getattr() -> NfsArgop4 {
+    NfsArgop4::GetAttr(GetAttr4Args {
+        attr_request: Bitmap4::from_bits(&[1, 3, 4, 8, 20, 33, 35, 36, 37, 41, 45, 47, 52, 53, 55]),
+    })
+}
+
+#[tokio::test]
+#[ignore = "a measurement driver: docs/bench/percall/measure41.sh runs it"]
+async fn percall41() {
+    let env = |name: &str| {
+        std::env::var(name).unwrap_or_else(|_| panic!("{name} is not set: see the module docs"))
+    };
+    let addr: std::net::SocketAddr = env("NFSD_ADDR").parse().expect("NFSD_ADDR: host:port");
+    let export = std::path::PathBuf::from(env("NFSD_EXPORT"));
+    let n: usize = std::env::var("N")
+        .map(|s| s.parse().unwrap())
+        .unwrap_or(500);
+    let what = std::env::var("WHAT").unwrap_or("create".into());
+    assert!(
+        ["create", "lookup", "access", "remove"].contains(&what.as_str()),
+        "WHAT={what}: create, lookup, access or remove"
+    );
+    let mut s = Session::new(addr, &format!("percall-{}", std::process::id())).await;
+    let mut ops = vec![NfsArgop4::PutRootFh];
+    ops.extend(walk(&export));
+    ops.push(NfsArgop4::GetFh);
+    let res = s.run(ops).await;
+    let NfsResop4::GetFh(Res4::Ok(dir)) = res.resarray.last().unwrap() else {
+        panic!("{res:?}")
+    };
+    let dir = dir.object.clone();
+    eprintln!("ready");
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    let t = std::time::Instant::now();
+    for i in 0..n {
+        let name = format!("p{i}");
+        if what == "create" {
+            let mut e = Encoder::new();
+            e.u32(0o644);
+            let attrs = Fattr4 {
+                attrmask: Bitmap4::from_bits(&[33]),
+                attr_vals: AttrList4(e.finish().to_bytes()),
+            };
+            let res = s
+                .run(vec![
+                    NfsArgop4::PutFh(PutFh4Args {
+                        object: dir.clone(),
+                    }),
+                    NfsArgop4::Open(Open4Args {
+                        seqid: 0,
+                        share_access: OPEN4_SHARE_ACCESS_WRITE,
+                        share_deny: 0,
+                        owner: StateOwner4 {
+                            clientid: s.clientid,
+                            owner: b"open id:\x00\x00\x00\x01".as_slice().into(),
+                        },
+                        openhow: OpenFlag4(Some(CreateHow4::Unchecked(attrs))),
+                        claim: OpenClaim4::Null(name.as_str().into()),
+                    }),
+                    NfsArgop4::GetFh,
+                    NfsArgop4::Access(Access4Args { access: 0x1f }),
+                    big_getattr(),
+                ])
+                .await;
+            assert_eq!(res.status, NfsStat4::NFS4_OK, "{res:?}");
+            let NfsResop4::Open(Res4::Ok(o)) = &res.resarray[2] else {
+                panic!()
+            };
+            let NfsResop4::GetFh(Res4::Ok(fh)) = &res.resarray[3] else {
+                panic!()
+            };
+            let (stateid, fh) = (o.stateid, fh.object.clone());
+            let res = s
+                .run(vec![
+                    NfsArgop4::PutFh(PutFh4Args {
+                        object: dir.clone(),
+                    }),
+                    NfsArgop4::Access(Access4Args { access: 0x1f }),
+                    big_getattr(),
+                ])
+                .await;
+            assert_eq!(res.status, NfsStat4::NFS4_OK);
+            let res = s
+                .run(vec![
+                    NfsArgop4::PutFh(PutFh4Args { object: fh }),
+                    NfsArgop4::Close(Close4Args {
+                        seqid: 0,
+                        open_stateid: stateid,
+                    }),
+                ])
+                .await;
+            assert_eq!(res.status, NfsStat4::NFS4_OK, "{res:?}");
+        } else if what == "lookup" {
+            let res = s
+                .run(vec![
+                    NfsArgop4::PutFh(PutFh4Args {
+                        object: dir.clone(),
+                    }),
+                    NfsArgop4::Lookup(Lookup4Args {
+                        objname: name.as_str().into(),
+                    }),
+                    NfsArgop4::GetFh,
+                    big_getattr(),
+                ])
+                .await;
+            assert_eq!(res.status, NfsStat4::NFS4_OK, "{res:?}");
+        } else if what == "access" {
+            let res = s
+                .run(vec![
+                    NfsArgop4::PutFh(PutFh4Args {
+                        object: dir.clone(),
+                    }),
+                    NfsArgop4::Access(Access4Args { access: 0x1f }),
+                    big_getattr(),
+                ])
+                .await;
+            assert_eq!(res.status, NfsStat4::NFS4_OK, "{res:?}");
+        } else if what == "remove" {
+            let res = s
+                .run(vec![
+                    NfsArgop4::PutFh(PutFh4Args {
+                        object: dir.clone(),
+                    }),
+                    NfsArgop4::Remove(nfs4::dir::Remove4Args {
+                        target: name.as_str().into(),
+                    }),
+                    big_getattr(),
+                ])
+                .await;
+            assert_eq!(res.status, NfsStat4::NFS4_OK, "{res:?}");
+        }
+    }
+    eprintln!("{what} {n}: {:?}", t.elapsed());
+}
