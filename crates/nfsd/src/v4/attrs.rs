@@ -191,8 +191,33 @@ fn time4(t: NfsTime3) -> NfsTime4 {
 }
 
 impl Space {
-    /// The figures of the file system `node` is on.
-    pub fn of(node: &Node) -> Space {
+    /// The attributes whose values come from the file system's figures.
+    const ATTRS: [u32; 7] = [
+        fattr4::FILES_AVAIL,
+        fattr4::FILES_FREE,
+        fattr4::FILES_TOTAL,
+        fattr4::MAXNAME,
+        fattr4::SPACE_AVAIL,
+        fattr4::SPACE_FREE,
+        fattr4::SPACE_TOTAL,
+    ];
+
+    /// Whether `asked` names any attribute read from the file system's figures: if
+    /// not, they are not read (a `statvfs` saved on most GETATTRs: the Linux client
+    /// asks for them only for statfs(2)).
+    pub fn asked(asked: &Bitmap4) -> bool {
+        Space::ATTRS.iter().any(|&a| asked.is_set(a))
+    }
+
+    /// The figures of the file system `node` is on, if `asked` names any of them
+    /// ([`Space::asked`]); the defaults otherwise, which nothing encodes.
+    pub fn of(node: &Node, asked: &Bitmap4) -> Space {
+        if !Space::asked(asked) {
+            return Space {
+                name_max: crate::vfs::NAME_MAX as u32,
+                ..Space::default()
+            };
+        }
         rustix::fs::fstatvfs(&node.fd)
             .map(|v| {
                 let bytes = |blocks: u64| blocks.saturating_mul(v.f_frsize);
@@ -215,9 +240,9 @@ impl Space {
 
 impl Values {
     /// An object of export `ex`, its handle `fh`, with the attributes `node` was
-    /// resolved with.
-    pub fn of_node(ex: &Export, node: &Node, fh: NfsFh4) -> Values {
-        Values::of_meta(ex, &node.meta, fh, Space::of(node))
+    /// resolved with, for a request of the attributes `asked`.
+    pub fn of_node(ex: &Export, node: &Node, fh: NfsFh4, asked: &Bitmap4) -> Values {
+        Values::of_meta(ex, &node.meta, fh, Space::of(node, asked))
     }
 
     /// An object of export `ex` with attributes `m` and handle `fh`, on a file
@@ -425,6 +450,36 @@ mod tests {
             NfsFh4::from(&b"rN4Pabcdefgh"[..]),
             NfsTime4::default(),
         )
+    }
+
+    /// The file system's figures are read only for a request that names one of
+    /// them (a `statvfs` saved on every other GETATTR), and then they are real.
+    #[test]
+    fn file_system_figures_are_read_only_when_asked() {
+        let fd = rustix::fs::open(
+            std::env::temp_dir(),
+            rustix::fs::OFlags::PATH,
+            rustix::fs::Mode::empty(),
+        )
+        .unwrap();
+        let node = crate::vfs::Node {
+            meta: crate::vfs::stat_fd(&fd).unwrap(),
+            fd: std::sync::Arc::new(fd),
+            at: None,
+        };
+        let plain = Bitmap4::from_bits(&[fattr4::TYPE, fattr4::SIZE, fattr4::MODE]);
+        assert!(!Space::asked(&plain));
+        let unread = Space::of(&node, &plain);
+        assert_eq!((unread.space_total, unread.files_total), (0, 0));
+        for attr in Space::ATTRS {
+            let asked = Bitmap4::from_bits(&[fattr4::TYPE, attr]);
+            assert!(Space::asked(&asked), "attribute {attr}");
+            let read = Space::of(&node, &asked);
+            assert!(
+                read.space_total > 0 && read.name_max > 0,
+                "attribute {attr}: {read:?}"
+            );
+        }
     }
 
     #[test]

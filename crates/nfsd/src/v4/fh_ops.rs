@@ -207,20 +207,23 @@ pub(crate) fn access(cx: &mut Compound<'_>, a: &Access4Args) -> Access4Res {
     }
 }
 
-/// The attributes of the current filehandle's object ([`super::attrs`]).
-fn values(cx: &Compound<'_>) -> Result<Values, NfsStat4> {
+/// The attributes of the current filehandle's object ([`super::attrs`]), for a
+/// request of the attributes `asked`.
+fn values(cx: &Compound<'_>, asked: &nfs4::Bitmap4) -> Result<Values, NfsStat4> {
     Ok(match cx.current()? {
         fh @ Fh::Pseudo(path) => Values::of_pseudo(path, fh.to_wire(), cx.server.started),
         fh @ Fh::Export(fh3) => {
             let (ex, node) = cx.table.resolve(fh3, cx.caller).map_err(stat4)?;
-            Values::of_node(ex, &node, fh.to_wire())
+            Values::of_node(ex, &node, fh.to_wire(), asked)
         }
     })
 }
 
 /// §18.7 GETATTR ([`super::attrs`]).
 pub(crate) fn getattr(cx: &mut Compound<'_>, a: &GetAttr4Args) -> GetAttr4Res {
-    match values(cx).and_then(|v| v.encode(&a.attr_request, &cx.server.attr_context())) {
+    match values(cx, &a.attr_request)
+        .and_then(|v| v.encode(&a.attr_request, &cx.server.attr_context()))
+    {
         Ok(obj_attributes) => Res4::Ok(GetAttr4ResOk { obj_attributes }),
         Err(s) => Res4::Err(s),
     }
@@ -234,7 +237,7 @@ fn same(cx: &Compound<'_>, f: &nfs4::Fattr4) -> Result<bool, NfsStat4> {
     if f.attrmask.is_set(super::attrs::fattr4::RDATTR_ERROR) {
         return Err(NfsStat4::NFS4ERR_INVAL);
     }
-    let ours = values(cx)?.encode(&f.attrmask, &cx.server.attr_context())?;
+    let ours = values(cx, &f.attrmask)?.encode(&f.attrmask, &cx.server.attr_context())?;
     let asked = |b: &nfs4::Bitmap4| -> Vec<u32> {
         (0..b.0.len() as u32 * 32)
             .filter(|&n| b.is_set(n))

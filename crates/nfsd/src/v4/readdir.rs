@@ -144,9 +144,8 @@ fn pseudo_readdir(
                     Fh::Pseudo(path) => Values::of_pseudo(&path, wire, cx.server.started)
                         .encode(&a.attr_request, &served),
                     Fh::Export(fh3) => match cx.table.resolve(&fh3, cx.caller) {
-                        Ok((ex, node)) => {
-                            Values::of_node(ex, &node, wire).encode(&a.attr_request, &served)
-                        }
+                        Ok((ex, node)) => Values::of_node(ex, &node, wire, &a.attr_request)
+                            .encode(&a.attr_request, &served),
                         Err(s) => rdattr_error(&a.attr_request, stat4(s)),
                     },
                 }
@@ -188,7 +187,7 @@ fn export_readdir(
     let cx3 = crate::nfs::Cx::new(&cx.server.nfs, &cx.table, cx.caller, Some(fh));
     let mut fill = Fill::new(a);
     let charge = v3::charge_listing(&cx3, fill.limit).map_err(stat4)?;
-    let space = Space::of(&dir);
+    let space = Space::of(&dir, &a.attr_request);
     let listed = cx3.as_caller(|| {
         let from = if a.cookie == 0 {
             v3::COOKIE_DOTDOT
