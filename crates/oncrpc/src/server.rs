@@ -39,6 +39,10 @@ const MAX_BATCH: usize = 32;
 /// Memory held for a server until dropped (a charge to its budget).
 pub type Held = Box<dyn std::any::Any + Send + Sync>;
 
+/// Default [`ServerConfig::max_large_in_flight`]: as many 1 MiB records as the
+/// record buffers keep idle.
+pub const DEFAULT_MAX_LARGE_IN_FLIGHT: usize = 16;
+
 /// The memory budget a server's TCP connections are charged to (nfsd: its one
 /// `--max-memory` budget, issue 16), so that call records received and in service
 /// never take more than the budget. With one ([`ServerConfig::memory`]):
@@ -101,6 +105,17 @@ pub struct ServerConfig {
     pub max_fragment: usize,
     /// Calls served concurrently per connection; further calls wait to be read.
     pub max_in_flight: usize,
+    /// Of those, calls of at least [`crate::tcp::MIN_REUSED_RECORD`] bytes (NFS WRITE
+    /// data) served concurrently per connection; a further one waits to be read, its
+    /// client held by TCP's flow control. Each such call is read into a buffer of
+    /// `record_buffers`, reused once it is served: with at most as many in service
+    /// as the pool keeps idle ([`crate::tcp::DEFAULT_MAX_IDLE_BYTES`], 16 records of
+    /// 1 MiB), a stream of WRITEs runs on reused memory instead of a fresh megabyte
+    /// for each, which the kernel zeroes page by page as the socket read faults it
+    /// in (the Linux client sends a `dd`'s 64 MiB as 64 WRITEs at once; in the lab
+    /// guest that zeroing was a third of the server's page clearing, the rest the
+    /// page cache's). Their file work is serialised by the file's lock anyway.
+    pub max_large_in_flight: usize,
     /// Register with this rpcbind on start, unregister on shutdown.
     pub rpcbind: Option<Registrar>,
     /// How long shutdown waits for calls in flight; after it, connections are
@@ -161,6 +176,7 @@ impl Default for ServerConfig {
             max_record: DEFAULT_MAX_RECORD,
             max_fragment: DEFAULT_MAX_FRAGMENT,
             max_in_flight: 128,
+            max_large_in_flight: DEFAULT_MAX_LARGE_IN_FLIGHT,
             rpcbind: None,
             shutdown_grace: Some(Duration::from_secs(30)),
             memory: None,
@@ -331,6 +347,7 @@ async fn connection(
         }
     }));
     let permits = Arc::new(Semaphore::new(max_in_flight));
+    let large = Arc::new(Semaphore::new(config.max_large_in_flight.max(1)));
     let mut calls = JoinSet::new();
     let mut dec = RecordDecoder::new(config.max_record);
     let mut buf = BytesMut::new();
@@ -341,7 +358,7 @@ async fn connection(
         let record = tokio::select! {
             biased;
             _ = &mut stopped => break,
-            r = read_call(&mut rd, &mut dec, &mut buf, config.memory.as_deref(), &config.record_buffers) => r,
+            r = read_call(&mut rd, &mut dec, &mut buf, config.memory.as_deref(), &config.record_buffers, &large) => r,
         };
         match record {
             Ok(Some((call, held))) => {
@@ -448,6 +465,7 @@ async fn read_call(
     buf: &mut BytesMut,
     memory: Option<&dyn ConnectionMemory>,
     reuse: &RecordBuffers,
+    large: &Arc<Semaphore>,
 ) -> io::Result<Option<(Bytes, Option<Held>)>> {
     let too_large = || {
         io::Error::new(
@@ -495,9 +513,16 @@ async fn read_call(
             }
         }
         if let Some((pool, len)) = reusable(dec, buf, Some(reuse)) {
-            // Charged above for its whole length (`record_bound`).
+            // Charged above for its whole length (`record_bound`); read once fewer
+            // than `max_large_in_flight` large calls are in service, which the permit,
+            // held with the call, counts.
+            let permit = large
+                .clone()
+                .acquire_owned()
+                .await
+                .map_err(|_| io::Error::other("connection ended"))?;
             let record = read_into_reused(r, dec, buf, pool, len).await?;
-            return Ok(Some((record, held)));
+            return Ok(Some((record, Some(Box::new((held, permit)) as Held))));
         }
         if read_more(r, dec, buf).await? == 0 {
             return Ok(dec

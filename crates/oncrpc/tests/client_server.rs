@@ -511,6 +511,62 @@ async fn shutdown_grace_bounds_the_wait_for_hung_calls() {
     assert!(hung.await.unwrap().is_err());
 }
 
+/// `ServerConfig::max_large_in_flight`: of large calls (at least
+/// `tcp::MIN_REUSED_RECORD` bytes, NFS WRITE data), a connection has at most that
+/// many in service; the next is read once one of them is answered.
+#[tokio::test]
+async fn large_calls_in_service_per_connection_are_bounded() {
+    let test = Arc::new(Test::default());
+    let server = start_on(
+        "127.0.0.1:0".parse().unwrap(),
+        test.clone(),
+        ServerConfig {
+            max_large_in_flight: 2,
+            ..ServerConfig::default()
+        },
+    )
+    .await;
+    let mut s = TcpStream::connect(server.addr).await.unwrap();
+    // Five WAIT calls (procedure 2) of 200 KiB each: their arguments are ignored.
+    for xid in 1..=5u32 {
+        let mut m = xid.to_be_bytes().to_vec();
+        m.extend_from_slice(&[0, 0, 0, 0, 0, 0, 0, 2]);
+        m.extend_from_slice(&PROG.to_be_bytes());
+        m.extend_from_slice(&[0, 0, 0, 1, 0, 0, 0, 2]);
+        m.extend_from_slice(&[0; 16]);
+        m.resize(m.len() + 200 * 1024, 0);
+        s.write_all(&((m.len() as u32) | 0x8000_0000).to_be_bytes())
+            .await
+            .unwrap();
+        s.write_all(&m).await.unwrap();
+    }
+    let seen = |n: usize| {
+        let test = test.clone();
+        async move {
+            for _ in 0..200 {
+                if test.seen.lock().unwrap().len() >= n {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            test.seen.lock().unwrap().clone()
+        }
+    };
+    assert_eq!(seen(2).await, vec![1, 2], "two in service, the rest unread");
+    test.release.notify_waiters();
+    assert_eq!(
+        seen(4).await,
+        vec![1, 2, 3, 4],
+        "answered, the next two read"
+    );
+    test.release.notify_waiters();
+    assert_eq!(seen(5).await, vec![1, 2, 3, 4, 5]);
+    test.release.notify_waiters();
+    drop(s);
+    server.stop().await;
+}
+
 /// RFC 5531 §9: replies are matched by xid, so the server sends each as soon as it
 /// is ready: a slow call does not hold back a fast one behind it.
 #[tokio::test]
