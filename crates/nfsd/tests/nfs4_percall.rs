@@ -5,7 +5,8 @@
 //! of that nfsd counts its system calls per call
 //! (docs/bench/percall/measure41.sh runs it; docs/bench/README.md, "NFSv4.1
 //! COMPOUNDs inline"). Ignored by `cargo test`; run by name with
-//! NFSD_ADDR=host:port NFSD_EXPORT=/path N=500 WHAT=create|lookup|access|remove.
+//! NFSD_ADDR=host:port NFSD_EXPORT=/path N=500 WHAT=create|lookup|access|list|remove
+//! (list: N listings of the whole directory by READDIR).
 mod common;
 use common::nfs4::*;
 use nfs4::compound::{NfsArgop4, NfsResop4};
@@ -36,8 +37,8 @@ async fn percall41() {
         .unwrap_or(500);
     let what = std::env::var("WHAT").unwrap_or("create".into());
     assert!(
-        ["create", "lookup", "access", "remove"].contains(&what.as_str()),
-        "WHAT={what}: create, lookup, access or remove"
+        ["create", "lookup", "access", "list", "remove"].contains(&what.as_str()),
+        "WHAT={what}: create, lookup, access, list or remove"
     );
     let mut s = Session::new(addr, &format!("percall-{}", std::process::id())).await;
     let mut ops = vec![NfsArgop4::PutRootFh];
@@ -134,6 +135,38 @@ async fn percall41() {
                 ])
                 .await;
             assert_eq!(res.status, NfsStat4::NFS4_OK, "{res:?}");
+        } else if what == "list" {
+            // The whole directory, as `ls` over a Linux mount reads it (once per
+            // "file": N listings).
+            let (mut cookie, mut verf, mut names) = (0u64, [0u8; 8], 0usize);
+            loop {
+                let res = s
+                    .run(vec![
+                        NfsArgop4::PutFh(PutFh4Args {
+                            object: dir.clone(),
+                        }),
+                        NfsArgop4::ReadDir(nfs4::dir::ReadDir4Args {
+                            cookie,
+                            cookieverf: verf,
+                            dircount: 8192,
+                            maxcount: 32768,
+                            attr_request: Bitmap4::from_bits(&[1, 20]),
+                        }),
+                    ])
+                    .await;
+                let NfsResop4::ReadDir(Res4::Ok(ok)) = &res.resarray[2] else {
+                    panic!("READDIR: {res:?}")
+                };
+                names += ok.reply.entries.len();
+                verf = ok.cookieverf;
+                match ok.reply.entries.last() {
+                    Some(e) if !ok.reply.eof => cookie = e.cookie,
+                    _ => break,
+                }
+            }
+            if i == 0 {
+                eprintln!("{names} names per listing");
+            }
         } else if what == "remove" {
             let res = s
                 .run(vec![
