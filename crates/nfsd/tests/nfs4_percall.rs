@@ -1,11 +1,12 @@
 //! A driver, not a test: sends an nfsd that runs elsewhere the NFSv4.1 COMPOUNDs the
 //! Linux client sends for open(O_CREAT)+close (OPEN with GETFH, ACCESS and GETATTR;
-//! ACCESS of the directory; CLOSE), stat (LOOKUP, GETFH, GETATTR), access and
+//! ACCESS of the directory; CLOSE), open(O_RDONLY)+close, stat (LOOKUP, GETFH,
+//! GETATTR), access and
 //! unlink (REMOVE, GETATTR), N files each, one at a time, so that `strace -f -c -p`
 //! of that nfsd counts its system calls per call
 //! (docs/bench/percall/measure41.sh runs it; docs/bench/README.md, "NFSv4.1
 //! COMPOUNDs inline"). Ignored by `cargo test`; run by name with
-//! NFSD_ADDR=host:port NFSD_EXPORT=/path N=500 WHAT=create|lookup|access|list|remove
+//! NFSD_ADDR=host:port NFSD_EXPORT=/path N=500 WHAT=create|open|lookup|access|list|remove
 //! (list: N listings of the whole directory by READDIR).
 mod common;
 use common::nfs4::*;
@@ -37,8 +38,8 @@ async fn percall41() {
         .unwrap_or(500);
     let what = std::env::var("WHAT").unwrap_or("create".into());
     assert!(
-        ["create", "lookup", "access", "list", "remove"].contains(&what.as_str()),
-        "WHAT={what}: create, lookup, access, list or remove"
+        ["create", "open", "lookup", "access", "list", "remove"].contains(&what.as_str()),
+        "WHAT={what}: create, open, lookup, access, list or remove"
     );
     let mut s = Session::new(addr, &format!("percall-{}", std::process::id())).await;
     let mut ops = vec![NfsArgop4::PutRootFh];
@@ -100,6 +101,48 @@ async fn percall41() {
                 ])
                 .await;
             assert_eq!(res.status, NfsStat4::NFS4_OK);
+            let res = s
+                .run(vec![
+                    NfsArgop4::PutFh(PutFh4Args { object: fh }),
+                    NfsArgop4::Close(Close4Args {
+                        seqid: 0,
+                        open_stateid: stateid,
+                    }),
+                ])
+                .await;
+            assert_eq!(res.status, NfsStat4::NFS4_OK, "{res:?}");
+        } else if what == "open" {
+            // open(O_RDONLY) + close of a file that is there, as the Linux client
+            // sends them after a stat.
+            let res = s
+                .run(vec![
+                    NfsArgop4::PutFh(PutFh4Args {
+                        object: dir.clone(),
+                    }),
+                    NfsArgop4::Open(Open4Args {
+                        seqid: 0,
+                        share_access: OPEN4_SHARE_ACCESS_READ,
+                        share_deny: 0,
+                        owner: StateOwner4 {
+                            clientid: s.clientid,
+                            owner: b"open id:\x00\x00\x00\x02".as_slice().into(),
+                        },
+                        openhow: OpenFlag4(None),
+                        claim: OpenClaim4::Null(name.as_str().into()),
+                    }),
+                    NfsArgop4::GetFh,
+                    NfsArgop4::Access(Access4Args { access: 0x1f }),
+                    big_getattr(),
+                ])
+                .await;
+            assert_eq!(res.status, NfsStat4::NFS4_OK, "{res:?}");
+            let NfsResop4::Open(Res4::Ok(o)) = &res.resarray[2] else {
+                panic!()
+            };
+            let NfsResop4::GetFh(Res4::Ok(fh)) = &res.resarray[3] else {
+                panic!()
+            };
+            let (stateid, fh) = (o.stateid, fh.object.clone());
             let res = s
                 .run(vec![
                     NfsArgop4::PutFh(PutFh4Args { object: fh }),

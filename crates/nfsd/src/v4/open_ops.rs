@@ -20,8 +20,11 @@
 //! attributes applied after. `suppattr_exclcreat` ([`super::attrs`]) says which:
 //! mode, owner and owner_group.
 //!
-//! Permission: opening a file that exists is checked by opening it as the caller
-//! with the access asked (the kernel decides, as for every NFSv3 READ and WRITE); a
+//! Permission: opening a file that exists is checked as the caller by the kernel's
+//! access check for the access asked (`faccessat2` with `AT_EACCESS` on its
+//! descriptor, [`crate::vfs::Node::access`]; knfsd checks `inode_permission` too,
+//! without opening the file; opening it, as this did before, cost a walk of
+//! `/proc/self/fd` and a close per OPEN); a
 //! file this OPEN created is the caller's to use whatever its mode (knfsd's
 //! `op_created`: "owner override"). A write open on a read-only export is
 //! NFS4ERR_ROFS.
@@ -30,7 +33,7 @@ use nfs3::dir::{Create3Args, Create3Res, CreateHow3};
 use nfs3::{NfsFh3, NfsResult, NfsStat3, Sattr3};
 use nfs4::state::*;
 use nfs4::{Bitmap4, ChangeInfo4, NfsStat4, Res4, StateId4};
-use rustix::fs::{FileType, OFlags};
+use rustix::fs::{Access, FileType};
 
 use super::compound::Compound;
 use super::errors::stat4;
@@ -263,13 +266,13 @@ fn check_open(cx: &Compound<'_>, t: &Target, access: u32) -> Result<(), NfsStat4
     if t.created {
         return Ok(());
     }
-    let flags = match access {
-        OPEN4_SHARE_ACCESS_READ => OFlags::RDONLY,
-        OPEN4_SHARE_ACCESS_WRITE => OFlags::WRONLY,
-        _ => OFlags::RDWR,
+    let mode = match access {
+        OPEN4_SHARE_ACCESS_READ => Access::READ_OK,
+        OPEN4_SHARE_ACCESS_WRITE => Access::WRITE_OK,
+        _ => Access::READ_OK | Access::WRITE_OK,
     };
-    cx3.as_caller(|| node.reopen(flags))
-        .map(drop)
+    cx3.as_caller(|| node.access(mode))
+        .map_err(crate::errno::nfsstat3_from_errno)
         .map_err(|s| match s {
             NfsStat3::NFS3ERR_ACCES | NfsStat3::NFS3ERR_PERM => NfsStat4::NFS4ERR_ACCESS,
             s => stat4(s),
