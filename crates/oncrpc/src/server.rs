@@ -114,7 +114,10 @@ pub struct ServerConfig {
     /// for each, which the kernel zeroes page by page as the socket read faults it
     /// in (the Linux client sends a `dd`'s 64 MiB as 64 WRITEs at once; in the lab
     /// guest that zeroing was a third of the server's page clearing, the rest the
-    /// page cache's). Their file work is serialised by the file's lock anyway.
+    /// page cache's). Their file work is serialised by the file's lock anyway. A
+    /// large call must therefore never wait for a later call of its own connection
+    /// (none does: a WRITE never waits for a backchannel reply; NFSv4.1 delegation
+    /// recalls must keep it so), or the connection would stop.
     pub max_large_in_flight: usize,
     /// Register with this rpcbind on start, unregister on shutdown.
     pub rpcbind: Option<Registrar>,
