@@ -22,9 +22,8 @@
 //!
 //! Permission: opening a file that exists is checked as the caller by the kernel's
 //! access check for the access asked (`faccessat2` with `AT_EACCESS` on its
-//! descriptor, [`crate::vfs::Node::access`]; knfsd checks `inode_permission` too,
-//! without opening the file; opening it, as this did before, cost a walk of
-//! `/proc/self/fd` and a close per OPEN); a
+//! descriptor, [`crate::vfs::Node::access`], as knfsd checks `inode_permission`
+//! without opening the file); a
 //! file this OPEN created is the caller's to use whatever its mode (knfsd's
 //! `op_created`: "owner override"). A write open on a read-only export is
 //! NFS4ERR_ROFS.
