@@ -25,6 +25,60 @@ fn big_getattr() -> NfsArgop4 {
     })
 }
 
+/// OPEN of `name` in `dir` as the Linux client sends it (with GETFH, ACCESS and
+/// GETATTR), created as `how` says: the open stateid and the file's handle.
+async fn open(
+    s: &mut Session,
+    dir: &NfsFh4,
+    name: &str,
+    access: u32,
+    how: Option<CreateHow4>,
+) -> (StateId4, NfsFh4) {
+    let owner = StateOwner4 {
+        clientid: s.clientid,
+        owner: b"open id:\x00\x00\x00\x01".as_slice().into(),
+    };
+    let res = s
+        .run(vec![
+            NfsArgop4::PutFh(PutFh4Args {
+                object: dir.clone(),
+            }),
+            NfsArgop4::Open(Open4Args {
+                seqid: 0,
+                share_access: access,
+                share_deny: 0,
+                owner,
+                openhow: OpenFlag4(how),
+                claim: OpenClaim4::Null(name.into()),
+            }),
+            NfsArgop4::GetFh,
+            NfsArgop4::Access(Access4Args { access: 0x1f }),
+            big_getattr(),
+        ])
+        .await;
+    assert_eq!(res.status, NfsStat4::NFS4_OK, "{res:?}");
+    let (NfsResop4::Open(Res4::Ok(o)), NfsResop4::GetFh(Res4::Ok(fh))) =
+        (&res.resarray[2], &res.resarray[3])
+    else {
+        panic!("OPEN: {res:?}")
+    };
+    (o.stateid, fh.object.clone())
+}
+
+/// CLOSE of the open `stateid` of the file `fh`.
+async fn close(s: &mut Session, fh: NfsFh4, stateid: StateId4) {
+    let res = s
+        .run(vec![
+            NfsArgop4::PutFh(PutFh4Args { object: fh }),
+            NfsArgop4::Close(Close4Args {
+                seqid: 0,
+                open_stateid: stateid,
+            }),
+        ])
+        .await;
+    assert_eq!(res.status, NfsStat4::NFS4_OK, "{res:?}");
+}
+
 #[tokio::test]
 #[ignore = "a measurement driver: docs/bench/percall/measure41.sh runs it"]
 async fn percall41() {
@@ -62,35 +116,8 @@ async fn percall41() {
                 attrmask: Bitmap4::from_bits(&[33]),
                 attr_vals: AttrList4(e.finish().to_bytes()),
             };
-            let res = s
-                .run(vec![
-                    NfsArgop4::PutFh(PutFh4Args {
-                        object: dir.clone(),
-                    }),
-                    NfsArgop4::Open(Open4Args {
-                        seqid: 0,
-                        share_access: OPEN4_SHARE_ACCESS_WRITE,
-                        share_deny: 0,
-                        owner: StateOwner4 {
-                            clientid: s.clientid,
-                            owner: b"open id:\x00\x00\x00\x01".as_slice().into(),
-                        },
-                        openhow: OpenFlag4(Some(CreateHow4::Unchecked(attrs))),
-                        claim: OpenClaim4::Null(name.as_str().into()),
-                    }),
-                    NfsArgop4::GetFh,
-                    NfsArgop4::Access(Access4Args { access: 0x1f }),
-                    big_getattr(),
-                ])
-                .await;
-            assert_eq!(res.status, NfsStat4::NFS4_OK, "{res:?}");
-            let NfsResop4::Open(Res4::Ok(o)) = &res.resarray[2] else {
-                panic!()
-            };
-            let NfsResop4::GetFh(Res4::Ok(fh)) = &res.resarray[3] else {
-                panic!()
-            };
-            let (stateid, fh) = (o.stateid, fh.object.clone());
+            let how = Some(CreateHow4::Unchecked(attrs));
+            let (stateid, fh) = open(&mut s, &dir, &name, OPEN4_SHARE_ACCESS_WRITE, how).await;
             let res = s
                 .run(vec![
                     NfsArgop4::PutFh(PutFh4Args {
@@ -101,58 +128,12 @@ async fn percall41() {
                 ])
                 .await;
             assert_eq!(res.status, NfsStat4::NFS4_OK);
-            let res = s
-                .run(vec![
-                    NfsArgop4::PutFh(PutFh4Args { object: fh }),
-                    NfsArgop4::Close(Close4Args {
-                        seqid: 0,
-                        open_stateid: stateid,
-                    }),
-                ])
-                .await;
-            assert_eq!(res.status, NfsStat4::NFS4_OK, "{res:?}");
+            close(&mut s, fh, stateid).await;
         } else if what == "open" {
             // open(O_RDONLY) + close of a file that is there, as the Linux client
             // sends them after a stat.
-            let res = s
-                .run(vec![
-                    NfsArgop4::PutFh(PutFh4Args {
-                        object: dir.clone(),
-                    }),
-                    NfsArgop4::Open(Open4Args {
-                        seqid: 0,
-                        share_access: OPEN4_SHARE_ACCESS_READ,
-                        share_deny: 0,
-                        owner: StateOwner4 {
-                            clientid: s.clientid,
-                            owner: b"open id:\x00\x00\x00\x02".as_slice().into(),
-                        },
-                        openhow: OpenFlag4(None),
-                        claim: OpenClaim4::Null(name.as_str().into()),
-                    }),
-                    NfsArgop4::GetFh,
-                    NfsArgop4::Access(Access4Args { access: 0x1f }),
-                    big_getattr(),
-                ])
-                .await;
-            assert_eq!(res.status, NfsStat4::NFS4_OK, "{res:?}");
-            let NfsResop4::Open(Res4::Ok(o)) = &res.resarray[2] else {
-                panic!()
-            };
-            let NfsResop4::GetFh(Res4::Ok(fh)) = &res.resarray[3] else {
-                panic!()
-            };
-            let (stateid, fh) = (o.stateid, fh.object.clone());
-            let res = s
-                .run(vec![
-                    NfsArgop4::PutFh(PutFh4Args { object: fh }),
-                    NfsArgop4::Close(Close4Args {
-                        seqid: 0,
-                        open_stateid: stateid,
-                    }),
-                ])
-                .await;
-            assert_eq!(res.status, NfsStat4::NFS4_OK, "{res:?}");
+            let (stateid, fh) = open(&mut s, &dir, &name, OPEN4_SHARE_ACCESS_READ, None).await;
+            close(&mut s, fh, stateid).await;
         } else if what == "lookup" {
             let res = s
                 .run(vec![
