@@ -26,6 +26,7 @@ use tokio::sync::{mpsc, oneshot};
 use xdr::XdrStream;
 
 use crate::counters::ConnStats;
+use crate::server::ServerInput;
 
 /// Why a backward-direction Call did not complete.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -81,7 +82,7 @@ pub(crate) enum BackwardRequest {
 /// [`BackwardError::ConnectionLost`]).
 #[derive(Clone)]
 pub struct BackwardChannel {
-    pub(crate) tx: mpsc::UnboundedSender<BackwardRequest>,
+    pub(crate) tx: mpsc::UnboundedSender<ServerInput>,
     pub(crate) peer: Option<SocketAddr>,
     pub(crate) stats: Arc<ConnStats>,
 }
@@ -112,7 +113,7 @@ impl BackwardChannel {
     /// with [`BackwardError::NotReady`].
     pub fn set_peer_ready(&self) -> Result<(), BackwardError> {
         self.tx
-            .send(BackwardRequest::Ready)
+            .send(ServerInput::Backward(BackwardRequest::Ready))
             .map_err(|_| BackwardError::ConnectionLost)
     }
 
@@ -122,7 +123,7 @@ impl BackwardChannel {
     pub async fn call(&self, msg: XdrStream) -> Result<Bytes, BackwardError> {
         let (reply, rx) = oneshot::channel();
         self.tx
-            .send(BackwardRequest::Call { msg, reply })
+            .send(ServerInput::Backward(BackwardRequest::Call { msg, reply }))
             .map_err(|_| BackwardError::ConnectionLost)?;
         rx.await.unwrap_or(Err(BackwardError::ConnectionLost))
     }

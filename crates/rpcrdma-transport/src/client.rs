@@ -1014,7 +1014,7 @@ async fn completions<Q: QueuePair + 'static>(conn: Arc<Conn<Q>>) {
     *conn.negotiation.lock().unwrap_or_else(|e| e.into_inner()) = Some(next);
     conn.credit_wait.notify_waiters();
     conn.end_replies();
-    crate::server::record_close_reason(&conn.qp, &conn.stats).await;
+    crate::driver::record_close_reason(&conn.qp, &conn.stats).await;
     conn.stats.close();
 }
 

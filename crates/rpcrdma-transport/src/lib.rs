@@ -126,6 +126,7 @@ pub mod backward;
 pub mod binding;
 pub mod client;
 pub mod counters;
+mod driver;
 pub mod error;
 mod liveness;
 mod pool;

@@ -217,6 +217,11 @@ impl ReadSink {
         })
     }
 
+    /// The sink's length.
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
     /// Once every Read completed: the buffer, room included, and where the data
     /// starts in it. The data is `buf[at..at + len]`.
     pub(crate) fn into_whole(self) -> (PooledBuffer, usize) {

@@ -41,25 +41,24 @@ use bytes::Bytes;
 use oncrpc::service::poll_once;
 use oncrpc::Dispatcher;
 use rdma::{
-    BufferPool, Completion, ConnectRequest, ConnectionManager, Listener, PooledBuffer,
-    ProtectionDomain, QueuePair, QueuePairExt, RegisterError, RemoteAddr, STag, SendOp, SendWr,
-    WcOpcode, WcStatus,
+    BufferPool, ConnectRequest, ConnectionManager, Listener, PooledBuffer, QueuePair,
+    RegisterError, STag,
 };
-use rpcrdma::marshal::RdmaWrite;
 use rpcrdma::memory::MemoryBudget;
 use rpcrdma::private_data::PrivateData;
 use rpcrdma::responder::{BackwardFailure, ReliableReplyConfig};
 use rpcrdma::rpc;
-use rpcrdma::{Action, MarshalError, Responder, ResponderConfig, ResponderEvent, Segment, Xid};
+use rpcrdma::{Action, MarshalError, Responder, ResponderConfig, ResponderEvent, Xid};
 use tokio::sync::{mpsc, oneshot, watch};
 use xdr::XdrStream;
 
 use crate::backward::{BackwardChannel, BackwardError, BackwardRequest};
 use crate::binding::RdmaBinding;
 use crate::counters::{ConnStats, Counter, StatsRegistry};
+use crate::driver::{CloseReason, Driver, Growth, Link, LinkParts, ReadsNotPosted, Role};
 use crate::error::TransportError;
-use crate::liveness::{Verdict, Waiting, Watchdog};
-use crate::pool::{gather, wr_kind, RecvPool, SendFailure, SendPool};
+use crate::liveness::Waiting;
+use crate::pool::{wr_kind, RecvPool, SendPool};
 use crate::registration::{join_in_place, ChunkRegion, ReadSink, Room};
 use crate::setup::RdmaConfig;
 
@@ -191,7 +190,7 @@ impl<P: ConnectionManager + 'static> RdmaServer<P> {
                 rpcrdma::version::max_send_size(peer_limits.as_ref(), policy.max_version);
             // Issue 16: the connection's Receive and Send buffers for its initial grant
             // are charged to the server's memory budget before they are allocated, for
-            // as long as it lives (more as its grant grows, `ServerConn::grow_credits`).
+            // as long as it lives (more as its grant grows, `ServerRole::grow_credits`).
             // One that does not fit (or that arrives while Calls wait for memory) is
             // rejected: the server never allocates past its budget. Room for one whole
             // Call is kept from connections, so that idle ones cannot keep every Call
@@ -270,22 +269,19 @@ impl<P: ConnectionManager + 'static> RdmaServer<P> {
                 Ok(c) => c.with_counters(stats.clone()),
                 Err(_) => continue,
             };
-            let backward_rx = if backward_credits > 0 {
-                let (tx, rx) = mpsc::unbounded_channel();
+            let (inputs_tx, inputs) = mpsc::unbounded_channel();
+            if backward_credits > 0 {
                 let channel = BackwardChannel {
-                    tx,
+                    tx: inputs_tx.clone(),
                     peer: peer.addr,
                     stats: stats.clone(),
                 };
                 if let Some(to) = &*self.backward.lock().unwrap_or_else(|e| e.into_inner()) {
                     let _ = to.send(channel);
                 }
-                Some(rx)
-            } else {
-                None
-            };
+            }
             // A few Send buffers to start with, more as Sends find them all taken
-            // (`ServerConn::grow_sends`): an idle connection holds few.
+            // (`Link::post_send`): an idle connection holds few.
             let sends = match SendPool::new(
                 &pd,
                 INITIAL_SEND_SLOTS,
@@ -299,47 +295,47 @@ impl<P: ConnectionManager + 'static> RdmaServer<P> {
                     continue;
                 }
             };
-            let (replies, replies_rx) = mpsc::unbounded_channel();
-            let conn = ServerConn {
-                watchdog: Watchdog::new(config.stall_timeout),
-                dump_requests: self.stats.dump_requests(),
-                teardown_by: None,
-                sends_in_flight: 0,
-                recv_buffers: (initial + backward_credits) as usize,
+            let link = Link::new(LinkParts {
                 qp: Arc::new(qp),
-                pd: pd.clone(),
+                pd,
                 buffers: self.buffers.clone(),
-                core,
-                dispatcher: self.dispatcher.clone(),
                 stats,
                 pool,
                 free_recvs,
+                recv_buffers: (initial + backward_credits) as usize,
                 sends,
-                writes: Vec::new(),
-                pulls: HashMap::new(),
-                reads: HashMap::new(),
-                next_id: 0,
+                growth: Some(Growth {
+                    budget: self.memory.clone(),
+                    keep_free: config.max_message,
+                    charge: memory,
+                }),
+                stall_timeout: config.stall_timeout,
+            });
+            let role = ServerRole {
+                core,
+                dispatcher: self.dispatcher.clone(),
                 regions: HashMap::new(),
                 invalidating: HashMap::new(),
                 wholes: HashMap::new(),
                 room_head: config.recv_buffer_len(),
-                shutdown: self.shutdown.subscribe(),
                 to_dispatch: VecDeque::new(),
                 in_service: HashMap::new(),
-                replies,
-                backward_rx,
+                replies: inputs_tx,
                 backward_waiters: HashMap::new(),
                 has_backward: backward_credits > 0,
-                closing: None,
                 growth: CreditGrowth {
                     max: credits,
                     per_credit,
-                    budget: self.memory.clone(),
-                    keep_free: config.max_message,
                 },
-                memory,
             };
-            tokio::spawn(conn.run(replies_rx));
+            let driver = Driver::new(
+                link,
+                role,
+                inputs,
+                Some(self.shutdown.subscribe()),
+                self.stats.dump_requests(),
+            );
+            tokio::spawn(driver.run());
         }
     }
 }
@@ -354,7 +350,7 @@ fn send_slots(credits: u32) -> usize {
 
 /// Send buffers a connection starts with: one Reply in flight and the next (a peer's
 /// Calls one at a time never need more). The pool doubles, up to [`send_slots`] of
-/// the largest grant, when a Send finds every buffer taken (`ServerConn::grow_sends`).
+/// the largest grant, when a Send finds every buffer taken (`Link::post_send`).
 pub const INITIAL_SEND_SLOTS: usize = 2;
 
 /// What a connection holds besides its Receive and Send buffers (its task, the
@@ -374,25 +370,13 @@ fn conn_buffer_bytes(config: &RdmaConfig, credits: u32, send_buffer_len: u32) ->
     recv + send
 }
 
-/// How long a connection waits, once disconnected (by the peer or by us), for the
-/// provider to flush the work requests it still has posted before it is torn down
-/// without them. A provider flushes at once (verbs: the QP goes to the error state;
-/// lab runs flush in milliseconds); one that never does (a QP left in RESET) must not
-/// keep the connection's task, buffers, regions and memory charge forever (issue 31).
-/// Dropping the queue pair then destroys it, after which no work request touches
-/// memory.
-const TEARDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
-
-/// What growing a connection's credit grant needs (issue 16, [`RdmaConfig::initial_credits`]).
+/// What growing a connection's credit grant needs (issue 16, [`RdmaConfig::initial_credits`]);
+/// the memory budget the buffers are charged to is the [`Link`]'s.
 struct CreditGrowth {
     /// The most credits the connection may be granted ([`RdmaConfig::credits`]).
     max: u32,
     /// The bytes of one more credit's Receive buffer.
     per_credit: u64,
-    /// The server's memory budget, which the buffers are charged to.
-    budget: Arc<MemoryBudget>,
-    /// Room a connection's buffers never take ([`MemoryBudget::try_charge_now`]).
-    keep_free: u64,
 }
 
 /// How long the buffer pool must go unused before its idle buffers are freed.
@@ -426,99 +410,25 @@ impl Drop for AbortOnDrop {
     }
 }
 
-/// Why the transport closed a connection (logged, and kept in its counters'
-/// close reason).
-#[derive(Debug)]
-enum CloseReason {
-    /// The server is shutting down.
-    Shutdown,
-    /// The provider refused a work request.
-    Post(&'static str, rdma::PostError),
-    /// The device refused to register memory a work request needed.
-    Register(&'static str, RegisterError),
-    /// A work request completed in error (§5.5.3: "RDMA operational errors are
-    /// typically fatal to the connection").
-    Completion(Completion),
-    /// The protocol core asked for it (§5.5.4: no Reply or error could be sent).
-    Core,
-    /// The provider reported a Receive we cannot read (unknown buffer, bad length).
-    BadReceive(Completion),
-    /// A Call's RDMA Reads did not complete within `RdmaConfig::read_timeout`.
-    ReadTimeout(std::time::Duration),
-    /// Work requests we posted made no progress for `RdmaConfig::stall_timeout`
-    /// (`liveness`).
-    Stalled(std::time::Duration, String),
-}
-
-impl std::fmt::Display for CloseReason {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            CloseReason::Shutdown => f.write_str("server shutdown"),
-            CloseReason::Post(what, e) => write!(f, "posting {what} failed: {e}"),
-            CloseReason::Register(what, e) => write!(f, "registering {what} failed: {e}"),
-            CloseReason::Completion(c) => {
-                write!(f, "{:?} completed with {:?}", c.opcode, c.status)
-            }
-            CloseReason::Core => f.write_str("protocol error: no reply possible"),
-            CloseReason::ReadTimeout(t) => {
-                write!(f, "RDMA Reads of a Call not complete within {t:?}")
-            }
-            CloseReason::Stalled(t, waiting) => {
-                write!(
-                    f,
-                    "no progress for {t:?} with work requests posted ({waiting})"
-                )
-            }
-            CloseReason::BadReceive(c) => {
-                write!(
-                    f,
-                    "Receive {:#x} of {} bytes is unreadable",
-                    c.wr_id, c.byte_len
-                )
-            }
-        }
-    }
-}
-
-/// One RDMA Read chunk being pulled into its sink.
-struct Pull {
-    /// When its Reads were posted (for the live state's oldest Read; the read
-    /// timeout is the core's, `Responder::handle_reads_posted`).
-    started: Instant,
-    xid: Xid,
-    chunk: usize,
-    len: usize,
-    sink: ReadSink,
-}
-
 /// Room around a Read sink for the rest of its Call: before the chunk, at most the
 /// inline part (the receive buffer); after it, XDR padding and a short tail.
 const READ_SINK_TAIL_ROOM: usize = 256;
 
-/// One server connection: the core's [`Responder`] and what executing its actions
-/// needs (buffers, work requests in flight, registered regions, the upper layer's
-/// reply and backward-call channels). No protocol state lives here.
-struct ServerConn<Q> {
-    qp: Arc<Q>,
-    pd: ProtectionDomain,
-    /// Where Read sinks come from (shared by the server's connections).
-    buffers: BufferPool,
+/// What the server's connection task is given besides completions.
+pub(crate) enum ServerInput {
+    /// The dispatcher's answer to a Call that ran as a task of its own (`None`: no
+    /// reply).
+    Reply(Xid, Option<XdrStream>),
+    /// A request from the connection's [`BackwardChannel`].
+    Backward(BackwardRequest),
+}
+
+/// The server's role on a connection: the core's [`Responder`], the dispatcher, and
+/// what executing the core's actions needs beyond the [`Link`] (regions it exposed,
+/// Calls in service, backward Calls' waiters).
+struct ServerRole {
     core: Responder<Arc<dyn RdmaBinding>>,
     dispatcher: Arc<Dispatcher>,
-    stats: Arc<ConnStats>,
-    pool: RecvPool,
-    /// Receive buffers not posted: taken by a completion, or never posted yet
-    /// (backward Receives before the peer is ready).
-    free_recvs: Vec<usize>,
-    sends: SendPool,
-    /// RDMA Writes of the Reply being sent, posted in one list with its Send (one
-    /// doorbell; on a verbs device the Writes go unsignaled), or before any other work
-    /// request, in the order the core asked for them.
-    writes: Vec<SendWr>,
-    /// Read chunks being pulled, by sink id; RDMA Reads in flight, by work request id.
-    pulls: HashMap<u64, Pull>,
-    reads: HashMap<u64, u64>,
-    next_id: u64,
     /// Our regions exposed to the peer (responder-provided Read chunks), by STag.
     regions: HashMap<u32, ChunkRegion>,
     /// Regions whose LOCAL_INV is posted, by STag, until it completes.
@@ -529,231 +439,60 @@ struct ServerConn<Q> {
     wholes: HashMap<Xid, (PooledBuffer, usize)>,
     /// Room in front of a Read sink: our receive buffer length.
     room_head: usize,
-    shutdown: watch::Receiver<bool>,
-    /// Calls to hand to the dispatcher ([`ServerConn::dispatch_calls`]), in order.
+    /// Calls to hand to the dispatcher ([`ServerRole::after_turn`]), in order.
     to_dispatch: VecDeque<(Xid, Bytes)>,
     /// Calls running as tasks of their own, and when each was handed over: their
     /// replies are still to come.
     in_service: HashMap<Xid, Instant>,
-    /// Sends posted whose completion has not come yet.
-    sends_in_flight: usize,
-    /// Receive buffers the connection has (posted or not).
-    recv_buffers: usize,
-    /// Judges whether a busy connection makes progress (`liveness`); `None` when
-    /// `RdmaConfig::stall_timeout` is zero.
-    watchdog: Option<Watchdog>,
-    /// Requests for this connection's live state ([`StatsRegistry::live_states`]).
-    dump_requests: watch::Receiver<u64>,
-    /// Once disconnected: when to stop waiting for the provider's flushes
-    /// ([`TEARDOWN_GRACE`]).
-    teardown_by: Option<Instant>,
-    /// Replies from the dispatcher's tasks.
-    replies: mpsc::UnboundedSender<(Xid, Option<XdrStream>)>,
-    /// Requests from this connection's [`BackwardChannel`]s (taken by `run`).
-    backward_rx: Option<mpsc::UnboundedReceiver<BackwardRequest>>,
+    /// Where the tasks' replies go (this connection's inputs).
+    replies: mpsc::UnboundedSender<ServerInput>,
     /// Where the Reply of each backward Call the core took goes (sent, or waiting
     /// there for a backward credit).
     backward_waiters: HashMap<Xid, Waiter>,
     has_backward: bool,
-    closing: Option<CloseReason>,
     growth: CreditGrowth,
-    /// This connection's buffers' charge to the server's memory budget, released
-    /// when the connection task ends (its buffers go with it).
-    memory: rpcrdma::memory::Charge,
 }
 
 type Waiter = oneshot::Sender<Result<Bytes, BackwardError>>;
 
-/// Most completions one turn of a connection's loop takes beyond the one it woke for.
-const COMPLETIONS_PER_TURN: usize = 16;
+impl<Q: QueuePair + 'static> Role<Q> for ServerRole {
+    type Input = ServerInput;
 
-/// Records the provider's disconnect reason, if it has one ready.
-pub(crate) async fn record_close_reason(qp: &dyn QueuePair, stats: &ConnStats) {
-    let ev = std::future::poll_fn(|cx| match qp.poll_event(cx) {
-        std::task::Poll::Ready(e) => std::task::Poll::Ready(e),
-        std::task::Poll::Pending => std::task::Poll::Ready(None),
-    })
-    .await;
-    if let Some(rdma::QpEvent::Disconnected(reason)) = ev {
-        stats.set_close_reason(format!("{reason:?}"));
-    }
-}
-
-impl<Q: QueuePair + 'static> ServerConn<Q> {
-    async fn run(mut self, mut replies: mpsc::UnboundedReceiver<(Xid, Option<XdrStream>)>) {
-        let qp = self.qp.clone();
-        let mut shutdown = self.shutdown.clone();
-        // One future for the connection's life, not one per turn of the loop (a
-        // watch's `changed()` future costs a registration and its removal each). A
-        // server dropped without shutting down leaves its connections open.
-        let stop = async move {
-            if shutdown.wait_for(|stop| *stop).await.is_err() {
-                std::future::pending::<()>().await;
-            }
-        };
-        tokio::pin!(stop);
-        // The watchdog's tick, and requests for a state dump: one future each for the
-        // connection's life, renewed only when they fire.
-        let period = self.watchdog.as_ref().map(Watchdog::period);
-        let tick = tokio::time::sleep(period.unwrap_or(std::time::Duration::MAX / 4));
-        tokio::pin!(tick);
-        let dump = next_change(self.dump_requests.clone());
-        tokio::pin!(dump);
-        let mut backward_rx = self.backward_rx.take();
-        // The provider's disconnect event, taken as it comes so that the teardown's
-        // grace period starts then.
-        let mut disconnected: Option<rdma::DisconnectReason> = None;
-        let mut events_done = false;
+    /// Receives back first (§4.3.1: "a credit increase is effected (i.e. RDMA
+    /// Receives are posted) before the next reply is sent"), then the core's actions
+    /// in order, then its events.
+    fn drive(&mut self, link: &mut Link<Q>, remote: Option<STag>) {
         loop {
-            let teardown_by = self.teardown_by;
-            let teardown = async move {
-                match teardown_by {
-                    Some(d) => tokio::time::sleep_until(d.into()).await,
-                    None => std::future::pending().await,
-                }
-            };
-            // The core's one timer, armed for its deadline: reliable-reply §4.1.3's
-            // pull timeout, the retry of a refused credit growth, the RDMA Read
-            // timeout (`ResponderEvent::ReadTimeout`).
-            let deadline = self.core.poll_timeout();
-            let timer = async move {
-                match deadline {
-                    Some(d) => tokio::time::sleep_until(d.into()).await,
-                    None => std::future::pending().await,
-                }
-            };
-            // A Call waits for the server's memory budget: wake on the next release.
-            let memory = self.core.memory_wait().map(|(b, g)| (b.clone(), g));
-            let released = async move {
-                match memory {
-                    Some((budget, since)) => {
-                        std::future::poll_fn(|cx| budget.poll_released(since, cx)).await
-                    }
-                    None => std::future::pending().await,
-                }
-            };
-            let mut remote = None;
-            let mut completed = false;
-            tokio::select! {
-                _ = &mut stop, if self.closing.is_none() => self.close(CloseReason::Shutdown),
-                c = qp.completion() => match c {
-                    None => break,
-                    Some(c) => {
-                        remote = self.handle_completion(c);
-                        completed = true;
-                    }
-                },
-                Some((xid, reply)) = replies.recv() => {
-                    self.in_service.remove(&xid);
-                    self.answer(xid, reply);
-                }
-                () = &mut tick, if period.is_some() => {
-                    self.check_liveness();
-                    if let Some(p) = period {
-                        tick.as_mut().reset(tokio::time::Instant::now() + p);
-                    }
-                }
-                rx = &mut dump => {
-                    self.set_live_state();
-                    dump.set(next_change(rx));
-                }
-                ev = qp.event(), if disconnected.is_none() && !events_done => match ev {
-                    Some(rdma::QpEvent::Disconnected(why)) => {
-                        disconnected = Some(why);
-                        self.teardown_by.get_or_insert(Instant::now() + TEARDOWN_GRACE);
-                    }
-                    None => events_done = true,
-                },
-                () = teardown => {
-                    let waiting = self.waiting();
-                    self.stats.inc(Counter::TeardownsUnflushed);
-                    tracing::warn!(
-                        target: "rpcrdma_transport",
-                        conn = self.stats.id,
-                        peer = ?self.stats.peer,
-                        "the provider did not flush this connection's work requests within {TEARDOWN_GRACE:?} of its disconnect ({waiting}): torn down without them",
-                    );
-                    break;
-                }
-                _ = timer => {
-                    // Pull deadlines, the retry of a refused credit growth, the read
-                    // timeout.
-                    self.core.handle_timeout(Instant::now());
-                    if self.closing.is_none() {
-                        self.grow_credits();
-                    }
-                }
-                _ = released, if self.closing.is_none() => self.core.handle_memory_released(),
-                req = recv_backward(&mut backward_rx) => match req {
-                    Some(req) => self.handle_backward_request(req),
-                    None => backward_rx = None,
-                },
+            let n = self.core.poll_reposts();
+            link.post_recvs(n);
+            if let Some(a) = self.core.poll_action() {
+                self.execute(link, a, remote);
+                continue;
             }
-            self.drive(remote);
-            self.dispatch_calls().await;
-            // Completions already waiting are taken in this same turn (a Reply's Send
-            // may complete as it is posted, a siw QP's does): one turn of the loop per
-            // Call, not one per completion, up to a bound that keeps the other
-            // branches served.
-            if completed && self.take_waiting_completions().await.is_break() {
+            let Some(ev) = self.core.poll_event() else {
                 break;
-            }
+            };
+            self.handle_event(link, ev);
         }
-        // The connection is gone: the core invalidates what it exposed (reliable-reply
-        // §5.4.3) and fails our backward Calls (§7.3.2).
-        self.core.handle_disconnect();
-        self.drive(None);
-        for (_, w) in self.backward_waiters.drain() {
-            let _ = w.send(Err(BackwardError::ConnectionLost));
+        link.flush_writes();
+        if !self.wholes.is_empty() {
+            // Calls the core dropped or refused leave nothing behind.
+            let core = &self.core;
+            self.wholes.retain(|xid, _| core.has_call(*xid));
         }
-        // Why it closed: a failed post is the consequence of a connection the provider
-        // already lost, whose reason (a Terminate from the peer, say) is the cause; any
-        // other reason of ours is the cause itself.
-        match (&self.closing, disconnected) {
-            (Some(CloseReason::Post(..)) | None, Some(why)) => {
-                self.stats.set_close_reason(format!("{why:?}"));
-            }
-            (Some(CloseReason::Post(..)) | None, None) => {
-                if let Some(why) = &self.closing {
-                    self.stats.set_close_reason(why.to_string());
-                }
-                record_close_reason(&*self.qp, &self.stats).await;
-            }
-            (Some(why), _) => self.stats.set_close_reason(why.to_string()),
-        }
-        self.stats.close();
     }
 
-    /// Handles the completions the QP has ready now, at most
-    /// [`COMPLETIONS_PER_TURN`], each driven to its end; `Break` when the QP has no
-    /// more to give (the connection is gone).
-    async fn take_waiting_completions(&mut self) -> std::ops::ControlFlow<()> {
-        let qp = self.qp.clone();
-        for _ in 0..COMPLETIONS_PER_TURN {
-            match poll_once(std::pin::pin!(qp.completion())).await {
-                Poll::Pending => break,
-                Poll::Ready(None) => return std::ops::ControlFlow::Break(()),
-                Poll::Ready(Some(c)) => {
-                    let remote = self.handle_completion(c);
-                    self.drive(remote);
-                    self.dispatch_calls().await;
-                }
-            }
-        }
-        std::ops::ControlFlow::Continue(())
-    }
-
-    /// Hands the Calls [`ServerConn::drive`] found to the dispatcher. When no other
-    /// Call of this connection is in service, a Call's first poll runs here, and most
-    /// end in it (nfsd's metadata calls, errors): the Reply is sent at once, with no
-    /// task, channel and further turn of the connection's loop (the hand-off the TCP
-    /// server also skips, `oncrpc::server`). A Call that waits, or one that comes while
-    /// others are in service, runs as a task of its own; its reply comes back through
-    /// `replies`.
-    async fn dispatch_calls(&mut self) {
+    /// Hands the Calls [`Role::drive`] found to the dispatcher. When no other Call of
+    /// this connection is in service, a Call's first poll runs here, and most end in
+    /// it (nfsd's metadata calls, errors): the Reply is sent at once, with no task,
+    /// channel and further turn of the connection's loop (the hand-off the TCP server
+    /// also skips, `oncrpc::server`). A Call that waits, or one that comes while
+    /// others are in service, runs as a task of its own; its reply comes back as an
+    /// input.
+    async fn after_turn(&mut self, link: &mut Link<Q>) {
         while let Some((xid, call)) = self.to_dispatch.pop_front() {
             // The upper layer grants access by client address (NFS exports).
-            let peer = self.stats.peer.map(|addr| oncrpc::Peer {
+            let peer = link.stats.peer.map(|addr| oncrpc::Peer {
                 addr,
                 protocol: oncrpc::Protocol::Rdma,
             });
@@ -761,8 +500,8 @@ impl<Q: QueuePair + 'static> ServerConn<Q> {
             let mut call = Box::pin(async move { dispatcher.dispatch_from(call, peer).await });
             if self.in_service.is_empty() {
                 if let Poll::Ready(reply) = poll_once(call.as_mut()).await {
-                    self.answer(xid, reply);
-                    self.drive(None);
+                    self.answer(link, xid, reply);
+                    self.drive(link, None);
                     continue;
                 }
             }
@@ -770,16 +509,115 @@ impl<Q: QueuePair + 'static> ServerConn<Q> {
             let tx = self.replies.clone();
             tokio::spawn(async move {
                 let reply = call.await;
-                let _ = tx.send((xid, reply));
+                let _ = tx.send(ServerInput::Reply(xid, reply));
             });
         }
     }
 
-    /// Gives the core the dispatcher's answer to Call `xid`.
-    fn answer(&mut self, xid: Xid, reply: Option<XdrStream>) {
-        if let Some(w) = &mut self.watchdog {
-            w.progress();
+    fn input(&mut self, link: &mut Link<Q>, input: ServerInput) {
+        match input {
+            ServerInput::Reply(xid, reply) => {
+                self.in_service.remove(&xid);
+                self.answer(link, xid, reply);
+            }
+            ServerInput::Backward(req) => self.handle_backward_request(link, req),
         }
+    }
+
+    fn received(&mut self, link: &mut Link<Q>, buf: Bytes) {
+        self.core.handle_receive(buf);
+        self.grow_credits(link);
+    }
+
+    fn read_done(&mut self, link: &mut Link<Q>, xid: Xid, chunk: usize, sink: ReadSink) {
+        let len = sink.len();
+        let (whole, at) = sink.into_whole();
+        let data = match whole.freeze(at..at + len) {
+            Ok(data) => data,
+            Err(e) => {
+                let e = RegisterError::Provider(std::io::Error::other(e));
+                return link.close(CloseReason::Register("an RDMA Read sink", e));
+            }
+        };
+        if chunk == 0 {
+            self.wholes.insert(xid, (whole, at));
+        }
+        self.core.handle_read_done(xid, chunk, data);
+    }
+
+    fn read_failed(&mut self, _link: &mut Link<Q>, xid: Xid) {
+        self.core.handle_read_failed(xid);
+    }
+
+    fn invalidated(&mut self, _link: &mut Link<Q>, id: u64) {
+        // Fenced: the region goes (deregistered).
+        self.invalidating.remove(&(id as u32));
+    }
+
+    fn invalidation_flushed(&mut self, link: &mut Link<Q>, _id: u64) {
+        link.stats.inc(Counter::FencedByDisconnect);
+    }
+
+    /// Reliable-reply §4.1.3's pull timeout, the retry of a refused credit growth,
+    /// the RDMA Read timeout (`ResponderEvent::ReadTimeout`).
+    fn deadline(&self) -> Option<Instant> {
+        self.core.poll_timeout()
+    }
+
+    fn timeout(&mut self, link: &mut Link<Q>, now: Instant) {
+        self.core.handle_timeout(now);
+        if !link.is_closing() {
+            self.grow_credits(link);
+        }
+    }
+
+    fn memory_wait(&self) -> Option<(Arc<MemoryBudget>, u64)> {
+        self.core.memory_wait().map(|(b, g)| (b.clone(), g))
+    }
+
+    fn memory_released(&mut self) {
+        self.core.handle_memory_released();
+    }
+
+    fn waiting(&self, link: &Link<Q>) -> Waiting {
+        let now = Instant::now();
+        let (reads, oldest_read) = link.reads(now);
+        Waiting {
+            calls: self.core.pending_calls(),
+            credits: self.core.credits().target(),
+            recvs_posted: link.recvs_posted(),
+            in_dispatcher: self.in_service.len() + self.to_dispatch.len(),
+            oldest_dispatch: crate::liveness::oldest(now, self.in_service.values().copied()),
+            reads,
+            oldest_read,
+            sends: link.sends_in_flight(),
+            invalidations: self.invalidating.len(),
+            memory_wait: self.core.memory_wait().is_some(),
+            backward: self.backward_waiters.len(),
+            charged: link.charged(),
+        }
+    }
+
+    /// The core invalidates what it exposed (reliable-reply §5.4.3) and fails our
+    /// backward Calls (§7.3.2).
+    fn ended(&mut self, link: &mut Link<Q>) {
+        self.core.handle_disconnect();
+        self.drive(link, None);
+        for (_, w) in self.backward_waiters.drain() {
+            let _ = w.send(Err(BackwardError::ConnectionLost));
+        }
+    }
+}
+
+impl ServerRole {
+    /// Gives the core the dispatcher's answer to Call `xid`.
+    fn answer<Q: QueuePair + 'static>(
+        &mut self,
+        link: &mut Link<Q>,
+        xid: Xid,
+        reply: Option<XdrStream>,
+    ) {
+        link.progress();
         match reply {
             Some(stream) => {
                 let _ = self.core.send_reply(xid, stream);
@@ -789,217 +627,78 @@ impl<Q: QueuePair + 'static> ServerConn<Q> {
         }
     }
 
-    /// What this connection waits for now (`liveness`).
-    fn waiting(&self) -> Waiting {
-        let now = Instant::now();
-        Waiting {
-            calls: self.core.pending_calls(),
-            credits: self.core.credits().target(),
-            recvs_posted: self.recv_buffers.saturating_sub(self.free_recvs.len()),
-            in_dispatcher: self.in_service.len() + self.to_dispatch.len(),
-            oldest_dispatch: crate::liveness::oldest(now, self.in_service.values().copied()),
-            reads: self.reads.len(),
-            oldest_read: crate::liveness::oldest(now, self.pulls.values().map(|p| p.started)),
-            sends: self.sends_in_flight,
-            invalidations: self.invalidating.len(),
-            memory_wait: self.core.memory_wait().is_some(),
-            backward: self.backward_waiters.len(),
-            charged: self.memory.bytes(),
-        }
-    }
-
-    /// The watchdog's tick: a busy connection without progress is logged once, and
-    /// closed when it is stuck on its own work requests (issue 31).
-    fn check_liveness(&mut self) {
-        let waiting = self.waiting();
-        let Some(w) = &mut self.watchdog else {
-            return;
-        };
-        match w.tick(&waiting) {
-            Verdict::Fine => {}
-            Verdict::Warn(quiet) => {
-                self.stats.inc(Counter::Stalls);
-                let action = if waiting.on_work_requests() {
-                    "closed if none comes within the stall timeout"
-                } else {
-                    "not closed: a new connection would wait the same"
-                };
-                tracing::warn!(
-                    target: "rpcrdma_transport",
-                    conn = self.stats.id,
-                    peer = ?self.stats.peer,
-                    "connection made no progress for {quiet:?} while busy ({waiting}); {action}",
-                );
-            }
-            Verdict::Close(quiet) => {
-                self.stats.inc(Counter::StallCloses);
-                tracing::warn!(
-                    target: "rpcrdma_transport",
-                    conn = self.stats.id,
-                    peer = ?self.stats.peer,
-                    "closing a connection stuck for {quiet:?} on work requests it posted ({waiting}); the client reconnects and retransmits",
-                );
-                self.close(CloseReason::Stalled(quiet, waiting.to_string()));
-            }
-        }
-    }
-
-    /// Answers a state dump request ([`StatsRegistry::live_states`]).
-    fn set_live_state(&self) {
-        let quiet = self
-            .watchdog
-            .as_ref()
-            .map(|w| format!(" no_progress_for>={:?}", w.quiet_for()))
-            .unwrap_or_default();
-        let closing = match &self.closing {
-            Some(why) => format!(" closing ({why})"),
-            None => String::new(),
-        };
-        self.stats
-            .set_live_state(format!("{}{quiet}{closing}", self.waiting()));
-    }
-
-    /// Disconnects, once, saying why.
-    fn close(&mut self, why: CloseReason) {
-        if self.closing.is_some() {
-            return;
-        }
-        tracing::debug!(target: "rpcrdma_transport", conn = self.stats.id, reason = %why, "closing connection");
-        if !matches!(why, CloseReason::Post(..)) {
-            self.stats.inc(Counter::ClosedByUs);
-        }
-        self.closing = Some(why);
-        self.teardown_by
-            .get_or_insert(Instant::now() + TEARDOWN_GRACE);
-        self.qp.disconnect();
-    }
-
-    /// Executes everything the core asked for: Receives back first (§4.3.1: "a credit
-    /// increase is effected (i.e. RDMA Receives are posted) before the next reply is
-    /// sent"), then its actions in order, then its events. `remote` is the STag the
-    /// peer invalidated with the Send With Invalidate just received.
-    fn drive(&mut self, remote: Option<STag>) {
-        loop {
-            let n = self.core.poll_reposts();
-            self.post_recvs(n);
-            if let Some(a) = self.core.poll_action() {
-                self.execute(a, remote);
-                continue;
-            }
-            let Some(ev) = self.core.poll_event() else {
-                break;
-            };
-            self.handle_event(ev);
-        }
-        self.flush_writes();
-        if !self.wholes.is_empty() {
-            // Calls the core dropped or refused leave nothing behind.
-            let core = &self.core;
-            self.wholes.retain(|xid, _| core.has_call(*xid));
-        }
-    }
-
     /// Raises the credit grant when the requester uses more than half of it
     /// ([`rpcrdma::credits::grown_target`]) and the server's memory budget has room
     /// for the buffers: they are charged, added to the pools, and the core asks for
     /// their Receives to be posted before a Reply announces them (§4.3.1).
-    fn grow_credits(&mut self) {
+    fn grow_credits<Q: QueuePair + 'static>(&mut self, link: &mut Link<Q>) {
         let Some(next) = self.core.credit_growth(self.growth.max) else {
             return;
         };
         let target = self.core.credits().target();
         let more = next - target;
-        let bytes = u64::from(more) * self.growth.per_credit;
-        let Some(charge) = self
-            .growth
-            .budget
-            .try_charge_now(bytes, self.growth.keep_free)
-        else {
+        if !link.charge_more(u64::from(more) * self.growth.per_credit) {
             // The core says when to try again (`poll_timeout`, `GROWTH_RETRY`).
             self.core.handle_credit_growth_refused(Instant::now());
             return;
-        };
-        // Charged before anything is allocated; kept if only part of it was (the
-        // charge then covers at least what the pools hold).
-        self.memory.absorb(charge);
-        self.stats.set(Counter::MemoryCharged, self.memory.bytes());
-        match self.pool.grow(&self.pd, more as usize) {
+        }
+        match link.pool.grow(&link.pd, more as usize) {
             Ok(added) => {
-                self.recv_buffers += added.len();
-                self.free_recvs.extend(added.rev());
+                link.recv_buffers += added.len();
+                link.free_recvs.extend(added.rev());
                 // Cannot fail: `next` is at least 1.
                 let _ = self.core.set_credit_target(next);
             }
             Err(e) => {
-                tracing::warn!(target: "rpcrdma_transport", conn = self.stats.id, error = %e, credits = target, "cannot register buffers for more credits: the grant stays");
+                tracing::warn!(target: "rpcrdma_transport", conn = link.stats.id, error = %e, credits = target, "cannot register buffers for more credits: the grant stays");
                 self.growth.max = target;
             }
         }
     }
 
-    /// Doubles the Send buffers (up to [`send_slots`] of the largest grant), charged to
-    /// the memory budget first as a larger grant's Receives are; without room in the
-    /// budget, or if they cannot be registered, the Send registers its own pieces.
-    fn grow_sends(&mut self) {
-        let more = self.sends.slots().min(self.sends.room());
-        if more == 0 {
-            return;
-        }
-        let bytes = (more * self.sends.slot_len()) as u64;
-        let Some(charge) = self
-            .growth
-            .budget
-            .try_charge_now(bytes, self.growth.keep_free)
-        else {
-            return;
-        };
-        self.memory.absorb(charge);
-        self.stats.set(Counter::MemoryCharged, self.memory.bytes());
-        if let Err(e) = self.sends.grow(more) {
-            tracing::warn!(target: "rpcrdma_transport", conn = self.stats.id, error = %e, slots = self.sends.slots(), "cannot register more send buffers: Sends register their own");
-            self.sends.stop_growing();
-        }
-        self.stats
-            .set(Counter::SendBuffers, self.sends.slots() as u64);
-    }
-
-    fn post_recvs(&mut self, n: u32) {
-        for _ in 0..n {
-            let Some(i) = self.free_recvs.pop() else {
-                // Cannot happen: each Receive given back was taken by a completion.
-                tracing::warn!(target: "rpcrdma_transport", "no receive buffer to post");
-                return;
-            };
-            if let Err(e) = self.pool.post(&*self.qp, i) {
-                self.free_recvs.push(i);
-                return self.close(CloseReason::Post("a Receive", e));
-            }
-        }
-    }
-
-    fn execute(&mut self, action: Action, remote: Option<STag>) {
-        if !matches!(action, Action::RdmaWrite { .. } | Action::Send { .. }) {
-            // Send-queue order is the order the core asked for.
-            self.flush_writes();
-        }
+    fn execute<Q: QueuePair + 'static>(
+        &mut self,
+        link: &mut Link<Q>,
+        action: Action,
+        remote: Option<STag>,
+    ) {
         match action {
             Action::Send {
                 xid,
                 send,
                 invalidate,
-            } => self.post_send(xid, send, invalidate),
-            Action::RdmaWrite { xid, write } => self.post_write(xid, write),
+            } => link.post_send(xid, send, invalidate),
+            Action::RdmaWrite { xid, write } => link.post_write(xid, write),
             Action::RdmaRead {
                 xid,
                 chunk,
                 segments,
-            } => self.post_reads(xid, chunk, &segments),
+            } => {
+                let room = Room {
+                    head: self.room_head,
+                    tail: READ_SINK_TAIL_ROOM,
+                };
+                match link.post_reads(xid, chunk, &segments, room) {
+                    Ok(None) => self.core.handle_reads_posted(xid, chunk, Instant::now()),
+                    Ok(Some(empty)) => match empty.into_bytes() {
+                        Ok(data) => self.core.handle_read_done(xid, chunk, data),
+                        Err(e) => link.close(CloseReason::Register("an RDMA Read sink", e)),
+                    },
+                    Err(ReadsNotPosted::Sink(e)) => {
+                        link.close(CloseReason::Register("an RDMA Read sink", e))
+                    }
+                    Err(ReadsNotPosted::Post(e)) => {
+                        link.close(CloseReason::Post("an RDMA Read", e))
+                    }
+                }
+            }
             Action::Register { xid, registrations } => {
+                link.flush_writes();
                 // COPY: a Reply's Payload stream into its registered region (see
                 // `registration`), registered for remote read only.
                 let mut segments = Vec::with_capacity(registrations.len());
                 for reg in &registrations {
-                    match ChunkRegion::register(&self.pd, &self.buffers, reg, &self.stats) {
+                    match ChunkRegion::register(&link.pd, &link.buffers, reg, &link.stats) {
                         Ok(region) => {
                             let seg = region.segment();
                             self.regions.insert(seg.handle, region);
@@ -1014,15 +713,15 @@ impl<Q: QueuePair + 'static> ServerConn<Q> {
                 }
                 let _ = self.core.handle_registered(Instant::now(), xid, segments);
             }
-            Action::Invalidate { handles, .. } => self.invalidate(&handles, remote),
+            Action::Invalidate { handles, .. } => self.invalidate(link, &handles, remote),
             Action::PostReceives(n) => {
-                self.post_recvs(n);
+                link.post_recvs(n);
                 self.core.handle_receives_posted(n);
             }
             // §7.2.2.2: "an RPC-over-RDMA server endpoint must pre-post a receive
             // buffer for each backward direction Call it sends".
-            Action::PostBackwardReceives(n) => self.post_recvs(n),
-            Action::Close => self.close(CloseReason::Core),
+            Action::PostBackwardReceives(n) => link.post_recvs(n),
+            Action::Close => link.close(CloseReason::Core),
         }
     }
 
@@ -1030,39 +729,33 @@ impl<Q: QueuePair + 'static> ServerConn<Q> {
     /// Reply, or its time is up): a posted LOCAL_INV each, unless the peer invalidated
     /// it with the Send With Invalidate that brought its RDMA_DONE (`remote`). A
     /// region stays registered until its LOCAL_INV completes.
-    fn invalidate(&mut self, handles: &[u32], remote: Option<STag>) {
+    fn invalidate<Q: QueuePair + 'static>(
+        &mut self,
+        link: &mut Link<Q>,
+        handles: &[u32],
+        remote: Option<STag>,
+    ) {
         for &h in handles {
             let Some(region) = self.regions.remove(&h) else {
                 continue;
             };
-            if !self.pd.attributes().invalidate {
+            if !link.pd.attributes().invalidate {
                 // The device cannot invalidate (a verbs `ibv_reg_mr` registration):
                 // deregistering the region (dropping it) fences it.
-                self.stats.inc(Counter::FencedByDeregistration);
+                link.stats.inc(Counter::FencedByDeregistration);
                 continue;
             }
             if remote.is_some_and(|r| r.0 == h) {
-                self.stats.inc(Counter::RemoteInvalidations);
+                link.stats.inc(Counter::RemoteInvalidations);
                 continue;
             }
-            let wr = region.invalidate_wr(wr_kind::INVALIDATE | u64::from(h));
-            match self.qp.post_send(wr) {
-                Ok(()) => {
-                    self.invalidating.insert(h, region);
-                }
-                // The connection is gone, which fences the region (reliable-reply
-                // §5.4.3: the chunks still exposed when it ends).
-                Err(rdma::PostError::NotConnected) => {
-                    self.stats.inc(Counter::FencedByDisconnect);
-                }
-                // v1 §5.5.4 (and reliable-reply §4.2): a region that cannot be
-                // invalidated ends the connection, which fences it.
-                Err(e) => return self.close(CloseReason::Post("a local invalidation", e)),
+            if link.post_invalidate(region.invalidate_wr(wr_kind::INVALIDATE | u64::from(h))) {
+                self.invalidating.insert(h, region);
             }
         }
     }
 
-    fn handle_event(&mut self, ev: ResponderEvent) {
+    fn handle_event<Q: QueuePair + 'static>(&mut self, link: &mut Link<Q>, ev: ResponderEvent) {
         match ev {
             ResponderEvent::Call { xid, payload, .. } => {
                 // A Call with one Read chunk (an NFS WRITE) is made contiguous in the
@@ -1070,7 +763,7 @@ impl<Q: QueuePair + 'static> ServerConn<Q> {
                 let whole = match self.wholes.remove(&xid) {
                     Some((buf, at)) => match join_in_place(payload, &buf, at) {
                         Ok(call) => {
-                            self.stats.inc(Counter::CallsJoinedInPlace);
+                            link.stats.inc(Counter::CallsJoinedInPlace);
                             call
                         }
                         // COPY: several chunks, or pieces that do not fit the room.
@@ -1093,9 +786,9 @@ impl<Q: QueuePair + 'static> ServerConn<Q> {
             }
             // §5.5.3: a peer that does not answer our RDMA Reads loses the connection.
             ResponderEvent::ReadTimeout { after, .. } => {
-                if self.closing.is_none() {
-                    self.stats.inc(Counter::ReadTimeouts);
-                    self.close(CloseReason::ReadTimeout(after));
+                if !link.is_closing() {
+                    link.stats.inc(Counter::ReadTimeouts);
+                    link.close(CloseReason::ReadTimeout(after));
                 }
             }
             ResponderEvent::BackwardFailed { xid, reason } => {
@@ -1109,204 +802,12 @@ impl<Q: QueuePair + 'static> ServerConn<Q> {
         }
     }
 
-    /// A completion; returns the STag a received Send With Invalidate took.
-    fn handle_completion(&mut self, c: Completion) -> Option<STag> {
-        if let Some(w) = &mut self.watchdog {
-            w.progress();
-        }
-        if c.wr_id & wr_kind::MASK == wr_kind::SEND {
-            self.sends.complete(c.wr_id);
-            self.sends_in_flight = self.sends_in_flight.saturating_sub(1);
-        }
-        match c.status {
-            WcStatus::Success => {}
-            WcStatus::Flushed => {
-                self.stats.inc(Counter::Flushed);
-                if c.wr_id & wr_kind::MASK == wr_kind::INVALIDATE {
-                    // Not run, but the connection's end fenced the region.
-                    self.stats.inc(Counter::FencedByDisconnect);
-                }
-                return None;
-            }
-            _ => {
-                self.stats.inc(Counter::ErrCompletion);
-                self.close(CloseReason::Completion(c));
-                return None;
-            }
-        }
-        let id = c.wr_id & !wr_kind::MASK;
-        match (c.opcode, c.wr_id & wr_kind::MASK) {
-            (WcOpcode::Recv, wr_kind::RECV) => {
-                let index = id as usize;
-                let Some(buf) = self.pool.take(index, c.byte_len) else {
-                    self.close(CloseReason::BadReceive(c));
-                    return None;
-                };
-                self.free_recvs.push(index);
-                self.stats.inc(Counter::Recvs);
-                self.stats.add(Counter::RecvBytes, buf.len() as u64);
-                self.core.handle_receive(buf);
-                self.grow_credits();
-                c.invalidated
-            }
-            (WcOpcode::LocalInvalidate, wr_kind::INVALIDATE) => {
-                // Fenced: the region goes (deregistered).
-                self.stats.inc(Counter::LocalInvalidations);
-                self.invalidating.remove(&(id as u32));
-                None
-            }
-            (WcOpcode::RdmaRead, wr_kind::READ) => {
-                let pull_id = self.reads.remove(&id)?;
-                let done = self.pulls.get_mut(&pull_id).is_some_and(|p| {
-                    p.sink.outstanding = p.sink.outstanding.saturating_sub(1);
-                    p.sink.outstanding == 0
-                });
-                if done {
-                    if let Some(p) = self.pulls.remove(&pull_id) {
-                        let (whole, at) = p.sink.into_whole();
-                        let data = match whole.freeze(at..at + p.len) {
-                            Ok(data) => data,
-                            Err(e) => {
-                                let e = RegisterError::Provider(std::io::Error::other(e));
-                                self.close(CloseReason::Register("an RDMA Read sink", e));
-                                return None;
-                            }
-                        };
-                        if p.chunk == 0 {
-                            self.wholes.insert(p.xid, (whole, at));
-                        }
-                        self.core.handle_read_done(p.xid, p.chunk, data);
-                    }
-                }
-                None
-            }
-            _ => None,
-        }
-    }
-
-    fn take_id(&mut self) -> u64 {
-        let id = self.next_id;
-        self.next_id = (self.next_id + 1) & !wr_kind::MASK;
-        id
-    }
-
-    /// §4.4.5: pulls Read chunk `chunk` of Call `xid` with one RDMA Read per segment
-    /// into one sink. The provider holds Reads beyond the peer's IRD (our ORD) until
-    /// earlier ones complete.
-    fn post_reads(&mut self, xid: Xid, chunk: usize, segments: &[Segment]) {
-        let len: u64 = segments.iter().map(|s| u64::from(s.length)).sum();
-        let room = Room {
-            head: self.room_head,
-            tail: READ_SINK_TAIL_ROOM,
-        };
-        let mut sink = match ReadSink::with_room(&self.pd, &self.buffers, len as usize, room) {
-            Ok(sink) => sink,
-            Err(e) => return self.close(CloseReason::Register("an RDMA Read sink", e)),
-        };
-        self.stats.count_region(&sink.mr);
-        let pull_id = self.take_id();
-        let mut at = 0usize;
-        for seg in segments.iter().filter(|s| s.length > 0) {
-            let id = self.take_id();
-            self.stats.inc(Counter::RdmaReads);
-            self.stats
-                .add(Counter::RdmaReadBytes, u64::from(seg.length));
-            if let Err(e) = self.qp.post_send(sink.read_wr(wr_kind::READ | id, seg, at)) {
-                return self.close(CloseReason::Post("an RDMA Read", e));
-            }
-            self.reads.insert(id, pull_id);
-            sink.outstanding += 1;
-            at += seg.length as usize;
-        }
-        if sink.outstanding == 0 {
-            match sink.into_bytes() {
-                Ok(data) => self.core.handle_read_done(xid, chunk, data),
-                Err(e) => self.close(CloseReason::Register("an RDMA Read sink", e)),
-            }
-        } else {
-            let now = Instant::now();
-            self.core.handle_reads_posted(xid, chunk, now);
-            self.pulls.insert(
-                pull_id,
-                Pull {
-                    started: now,
-                    xid,
-                    chunk,
-                    len: len as usize,
-                    sink,
-                },
-            );
-        }
-    }
-
-    fn post_send(&mut self, xid: Xid, send: Vec<Bytes>, invalidate: Option<u32>) {
-        let len: usize = send.iter().map(Bytes::len).sum();
-        self.stats.inc(Counter::Sends);
-        self.stats.add(Counter::SendBytes, len as u64);
-        let op = match invalidate {
-            Some(h) => {
-                self.stats.inc(Counter::SendWithInvalidate);
-                SendOp::SendWithInvalidate(STag(h))
-            }
-            None => SendOp::Send,
-        };
-        let wr_id = wr_kind::SEND | u64::from(xid.0);
-        if self.sends.exhausted() {
-            self.grow_sends();
-        }
-        let writes = std::mem::take(&mut self.writes);
-        match self
-            .sends
-            .post(&*self.qp, writes, wr_id, op, send, &self.stats)
-        {
-            Ok(true) => self.sends_in_flight += 1,
-            Ok(false) => {
-                self.sends_in_flight += 1;
-                self.stats.inc(Counter::SendPoolFallbacks);
-            }
-            Err(SendFailure::Post(e)) => self.close(CloseReason::Post("a Send", e)),
-            Err(SendFailure::Register(e)) => self.close(CloseReason::Register("a Send", e)),
-        }
-    }
-
-    /// An RDMA Write of a Reply. §3.2.2 (ordering): RDMA Writes posted before the Send
-    /// are placed before it.
-    fn post_write(&mut self, xid: Xid, w: RdmaWrite) {
-        self.stats.inc(Counter::RdmaWrites);
-        self.stats.add(Counter::RdmaWriteBytes, w.len());
-        // The result's own buffers, registered as they are: no copy.
-        let sgl = match w
-            .data
-            .into_iter()
-            .map(|b| gather(&self.pd, b, &self.stats))
-            .collect()
-        {
-            Ok(sgl) => sgl,
-            Err(e) => return self.close(CloseReason::Register("an RDMA Write's data", e)),
-        };
-        self.writes.push(SendWr {
-            wr_id: wr_kind::WRITE | u64::from(xid.0),
-            op: SendOp::RdmaWrite(RemoteAddr {
-                stag: STag(w.handle),
-                offset: w.offset,
-            }),
-            sgl,
-        });
-    }
-
-    /// Posts the RDMA Writes no Send took along (the core asked for other work first).
-    fn flush_writes(&mut self) {
-        if self.writes.is_empty() {
-            return;
-        }
-        let writes = std::mem::take(&mut self.writes);
-        if let Err(e) = self.qp.post_send_list(writes) {
-            self.close(CloseReason::Post("an RDMA Write", e));
-        }
-    }
-
     /// A request from a [`BackwardChannel`] (v1 §7).
-    fn handle_backward_request(&mut self, req: BackwardRequest) {
+    fn handle_backward_request<Q: QueuePair + 'static>(
+        &mut self,
+        link: &mut Link<Q>,
+        req: BackwardRequest,
+    ) {
         match req {
             BackwardRequest::Ready => self.core.handle_peer_backward_ready(),
             BackwardRequest::Call { msg, reply } => {
@@ -1321,7 +822,7 @@ impl<Q: QueuePair + 'static> ServerConn<Q> {
                         return;
                     }
                 };
-                self.start_backward(xid, msg, reply);
+                self.start_backward(link, xid, msg, reply);
             }
         }
     }
@@ -1330,7 +831,13 @@ impl<Q: QueuePair + 'static> ServerConn<Q> {
     /// is free. Whether the peer said it is ready (§7.3.1), a duplicate XID, the
     /// inline limit (§7.4) and the wait for credits are the core's rules
     /// (`Responder::start_backward_call`).
-    fn start_backward(&mut self, xid: Xid, msg: XdrStream, reply: Waiter) {
+    fn start_backward<Q: QueuePair + 'static>(
+        &mut self,
+        link: &mut Link<Q>,
+        xid: Xid,
+        msg: XdrStream,
+        reply: Waiter,
+    ) {
         let err = match self.core.start_backward_call(xid, msg) {
             Ok(()) => {
                 self.backward_waiters.insert(xid, reply);
@@ -1347,27 +854,8 @@ impl<Q: QueuePair + 'static> ServerConn<Q> {
             }
             Err(_) => BackwardError::ConnectionLost,
         };
-        self.stats.inc(Counter::BackwardFailed);
+        link.stats.inc(Counter::BackwardFailed);
         let _ = reply.send(Err(err));
-    }
-}
-
-/// Waits for the next value of `rx` and gives it back; pending forever once its
-/// sender is gone.
-async fn next_change(mut rx: watch::Receiver<u64>) -> watch::Receiver<u64> {
-    if rx.changed().await.is_err() {
-        std::future::pending::<()>().await;
-    }
-    rx
-}
-
-/// The next request of a connection's backward channel; pending forever without one.
-async fn recv_backward(
-    rx: &mut Option<mpsc::UnboundedReceiver<BackwardRequest>>,
-) -> Option<BackwardRequest> {
-    match rx {
-        Some(rx) => rx.recv().await,
-        None => std::future::pending().await,
     }
 }
 

@@ -1,0 +1,826 @@
+//! One connection's driver, the same for both roles: a single task that owns the queue
+//! pair and the resources that executing the protocol core's work needs (Receive and
+//! Send buffers, RDMA Read sinks, RDMA Writes waiting for their Send), feeds the core
+//! what happens (completions, the upper layer's requests, its timer, memory released)
+//! and executes what it asks for. What differs between the roles is the core
+//! (`Requester` or `Responder`) and the upper layer, a [`Role`]: the client's
+//! (`client::ClientRole`: Calls from `oncrpc`, Replies to it) and the server's
+//! (`server::ServerRole`: Calls to an `oncrpc::Dispatcher`, backward Calls from
+//! services).
+//!
+//! ```text
+//!            ┌──────────────── Driver (one task per connection) ────────────────┐
+//!  upper  ──►│ inputs ─► Role::input ─► core ─► Role::drive ─► Link::post_* ─────┼─► QP
+//!  layer  ◄──│ Role events (Replies, Calls)        ▲                             │
+//!            │ completions ─► Link ─► Role::received / read_done / invalidated ◄┼── QP
+//!            │ timer (core's deadline) · memory released · watchdog · dump       │
+//!            └───────────────────────────────────────────────────────────────────┘
+//! ```
+//!
+//! The driver also keeps a connection from being silently stuck (issue 31): a
+//! [`Watchdog`] judges progress while work is outstanding, and once disconnected the
+//! connection waits at most [`TEARDOWN_GRACE`] for the provider to flush its work
+//! requests.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::Arc;
+use std::task::Poll;
+use std::time::Instant;
+
+use bytes::Bytes;
+use oncrpc::service::poll_once;
+use rdma::{
+    BufferPool, Completion, ProtectionDomain, QueuePair, QueuePairExt, RegisterError, RemoteAddr,
+    STag, SendOp, SendWr, WcOpcode, WcStatus,
+};
+use rpcrdma::marshal::RdmaWrite;
+use rpcrdma::memory::{Charge, MemoryBudget};
+use rpcrdma::{Segment, Xid};
+use tokio::sync::{mpsc, watch};
+
+use crate::counters::{ConnStats, Counter};
+use crate::liveness::{Verdict, Waiting, Watchdog};
+use crate::pool::{gather, wr_kind, RecvPool, SendFailure, SendPool};
+use crate::registration::{ReadSink, Room};
+
+/// How long a connection waits, once disconnected (by the peer or by us), for the
+/// provider to flush the work requests it still has posted before it is torn down
+/// without them. A provider flushes at once (verbs: the QP goes to the error state;
+/// lab runs flush in milliseconds); one that never does (a QP left in RESET) must not
+/// keep the connection's task, buffers, regions and memory charge forever (issue 31).
+/// Dropping the queue pair then destroys it, after which no work request touches
+/// memory.
+pub(crate) const TEARDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Most completions one turn of a connection's loop takes beyond the one it woke for.
+const COMPLETIONS_PER_TURN: usize = 16;
+
+/// What one role adds to the [`Driver`]: its protocol core, its upper layer, and how
+/// the core's actions are executed on the [`Link`].
+pub(crate) trait Role<Q: QueuePair + 'static>: Send + Sized + 'static {
+    /// What the upper layer sends the connection's task.
+    type Input: Send + 'static;
+
+    /// Executes everything the core asked for (Receives, actions, events). `remote`
+    /// is the STag the peer invalidated with the Send With Invalidate just received.
+    fn drive(&mut self, link: &mut Link<Q>, remote: Option<STag>);
+
+    /// Work at the end of a turn that may take a first poll of a future (the
+    /// server's Calls).
+    fn after_turn(&mut self, link: &mut Link<Q>) -> impl Future<Output = ()> + Send;
+
+    /// A request of the upper layer.
+    fn input(&mut self, link: &mut Link<Q>, input: Self::Input);
+
+    /// A message received in Receive buffer `index` (already in `link.free_recvs`).
+    fn received(&mut self, link: &mut Link<Q>, buf: Bytes);
+
+    /// Every RDMA Read of Read chunk `chunk` of `xid` completed into `sink`.
+    fn read_done(&mut self, link: &mut Link<Q>, xid: Xid, chunk: usize, sink: ReadSink);
+
+    /// An RDMA Read of `xid` completed in error (the connection closes after this).
+    fn read_failed(&mut self, link: &mut Link<Q>, xid: Xid);
+
+    /// A local invalidation posted with id `id` completed.
+    fn invalidated(&mut self, link: &mut Link<Q>, id: u64);
+
+    /// A local invalidation posted with id `id` was flushed by the connection's end.
+    fn invalidation_flushed(&mut self, link: &mut Link<Q>, id: u64);
+
+    /// The core's next deadline.
+    fn deadline(&self) -> Option<Instant>;
+
+    /// The core's deadline passed.
+    fn timeout(&mut self, link: &mut Link<Q>, now: Instant);
+
+    /// A memory budget a Call waits for, and the generation it saw.
+    fn memory_wait(&self) -> Option<(Arc<MemoryBudget>, u64)>;
+
+    /// The budget the core waits for released memory.
+    fn memory_released(&mut self);
+
+    /// What the connection waits for now (the watchdog and the state dump).
+    fn waiting(&self, link: &Link<Q>) -> Waiting;
+
+    /// The connection ended: fail or fence what is left.
+    fn ended(&mut self, link: &mut Link<Q>);
+}
+
+/// Why the transport closed a connection (logged, and kept in its counters' close
+/// reason).
+#[derive(Debug)]
+pub(crate) enum CloseReason {
+    /// The server is shutting down.
+    Shutdown,
+    /// The provider refused a work request.
+    Post(&'static str, rdma::PostError),
+    /// The device refused to register memory a work request needed.
+    Register(&'static str, RegisterError),
+    /// A work request completed in error (§5.5.3: "RDMA operational errors are
+    /// typically fatal to the connection").
+    Completion(Completion),
+    /// The protocol core asked for it (§5.5.4: no Reply or error could be sent).
+    Core,
+    /// The provider reported a Receive we cannot read (unknown buffer, bad length).
+    BadReceive(Completion),
+    /// A Call's RDMA Reads did not complete within `RdmaConfig::read_timeout`.
+    ReadTimeout(std::time::Duration),
+    /// Work requests we posted made no progress for `RdmaConfig::stall_timeout`
+    /// (`liveness`).
+    Stalled(std::time::Duration, String),
+    /// The upper layer no longer takes what the connection delivers.
+    UpperLayerGone,
+}
+
+impl std::fmt::Display for CloseReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CloseReason::Shutdown => f.write_str("server shutdown"),
+            CloseReason::Post(what, e) => write!(f, "posting {what} failed: {e}"),
+            CloseReason::Register(what, e) => write!(f, "registering {what} failed: {e}"),
+            CloseReason::Completion(c) => {
+                write!(f, "{:?} completed with {:?}", c.opcode, c.status)
+            }
+            CloseReason::Core => f.write_str("protocol error: no reply possible"),
+            CloseReason::ReadTimeout(t) => {
+                write!(f, "RDMA Reads of a Call not complete within {t:?}")
+            }
+            CloseReason::Stalled(t, waiting) => {
+                write!(
+                    f,
+                    "no progress for {t:?} with work requests posted ({waiting})"
+                )
+            }
+            CloseReason::BadReceive(c) => {
+                write!(
+                    f,
+                    "Receive {:#x} of {} bytes is unreadable",
+                    c.wr_id, c.byte_len
+                )
+            }
+            CloseReason::UpperLayerGone => f.write_str("the upper layer went away"),
+        }
+    }
+}
+
+/// Growing a connection's buffers with demand (issue 16): the memory budget they are
+/// charged to first, and this connection's charge.
+pub(crate) struct Growth {
+    pub(crate) budget: Arc<MemoryBudget>,
+    /// Room a connection's buffers never take ([`MemoryBudget::try_charge_now`]).
+    pub(crate) keep_free: u64,
+    /// This connection's buffers' charge, released when the connection ends.
+    pub(crate) charge: Charge,
+}
+
+/// One Read chunk being pulled into its sink.
+struct Pull {
+    /// When its Reads were posted (for the live state's oldest Read).
+    started: Instant,
+    xid: Xid,
+    chunk: usize,
+    sink: ReadSink,
+}
+
+/// The provider side of one connection, the same for both roles: the queue pair, its
+/// buffers and the work requests in flight. No protocol state lives here.
+pub(crate) struct Link<Q> {
+    pub(crate) qp: Arc<Q>,
+    pub(crate) pd: ProtectionDomain,
+    /// Where Read sinks and chunk regions come from.
+    pub(crate) buffers: BufferPool,
+    pub(crate) stats: Arc<ConnStats>,
+    pub(crate) pool: RecvPool,
+    /// Receive buffers not posted: taken by a completion, or never posted yet
+    /// (backward Receives before the channel opens).
+    pub(crate) free_recvs: Vec<usize>,
+    /// Receive buffers the connection has (posted or not).
+    pub(crate) recv_buffers: usize,
+    pub(crate) sends: SendPool,
+    /// Sends posted whose completion has not come yet.
+    sends_in_flight: usize,
+    /// RDMA Writes of the Reply being sent, posted in one list with its Send (one
+    /// doorbell; on a verbs device the Writes go unsignaled), or before any other work
+    /// request, in the order the core asked for them.
+    writes: Vec<SendWr>,
+    /// Read chunks being pulled, by the id their RDMA Reads carry.
+    pulls: HashMap<u64, Pull>,
+    next_pull: u64,
+    /// Buffers that grow with demand (the server's); `None`: fixed (the client's).
+    pub(crate) growth: Option<Growth>,
+    /// Judges whether a busy connection makes progress (`liveness`).
+    watchdog: Option<Watchdog>,
+    closing: Option<CloseReason>,
+    /// Once disconnected: when to stop waiting for the provider's flushes.
+    teardown_by: Option<Instant>,
+}
+
+/// What a new [`Link`] is made of.
+pub(crate) struct LinkParts<Q> {
+    pub(crate) qp: Arc<Q>,
+    pub(crate) pd: ProtectionDomain,
+    pub(crate) buffers: BufferPool,
+    pub(crate) stats: Arc<ConnStats>,
+    pub(crate) pool: RecvPool,
+    pub(crate) free_recvs: Vec<usize>,
+    pub(crate) recv_buffers: usize,
+    pub(crate) sends: SendPool,
+    pub(crate) growth: Option<Growth>,
+    /// `RdmaConfig::stall_timeout`; zero: no watchdog.
+    pub(crate) stall_timeout: std::time::Duration,
+}
+
+impl<Q: QueuePair + 'static> Link<Q> {
+    pub(crate) fn new(p: LinkParts<Q>) -> Link<Q> {
+        Link {
+            qp: p.qp,
+            pd: p.pd,
+            buffers: p.buffers,
+            stats: p.stats,
+            pool: p.pool,
+            free_recvs: p.free_recvs,
+            recv_buffers: p.recv_buffers,
+            sends: p.sends,
+            sends_in_flight: 0,
+            writes: Vec::new(),
+            pulls: HashMap::new(),
+            next_pull: 0,
+            growth: p.growth,
+            watchdog: Watchdog::new(p.stall_timeout),
+            closing: None,
+            teardown_by: None,
+        }
+    }
+
+    /// Something moved a Call along (`liveness`).
+    pub(crate) fn progress(&mut self) {
+        if let Some(w) = &mut self.watchdog {
+            w.progress();
+        }
+    }
+
+    /// Whether the connection is closing (by us).
+    pub(crate) fn is_closing(&self) -> bool {
+        self.closing.is_some()
+    }
+
+    /// Disconnects, once, saying why.
+    pub(crate) fn close(&mut self, why: CloseReason) {
+        if self.closing.is_some() {
+            return;
+        }
+        tracing::debug!(target: "rpcrdma_transport", conn = self.stats.id, reason = %why, "closing connection");
+        if !matches!(why, CloseReason::Post(..)) {
+            self.stats.inc(Counter::ClosedByUs);
+        }
+        self.closing = Some(why);
+        self.teardown_by
+            .get_or_insert(Instant::now() + TEARDOWN_GRACE);
+        self.qp.disconnect();
+    }
+
+    /// Posts `n` Receive buffers not posted now.
+    pub(crate) fn post_recvs(&mut self, n: u32) {
+        for _ in 0..n {
+            let Some(i) = self.free_recvs.pop() else {
+                // Cannot happen: each Receive given back was taken by a completion.
+                tracing::warn!(target: "rpcrdma_transport", "no receive buffer to post");
+                return;
+            };
+            if let Err(e) = self.pool.post(&*self.qp, i) {
+                self.free_recvs.push(i);
+                return self.close(CloseReason::Post("a Receive", e));
+            }
+        }
+    }
+
+    /// Receives posted now.
+    pub(crate) fn recvs_posted(&self) -> usize {
+        self.recv_buffers.saturating_sub(self.free_recvs.len())
+    }
+
+    /// Charges `bytes` more to the connection's memory budget, if it grows and the
+    /// budget has room.
+    pub(crate) fn charge_more(&mut self, bytes: u64) -> bool {
+        let Some(g) = &mut self.growth else {
+            return false;
+        };
+        let Some(charge) = g.budget.try_charge_now(bytes, g.keep_free) else {
+            return false;
+        };
+        // Charged before anything is allocated; kept if only part of it was (the
+        // charge then covers at least what the pools hold).
+        g.charge.absorb(charge);
+        self.stats.set(Counter::MemoryCharged, g.charge.bytes());
+        true
+    }
+
+    /// Bytes of the memory budget this connection's buffers hold.
+    pub(crate) fn charged(&self) -> u64 {
+        self.growth.as_ref().map_or(0, |g| g.charge.bytes())
+    }
+
+    /// Doubles the Send buffers (up to the pool's most), charged to the memory budget
+    /// first as a larger grant's Receives are; without room in the budget, or if they
+    /// cannot be registered, the Send registers its own pieces.
+    fn grow_sends(&mut self) {
+        let more = self.sends.slots().min(self.sends.room());
+        if more == 0 || !self.charge_more((more * self.sends.slot_len()) as u64) {
+            return;
+        }
+        if let Err(e) = self.sends.grow(more) {
+            tracing::warn!(target: "rpcrdma_transport", conn = self.stats.id, error = %e, slots = self.sends.slots(), "cannot register more send buffers: Sends register their own");
+            self.sends.stop_growing();
+        }
+        self.stats
+            .set(Counter::SendBuffers, self.sends.slots() as u64);
+    }
+
+    /// Posts a Send of `send` (header, then payload pieces), after the RDMA Writes
+    /// waiting for it.
+    pub(crate) fn post_send(&mut self, xid: Xid, send: Vec<Bytes>, invalidate: Option<u32>) {
+        let len: usize = send.iter().map(Bytes::len).sum();
+        self.stats.inc(Counter::Sends);
+        self.stats.add(Counter::SendBytes, len as u64);
+        let op = match invalidate {
+            Some(h) => {
+                self.stats.inc(Counter::SendWithInvalidate);
+                SendOp::SendWithInvalidate(STag(h))
+            }
+            None => SendOp::Send,
+        };
+        let wr_id = wr_kind::SEND | u64::from(xid.0);
+        if self.sends.exhausted() {
+            self.grow_sends();
+        }
+        let writes = std::mem::take(&mut self.writes);
+        match self
+            .sends
+            .post(&*self.qp, writes, wr_id, op, send, &self.stats)
+        {
+            Ok(true) => self.sends_in_flight += 1,
+            Ok(false) => {
+                self.sends_in_flight += 1;
+                self.stats.inc(Counter::SendPoolFallbacks);
+            }
+            Err(SendFailure::Post(e)) => self.close(CloseReason::Post("a Send", e)),
+            Err(SendFailure::Register(e)) => self.close(CloseReason::Register("a Send", e)),
+        }
+    }
+
+    /// An RDMA Write of a Reply, posted with the next Send or work request. §3.2.2
+    /// (ordering): RDMA Writes posted before the Send are placed before it.
+    pub(crate) fn post_write(&mut self, xid: Xid, w: RdmaWrite) {
+        self.stats.inc(Counter::RdmaWrites);
+        self.stats.add(Counter::RdmaWriteBytes, w.len());
+        // The result's own buffers, registered as they are: no copy.
+        let sgl = match w
+            .data
+            .into_iter()
+            .map(|b| gather(&self.pd, b, &self.stats))
+            .collect()
+        {
+            Ok(sgl) => sgl,
+            Err(e) => return self.close(CloseReason::Register("an RDMA Write's data", e)),
+        };
+        self.writes.push(SendWr {
+            wr_id: wr_kind::WRITE | u64::from(xid.0),
+            op: SendOp::RdmaWrite(RemoteAddr {
+                stag: STag(w.handle),
+                offset: w.offset,
+            }),
+            sgl,
+        });
+    }
+
+    /// Posts the RDMA Writes no Send took along (other work comes first): the send
+    /// queue's order is the order the core asked for.
+    pub(crate) fn flush_writes(&mut self) {
+        if self.writes.is_empty() {
+            return;
+        }
+        let writes = std::mem::take(&mut self.writes);
+        if let Err(e) = self.qp.post_send_list(writes) {
+            self.close(CloseReason::Post("an RDMA Write", e));
+        }
+    }
+
+    /// Posts a local invalidation; false (and the connection closes) if it cannot be
+    /// posted on a live connection. A connection already gone fences the region.
+    pub(crate) fn post_invalidate(&mut self, wr: SendWr) -> bool {
+        self.flush_writes();
+        match self.qp.post_send(wr) {
+            Ok(()) => true,
+            Err(rdma::PostError::NotConnected) => {
+                self.stats.inc(Counter::FencedByDisconnect);
+                false
+            }
+            // v1 §5.5.4 (and reliable-reply §4.2): a region that cannot be
+            // invalidated ends the connection, which fences it.
+            Err(e) => {
+                self.close(CloseReason::Post("a local invalidation", e));
+                false
+            }
+        }
+    }
+
+    /// §4.4.5 (a responder's Read chunk), reliable-reply §4.1.2 (a requester's pulled
+    /// Reply): one RDMA Read per segment of Read chunk `chunk` of `xid` into one sink
+    /// with `room` around it. The provider holds Reads beyond the peer's IRD (our ORD)
+    /// until earlier ones complete. `Ok(Some(sink))` when there is nothing to read;
+    /// `Ok(None)` when the Reads are posted ([`Role::read_done`] follows).
+    pub(crate) fn post_reads(
+        &mut self,
+        xid: Xid,
+        chunk: usize,
+        segments: &[Segment],
+        room: Room,
+    ) -> Result<Option<ReadSink>, ReadsNotPosted> {
+        self.flush_writes();
+        let len: u64 = segments.iter().map(|s| u64::from(s.length)).sum();
+        let mut sink = ReadSink::with_room(&self.pd, &self.buffers, len as usize, room)
+            .map_err(ReadsNotPosted::Sink)?;
+        self.stats.count_region(&sink.mr);
+        let id = self.next_pull;
+        self.next_pull = (self.next_pull + 1) & !wr_kind::MASK;
+        let mut at = 0usize;
+        for seg in segments.iter().filter(|s| s.length > 0) {
+            self.stats.inc(Counter::RdmaReads);
+            self.stats
+                .add(Counter::RdmaReadBytes, u64::from(seg.length));
+            if let Err(e) = self.qp.post_send(sink.read_wr(wr_kind::READ | id, seg, at)) {
+                // Reads already posted complete into a sink nobody waits for.
+                return Err(ReadsNotPosted::Post(e));
+            }
+            sink.outstanding += 1;
+            at += seg.length as usize;
+        }
+        if sink.outstanding == 0 {
+            return Ok(Some(sink));
+        }
+        let started = Instant::now();
+        self.pulls.insert(
+            id,
+            Pull {
+                started,
+                xid,
+                chunk,
+                sink,
+            },
+        );
+        Ok(None)
+    }
+
+    /// RDMA Reads posted and not completed, and the oldest pull's age.
+    pub(crate) fn reads(&self, now: Instant) -> (usize, Option<std::time::Duration>) {
+        let n = self.pulls.values().map(|p| p.sink.outstanding).sum();
+        let oldest = crate::liveness::oldest(now, self.pulls.values().map(|p| p.started));
+        (n, oldest)
+    }
+
+    /// Sends posted and not completed.
+    pub(crate) fn sends_in_flight(&self) -> usize {
+        self.sends_in_flight
+    }
+
+    /// Forgets the pulls in flight (the connection ended).
+    pub(crate) fn drop_pulls(&mut self) {
+        self.pulls.clear();
+    }
+
+    /// A completion: the provider's side is handled here, the rest by `role`. Returns
+    /// the STag a received Send With Invalidate took.
+    fn complete<R: Role<Q>>(&mut self, role: &mut R, c: Completion) -> Option<STag> {
+        self.progress();
+        let kind = c.wr_id & wr_kind::MASK;
+        let id = c.wr_id & !wr_kind::MASK;
+        if kind == wr_kind::SEND {
+            self.sends.complete(c.wr_id);
+            self.sends_in_flight = self.sends_in_flight.saturating_sub(1);
+        }
+        match c.status {
+            WcStatus::Success => {}
+            WcStatus::Flushed => {
+                self.stats.inc(Counter::Flushed);
+                if kind == wr_kind::INVALIDATE {
+                    // Not run, but the connection's end fenced the region.
+                    role.invalidation_flushed(self, id);
+                }
+                return None;
+            }
+            _ => {
+                self.stats.inc(Counter::ErrCompletion);
+                tracing::debug!(target: "rpcrdma_transport", conn = self.stats.id, ?c, "completion error");
+                if kind == wr_kind::READ {
+                    if let Some(p) = self.pulls.remove(&id) {
+                        role.read_failed(self, p.xid);
+                    }
+                }
+                self.close(CloseReason::Completion(c));
+                return None;
+            }
+        }
+        match (c.opcode, kind) {
+            (WcOpcode::Recv, wr_kind::RECV) => {
+                let index = id as usize;
+                let Some(buf) = self.pool.take(index, c.byte_len) else {
+                    self.close(CloseReason::BadReceive(c));
+                    return None;
+                };
+                self.free_recvs.push(index);
+                self.stats.inc(Counter::Recvs);
+                self.stats.add(Counter::RecvBytes, buf.len() as u64);
+                role.received(self, buf);
+                c.invalidated
+            }
+            (WcOpcode::LocalInvalidate, wr_kind::INVALIDATE) => {
+                // Fenced: the region can go (deregistered).
+                self.stats.inc(Counter::LocalInvalidations);
+                role.invalidated(self, id);
+                None
+            }
+            (WcOpcode::RdmaRead, wr_kind::READ) => {
+                let done = self.pulls.get_mut(&id).is_some_and(|p| {
+                    p.sink.outstanding = p.sink.outstanding.saturating_sub(1);
+                    p.sink.outstanding == 0
+                });
+                if done {
+                    if let Some(p) = self.pulls.remove(&id) {
+                        role.read_done(self, p.xid, p.chunk, p.sink);
+                    }
+                }
+                None
+            }
+            _ => None,
+        }
+    }
+}
+
+/// Why [`Link::post_reads`] posted nothing to wait for.
+#[derive(Debug)]
+pub(crate) enum ReadsNotPosted {
+    /// The sink could not be registered.
+    Sink(RegisterError),
+    /// The provider refused an RDMA Read.
+    Post(rdma::PostError),
+}
+
+/// One connection's task: the [`Link`], the [`Role`] and what wakes them.
+pub(crate) struct Driver<Q, R: Role<Q>>
+where
+    Q: QueuePair + 'static,
+{
+    pub(crate) link: Link<Q>,
+    pub(crate) role: R,
+    inputs: mpsc::UnboundedReceiver<R::Input>,
+    /// The server's shutdown; `None` for a client.
+    stop: Option<watch::Receiver<bool>>,
+    /// Requests for this connection's live state ([`crate::StatsRegistry::live_states`]).
+    dump_requests: watch::Receiver<u64>,
+}
+
+impl<Q: QueuePair + 'static, R: Role<Q>> Driver<Q, R> {
+    pub(crate) fn new(
+        link: Link<Q>,
+        role: R,
+        inputs: mpsc::UnboundedReceiver<R::Input>,
+        stop: Option<watch::Receiver<bool>>,
+        dump_requests: watch::Receiver<u64>,
+    ) -> Self {
+        Driver {
+            link,
+            role,
+            inputs,
+            stop,
+            dump_requests,
+        }
+    }
+
+    /// Runs the connection until it is gone and its work requests are flushed (or
+    /// [`TEARDOWN_GRACE`] passed).
+    pub(crate) async fn run(mut self) {
+        let qp = self.link.qp.clone();
+        // One future for the connection's life, not one per turn of the loop (a
+        // watch's `changed()` future costs a registration and its removal each). A
+        // server dropped without shutting down leaves its connections open.
+        let stop = self.stop.take();
+        let stop = async move {
+            let stopped = match stop {
+                Some(mut s) => s.wait_for(|stop| *stop).await.is_ok(),
+                None => false,
+            };
+            if !stopped {
+                std::future::pending::<()>().await;
+            }
+        };
+        tokio::pin!(stop);
+        // The watchdog's tick, and requests for a state dump: one future each for the
+        // connection's life, renewed only when they fire.
+        let period = self.link.watchdog.as_ref().map(Watchdog::period);
+        let tick = tokio::time::sleep(period.unwrap_or(std::time::Duration::MAX / 4));
+        tokio::pin!(tick);
+        let dump = next_change(self.dump_requests.clone());
+        tokio::pin!(dump);
+        let mut inputs_open = true;
+        // The provider's disconnect event, taken as it comes so that the teardown's
+        // grace period starts then.
+        let mut disconnected: Option<rdma::DisconnectReason> = None;
+        let mut events_done = false;
+        loop {
+            let teardown_by = self.link.teardown_by;
+            let teardown = async move {
+                match teardown_by {
+                    Some(d) => tokio::time::sleep_until(d.into()).await,
+                    None => std::future::pending().await,
+                }
+            };
+            // The core's one timer, armed for its deadline.
+            let deadline = self.role.deadline();
+            let timer = async move {
+                match deadline {
+                    Some(d) => tokio::time::sleep_until(d.into()).await,
+                    None => std::future::pending().await,
+                }
+            };
+            // A Call waits for the server's memory budget: wake on the next release.
+            let memory = self.role.memory_wait();
+            let released = async move {
+                match memory {
+                    Some((budget, since)) => {
+                        std::future::poll_fn(|cx| budget.poll_released(since, cx)).await
+                    }
+                    None => std::future::pending().await,
+                }
+            };
+            let mut remote = None;
+            let mut completed = false;
+            tokio::select! {
+                _ = &mut stop, if self.link.closing.is_none() => self.link.close(CloseReason::Shutdown),
+                c = qp.completion() => match c {
+                    None => break,
+                    Some(c) => {
+                        remote = self.link.complete(&mut self.role, c);
+                        completed = true;
+                    }
+                },
+                input = self.inputs.recv(), if inputs_open => match input {
+                    Some(input) => self.role.input(&mut self.link, input),
+                    None => inputs_open = false,
+                },
+                () = &mut tick, if period.is_some() => {
+                    self.check_liveness();
+                    if let Some(p) = period {
+                        tick.as_mut().reset(tokio::time::Instant::now() + p);
+                    }
+                }
+                rx = &mut dump => {
+                    self.set_live_state();
+                    dump.set(next_change(rx));
+                }
+                ev = qp.event(), if disconnected.is_none() && !events_done => match ev {
+                    Some(rdma::QpEvent::Disconnected(why)) => {
+                        disconnected = Some(why);
+                        self.link.teardown_by.get_or_insert(Instant::now() + TEARDOWN_GRACE);
+                    }
+                    None => events_done = true,
+                },
+                () = teardown => {
+                    let waiting = self.role.waiting(&self.link);
+                    self.link.stats.inc(Counter::TeardownsUnflushed);
+                    tracing::warn!(
+                        target: "rpcrdma_transport",
+                        conn = self.link.stats.id,
+                        peer = ?self.link.stats.peer,
+                        "the provider did not flush this connection's work requests within {TEARDOWN_GRACE:?} of its disconnect ({waiting}): torn down without them",
+                    );
+                    break;
+                }
+                _ = timer => self.role.timeout(&mut self.link, Instant::now()),
+                _ = released, if self.link.closing.is_none() => self.role.memory_released(),
+            }
+            self.role.drive(&mut self.link, remote);
+            self.role.after_turn(&mut self.link).await;
+            // Completions already waiting are taken in this same turn (a Reply's Send
+            // may complete as it is posted, a siw QP's does): one turn of the loop per
+            // Call, not one per completion, up to a bound that keeps the other
+            // branches served.
+            if completed && self.take_waiting_completions().await.is_break() {
+                break;
+            }
+        }
+        self.role.ended(&mut self.link);
+        // Why it closed: a failed post is the consequence of a connection the provider
+        // already lost, whose reason (a Terminate from the peer, say) is the cause; any
+        // other reason of ours is the cause itself.
+        let stats = self.link.stats.clone();
+        match (&self.link.closing, disconnected) {
+            (Some(CloseReason::Post(..)) | None, Some(why)) => {
+                stats.set_close_reason(format!("{why:?}"));
+            }
+            (Some(CloseReason::Post(..)) | None, None) => {
+                if let Some(why) = &self.link.closing {
+                    stats.set_close_reason(why.to_string());
+                }
+                record_close_reason(&*self.link.qp, &stats).await;
+            }
+            (Some(why), _) => stats.set_close_reason(why.to_string()),
+        }
+        stats.close();
+    }
+
+    /// Handles the completions the QP has ready now, at most
+    /// [`COMPLETIONS_PER_TURN`], each driven to its end; `Break` when the QP has no
+    /// more to give (the connection is gone).
+    async fn take_waiting_completions(&mut self) -> std::ops::ControlFlow<()> {
+        let qp = self.link.qp.clone();
+        for _ in 0..COMPLETIONS_PER_TURN {
+            match poll_once(std::pin::pin!(qp.completion())).await {
+                Poll::Pending => break,
+                Poll::Ready(None) => return std::ops::ControlFlow::Break(()),
+                Poll::Ready(Some(c)) => {
+                    let remote = self.link.complete(&mut self.role, c);
+                    self.role.drive(&mut self.link, remote);
+                    self.role.after_turn(&mut self.link).await;
+                }
+            }
+        }
+        std::ops::ControlFlow::Continue(())
+    }
+
+    /// The watchdog's tick: a busy connection without progress is logged once, and
+    /// closed when it is stuck on its own work requests (issue 31).
+    fn check_liveness(&mut self) {
+        let waiting = self.role.waiting(&self.link);
+        let link = &mut self.link;
+        let Some(w) = &mut link.watchdog else {
+            return;
+        };
+        match w.tick(&waiting) {
+            Verdict::Fine => {}
+            Verdict::Warn(quiet) => {
+                link.stats.inc(Counter::Stalls);
+                let action = if waiting.on_work_requests() {
+                    "closed if none comes within the stall timeout"
+                } else {
+                    "not closed: a new connection would wait the same"
+                };
+                tracing::warn!(
+                    target: "rpcrdma_transport",
+                    conn = link.stats.id,
+                    peer = ?link.stats.peer,
+                    "connection made no progress for {quiet:?} while busy ({waiting}); {action}",
+                );
+            }
+            Verdict::Close(quiet) => {
+                link.stats.inc(Counter::StallCloses);
+                tracing::warn!(
+                    target: "rpcrdma_transport",
+                    conn = link.stats.id,
+                    peer = ?link.stats.peer,
+                    "closing a connection stuck for {quiet:?} on work requests it posted ({waiting}); the peer reconnects and retransmits",
+                );
+                link.close(CloseReason::Stalled(quiet, waiting.to_string()));
+            }
+        }
+    }
+
+    /// Answers a state dump request ([`crate::StatsRegistry::live_states`]).
+    fn set_live_state(&self) {
+        let quiet = self
+            .link
+            .watchdog
+            .as_ref()
+            .map(|w| format!(" no_progress_for>={:?}", w.quiet_for()))
+            .unwrap_or_default();
+        let closing = match &self.link.closing {
+            Some(why) => format!(" closing ({why})"),
+            None => String::new(),
+        };
+        self.link.stats.set_live_state(format!(
+            "{}{quiet}{closing}",
+            self.role.waiting(&self.link)
+        ));
+    }
+}
+
+/// Records the provider's disconnect reason, if it has one ready.
+pub(crate) async fn record_close_reason(qp: &dyn QueuePair, stats: &ConnStats) {
+    let ev = std::future::poll_fn(|cx| match qp.poll_event(cx) {
+        Poll::Ready(e) => Poll::Ready(e),
+        Poll::Pending => Poll::Ready(None),
+    })
+    .await;
+    if let Some(rdma::QpEvent::Disconnected(reason)) = ev {
+        stats.set_close_reason(format!("{reason:?}"));
+    }
+}
+
+/// Waits for the next value of `rx` and gives it back; pending forever once its
+/// sender is gone.
+async fn next_change(mut rx: watch::Receiver<u64>) -> watch::Receiver<u64> {
+    if rx.changed().await.is_err() {
+        std::future::pending::<()>().await;
+    }
+    rx
+}
