@@ -35,18 +35,17 @@
 //! [`oncrpc::Incoming::CallFailed`] carrying a [`TransportError`], which the caller of
 //! `oncrpc::Client` sees as `ClientError::Transport` (counted in the counters).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use bytes::Bytes;
 use oncrpc::{CallFailure, Dispatcher, Incoming, RecordReceiver, RecordSender, Transport};
-use rdma::{
-    BufferPool, Completion, ConnectionManager, PooledBuffer, ProtectionDomain, QueuePair,
-    QueuePairExt, Route, STag, SendOp, WcOpcode, WcStatus,
-};
+use rdma::{BufferPool, ConnectionManager, PooledBuffer, QueuePair, Route, STag};
 use rpcrdma::marshal::Registration;
+use rpcrdma::memory::MemoryBudget;
 use rpcrdma::private_data::PrivateData;
 use rpcrdma::requester::{PlacedChunks, ReplyParts};
 use rpcrdma::rpc;
@@ -55,12 +54,14 @@ use rpcrdma::{
     Action, Error, MarshalError, ReplyError, Requester, RequesterConfig, RequesterEvent, Segment,
     Version, Xid,
 };
-use tokio::sync::{mpsc, Notify};
+use tokio::sync::{mpsc, oneshot};
 use xdr::XdrStream;
 
 use crate::binding::RdmaBinding;
 use crate::counters::{ConnStats, Counter, StatsRegistry};
+use crate::driver::{CloseReason, Driver, Link, LinkParts, Role};
 use crate::error::TransportError;
+use crate::liveness::Waiting;
 use crate::pool::{wr_kind, RecvPool, SendPool};
 use crate::registration::{join_in_place, ChunkRegion, ReadSink, Room};
 use crate::setup::RdmaConfig;
@@ -213,41 +214,55 @@ impl<P: ConnectionManager + 'static> RdmaTransport<P> {
             self.negotiation().unwrap_or(Negotiation::new(prefer)),
         )
         .with_counters(stats.clone());
-        let (tx, rx) = mpsc::unbounded_channel();
-        let conn = Arc::new(Conn {
-            replies: Mutex::new(Some(tx)),
-            // One header buffer per Call we may have outstanding, and one per backward
-            // Reply we may owe, each as large as the core may build
-            // (`rpcrdma::version::max_send_size`).
-            sends: {
-                let n = (config.credits.clamp(1, 1024) + backward_recvs.min(1024)) as usize;
-                SendPool::new(&pd, n, n, send_buffer_len as usize)?
-            },
-            qp,
+        // One header buffer per Call we may have outstanding, and one per backward
+        // Reply we may owe, each as large as the core may build
+        // (`rpcrdma::version::max_send_size`).
+        let sends = {
+            let n = (config.credits.clamp(1, 1024) + backward_recvs.min(1024)) as usize;
+            SendPool::new(&pd, n, n, send_buffer_len as usize)?
+        };
+        let qp = Arc::new(qp);
+        let link = Link::new(LinkParts {
+            qp: qp.clone(),
             pd,
             buffers: self.buffers.clone(),
-            room_head: limits.recv_threshold as usize,
-            stats,
-            backward,
-            state: Mutex::new(State {
-                core,
-                regions: HashMap::new(),
-                fencing: HashMap::new(),
-                fenced: HashMap::new(),
-                pulls: HashMap::new(),
-                next_pull: 0,
-                closed: false,
-            }),
+            stats: stats.clone(),
             pool,
-            unposted: Mutex::new(unposted),
-            negotiation: self.negotiation.clone(),
-            credit_wait: Notify::new(),
+            free_recvs: unposted,
+            recv_buffers: all as usize,
+            sends,
+            growth: None,
+            // The client's liveness is the RPC layer's: its calls time out and are
+            // retransmitted on a new connection.
+            stall_timeout: std::time::Duration::ZERO,
         });
+        let (replies, rx) = mpsc::unbounded_channel();
+        let (inputs_tx, inputs) = mpsc::unbounded_channel();
+        let role = ClientRole {
+            core,
+            regions: HashMap::new(),
+            fencing: HashMap::new(),
+            fenced: HashMap::new(),
+            waiting: VecDeque::new(),
+            replies: Some(replies),
+            backward,
+            inputs: inputs_tx.clone(),
+            room_head: limits.recv_threshold as usize,
+            negotiation: self.negotiation.clone(),
+        };
+        let mut driver = Driver::new(link, role, inputs, None, self.stats.dump_requests());
         // §7.2.2.1: the Receives for backward Calls, before the server may send one.
-        let work = conn.step(|core| core.open_backward_channel());
-        conn.execute(work.1, None);
-        tokio::spawn(completions(conn.clone()));
-        Ok((RdmaSender { conn }, RdmaReceiver { rx }))
+        driver.role.core.open_backward_channel();
+        driver.role.drive(&mut driver.link, None);
+        tokio::spawn(driver.run());
+        Ok((
+            RdmaSender {
+                inputs: inputs_tx,
+                qp,
+                stats,
+            },
+            RdmaReceiver { rx },
+        ))
     }
 }
 
@@ -280,13 +295,6 @@ struct Fencing {
     outstanding: usize,
 }
 
-impl Fencing {
-    /// Regions whose LOCAL_INV has not completed: a connection lost now fences them.
-    fn unfenced(&self) -> usize {
-        self.outstanding
-    }
-}
-
 /// A Call's regions after fencing: each Write or Reply chunk's buffer, with where the
 /// chunk starts in it. The core takes the bytes the responder placed out of them
 /// (`Requester::assemble_reply`); none for a Call that registered no chunk.
@@ -298,6 +306,16 @@ struct Fenced {
     /// The buffers of the Write chunks the core took data from, in order, for
     /// [`join_in_place`].
     taken: Vec<(PooledBuffer, usize)>,
+}
+
+/// A Call's fenced regions, deregistered: their buffers for the Reply.
+fn fenced(r: CallRegions) -> Fenced {
+    Fenced {
+        bufs: r.regions.into_iter().map(ChunkRegion::release).collect(),
+        write: r.write,
+        reply: r.reply,
+        taken: Vec::new(),
+    }
 }
 
 /// The first `len` bytes of a chunk that starts at `at` in `buf`, frozen (no copy);
@@ -321,13 +339,26 @@ impl PlacedChunks for Fenced {
     }
 }
 
-/// A Reply being pulled from a responder-provided Read chunk.
-struct Pull {
-    xid: Xid,
-    sink: ReadSink,
+/// Room after a Write chunk's data in its region for what follows the data in the
+/// Reply: XDR padding (up to 3 bytes) and the rest of the results (nothing for an NFSv3
+/// READ; a few short results for an NFSv4 COMPOUND). A longer tail is joined by a copy.
+const WRITE_CHUNK_TAIL_ROOM: usize = 256;
+
+/// What the client's connection task is given besides completions.
+pub(crate) enum ClientInput {
+    /// A Call to send (from [`RdmaSender`]).
+    Call(Xid, XdrStream),
+    /// The upper layer gives up on a Call ([`RdmaSender::abort`]); whether it was
+    /// outstanding goes back.
+    Abort(Xid, oneshot::Sender<bool>),
+    /// The backward dispatcher's Reply to a backward Call.
+    BackwardReply(Xid, XdrStream),
 }
 
-struct State {
+/// The client's role on a connection: the core's [`Requester`], `oncrpc`'s Calls and
+/// Replies, and what executing the core's actions needs beyond the [`Link`] (each
+/// Call's regions until they are fenced and the Reply put together).
+struct ClientRole {
     core: Requester<Arc<dyn RdmaBinding>>,
     regions: HashMap<Xid, CallRegions>,
     /// Calls whose regions are being fenced (posted LOCAL_INVs).
@@ -335,192 +366,303 @@ struct State {
     /// Calls fenced whose Reply the core released (`Requester::handle_invalidated`)
     /// and not yet put together.
     fenced: HashMap<Xid, Fenced>,
-    /// Pulls in flight, by pull id (the low bits of their RDMA Reads' `wr_id`).
-    pulls: HashMap<u64, Pull>,
-    next_pull: u64,
-    closed: bool,
-}
-
-/// What one step of the core asked for, taken while the state was locked and executed
-/// after it was released.
-type Work = (Vec<Action>, Vec<RequesterEvent>);
-
-struct Conn<Q> {
+    /// Calls waiting for a credit (§4.3.1), in order.
+    waiting: VecDeque<(Xid, XdrStream)>,
     /// Where whole replies go ([`RdmaReceiver`]); `None` once the connection ended,
     /// which ends the receiver.
-    replies: Mutex<Option<mpsc::UnboundedSender<Incoming>>>,
-    /// Registered buffers for the headers of our Sends.
-    sends: SendPool,
-    qp: Q,
-    pd: ProtectionDomain,
-    /// Where Write and Reply chunks and pull sinks come from.
-    buffers: BufferPool,
+    replies: Option<mpsc::UnboundedSender<Incoming>>,
+    /// Serves backward Calls, if configured, and where their Replies come back.
+    backward: Option<Arc<Dispatcher>>,
+    inputs: mpsc::UnboundedSender<ClientInput>,
     /// Room before a Write chunk's data in its buffer: at most the inline part of the
     /// Reply, so our receive threshold.
     room_head: usize,
-    stats: Arc<ConnStats>,
-    /// Serves backward Calls, if configured.
-    backward: Option<Arc<Dispatcher>>,
-    state: Mutex<State>,
-    pool: RecvPool,
-    /// Receive buffers not posted yet (the backward ones until the channel opens).
-    unposted: Mutex<Vec<usize>>,
-    credit_wait: Notify,
     /// Where the negotiation outcome goes when the connection ends.
     negotiation: Arc<Mutex<Option<Negotiation>>>,
 }
 
-/// A Call's fenced regions, deregistered: their buffers for the Reply.
-fn fenced(r: CallRegions) -> Fenced {
-    Fenced {
-        bufs: r.regions.into_iter().map(ChunkRegion::release).collect(),
-        write: r.write,
-        reply: r.reply,
-        taken: Vec::new(),
+impl<Q: QueuePair + 'static> Role<Q> for ClientRole {
+    type Input = ClientInput;
+
+    /// The core's actions in order, then its events; then the Calls that waited for a
+    /// credit, as far as credits go.
+    fn drive(&mut self, link: &mut Link<Q>, remote: Option<STag>) {
+        loop {
+            if let Some(a) = self.core.poll_action() {
+                self.execute(link, a, remote);
+                continue;
+            }
+            if let Some(ev) = self.core.poll_event() {
+                self.handle_event(link, ev);
+                continue;
+            }
+            if !self.start_waiting(link) {
+                break;
+            }
+        }
+    }
+
+    async fn after_turn(&mut self, _link: &mut Link<Q>) {}
+
+    fn input(&mut self, link: &mut Link<Q>, input: ClientInput) {
+        match input {
+            ClientInput::Call(xid, msg) => {
+                if self.waiting.is_empty() {
+                    self.start_call(link, xid, msg);
+                } else {
+                    link.stats.inc(Counter::CreditWaits);
+                    self.waiting.push_back((xid, msg));
+                }
+            }
+            ClientInput::Abort(xid, answer) => {
+                let _ = answer.send(self.core.abort_call(xid));
+            }
+            ClientInput::BackwardReply(xid, reply) => {
+                if let Err(e) = self.core.send_backward_reply(xid, reply) {
+                    tracing::debug!(target: "rpcrdma_transport", xid = xid.0, error = %e, "backward reply not sent");
+                }
+            }
+        }
+    }
+
+    fn received(&mut self, link: &mut Link<Q>, buf: Bytes) {
+        // The message is copied out (`RecvPool::take`): its buffer goes back at once.
+        link.post_recvs(1);
+        self.core.handle_receive(buf);
+    }
+
+    fn read_done(&mut self, link: &mut Link<Q>, xid: Xid, _chunk: usize, sink: ReadSink) {
+        self.pulled(link, xid, sink.into_bytes());
+    }
+
+    /// reliable-reply §4.1.2: "After RDMA Read operations have completed (successfully
+    /// or in error), the requester MUST inform the responder that it may invalidate
+    /// the Read chunk".
+    fn read_failed(&mut self, _link: &mut Link<Q>, xid: Xid) {
+        self.core.handle_read_failed(xid);
+    }
+
+    fn invalidated(&mut self, _link: &mut Link<Q>, id: u64) {
+        let xid = Xid(id as u32);
+        let Some(f) = self.fencing.get_mut(&xid) else {
+            return;
+        };
+        f.outstanding = f.outstanding.saturating_sub(1);
+        if f.outstanding == 0 {
+            self.fenced_all(xid);
+        }
+    }
+
+    /// Counted when the connection ends (`Role::ended`).
+    fn invalidation_flushed(&mut self, _link: &mut Link<Q>, _id: u64) {}
+
+    fn deadline(&self) -> Option<Instant> {
+        None
+    }
+
+    fn timeout(&mut self, _link: &mut Link<Q>, _now: Instant) {}
+
+    fn memory_wait(&self) -> Option<(Arc<MemoryBudget>, u64)> {
+        None
+    }
+
+    fn memory_released(&mut self) {}
+
+    fn waiting(&self, link: &Link<Q>) -> Waiting {
+        let (reads, oldest_read) = link.reads(Instant::now());
+        Waiting {
+            calls: self.core.credits().outstanding() as usize + self.waiting.len(),
+            credits: self.core.credits().limit(),
+            recvs_posted: link.recvs_posted(),
+            reads,
+            oldest_read,
+            sends: link.sends_in_flight(),
+            invalidations: self.fencing.values().map(|f| f.outstanding).sum(),
+            ..Waiting::default()
+        }
+    }
+
+    /// The connection is gone, which fences every region still registered (§5.4.1:
+    /// no peer reaches them through a dead queue pair): deregister them, and let
+    /// oncrpc reconnect and send the outstanding Calls again (those waiting for a
+    /// credit too).
+    fn ended(&mut self, link: &mut Link<Q>) {
+        self.core.handle_disconnect();
+        while self.core.poll_action().is_some() {}
+        while self.core.poll_event().is_some() {}
+        link.drop_pulls();
+        let pending = self.regions.values().map(|r| r.regions.len()).sum::<usize>()
+            + self.fencing.values().map(|f| f.outstanding).sum::<usize>();
+        link.stats
+            .add(Counter::FencedByDisconnect, pending as u64);
+        self.regions.clear();
+        self.fencing.clear();
+        self.fenced.clear();
+        self.waiting.clear();
+        // v2 §5.2: what this server speaks, for the next connection (no probing loop).
+        *self.negotiation.lock().unwrap_or_else(|e| e.into_inner()) =
+            Some(self.core.next_connection());
+        self.replies = None;
     }
 }
 
-/// Room after a Write chunk's data in its region for what follows the data in the
-/// Reply: XDR padding (up to 3 bytes) and the rest of the results (nothing for an NFSv3
-/// READ; a few short results for an NFSv4 COMPOUND). A longer tail is joined by a copy.
-const WRITE_CHUNK_TAIL_ROOM: usize = 256;
-
-impl<Q: QueuePair + 'static> Conn<Q> {
-    fn lock(&self) -> MutexGuard<'_, State> {
-        // Poisoning means a panic elsewhere; the state itself stays consistent.
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+impl ClientRole {
+    /// §4.3.1: "The requester MUST NOT send unacknowledged requests in excess of this
+    /// granted responder credit limit": the core refuses a Call past the limit, and it
+    /// waits for a Reply to free a credit.
+    fn start_call<Q: QueuePair + 'static>(&mut self, link: &mut Link<Q>, xid: Xid, msg: XdrStream) {
+        match self.core.start_call(xid, msg.clone()) {
+            Ok(()) => {}
+            Err(Error::Credit(_)) => {
+                link.stats.inc(Counter::CreditWaits);
+                self.waiting.push_back((xid, msg));
+            }
+            Err(e) => self.failed_locally(link, xid, &msg, e),
+        }
     }
 
-    /// Runs `f` on the core and takes the work it produced, under the lock. Every
-    /// step drains the core, so its queues are empty between steps and no work is
-    /// taken by another task.
-    fn step<R>(&self, f: impl FnOnce(&mut Requester<Arc<dyn RdmaBinding>>) -> R) -> (R, Work) {
-        let mut st = self.lock();
-        let r = f(&mut st.core);
-        let work = drain(&mut st.core);
-        drop(st);
-        (r, work)
+    /// Starts the Calls that waited for a credit, in order, while credits last;
+    /// whether any started.
+    fn start_waiting<Q: QueuePair + 'static>(&mut self, link: &mut Link<Q>) -> bool {
+        let mut started = false;
+        while self.core.credits().available() > 0 {
+            let Some((xid, msg)) = self.waiting.pop_front() else {
+                break;
+            };
+            started = true;
+            match self.core.start_call(xid, msg.clone()) {
+                Ok(()) => {}
+                Err(Error::Credit(_)) => {
+                    self.waiting.push_front((xid, msg));
+                    break;
+                }
+                Err(e) => self.failed_locally(link, xid, &msg, e),
+            }
+        }
+        started
     }
 
-    /// A step on something the responder sent (a Reply, an RDMA_ERROR, an answer to
-    /// our RDMA_OPTIONAL, a pulled Reply), which may have freed a credit: Calls
-    /// waiting for one try again.
-    fn step_received<R>(
-        &self,
-        f: impl FnOnce(&mut Requester<Arc<dyn RdmaBinding>>) -> R,
-    ) -> (R, Work) {
-        let out = self.step(f);
-        self.credit_wait.notify_waiters();
-        out
+    /// §5.5.4: "if a requester is unable to construct and transmit a Call message,
+    /// the associated RPC transaction fails immediately." Failing the connection
+    /// instead would make oncrpc reconnect and retry it.
+    fn failed_locally<Q: QueuePair + 'static>(
+        &mut self,
+        link: &mut Link<Q>,
+        xid: Xid,
+        msg: &XdrStream,
+        e: Error,
+    ) {
+        let proc_id = rpc::call_proc(&msg.inline);
+        tracing::debug!(target: "rpcrdma_transport", xid = xid.0, error = %e, "call failed locally");
+        link.stats.inc(Counter::ErrCallFailedLocally);
+        let error = match (e, proc_id) {
+            // §8: "Requesters MUST NOT send RPC-over-RDMA messages for Upper Layer
+            // Protocols that do not have a Upper Layer Binding."
+            (Error::Marshal(MarshalError::NoUpperLayerBinding), Some(p)) => {
+                TransportError::NoBinding {
+                    prog: p.prog,
+                    vers: p.vers,
+                }
+            }
+            (e, _) => TransportError::Call(e),
+        };
+        self.fail_call(link, xid, error);
     }
 
-    /// Hands a whole reply (or a call's failure) to the receiver; false once the
-    /// connection has ended.
-    fn deliver(&self, incoming: Incoming) -> bool {
-        let g = self.replies.lock().unwrap_or_else(|e| e.into_inner());
-        g.as_ref().is_some_and(|tx| tx.send(incoming).is_ok())
+    /// Hands a whole reply (or a call's failure) to the receiver; the connection
+    /// closes if nobody takes it any more.
+    fn deliver<Q: QueuePair + 'static>(&mut self, link: &mut Link<Q>, incoming: Incoming) {
+        let taken = self
+            .replies
+            .as_ref()
+            .is_some_and(|tx| tx.send(incoming).is_ok());
+        if !taken {
+            link.close(CloseReason::UpperLayerGone);
+        }
     }
 
     /// Fails call `xid` alone, saying why.
-    fn fail_call(&self, xid: Xid, error: TransportError) {
+    fn fail_call<Q: QueuePair + 'static>(
+        &mut self,
+        link: &mut Link<Q>,
+        xid: Xid,
+        error: TransportError,
+    ) {
         let failed = Incoming::CallFailed {
             xid: xid.0,
             error: CallFailure::new(error),
         };
-        if !self.deliver(failed) {
-            self.close("the receiver is gone");
+        self.deliver(link, failed);
+    }
+
+    fn execute<Q: QueuePair + 'static>(
+        &mut self,
+        link: &mut Link<Q>,
+        action: Action,
+        remote: Option<STag>,
+    ) {
+        match action {
+            Action::Send {
+                xid,
+                send,
+                invalidate,
+            } => link.post_send(xid, send, invalidate),
+            Action::Register { xid, registrations } => self.register(link, xid, &registrations),
+            Action::RdmaRead { xid, segments, .. } => self.pull(link, xid, &segments),
+            Action::Invalidate { xid, .. } => self.invalidate(link, xid, remote),
+            Action::PostBackwardReceives(n) | Action::PostReceives(n) => link.post_recvs(n),
+            // A requester writes nothing into the responder's memory.
+            Action::RdmaWrite { .. } => link.close(CloseReason::Core),
+            Action::Close => link.close(CloseReason::Core),
         }
     }
 
-    /// Ends the receiver.
-    fn end_replies(&self) {
-        self.replies
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take();
-    }
-
-    /// Disconnects, saying why (the provider's own reason, if it has one when the
-    /// connection ends, replaces ours: a failed post is the consequence of a lost
-    /// connection, not its cause).
-    fn close(&self, why: &str) {
-        tracing::debug!(target: "rpcrdma_transport", conn = self.stats.id, reason = why, "closing connection");
-        self.stats.inc(Counter::ClosedByUs);
-        self.stats.set_close_reason(why.to_string());
-        self.qp.disconnect();
-    }
-
-    /// Executes the core's actions in order, then its events. `remote` is the STag the
-    /// responder invalidated with the Send With Invalidate just received.
-    fn execute(self: &Arc<Self>, work: Work, remote: Option<STag>) {
-        let (actions, events) = work;
-        for a in actions {
-            match a {
-                Action::Send {
-                    xid,
-                    send,
-                    invalidate,
-                } => self.post_send(xid, send, invalidate),
-                Action::Register { xid, registrations } => {
-                    let work = self.register(xid, &registrations);
-                    self.execute(work, remote);
-                }
-                Action::RdmaRead { xid, segments, .. } => self.pull(xid, &segments),
-                Action::Invalidate { xid, .. } => self.invalidate(xid, remote),
-                Action::PostBackwardReceives(n) | Action::PostReceives(n) => self.post_unposted(n),
-                // A requester writes nothing into the responder's memory.
-                Action::RdmaWrite { .. } => {
-                    self.close("the core asked a requester for an RDMA Write")
-                }
-                Action::Close => self.close("protocol: the core closed the connection"),
-            }
-        }
-        for ev in events {
-            match ev {
-                RequesterEvent::Reply {
-                    xid,
-                    inline,
-                    reply_chunk_len,
-                    write_lengths,
+    fn handle_event<Q: QueuePair + 'static>(&mut self, link: &mut Link<Q>, ev: RequesterEvent) {
+        match ev {
+            RequesterEvent::Reply {
+                xid,
+                inline,
+                reply_chunk_len,
+                write_lengths,
+                proc_id,
+            } => {
+                let fenced = self.fenced.remove(&xid);
+                let reply = ReplyParts {
                     proc_id,
-                } => {
-                    let fenced = self.lock().fenced.remove(&xid);
-                    let reply = ReplyParts {
-                        proc_id,
-                        inline: &inline,
-                        reply_chunk_len,
-                        write_lengths: &write_lengths,
-                    };
-                    match self.assemble(reply, fenced.unwrap_or_default()) {
-                        Ok(reply) => {
-                            if !self.deliver(Incoming::Message(reply)) {
-                                self.close("the receiver is gone");
-                            }
-                        }
-                        Err(e) => {
-                            // Counted by the core (`err_bad_reply`).
-                            tracing::debug!(target: "rpcrdma_transport", xid = xid.0, ?proc_id, error = %e, "bad reply");
-                            self.fail_call(xid, TransportError::BadReply(e));
-                        }
+                    inline: &inline,
+                    reply_chunk_len,
+                    write_lengths: &write_lengths,
+                };
+                match self.assemble(link, reply, fenced.unwrap_or_default()) {
+                    Ok(reply) => self.deliver(link, Incoming::Message(reply)),
+                    Err(e) => {
+                        // Counted by the core (`err_bad_reply`).
+                        tracing::debug!(target: "rpcrdma_transport", xid = xid.0, ?proc_id, error = %e, "bad reply");
+                        self.fail_call(link, xid, TransportError::BadReply(e));
                     }
                 }
-                RequesterEvent::Failed { xid, error } => {
-                    self.lock().fenced.remove(&xid);
-                    if let Error::Reply(ReplyError::ConnectionLost) = error {
-                        // oncrpc sends it again on the next connection.
-                        continue;
-                    }
-                    tracing::debug!(target: "rpcrdma_transport", xid = xid.0, %error, "call failed");
-                    self.fail_call(xid, TransportError::Call(error));
-                }
-                RequesterEvent::BackwardCall { xid, payload } => self.serve_backward(xid, payload),
             }
+            RequesterEvent::Failed { xid, error } => {
+                self.fenced.remove(&xid);
+                if let Error::Reply(ReplyError::ConnectionLost) = error {
+                    // oncrpc sends it again on the next connection.
+                    return;
+                }
+                tracing::debug!(target: "rpcrdma_transport", xid = xid.0, %error, "call failed");
+                self.fail_call(link, xid, TransportError::Call(error));
+            }
+            RequesterEvent::BackwardCall { xid, payload } => self.serve_backward(xid, payload),
         }
     }
 
-    /// Registers what the core asked for and hands the segments back; returns the
-    /// work that produced (the Send of the Call).
-    fn register(self: &Arc<Self>, xid: Xid, registrations: &[Registration]) -> Work {
+    /// Registers what the core asked for and hands the segments back (the core then
+    /// sends the Call).
+    fn register<Q: QueuePair + 'static>(
+        &mut self,
+        link: &mut Link<Q>,
+        xid: Xid,
+        registrations: &[Registration],
+    ) {
         let mut regions = Vec::with_capacity(registrations.len());
         let (mut write, mut reply) = (Vec::new(), None);
         for (i, reg) in registrations.iter().enumerate() {
@@ -538,32 +680,22 @@ impl<Q: QueuePair + 'static> Conn<Q> {
             };
             // COPY: a Read chunk of several pieces into its registered region; one of a
             // single piece (NFS WRITE data) is registered as it is (`registration`).
-            match ChunkRegion::register_with_room(&self.pd, &self.buffers, reg, room, &self.stats) {
+            match ChunkRegion::register_with_room(&link.pd, &link.buffers, reg, room, &link.stats)
+            {
                 Ok(r) => regions.push(r),
                 Err(e) => {
                     // §5.5.4: a Call that cannot be constructed fails at once; the
                     // connection stays.
                     tracing::debug!(target: "rpcrdma_transport", xid = xid.0, error = %e, "registration failed");
-                    self.stats.inc(Counter::ErrCallFailedLocally);
-                    let work = self
-                        .step_received(|core| core.handle_registration_failed(xid))
-                        .1;
-                    self.fail_call(xid, TransportError::Register(e));
-                    return work;
+                    link.stats.inc(Counter::ErrCallFailedLocally);
+                    self.core.handle_registration_failed(xid);
+                    self.fail_call(link, xid, TransportError::Register(e));
+                    return;
                 }
             }
         }
         let segments = regions.iter().map(|r| vec![r.segment()]).collect();
-        let mut st = self.lock();
-        if st.closed {
-            // The connection ended while these were registered: its end fences them
-            // (the teardown counted those it found; these it could not see).
-            self.stats
-                .add(Counter::FencedByDisconnect, regions.len() as u64);
-            return (Vec::new(), Vec::new());
-        }
-        // Known before the Send is posted: the Reply may overtake this task.
-        st.regions.insert(
+        self.regions.insert(
             xid,
             CallRegions {
                 regions,
@@ -571,15 +703,11 @@ impl<Q: QueuePair + 'static> Conn<Q> {
                 reply,
             },
         );
-        let r = st.core.handle_registered(xid, segments);
-        let work = drain(&mut st.core);
-        drop(st);
-        if let Err(e) = r {
+        if let Err(e) = self.core.handle_registered(xid, segments) {
             // The Call was planned but cannot be finished: the core has forgotten
             // nothing, so it fails here, its regions with it.
             tracing::debug!(target: "rpcrdma_transport", xid = xid.0, error = %e, "registered call not sent");
         }
-        work
     }
 
     /// §5.4.1: "The requester endpoint must ensure that memory segments associated
@@ -587,79 +715,52 @@ impl<Q: QueuePair + 'static> Conn<Q> {
     /// Upper Layer access to the data". Posts a LOCAL_INV for each region of Call
     /// `xid` the responder did not invalidate itself (`remote`, the STag of the Send
     /// With Invalidate that brought the Reply); the core releases the Reply when the
-    /// last one completes ([`Conn::invalidated`]).
-    fn invalidate(self: &Arc<Self>, xid: Xid, remote: Option<STag>) {
-        let mut wrs = Vec::new();
-        let done = {
-            let mut st = self.lock();
-            let regions = st.regions.remove(&xid);
-            let fencing = st.fencing.entry(xid).or_default();
-            if let Some(r) = regions {
-                let posted = self.pd.attributes().invalidate;
-                for region in &r.regions {
-                    if !posted {
-                        // The device cannot invalidate (a verbs `ibv_reg_mr`
-                        // registration): deregistering the region fences it
-                        // (`Conn::invalidated`).
-                        self.stats.inc(Counter::FencedByDeregistration);
-                    } else if Some(region.rkey()) == remote {
-                        self.stats.inc(Counter::RemoteInvalidations);
-                    } else {
-                        wrs.push(region.invalidate_wr(wr_kind::INVALIDATE | u64::from(xid.0)));
-                    }
-                }
-                if let Some(previous) = fencing.newest.replace(r) {
-                    fencing.older.push(previous);
+    /// last one completes ([`ClientRole::fenced_all`]).
+    fn invalidate<Q: QueuePair + 'static>(
+        &mut self,
+        link: &mut Link<Q>,
+        xid: Xid,
+        remote: Option<STag>,
+    ) {
+        let regions = self.regions.remove(&xid);
+        let fencing = self.fencing.entry(xid).or_default();
+        if let Some(r) = regions {
+            let posted = link.pd.attributes().invalidate;
+            for region in &r.regions {
+                if !posted {
+                    // The device cannot invalidate (a verbs `ibv_reg_mr` registration):
+                    // deregistering the region fences it (`ClientRole::fenced_all`).
+                    link.stats.inc(Counter::FencedByDeregistration);
+                } else if Some(region.rkey()) == remote {
+                    link.stats.inc(Counter::RemoteInvalidations);
+                } else if link.post_invalidate(region.invalidate_wr(wr_kind::INVALIDATE | u64::from(xid.0))) {
+                    fencing.outstanding += 1;
+                } else if link.is_closing() {
+                    // Not posted on a live connection: its end fences the region, and
+                    // the Call is sent again on the next one.
+                    return;
                 }
             }
-            fencing.outstanding += wrs.len();
-            fencing.outstanding == 0
-        };
-        for wr in wrs {
-            if let Err(e) = self.qp.post_send(wr) {
-                // §5.5.4: a region that cannot be invalidated ends the connection,
-                // which fences it.
-                tracing::debug!(target: "rpcrdma_transport", xid = xid.0, error = %e, "LOCAL_INV not posted");
-                return self.close("posting a local invalidation failed");
+            if let Some(previous) = fencing.newest.replace(r) {
+                fencing.older.push(previous);
             }
         }
-        if done {
-            self.invalidated(xid);
+        if fencing.outstanding == 0 {
+            self.fenced_all(xid);
         }
     }
 
     /// Every region of Call `xid` is fenced: deregister them, and let the core hand up
     /// the Call's Reply (or failure), if it still waits for one.
-    fn invalidated(self: &Arc<Self>, xid: Xid) {
-        let work = {
-            let mut st = self.lock();
-            let Some(fencing) = st.fencing.remove(&xid) else {
-                return;
-            };
-            drop(fencing.older);
-            if st.core.handle_invalidated(xid) {
-                if let Some(r) = fencing.newest {
-                    st.fenced.insert(xid, fenced(r));
-                }
+    fn fenced_all(&mut self, xid: Xid) {
+        let Some(fencing) = self.fencing.remove(&xid) else {
+            return;
+        };
+        drop(fencing.older);
+        if self.core.handle_invalidated(xid) {
+            if let Some(r) = fencing.newest {
+                self.fenced.insert(xid, fenced(r));
             }
-            drain(&mut st.core)
-        };
-        self.execute(work, None);
-    }
-
-    /// A LOCAL_INV of Call `xid` completed successfully.
-    fn local_invalidate_done(self: &Arc<Self>, xid: Xid) {
-        self.stats.inc(Counter::LocalInvalidations);
-        let done = {
-            let mut st = self.lock();
-            let Some(f) = st.fencing.get_mut(&xid) else {
-                return;
-            };
-            f.outstanding = f.outstanding.saturating_sub(1);
-            f.outstanding == 0
-        };
-        if done {
-            self.invalidated(xid);
         }
     }
 
@@ -667,15 +768,20 @@ impl<Q: QueuePair + 'static> Conn<Q> {
     /// Call's fenced regions and puts it together (`Requester::assemble_reply`,
     /// §5.3.2, the same path the in-memory `pair` tests run); then it is made
     /// contiguous for `oncrpc`.
-    fn assemble(&self, reply: ReplyParts<'_>, mut fenced: Fenced) -> Result<Bytes, ReplyError> {
-        let full = self.lock().core.assemble_reply(reply, &mut fenced)?;
+    fn assemble<Q: QueuePair + 'static>(
+        &mut self,
+        link: &mut Link<Q>,
+        reply: ReplyParts<'_>,
+        mut fenced: Fenced,
+    ) -> Result<Bytes, ReplyError> {
+        let full = self.core.assemble_reply(reply, &mut fenced)?;
         // One chunk with data (an NFS READ): the Reply is made contiguous in that
         // chunk's region, around the data, without copying the data.
         let full = match fenced.taken.first() {
             Some((whole, at)) if full.chunk_ranges.len() == 1 => {
                 match join_in_place(full, whole, *at) {
                     Ok(reply) => {
-                        self.stats.inc(Counter::RepliesJoinedInPlace);
+                        link.stats.inc(Counter::RepliesJoinedInPlace);
                         return Ok(reply);
                     }
                     Err(full) => full,
@@ -689,214 +795,78 @@ impl<Q: QueuePair + 'static> Conn<Q> {
     }
 
     /// reliable-reply §4.1.2: pulls a Reply from the responder's Read chunk, one RDMA
-    /// Read per segment, into one sink.
-    fn pull(self: &Arc<Self>, xid: Xid, segments: &[Segment]) {
-        let len: u64 = segments.iter().map(|s| u64::from(s.length)).sum();
-        let mut sink = match ReadSink::new(&self.pd, &self.buffers, len as usize) {
-            Ok(sink) => sink,
+    /// Read per segment, into one sink. A pull that cannot start is over "in error":
+    /// RDMA_DONE still goes, the Call fails, the connection stays.
+    fn pull<Q: QueuePair + 'static>(&mut self, link: &mut Link<Q>, xid: Xid, segments: &[Segment]) {
+        match link.post_reads(xid, 0, segments, Room::default()) {
+            Ok(None) => {}
+            Ok(Some(empty)) => self.pulled(link, xid, empty.into_bytes()),
             Err(e) => {
-                // reliable-reply §4.1.2: the pull is over "in error": RDMA_DONE still
-                // goes, the Call fails, the connection stays.
-                tracing::debug!(target: "rpcrdma_transport", xid = xid.0, error = %e, "pull sink not registered");
-                let work = self.step_received(|core| core.handle_read_failed(xid));
-                return self.execute(work.1, None);
-            }
-        };
-        self.stats.count_region(&sink.mr);
-        let mut wrs = Vec::with_capacity(segments.len());
-        let mut at = 0usize;
-        let id = {
-            let mut st = self.lock();
-            let id = st.next_pull;
-            st.next_pull = (st.next_pull + 1) & !wr_kind::MASK;
-            id
-        };
-        for seg in segments.iter().filter(|s| s.length > 0) {
-            wrs.push(sink.read_wr(wr_kind::READ | id, seg, at));
-            at += seg.length as usize;
-        }
-        sink.outstanding = wrs.len();
-        if wrs.is_empty() {
-            return self.pulled(xid, sink.into_bytes());
-        }
-        self.lock().pulls.insert(id, Pull { xid, sink });
-        for wr in wrs {
-            self.stats.inc(Counter::RdmaReads);
-            self.stats.add(Counter::RdmaReadBytes, wr_len(&wr));
-            if let Err(e) = self.qp.post_send(wr) {
-                // reliable-reply §4.1.2: the pull is over "in error": RDMA_DONE still
-                // goes, the Call fails, the connection stays. Reads already posted
-                // complete into a sink nobody waits for.
-                tracing::debug!(target: "rpcrdma_transport", xid = xid.0, error = %e, "RDMA Read not posted");
-                self.lock().pulls.remove(&id);
-                let work = self.step_received(|core| core.handle_read_failed(xid));
-                return self.execute(work.1, None);
+                tracing::debug!(target: "rpcrdma_transport", xid = xid.0, error = ?e, "pull not started");
+                self.core.handle_read_failed(xid);
             }
         }
     }
 
     /// A pull ended: the Reply for the core, or a failure (its sink could not hand
     /// the data up).
-    fn pulled(self: &Arc<Self>, xid: Xid, data: Result<Bytes, rdma::RegisterError>) {
-        let work = match data {
+    fn pulled<Q: QueuePair + 'static>(
+        &mut self,
+        link: &mut Link<Q>,
+        xid: Xid,
+        data: Result<Bytes, rdma::RegisterError>,
+    ) {
+        match data {
             Ok(data) => {
-                self.stats
+                link.stats
                     .add(Counter::ChunkBytesReceived, data.len() as u64);
-                self.step_received(|core| core.handle_read_done(xid, 0, data))
+                self.core.handle_read_done(xid, 0, data);
             }
             Err(e) => {
                 tracing::debug!(target: "rpcrdma_transport", xid = xid.0, error = %e, "pulled reply unusable");
-                self.step_received(|core| core.handle_read_failed(xid))
-            }
-        };
-        self.execute(work.1, None);
-    }
-
-    fn post_send(&self, xid: Xid, send: Vec<Bytes>, invalidate: Option<u32>) {
-        let len: usize = send.iter().map(Bytes::len).sum();
-        self.stats.inc(Counter::Sends);
-        self.stats.add(Counter::SendBytes, len as u64);
-        let op = match invalidate {
-            Some(h) => SendOp::SendWithInvalidate(STag(h)),
-            None => SendOp::Send,
-        };
-        // The header from the send pool, then the Payload stream slices, gathered: no
-        // copy of the payload here.
-        match self.sends.post(
-            &self.qp,
-            Vec::new(),
-            wr_kind::SEND | u64::from(xid.0),
-            op,
-            send,
-            &self.stats,
-        ) {
-            Ok(true) => {}
-            Ok(false) => self.stats.inc(Counter::SendPoolFallbacks),
-            Err(e) => {
-                tracing::debug!(target: "rpcrdma_transport", error = %e, "Send not posted");
-                self.close("posting a Send failed");
+                self.core.handle_read_failed(xid);
             }
         }
     }
 
-    /// Posts `n` Receive buffers that are not posted yet (§7.2.2.1).
-    fn post_unposted(&self, n: u32) {
-        for _ in 0..n {
-            let Some(i) = self
-                .unposted
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .pop()
-            else {
-                tracing::warn!(target: "rpcrdma_transport", "no receive buffer left to post");
-                return;
-            };
-            if self.pool.post(&self.qp, i).is_err() {
-                return self.close("posting a Receive failed");
-            }
-        }
-    }
-
-    /// A backward-direction Call (§7.3.4) for the dispatcher; its Reply goes back
-    /// through the core (§7.3.5).
-    fn serve_backward(self: &Arc<Self>, xid: Xid, payload: Bytes) {
+    /// A backward-direction Call (§7.3.4) for the dispatcher; its Reply comes back as
+    /// an input and goes through the core (§7.3.5).
+    fn serve_backward(&mut self, xid: Xid, payload: Bytes) {
         let Some(dispatcher) = self.backward.clone() else {
             return;
         };
-        let conn = self.clone();
+        let inputs = self.inputs.clone();
         tokio::spawn(async move {
-            let Some(reply) = dispatcher.dispatch(payload).await else {
-                return;
-            };
-            let (r, work) = conn.step(|core| core.send_backward_reply(xid, reply));
-            if let Err(e) = r {
-                tracing::debug!(target: "rpcrdma_transport", xid = xid.0, error = %e, "backward reply not sent");
+            if let Some(reply) = dispatcher.dispatch(payload).await {
+                let _ = inputs.send(ClientInput::BackwardReply(xid, reply));
             }
-            conn.execute(work, None);
         });
     }
 }
 
-fn wr_len(wr: &rdma::SendWr) -> u64 {
-    match &wr.op {
-        SendOp::RdmaRead { sink, .. } => sink.len as u64,
-        _ => 0,
-    }
-}
-
-/// Everything the core queued.
-fn drain(core: &mut Requester<Arc<dyn RdmaBinding>>) -> Work {
-    let mut actions = Vec::new();
-    while let Some(a) = core.poll_action() {
-        actions.push(a);
-    }
-    let mut events = Vec::new();
-    while let Some(e) = core.poll_event() {
-        events.push(e);
-    }
-    (actions, events)
-}
-
 /// The sending half of a client connection. Dropping it disconnects.
 pub struct RdmaSender<Q: QueuePair + 'static> {
-    conn: Arc<Conn<Q>>,
+    inputs: mpsc::UnboundedSender<ClientInput>,
+    qp: Arc<Q>,
+    stats: Arc<ConnStats>,
 }
 
 impl<Q: QueuePair + 'static> RdmaSender<Q> {
     /// This connection's counters.
     pub fn stats(&self) -> Arc<ConnStats> {
-        self.conn.stats.clone()
+        self.stats.clone()
     }
 
-    async fn send_call(&self, msg: &XdrStream) -> Result<(), TransportError> {
-        let conn = &self.conn;
+    /// Hands Call `msg` to the connection's task, which sends it when a credit is
+    /// free (§4.3.1). A Call that cannot be sent fails alone, through
+    /// [`RdmaReceiver`].
+    fn send_call(&self, msg: &XdrStream) -> Result<(), TransportError> {
         let Some(xid) = rpc::xid(&msg.inline) else {
             return Err(TransportError::NotACall);
         };
-        // §4.3.1: "The requester MUST NOT send unacknowledged requests in excess of
-        // this granted responder credit limit": the core refuses a Call past the
-        // limit, and it waits for a Reply to free a credit.
-        let mut waited = false;
-        loop {
-            let notified = conn.credit_wait.notified();
-            if conn.lock().closed {
-                return Err(TransportError::NotConnected);
-            }
-            let (r, work) = conn.step(|core| core.start_call(xid, msg.clone()));
-            conn.execute(work, None);
-            match r {
-                Ok(()) => return Ok(()),
-                Err(Error::Credit(_)) => {
-                    if !waited {
-                        conn.stats.inc(Counter::CreditWaits);
-                        waited = true;
-                    }
-                    notified.await;
-                }
-                Err(e) => {
-                    // §5.5.4: "if a requester is unable to construct and transmit a
-                    // Call message, the associated RPC transaction fails immediately."
-                    // Failing the connection instead would make oncrpc reconnect and
-                    // retry it.
-                    let proc_id = rpc::call_proc(&msg.inline);
-                    tracing::debug!(target: "rpcrdma_transport", xid = xid.0, error = %e, "call failed locally");
-                    conn.stats.inc(Counter::ErrCallFailedLocally);
-                    let error = match (e, proc_id) {
-                        // §8: "Requesters MUST NOT send RPC-over-RDMA messages for Upper
-                        // Layer Protocols that do not have a Upper Layer Binding."
-                        (Error::Marshal(MarshalError::NoUpperLayerBinding), Some(p)) => {
-                            TransportError::NoBinding {
-                                prog: p.prog,
-                                vers: p.vers,
-                            }
-                        }
-                        (e, _) => TransportError::Call(e),
-                    };
-                    conn.fail_call(xid, error);
-                    return Ok(());
-                }
-            }
-        }
+        self.inputs
+            .send(ClientInput::Call(xid, msg.clone()))
+            .map_err(|_| TransportError::NotConnected)
     }
 
     /// The upper layer gives up on Call `xid` (its caller went away). Its registered
@@ -911,24 +881,30 @@ impl<Q: QueuePair + 'static> RdmaSender<Q> {
     ///
     /// A responder that writes into a fenced Write or Reply chunk meets an invalid
     /// STag and the connection is lost: the case §5.1.3 says responder-provided Read
-    /// chunks avoid. Returns false if no such Call is outstanding.
-    pub fn abort(&self, xid: u32) -> bool {
-        let xid = Xid(xid);
-        let (aborted, work) = self.conn.step(|core| core.abort_call(xid));
-        self.conn.execute(work, None);
-        aborted
+    /// chunks avoid. Returns false if no such Call is outstanding (or the connection
+    /// is gone).
+    pub async fn abort(&self, xid: u32) -> bool {
+        let (answer, rx) = oneshot::channel();
+        if self
+            .inputs
+            .send(ClientInput::Abort(Xid(xid), answer))
+            .is_err()
+        {
+            return false;
+        }
+        rx.await.unwrap_or(false)
     }
 }
 
 impl<Q: QueuePair + 'static> RecordSender for RdmaSender<Q> {
     async fn send(&mut self, msg: &XdrStream) -> io::Result<()> {
-        self.send_call(msg).await.map_err(io::Error::from)
+        self.send_call(msg).map_err(io::Error::from)
     }
 }
 
 impl<Q: QueuePair + 'static> Drop for RdmaSender<Q> {
     fn drop(&mut self) {
-        self.conn.qp.disconnect();
+        self.qp.disconnect();
     }
 }
 
@@ -943,95 +919,4 @@ impl RecordReceiver for RdmaReceiver {
     async fn recv(&mut self) -> io::Result<Option<Incoming>> {
         Ok(self.rx.recv().await)
     }
-}
-
-/// The completion task of one client connection.
-async fn completions<Q: QueuePair + 'static>(conn: Arc<Conn<Q>>) {
-    while let Some(c) = conn.qp.completion().await {
-        if c.wr_id & wr_kind::MASK == wr_kind::SEND {
-            conn.sends.complete(c.wr_id);
-        }
-        if c.status == WcStatus::Flushed {
-            conn.stats.inc(Counter::Flushed);
-            continue;
-        }
-        if c.status != WcStatus::Success {
-            // §5.5.5: transport errors end the connection; the RPC layer retransmits.
-            conn.stats.inc(Counter::ErrCompletion);
-            tracing::debug!(target: "rpcrdma_transport", ?c, "completion error");
-            if c.wr_id & wr_kind::MASK == wr_kind::READ {
-                // reliable-reply §4.1.2: "After RDMA Read operations have completed
-                // (successfully or in error), the requester MUST inform the responder
-                // that it may invalidate the Read chunk".
-                let pull = conn.lock().pulls.remove(&(c.wr_id & !wr_kind::MASK));
-                if let Some(p) = pull {
-                    let work = conn.step_received(|core| core.handle_read_failed(p.xid));
-                    conn.execute(work.1, None);
-                }
-            }
-            conn.close("a work request completed in error");
-            continue;
-        }
-        match (c.opcode, c.wr_id & wr_kind::MASK) {
-            (WcOpcode::RdmaRead, wr_kind::READ) => handle_pull_read(&conn, &c),
-            (WcOpcode::LocalInvalidate, wr_kind::INVALIDATE) => {
-                conn.local_invalidate_done(Xid((c.wr_id & !wr_kind::MASK) as u32))
-            }
-            (WcOpcode::Recv, wr_kind::RECV) => {
-                let index = (c.wr_id & !wr_kind::MASK) as usize;
-                let buf = conn.pool.take(index, c.byte_len);
-                // The message is copied out: its buffer goes back at once.
-                if conn.pool.post(&conn.qp, index).is_err() {
-                    conn.close("posting a Receive failed");
-                }
-                let Some(buf) = buf else { continue };
-                conn.stats.inc(Counter::Recvs);
-                conn.stats.add(Counter::RecvBytes, buf.len() as u64);
-                let work = conn.step_received(|core| core.handle_receive(buf));
-                conn.execute(work.1, c.invalidated);
-            }
-            _ => {}
-        }
-    }
-    // The connection is gone, which fences every region still registered (§5.4.1:
-    // no peer reaches them through a dead queue pair): deregister them, wake every
-    // Call waiting for a credit, and let oncrpc reconnect and retransmit.
-    let next = {
-        let mut st = conn.lock();
-        st.closed = true;
-        st.core.handle_disconnect();
-        let _ = drain(&mut st.core);
-        st.pulls.clear();
-        let pending = st.regions.values().map(|r| r.regions.len()).sum::<usize>()
-            + st.fencing.values().map(Fencing::unfenced).sum::<usize>();
-        conn.stats.add(Counter::FencedByDisconnect, pending as u64);
-        st.regions.clear();
-        st.fencing.clear();
-        st.fenced.clear();
-        st.core.next_connection()
-    };
-    // v2 §5.2: what this server speaks, for the next connection (no probing loop).
-    *conn.negotiation.lock().unwrap_or_else(|e| e.into_inner()) = Some(next);
-    conn.credit_wait.notify_waiters();
-    conn.end_replies();
-    crate::driver::record_close_reason(&conn.qp, &conn.stats).await;
-    conn.stats.close();
-}
-
-/// One RDMA Read of a pull completed; the last one hands the Reply to the core.
-fn handle_pull_read<Q: QueuePair + 'static>(conn: &Arc<Conn<Q>>, c: &Completion) {
-    let id = c.wr_id & !wr_kind::MASK;
-    let done = {
-        let mut st = conn.lock();
-        let Some(p) = st.pulls.get_mut(&id) else {
-            return;
-        };
-        p.sink.outstanding = p.sink.outstanding.saturating_sub(1);
-        if p.sink.outstanding > 0 {
-            return;
-        }
-        st.pulls.remove(&id)
-    };
-    let Some(p) = done else { return };
-    conn.pulled(p.xid, p.sink.into_bytes());
 }

@@ -188,15 +188,6 @@ pub(crate) struct ReadSink {
 }
 
 impl ReadSink {
-    /// A sink of `len` bytes for local write only (never remotely reachable).
-    pub(crate) fn new(
-        pd: &ProtectionDomain,
-        pool: &BufferPool,
-        len: usize,
-    ) -> Result<ReadSink, RegisterError> {
-        Self::with_room(pd, pool, len, Room::default())
-    }
-
     /// A sink of `len` bytes with `room` before and after it in its buffer, so that a
     /// Call whose one Read chunk lands here can be made contiguous around the chunk's
     /// data without copying it ([`join_in_place`]; a responder's NFS WRITE). Only the
@@ -526,10 +517,10 @@ mod tests {
     fn read_sinks_are_reused_without_zero_fill() {
         let pool = BufferPool::new(1 << 20);
         let pd = pd();
-        let sink = ReadSink::new(&pd, &pool, 10).unwrap();
+        let sink = ReadSink::with_room(&pd, &pool, 10, Room::default()).unwrap();
         assert!(sink.mr.write(0, b"0123456789"));
         assert_eq!(&sink.into_bytes().unwrap()[..], b"0123456789");
-        let again = ReadSink::new(&pd, &pool, 10).unwrap();
+        let again = ReadSink::with_room(&pd, &pool, 10, Room::default()).unwrap();
         assert_eq!(
             again.mr.read(0, 10).unwrap(),
             Bytes::from_static(b"0123456789")

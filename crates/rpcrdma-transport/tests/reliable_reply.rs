@@ -156,7 +156,7 @@ async fn rr_s5_1_3_an_aborted_call_with_its_reply_pending_keeps_the_connection()
     }))
     .await
     .unwrap();
-    assert!(tx.abort(2), "the call is outstanding");
+    assert!(tx.abort(2).await, "the call is outstanding");
     GATE.add_permits(1);
     // reliable-reply §4.1.3: the Reply comes in a Read chunk for an XID we no longer
     // wait for; we still send RDMA_DONE, without pulling.
