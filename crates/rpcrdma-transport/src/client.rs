@@ -7,13 +7,12 @@
 //! draft-cel-nfsv4-rpcrdma-reliable-reply-05 (Replies pulled from Read chunks).
 //!
 //! # Driving
-//! Each connection is a thin driver around the protocol core's per-connection
-//! [`Requester`]:
+//! Each connection is one task, the `driver` both roles share, with
+//! `ClientRole` around the protocol core's per-connection [`Requester`]:
 //! ```text
-//!  oncrpc driver ──send(XdrStream)──► start_call (wait for a credit if none)
-//!  completion task (one per connection): Receive ──► handle_receive
-//!                                        RDMA Read done ──► handle_read_done
-//!  every step: the core's actions are executed in order (register chunk regions and
+//!  RdmaSender::send ──ClientInput::Call──► start_call (waits in order for a credit)
+//!  completions: Receive ──► handle_receive   RDMA Read done ──► handle_read_done
+//!  each turn: the core's actions are executed in order (register chunk regions and
 //!  hand the segments back, post Sends, RDMA Read a pulled Reply, fence regions,
 //!  post backward Receives), then its events: a Reply is put back together from the
 //!  fenced regions and handed to [`RdmaReceiver`]; a backward Call goes to the
@@ -23,8 +22,7 @@
 //! reliable-reply exchange, RDMA_DONE, aborted Calls and the backward direction are the
 //! core's, and so is putting a Reply back together from what the responder placed
 //! (`Requester::assemble_reply`, which takes the bytes out of the fenced regions through
-//! [`PlacedChunks`]); this module keeps only what execution needs: the regions it
-//! registered per Call, pull sinks in flight and receive buffers.
+//! [`PlacedChunks`]); the role keeps only the regions it registered per Call.
 //!
 //! `oncrpc::Client` reconnects when [`RdmaReceiver`] ends and sends every outstanding
 //! Call again with its XID; each retransmission is planned and registered afresh on
@@ -143,7 +141,7 @@ impl<P: ConnectionManager + 'static> RdmaTransport<P> {
     }
 
     /// Connects once: RFC 8797 private data both ways, Receives posted for the credits
-    /// we ask for, the completion task started.
+    /// we ask for, the connection's task started.
     pub async fn connect_once(&self) -> Result<(RdmaSender<P::Qp>, RdmaReceiver), TransportError> {
         let route = self.provider.resolve(self.addr).await?;
         let pd = route.device().alloc_pd()?;
@@ -208,7 +206,7 @@ impl<P: ConnectionManager + 'static> RdmaTransport<P> {
                 max_pulled_reply: config.max_message,
                 fault_skip_rdma_done: config.fault_skip_rdma_done,
                 // Invalidation is posted work (LOCAL_INV) whose completion releases
-                // the Reply (`Conn::invalidate`).
+                // the Reply (`ClientRole::invalidate`).
                 posted_invalidation: true,
             },
             self.negotiation().unwrap_or(Negotiation::new(prefer)),

@@ -73,7 +73,8 @@ pub(crate) trait Role<Q: QueuePair + 'static>: Send + Sized + 'static {
     /// A request of the upper layer.
     fn input(&mut self, link: &mut Link<Q>, input: Self::Input);
 
-    /// A message received in Receive buffer `index` (already in `link.free_recvs`).
+    /// A message received (copied out of its Receive buffer, which is back in
+    /// `link.free_recvs`, not posted).
     fn received(&mut self, link: &mut Link<Q>, buf: Bytes);
 
     /// Every RDMA Read of Read chunk `chunk` of `xid` completed into `sink`.

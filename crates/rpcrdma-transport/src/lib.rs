@@ -9,15 +9,17 @@
 //! chunks); what goes on the wire: docs/rpcrdma-v2.md.
 //!
 //! ```text
-//!   oncrpc::Client ──Transport──► client: drives     server: drives ◄── accept
-//!        ▲  replies, call failures   rpcrdma::Requester   rpcrdma::Responder ──► Dispatcher
-//!        │                              │ handle_* in, actions and events out │
-//!        └──────────────────────────────┴──────────────────────────────────────┘
+//!   oncrpc::Client ──Transport──► ClientRole          ServerRole ──► Dispatcher
+//!        ▲  replies, call failures  rpcrdma::Requester   rpcrdma::Responder  ◄── accept
+//!        │                              └────── driver::Driver ──────┘
+//!        │                  one task per connection, either role: handle_* in,
+//!        │                  actions and events out, completions, watchdog, teardown
+//!        └──────────────────────────────┬───────────────────────────────────
 //!                                      │ Sends, RDMA Reads/Writes, registrations,
 //!                                      │ invalidations, Receives
 //!   setup (RFC 8797) · pool (pre-registered Receives) · registration (chunk regions)
 //!                                      ▼
-//!                 rdma::QueuePair (iwarp; the tests' in-memory provider; later verbs)
+//!          rdma::QueuePair (verbs, iwarp, the tests' in-memory provider)
 //! ```
 //!
 //! Modules, one concern each (as Linux's `transport.c` / `verbs.c` / `frwr_ops.c`):
@@ -26,17 +28,21 @@
 //!   connection;
 //! - `registration`: chunk regions registered per call and invalidated before the call
 //!   completes;
-//! - [`client`]: the driver of the core's `Requester`, an [`oncrpc::Transport`]
-//!   (pulled Replies and backward Calls included: the core decides, the driver
-//!   registers, reads, posts, fences and puts Replies together);
-//! - [`server`]: the driver of the core's `Responder`, feeding an
-//!   [`oncrpc::Dispatcher`] (reliable reply and backward Calls included: the core
-//!   decides, the driver registers, posts and invalidates);
+//! - `driver`: one connection's task, the same for both roles: it owns the queue pair,
+//!   its buffers and work requests in flight, feeds the role's core and executes its
+//!   work, and keeps the connection from being silently stuck (watchdog, teardown
+//!   grace);
+//! - [`client`]: the requester's role, an [`oncrpc::Transport`] (pulled Replies and
+//!   backward Calls included: the core decides, the role registers, reads, fences
+//!   and hands Replies up);
+//! - [`server`]: the responder's role, feeding an [`oncrpc::Dispatcher`] (reliable
+//!   reply and backward Calls included: the core decides, the role registers, posts
+//!   and invalidates);
 //! - [`backward`]: the service-facing backward-direction API ([`BackwardChannel`]);
 //! - [`counters`]: per-connection counters, logged on close, and the live state
 //!   dump;
-//! - `liveness`: the server connection's watchdog (a busy connection without
-//!   progress is logged, one stuck on its own work requests closed);
+//! - `liveness`: the watchdog (a busy connection without progress is logged, one
+//!   stuck on its own work requests closed);
 //! - [`binding`]: what the transport needs from an Upper Layer Binding;
 //! - [`error`]: the crate's error type.
 //!
