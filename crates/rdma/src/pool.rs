@@ -251,21 +251,22 @@ pub(crate) fn local_registration_of(
     pd_id: u64,
     register: impl FnOnce(&[u8]) -> Result<Box<dyn DeviceRegistration>, RegisterError>,
 ) -> Result<Option<Arc<dyn DeviceRegistration>>, RegisterError> {
-    let start = bytes.as_ptr() as usize;
-    let Some(end) = start.checked_add(bytes.len()) else {
-        return Ok(None);
-    };
-    let buf = {
-        let live = lock(&LIVE);
-        match live.range(..=start).next_back() {
-            Some((_, (alloc_end, buf))) if end <= *alloc_end => buf.upgrade(),
-            _ => None,
-        }
-    };
-    match buf {
-        Some(buf) => buf.local_registration(pd_id, register),
+    match live_allocation(bytes) {
+        Some((buf, _)) => buf.local_registration(pd_id, register),
         None => Ok(None),
     }
+}
+
+/// The live pooled allocation `bytes` lie wholly inside, and their offset in it.
+fn live_allocation(bytes: &[u8]) -> Option<(Arc<BufShared>, usize)> {
+    let start = bytes.as_ptr() as usize;
+    let end = start.checked_add(bytes.len())?;
+    let live = lock(&LIVE);
+    let (&base, (alloc_end, buf)) = live.range(..=start).next_back()?;
+    if end > *alloc_end {
+        return None;
+    }
+    Some((buf.upgrade()?, start - base))
 }
 
 impl BufShared {
@@ -387,6 +388,20 @@ impl PooledBuffer {
         register: impl FnOnce(&[u8]) -> Result<Box<dyn DeviceRegistration>, RegisterError>,
     ) -> Result<Option<Arc<dyn DeviceRegistration>>, RegisterError> {
         self.shared.local_registration(pd_id, register)
+    }
+
+    /// The pooled buffer that `bytes` (frozen from it, [`PooledBuffer::freeze`]) lie
+    /// in, and where they start in it: `Bytes` handed along lead back to their buffer,
+    /// so that a message can be joined around them in the room their owner left
+    /// ([`PooledBuffer::write`] never touches frozen or lent bytes). `None` when they
+    /// are not wholly inside the usable part of a live pooled buffer. Sound for the
+    /// reason [`local_registration_of`] is.
+    pub fn holding(bytes: &[u8]) -> Option<(PooledBuffer, usize)> {
+        let (shared, at) = live_allocation(bytes)?;
+        if at + bytes.len() > shared.len {
+            return None;
+        }
+        Some((PooledBuffer { shared }, at))
     }
 
     /// Length in bytes.
@@ -594,6 +609,26 @@ mod tests {
                 idle_bytes: 0
             }
         );
+    }
+
+    /// Frozen bytes lead back to their pooled buffer, whose free bytes can still be
+    /// written around them; bytes of no pool, or past the usable length, do not.
+    #[test]
+    fn frozen_bytes_lead_back_to_their_buffer() {
+        let pool = BufferPool::new(1 << 20);
+        let b = pool.get(100);
+        b.write(40, b"data").unwrap();
+        let data = b.freeze(40..44).unwrap();
+        drop(b);
+        let (again, at) = PooledBuffer::holding(&data).expect("a live pooled buffer");
+        assert_eq!(at, 40);
+        assert_eq!(again.addr(at), Some(data.as_ptr()));
+        assert_eq!(again.write(36, b"head"), Ok(()));
+        assert_eq!(again.write(42, b"xx"), Err(BufferError::Frozen(42..44)));
+        assert!(PooledBuffer::holding(&data[1..3]).is_some_and(|(_, at)| at == 41));
+        assert!(PooledBuffer::holding(b"not pooled").is_none());
+        let unpooled = PooledBuffer::from_vec(vec![1; 8]);
+        assert!(PooledBuffer::holding(&unpooled.freeze(0..8).unwrap()).is_none());
     }
 
     #[test]

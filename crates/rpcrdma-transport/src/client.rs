@@ -301,9 +301,6 @@ struct Fenced {
     bufs: Vec<Option<(PooledBuffer, usize)>>,
     write: Vec<usize>,
     reply: Option<usize>,
-    /// The buffers of the Write chunks the core took data from, in order, for
-    /// [`join_in_place`].
-    taken: Vec<(PooledBuffer, usize)>,
 }
 
 /// A Call's fenced regions, deregistered: their buffers for the Reply.
@@ -312,7 +309,6 @@ fn fenced(r: CallRegions) -> Fenced {
         bufs: r.regions.into_iter().map(ChunkRegion::release).collect(),
         write: r.write,
         reply: r.reply,
-        taken: Vec::new(),
     }
 }
 
@@ -331,9 +327,7 @@ impl PlacedChunks for Fenced {
     fn write_chunk(&mut self, index: usize, len: usize) -> Option<Bytes> {
         let i = *self.write.get(index)?;
         let (buf, at) = self.bufs.get_mut(i)?.take()?;
-        let data = placed(&buf, at, len)?;
-        self.taken.push((buf, at));
-        Some(data)
+        placed(&buf, at, len)
     }
 }
 
@@ -489,10 +483,13 @@ impl<Q: QueuePair + 'static> Role<Q> for ClientRole {
         while self.core.poll_action().is_some() {}
         while self.core.poll_event().is_some() {}
         link.drop_pulls();
-        let pending = self.regions.values().map(|r| r.regions.len()).sum::<usize>()
+        let pending = self
+            .regions
+            .values()
+            .map(|r| r.regions.len())
+            .sum::<usize>()
             + self.fencing.values().map(|f| f.outstanding).sum::<usize>();
-        link.stats
-            .add(Counter::FencedByDisconnect, pending as u64);
+        link.stats.add(Counter::FencedByDisconnect, pending as u64);
         self.regions.clear();
         self.fencing.clear();
         self.fenced.clear();
@@ -678,8 +675,7 @@ impl ClientRole {
             };
             // COPY: a Read chunk of several pieces into its registered region; one of a
             // single piece (NFS WRITE data) is registered as it is (`registration`).
-            match ChunkRegion::register_with_room(&link.pd, &link.buffers, reg, room, &link.stats)
-            {
+            match ChunkRegion::register_with_room(&link.pd, &link.buffers, reg, room, &link.stats) {
                 Ok(r) => regions.push(r),
                 Err(e) => {
                     // §5.5.4: a Call that cannot be constructed fails at once; the
@@ -731,7 +727,9 @@ impl ClientRole {
                     link.stats.inc(Counter::FencedByDeregistration);
                 } else if Some(region.rkey()) == remote {
                     link.stats.inc(Counter::RemoteInvalidations);
-                } else if link.post_invalidate(region.invalidate_wr(wr_kind::INVALIDATE | u64::from(xid.0))) {
+                } else if link
+                    .post_invalidate(region.invalidate_wr(wr_kind::INVALIDATE | u64::from(xid.0)))
+                {
                     fencing.outstanding += 1;
                 } else if link.is_closing() {
                     // Not posted on a live connection: its end fences the region, and
@@ -775,17 +773,12 @@ impl ClientRole {
         let full = self.core.assemble_reply(reply, &mut fenced)?;
         // One chunk with data (an NFS READ): the Reply is made contiguous in that
         // chunk's region, around the data, without copying the data.
-        let full = match fenced.taken.first() {
-            Some((whole, at)) if full.chunk_ranges.len() == 1 => {
-                match join_in_place(full, whole, *at) {
-                    Ok(reply) => {
-                        link.stats.inc(Counter::RepliesJoinedInPlace);
-                        return Ok(reply);
-                    }
-                    Err(full) => full,
-                }
+        let full = match join_in_place(full) {
+            Ok(reply) => {
+                link.stats.inc(Counter::RepliesJoinedInPlace);
+                return Ok(reply);
             }
-            _ => full,
+            Err(full) => full,
         };
         // COPY: a Reply with several chunks of data (or a long tail) is made contiguous
         // for `oncrpc`'s `RecordReceiver`, which takes one `Bytes`.

@@ -798,10 +798,9 @@ impl<Q: QueuePair + 'static, R: Role<Q>> Driver<Q, R> {
             Some(why) => format!(" closing ({why})"),
             None => String::new(),
         };
-        self.link.stats.set_live_state(format!(
-            "{}{quiet}{closing}",
-            self.role.waiting(&self.link)
-        ));
+        self.link
+            .stats
+            .set_live_state(format!("{}{quiet}{closing}", self.role.waiting(&self.link)));
     }
 }
 

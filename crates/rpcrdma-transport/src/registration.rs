@@ -208,11 +208,6 @@ impl ReadSink {
         })
     }
 
-    /// The sink's length.
-    pub(crate) fn len(&self) -> usize {
-        self.len
-    }
-
     /// Once every Read completed: the buffer, room included, and where the data
     /// starts in it. The data is `buf[at..at + len]`.
     pub(crate) fn into_whole(self) -> (PooledBuffer, usize) {
@@ -248,36 +243,36 @@ impl ReadSink {
 }
 
 /// Makes `full`, a message rebuilt around one chunk's data (a requester's Reply with a
-/// Write chunk, a responder's Call with a Read chunk), contiguous in that chunk's own
-/// pooled buffer `buf` (the data frozen at `at`): the pieces before the data are
-/// copied into the room in front of it, the pieces after (XDR padding, the rest of the
-/// inline part) behind it, and the message is one frozen range of the buffer. Only the
-/// bytes the peer returned as written (`full`'s chunk range) come from the region; the
-/// rest of the region is never handed up.
+/// Write chunk, a responder's Call with a Read chunk), contiguous in the pooled buffer
+/// that chunk's data was placed in (a Write chunk region or a Read sink cut out of a
+/// buffer with [`Room`] around it; the data, frozen there, leads back to its buffer,
+/// [`PooledBuffer::holding`]): the pieces before the data are copied into the room in
+/// front of it, the pieces after (XDR padding, the rest of the inline part) behind it,
+/// and the message is one frozen range of the buffer. Only the bytes the peer returned
+/// as written (`full`'s chunk range) come from the region; the rest of the region is
+/// never handed up.
 ///
-/// `Err(full)` when `full` is not one chunk in `buf` at `at`, or the pieces do not fit
-/// the room: the caller copies as before.
-pub(crate) fn join_in_place(
-    full: Reassembled,
-    buf: &PooledBuffer,
-    at: usize,
-) -> Result<Bytes, Reassembled> {
+/// `Err(full)` when `full` is not one chunk of pooled data, or the pieces do not fit
+/// the room (or it is taken): the caller copies as before.
+pub(crate) fn join_in_place(full: Reassembled) -> Result<Bytes, Reassembled> {
     let [(pos, len)] = full.chunk_ranges[..] else {
         return Err(full);
     };
     let (pos, len) = (pos as usize, len as usize);
-    // The data piece: the one starting at `pos`, `len` bytes, the frozen bytes of
-    // `buf` at `at`.
+    // The data piece: the one starting at `pos`, `len` bytes.
     let mut offset = 0usize;
     let mut index = None;
     for (i, p) in full.parts.iter().enumerate() {
-        if offset == pos && p.len() == len && len > 0 && buf.addr(at) == Some(p.as_ptr()) {
+        if offset == pos && p.len() == len && len > 0 {
             index = Some(i);
             break;
         }
         offset += p.len();
     }
     let Some(i) = index else {
+        return Err(full);
+    };
+    let Some((buf, at)) = PooledBuffer::holding(&full.parts[i]) else {
         return Err(full);
     };
     let head = pos;
@@ -410,9 +405,7 @@ mod tests {
         let data_bytes = whole.freeze(at..at + 5001).unwrap();
         let full = reassemble_reply(base, &[off], vec![data_bytes]).unwrap();
         let expected = full.to_bytes();
-        let reply = join_in_place(full, &whole, at)
-            .map_err(|_| "not joined")
-            .unwrap();
+        let reply = join_in_place(full).map_err(|_| "not joined").unwrap();
         assert_eq!(reply, expected);
         // No copy of the data: the Reply is a range of the buffer, the data in place.
         assert_eq!(Some(reply.as_ptr()), whole.addr(at - 132));
@@ -436,9 +429,7 @@ mod tests {
         let (base, off) = reduced(40, 1000, b"");
         let full =
             reassemble_reply(base, &[off], vec![whole.freeze(at..at + 1000).unwrap()]).unwrap();
-        let reply = join_in_place(full, &whole, at)
-            .map_err(|_| "not joined")
-            .unwrap();
+        let reply = join_in_place(full).map_err(|_| "not joined").unwrap();
         assert_eq!(reply.len(), 40 + 1000);
         assert!(reply[40..].iter().all(|&b| b == 0xab));
     }
@@ -458,9 +449,7 @@ mod tests {
         let reply_of = |whole: &PooledBuffer, at: usize| {
             let data = whole.freeze(at..at + 2000).unwrap();
             let full = reassemble_reply(base.clone(), &[off], vec![data]).unwrap();
-            join_in_place(full, whole, at)
-                .map_err(|_| "not joined")
-                .unwrap()
+            join_in_place(full).map_err(|_| "not joined").unwrap()
         };
         let (fresh, at) = placed_in(&pool, 4096, room, &[0x5a; 500]);
         let ptr = fresh.addr(0);
@@ -490,7 +479,7 @@ mod tests {
         let data = whole.freeze(at..at + 100).unwrap();
         let full = reassemble_reply(base.clone(), &[off], vec![data]).unwrap();
         let expected = full.to_bytes();
-        let full = join_in_place(full, &whole, at).unwrap_err();
+        let full = join_in_place(full).unwrap_err();
         assert_eq!(full.to_bytes(), expected);
         // Tail longer than the room behind.
         let (whole, at) = placed_region(100, Room { head: 64, tail: 2 }, &[1; 100]);
@@ -498,7 +487,7 @@ mod tests {
         let data = whole.freeze(at..at + 100).unwrap();
         let full = reassemble_reply(base2, &[off2], vec![data]).unwrap();
         let expected = full.to_bytes();
-        let full = join_in_place(full, &whole, at).unwrap_err();
+        let full = join_in_place(full).unwrap_err();
         assert_eq!(full.to_bytes(), expected);
         // Part of the room was handed out already: it is not written to.
         let (whole, at) = placed_region(100, Room { head: 64, tail: 8 }, &[1; 100]);
@@ -507,7 +496,7 @@ mod tests {
         let data = whole.freeze(at..at + 100).unwrap();
         let full = reassemble_reply(base, &[off], vec![data]).unwrap();
         let expected = full.to_bytes();
-        let full = join_in_place(full, &whole, at).unwrap_err();
+        let full = join_in_place(full).unwrap_err();
         assert_eq!(full.to_bytes(), expected);
         assert_eq!(other, before, "room untouched");
     }

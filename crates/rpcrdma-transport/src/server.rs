@@ -40,10 +40,7 @@ use std::time::Instant;
 use bytes::Bytes;
 use oncrpc::service::poll_once;
 use oncrpc::Dispatcher;
-use rdma::{
-    BufferPool, ConnectRequest, ConnectionManager, Listener, PooledBuffer, QueuePair,
-    RegisterError, STag,
-};
+use rdma::{BufferPool, ConnectRequest, ConnectionManager, Listener, QueuePair, STag};
 use rpcrdma::memory::MemoryBudget;
 use rpcrdma::private_data::PrivateData;
 use rpcrdma::responder::{BackwardFailure, ReliableReplyConfig};
@@ -316,7 +313,6 @@ impl<P: ConnectionManager + 'static> RdmaServer<P> {
                 dispatcher: self.dispatcher.clone(),
                 regions: HashMap::new(),
                 invalidating: HashMap::new(),
-                wholes: HashMap::new(),
                 room_head: config.recv_buffer_len(),
                 to_dispatch: VecDeque::new(),
                 in_service: HashMap::new(),
@@ -433,10 +429,6 @@ struct ServerRole {
     regions: HashMap<u32, ChunkRegion>,
     /// Regions whose LOCAL_INV is posted, by STag, until it completes.
     invalidating: HashMap<u32, ChunkRegion>,
-    /// The buffer (with room) the first Read chunk of each Call in service was read
-    /// into, and where the data starts, for making the Call contiguous around it
-    /// without a copy. Only Calls the core still holds (`Responder::has_call`).
-    wholes: HashMap<Xid, (PooledBuffer, usize)>,
     /// Room in front of a Read sink: our receive buffer length.
     room_head: usize,
     /// Calls to hand to the dispatcher ([`ServerRole::after_turn`]), in order.
@@ -475,11 +467,6 @@ impl<Q: QueuePair + 'static> Role<Q> for ServerRole {
             self.handle_event(link, ev);
         }
         link.flush_writes();
-        if !self.wholes.is_empty() {
-            // Calls the core dropped or refused leave nothing behind.
-            let core = &self.core;
-            self.wholes.retain(|xid, _| core.has_call(*xid));
-        }
     }
 
     /// Hands the Calls [`Role::drive`] found to the dispatcher. When no other Call of
@@ -530,19 +517,10 @@ impl<Q: QueuePair + 'static> Role<Q> for ServerRole {
     }
 
     fn read_done(&mut self, link: &mut Link<Q>, xid: Xid, chunk: usize, sink: ReadSink) {
-        let len = sink.len();
-        let (whole, at) = sink.into_whole();
-        let data = match whole.freeze(at..at + len) {
-            Ok(data) => data,
-            Err(e) => {
-                let e = RegisterError::Provider(std::io::Error::other(e));
-                return link.close(CloseReason::Register("an RDMA Read sink", e));
-            }
-        };
-        if chunk == 0 {
-            self.wholes.insert(xid, (whole, at));
+        match sink.into_bytes() {
+            Ok(data) => self.core.handle_read_done(xid, chunk, data),
+            Err(e) => link.close(CloseReason::Register("an RDMA Read sink", e)),
         }
-        self.core.handle_read_done(xid, chunk, data);
     }
 
     fn read_failed(&mut self, _link: &mut Link<Q>, xid: Xid) {
@@ -760,19 +738,16 @@ impl ServerRole {
             ResponderEvent::Call { xid, payload, .. } => {
                 // A Call with one Read chunk (an NFS WRITE) is made contiguous in the
                 // buffer the chunk was read into, around the data, without copying it.
-                let whole = match self.wholes.remove(&xid) {
-                    Some((buf, at)) => match join_in_place(payload, &buf, at) {
-                        Ok(call) => {
-                            link.stats.inc(Counter::CallsJoinedInPlace);
-                            call
-                        }
-                        // COPY: several chunks, or pieces that do not fit the room.
-                        Err(payload) => payload.to_bytes(),
-                    },
-                    // COPY: a Call of several pieces (inline part and Read chunk data)
-                    // is made contiguous for `Dispatcher::dispatch`, which takes one
-                    // `Bytes`.
-                    None => payload.to_bytes(),
+                let whole = match join_in_place(payload) {
+                    Ok(call) => {
+                        link.stats.inc(Counter::CallsJoinedInPlace);
+                        call
+                    }
+                    // COPY: a Call of several pieces (inline part and Read chunk
+                    // data) that could not be joined around its one chunk's data
+                    // (several chunks, or pieces that do not fit the room) is made
+                    // contiguous for `Dispatcher::dispatch`, which takes one `Bytes`.
+                    Err(payload) => payload.to_bytes(),
                 };
                 self.to_dispatch.push_back((xid, whole));
             }
