@@ -230,9 +230,9 @@ impl<P: ConnectionManager + 'static> RdmaTransport<P> {
             recv_buffers: all as usize,
             sends,
             growth: None,
-            // The client's liveness is the RPC layer's: its calls time out and are
-            // retransmitted on a new connection.
-            stall_timeout: std::time::Duration::ZERO,
+            // A connection stuck on its own work requests is closed, as a server's
+            // is (`liveness`): oncrpc sends its Calls again on a new one.
+            stall_timeout: config.stall_timeout,
         });
         let (replies, rx) = mpsc::unbounded_channel();
         let (inputs_tx, inputs) = mpsc::unbounded_channel();

@@ -1,7 +1,7 @@
-//! Liveness of one server connection (issue 31): a connection that has work outstanding
-//! and makes no progress is never silent, and one stuck on its own work requests is
-//! closed, so that the client reconnects and retransmits instead of both sides waiting
-//! forever.
+//! Liveness of one connection, of either role (issue 31; the client's since issue 28
+//! put both roles on one driver): a connection that has work outstanding and makes no
+//! progress is never silent, and one stuck on its own work requests is closed, so that
+//! the client reconnects and retransmits instead of both sides waiting forever.
 //!
 //! Progress is anything that moves a Call along: a completion of any kind, a Reply
 //! from the dispatcher. The connection task only bumps a counter for it (no clock read
@@ -12,8 +12,9 @@
 //! is its own posted work (Sends, RDMA Reads, local invalidations that the provider
 //! never completed): a new connection clears that, since the client retransmits every
 //! outstanding Call on it (Linux xprtrdma does, with the same XIDs). A wait for the
-//! dispatcher (a file system that hangs), for the memory budget or for the peer's
-//! backward Replies is only logged: a new connection would wait the same.
+//! dispatcher (a file system that hangs), for the memory budget, for the server's
+//! Replies to a client's Calls or for the peer's backward Replies is only logged: a
+//! new connection would wait the same.
 //!
 //! Why a quarter: the stall is then seen between `stall_timeout` and 1.25 x it, and
 //! warned about from half of it on, before a Linux client's own retransmit timeout

@@ -65,12 +65,13 @@ pub struct RdmaConfig {
     /// connection), which releases what the Call held. A peer that announces Read
     /// chunks and never answers the Reads holds memory no longer than this.
     pub read_timeout: Duration,
-    /// Responder: a connection with Calls in service or work requests posted that makes
-    /// no progress (no completion, no Reply) for half this time logs a warning naming
-    /// what it waits for; after this whole time one stuck on its own work requests
-    /// (Sends, RDMA Reads, invalidations the provider never completed) is closed, so
-    /// that the client reconnects and retransmits (issue 31, `liveness`). Zero: no
-    /// watchdog. Default 60 s, a Linux client's default retransmit timeout (`timeo`).
+    /// Both roles: a connection with Calls outstanding or work requests posted that
+    /// makes no progress (no completion, no Reply) for half this time logs a warning
+    /// naming what it waits for; after this whole time one stuck on its own work
+    /// requests (Sends, RDMA Reads, invalidations the provider never completed) is
+    /// closed, so that the client reconnects and retransmits (issue 31, `liveness`).
+    /// Zero: no watchdog. Default 60 s, a Linux client's default retransmit timeout
+    /// (`timeo`).
     pub stall_timeout: Duration,
     /// Most bytes of idle data buffers (Read sinks; Write and Reply chunks) kept for
     /// reuse across calls and connections (`rdma::BufferPool`): buffers beyond it are

@@ -1,11 +1,12 @@
-//! Issue 31: a server connection is never silently stuck (`RdmaConfig::stall_timeout`).
+//! Issue 31: a connection is never silently stuck (`RdmaConfig::stall_timeout`).
 //!
 //! On the in-memory provider, the server's Reply Send stalls in the provider (posted,
 //! never delivered, never completed, as a transmit path that hangs): the connection's
 //! state dump shows the Send in flight, the watchdog warns, then closes the connection,
 //! and the client's retransmission on its new connection is answered. A Call that waits
 //! in the dispatcher instead is warned about but its connection is kept: a new one
-//! would wait the same.
+//! would wait the same. The client's connections run on the same driver: one whose
+//! Call's Send stalls is closed too, and the Call answered on the next.
 
 mod common;
 
@@ -119,6 +120,63 @@ async fn a_stalled_send_shows_in_the_dump_is_warned_about_closed_and_the_retrans
     assert!(got == data);
     assert_eq!(stats.snapshots().len(), 2, "one new connection");
     assert_eq!(stats.total(Counter::StallCloses), 1);
+    task.abort();
+}
+
+/// The client's side of the same (issue 28: one driver, one liveness, for both roles):
+/// its Call's Send hangs in the provider, its watchdog warns and closes the
+/// connection, and oncrpc's retransmission on the next connection is answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_connection_stuck_on_its_send_is_closed_and_the_call_answered_on_the_next() {
+    init_tracing();
+    let p = MemProvider::default();
+    let server = RdmaServer::new(
+        p.clone(),
+        dispatcher(),
+        Arc::new(TestBinding),
+        RdmaConfig::default(),
+    );
+    let listener = server.bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let addr = rdma::Listener::local_addr(&listener).unwrap();
+    let task = tokio::spawn(async move {
+        let _ = server.serve(listener).await;
+    });
+    let transport = RdmaTransport::new(
+        p.clone(),
+        addr,
+        RdmaConfig {
+            stall_timeout: Duration::from_millis(800),
+            ..RdmaConfig::default()
+        },
+        Arc::new(TestBinding),
+    );
+    let stats = transport.stats();
+    let client = Client::new(
+        transport,
+        ClientConfig {
+            timeout: Duration::from_secs(30),
+            ..ClientConfig::default()
+        },
+    );
+    let data = pattern(300, 3);
+    assert!(echo(&client, data.clone()).await == data);
+
+    // The client's next Send (this ECHO's Call) hangs in the provider.
+    p.stall_client_sends(1);
+    let got = tokio::time::timeout(Duration::from_secs(20), echo(&client, data.clone()))
+        .await
+        .expect("answered after the reconnect");
+    assert!(got == data);
+    let snaps = stats.snapshots();
+    assert_eq!(snaps.len(), 2, "one new connection");
+    assert_eq!(stats.total(Counter::Stalls), 1);
+    assert_eq!(stats.total(Counter::StallCloses), 1);
+    let why = snaps[0].close_reason.clone().unwrap_or_default();
+    assert!(
+        why.contains("no progress") && why.contains("sends=1"),
+        "{why}"
+    );
+    drop(client);
     task.abort();
 }
 

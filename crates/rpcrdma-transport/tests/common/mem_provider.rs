@@ -38,6 +38,8 @@ pub struct MemProvider {
     device: Arc<dyn Device>,
     /// Sends of accepting sides still to be stalled ([`MemProvider::stall_server_sends`]).
     stalled_sends: Arc<AtomicUsize>,
+    /// Sends of connecting sides still to be stalled ([`MemProvider::stall_client_sends`]).
+    stalled_client_sends: Arc<AtomicUsize>,
     /// Stalled Sends are never flushed ([`MemProvider::never_flush_stalled_sends`]).
     never_flush: Arc<std::sync::atomic::AtomicBool>,
 }
@@ -47,6 +49,7 @@ impl Default for MemProvider {
         MemProvider {
             listeners: Arc::default(),
             stalled_sends: Arc::default(),
+            stalled_client_sends: Arc::default(),
             never_flush: Arc::default(),
             device: Arc::new(SoftwareDevice::new(
                 "mem0",
@@ -76,6 +79,7 @@ impl MemProvider {
         MemProvider {
             listeners: self.listeners.clone(),
             stalled_sends: self.stalled_sends.clone(),
+            stalled_client_sends: self.stalled_client_sends.clone(),
             never_flush: self.never_flush.clone(),
             device: Arc::new(SoftwareDevice::new("mem1", attributes)),
         }
@@ -93,6 +97,11 @@ impl MemProvider {
     /// their connection ends (then they flush).
     pub fn stall_server_sends(&self, n: usize) {
         self.stalled_sends.store(n, Ordering::SeqCst);
+    }
+
+    /// The same for the next `n` Sends posted by connecting sides (clients).
+    pub fn stall_client_sends(&self, n: usize) {
+        self.stalled_client_sends.store(n, Ordering::SeqCst);
     }
 }
 
@@ -122,16 +131,13 @@ struct SideState {
 struct Side {
     pd: ProtectionDomain,
     state: Mutex<SideState>,
-    /// An accepting side's share of [`MemProvider::stall_server_sends`], and of
+    /// This side's share of [`MemProvider::stall_server_sends`] (accepting sides) or
+    /// [`MemProvider::stall_client_sends`] (connecting sides), and of
     /// [`MemProvider::never_flush_stalled_sends`].
     stalled_sends: Option<(Arc<AtomicUsize>, Arc<std::sync::atomic::AtomicBool>)>,
 }
 
 impl Side {
-    fn new(pd: ProtectionDomain, recvs: Vec<RecvWr>) -> Arc<Side> {
-        Self::stalling(pd, recvs, None)
-    }
-
     fn stalling(
         pd: ProtectionDomain,
         recvs: Vec<RecvWr>,
@@ -514,7 +520,14 @@ impl Route for MemRoute {
             let Some(tx) = lock(&provider.listeners).get(&addr).cloned() else {
                 return Err(ConnectError::Io(io::ErrorKind::ConnectionRefused.into()));
             };
-            let me = Side::new(pd.clone(), params.recvs);
+            let me = Side::stalling(
+                pd.clone(),
+                params.recvs,
+                Some((
+                    provider.stalled_client_sends.clone(),
+                    provider.never_flush.clone(),
+                )),
+            );
             let local: SocketAddr = "127.0.0.1:1".parse().unwrap_or(addr);
             let (answer, answered) = oneshot::channel();
             let request = MemRequest {
