@@ -52,14 +52,9 @@ impl ConnStats {
         *lock(&self.live) = Some((Instant::now(), state));
     }
 
-    fn index(c: Counter) -> usize {
-        // `ALL` lists every variant once, so the search always succeeds.
-        Counter::ALL.iter().position(|&x| x == c).unwrap_or(0)
-    }
-
     /// Adds `n` to counter `c`.
     pub(crate) fn add(&self, c: Counter, n: u64) {
-        self.values[Self::index(c)].fetch_add(n, Ordering::Relaxed);
+        self.values[c.index()].fetch_add(n, Ordering::Relaxed);
     }
 
     /// Adds one.
@@ -69,7 +64,7 @@ impl ConnStats {
 
     /// Sets a gauge.
     pub(crate) fn set(&self, c: Counter, v: u64) {
-        self.values[Self::index(c)].store(v, Ordering::Relaxed);
+        self.values[c.index()].store(v, Ordering::Relaxed);
     }
 
     /// Counts how `mr`, just registered for this connection, is known to the device:
@@ -84,7 +79,7 @@ impl ConnStats {
 
     /// The current value of `c`.
     pub fn get(&self, c: Counter) -> u64 {
-        self.values[Self::index(c)].load(Ordering::Relaxed)
+        self.values[c.index()].load(Ordering::Relaxed)
     }
 
     /// True until the connection closes.
@@ -140,7 +135,7 @@ pub struct Snapshot {
 impl Snapshot {
     /// The value of `c`.
     pub fn get(&self, c: Counter) -> u64 {
-        self.values[ConnStats::index(c)]
+        self.values[c.index()]
     }
 }
 
@@ -339,7 +334,7 @@ impl StatsRegistry {
         }
         let retired = lock(&self.retired)
             .counts
-            .get(ConnStats::index(c))
+            .get(c.index())
             .copied()
             .unwrap_or(0);
         retired + conns.iter().map(|s| s.get(c)).sum::<u64>()

@@ -21,6 +21,12 @@ macro_rules! counters {
             /// Every counter, in display order.
             pub const ALL: &'static [Counter] = &[$(Counter::$name,)*];
 
+            /// This counter's place in [`Counter::ALL`] (both list the variants in
+            /// the same order), for arrays of counters indexed without a search.
+            pub fn index(self) -> usize {
+                self as usize
+            }
+
             /// The name used in logs.
             pub fn name(self) -> &'static str {
                 match self {
@@ -255,4 +261,16 @@ pub struct NoCounters;
 impl CounterSink for NoCounters {
     fn add(&self, _: Counter, _: u64) {}
     fn set(&self, _: Counter, _: u64) {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Counter;
+
+    #[test]
+    fn each_counter_indexes_its_place_in_all() {
+        for (i, c) in Counter::ALL.iter().enumerate() {
+            assert_eq!(c.index(), i, "{}", c.name());
+        }
+    }
 }
