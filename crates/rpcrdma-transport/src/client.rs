@@ -45,7 +45,7 @@ use rdma::{BufferPool, ConnectionManager, PooledBuffer, QueuePair, Route, STag};
 use rpcrdma::marshal::Registration;
 use rpcrdma::memory::MemoryBudget;
 use rpcrdma::private_data::PrivateData;
-use rpcrdma::requester::{PlacedChunks, ReplyParts};
+use rpcrdma::requester::{PlacedChunks, PlacedHandles, ReplyParts};
 use rpcrdma::rpc;
 use rpcrdma::version::Negotiation;
 use rpcrdma::{
@@ -57,10 +57,10 @@ use xdr::XdrStream;
 
 use crate::binding::RdmaBinding;
 use crate::counters::{ConnStats, Counter, StatsRegistry};
-use crate::driver::{CloseReason, Driver, Link, LinkParts, Role};
+use crate::driver::{CloseReason, Driver, Fence, Link, LinkParts, Role};
 use crate::error::TransportError;
 use crate::liveness::Waiting;
-use crate::pool::{wr_kind, RecvPool, SendPool};
+use crate::pool::{RecvPool, SendPool};
 use crate::registration::{join_in_place, ChunkRegion, ReadSink, Room};
 use crate::setup::RdmaConfig;
 
@@ -238,9 +238,7 @@ impl<P: ConnectionManager + 'static> RdmaTransport<P> {
         let (inputs_tx, inputs) = mpsc::unbounded_channel();
         let role = ClientRole {
             core,
-            regions: HashMap::new(),
-            fencing: HashMap::new(),
-            fenced: HashMap::new(),
+            placed: HashMap::new(),
             waiting: VecDeque::new(),
             replies: Some(replies),
             backward,
@@ -273,60 +271,28 @@ impl<P: ConnectionManager + 'static> Transport for RdmaTransport<P> {
     }
 }
 
-/// The regions registered for one Call, in the core's registration order (Read
-/// chunks, Write chunks, Reply chunk).
-struct CallRegions {
-    regions: Vec<ChunkRegion>,
-    /// Index in `regions` of each Write chunk, and of the Reply chunk.
-    write: Vec<usize>,
-    reply: Option<usize>,
-}
-
-/// The regions of a Call whose local invalidations are posted (§5.4.1): the newest
-/// registration (what the Reply was written into) and any older one (a Call sent again
-/// in another version, v2 §5.2), kept registered until every LOCAL_INV completed.
-#[derive(Default)]
-struct Fencing {
-    newest: Option<CallRegions>,
-    older: Vec<CallRegions>,
-    /// LOCAL_INVs posted and not completed.
-    outstanding: usize,
-}
-
-/// A Call's regions after fencing: each Write or Reply chunk's buffer, with where the
-/// chunk starts in it. The core takes the bytes the responder placed out of them
-/// (`Requester::assemble_reply`); none for a Call that registered no chunk.
-#[derive(Default)]
-struct Fenced {
-    bufs: Vec<Option<(PooledBuffer, usize)>>,
-    write: Vec<usize>,
-    reply: Option<usize>,
-}
-
-/// A Call's fenced regions, deregistered: their buffers for the Reply.
-fn fenced(r: CallRegions) -> Fenced {
-    Fenced {
-        bufs: r.regions.into_iter().map(ChunkRegion::release).collect(),
-        write: r.write,
-        reply: r.reply,
-    }
-}
-
 /// The first `len` bytes of a chunk that starts at `at` in `buf`, frozen (no copy);
 /// `None` if the buffer is shorter.
 fn placed(buf: &PooledBuffer, at: usize, len: usize) -> Option<Bytes> {
     buf.freeze(at..at.checked_add(len)?).ok()
 }
 
-impl PlacedChunks for Fenced {
+/// The bytes the responder placed in a Call's fenced Write and Reply chunks, found by
+/// the handles the core names them by ([`PlacedHandles`]), for
+/// `Requester::assemble_reply`.
+struct ByHandle<'a> {
+    handles: &'a PlacedHandles,
+    buffers: &'a mut HashMap<u32, (PooledBuffer, usize)>,
+}
+
+impl PlacedChunks for ByHandle<'_> {
     fn reply_chunk(&mut self, len: usize) -> Option<Bytes> {
-        let (buf, at) = self.bufs.get_mut(self.reply?)?.take()?;
+        let (buf, at) = self.buffers.remove(&self.handles.reply?)?;
         placed(&buf, at, len)
     }
 
     fn write_chunk(&mut self, index: usize, len: usize) -> Option<Bytes> {
-        let i = *self.write.get(index)?;
-        let (buf, at) = self.bufs.get_mut(i)?.take()?;
+        let (buf, at) = self.buffers.remove(self.handles.writes.get(index)?)?;
         placed(&buf, at, len)
     }
 }
@@ -348,16 +314,14 @@ pub(crate) enum ClientInput {
 }
 
 /// The client's role on a connection: the core's [`Requester`], `oncrpc`'s Calls and
-/// Replies, and what executing the core's actions needs beyond the [`Link`] (each
-/// Call's regions until they are fenced and the Reply put together).
+/// Replies, and what executing the core's actions needs beyond the [`Link`] (the
+/// fenced chunks a Reply is put together from).
 struct ClientRole {
     core: Requester<Arc<dyn RdmaBinding>>,
-    regions: HashMap<Xid, CallRegions>,
-    /// Calls whose regions are being fenced (posted LOCAL_INVs).
-    fencing: HashMap<Xid, Fencing>,
-    /// Calls fenced whose Reply the core released (`Requester::handle_invalidated`)
-    /// and not yet put together.
-    fenced: HashMap<Xid, Fenced>,
+    /// The buffers of fenced Write and Reply chunks (and where each chunk starts in
+    /// its buffer) whose bytes a Reply is built from (`Requester::wants_placed`), by
+    /// handle, until the Reply is put together.
+    placed: HashMap<u32, (PooledBuffer, usize)>,
     /// Calls waiting for a credit (§4.3.1), in order.
     waiting: VecDeque<(Xid, XdrStream)>,
     /// Where whole replies go ([`RdmaReceiver`]); `None` once the connection ended,
@@ -434,19 +398,10 @@ impl<Q: QueuePair + 'static> Role<Q> for ClientRole {
         self.core.handle_read_failed(xid);
     }
 
-    fn invalidated(&mut self, _link: &mut Link<Q>, id: u64) {
-        let xid = Xid(id as u32);
-        let Some(f) = self.fencing.get_mut(&xid) else {
-            return;
-        };
-        f.outstanding = f.outstanding.saturating_sub(1);
-        if f.outstanding == 0 {
-            self.fenced_all(xid);
-        }
+    /// A LOCAL_INV of one of our regions completed.
+    fn fenced(&mut self, _link: &mut Link<Q>, xid: Xid, handle: u32, region: ChunkRegion) {
+        self.fenced_region(xid, handle, region);
     }
-
-    /// Counted when the connection ends (`Role::ended`).
-    fn invalidation_flushed(&mut self, _link: &mut Link<Q>, _id: u64) {}
 
     fn deadline(&self) -> Option<Instant> {
         None
@@ -469,30 +424,21 @@ impl<Q: QueuePair + 'static> Role<Q> for ClientRole {
             reads,
             oldest_read,
             sends: link.sends_in_flight(),
-            invalidations: self.fencing.values().map(|f| f.outstanding).sum(),
+            invalidations: link.invalidations(),
             ..Waiting::default()
         }
     }
 
     /// The connection is gone, which fences every region still registered (§5.4.1:
-    /// no peer reaches them through a dead queue pair): deregister them, and let
-    /// oncrpc reconnect and send the outstanding Calls again (those waiting for a
-    /// credit too).
+    /// no peer reaches them through a dead queue pair; the [`Link`] deregisters
+    /// them): oncrpc reconnects and sends the outstanding Calls again (those waiting
+    /// for a credit too).
     fn ended(&mut self, link: &mut Link<Q>) {
         self.core.handle_disconnect();
         while self.core.poll_action().is_some() {}
         while self.core.poll_event().is_some() {}
         link.drop_pulls();
-        let pending = self
-            .regions
-            .values()
-            .map(|r| r.regions.len())
-            .sum::<usize>()
-            + self.fencing.values().map(|f| f.outstanding).sum::<usize>();
-        link.stats.add(Counter::FencedByDisconnect, pending as u64);
-        self.regions.clear();
-        self.fencing.clear();
-        self.fenced.clear();
+        self.placed.clear();
         self.waiting.clear();
         // v2 §5.2: what this server speaks, for the next connection (no probing loop).
         *self.negotiation.lock().unwrap_or_else(|e| e.into_inner()) =
@@ -604,7 +550,7 @@ impl ClientRole {
             } => link.post_send(xid, send, invalidate),
             Action::Register { xid, registrations } => self.register(link, xid, &registrations),
             Action::RdmaRead { xid, segments, .. } => self.pull(link, xid, &segments),
-            Action::Invalidate { xid, .. } => self.invalidate(link, xid, remote),
+            Action::Invalidate { handles, .. } => self.invalidate(link, &handles, remote),
             Action::PostBackwardReceives(n) | Action::PostReceives(n) => link.post_recvs(n),
             // A requester writes nothing into the responder's memory.
             Action::RdmaWrite { .. } => link.close(CloseReason::Core),
@@ -620,15 +566,20 @@ impl ClientRole {
                 reply_chunk_len,
                 write_lengths,
                 proc_id,
+                placed,
             } => {
-                let fenced = self.fenced.remove(&xid);
                 let reply = ReplyParts {
                     proc_id,
                     inline: &inline,
                     reply_chunk_len,
                     write_lengths: &write_lengths,
                 };
-                match self.assemble(link, reply, fenced.unwrap_or_default()) {
+                let assembled = self.assemble(link, reply, &placed);
+                // Chunks the Reply had no use for go too.
+                for h in placed.reply.iter().chain(&placed.writes) {
+                    self.placed.remove(h);
+                }
+                match assembled {
                     Ok(reply) => self.deliver(link, Incoming::Message(reply)),
                     Err(e) => {
                         // Counted by the core (`err_bad_reply`).
@@ -638,7 +589,6 @@ impl ClientRole {
                 }
             }
             RequesterEvent::Failed { xid, error } => {
-                self.fenced.remove(&xid);
                 if let Error::Reply(ReplyError::ConnectionLost) = error {
                     // oncrpc sends it again on the next connection.
                     return;
@@ -658,45 +608,37 @@ impl ClientRole {
         xid: Xid,
         registrations: &[Registration],
     ) {
-        let mut regions = Vec::with_capacity(registrations.len());
-        let (mut write, mut reply) = (Vec::new(), None);
-        for (i, reg) in registrations.iter().enumerate() {
-            match reg {
-                Registration::Write { .. } => write.push(i),
-                Registration::Reply { .. } => reply = Some(i),
-                Registration::Read { .. } => {}
+        // A Write chunk is registered out of a buffer with room for the rest of the
+        // Reply (`registration::join_in_place`): before it, at most the inline part (our
+        // receive threshold); after it, XDR padding and a short tail.
+        let room = Room {
+            head: self.room_head,
+            tail: WRITE_CHUNK_TAIL_ROOM,
+        };
+        // COPY: a Read chunk of several pieces into its registered region; one of a
+        // single piece (NFS WRITE data) is registered as it is (`registration`).
+        let regions: Result<Vec<_>, _> = registrations
+            .iter()
+            .map(|reg| {
+                ChunkRegion::register_with_room(&link.pd, &link.buffers, reg, room, &link.stats)
+            })
+            .collect();
+        let regions = match regions {
+            Ok(r) => r,
+            Err(e) => {
+                // §5.5.4: a Call that cannot be constructed fails at once; the
+                // connection stays (what was registered goes, never exposed).
+                tracing::debug!(target: "rpcrdma_transport", xid = xid.0, error = %e, "registration failed");
+                link.stats.inc(Counter::ErrCallFailedLocally);
+                self.core.handle_registration_failed(xid);
+                self.fail_call(link, xid, TransportError::Register(e));
+                return;
             }
-            // A Write chunk is registered out of a buffer with room for the rest of the
-            // Reply (`registration::join_in_place`): before it, at most the inline part
-            // (our receive threshold); after it, XDR padding and a short tail.
-            let room = Room {
-                head: self.room_head,
-                tail: WRITE_CHUNK_TAIL_ROOM,
-            };
-            // COPY: a Read chunk of several pieces into its registered region; one of a
-            // single piece (NFS WRITE data) is registered as it is (`registration`).
-            match ChunkRegion::register_with_room(&link.pd, &link.buffers, reg, room, &link.stats) {
-                Ok(r) => regions.push(r),
-                Err(e) => {
-                    // §5.5.4: a Call that cannot be constructed fails at once; the
-                    // connection stays.
-                    tracing::debug!(target: "rpcrdma_transport", xid = xid.0, error = %e, "registration failed");
-                    link.stats.inc(Counter::ErrCallFailedLocally);
-                    self.core.handle_registration_failed(xid);
-                    self.fail_call(link, xid, TransportError::Register(e));
-                    return;
-                }
-            }
-        }
-        let segments = regions.iter().map(|r| vec![r.segment()]).collect();
-        self.regions.insert(
-            xid,
-            CallRegions {
-                regions,
-                write,
-                reply,
-            },
-        );
+        };
+        let segments = regions
+            .into_iter()
+            .map(|r| vec![link.expose(xid, r)])
+            .collect();
         if let Err(e) = self.core.handle_registered(xid, segments) {
             // The Call was planned but cannot be finished: the core has forgotten
             // nothing, so it fails here, its regions with it.
@@ -706,58 +648,34 @@ impl ClientRole {
 
     /// §5.4.1: "The requester endpoint must ensure that memory segments associated
     /// with each RPC transaction are properly fenced from responders before allowing
-    /// Upper Layer access to the data". Posts a LOCAL_INV for each region of Call
-    /// `xid` the responder did not invalidate itself (`remote`, the STag of the Send
-    /// With Invalidate that brought the Reply); the core releases the Reply when the
-    /// last one completes ([`ClientRole::fenced_all`]).
+    /// Upper Layer access to the data". Fences each of our regions `handles`
+    /// ([`Link::fence`]: a posted LOCAL_INV, unless the responder invalidated it with
+    /// the Send With Invalidate that brought the Reply, `remote`); the core hands the
+    /// Reply up once the last region of its Call is fenced
+    /// (`Requester::handle_invalidated`).
     fn invalidate<Q: QueuePair + 'static>(
         &mut self,
         link: &mut Link<Q>,
-        xid: Xid,
+        handles: &[u32],
         remote: Option<STag>,
     ) {
-        let regions = self.regions.remove(&xid);
-        let fencing = self.fencing.entry(xid).or_default();
-        if let Some(r) = regions {
-            let posted = link.pd.attributes().invalidate;
-            for region in &r.regions {
-                if !posted {
-                    // The device cannot invalidate (a verbs `ibv_reg_mr` registration):
-                    // deregistering the region fences it (`ClientRole::fenced_all`).
-                    link.stats.inc(Counter::FencedByDeregistration);
-                } else if Some(region.rkey()) == remote {
-                    link.stats.inc(Counter::RemoteInvalidations);
-                } else if link
-                    .post_invalidate(region.invalidate_wr(wr_kind::INVALIDATE | u64::from(xid.0)))
-                {
-                    fencing.outstanding += 1;
-                } else if link.is_closing() {
-                    // Not posted on a live connection: its end fences the region, and
-                    // the Call is sent again on the next one.
-                    return;
-                }
+        for &h in handles {
+            if let Fence::Now(xid, region) = link.fence(h, remote) {
+                self.fenced_region(xid, h, region);
             }
-            if let Some(previous) = fencing.newest.replace(r) {
-                fencing.older.push(previous);
-            }
-        }
-        if fencing.outstanding == 0 {
-            self.fenced_all(xid);
         }
     }
 
-    /// Every region of Call `xid` is fenced: deregister them, and let the core hand up
-    /// the Call's Reply (or failure), if it still waits for one.
-    fn fenced_all(&mut self, xid: Xid) {
-        let Some(fencing) = self.fencing.remove(&xid) else {
-            return;
-        };
-        drop(fencing.older);
-        if self.core.handle_invalidated(xid) {
-            if let Some(r) = fencing.newest {
-                self.fenced.insert(xid, fenced(r));
+    /// Region `handle` of Call `xid` is fenced: deregistered, its buffer kept if the
+    /// Call's Reply is built from its bytes; then the core learns it.
+    fn fenced_region(&mut self, xid: Xid, handle: u32, region: ChunkRegion) {
+        let buffer = region.release();
+        if self.core.wants_placed(xid, handle) {
+            if let Some(b) = buffer {
+                self.placed.insert(handle, b);
             }
         }
+        self.core.handle_invalidated(xid, handle);
     }
 
     /// Rebuilds the RPC reply: the core takes what the responder placed out of the
@@ -768,9 +686,13 @@ impl ClientRole {
         &mut self,
         link: &mut Link<Q>,
         reply: ReplyParts<'_>,
-        mut fenced: Fenced,
+        handles: &PlacedHandles,
     ) -> Result<Bytes, ReplyError> {
-        let full = self.core.assemble_reply(reply, &mut fenced)?;
+        let mut placed = ByHandle {
+            handles,
+            buffers: &mut self.placed,
+        };
+        let full = self.core.assemble_reply(reply, &mut placed)?;
         // One chunk with data (an NFS READ): the Reply is made contiguous in that
         // chunk's region, around the data, without copying the data.
         let full = match join_in_place(full) {

@@ -42,7 +42,7 @@ use tokio::sync::{mpsc, watch};
 use crate::counters::{ConnStats, Counter};
 use crate::liveness::{Verdict, Waiting, Watchdog};
 use crate::pool::{gather, wr_kind, RecvPool, SendFailure, SendPool};
-use crate::registration::{ReadSink, Room};
+use crate::registration::{ChunkRegion, ReadSink, Room};
 
 /// How long a connection waits, once disconnected (by the peer or by us), for the
 /// provider to flush the work requests it still has posted before it is torn down
@@ -83,11 +83,9 @@ pub(crate) trait Role<Q: QueuePair + 'static>: Send + Sized + 'static {
     /// An RDMA Read of `xid` completed in error (the connection closes after this).
     fn read_failed(&mut self, link: &mut Link<Q>, xid: Xid);
 
-    /// A local invalidation posted with id `id` completed.
-    fn invalidated(&mut self, link: &mut Link<Q>, id: u64);
-
-    /// A local invalidation posted with id `id` was flushed by the connection's end.
-    fn invalidation_flushed(&mut self, link: &mut Link<Q>, id: u64);
+    /// Our region `handle`, exposed for Call `xid`, is fenced: its LOCAL_INV completed
+    /// ([`Link::fence`] said it was posted).
+    fn fenced(&mut self, link: &mut Link<Q>, xid: Xid, handle: u32, region: ChunkRegion);
 
     /// The core's next deadline.
     fn deadline(&self) -> Option<Instant>;
@@ -207,6 +205,11 @@ pub(crate) struct Link<Q> {
     writes: Vec<SendWr>,
     /// Read chunks being pulled, by the id their RDMA Reads carry.
     pulls: HashMap<u64, Pull>,
+    /// Our chunk regions a peer can reach, by STag (the handle the core names them
+    /// by), with the Call each was registered for, until they are fenced.
+    exposed: HashMap<u32, (Xid, ChunkRegion)>,
+    /// Regions whose LOCAL_INV is posted, by STag, until it completes.
+    fencing: HashMap<u32, (Xid, ChunkRegion)>,
     next_pull: u64,
     /// Buffers that grow with demand (the server's); `None`: fixed (the client's).
     pub(crate) growth: Option<Growth>,
@@ -246,6 +249,8 @@ impl<Q: QueuePair + 'static> Link<Q> {
             sends_in_flight: 0,
             writes: Vec::new(),
             pulls: HashMap::new(),
+            exposed: HashMap::new(),
+            fencing: HashMap::new(),
             next_pull: 0,
             growth: p.growth,
             watchdog: Watchdog::new(p.stall_timeout),
@@ -407,23 +412,63 @@ impl<Q: QueuePair + 'static> Link<Q> {
         }
     }
 
-    /// Posts a local invalidation; false (and the connection closes) if it cannot be
-    /// posted on a live connection. A connection already gone fences the region.
-    pub(crate) fn post_invalidate(&mut self, wr: SendWr) -> bool {
+    /// Exposes `region`, registered for Call `xid`, to the peer until [`Link::fence`]:
+    /// its segment.
+    pub(crate) fn expose(&mut self, xid: Xid, region: ChunkRegion) -> Segment {
+        let segment = region.segment();
+        self.exposed.insert(segment.handle, (xid, region));
+        segment
+    }
+
+    /// Fences our region `handle` (v1 §5.4.1 for a requester's chunks, reliable-reply
+    /// §4.2 for a responder's Read chunks): a posted LOCAL_INV, unless the peer
+    /// invalidated it with the Send With Invalidate that brought its message
+    /// (`remote`), the device cannot invalidate (a verbs `ibv_reg_mr` registration:
+    /// deregistering it, which dropping the region does, fences it) or the connection
+    /// is gone. A region that cannot be invalidated ends the connection (v1 §5.5.4)
+    /// and is deregistered.
+    pub(crate) fn fence(&mut self, handle: u32, remote: Option<STag>) -> Fence {
+        let Some((xid, region)) = self.exposed.remove(&handle) else {
+            return Fence::Unknown;
+        };
+        if !self.pd.attributes().invalidate {
+            self.stats.inc(Counter::FencedByDeregistration);
+            return Fence::Now(xid, region);
+        }
+        if remote.is_some_and(|r| r.0 == handle) {
+            self.stats.inc(Counter::RemoteInvalidations);
+            return Fence::Now(xid, region);
+        }
         self.flush_writes();
+        let wr = region.invalidate_wr(wr_kind::INVALIDATE | u64::from(handle));
         match self.qp.post_send(wr) {
-            Ok(()) => true,
+            Ok(()) => {
+                self.fencing.insert(handle, (xid, region));
+                Fence::Posted
+            }
             Err(rdma::PostError::NotConnected) => {
                 self.stats.inc(Counter::FencedByDisconnect);
-                false
+                Fence::Now(xid, region)
             }
-            // v1 §5.5.4 (and reliable-reply §4.2): a region that cannot be
-            // invalidated ends the connection, which fences it.
             Err(e) => {
                 self.close(CloseReason::Post("a local invalidation", e));
-                false
+                Fence::Now(xid, region)
             }
         }
+    }
+
+    /// Local invalidations posted and not completed.
+    pub(crate) fn invalidations(&self) -> usize {
+        self.fencing.len()
+    }
+
+    /// The connection ended: the regions still exposed or being fenced are fenced by
+    /// it (no peer reaches them through a dead queue pair) and deregistered.
+    fn forget_regions(&mut self) {
+        let left = self.exposed.len() + self.fencing.len();
+        self.stats.add(Counter::FencedByDisconnect, left as u64);
+        self.exposed.clear();
+        self.fencing.clear();
     }
 
     /// §4.4.5 (a responder's Read chunk), reliable-reply §4.1.2 (a requester's pulled
@@ -504,9 +549,9 @@ impl<Q: QueuePair + 'static> Link<Q> {
             WcStatus::Success => {}
             WcStatus::Flushed => {
                 self.stats.inc(Counter::Flushed);
-                if kind == wr_kind::INVALIDATE {
+                if kind == wr_kind::INVALIDATE && self.fencing.remove(&(id as u32)).is_some() {
                     // Not run, but the connection's end fenced the region.
-                    role.invalidation_flushed(self, id);
+                    self.stats.inc(Counter::FencedByDisconnect);
                 }
                 return None;
             }
@@ -536,9 +581,10 @@ impl<Q: QueuePair + 'static> Link<Q> {
                 c.invalidated
             }
             (WcOpcode::LocalInvalidate, wr_kind::INVALIDATE) => {
-                // Fenced: the region can go (deregistered).
                 self.stats.inc(Counter::LocalInvalidations);
-                role.invalidated(self, id);
+                if let Some((xid, region)) = self.fencing.remove(&(id as u32)) {
+                    role.fenced(self, xid, id as u32, region);
+                }
                 None
             }
             (WcOpcode::RdmaRead, wr_kind::READ) => {
@@ -556,6 +602,17 @@ impl<Q: QueuePair + 'static> Link<Q> {
             _ => None,
         }
     }
+}
+
+/// What [`Link::fence`] came to.
+pub(crate) enum Fence {
+    /// Fenced now (the peer's invalidation, a deregistration, the connection's end):
+    /// the region, of Call `xid`, is no longer reachable.
+    Now(Xid, ChunkRegion),
+    /// A LOCAL_INV is posted: [`Role::fenced`] follows.
+    Posted,
+    /// No such region is exposed (fenced already).
+    Unknown,
 }
 
 /// Why [`Link::post_reads`] posted nothing to wait for.
@@ -711,6 +768,7 @@ impl<Q: QueuePair + 'static, R: Role<Q>> Driver<Q, R> {
             }
         }
         self.role.ended(&mut self.link);
+        self.link.forget_regions();
         // Why it closed: a failed post is the consequence of a connection the provider
         // already lost, whose reason (a Terminate from the peer, say) is the cause; any
         // other reason of ours is the cause itself.

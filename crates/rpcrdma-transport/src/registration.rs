@@ -145,11 +145,6 @@ impl ChunkRegion {
         }
     }
 
-    /// The key the peer reaches this region by.
-    pub(crate) fn rkey(&self) -> STag {
-        self.rkey
-    }
-
     /// The posted work that fences this region from the peer (verbs LOCAL_INV).
     pub(crate) fn invalidate_wr(&self, wr_id: u64) -> SendWr {
         SendWr {

@@ -55,7 +55,7 @@ use crate::counters::{ConnStats, Counter, StatsRegistry};
 use crate::driver::{CloseReason, Driver, Growth, Link, LinkParts, ReadsNotPosted, Role};
 use crate::error::TransportError;
 use crate::liveness::Waiting;
-use crate::pool::{wr_kind, RecvPool, SendPool};
+use crate::pool::{RecvPool, SendPool};
 use crate::registration::{join_in_place, ChunkRegion, ReadSink, Room};
 use crate::setup::RdmaConfig;
 
@@ -311,8 +311,6 @@ impl<P: ConnectionManager + 'static> RdmaServer<P> {
             let role = ServerRole {
                 core,
                 dispatcher: self.dispatcher.clone(),
-                regions: HashMap::new(),
-                invalidating: HashMap::new(),
                 room_head: config.recv_buffer_len(),
                 to_dispatch: VecDeque::new(),
                 in_service: HashMap::new(),
@@ -425,10 +423,6 @@ pub(crate) enum ServerInput {
 struct ServerRole {
     core: Responder<Arc<dyn RdmaBinding>>,
     dispatcher: Arc<Dispatcher>,
-    /// Our regions exposed to the peer (responder-provided Read chunks), by STag.
-    regions: HashMap<u32, ChunkRegion>,
-    /// Regions whose LOCAL_INV is posted, by STag, until it completes.
-    invalidating: HashMap<u32, ChunkRegion>,
     /// Room in front of a Read sink: our receive buffer length.
     room_head: usize,
     /// Calls to hand to the dispatcher ([`ServerRole::after_turn`]), in order.
@@ -527,14 +521,8 @@ impl<Q: QueuePair + 'static> Role<Q> for ServerRole {
         self.core.handle_read_failed(xid);
     }
 
-    fn invalidated(&mut self, _link: &mut Link<Q>, id: u64) {
-        // Fenced: the region goes (deregistered).
-        self.invalidating.remove(&(id as u32));
-    }
-
-    fn invalidation_flushed(&mut self, link: &mut Link<Q>, _id: u64) {
-        link.stats.inc(Counter::FencedByDisconnect);
-    }
+    /// A responder-provided Read chunk is fenced: it goes (deregistered).
+    fn fenced(&mut self, _link: &mut Link<Q>, _xid: Xid, _handle: u32, _region: ChunkRegion) {}
 
     /// Reliable-reply §4.1.3's pull timeout, the retry of a refused credit growth,
     /// the RDMA Read timeout (`ResponderEvent::ReadTimeout`).
@@ -569,7 +557,7 @@ impl<Q: QueuePair + 'static> Role<Q> for ServerRole {
             reads,
             oldest_read,
             sends: link.sends_in_flight(),
-            invalidations: self.invalidating.len(),
+            invalidations: link.invalidations(),
             memory_wait: self.core.memory_wait().is_some(),
             backward: self.backward_waiters.len(),
             charged: link.charged(),
@@ -671,27 +659,33 @@ impl ServerRole {
                 }
             }
             Action::Register { xid, registrations } => {
-                link.flush_writes();
                 // COPY: a Reply's Payload stream into its registered region (see
                 // `registration`), registered for remote read only.
-                let mut segments = Vec::with_capacity(registrations.len());
-                for reg in &registrations {
-                    match ChunkRegion::register(&link.pd, &link.buffers, reg, &link.stats) {
-                        Ok(region) => {
-                            let seg = region.segment();
-                            self.regions.insert(seg.handle, region);
-                            segments.push(vec![seg]);
-                        }
-                        Err(e) => {
-                            tracing::debug!(target: "rpcrdma_transport", xid = xid.0, error = %e, "Reply chunk not registered");
-                            self.core.handle_registration_failed(xid);
-                            return;
-                        }
+                let regions: Result<Vec<_>, _> = registrations
+                    .iter()
+                    .map(|reg| ChunkRegion::register(&link.pd, &link.buffers, reg, &link.stats))
+                    .collect();
+                match regions {
+                    Ok(regions) => {
+                        let segments = regions
+                            .into_iter()
+                            .map(|r| vec![link.expose(xid, r)])
+                            .collect();
+                        let _ = self.core.handle_registered(Instant::now(), xid, segments);
+                    }
+                    Err(e) => {
+                        tracing::debug!(target: "rpcrdma_transport", xid = xid.0, error = %e, "Reply chunk not registered");
+                        self.core.handle_registration_failed(xid);
                     }
                 }
-                let _ = self.core.handle_registered(Instant::now(), xid, segments);
             }
-            Action::Invalidate { handles, .. } => self.invalidate(link, &handles, remote),
+            // Fenced now, or when the LOCAL_INV completes (`Role::fenced`): the region
+            // goes either way.
+            Action::Invalidate { handles, .. } => {
+                for h in handles {
+                    drop(link.fence(h, remote));
+                }
+            }
             Action::PostReceives(n) => {
                 link.post_recvs(n);
                 self.core.handle_receives_posted(n);
@@ -700,36 +694,6 @@ impl ServerRole {
             // buffer for each backward direction Call it sends".
             Action::PostBackwardReceives(n) => link.post_recvs(n),
             Action::Close => link.close(CloseReason::Core),
-        }
-    }
-
-    /// Fences our Read chunk regions `handles` (reliable reply: the peer pulled the
-    /// Reply, or its time is up): a posted LOCAL_INV each, unless the peer invalidated
-    /// it with the Send With Invalidate that brought its RDMA_DONE (`remote`). A
-    /// region stays registered until its LOCAL_INV completes.
-    fn invalidate<Q: QueuePair + 'static>(
-        &mut self,
-        link: &mut Link<Q>,
-        handles: &[u32],
-        remote: Option<STag>,
-    ) {
-        for &h in handles {
-            let Some(region) = self.regions.remove(&h) else {
-                continue;
-            };
-            if !link.pd.attributes().invalidate {
-                // The device cannot invalidate (a verbs `ibv_reg_mr` registration):
-                // deregistering the region (dropping it) fences it.
-                link.stats.inc(Counter::FencedByDeregistration);
-                continue;
-            }
-            if remote.is_some_and(|r| r.0 == h) {
-                link.stats.inc(Counter::RemoteInvalidations);
-                continue;
-            }
-            if link.post_invalidate(region.invalidate_wr(wr_kind::INVALIDATE | u64::from(h))) {
-                self.invalidating.insert(h, region);
-            }
         }
     }
 

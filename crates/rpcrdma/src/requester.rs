@@ -124,6 +124,9 @@ pub enum RequesterEvent {
         /// The Call's procedure (`None` if its header did not say), for
         /// [`Requester::assemble_reply`].
         proc_id: Option<rpc::ProcId>,
+        /// Our regions the Reply's bytes were placed in, by handle: a driver that
+        /// registers one region per chunk finds each chunk's bytes by it.
+        placed: PlacedHandles,
     },
     /// The Call `xid` failed.
     Failed {
@@ -139,6 +142,44 @@ pub enum RequesterEvent {
         /// The RPC Call.
         payload: Bytes,
     },
+}
+
+/// The handles of a Call's Reply chunk and Write chunks (each chunk's first segment):
+/// where the responder placed a Reply's bytes ([`RequesterEvent::Reply`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PlacedHandles {
+    /// The Reply chunk's, if the Call offered one.
+    pub reply: Option<u32>,
+    /// Each Write chunk's, in Write list order.
+    pub writes: Vec<u32>,
+}
+
+impl PlacedHandles {
+    pub(crate) fn of(chunks: &ChunkLists) -> PlacedHandles {
+        let first = |segments: &[Segment]| segments.first().map(|s| s.handle);
+        PlacedHandles {
+            reply: chunks.reply.as_ref().and_then(|c| first(&c.segments)),
+            writes: chunks
+                .writes
+                .iter()
+                .filter_map(|c| first(&c.segments))
+                .collect(),
+        }
+    }
+
+    /// Whether `handle` is one of them.
+    pub fn contains(&self, handle: u32) -> bool {
+        self.reply == Some(handle) || self.writes.contains(&handle)
+    }
+}
+
+/// A Call whose regions are being fenced (posted invalidation), with the event that
+/// is handed up once they all are.
+#[derive(Debug)]
+struct Fencing {
+    event: RequesterEvent,
+    /// Its handles not fenced yet.
+    unfenced: Vec<u32>,
 }
 
 #[derive(Debug)]
@@ -168,8 +209,8 @@ pub struct Requester<B> {
     reliable: ReliableState,
     /// Replies being pulled from responder-provided Read chunks.
     pulls: HashMap<Xid, PendingPull>,
-    /// With posted invalidation: the event of each Call whose chunks are being fenced.
-    fencing: HashMap<Xid, RequesterEvent>,
+    /// With posted invalidation: each Call whose chunks are being fenced.
+    fencing: HashMap<Xid, Fencing>,
     counters: Arc<dyn CounterSink>,
 }
 
@@ -371,9 +412,13 @@ impl<B: UpperLayerBinding> Requester<B> {
                 // §5.4.1: "The requester endpoint must ensure that memory segments
                 // associated with each RPC transaction are properly fenced from
                 // responders before allowing Upper Layer access to the data".
-                self.actions.push_back(Action::Invalidate { xid, handles });
+                self.actions.push_back(Action::Invalidate {
+                    xid,
+                    handles: handles.clone(),
+                });
                 if self.config.posted_invalidation {
-                    self.fencing.insert(xid, event);
+                    let unfenced = handles;
+                    self.fencing.insert(xid, Fencing { event, unfenced });
                     return;
                 }
             }
@@ -399,18 +444,37 @@ impl<B: UpperLayerBinding> Requester<B> {
         true
     }
 
-    /// The driver's invalidation of Call `xid`'s chunks completed (posted
-    /// invalidation): the Call's Reply or failure is handed up now, and true is
-    /// returned. Unknown XIDs (an aborted Call, a retried one) are ignored: false, and
-    /// the driver may release what it kept for the Reply.
-    pub fn handle_invalidated(&mut self, xid: Xid) -> bool {
-        match self.fencing.remove(&xid) {
-            Some(event) => {
-                self.events.push_back(event);
-                true
-            }
-            None => false,
+    /// Posted invalidation: our region `handle` of Call `xid` is fenced (its LOCAL_INV
+    /// completed, or the responder's Send With Invalidate, a deregistration or the
+    /// connection's end fenced it). Once every region of the Call is, its Reply or
+    /// failure is handed up, and true is returned. A handle of no Call being fenced
+    /// (an aborted Call's, one of a Call sent again in another version) is ignored:
+    /// false.
+    pub fn handle_invalidated(&mut self, xid: Xid, handle: u32) -> bool {
+        let Some(f) = self.fencing.get_mut(&xid) else {
+            return false;
+        };
+        let Some(i) = f.unfenced.iter().position(|&h| h == handle) else {
+            return false;
+        };
+        f.unfenced.swap_remove(i);
+        if !f.unfenced.is_empty() {
+            return false;
         }
+        if let Some(f) = self.fencing.remove(&xid) {
+            self.events.push_back(f.event);
+        }
+        true
+    }
+
+    /// Whether the Reply of Call `xid`, being fenced, is built from the bytes placed in
+    /// our region `handle` (its Reply chunk or one of its Write chunks,
+    /// [`PlacedHandles`]): the driver keeps that region's memory once it is fenced,
+    /// for [`Requester::assemble_reply`], and may release any other.
+    pub fn wants_placed(&self, xid: Xid, handle: u32) -> bool {
+        self.fencing.get(&xid).is_some_and(
+            |f| matches!(&f.event, RequesterEvent::Reply { placed, .. } if placed.contains(handle)),
+        )
     }
 
     fn fail(&mut self, xid: Xid, error: Error) {
@@ -587,6 +651,7 @@ impl<B: UpperLayerBinding> Requester<B> {
             return self.bad_reply(xid, HeaderError::ChunkOverrun.into());
         }
         let proc_id = rpc::call_proc(&call.stream.inline);
+        let placed = PlacedHandles::of(&call.chunks);
         let reply_chunk_len = if nomsg {
             match (&call.chunks.reply, &chunks.reply) {
                 (Some(p), Some(r)) => match reply_chunk_length(p, r) {
@@ -613,6 +678,7 @@ impl<B: UpperLayerBinding> Requester<B> {
                 reply_chunk_len,
                 write_lengths,
                 proc_id,
+                placed,
             },
         );
     }

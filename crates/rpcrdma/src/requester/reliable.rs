@@ -16,7 +16,7 @@
 
 use bytes::Bytes;
 
-use super::{Requester, RequesterConfig, RequesterEvent};
+use super::{PlacedHandles, Requester, RequesterConfig, RequesterEvent};
 use crate::action::Action;
 use crate::chunks::{ChunkLists, Segment};
 use crate::error::{HeaderError, ReplyError};
@@ -344,10 +344,11 @@ impl<B: UpperLayerBinding> Requester<B> {
         }
         self.counters.inc(Counter::PulledReplies);
         self.counters.inc(Counter::Replies);
-        let proc_id = self
-            .calls
-            .get(&xid)
-            .and_then(|c| crate::rpc::call_proc(&c.stream.inline));
+        let call = self.calls.get(&xid);
+        let proc_id = call.and_then(|c| crate::rpc::call_proc(&c.stream.inline));
+        let placed = call
+            .map(|c| PlacedHandles::of(&c.chunks))
+            .unwrap_or_default();
         self.complete(
             xid,
             RequesterEvent::Reply {
@@ -356,6 +357,7 @@ impl<B: UpperLayerBinding> Requester<B> {
                 reply_chunk_len: None,
                 write_lengths: pull.write_lengths,
                 proc_id,
+                placed,
             },
         );
     }

@@ -276,6 +276,10 @@ fn s5_4_1_reply_write_chunks_are_checked_and_fenced_before_delivery() {
                 vers: 3,
                 proc_num: 6
             }),
+            placed: PlacedHandles {
+                reply: None,
+                writes: vec![0x8cd1_cf01],
+            },
         })
     );
 }
@@ -959,9 +963,18 @@ fn s5_4_1_with_posted_invalidation_the_reply_waits_until_its_chunks_are_fenced()
     let inline = posted_read_replied(&mut r);
     // §5.4.1: not before the responder is fenced from the Write chunk.
     assert_eq!(r.poll_event(), None, "the Reply waits for the LOCAL_INV");
-    assert!(!r.handle_invalidated(Xid(0xdead)));
-    assert_eq!(r.poll_event(), None, "another XID releases nothing");
-    assert!(r.handle_invalidated(xid));
+    assert!(!r.handle_invalidated(Xid(0xdead), 0x8cd1_cf01));
+    assert!(!r.handle_invalidated(xid, 0x1234));
+    assert_eq!(
+        r.poll_event(),
+        None,
+        "another XID, or a handle of no region of this Call, releases nothing"
+    );
+    // The Reply is built from the Write chunk's bytes: the driver keeps them.
+    assert!(r.wants_placed(xid, 0x8cd1_cf01));
+    assert!(!r.wants_placed(xid, 0x1234));
+    assert!(r.handle_invalidated(xid, 0x8cd1_cf01));
+    assert!(!r.wants_placed(xid, 0x8cd1_cf01), "handed up");
     assert_eq!(
         r.poll_event(),
         Some(RequesterEvent::Reply {
@@ -974,8 +987,13 @@ fn s5_4_1_with_posted_invalidation_the_reply_waits_until_its_chunks_are_fenced()
                 vers: 3,
                 proc_num: 6
             }),
+            placed: PlacedHandles {
+                reply: None,
+                writes: vec![0x8cd1_cf01],
+            },
         })
     );
+    assert!(!r.handle_invalidated(xid, 0x8cd1_cf01), "once");
 }
 
 #[test]
@@ -991,6 +1009,6 @@ fn s5_4_1_a_reply_still_being_fenced_when_the_connection_goes_fails() {
             error: ReplyError::ConnectionLost.into()
         })
     );
-    assert!(!r.handle_invalidated(xid));
+    assert!(!r.handle_invalidated(xid, 0x8cd1_cf01));
     assert_eq!(r.poll_event(), None);
 }
