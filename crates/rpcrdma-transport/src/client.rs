@@ -22,7 +22,8 @@
 //! reliable-reply exchange, RDMA_DONE, aborted Calls and the backward direction are the
 //! core's, and so is putting a Reply back together from what the responder placed
 //! (`Requester::assemble_reply`, which takes the bytes out of the fenced regions through
-//! [`PlacedChunks`]); the role keeps only the regions it registered per Call.
+//! [`PlacedChunks`]); the regions live in the driver's `Link` by the STag the core
+//! names them by, and the role keeps only the fenced buffers a Reply is built from.
 //!
 //! `oncrpc::Client` reconnects when [`RdmaReceiver`] ends and sends every outstanding
 //! Call again with its XID; each retransmission is planned and registered afresh on
@@ -206,7 +207,7 @@ impl<P: ConnectionManager + 'static> RdmaTransport<P> {
                 max_pulled_reply: config.max_message,
                 fault_skip_rdma_done: config.fault_skip_rdma_done,
                 // Invalidation is posted work (LOCAL_INV) whose completion releases
-                // the Reply (`ClientRole::invalidate`).
+                // the Reply (`Link::fence`, `Requester::handle_invalidated`).
                 posted_invalidation: true,
             },
             self.negotiation().unwrap_or(Negotiation::new(prefer)),

@@ -343,7 +343,7 @@ fn send_slots(credits: u32) -> usize {
 }
 
 /// Send buffers a connection starts with: one Reply in flight and the next (a peer's
-/// Calls one at a time never need more). The pool doubles, up to [`send_slots`] of
+/// Calls one at a time never need more). The pool doubles, up to `send_slots` of
 /// the largest grant, when a Send finds every buffer taken (`Link::post_send`).
 pub const INITIAL_SEND_SLOTS: usize = 2;
 

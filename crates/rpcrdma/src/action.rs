@@ -59,7 +59,7 @@ pub enum Action {
     /// the reply (rpcrdma-v1-draft-ietf-nfsv4-rfc5666bis-04 §5.4.1). Skip a handle the
     /// peer already invalidated with Send With Invalidate. A requester configured with
     /// `posted_invalidation` (verbs LOCAL_INV) holds the Call's Reply until the driver
-    /// reports `Requester::handle_invalidated(xid)`; otherwise the driver fences before
+    /// reports `Requester::handle_invalidated(xid, handle)` for each handle; otherwise the driver fences before
     /// it looks at the events that follow.
     Invalidate {
         /// The Call.
