@@ -50,15 +50,15 @@ use rpcrdma::requester::{PlacedChunks, PlacedHandles, ReplyParts};
 use rpcrdma::rpc;
 use rpcrdma::version::Negotiation;
 use rpcrdma::{
-    Action, Error, MarshalError, ReplyError, Requester, RequesterConfig, RequesterEvent, Segment,
-    Version, Xid,
+    Error, MarshalError, ReplyError, Requester, RequesterConfig, RequesterEvent, Segment, Version,
+    Xid,
 };
 use tokio::sync::{mpsc, oneshot};
 use xdr::XdrStream;
 
 use crate::binding::RdmaBinding;
 use crate::counters::{ConnStats, Counter, StatsRegistry};
-use crate::driver::{CloseReason, Driver, Fence, Link, LinkParts, Role};
+use crate::driver::{CloseReason, Driver, Link, LinkParts, Role};
 use crate::error::TransportError;
 use crate::liveness::Waiting;
 use crate::pool::{RecvPool, SendPool};
@@ -346,7 +346,7 @@ impl<Q: QueuePair + 'static> Role<Q> for ClientRole {
     fn drive(&mut self, link: &mut Link<Q>, remote: Option<STag>) {
         loop {
             if let Some(a) = self.core.poll_action() {
-                self.execute(link, a, remote);
+                link.execute(self, a, remote);
                 continue;
             }
             if let Some(ev) = self.core.poll_event() {
@@ -399,9 +399,75 @@ impl<Q: QueuePair + 'static> Role<Q> for ClientRole {
         self.core.handle_read_failed(xid);
     }
 
-    /// A LOCAL_INV of one of our regions completed.
+    /// Registers what the core asked for and hands the segments back (the core then
+    /// sends the Call).
+    fn register(&mut self, link: &mut Link<Q>, xid: Xid, registrations: Vec<Registration>) {
+        // A Write chunk is registered out of a buffer with room for the rest of the
+        // Reply (`registration::join_in_place`): before it, at most the inline part (our
+        // receive threshold); after it, XDR padding and a short tail.
+        let room = Room {
+            head: self.room_head,
+            tail: WRITE_CHUNK_TAIL_ROOM,
+        };
+        // COPY: a Read chunk of several pieces into its registered region; one of a
+        // single piece (NFS WRITE data) is registered as it is (`registration`).
+        let regions: Result<Vec<_>, _> = registrations
+            .iter()
+            .map(|reg| {
+                ChunkRegion::register_with_room(&link.pd, &link.buffers, reg, room, &link.stats)
+            })
+            .collect();
+        let regions = match regions {
+            Ok(r) => r,
+            Err(e) => {
+                // §5.5.4: a Call that cannot be constructed fails at once; the
+                // connection stays (what was registered goes, never exposed).
+                tracing::debug!(target: "rpcrdma_transport", xid = xid.0, error = %e, "registration failed");
+                link.stats.inc(Counter::ErrCallFailedLocally);
+                self.core.handle_registration_failed(xid);
+                self.fail_call(link, xid, TransportError::Register(e));
+                return;
+            }
+        };
+        let segments = regions
+            .into_iter()
+            .map(|r| vec![link.expose(xid, r)])
+            .collect();
+        if let Err(e) = self.core.handle_registered(xid, segments) {
+            // The Call was planned but cannot be finished: the core has forgotten
+            // nothing, so it fails here, its regions with it.
+            tracing::debug!(target: "rpcrdma_transport", xid = xid.0, error = %e, "registered call not sent");
+        }
+    }
+
+    /// reliable-reply §4.1.2: pulls a Reply from the responder's Read chunk, one RDMA
+    /// Read per segment, into one sink. A pull that cannot start is over "in error":
+    /// RDMA_DONE still goes, the Call fails, the connection stays.
+    fn read(&mut self, link: &mut Link<Q>, xid: Xid, _chunk: usize, segments: Vec<Segment>) {
+        match link.post_reads(xid, 0, &segments, Room::default()) {
+            Ok(None) => {}
+            Ok(Some(empty)) => self.pulled(link, xid, empty.into_bytes()),
+            Err(e) => {
+                tracing::debug!(target: "rpcrdma_transport", xid = xid.0, error = ?e, "pull not started");
+                self.core.handle_read_failed(xid);
+            }
+        }
+    }
+
+    /// §5.4.1: "The requester endpoint must ensure that memory segments associated
+    /// with each RPC transaction are properly fenced from responders before allowing
+    /// Upper Layer access to the data": a region is deregistered once fenced, its
+    /// buffer kept if the Call's Reply is built from its bytes; the core hands the
+    /// Reply up once the last region of its Call is fenced
+    /// (`Requester::handle_invalidated`).
     fn fenced(&mut self, _link: &mut Link<Q>, xid: Xid, handle: u32, region: ChunkRegion) {
-        self.fenced_region(xid, handle, region);
+        let buffer = region.release();
+        if self.core.wants_placed(xid, handle) {
+            if let Some(b) = buffer {
+                self.placed.insert(handle, b);
+            }
+        }
+        self.core.handle_invalidated(xid, handle);
     }
 
     fn deadline(&self) -> Option<Instant> {
@@ -537,28 +603,6 @@ impl ClientRole {
         self.deliver(link, failed);
     }
 
-    fn execute<Q: QueuePair + 'static>(
-        &mut self,
-        link: &mut Link<Q>,
-        action: Action,
-        remote: Option<STag>,
-    ) {
-        match action {
-            Action::Send {
-                xid,
-                send,
-                invalidate,
-            } => link.post_send(xid, send, invalidate),
-            Action::Register { xid, registrations } => self.register(link, xid, &registrations),
-            Action::RdmaRead { xid, segments, .. } => self.pull(link, xid, &segments),
-            Action::Invalidate { handles, .. } => self.invalidate(link, &handles, remote),
-            Action::PostBackwardReceives(n) | Action::PostReceives(n) => link.post_recvs(n),
-            // A requester writes nothing into the responder's memory.
-            Action::RdmaWrite { .. } => link.close(CloseReason::Core),
-            Action::Close => link.close(CloseReason::Core),
-        }
-    }
-
     fn handle_event<Q: QueuePair + 'static>(&mut self, link: &mut Link<Q>, ev: RequesterEvent) {
         match ev {
             RequesterEvent::Reply {
@@ -601,84 +645,6 @@ impl ClientRole {
         }
     }
 
-    /// Registers what the core asked for and hands the segments back (the core then
-    /// sends the Call).
-    fn register<Q: QueuePair + 'static>(
-        &mut self,
-        link: &mut Link<Q>,
-        xid: Xid,
-        registrations: &[Registration],
-    ) {
-        // A Write chunk is registered out of a buffer with room for the rest of the
-        // Reply (`registration::join_in_place`): before it, at most the inline part (our
-        // receive threshold); after it, XDR padding and a short tail.
-        let room = Room {
-            head: self.room_head,
-            tail: WRITE_CHUNK_TAIL_ROOM,
-        };
-        // COPY: a Read chunk of several pieces into its registered region; one of a
-        // single piece (NFS WRITE data) is registered as it is (`registration`).
-        let regions: Result<Vec<_>, _> = registrations
-            .iter()
-            .map(|reg| {
-                ChunkRegion::register_with_room(&link.pd, &link.buffers, reg, room, &link.stats)
-            })
-            .collect();
-        let regions = match regions {
-            Ok(r) => r,
-            Err(e) => {
-                // §5.5.4: a Call that cannot be constructed fails at once; the
-                // connection stays (what was registered goes, never exposed).
-                tracing::debug!(target: "rpcrdma_transport", xid = xid.0, error = %e, "registration failed");
-                link.stats.inc(Counter::ErrCallFailedLocally);
-                self.core.handle_registration_failed(xid);
-                self.fail_call(link, xid, TransportError::Register(e));
-                return;
-            }
-        };
-        let segments = regions
-            .into_iter()
-            .map(|r| vec![link.expose(xid, r)])
-            .collect();
-        if let Err(e) = self.core.handle_registered(xid, segments) {
-            // The Call was planned but cannot be finished: the core has forgotten
-            // nothing, so it fails here, its regions with it.
-            tracing::debug!(target: "rpcrdma_transport", xid = xid.0, error = %e, "registered call not sent");
-        }
-    }
-
-    /// §5.4.1: "The requester endpoint must ensure that memory segments associated
-    /// with each RPC transaction are properly fenced from responders before allowing
-    /// Upper Layer access to the data". Fences each of our regions `handles`
-    /// ([`Link::fence`]: a posted LOCAL_INV, unless the responder invalidated it with
-    /// the Send With Invalidate that brought the Reply, `remote`); the core hands the
-    /// Reply up once the last region of its Call is fenced
-    /// (`Requester::handle_invalidated`).
-    fn invalidate<Q: QueuePair + 'static>(
-        &mut self,
-        link: &mut Link<Q>,
-        handles: &[u32],
-        remote: Option<STag>,
-    ) {
-        for &h in handles {
-            if let Fence::Now(xid, region) = link.fence(h, remote) {
-                self.fenced_region(xid, h, region);
-            }
-        }
-    }
-
-    /// Region `handle` of Call `xid` is fenced: deregistered, its buffer kept if the
-    /// Call's Reply is built from its bytes; then the core learns it.
-    fn fenced_region(&mut self, xid: Xid, handle: u32, region: ChunkRegion) {
-        let buffer = region.release();
-        if self.core.wants_placed(xid, handle) {
-            if let Some(b) = buffer {
-                self.placed.insert(handle, b);
-            }
-        }
-        self.core.handle_invalidated(xid, handle);
-    }
-
     /// Rebuilds the RPC reply: the core takes what the responder placed out of the
     /// Call's fenced regions and puts it together (`Requester::assemble_reply`,
     /// §5.3.2, the same path the in-memory `pair` tests run); then it is made
@@ -706,20 +672,6 @@ impl ClientRole {
         // COPY: a Reply with several chunks of data (or a long tail) is made contiguous
         // for `oncrpc`'s `RecordReceiver`, which takes one `Bytes`.
         Ok(full.to_bytes())
-    }
-
-    /// reliable-reply §4.1.2: pulls a Reply from the responder's Read chunk, one RDMA
-    /// Read per segment, into one sink. A pull that cannot start is over "in error":
-    /// RDMA_DONE still goes, the Call fails, the connection stays.
-    fn pull<Q: QueuePair + 'static>(&mut self, link: &mut Link<Q>, xid: Xid, segments: &[Segment]) {
-        match link.post_reads(xid, 0, segments, Room::default()) {
-            Ok(None) => {}
-            Ok(Some(empty)) => self.pulled(link, xid, empty.into_bytes()),
-            Err(e) => {
-                tracing::debug!(target: "rpcrdma_transport", xid = xid.0, error = ?e, "pull not started");
-                self.core.handle_read_failed(xid);
-            }
-        }
     }
 
     /// A pull ended: the Reply for the core, or a failure (its sink could not hand

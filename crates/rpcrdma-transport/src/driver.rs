@@ -34,9 +34,9 @@ use rdma::{
     BufferPool, Completion, ProtectionDomain, QueuePair, QueuePairExt, RegisterError, RemoteAddr,
     STag, SendOp, SendWr, WcOpcode, WcStatus,
 };
-use rpcrdma::marshal::RdmaWrite;
+use rpcrdma::marshal::{RdmaWrite, Registration};
 use rpcrdma::memory::{Charge, MemoryBudget};
-use rpcrdma::{Segment, Xid};
+use rpcrdma::{Action, Segment, Xid};
 use tokio::sync::{mpsc, watch};
 
 use crate::counters::{ConnStats, Counter};
@@ -83,8 +83,18 @@ pub(crate) trait Role<Q: QueuePair + 'static>: Send + Sized + 'static {
     /// An RDMA Read of `xid` completed in error (the connection closes after this).
     fn read_failed(&mut self, link: &mut Link<Q>, xid: Xid);
 
-    /// Our region `handle`, exposed for Call `xid`, is fenced: its LOCAL_INV completed
-    /// ([`Link::fence`] said it was posted).
+    /// Registers the regions [`Action::Register`] asks for, for Call `xid`, exposes
+    /// them ([`Link::expose`]) and hands their segments to the core.
+    fn register(&mut self, link: &mut Link<Q>, xid: Xid, registrations: Vec<Registration>);
+
+    /// Pulls Read chunk `chunk` of `xid` ([`Action::RdmaRead`], [`Link::post_reads`]).
+    fn read(&mut self, link: &mut Link<Q>, xid: Xid, chunk: usize, segments: Vec<Segment>);
+
+    /// `n` more Receives were posted for a larger grant ([`Action::PostReceives`]).
+    fn receives_posted(&mut self, _n: u32) {}
+
+    /// Our region `handle`, exposed for Call `xid`, is fenced ([`Link::fence`]: at
+    /// once, or when its LOCAL_INV completes).
     fn fenced(&mut self, link: &mut Link<Q>, xid: Xid, handle: u32, region: ChunkRegion);
 
     /// The core's next deadline.
@@ -286,6 +296,49 @@ impl<Q: QueuePair + 'static> Link<Q> {
         self.qp.disconnect();
     }
 
+    /// Executes one of the core's actions: what both roles do the same way here, the
+    /// rest (registering, pulling) by `role`. `remote` is the STag the peer
+    /// invalidated with the Send With Invalidate just received.
+    pub(crate) fn execute<R: Role<Q>>(
+        &mut self,
+        role: &mut R,
+        action: Action,
+        remote: Option<STag>,
+    ) {
+        if !matches!(action, Action::RdmaWrite { .. } | Action::Send { .. }) {
+            // Send-queue order is the order the core asked for.
+            self.flush_writes();
+        }
+        match action {
+            Action::Send {
+                xid,
+                send,
+                invalidate,
+            } => self.post_send(xid, send, invalidate),
+            Action::RdmaWrite { xid, write } => self.post_write(xid, write),
+            Action::Register { xid, registrations } => role.register(self, xid, registrations),
+            Action::RdmaRead {
+                xid,
+                chunk,
+                segments,
+            } => role.read(self, xid, chunk, segments),
+            Action::Invalidate { handles, .. } => {
+                for h in handles {
+                    if let Fence::Now(xid, region) = self.fence(h, remote) {
+                        role.fenced(self, xid, h, region);
+                    }
+                }
+            }
+            Action::PostReceives(n) => {
+                self.post_recvs(n);
+                role.receives_posted(n);
+            }
+            // §7.2.2: Receives set apart for backward-direction messages.
+            Action::PostBackwardReceives(n) => self.post_recvs(n),
+            Action::Close => self.close(CloseReason::Core),
+        }
+    }
+
     /// Posts `n` Receive buffers not posted now.
     pub(crate) fn post_recvs(&mut self, n: u32) {
         for _ in 0..n {
@@ -427,7 +480,7 @@ impl<Q: QueuePair + 'static> Link<Q> {
     /// deregistering it, which dropping the region does, fences it) or the connection
     /// is gone. A region that cannot be invalidated ends the connection (v1 §5.5.4)
     /// and is deregistered.
-    pub(crate) fn fence(&mut self, handle: u32, remote: Option<STag>) -> Fence {
+    fn fence(&mut self, handle: u32, remote: Option<STag>) -> Fence {
         let Some((xid, region)) = self.exposed.remove(&handle) else {
             return Fence::Unknown;
         };
@@ -439,7 +492,6 @@ impl<Q: QueuePair + 'static> Link<Q> {
             self.stats.inc(Counter::RemoteInvalidations);
             return Fence::Now(xid, region);
         }
-        self.flush_writes();
         let wr = region.invalidate_wr(wr_kind::INVALIDATE | u64::from(handle));
         match self.qp.post_send(wr) {
             Ok(()) => {
@@ -483,7 +535,6 @@ impl<Q: QueuePair + 'static> Link<Q> {
         segments: &[Segment],
         room: Room,
     ) -> Result<Option<ReadSink>, ReadsNotPosted> {
-        self.flush_writes();
         let len: u64 = segments.iter().map(|s| u64::from(s.length)).sum();
         let mut sink = ReadSink::with_room(&self.pd, &self.buffers, len as usize, room)
             .map_err(ReadsNotPosted::Sink)?;
@@ -605,7 +656,7 @@ impl<Q: QueuePair + 'static> Link<Q> {
 }
 
 /// What [`Link::fence`] came to.
-pub(crate) enum Fence {
+enum Fence {
     /// Fenced now (the peer's invalidation, a deregistration, the connection's end):
     /// the region, of Call `xid`, is no longer reachable.
     Now(Xid, ChunkRegion),

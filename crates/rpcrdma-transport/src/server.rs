@@ -41,11 +41,12 @@ use bytes::Bytes;
 use oncrpc::service::poll_once;
 use oncrpc::Dispatcher;
 use rdma::{BufferPool, ConnectRequest, ConnectionManager, Listener, QueuePair, STag};
+use rpcrdma::marshal::Registration;
 use rpcrdma::memory::MemoryBudget;
 use rpcrdma::private_data::PrivateData;
 use rpcrdma::responder::{BackwardFailure, ReliableReplyConfig};
 use rpcrdma::rpc;
-use rpcrdma::{Action, MarshalError, Responder, ResponderConfig, ResponderEvent, Xid};
+use rpcrdma::{MarshalError, Responder, ResponderConfig, ResponderEvent, Segment, Xid};
 use tokio::sync::{mpsc, oneshot, watch};
 use xdr::XdrStream;
 
@@ -452,7 +453,7 @@ impl<Q: QueuePair + 'static> Role<Q> for ServerRole {
             let n = self.core.poll_reposts();
             link.post_recvs(n);
             if let Some(a) = self.core.poll_action() {
-                self.execute(link, a, remote);
+                link.execute(self, a, remote);
                 continue;
             }
             let Some(ev) = self.core.poll_event() else {
@@ -521,7 +522,56 @@ impl<Q: QueuePair + 'static> Role<Q> for ServerRole {
         self.core.handle_read_failed(xid);
     }
 
-    /// A responder-provided Read chunk is fenced: it goes (deregistered).
+    /// Reliable reply: the Payload stream of a Reply that fits no reply resource, in
+    /// regions the client pulls it from (a responder-provided Read chunk).
+    fn register(&mut self, link: &mut Link<Q>, xid: Xid, registrations: Vec<Registration>) {
+        // COPY: a Reply's Payload stream into its registered region (see
+        // `registration`), registered for remote read only.
+        let regions: Result<Vec<_>, _> = registrations
+            .iter()
+            .map(|reg| ChunkRegion::register(&link.pd, &link.buffers, reg, &link.stats))
+            .collect();
+        match regions {
+            Ok(regions) => {
+                let segments = regions
+                    .into_iter()
+                    .map(|r| vec![link.expose(xid, r)])
+                    .collect();
+                let _ = self.core.handle_registered(Instant::now(), xid, segments);
+            }
+            Err(e) => {
+                tracing::debug!(target: "rpcrdma_transport", xid = xid.0, error = %e, "Reply chunk not registered");
+                self.core.handle_registration_failed(xid);
+            }
+        }
+    }
+
+    /// §4.4.5: a Call's Read chunk, into a sink with room around it for the rest of
+    /// the Call ([`join_in_place`]).
+    fn read(&mut self, link: &mut Link<Q>, xid: Xid, chunk: usize, segments: Vec<Segment>) {
+        let room = Room {
+            head: self.room_head,
+            tail: READ_SINK_TAIL_ROOM,
+        };
+        match link.post_reads(xid, chunk, &segments, room) {
+            Ok(None) => self.core.handle_reads_posted(xid, chunk, Instant::now()),
+            Ok(Some(empty)) => match empty.into_bytes() {
+                Ok(data) => self.core.handle_read_done(xid, chunk, data),
+                Err(e) => link.close(CloseReason::Register("an RDMA Read sink", e)),
+            },
+            Err(ReadsNotPosted::Sink(e)) => {
+                link.close(CloseReason::Register("an RDMA Read sink", e))
+            }
+            Err(ReadsNotPosted::Post(e)) => link.close(CloseReason::Post("an RDMA Read", e)),
+        }
+    }
+
+    fn receives_posted(&mut self, n: u32) {
+        self.core.handle_receives_posted(n);
+    }
+
+    /// A responder-provided Read chunk is fenced (reliable-reply §4.2): it goes,
+    /// deregistered.
     fn fenced(&mut self, _link: &mut Link<Q>, _xid: Xid, _handle: u32, _region: ChunkRegion) {}
 
     /// Reliable-reply §4.1.3's pull timeout, the retry of a refused credit growth,
@@ -619,81 +669,6 @@ impl ServerRole {
                 tracing::warn!(target: "rpcrdma_transport", conn = link.stats.id, error = %e, credits = target, "cannot register buffers for more credits: the grant stays");
                 self.growth.max = target;
             }
-        }
-    }
-
-    fn execute<Q: QueuePair + 'static>(
-        &mut self,
-        link: &mut Link<Q>,
-        action: Action,
-        remote: Option<STag>,
-    ) {
-        match action {
-            Action::Send {
-                xid,
-                send,
-                invalidate,
-            } => link.post_send(xid, send, invalidate),
-            Action::RdmaWrite { xid, write } => link.post_write(xid, write),
-            Action::RdmaRead {
-                xid,
-                chunk,
-                segments,
-            } => {
-                let room = Room {
-                    head: self.room_head,
-                    tail: READ_SINK_TAIL_ROOM,
-                };
-                match link.post_reads(xid, chunk, &segments, room) {
-                    Ok(None) => self.core.handle_reads_posted(xid, chunk, Instant::now()),
-                    Ok(Some(empty)) => match empty.into_bytes() {
-                        Ok(data) => self.core.handle_read_done(xid, chunk, data),
-                        Err(e) => link.close(CloseReason::Register("an RDMA Read sink", e)),
-                    },
-                    Err(ReadsNotPosted::Sink(e)) => {
-                        link.close(CloseReason::Register("an RDMA Read sink", e))
-                    }
-                    Err(ReadsNotPosted::Post(e)) => {
-                        link.close(CloseReason::Post("an RDMA Read", e))
-                    }
-                }
-            }
-            Action::Register { xid, registrations } => {
-                // COPY: a Reply's Payload stream into its registered region (see
-                // `registration`), registered for remote read only.
-                let regions: Result<Vec<_>, _> = registrations
-                    .iter()
-                    .map(|reg| ChunkRegion::register(&link.pd, &link.buffers, reg, &link.stats))
-                    .collect();
-                match regions {
-                    Ok(regions) => {
-                        let segments = regions
-                            .into_iter()
-                            .map(|r| vec![link.expose(xid, r)])
-                            .collect();
-                        let _ = self.core.handle_registered(Instant::now(), xid, segments);
-                    }
-                    Err(e) => {
-                        tracing::debug!(target: "rpcrdma_transport", xid = xid.0, error = %e, "Reply chunk not registered");
-                        self.core.handle_registration_failed(xid);
-                    }
-                }
-            }
-            // Fenced now, or when the LOCAL_INV completes (`Role::fenced`): the region
-            // goes either way.
-            Action::Invalidate { handles, .. } => {
-                for h in handles {
-                    drop(link.fence(h, remote));
-                }
-            }
-            Action::PostReceives(n) => {
-                link.post_recvs(n);
-                self.core.handle_receives_posted(n);
-            }
-            // §7.2.2.2: "an RPC-over-RDMA server endpoint must pre-post a receive
-            // buffer for each backward direction Call it sends".
-            Action::PostBackwardReceives(n) => link.post_recvs(n),
-            Action::Close => link.close(CloseReason::Core),
         }
     }
 
