@@ -10,7 +10,7 @@
 //! Each connection is one task, the `driver` both roles share, with
 //! `ClientRole` around the protocol core's per-connection [`Requester`]:
 //! ```text
-//!  RdmaSender::send ──ClientInput::Call──► start_call (waits in order for a credit)
+//!  RdmaSender::send ──ClientInput::Call──► submit_call (waits in the core for a credit)
 //!  completions: Receive ──► handle_receive   RDMA Read done ──► handle_read_done
 //!  each turn: the core's actions are executed in order (register chunk regions and
 //!  hand the segments back, post Sends, RDMA Read a pulled Reply, fence regions,
@@ -34,7 +34,7 @@
 //! [`oncrpc::Incoming::CallFailed`] carrying a [`TransportError`], which the caller of
 //! `oncrpc::Client` sees as `ClientError::Transport` (counted in the counters).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::io;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -240,7 +240,6 @@ impl<P: ConnectionManager + 'static> RdmaTransport<P> {
         let role = ClientRole {
             core,
             placed: HashMap::new(),
-            waiting: VecDeque::new(),
             replies: Some(replies),
             backward,
             inputs: inputs_tx.clone(),
@@ -323,8 +322,6 @@ struct ClientRole {
     /// its buffer) whose bytes a Reply is built from (`Requester::wants_placed`), by
     /// handle, until the Reply is put together.
     placed: HashMap<u32, (PooledBuffer, usize)>,
-    /// Calls waiting for a credit (§4.3.1), in order.
-    waiting: VecDeque<(Xid, XdrStream)>,
     /// Where whole replies go ([`RdmaReceiver`]); `None` once the connection ended,
     /// which ends the receiver.
     replies: Option<mpsc::UnboundedSender<Incoming>>,
@@ -341,21 +338,18 @@ struct ClientRole {
 impl<Q: QueuePair + 'static> Role<Q> for ClientRole {
     type Input = ClientInput;
 
-    /// The core's actions in order, then its events; then the Calls that waited for a
-    /// credit, as far as credits go.
+    /// The core's actions in order (Calls that waited for a credit among them, once
+    /// credits returned: `Requester::submit_call`), then its events.
     fn drive(&mut self, link: &mut Link<Q>, remote: Option<STag>) {
         loop {
             if let Some(a) = self.core.poll_action() {
                 link.execute(self, a, remote);
                 continue;
             }
-            if let Some(ev) = self.core.poll_event() {
-                self.handle_event(link, ev);
-                continue;
-            }
-            if !self.start_waiting(link) {
+            let Some(ev) = self.core.poll_event() else {
                 break;
-            }
+            };
+            self.handle_event(link, ev);
         }
     }
 
@@ -363,12 +357,10 @@ impl<Q: QueuePair + 'static> Role<Q> for ClientRole {
 
     fn input(&mut self, link: &mut Link<Q>, input: ClientInput) {
         match input {
+            // §4.3.1: past the credit limit the Call waits in the core.
             ClientInput::Call(xid, msg) => {
-                if self.waiting.is_empty() {
-                    self.start_call(link, xid, msg);
-                } else {
-                    link.stats.inc(Counter::CreditWaits);
-                    self.waiting.push_back((xid, msg));
+                if let Err(e) = self.core.submit_call(xid, msg.clone()) {
+                    self.failed_locally(link, xid, &msg, e);
                 }
             }
             ClientInput::Abort(xid, answer) => {
@@ -485,7 +477,7 @@ impl<Q: QueuePair + 'static> Role<Q> for ClientRole {
     fn waiting(&self, link: &Link<Q>) -> Waiting {
         let (reads, oldest_read) = link.reads(Instant::now());
         Waiting {
-            calls: self.core.credits().outstanding() as usize + self.waiting.len(),
+            calls: self.core.credits().outstanding() as usize,
             credits: self.core.credits().limit(),
             recvs_posted: link.recvs_posted(),
             reads,
@@ -506,7 +498,6 @@ impl<Q: QueuePair + 'static> Role<Q> for ClientRole {
         while self.core.poll_event().is_some() {}
         link.drop_pulls();
         self.placed.clear();
-        self.waiting.clear();
         // v2 §5.2: what this server speaks, for the next connection (no probing loop).
         *self.negotiation.lock().unwrap_or_else(|e| e.into_inner()) =
             Some(self.core.next_connection());
@@ -515,41 +506,6 @@ impl<Q: QueuePair + 'static> Role<Q> for ClientRole {
 }
 
 impl ClientRole {
-    /// §4.3.1: "The requester MUST NOT send unacknowledged requests in excess of this
-    /// granted responder credit limit": the core refuses a Call past the limit, and it
-    /// waits for a Reply to free a credit.
-    fn start_call<Q: QueuePair + 'static>(&mut self, link: &mut Link<Q>, xid: Xid, msg: XdrStream) {
-        match self.core.start_call(xid, msg.clone()) {
-            Ok(()) => {}
-            Err(Error::Credit(_)) => {
-                link.stats.inc(Counter::CreditWaits);
-                self.waiting.push_back((xid, msg));
-            }
-            Err(e) => self.failed_locally(link, xid, &msg, e),
-        }
-    }
-
-    /// Starts the Calls that waited for a credit, in order, while credits last;
-    /// whether any started.
-    fn start_waiting<Q: QueuePair + 'static>(&mut self, link: &mut Link<Q>) -> bool {
-        let mut started = false;
-        while self.core.credits().available() > 0 {
-            let Some((xid, msg)) = self.waiting.pop_front() else {
-                break;
-            };
-            started = true;
-            match self.core.start_call(xid, msg.clone()) {
-                Ok(()) => {}
-                Err(Error::Credit(_)) => {
-                    self.waiting.push_front((xid, msg));
-                    break;
-                }
-                Err(e) => self.failed_locally(link, xid, &msg, e),
-            }
-        }
-        started
-    }
-
     /// §5.5.4: "if a requester is unable to construct and transmit a Call message,
     /// the associated RPC transaction fails immediately." Failing the connection
     /// instead would make oncrpc reconnect and retry it.

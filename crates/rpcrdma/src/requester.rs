@@ -211,6 +211,9 @@ pub struct Requester<B> {
     pulls: HashMap<Xid, PendingPull>,
     /// With posted invalidation: each Call whose chunks are being fenced.
     fencing: HashMap<Xid, Fencing>,
+    /// Calls submitted while no credit was free ([`Requester::submit_call`]), oldest
+    /// first: started as credits return.
+    waiting: VecDeque<(Xid, XdrStream)>,
     counters: Arc<dyn CounterSink>,
 }
 
@@ -237,6 +240,7 @@ impl<B: UpperLayerBinding> Requester<B> {
             reliable: ReliableState::NotYet,
             pulls: HashMap::new(),
             fencing: HashMap::new(),
+            waiting: VecDeque::new(),
             counters: Arc::new(NoCounters),
         }
     }
@@ -247,8 +251,12 @@ impl<B: UpperLayerBinding> Requester<B> {
         self
     }
 
-    /// The next action for the driver.
+    /// The next action for the driver. Calls waiting for a credit start here, in
+    /// order, once credits have returned ([`Requester::submit_call`]).
     pub fn poll_action(&mut self) -> Option<Action> {
+        if self.actions.is_empty() && !self.waiting.is_empty() {
+            self.start_waiting();
+        }
         self.actions.pop_front()
     }
 
@@ -299,17 +307,50 @@ impl<B: UpperLayerBinding> Requester<B> {
         }
     }
 
-    /// Starts Call `xid` whose encoded message is `stream`. Takes a credit; fails with
-    /// [`crate::CreditError::Exhausted`] when none is available (retry after a Reply).
-    pub fn start_call(&mut self, xid: Xid, stream: XdrStream) -> Result<(), Error> {
-        let Some(proc_id) = rpc::call_proc(&stream.inline) else {
-            return Err(MarshalError::NoUpperLayerBinding.into());
-        };
-        // §8: "Requesters MUST NOT send RPC-over-RDMA messages for Upper Layer Protocols
-        // that do not have a Upper Layer Binding."
-        if !self.ulb.binds(proc_id.prog, proc_id.vers) {
-            return Err(MarshalError::NoUpperLayerBinding.into());
+    /// Starts Call `xid` whose encoded message is `stream`, or, when no credit is
+    /// free, keeps it until one is, behind the Calls already waiting (§4.3.1: "The
+    /// requester MUST NOT send unacknowledged requests in excess of this granted
+    /// responder credit limit"). A Call that cannot be sent fails at once (the error
+    /// returned), or, once it waited, with a [`RequesterEvent::Failed`] (v1 §5.5.4:
+    /// "the associated RPC transaction fails immediately"). Waiting Calls fail with
+    /// the connection.
+    pub fn submit_call(&mut self, xid: Xid, stream: XdrStream) -> Result<(), Error> {
+        self.bound_procedure(&stream)?;
+        if !self.waiting.is_empty() || self.credits.available() == 0 {
+            self.counters.inc(Counter::CreditWaits);
+            self.waiting.push_back((xid, stream));
+            return Ok(());
         }
+        self.start_call(xid, stream)
+    }
+
+    /// Starts the Calls that waited for a credit, in order, while credits last.
+    fn start_waiting(&mut self) {
+        while self.credits.available() > 0 {
+            let Some((xid, stream)) = self.waiting.pop_front() else {
+                return;
+            };
+            if let Err(error) = self.start_call(xid, stream) {
+                self.events.push_back(RequesterEvent::Failed { xid, error });
+            }
+        }
+    }
+
+    /// The Call's procedure, if an Upper Layer Binding covers it (§8: "Requesters MUST
+    /// NOT send RPC-over-RDMA messages for Upper Layer Protocols that do not have a
+    /// Upper Layer Binding").
+    fn bound_procedure(&self, stream: &XdrStream) -> Result<rpc::ProcId, Error> {
+        match rpc::call_proc(&stream.inline) {
+            Some(p) if self.ulb.binds(p.prog, p.vers) => Ok(p),
+            _ => Err(MarshalError::NoUpperLayerBinding.into()),
+        }
+    }
+
+    /// Starts Call `xid` whose encoded message is `stream`. Takes a credit; fails with
+    /// [`crate::CreditError::Exhausted`] when none is available (retry after a Reply;
+    /// [`Requester::submit_call`] waits instead).
+    pub fn start_call(&mut self, xid: Xid, stream: XdrStream) -> Result<(), Error> {
+        let proc_id = self.bound_procedure(&stream)?;
         self.credits.try_acquire()?;
         let sizing = self.ulb.reply_sizing(proc_id, &stream);
         match self.plan(xid, &stream, &sizing) {
@@ -806,6 +847,12 @@ impl<B: UpperLayerBinding> Requester<B> {
     /// retransmit on a new connection) and credits return to the initial state.
     pub fn handle_disconnect(&mut self) {
         self.pulls.clear();
+        for (xid, _) in std::mem::take(&mut self.waiting) {
+            self.events.push_back(RequesterEvent::Failed {
+                xid,
+                error: ReplyError::ConnectionLost.into(),
+            });
+        }
         // Replies whose chunks were still being fenced cannot be handed up: the
         // memory's state is unknown once the connection is gone.
         for (xid, _) in self.fencing.drain() {

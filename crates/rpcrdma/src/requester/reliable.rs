@@ -390,13 +390,20 @@ impl<B: UpperLayerBinding> Requester<B> {
     /// (draft-cel-nfsv4-rpcrdma-reliable-reply-05 §4.1.3), so the connection survives
     /// (draft-cel-nfsv4-rpcrdma-reliable-reply-05 §5.1.3: "The transport connection is
     /// preserved because no memory protection violation can occur"). Returns false if no
-    /// such Call was outstanding (or it was aborted already).
+    /// such Call was outstanding (or it was aborted already). A Call still waiting for a
+    /// credit ([`Requester::submit_call`]) is just forgotten.
     ///
     /// A Call that offered Write or Reply chunks loses them now; a responder writing into
     /// them afterwards hits an invalid STag, which costs the connection: that is the case
     /// draft-cel-nfsv4-rpcrdma-reliable-reply-05 §5.1.3 says responder-provided Read chunks
     /// avoid.
     pub fn abort_call(&mut self, xid: Xid) -> bool {
+        if let Some(i) = self.waiting.iter().position(|(x, _)| *x == xid) {
+            // Never sent (it waited for a credit): nothing to fence, no credit taken.
+            self.waiting.remove(i);
+            self.counters.inc(Counter::CallsAborted);
+            return true;
+        }
         let being_pulled = self.pulls.contains_key(&xid);
         let Some(call) = self.calls.get_mut(&xid).filter(|c| !c.aborted) else {
             return false;

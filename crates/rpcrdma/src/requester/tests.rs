@@ -53,6 +53,49 @@ fn null_call_is_byte_identical_to_linux() {
     );
 }
 
+/// §4.3.1: a Call submitted past the credit limit waits in the core, in order, and
+/// goes when a Reply returns a credit; one aborted while waiting is forgotten; those
+/// still waiting when the connection goes fail with it.
+#[test]
+fn s4_3_1_submitted_calls_wait_for_a_credit_in_order() {
+    let mut r = requester(small(), Version::ONE);
+    r.submit_call(Xid(1), null_call(1)).unwrap();
+    let _ = sent(&mut r);
+    // The limit is 1 until the first Reply: 2, 3 and 4 wait.
+    for x in 2..5 {
+        r.submit_call(Xid(x), null_call(x)).unwrap();
+    }
+    assert_eq!(r.poll_action(), None, "nothing past the credit limit");
+    assert!(r.abort_call(Xid(3)), "a waiting Call is forgotten");
+    assert!(
+        r.submit_call(Xid(5), xdr::Encoder::new().finish()).is_err(),
+        "a Call that cannot be sent fails at once, waiting or not"
+    );
+    // The Reply grants 1 again: exactly the oldest waiting Call goes.
+    r.handle_receive(concat(&[
+        words(&[1, 1, 1, 0, 0, 0, 0]),
+        rpc_reply(1, &[], None).to_bytes(),
+    ]));
+    assert!(matches!(r.poll_event(), Some(RequesterEvent::Reply { .. })));
+    let Some(Action::Send { xid, .. }) = r.poll_action() else {
+        panic!("the oldest waiting Call is sent");
+    };
+    assert_eq!(xid, Xid(2));
+    assert_eq!(r.poll_action(), None);
+    r.handle_disconnect();
+    let failed: Vec<Xid> = std::iter::from_fn(|| r.poll_event())
+        .map(|e| match e {
+            RequesterEvent::Failed { xid, .. } => xid,
+            e => panic!("{e:?}"),
+        })
+        .collect();
+    assert_eq!(failed.len(), 2);
+    assert!(
+        failed.contains(&Xid(2)) && failed.contains(&Xid(4)),
+        "{failed:?}"
+    );
+}
+
 #[test]
 fn s4_3_3_one_call_until_the_first_reply_then_the_grant() {
     let mut r = requester(small(), Version::ONE);
