@@ -44,7 +44,6 @@ use bytes::Bytes;
 use oncrpc::{CallFailure, Dispatcher, Incoming, RecordReceiver, RecordSender, Transport};
 use rdma::{BufferPool, ConnectionManager, PooledBuffer, QueuePair, Route, STag};
 use rpcrdma::marshal::Registration;
-use rpcrdma::memory::MemoryBudget;
 use rpcrdma::private_data::PrivateData;
 use rpcrdma::requester::{PlacedChunks, PlacedHandles, ReplyParts};
 use rpcrdma::rpc;
@@ -353,8 +352,6 @@ impl<Q: QueuePair + 'static> Role<Q> for ClientRole {
         }
     }
 
-    async fn after_turn(&mut self, _link: &mut Link<Q>) {}
-
     fn input(&mut self, link: &mut Link<Q>, input: ClientInput) {
         match input {
             // §4.3.1: past the credit limit the Call waits in the core.
@@ -461,18 +458,6 @@ impl<Q: QueuePair + 'static> Role<Q> for ClientRole {
         }
         self.core.handle_invalidated(xid, handle);
     }
-
-    fn deadline(&self) -> Option<Instant> {
-        None
-    }
-
-    fn timeout(&mut self, _link: &mut Link<Q>, _now: Instant) {}
-
-    fn memory_wait(&self) -> Option<(Arc<MemoryBudget>, u64)> {
-        None
-    }
-
-    fn memory_released(&mut self) {}
 
     fn waiting(&self, link: &Link<Q>) -> Waiting {
         let (reads, oldest_read) = link.reads(Instant::now());

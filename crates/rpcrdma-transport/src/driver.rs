@@ -68,7 +68,9 @@ pub(crate) trait Role<Q: QueuePair + 'static>: Send + Sized + 'static {
 
     /// Work at the end of a turn that may take a first poll of a future (the
     /// server's Calls).
-    fn after_turn(&mut self, link: &mut Link<Q>) -> impl Future<Output = ()> + Send;
+    fn after_turn(&mut self, _link: &mut Link<Q>) -> impl Future<Output = ()> + Send {
+        async {}
+    }
 
     /// A request of the upper layer.
     fn input(&mut self, link: &mut Link<Q>, input: Self::Input);
@@ -97,17 +99,21 @@ pub(crate) trait Role<Q: QueuePair + 'static>: Send + Sized + 'static {
     /// once, or when its LOCAL_INV completes).
     fn fenced(&mut self, link: &mut Link<Q>, xid: Xid, handle: u32, region: ChunkRegion);
 
-    /// The core's next deadline.
-    fn deadline(&self) -> Option<Instant>;
+    /// The core's next deadline (none by default).
+    fn deadline(&self) -> Option<Instant> {
+        None
+    }
 
     /// The core's deadline passed.
-    fn timeout(&mut self, link: &mut Link<Q>, now: Instant);
+    fn timeout(&mut self, _link: &mut Link<Q>, _now: Instant) {}
 
-    /// A memory budget a Call waits for, and the generation it saw.
-    fn memory_wait(&self) -> Option<(Arc<MemoryBudget>, u64)>;
+    /// A memory budget a Call waits for, and the generation it saw (none by default).
+    fn memory_wait(&self) -> Option<(Arc<MemoryBudget>, u64)> {
+        None
+    }
 
     /// The budget the core waits for released memory.
-    fn memory_released(&mut self);
+    fn memory_released(&mut self) {}
 
     /// What the connection waits for now (the watchdog and the state dump).
     fn waiting(&self, link: &Link<Q>) -> Waiting;
