@@ -206,6 +206,7 @@ async fn create_write_read_commit_and_close_a_file() {
 
     // The current stateid (§16.2.3.1.2): OPEN, WRITE and CLOSE in one COMPOUND.
     let mut ops = to_export(&export);
+    let at = ops.len();
     ops.extend([
         open_name(
             owner(&s, "open-owner-1"),
@@ -219,6 +220,13 @@ async fn create_write_read_commit_and_close_a_file() {
     ]);
     let res = s.run(ops).await;
     assert_eq!(res.status, NfsStat4::NFS4_OK, "{res:?}");
+    // Opening the file there changes nothing in the directory: its change attribute
+    // is the one the create left (RFC 8881 §18.16.4: cinfo).
+    let reopen = opened(&res.resarray[at + 1]); // after SEQUENCE
+    assert_eq!(
+        (reopen.cinfo.before, reopen.cinfo.after),
+        (open.cinfo.after, open.cinfo.after)
+    );
     assert_eq!(
         &std::fs::read(export.join("new")).unwrap()[..6],
         b"HEAD\x1c\x23"

@@ -37,7 +37,7 @@ use rustix::fs::{Access, FileType};
 use super::compound::Compound;
 use super::errors::stat4;
 use super::fh_ops::component;
-use super::names_ops::{cinfo, dir_error, dirop, lookup3, made_handle};
+use super::names_ops::{change, cinfo, dir_error, dirop, made_handle};
 use super::pseudo::Fh;
 use super::state::opens::{modes_valid, FileKey};
 
@@ -161,18 +161,28 @@ fn open_by_name(
     let name = component(name)?;
     let cx3 = cx.cx3(&dir);
     let Some(how) = &how.0 else {
-        let before = dir_change(cx, &dir);
-        let fh = lookup3(&cx3, &dir, name).map_err(|s| dir_error(cx, &dir, s))?;
-        return Ok(Target {
-            fh,
-            cinfo: ChangeInfo4 {
-                atomic: false,
-                before,
-                after: before,
-            },
-            attrset: Bitmap4::default(),
-            created: false,
-        });
+        // The directory's change attribute comes from the lookup's own resolve of it
+        // (one stat of the directory, not two); an OPEN that creates nothing changes
+        // nothing in it: before = after.
+        let args = nfs3::dir::Lookup3Args {
+            what: dirop(&dir, name),
+        };
+        return match crate::proc::names::lookup(&cx3, args) {
+            NfsResult::Ok(l) => {
+                let before = l.dir_attributes.as_ref().map_or(0, |a| change(a.ctime));
+                Ok(Target {
+                    fh: l.object,
+                    cinfo: ChangeInfo4 {
+                        atomic: false,
+                        before,
+                        after: before,
+                    },
+                    attrset: Bitmap4::default(),
+                    created: false,
+                })
+            }
+            NfsResult::Fail(s, _) => Err(dir_error(cx, &dir, s)),
+        };
     };
     let (how3, after) = match how {
         CreateHow4::Unchecked(f) | CreateHow4::Guarded(f) => {
@@ -237,13 +247,6 @@ fn open_by_name(
         attrset,
         created: made || matches!(how, CreateHow4::Exclusive(_) | CreateHow4::Exclusive41(..)),
     })
-}
-
-/// The `change` of directory `dir` now (0 if it cannot be read).
-fn dir_change(cx: &Compound<'_>, dir: &NfsFh3) -> u64 {
-    cx.table
-        .resolve(dir, cx.caller)
-        .map_or(0, |(_, n)| super::names_ops::change(n.meta.ctime))
 }
 
 /// The checks on the file OPEN opens: a regular file (§18.16.3: NFS4ERR_ISDIR,
