@@ -291,7 +291,8 @@ impl PlacedChunks for ByHandle<'_> {
     }
 
     fn write_chunk(&mut self, index: usize, len: usize) -> Option<Bytes> {
-        let (buf, at) = self.buffers.remove(self.handles.writes.get(index)?)?;
+        let handle = (*self.handles.writes.get(index)?)?;
+        let (buf, at) = self.buffers.remove(&handle)?;
         placed(&buf, at, len)
     }
 }
@@ -562,7 +563,7 @@ impl ClientRole {
                 };
                 let assembled = self.assemble(link, reply, &placed);
                 // Chunks the Reply had no use for go too.
-                for h in placed.reply.iter().chain(&placed.writes) {
+                for h in placed.reply.iter().chain(placed.writes.iter().flatten()) {
                     self.placed.remove(h);
                 }
                 match assembled {

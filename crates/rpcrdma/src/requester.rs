@@ -150,8 +150,8 @@ pub enum RequesterEvent {
 pub struct PlacedHandles {
     /// The Reply chunk's, if the Call offered one.
     pub reply: Option<u32>,
-    /// Each Write chunk's, in Write list order.
-    pub writes: Vec<u32>,
+    /// Each Write chunk's, in Write list order (`None` for a chunk of no segment).
+    pub writes: Vec<Option<u32>>,
 }
 
 impl PlacedHandles {
@@ -159,17 +159,13 @@ impl PlacedHandles {
         let first = |segments: &[Segment]| segments.first().map(|s| s.handle);
         PlacedHandles {
             reply: chunks.reply.as_ref().and_then(|c| first(&c.segments)),
-            writes: chunks
-                .writes
-                .iter()
-                .filter_map(|c| first(&c.segments))
-                .collect(),
+            writes: chunks.writes.iter().map(|c| first(&c.segments)).collect(),
         }
     }
 
     /// Whether `handle` is one of them.
     pub fn contains(&self, handle: u32) -> bool {
-        self.reply == Some(handle) || self.writes.contains(&handle)
+        self.reply == Some(handle) || self.writes.contains(&Some(handle))
     }
 }
 

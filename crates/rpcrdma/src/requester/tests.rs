@@ -321,7 +321,7 @@ fn s5_4_1_reply_write_chunks_are_checked_and_fenced_before_delivery() {
             }),
             placed: PlacedHandles {
                 reply: None,
-                writes: vec![0x8cd1_cf01],
+                writes: vec![Some(0x8cd1_cf01)],
             },
         })
     );
@@ -1032,7 +1032,7 @@ fn s5_4_1_with_posted_invalidation_the_reply_waits_until_its_chunks_are_fenced()
             }),
             placed: PlacedHandles {
                 reply: None,
-                writes: vec![0x8cd1_cf01],
+                writes: vec![Some(0x8cd1_cf01)],
             },
         })
     );
