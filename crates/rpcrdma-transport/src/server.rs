@@ -30,7 +30,7 @@
 //! provider ends that connection (§4.3.1: "the RDMA layer may signal an error,
 //! possibly terminating the connection"); other connections are untouched.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::io;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -314,9 +314,8 @@ impl<P: ConnectionManager + 'static> RdmaServer<P> {
                 dispatcher: self.dispatcher.clone(),
                 room_head: config.recv_buffer_len(),
                 to_dispatch: VecDeque::new(),
-                in_service: HashMap::new(),
+                tasks: 0,
                 replies: inputs_tx,
-                backward_waiters: HashMap::new(),
                 has_backward: backward_credits > 0,
                 growth: CreditGrowth {
                     max: credits,
@@ -418,24 +417,20 @@ pub(crate) enum ServerInput {
     Backward(BackwardRequest),
 }
 
-/// The server's role on a connection: the core's [`Responder`], the dispatcher, and
-/// what executing the core's actions needs beyond the [`Link`] (regions it exposed,
-/// Calls in service, backward Calls' waiters).
+/// The server's role on a connection: the core's [`Responder`] (which keeps every
+/// Call's state, backward Calls' waiters with them) and the dispatcher.
 struct ServerRole {
-    core: Responder<Arc<dyn RdmaBinding>>,
+    core: Responder<Arc<dyn RdmaBinding>, Waiter>,
     dispatcher: Arc<Dispatcher>,
     /// Room in front of a Read sink: our receive buffer length.
     room_head: usize,
     /// Calls to hand to the dispatcher ([`ServerRole::after_turn`]), in order.
     to_dispatch: VecDeque<(Xid, Bytes)>,
-    /// Calls running as tasks of their own, and when each was handed over: their
-    /// replies are still to come.
-    in_service: HashMap<Xid, Instant>,
+    /// Calls running as tasks of their own (the core knows which, and since when:
+    /// `Responder::in_service`): their replies are still to come.
+    tasks: usize,
     /// Where the tasks' replies go (this connection's inputs).
     replies: mpsc::UnboundedSender<ServerInput>,
-    /// Where the Reply of each backward Call the core took goes (sent, or waiting
-    /// there for a backward credit).
-    backward_waiters: HashMap<Xid, Waiter>,
     has_backward: bool,
     growth: CreditGrowth,
 }
@@ -480,14 +475,15 @@ impl<Q: QueuePair + 'static> Role<Q> for ServerRole {
             });
             let dispatcher = self.dispatcher.clone();
             let mut call = Box::pin(async move { dispatcher.dispatch_from(call, peer).await });
-            if self.in_service.is_empty() {
+            if self.tasks == 0 {
                 if let Poll::Ready(reply) = poll_once(call.as_mut()).await {
                     self.answer(link, xid, reply);
                     self.drive(link, None);
                     continue;
                 }
             }
-            self.in_service.insert(xid, Instant::now());
+            self.tasks += 1;
+            self.core.handle_in_service(xid, Instant::now());
             let tx = self.replies.clone();
             tokio::spawn(async move {
                 let reply = call.await;
@@ -499,7 +495,7 @@ impl<Q: QueuePair + 'static> Role<Q> for ServerRole {
     fn input(&mut self, link: &mut Link<Q>, input: ServerInput) {
         match input {
             ServerInput::Reply(xid, reply) => {
-                self.in_service.remove(&xid);
+                self.tasks -= 1;
                 self.answer(link, xid, reply);
             }
             ServerInput::Backward(req) => self.handle_backward_request(link, req),
@@ -598,18 +594,19 @@ impl<Q: QueuePair + 'static> Role<Q> for ServerRole {
     fn waiting(&self, link: &Link<Q>) -> Waiting {
         let now = Instant::now();
         let (reads, oldest_read) = link.reads(now);
+        let (in_service, oldest_in_service) = self.core.in_service();
         Waiting {
             calls: self.core.pending_calls(),
             credits: self.core.credits().target(),
             recvs_posted: link.recvs_posted(),
-            in_dispatcher: self.in_service.len() + self.to_dispatch.len(),
-            oldest_dispatch: crate::liveness::oldest(now, self.in_service.values().copied()),
+            in_dispatcher: in_service + self.to_dispatch.len(),
+            oldest_dispatch: crate::liveness::oldest(now, oldest_in_service.into_iter()),
             reads,
             oldest_read,
             sends: link.sends_in_flight(),
             invalidations: link.invalidations(),
             memory_wait: self.core.memory_wait().is_some(),
-            backward: self.backward_waiters.len(),
+            backward: self.core.backward_calls(),
             charged: link.charged(),
         }
     }
@@ -619,9 +616,6 @@ impl<Q: QueuePair + 'static> Role<Q> for ServerRole {
     fn ended(&mut self, link: &mut Link<Q>) {
         self.core.handle_disconnect();
         self.drive(link, None);
-        for (_, w) in self.backward_waiters.drain() {
-            let _ = w.send(Err(BackwardError::ConnectionLost));
-        }
     }
 }
 
@@ -672,7 +666,11 @@ impl ServerRole {
         }
     }
 
-    fn handle_event<Q: QueuePair + 'static>(&mut self, link: &mut Link<Q>, ev: ResponderEvent) {
+    fn handle_event<Q: QueuePair + 'static>(
+        &mut self,
+        link: &mut Link<Q>,
+        ev: ResponderEvent<Waiter>,
+    ) {
         match ev {
             ResponderEvent::Call { xid, payload, .. } => {
                 // A Call with one Read chunk (an NFS WRITE) is made contiguous in the
@@ -693,10 +691,8 @@ impl ServerRole {
             ResponderEvent::Refused { xid, error, answer } => {
                 tracing::debug!(target: "rpcrdma_transport", xid = ?xid.map(|x| x.0), %error, ?answer, "refused");
             }
-            ResponderEvent::BackwardReply { xid, payload } => {
-                if let Some(w) = self.backward_waiters.remove(&xid) {
-                    let _ = w.send(Ok(payload));
-                }
+            ResponderEvent::BackwardReply { payload, token, .. } => {
+                let _ = token.send(Ok(payload));
             }
             // §5.5.3: a peer that does not answer our RDMA Reads loses the connection.
             ResponderEvent::ReadTimeout { after, .. } => {
@@ -705,13 +701,11 @@ impl ServerRole {
                     link.close(CloseReason::ReadTimeout(after));
                 }
             }
-            ResponderEvent::BackwardFailed { xid, reason } => {
-                if let Some(w) = self.backward_waiters.remove(&xid) {
-                    let _ = w.send(Err(match reason {
-                        BackwardFailure::Refused => BackwardError::Refused,
-                        BackwardFailure::ConnectionLost => BackwardError::ConnectionLost,
-                    }));
-                }
+            ResponderEvent::BackwardFailed { reason, token, .. } => {
+                let _ = token.send(Err(match reason {
+                    BackwardFailure::Refused => BackwardError::Refused,
+                    BackwardFailure::ConnectionLost => BackwardError::ConnectionLost,
+                }));
             }
         }
     }
@@ -752,21 +746,21 @@ impl ServerRole {
         msg: XdrStream,
         reply: Waiter,
     ) {
-        let err = match self.core.start_backward_call(xid, msg) {
-            Ok(()) => {
-                self.backward_waiters.insert(xid, reply);
-                return;
-            }
-            Err(rpcrdma::Error::Credit(_)) => BackwardError::Busy,
+        let (err, reply) = match self.core.start_backward_call(xid, msg, reply) {
+            Ok(()) => return,
+            Err(refused) => refused,
+        };
+        let err = match err {
+            rpcrdma::Error::Credit(_) => BackwardError::Busy,
             // §7.4: backward messages are never reduced.
-            Err(rpcrdma::Error::Marshal(MarshalError::HeaderTooLarge { len, threshold })) => {
+            rpcrdma::Error::Marshal(MarshalError::HeaderTooLarge { len, threshold }) => {
                 BackwardError::TooLarge { len, threshold }
             }
-            Err(rpcrdma::Error::Marshal(MarshalError::BackwardNotReady)) => BackwardError::NotReady,
-            Err(rpcrdma::Error::Marshal(MarshalError::DuplicateBackwardXid(x))) => {
+            rpcrdma::Error::Marshal(MarshalError::BackwardNotReady) => BackwardError::NotReady,
+            rpcrdma::Error::Marshal(MarshalError::DuplicateBackwardXid(x)) => {
                 BackwardError::DuplicateXid(x)
             }
-            Err(_) => BackwardError::ConnectionLost,
+            _ => BackwardError::ConnectionLost,
         };
         link.stats.inc(Counter::BackwardFailed);
         let _ = reply.send(Err(err));

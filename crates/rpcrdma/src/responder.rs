@@ -20,7 +20,10 @@
 //! for `poll_timeout()`) or on `handle_disconnect`.
 //!
 //! Backward Calls (`start_backward_call`) go only after
-//! `handle_peer_backward_ready` (v1 §7.3.1).
+//! `handle_peer_backward_ready` (v1 §7.3.1). Each carries a token of the caller's
+//! (type `T`: the transport's is where the Reply goes), which comes back in the
+//! `BackwardReply` or `BackwardFailed` event that ends it: the caller keeps no table
+//! of its own.
 //!
 //! After each `handle_*` or `send_reply` call, post the Receives [`Responder::poll_reposts`]
 //! gives back, then drain `poll_action`, then `poll_event`. A Receive is given back only
@@ -147,9 +150,10 @@ impl Default for ResponderConfig {
     }
 }
 
-/// What the responder tells its upper layer.
+/// What the responder tells its upper layer. `T` is the token of a backward Call
+/// ([`Responder::start_backward_call`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ResponderEvent {
+pub enum ResponderEvent<T = ()> {
     /// A Call ready for the upper layer; answer it with [`Responder::send_reply`].
     Call {
         /// The XID.
@@ -165,6 +169,8 @@ pub enum ResponderEvent {
         xid: Xid,
         /// The RPC Reply.
         payload: Bytes,
+        /// The token the Call was started with.
+        token: T,
     },
     /// The RDMA Reads of Call `xid` did not complete within
     /// [`ResponderConfig::read_timeout`] (`after`): close the connection (§5.5.3),
@@ -181,6 +187,8 @@ pub enum ResponderEvent {
         xid: Xid,
         /// Why.
         reason: BackwardFailure,
+        /// The token the Call was started with.
+        token: T,
     },
     /// A Call was refused; the peer has been answered (`answer`).
     Refused {
@@ -217,6 +225,9 @@ struct PendingCall {
     /// When the driver posted its first RDMA Read, until all its Read chunks are in
     /// (`ResponderConfig::read_timeout` runs from here).
     reads_posted: Option<Instant>,
+    /// When the upper layer took it into service without answering at once
+    /// ([`Responder::handle_in_service`]): the driver's watchdog reports the oldest.
+    in_service: Option<Instant>,
 }
 
 /// Whether a Call's RDMA Reads could start.
@@ -233,22 +244,23 @@ enum ReadStart {
 /// (`CreditError::Exhausted`).
 pub const BACKWARD_QUEUE_MAX: usize = 1024;
 
-/// One responder connection.
-pub struct Responder<B> {
+/// One responder connection; `T` is the token each backward Call carries.
+pub struct Responder<B, T = ()> {
     ulb: B,
     config: ResponderConfig,
     credits: ResponderCredits,
     /// Backward direction: our Calls to the client, credited separately (§7.2.1).
     backward: Option<RequesterCredits>,
-    backward_calls: HashSet<Xid>,
+    /// Our backward Calls sent and not yet answered, with their tokens.
+    backward_calls: HashMap<Xid, T>,
     /// Backward Calls waiting for a backward credit, oldest first (at most
     /// [`BACKWARD_QUEUE_MAX`]): sent as Replies return credits.
-    backward_waiting: VecDeque<(Xid, XdrStream)>,
+    backward_waiting: VecDeque<(Xid, XdrStream, T)>,
     /// Version of the last Call received (backward messages use it).
     version: Version,
     calls: HashMap<Xid, PendingCall>,
     actions: VecDeque<Action>,
-    events: VecDeque<ResponderEvent>,
+    events: VecDeque<ResponderEvent<T>>,
     /// §7.3.1: no backward Call until the peer's upper layer said it is prepared.
     backward_ready: bool,
     /// What the requester advertised for reliable reply, once we accepted it.
@@ -281,7 +293,7 @@ pub struct Responder<B> {
     counters: Arc<dyn CounterSink>,
 }
 
-impl<B: UpperLayerBinding> Responder<B> {
+impl<B: UpperLayerBinding, T> Responder<B, T> {
     /// A new connection.
     pub fn new(ulb: B, config: ResponderConfig) -> Result<Self, CreditError> {
         let credits = ResponderCredits::new(config.credits)?;
@@ -293,7 +305,7 @@ impl<B: UpperLayerBinding> Responder<B> {
         Ok(Responder {
             ulb,
             backward: config.backward_credits.map(RequesterCredits::new),
-            backward_calls: HashSet::new(),
+            backward_calls: HashMap::new(),
             backward_waiting: VecDeque::new(),
             version: config.policy.min_version,
             config,
@@ -337,7 +349,7 @@ impl<B: UpperLayerBinding> Responder<B> {
     }
 
     /// The next event for the upper layer.
-    pub fn poll_event(&mut self) -> Option<ResponderEvent> {
+    pub fn poll_event(&mut self) -> Option<ResponderEvent<T>> {
         self.events.pop_front()
     }
 
@@ -393,6 +405,22 @@ impl<B: UpperLayerBinding> Responder<B> {
     /// True while Call `xid` is received and not yet answered or dropped.
     pub fn has_call(&self, xid: Xid) -> bool {
         self.calls.contains_key(&xid)
+    }
+
+    /// The upper layer took Call `xid` into service at `now` and answers it later
+    /// (a task of its own): [`Responder::in_service`] counts it until its Reply.
+    pub fn handle_in_service(&mut self, xid: Xid, now: Instant) {
+        if let Some(call) = self.calls.get_mut(&xid) {
+            call.in_service = Some(now);
+        }
+    }
+
+    /// How many Calls are in service ([`Responder::handle_in_service`]) and when the
+    /// oldest was taken: what a watchdog reports of a connection waiting on its upper
+    /// layer. Walks the pending Calls (at most the grant).
+    pub fn in_service(&self) -> (usize, Option<Instant>) {
+        let starts = self.calls.values().filter_map(|c| c.in_service);
+        (starts.clone().count(), starts.min())
     }
 
     /// Answers a message whose header did not pass: RDMA_ERROR when the core's table
@@ -467,7 +495,7 @@ impl<B: UpperLayerBinding> Responder<B> {
             // of this procedure completes the RPC transaction associated with XID").
             Received::Error { prefix, .. } => {
                 self.reposts += 1;
-                if self.backward_calls.remove(&prefix.xid) {
+                if let Some(token) = self.backward_calls.remove(&prefix.xid) {
                     if let Some(b) = self.backward.as_mut() {
                         let _ = b.release();
                     }
@@ -475,6 +503,7 @@ impl<B: UpperLayerBinding> Responder<B> {
                     self.events.push_back(ResponderEvent::BackwardFailed {
                         xid: prefix.xid,
                         reason: BackwardFailure::Refused,
+                        token,
                     });
                     self.send_waiting_backward();
                 } else {
@@ -522,6 +551,7 @@ impl<B: UpperLayerBinding> Responder<B> {
                 read_len,
                 charge: None,
                 reads_posted: None,
+                in_service: None,
             },
         );
         if too_large {
@@ -629,11 +659,15 @@ impl<B: UpperLayerBinding> Responder<B> {
     fn handle_backward_reply(&mut self, prefix: Prefix, chunks: ChunkLists, payload: Bytes) {
         self.reposts += 1;
         // §7.3.5: a backward Reply is RDMA_MSG with "All three chunk lists ... empty".
-        if self.backward.is_none() || !chunks.is_empty() || !self.backward_calls.remove(&prefix.xid)
-        {
+        let token = if self.backward.is_some() && chunks.is_empty() {
+            self.backward_calls.remove(&prefix.xid)
+        } else {
+            None
+        };
+        let Some(token) = token else {
             self.counters.inc(Counter::ErrDiscarded);
             return;
-        }
+        };
         if let Some(b) = self.backward.as_mut() {
             let _ = b.handle_reply(prefix.credits);
         }
@@ -641,6 +675,7 @@ impl<B: UpperLayerBinding> Responder<B> {
         self.events.push_back(ResponderEvent::BackwardReply {
             xid: prefix.xid,
             payload,
+            token,
         });
         self.send_waiting_backward();
     }
@@ -651,8 +686,34 @@ impl<B: UpperLayerBinding> Responder<B> {
     /// `BackwardReply` or `BackwardFailed` event either way). Fails if there is no
     /// backward channel, if the peer has not said it is ready (§7.3.1), if a Call of
     /// ours with the same XID is in flight or waiting, if the Call does not fit inline
-    /// (§7.4: no reduction), or if [`BACKWARD_QUEUE_MAX`] Calls already wait.
-    pub fn start_backward_call(&mut self, xid: Xid, stream: XdrStream) -> Result<(), Error> {
+    /// (§7.4: no reduction), or if [`BACKWARD_QUEUE_MAX`] Calls already wait; the
+    /// error comes with `token` back.
+    pub fn start_backward_call(
+        &mut self,
+        xid: Xid,
+        stream: XdrStream,
+        token: T,
+    ) -> Result<(), (Error, T)> {
+        match self.check_backward_call(xid, &stream) {
+            Ok(true) => {
+                self.counters.inc(Counter::BackwardCreditWaits);
+                self.backward_waiting.push_back((xid, stream, token));
+                Ok(())
+            }
+            Ok(false) => match self.send_backward(xid, &stream) {
+                Ok(()) => {
+                    self.backward_calls.insert(xid, token);
+                    Ok(())
+                }
+                Err(e) => Err((e, token)),
+            },
+            Err(e) => Err((e, token)),
+        }
+    }
+
+    /// Whether backward Call `xid` may go ([`Responder::start_backward_call`]'s
+    /// rules), and if so whether it waits for a credit (true) or goes now.
+    fn check_backward_call(&self, xid: Xid, stream: &XdrStream) -> Result<bool, Error> {
         let threshold = self.send_threshold_for(self.version);
         let Some(b) = self.backward.as_ref() else {
             return Err(MarshalError::NoBackwardChannel.into());
@@ -665,14 +726,14 @@ impl<B: UpperLayerBinding> Responder<B> {
         }
         // §7.1.4: our backward XIDs are one space; a Reply could not tell two Calls
         // with the same XID apart.
-        if self.backward_calls.contains(&xid)
-            || self.backward_waiting.iter().any(|(x, _)| *x == xid)
+        if self.backward_calls.contains_key(&xid)
+            || self.backward_waiting.iter().any(|(x, ..)| *x == xid)
         {
             return Err(MarshalError::DuplicateBackwardXid(xid.0).into());
         }
         // §7.4: a backward Call that does not fit inline is refused now, not when its
         // turn comes.
-        marshal_backward(xid, self.version, b.requested(), &stream, threshold)?;
+        marshal_backward(xid, self.version, b.requested(), stream, threshold)?;
         if !self.backward_waiting.is_empty() || b.available() == 0 {
             if self.backward_waiting.len() >= BACKWARD_QUEUE_MAX {
                 return Err(Error::Credit(CreditError::Exhausted {
@@ -680,33 +741,35 @@ impl<B: UpperLayerBinding> Responder<B> {
                     outstanding: b.outstanding(),
                 }));
             }
-            self.counters.inc(Counter::BackwardCreditWaits);
-            self.backward_waiting.push_back((xid, stream));
-            return Ok(());
+            return Ok(true);
         }
-        self.send_backward(xid, &stream)
+        Ok(false)
     }
 
     /// Sends the backward Calls that wait, while credits allow.
     fn send_waiting_backward(&mut self) {
-        while let Some((xid, stream)) = self.backward_waiting.pop_front() {
+        while let Some((xid, stream, token)) = self.backward_waiting.pop_front() {
             let free = self.backward.as_ref().is_some_and(|b| b.available() > 0);
             if !free {
-                self.backward_waiting.push_front((xid, stream));
+                self.backward_waiting.push_front((xid, stream, token));
                 return;
             }
-            if self.send_backward(xid, &stream).is_err() {
+            if self.send_backward(xid, &stream).is_ok() {
+                self.backward_calls.insert(xid, token);
+            } else {
                 // Cannot happen: checked when it was queued, and a credit is free.
                 self.counters.inc(Counter::BackwardFailed);
                 self.events.push_back(ResponderEvent::BackwardFailed {
                     xid,
                     reason: BackwardFailure::ConnectionLost,
+                    token,
                 });
             }
         }
     }
 
-    /// Takes a backward credit and sends backward Call `xid`.
+    /// Takes a backward credit and sends backward Call `xid` (its caller keeps its
+    /// token in `backward_calls`).
     fn send_backward(&mut self, xid: Xid, stream: &XdrStream) -> Result<(), Error> {
         let threshold = self.send_threshold_for(self.version);
         let Some(b) = self.backward.as_mut() else {
@@ -719,7 +782,6 @@ impl<B: UpperLayerBinding> Responder<B> {
         // used for its Calls.
         match marshal_backward(xid, self.version, requested, stream, threshold) {
             Ok(out) => {
-                self.backward_calls.insert(xid);
                 self.counters.inc(Counter::BackwardCalls);
                 self.actions.push_back(Action::Send {
                     xid,
@@ -752,18 +814,26 @@ impl<B: UpperLayerBinding> Responder<B> {
         self.invalidate_all_pulls();
         self.backward_ready = false;
         self.read_timed_out = false;
-        let waiting: Vec<Xid> = self.backward_waiting.drain(..).map(|(x, _)| x).collect();
-        let lost = (self.backward_calls.len() + waiting.len()) as u64;
-        self.counters.add(Counter::BackwardFailed, lost);
-        for xid in self.backward_calls.drain().chain(waiting) {
+        let waiting = self.backward_waiting.drain(..).map(|(x, _, t)| (x, t));
+        let lost: Vec<(Xid, T)> = self.backward_calls.drain().chain(waiting).collect();
+        self.counters
+            .add(Counter::BackwardFailed, lost.len() as u64);
+        for (xid, token) in lost {
             self.events.push_back(ResponderEvent::BackwardFailed {
                 xid,
                 reason: BackwardFailure::ConnectionLost,
+                token,
             });
         }
         if let Some(b) = self.backward.as_mut() {
             b.reset();
         }
+    }
+
+    /// Our backward Calls not yet ended: sent and unanswered, or waiting for a
+    /// credit.
+    pub fn backward_calls(&self) -> usize {
+        self.backward_calls.len() + self.backward_waiting.len()
     }
 
     /// Backward credits, if there is a backward channel.

@@ -109,7 +109,7 @@ fuzz_target!(|data: &[u8]| {
         reliable_reply: Some(ReliableReplyConfig::default()),
         ..ResponderConfig::default()
     };
-    let mut r = Responder::new(Ulb, config).expect("64 credits");
+    let mut r: Responder<Ulb> = Responder::new(Ulb, config).expect("64 credits");
     let mut at = 0;
     let now = Instant::now();
     let offer = Header {

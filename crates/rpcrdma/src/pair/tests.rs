@@ -463,8 +463,8 @@ fn s7_3_1_no_backward_call_before_the_peer_says_it_is_ready() {
     let mut p = v2_pair();
     assert_eq!(
         p.server
-            .start_backward_call(Xid(1), nfs_call(1, 0, &[], None)),
-        Err(crate::MarshalError::BackwardNotReady.into())
+            .start_backward_call(Xid(1), nfs_call(1, 0, &[], None), ()),
+        Err((crate::MarshalError::BackwardNotReady.into(), ()))
     );
     p.client.open_backward_channel();
     p.server.handle_peer_backward_ready();
@@ -472,7 +472,7 @@ fn s7_3_1_no_backward_call_before_the_peer_says_it_is_ready() {
     assert_eq!(p.client_backward_receives, 8);
     assert_eq!(p.server_backward_receives, 4);
     p.server
-        .start_backward_call(Xid(1), nfs_call(1, 0, &[], None))
+        .start_backward_call(Xid(1), nfs_call(1, 0, &[], None), ())
         .unwrap();
     p.run();
     assert!(matches!(
@@ -505,7 +505,7 @@ fn s7_1000_backward_calls_interleaved_with_1000_forward_calls() {
         }
         while bwd <= 1000
             && p.server
-                .start_backward_call(Xid(bwd), nfs_call(bwd, 0, &[bwd], None))
+                .start_backward_call(Xid(bwd), nfs_call(bwd, 0, &[bwd], None), ())
                 .is_ok()
         {
             bwd += 1;
@@ -522,7 +522,7 @@ fn s7_1000_backward_calls_interleaved_with_1000_forward_calls() {
         .server_events
         .iter()
         .filter_map(|e| match e {
-            ResponderEvent::BackwardReply { xid, payload } => Some((*xid, payload.clone())),
+            ResponderEvent::BackwardReply { xid, payload, .. } => Some((*xid, payload.clone())),
             _ => None,
         })
         .collect();

@@ -213,7 +213,7 @@ fn wire_examples_backward_direction() {
         e.u32(w);
     }
     p.server
-        .start_backward_call(Xid(0x1001), e.finish())
+        .start_backward_call(Xid(0x1001), e.finish(), ())
         .unwrap();
     p.run();
     check(

@@ -510,17 +510,17 @@ fn s7_2_1_pair_backward_calls_use_their_own_credits() {
     // Backward: one Call until the client's first backward Reply (§4.3.3 applies to
     // the backward requester too), asking for 8.
     server
-        .start_backward_call(Xid(0x900), nfs_call(0x900, 0, &[], None))
+        .start_backward_call(Xid(0x900), nfs_call(0x900, 0, &[], None), ())
         .unwrap();
     // The second waits in the core for the credit, and a third of the same XID as
     // one in flight or waiting is refused (§7.1.4).
     server
-        .start_backward_call(Xid(0x901), nfs_call(0x901, 0, &[], None))
+        .start_backward_call(Xid(0x901), nfs_call(0x901, 0, &[], None), ())
         .unwrap();
     for dup in [0x900, 0x901] {
         assert_eq!(
-            server.start_backward_call(Xid(dup), nfs_call(dup, 0, &[], None)),
-            Err(crate::MarshalError::DuplicateBackwardXid(dup).into())
+            server.start_backward_call(Xid(dup), nfs_call(dup, 0, &[], None), ()),
+            Err((crate::MarshalError::DuplicateBackwardXid(dup).into(), ()))
         );
     }
     let Some(Action::Send { send, .. }) = server.poll_action() else {
@@ -540,7 +540,8 @@ fn s7_2_1_pair_backward_calls_use_their_own_credits() {
         server.poll_event(),
         Some(ResponderEvent::BackwardReply {
             xid: Xid(0x900),
-            payload: rpc_reply(0x900, &[], None).to_bytes()
+            payload: rpc_reply(0x900, &[], None).to_bytes(),
+            token: (),
         })
     );
     let b = server.backward_credits().unwrap();

@@ -44,7 +44,7 @@ fn distinct_handles(segments: &[Segment]) -> Vec<u32> {
     h
 }
 
-impl<B: UpperLayerBinding> Responder<B> {
+impl<B: UpperLayerBinding, T> Responder<B, T> {
     /// True when a Reply to a Call of `version` may use a responder-provided Read chunk: we
     /// offer the feature, the requester advertised it, and the Call is in Version Two
     /// (draft-cel-nfsv4-rpcrdma-reliable-reply-05 §6: "MUST be used only when both peers

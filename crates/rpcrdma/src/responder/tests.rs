@@ -304,7 +304,8 @@ fn s5_5_3_reply_too_large_without_reply_chunk_sends_err_badheader() {
 
 #[test]
 fn v2_s5_3_reply_uses_the_version_of_the_call() {
-    let mut r = Responder::new(TestUlb::default(), ResponderConfig::default()).unwrap();
+    let mut r: Responder<TestUlb> =
+        Responder::new(TestUlb::default(), ResponderConfig::default()).unwrap();
     let mut b = concat(&[hex(NULL_CALL_KERNEL_CLIENT), hex(NULL_CALL_RPC)]).to_vec();
     b[7] = 2;
     r.handle_receive(Bytes::from(b));
@@ -403,12 +404,14 @@ fn read_chunks_larger_than_the_reassembly_limit_are_not_read() {
 fn v2_s2_3_reply_to_v2_call_assumes_4096_without_private_data() {
     let reply = || rpc_reply(0x02c7_04b8, &[0; 700], None); // 2824 bytes
                                                             // Version One: 1024 assumed, no Reply chunk: cannot be sent.
-    let mut r = Responder::new(TestUlb::default(), ResponderConfig::default()).unwrap();
+    let mut r: Responder<TestUlb> =
+        Responder::new(TestUlb::default(), ResponderConfig::default()).unwrap();
     r.handle_receive(concat(&[hex(NULL_CALL_KERNEL_CLIENT), hex(NULL_CALL_RPC)]));
     let _ = r.poll_event();
     assert!(r.send_reply(Xid(0x02c7_04b8), reply()).is_err());
     // Version Two: 4096 assumed: a Short reply.
-    let mut r = Responder::new(TestUlb::default(), ResponderConfig::default()).unwrap();
+    let mut r: Responder<TestUlb> =
+        Responder::new(TestUlb::default(), ResponderConfig::default()).unwrap();
     let mut b = concat(&[hex(NULL_CALL_KERNEL_CLIENT), hex(NULL_CALL_RPC)]).to_vec();
     b[7] = 2;
     r.handle_receive(Bytes::from(b));
@@ -421,8 +424,8 @@ fn v2_s2_3_reply_to_v2_call_assumes_4096_without_private_data() {
 fn s7_3_1_no_backward_call_without_backward_channel() {
     let mut r = responder(0);
     assert_eq!(
-        r.start_backward_call(Xid(1), nfs_call(1, 0, &[], None)),
-        Err(MarshalError::NoBackwardChannel.into())
+        r.start_backward_call(Xid(1), nfs_call(1, 0, &[], None), ()),
+        Err((MarshalError::NoBackwardChannel.into(), ()))
     );
 }
 
@@ -433,28 +436,28 @@ fn s7_3_1_backward_calls_refused_until_ready_and_again_after_a_disconnect() {
     // ONC RPC operations unless the peer consumer has indicated it is prepared to
     // handle them." Refused, nothing sent, no credit taken.
     assert_eq!(
-        r.start_backward_call(Xid(0x910), nfs_call(0x910, 0, &[], None)),
-        Err(MarshalError::BackwardNotReady.into())
+        r.start_backward_call(Xid(0x910), nfs_call(0x910, 0, &[], None), ()),
+        Err((MarshalError::BackwardNotReady.into(), ()))
     );
     assert_eq!(r.poll_action(), None);
     assert_eq!(r.backward_credits().unwrap().outstanding(), 0);
     r.handle_peer_backward_ready();
     assert_eq!(r.poll_action(), Some(Action::PostBackwardReceives(2)));
-    r.start_backward_call(Xid(0x911), nfs_call(0x911, 0, &[], None))
+    r.start_backward_call(Xid(0x911), nfs_call(0x911, 0, &[], None), ())
         .unwrap();
     assert!(matches!(r.poll_action(), Some(Action::Send { .. })));
     // A new connection's peer must say it again.
     r.handle_disconnect();
     while r.poll_event().is_some() {}
     assert_eq!(
-        r.start_backward_call(Xid(0x912), nfs_call(0x912, 0, &[], None)),
-        Err(MarshalError::BackwardNotReady.into())
+        r.start_backward_call(Xid(0x912), nfs_call(0x912, 0, &[], None), ()),
+        Err((MarshalError::BackwardNotReady.into(), ()))
     );
     assert_eq!(r.poll_action(), None);
 }
 
 /// A responder with a backward channel of `credits`.
-fn with_backward_credits(credits: u32) -> Responder<TestUlb> {
+fn with_backward_credits<T>(credits: u32) -> Responder<TestUlb, T> {
     Responder::new(
         TestUlb::default(),
         ResponderConfig {
@@ -471,7 +474,7 @@ fn s7_backward_call_failed_by_rdma_error_or_disconnect() {
     // §7.3.1: the client's upper layer said it takes backward Calls.
     r.handle_peer_backward_ready();
     assert_eq!(r.poll_action(), Some(Action::PostBackwardReceives(4)));
-    r.start_backward_call(Xid(0x900), nfs_call(0x900, 0, &[], None))
+    r.start_backward_call(Xid(0x900), nfs_call(0x900, 0, &[], None), ())
         .unwrap();
     let _ = r.poll_action();
     r.handle_receive(words(&[0x900, 1, 1, 4, 2]));
@@ -479,18 +482,20 @@ fn s7_backward_call_failed_by_rdma_error_or_disconnect() {
         r.poll_event(),
         Some(ResponderEvent::BackwardFailed {
             xid: Xid(0x900),
-            reason: BackwardFailure::Refused
+            reason: BackwardFailure::Refused,
+            token: (),
         })
     );
     assert_eq!(r.backward_credits().unwrap().outstanding(), 0);
-    r.start_backward_call(Xid(0x901), nfs_call(0x901, 0, &[], None))
+    r.start_backward_call(Xid(0x901), nfs_call(0x901, 0, &[], None), ())
         .unwrap();
     r.handle_disconnect();
     assert_eq!(
         r.poll_event(),
         Some(ResponderEvent::BackwardFailed {
             xid: Xid(0x901),
-            reason: BackwardFailure::ConnectionLost
+            reason: BackwardFailure::ConnectionLost,
+            token: (),
         })
     );
 }
@@ -650,7 +655,7 @@ fn inline_call(xid: u32) -> Bytes {
 
 #[test]
 fn s4_3_1_a_refused_credit_growth_is_offered_again_after_growth_retry() {
-    let mut r = Responder::new(
+    let mut r: Responder<TestUlb> = Responder::new(
         TestUlb::default(),
         ResponderConfig {
             policy: Policy::v1_only(),
@@ -682,6 +687,29 @@ fn s4_3_1_a_refused_credit_growth_is_offered_again_after_growth_retry() {
     r.set_credit_target(4).unwrap();
     assert_eq!(r.poll_action(), Some(Action::PostReceives(2)));
     assert_eq!(r.credit_growth(4), None);
+}
+
+#[test]
+fn calls_in_service_are_counted_from_when_they_were_taken_until_answered_or_lost() {
+    let mut r = responder(0);
+    r.handle_receive(inline_call(1));
+    r.handle_receive(inline_call(2));
+    r.handle_receive(inline_call(3));
+    while r.poll_event().is_some() {}
+    assert_eq!(r.in_service(), (0, None), "answered at once until taken");
+    let t0 = Instant::now();
+    r.handle_in_service(Xid(2), t0 + Duration::from_secs(1));
+    r.handle_in_service(Xid(3), t0);
+    r.handle_in_service(Xid(9), t0 - Duration::from_secs(1));
+    assert_eq!(
+        r.in_service(),
+        (2, Some(t0)),
+        "an unknown XID is not counted"
+    );
+    r.send_reply(Xid(3), rpc_reply(3, &[], None)).unwrap();
+    assert_eq!(r.in_service(), (1, Some(t0 + Duration::from_secs(1))));
+    r.handle_disconnect();
+    assert_eq!(r.in_service(), (0, None));
 }
 
 /// `responder(1)` with a read timeout of `secs`.
@@ -752,12 +780,13 @@ fn s5_5_3_reads_answered_in_time_arm_no_read_timeout() {
 
 #[test]
 fn s7_2_1_backward_calls_wait_for_a_credit_in_order_and_fail_with_the_connection() {
-    let mut r = with_backward_credits(4);
+    // Each Call's token is its XID's complement: every outcome names its own.
+    let mut r = with_backward_credits::<u32>(4);
     r.handle_peer_backward_ready();
     assert_eq!(r.poll_action(), Some(Action::PostBackwardReceives(4)));
     // §4.3.3 for the backward requester: one Call until the client's first Reply.
     for x in 0x900..0x904 {
-        r.start_backward_call(Xid(x), nfs_call(x, 0, &[], None))
+        r.start_backward_call(Xid(x), nfs_call(x, 0, &[], None), !x)
             .unwrap();
     }
     assert!(matches!(
@@ -774,6 +803,7 @@ fn s7_2_1_backward_calls_wait_for_a_credit_in_order_and_fail_with_the_connection
         r.poll_event(),
         Some(ResponderEvent::BackwardFailed {
             xid: Xid(0x900),
+            token: 0xffff_f6ff,
             ..
         })
     ));
@@ -787,21 +817,26 @@ fn s7_2_1_backward_calls_wait_for_a_credit_in_order_and_fail_with_the_connection
     assert_eq!(r.poll_action(), None);
     // The queue is bounded.
     for x in 0..(BACKWARD_QUEUE_MAX as u32 - 2) {
-        r.start_backward_call(Xid(0x1000 + x), nfs_call(0x1000 + x, 0, &[], None))
-            .unwrap();
+        r.start_backward_call(
+            Xid(0x1000 + x),
+            nfs_call(0x1000 + x, 0, &[], None),
+            !(0x1000 + x),
+        )
+        .unwrap();
     }
     assert!(matches!(
-        r.start_backward_call(Xid(0x5_0000), nfs_call(0x5_0000, 0, &[], None)),
-        Err(Error::Credit(CreditError::Exhausted { .. }))
+        r.start_backward_call(Xid(0x5_0000), nfs_call(0x5_0000, 0, &[], None), 7),
+        Err((Error::Credit(CreditError::Exhausted { .. }), 7))
     ));
     // The connection's end fails the one in flight and every waiting one.
     r.handle_disconnect();
     let mut failed = Vec::new();
     while let Some(ev) = r.poll_event() {
-        let ResponderEvent::BackwardFailed { xid, reason } = ev else {
+        let ResponderEvent::BackwardFailed { xid, reason, token } = ev else {
             panic!("{ev:?}")
         };
         assert_eq!(reason, BackwardFailure::ConnectionLost);
+        assert_eq!(token, !xid.0);
         failed.push(xid.0);
     }
     failed.sort();
