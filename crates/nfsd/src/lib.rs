@@ -81,6 +81,7 @@ pub mod portmap;
 mod proc;
 pub mod rdma;
 pub mod sd_notify;
+pub mod seen;
 pub mod server;
 pub mod service;
 pub mod v4;

@@ -106,7 +106,8 @@ impl Table {
     /// export of ours (a removed export's) and objects no longer there are
     /// NFS3ERR_STALE (RFC 1813 §2.6; [`crate::fh`] says why); a caller the export's
     /// clients do not admit gets NFS3ERR_ACCES. All three are decided before the file
-    /// system is touched.
+    /// system is touched. Within a COMPOUND's operations that change nothing, an
+    /// object they resolved before is taken from `caller.seen` ([`crate::seen`]).
     pub fn resolve(&self, fh: &NfsFh3, caller: &Caller) -> Result<(&Arc<Export>, Node), NfsStat3> {
         let h = self.decode(fh)?;
         let served = self.find(h.export).ok_or(NfsStat3::NFS3ERR_STALE)?;
@@ -114,10 +115,12 @@ impl Table {
             tracing::debug!(peer = ?caller.peer, export = %served.export.path.display(), ?why, "NFS call refused");
             return Err(NfsStat3::NFS3ERR_ACCES);
         }
-        Ok((
-            &served.export,
-            served.export.resolve_in_call(&h, &caller.recent)?,
-        ))
+        if let Some((_, node)) = caller.seen.node(fh) {
+            return Ok((&served.export, node));
+        }
+        let node = served.export.resolve_in_call(&h, &caller.recent)?;
+        caller.seen.keep_node(fh, &served.export, &node);
+        Ok((&served.export, node))
     }
 }
 
@@ -130,6 +133,9 @@ pub struct Caller {
     pub sys: Option<(u32, u32, Gids)>,
     /// The last file this call opened by handle ([`crate::vfs::RecentFile`]).
     pub recent: crate::vfs::RecentFile,
+    /// What this COMPOUND's operations that change nothing last read of an object
+    /// ([`crate::seen`]).
+    pub seen: crate::seen::Seen,
 }
 
 impl Caller {
@@ -142,6 +148,7 @@ impl Caller {
                 _ => None,
             },
             recent: crate::vfs::RecentFile::default(),
+            seen: crate::seen::Seen::default(),
         }
     }
 
@@ -424,6 +431,11 @@ impl<'a> Cx<'a> {
     pub(crate) fn as_caller<T>(&self, f: impl FnOnce() -> T) -> T {
         let _guard = crate::creds::AsCaller::enter(self.s.switching, &self.id);
         f()
+    }
+
+    /// What the call's COMPOUND last read of an object ([`crate::seen`]).
+    pub(crate) fn seen(&self) -> &crate::seen::Seen {
+        &self.caller.seen
     }
 
     /// True when the call came over a byte-stream transport (TCP), whose writer sends

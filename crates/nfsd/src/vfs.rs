@@ -277,8 +277,9 @@ impl Clone for RecentFile {
     }
 }
 
-/// An object of the export, open as an O_PATH descriptor.
-#[derive(Debug)]
+/// An object of the export, open as an O_PATH descriptor. A clone shares the
+/// descriptors.
+#[derive(Debug, Clone)]
 pub struct Node {
     /// O_PATH descriptor: names the inode, gives no read or write access. Shared with
     /// the export's root or its [`DirCache`] where it came from there.

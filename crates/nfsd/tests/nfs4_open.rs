@@ -784,6 +784,113 @@ async fn setattr_of_the_modification_time_under_an_open_stateid_sticks() {
     serving.stop().await;
 }
 
+/// Within one COMPOUND, a GETATTR after operations that change nothing (LOOKUP,
+/// ACCESS, GETATTR) answers with what they read (`nfsd::seen`), one after an
+/// operation that changes the file (WRITE, SETATTR) reads it afresh, and one of a
+/// directory after a REMOVE in it answers what the REMOVE read last: every GETATTR
+/// answers what a GETATTR alone would have at that point.
+#[tokio::test]
+async fn each_getattr_of_a_compound_sees_the_changes_made_before_it() {
+    let (_dir, export, addr, serving) = server().await;
+    let mut s = Session::new(addr, "seen").await;
+    let mut ops = to_export(&export);
+    ops.extend([
+        open_name(
+            owner(&s, "o"),
+            "grows",
+            OPEN4_SHARE_ACCESS_BOTH,
+            OPEN4_SHARE_DENY_NONE,
+            Some(CreateHow4::Unchecked(mode_attrs(0o640))),
+        ),
+        getattr(),
+        NfsArgop4::Access(nfs4::fh::Access4Args { access: 0x1f }),
+        getattr(),
+        write(StateId4::CURRENT, 0, &[7; 100], StableHow4::UNSTABLE4),
+        getattr(),
+        NfsArgop4::SetAttr(nfs4::dir::SetAttr4Args {
+            stateid: StateId4::CURRENT,
+            obj_attributes: mode_attrs(0o600),
+        }),
+        NfsArgop4::Access(nfs4::fh::Access4Args { access: 0x1f }),
+        getattr(),
+        write(StateId4::CURRENT, 100, &[7; 50], StableHow4::UNSTABLE4),
+        NfsArgop4::GetFh,
+        getattr(),
+    ]);
+    let res = s.run(ops).await;
+    assert_eq!(res.status, NfsStat4::NFS4_OK, "{res:?}");
+    let n = res.resarray.len();
+    let seen: Vec<(u64, u32)> = [n - 11, n - 9, n - 7, n - 4, n - 1]
+        .iter()
+        .map(|&i| attrs(&res.resarray[i]))
+        .map(|a| (a.size, a.mode))
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            (0, 0o640),
+            (0, 0o640),
+            (100, 0o640),
+            (100, 0o600),
+            (150, 0o600)
+        ]
+    );
+    let open = opened(&res.resarray[n - 12]);
+    // LOOKUP then GETATTR: the attributes LOOKUP read, which are the file's now.
+    let mut ops = to_export(&export);
+    ops.extend([lookup(b"grows"), getattr()]);
+    let res = s.run(ops).await;
+    assert_eq!(res.status, NfsStat4::NFS4_OK, "{res:?}");
+    let looked = attrs(res.resarray.last().unwrap());
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(export.join("grows")).unwrap();
+    assert_eq!(
+        (looked.size, looked.mode, looked.fileid),
+        (150, 0o600, meta.ino())
+    );
+    let mut ops = to_export(&export);
+    ops.extend([lookup(b"grows"), close(open.stateid)]);
+    assert_eq!(s.run(ops).await.status, NfsStat4::NFS4_OK);
+    // The Linux client's rmdir: REMOVE, then GETATTR of the directory, which sees
+    // the directory as the REMOVE left it (its last look, `nfsd::seen`): one link
+    // fewer (the removed directory's `..`).
+    std::fs::create_dir(export.join("sub")).unwrap();
+    let numlinks = || {
+        NfsArgop4::GetAttr(nfs4::fh::GetAttr4Args {
+            attr_request: Bitmap4::from_bits(&[35]),
+        })
+    };
+    let links_of = |r: &NfsResop4| {
+        let NfsResop4::GetAttr(Res4::Ok(ok)) = r else {
+            panic!("GETATTR: {r:?}")
+        };
+        xdr::Decoder::new(ok.obj_attributes.attr_vals.0.clone())
+            .u32()
+            .unwrap()
+    };
+    let mut ops = to_export(&export);
+    ops.extend([
+        numlinks(),
+        NfsArgop4::Remove(nfs4::dir::Remove4Args {
+            target: "sub".into(),
+        }),
+        numlinks(),
+    ]);
+    let res = s.run(ops).await;
+    assert_eq!(res.status, NfsStat4::NFS4_OK, "{res:?}");
+    let n = res.resarray.len();
+    let (before, after) = (
+        links_of(&res.resarray[n - 3]),
+        links_of(&res.resarray[n - 1]),
+    );
+    assert_eq!(after + 1, before, "the REMOVE took a link of the directory");
+    let mut ops = to_export(&export);
+    ops.push(numlinks());
+    let res = s.run(ops).await;
+    assert_eq!(links_of(res.resarray.last().unwrap()), after);
+    serving.stop().await;
+}
+
 /// NFSv4.1 over RPC-over-RDMA, Version One and Version Two (with reliable reply), our
 /// userspace iWARP provider on both ends: a 1 MiB WRITE whose data the server pulls
 /// by RDMA Read from the Call's Read chunk, and a 1 MiB READ whose data it pushes by

@@ -7,16 +7,19 @@
 
 use nfs3::dir::*;
 use nfs3::{
-    CreateVerf3, DirOpArgs3, Ftype3, NfsPath3, NfsResult, NfsStat3, Sattr3, SetTime, WccData,
+    CreateVerf3, DirOpArgs3, Ftype3, NfsFh3, NfsPath3, NfsResult, NfsStat3, Sattr3, SetTime,
+    WccData,
 };
 use std::os::fd::OwnedFd;
+use std::sync::Arc;
 
 use rustix::fs::{AtFlags, FileType, Mode, OFlags, Timespec, Timestamps, CWD};
 use xdr::Bytes;
 
 use crate::errno::OrStat;
-use crate::nfs::{post_op, resolved_attr, wcc, Cx};
+use crate::nfs::{post_op, resolved_attr, Cx};
 use crate::proc::attr::apply_sattr;
+use crate::seen::Seen;
 use crate::vfs::{check_name, Export, Meta, NameUse, Node};
 
 /// §3.3.3 LOOKUP. "." is the directory itself and ".." its parent, except that the
@@ -49,11 +52,15 @@ pub(crate) fn lookup(cx: &Cx<'_>, a: Lookup3Args) -> Lookup3Res {
         }
     });
     match found {
-        Ok((meta, object)) => NfsResult::Ok(Lookup3ResOk {
-            object,
-            obj_attributes: Some(meta.fattr(ex.id)),
-            dir_attributes: resolved_attr(ex, &dir),
-        }),
+        Ok((meta, object)) => {
+            // NFSv4's GETATTR after LOOKUP reads these (`crate::seen`).
+            cx.seen().keep_meta(&object, ex, meta);
+            NfsResult::Ok(Lookup3ResOk {
+                object,
+                obj_attributes: Some(meta.fattr(ex.id)),
+                dir_attributes: resolved_attr(ex, &dir),
+            })
+        }
         Err(s) => fail(s, resolved_attr(ex, &dir)),
     }
 }
@@ -94,10 +101,13 @@ pub(crate) fn readlink(cx: &Cx<'_>, a: ReadLink3Args) -> ReadLink3Res {
 /// The directory of a modifying procedure, checked: it exists, is a directory, the
 /// export is writable, and the name is acceptable for `usage`.
 struct Target<'a> {
-    ex: &'a Export,
+    ex: &'a Arc<Export>,
+    /// The directory's handle, as the call gave it.
+    fh: &'a NfsFh3,
     dir: Node,
     before: Meta,
     name: &'a [u8],
+    seen: &'a Seen,
 }
 
 impl<'a> Target<'a> {
@@ -113,9 +123,11 @@ impl<'a> Target<'a> {
         let before = dir.meta;
         let t = Target {
             ex,
+            fh: &d.dir,
             dir,
             before,
             name: &d.name.0,
+            seen: cx.seen(),
         };
         if !t.dir.meta.is_dir() {
             return Err(t.fail(NfsStat3::NFS3ERR_NOTDIR));
@@ -127,8 +139,22 @@ impl<'a> Target<'a> {
         Ok(t)
     }
 
+    /// The directory's wcc data, `after` read now: the last look at the directory
+    /// of an operation that changes it, which an NFSv4 GETATTR of it later in the
+    /// COMPOUND may take ([`crate::seen`]).
     fn wcc(&self) -> WccData {
-        wcc(self.ex, Some(&self.before), &self.dir)
+        let after = self.dir.stat().ok();
+        if let Some(meta) = after {
+            let dir = Node {
+                meta,
+                ..self.dir.clone()
+            };
+            self.seen.keep_after_change(self.fh, self.ex, dir);
+        }
+        WccData {
+            before: Some(self.before.wcc()),
+            after: after.map(|m| m.fattr(self.ex.id)),
+        }
     }
 
     fn fail(&self, s: NfsStat3) -> (NfsStat3, WccData) {

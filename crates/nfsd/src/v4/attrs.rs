@@ -209,14 +209,20 @@ impl Space {
         Space::ATTRS.iter().any(|&a| asked.is_set(a))
     }
 
+    /// The defaults, for a request that names none of the figures
+    /// ([`Space::asked`]): nothing encodes them.
+    pub fn unasked() -> Space {
+        Space {
+            name_max: crate::vfs::NAME_MAX as u32,
+            ..Space::default()
+        }
+    }
+
     /// The figures of the file system `node` is on, if `asked` names any of them
     /// ([`Space::asked`]); the defaults otherwise, which nothing encodes.
     pub fn of(node: &Node, asked: &Bitmap4) -> Space {
         if !Space::asked(asked) {
-            return Space {
-                name_max: crate::vfs::NAME_MAX as u32,
-                ..Space::default()
-            };
+            return Space::unasked();
         }
         rustix::fs::fstatvfs(&node.fd)
             .map(|v| {

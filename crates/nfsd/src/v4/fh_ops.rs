@@ -14,7 +14,7 @@ use nfs4::session::AUTH_SYS;
 use nfs4::{DdpLinkText4, NfsStat4, Res4, Utf8Str};
 use rustix::fs::FileType;
 
-use super::attrs::Values;
+use super::attrs::{Space, Values};
 use super::compound::Compound;
 use super::errors::stat4;
 use super::pseudo::{self, Fh};
@@ -208,11 +208,18 @@ pub(crate) fn access(cx: &mut Compound<'_>, a: &Access4Args) -> Access4Res {
 }
 
 /// The attributes of the current filehandle's object ([`super::attrs`]), for a
-/// request of the attributes `asked`.
+/// request of the attributes `asked`: as an earlier operation of this COMPOUND that
+/// changed nothing read them ([`crate::seen`]: after LOOKUP, ACCESS or another
+/// GETATTR), unless the file system's figures are asked too, or else resolved.
 fn values(cx: &Compound<'_>, asked: &nfs4::Bitmap4) -> Result<Values, NfsStat4> {
     Ok(match cx.current()? {
         fh @ Fh::Pseudo(path) => Values::of_pseudo(path, fh.to_wire(), cx.server.started),
         fh @ Fh::Export(fh3) => {
+            if !Space::asked(asked) {
+                if let Some((ex, meta)) = cx.caller.seen.meta(fh3) {
+                    return Ok(Values::of_meta(&ex, &meta, fh.to_wire(), Space::unasked()));
+                }
+            }
             let (ex, node) = cx.table.resolve(fh3, cx.caller).map_err(stat4)?;
             Values::of_node(ex, &node, fh.to_wire(), asked)
         }

@@ -32,6 +32,10 @@ pub(crate) const CLEARS_STATEID: u8 = 4;
 /// (inline only over TCP, where its data leaves by `sendfile`: decided with the
 /// transport).
 pub(crate) const INLINE: u8 = 8;
+/// Changes no object: no data, attribute, name or access time. What an earlier
+/// such operation of the COMPOUND read of an object holds for the next
+/// ([`crate::seen`]); any other operation makes the next read afresh.
+pub(crate) const READS_ONLY: u8 = 16;
 
 /// How an operation runs.
 pub(crate) enum Run {
@@ -49,7 +53,7 @@ pub(crate) struct OpDesc {
     pub(crate) op: NfsOpnum4,
     /// Its name, for logs.
     pub(crate) name: &'static str,
-    /// [`SOLO`], [`CURRENT_FH`], [`CLEARS_STATEID`], [`INLINE`].
+    /// [`SOLO`], [`CURRENT_FH`], [`CLEARS_STATEID`], [`INLINE`], [`READS_ONLY`].
     pub(crate) flags: u8,
     /// Its handler.
     pub(crate) run: Run,
@@ -88,7 +92,7 @@ pub(crate) static OPS: &[OpDesc] = &[
     op!(
         OP_ACCESS,
         "ACCESS",
-        CURRENT_FH | INLINE,
+        CURRENT_FH | INLINE | READS_ONLY,
         handler!(Access, |cx, a| fh_ops::access(cx, a))
     ),
     op!(
@@ -113,13 +117,13 @@ pub(crate) static OPS: &[OpDesc] = &[
     op!(
         OP_GETATTR,
         "GETATTR",
-        CURRENT_FH | INLINE,
+        CURRENT_FH | INLINE | READS_ONLY,
         handler!(GetAttr, |cx, a| fh_ops::getattr(cx, a))
     ),
     op!(
         OP_GETFH,
         "GETFH",
-        CURRENT_FH | INLINE,
+        CURRENT_FH | INLINE | READS_ONLY,
         handler!(GetFh, |cx| fh_ops::getfh(cx))
     ),
     op!(
@@ -149,19 +153,19 @@ pub(crate) static OPS: &[OpDesc] = &[
     op!(
         OP_LOOKUP,
         "LOOKUP",
-        CURRENT_FH | CLEARS_STATEID | INLINE,
+        CURRENT_FH | CLEARS_STATEID | INLINE | READS_ONLY,
         handler!(Lookup, |cx, a| fh_ops::lookup(cx, a))
     ),
     op!(
         OP_LOOKUPP,
         "LOOKUPP",
-        CURRENT_FH | CLEARS_STATEID | INLINE,
+        CURRENT_FH | CLEARS_STATEID | INLINE | READS_ONLY,
         handler!(LookupP, |cx| fh_ops::lookupp(cx))
     ),
     op!(
         OP_NVERIFY,
         "NVERIFY",
-        CURRENT_FH | INLINE,
+        CURRENT_FH | INLINE | READS_ONLY,
         handler!(NVerify, |cx, a| fh_ops::nverify(cx, a))
     ),
     op!(
@@ -179,19 +183,19 @@ pub(crate) static OPS: &[OpDesc] = &[
     op!(
         OP_PUTFH,
         "PUTFH",
-        CLEARS_STATEID | INLINE,
+        CLEARS_STATEID | INLINE | READS_ONLY,
         handler!(PutFh, |cx, a| fh_ops::putfh(cx, a))
     ),
     op!(
         OP_PUTPUBFH,
         "PUTPUBFH",
-        CLEARS_STATEID | INLINE,
+        CLEARS_STATEID | INLINE | READS_ONLY,
         handler!(PutPubFh, |cx| fh_ops::putrootfh(cx))
     ),
     op!(
         OP_PUTROOTFH,
         "PUTROOTFH",
-        CLEARS_STATEID | INLINE,
+        CLEARS_STATEID | INLINE | READS_ONLY,
         handler!(PutRootFh, |cx| fh_ops::putrootfh(cx))
     ),
     op!(
@@ -227,19 +231,19 @@ pub(crate) static OPS: &[OpDesc] = &[
     op!(
         OP_RESTOREFH,
         "RESTOREFH",
-        INLINE,
+        INLINE | READS_ONLY,
         handler!(RestoreFh, |cx| fh_ops::restorefh(cx))
     ),
     op!(
         OP_SAVEFH,
         "SAVEFH",
-        CURRENT_FH | INLINE,
+        CURRENT_FH | INLINE | READS_ONLY,
         handler!(SaveFh, |cx| fh_ops::savefh(cx))
     ),
     op!(
         OP_SECINFO,
         "SECINFO",
-        CURRENT_FH | INLINE,
+        CURRENT_FH | INLINE | READS_ONLY,
         handler!(SecInfo, |cx, a| fh_ops::secinfo(cx, a))
     ),
     op!(
@@ -251,7 +255,7 @@ pub(crate) static OPS: &[OpDesc] = &[
     op!(
         OP_VERIFY,
         "VERIFY",
-        CURRENT_FH | INLINE,
+        CURRENT_FH | INLINE | READS_ONLY,
         handler!(Verify, |cx, a| fh_ops::verify(cx, a))
     ),
     op!(
@@ -296,14 +300,14 @@ pub(crate) static OPS: &[OpDesc] = &[
     op!(
         OP_SECINFO_NO_NAME,
         "SECINFO_NO_NAME",
-        CURRENT_FH | INLINE,
+        CURRENT_FH | INLINE | READS_ONLY,
         handler!(SecInfoNoName, |cx, a| fh_ops::secinfo_no_name(cx, a))
     ),
     op!(OP_SEQUENCE, "SEQUENCE", INLINE, Run::Sequence),
     op!(
         OP_TEST_STATEID,
         "TEST_STATEID",
-        INLINE,
+        INLINE | READS_ONLY,
         handler!(TestStateId, |cx, a| open_ops::test_stateid(cx, a))
     ),
     op!(
@@ -337,6 +341,7 @@ pub(crate) fn run(d: &OpDesc, cx: &mut Compound<'_>, op: &NfsArgop4) -> NfsResop
     if d.flags & CURRENT_FH != 0 && cx.current.is_none() {
         return fail(op, NfsStat4::NFS4ERR_NOFILEHANDLE);
     }
+    cx.caller.seen.allow(d.flags & READS_ONLY != 0);
     let res = match &d.run {
         Run::Op(h) => h(cx, op),
         Run::Sequence => fail(op, NfsStat4::NFS4ERR_SEQUENCE_POS),

@@ -1,0 +1,122 @@
+//! What the operations of one NFSv4 COMPOUND that change nothing have read of an
+//! object, for the next such operation on the same object in the same COMPOUND.
+//!
+//! The Linux client sends its metadata operations in COMPOUNDs that look at one
+//! object several times: LOOKUP, GETFH, GETATTR (a `stat`), ACCESS then GETATTR (an
+//! `open` or a revalidation), OPEN, GETFH, ACCESS, GETATTR. Each operation resolves
+//! its filehandle on its own, and every resolve reads the object's attributes again
+//! (`statx`; for a file not open, `open_by_handle_at` and `close` too): the same
+//! answer, read twice or three times within a few microseconds, where nothing in
+//! between could have changed it. knfsd answers such a COMPOUND from the inode it
+//! looked up once.
+//!
+//! So a [`crate::nfs::Caller`] keeps the last object it resolved or looked up while
+//! operations flagged [`crate::v4`]'s `READS_ONLY` run (they change no object: no
+//! data, attribute, name or access time), and the next of them on the same handle
+//! takes it from here. Any other operation clears it before it runs
+//! ([`Seen::allow`]), so an operation of this COMPOUND that changes something is
+//! always followed by fresh reads; NFSv3 never turns it on. A change by another
+//! client between two operations of one COMPOUND may then be missed by the second:
+//! as if it had come after the COMPOUND. A COMPOUND is not isolated from other
+//! requests (knfsd interleaves them too), so a client cannot tell the two apart.
+
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use nfs3::NfsFh3;
+
+use crate::vfs::{Export, Meta, Node};
+
+/// One COMPOUND's last look at an object (module docs). Starts off; a clone starts
+/// empty and off, as [`crate::vfs::RecentFile`] does.
+#[derive(Debug, Default)]
+pub struct Seen(Mutex<State>);
+
+#[derive(Debug, Default)]
+struct State {
+    /// Whether the running operation changes nothing ([`Seen::allow`]).
+    on: bool,
+    last: Option<(NfsFh3, Arc<Export>, Object)>,
+}
+
+/// What was read of the object.
+#[derive(Debug)]
+enum Object {
+    /// Resolved: opened as an O_PATH descriptor, with its attributes.
+    Node(Node),
+    /// Looked up by name (LOOKUP): its attributes, not opened.
+    Meta(Meta),
+}
+
+impl Seen {
+    fn state(&self) -> MutexGuard<'_, State> {
+        // Poisoned only by a panic while held: the state is a plain value.
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Before each operation of a COMPOUND: `reads_only` says whether it changes
+    /// nothing. If it may change something, what was seen is forgotten first, and
+    /// nothing is kept or given while it runs.
+    pub fn allow(&self, reads_only: bool) {
+        let mut s = self.state();
+        s.on = reads_only;
+        if !reads_only {
+            s.last = None;
+        }
+    }
+
+    /// The object `fh` names, as resolved by an earlier operation that changed
+    /// nothing, since which nothing could have changed it.
+    pub fn node(&self, fh: &NfsFh3) -> Option<(Arc<Export>, Node)> {
+        match &self.state().last {
+            Some((f, ex, Object::Node(n))) if f == fh => Some((ex.clone(), n.clone())),
+            _ => None,
+        }
+    }
+
+    /// The attributes of the object `fh` names, as an earlier operation that
+    /// changed nothing read them (resolved or looked up).
+    pub fn meta(&self, fh: &NfsFh3) -> Option<(Arc<Export>, Meta)> {
+        match &self.state().last {
+            Some((f, ex, o)) if f == fh => Some((
+                ex.clone(),
+                match o {
+                    Object::Node(n) => n.meta,
+                    Object::Meta(m) => *m,
+                },
+            )),
+            _ => None,
+        }
+    }
+
+    /// Keeps `node`, just resolved for `fh` in `ex`, while an operation that
+    /// changes nothing runs.
+    pub fn keep_node(&self, fh: &NfsFh3, ex: &Arc<Export>, node: &Node) {
+        self.keep(fh, ex, || Object::Node(node.clone()));
+    }
+
+    /// Keeps `meta`, just looked up for `fh` in `ex` (LOOKUP), as
+    /// [`Seen::keep_node`].
+    pub fn keep_meta(&self, fh: &NfsFh3, ex: &Arc<Export>, meta: Meta) {
+        self.keep(fh, ex, || Object::Meta(meta));
+    }
+
+    /// Keeps `node`, whose attributes an operation that changed the object `fh`
+    /// names has just read as its last step (a directory's `wcc_data` after a
+    /// REMOVE): what the next operation that changes nothing would read too.
+    pub fn keep_after_change(&self, fh: &NfsFh3, ex: &Arc<Export>, node: Node) {
+        self.state().last = Some((fh.clone(), ex.clone(), Object::Node(node)));
+    }
+
+    fn keep(&self, fh: &NfsFh3, ex: &Arc<Export>, object: impl FnOnce() -> Object) {
+        let mut s = self.state();
+        if s.on {
+            s.last = Some((fh.clone(), ex.clone(), object()));
+        }
+    }
+}
+
+impl Clone for Seen {
+    fn clone(&self) -> Self {
+        Seen::default()
+    }
+}
