@@ -51,9 +51,8 @@
 //!
 //! # What this crate does not do
 //!
-//! Most of NFSv4.1 yet ([`v4`] lists what it serves: sessions, the pseudo root,
-//! lookups, attributes and READDIR; not OPEN, READ, WRITE, locks, callbacks or
-//! state across restarts), NFSv4.0 and 4.2, NLM over UDP (locking is [`nlm`], on TCP),
+//! NFSv4.1's delegations and back channel ([`v4`] lists what it serves), NFSv4.0 and
+//! 4.2, NLM over UDP (locking is [`nlm`], on TCP),
 //! ACLs over the wire, UDP, netgroups and host name wildcards in exports
 //! ([`exports`]).
 #![warn(missing_docs, unreachable_pub)]
