@@ -53,10 +53,125 @@ pub fn by_descriptor(fd: BorrowedFd<'_>, mode: Access) -> Option<Result<(), Errn
     Some(Err(errno))
 }
 
+/// Which of the rights `wanted` the kernel grants, asking it by `check` (one
+/// permission check of a union of rights, as [`by_descriptor`]) as few times as
+/// `likely` allows: the wanted rights `likely` predicts granted are asked together
+/// (one call, when the prediction holds; the Linux client's ACCESS of its own file
+/// or directory asks two or three rights), the others one by one. The answer is the
+/// kernel's whatever the prediction ([`likely_granted`]): every right granted was
+/// granted by a check, every right refused was refused by a check of it alone; a
+/// wrong prediction only costs a check more.
+pub fn granted(mut check: impl FnMut(Access) -> bool, wanted: Access, likely: Access) -> Access {
+    let together = wanted & likely;
+    let mut alone = wanted - together;
+    let mut granted = Access::empty();
+    if together.bits().count_ones() > 1 && check(together) {
+        granted |= together;
+    } else {
+        alone |= together;
+    }
+    for right in alone.iter() {
+        if check(right) {
+            granted |= right;
+        }
+    }
+    granted
+}
+
+/// The rights the permission bits `mode` of an object owned by `uid` and `gid`
+/// grant an identity of `fsuid`, `fsgid` and `groups` (the owner's, the group's or
+/// the others' class, as the kernel picks it without an ACL); for fsuid 0, what
+/// root's capabilities grant (read and write, execute with any execute bit, search
+/// of a directory). Only a prediction for [`granted`]: ACLs, capabilities and
+/// read-only mounts are the kernel's to apply.
+pub fn likely_granted(
+    mode: u32,
+    (uid, gid): (u32, u32),
+    (fsuid, fsgid, groups): (u32, u32, &[u32]),
+) -> Access {
+    let dir = mode & 0o170000 == 0o040000;
+    if fsuid == 0 {
+        let exec = dir || mode & 0o111 != 0;
+        let rw = Access::READ_OK | Access::WRITE_OK;
+        return if exec { rw | Access::EXEC_OK } else { rw };
+    }
+    let class = if fsuid == uid {
+        mode >> 6
+    } else if fsgid == gid || groups.contains(&gid) {
+        mode >> 3
+    } else {
+        mode
+    };
+    [
+        (4, Access::READ_OK),
+        (2, Access::WRITE_OK),
+        (1, Access::EXEC_OK),
+    ]
+    .into_iter()
+    .filter(|(bit, _)| class & bit != 0)
+    .fold(Access::empty(), |acc, (_, right)| acc | right)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::creds::{AsCaller, Identity};
+
+    /// Whatever the prediction, the answer is the kernel's; a right refused is
+    /// always asked alone; a prediction that holds costs one check.
+    #[test]
+    fn granted_answers_as_the_checks_do_and_asks_the_predicted_together() {
+        let all = Access::READ_OK | Access::WRITE_OK | Access::EXEC_OK;
+        let rights = [Access::READ_OK, Access::WRITE_OK, Access::EXEC_OK];
+        let subsets: Vec<Access> = (0..8u32)
+            .map(|m| {
+                rights
+                    .iter()
+                    .enumerate()
+                    .filter(|(i, _)| m & (1 << i) != 0)
+                    .fold(Access::empty(), |a, (_, r)| a | *r)
+            })
+            .collect();
+        for &kernel in &subsets {
+            for &wanted in &subsets {
+                for &likely in &subsets {
+                    let mut asked = Vec::new();
+                    let got = granted(
+                        |m| {
+                            asked.push(m);
+                            kernel.contains(m)
+                        },
+                        wanted,
+                        likely,
+                    );
+                    assert_eq!(got, wanted & kernel, "{kernel:?} {wanted:?} {likely:?}");
+                    for right in (wanted - got).iter() {
+                        assert!(asked.contains(&right), "{right:?} refused unasked");
+                    }
+                    if kernel.contains(wanted) && likely.contains(wanted) && !wanted.is_empty() {
+                        assert_eq!(asked.len(), 1, "{wanted:?} predicted and granted");
+                    }
+                    assert!(asked.iter().all(|m| all.contains(*m) && !m.is_empty()));
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_likely_rights_are_the_class_of_the_identity() {
+        let (r, w, x) = (Access::READ_OK, Access::WRITE_OK, Access::EXEC_OK);
+        let file = 0o100640;
+        assert_eq!(likely_granted(file, (10, 20), (10, 99, &[])), r | w);
+        assert_eq!(likely_granted(file, (10, 20), (11, 20, &[])), r);
+        assert_eq!(likely_granted(file, (10, 20), (11, 99, &[5, 20])), r);
+        assert_eq!(
+            likely_granted(file, (10, 20), (11, 99, &[])),
+            Access::empty()
+        );
+        assert_eq!(likely_granted(file, (10, 20), (0, 0, &[])), r | w);
+        assert_eq!(likely_granted(0o040700, (10, 20), (0, 0, &[])), r | w | x);
+        assert_eq!(likely_granted(0o040755, (10, 20), (12, 99, &[])), r | x);
+    }
     use std::os::fd::AsFd;
 
     /// By descriptor the kernel answers as by path, for an `O_PATH` descriptor too.

@@ -159,24 +159,25 @@ pub(crate) fn access(cx: &Cx<'_>, a: Access3Args) -> Access3Res {
             (access::EXECUTE, Access::EXEC_OK),
         ],
     };
-    let mut granted = cx.as_caller(|| {
-        // Each kernel right once, however many bits map to it (MODIFY, EXTEND and
-        // DELETE are all write): a faccessat less per right shared.
-        let mut checked: Vec<(Access, bool)> = Vec::with_capacity(3);
-        let mut ok = |mode: Access| match checked.iter().find(|(m, _)| *m == mode) {
-            Some(&(_, ok)) => ok,
-            None => {
-                let ok = node.access(mode).is_ok();
-                checked.push((mode, ok));
-                ok
-            }
-        };
-        table
-            .iter()
-            .filter(|(bit, _)| a.access & bit != 0)
-            .filter(|(_, mode)| ok(*mode))
-            .fold(0, |acc, (bit, _)| acc | bit)
-    });
+    // Each kernel right once, however many bits map to it (MODIFY, EXTEND and DELETE
+    // are all write), and those the permission bits predict granted in one check
+    // (`faccess::granted`: the answer is the kernel's either way).
+    let wanted = table
+        .iter()
+        .filter(|(bit, _)| a.access & bit != 0)
+        .fold(Access::empty(), |acc, (_, right)| acc | *right);
+    let m = &node.meta;
+    let likely = crate::faccess::likely_granted(
+        m.mode,
+        (m.uid, m.gid),
+        (cx.id.uid, cx.id.gid, &cx.id.groups),
+    );
+    let rights =
+        cx.as_caller(|| crate::faccess::granted(|r| node.access(r).is_ok(), wanted, likely));
+    let mut granted = table
+        .iter()
+        .filter(|(_, right)| rights.contains(*right))
+        .fold(0, |acc, (bit, _)| acc | bit);
     if node.meta.file_type() == FileType::Symlink {
         granted = a.access & access::READ;
     }
