@@ -57,12 +57,13 @@ pub fn switching() -> bool {
 /// (a procedure that switches once around a loop whose steps switch too, such as
 /// READDIRPLUS's entries) makes no system call, entering or leaving.
 ///
-/// Supplementary groups are switched only when they differ from the ones the thread
-/// has ([`switch_to`]): a server with root's file-system capabilities keeps the last
-/// caller's groups while it acts as itself, since those capabilities override every
-/// check a group could pass. So one user's calls cost setfsgid and setfsuid entering
-/// and leaving (4 system calls), not 6; a server without those capabilities drops
-/// the groups on leaving, as before.
+/// Supplementary groups and the file-system gid are switched only when they differ
+/// from the ones the thread has ([`switch_to`]): a server with root's file-system
+/// capabilities keeps the last caller's groups and gid while it acts as itself, since
+/// those capabilities override every check a group could pass, and the server's own
+/// new files take its group explicitly ([`server_files`]). So one user's calls cost a
+/// setfsuid entering and one leaving (2 system calls), not 6; a server without those
+/// capabilities drops the groups and the gid on leaving, as before.
 #[derive(Debug)]
 #[must_use = "the identity is switched back when this guard drops"]
 pub struct AsCaller {
@@ -80,6 +81,8 @@ thread_local! {
     /// The supplementary groups this thread has, as last set here (`None`: never set
     /// here, the process's own).
     static GROUPS: std::cell::RefCell<Option<Vec<u32>>> = const { std::cell::RefCell::new(None) };
+    /// The thread's file-system gid, as last set here (`None`: never set here).
+    static FSGID: std::cell::Cell<Option<u32>> = const { std::cell::Cell::new(None) };
 }
 
 impl AsCaller {
@@ -146,12 +149,14 @@ pub fn ever_switched() -> bool {
 /// Makes `id` (`None`: the server's own, fsuid 0 and fsgid 0) the thread's
 /// file-system identity.
 ///
-/// The supplementary groups are set only where they differ from the thread's
-/// ([`GROUPS`]). Leaving for the server's own identity, they are emptied only if the
-/// server lacks the file-system capabilities ([`groups_matter`]); with them, fsuid 0
-/// raises CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH, CAP_FOWNER, CAP_FSETID and
-/// CAP_CHOWN again, which override every permission check a group could decide
-/// (and groups never decide the owner of a new file: fsgid does, and it is reset).
+/// The supplementary groups and the fsgid are set only where they differ from the
+/// thread's ([`GROUPS`], [`FSGID`]). Leaving for the server's own identity, they are
+/// reset only if the server lacks the file-system capabilities or the right to set
+/// any gid ([`groups_matter`]); with them, fsuid 0 raises CAP_DAC_OVERRIDE,
+/// CAP_DAC_READ_SEARCH, CAP_FOWNER, CAP_FSETID and CAP_CHOWN again, which override
+/// every permission check a group could decide. What a group still decides is the
+/// group of a new file, and the server makes its own files in [`server_files`],
+/// which resets the fsgid first.
 fn switch_to(id: Option<&Identity>) {
     assert!(
         !KEEPS_IDENTITY.with(std::cell::Cell::get),
@@ -165,12 +170,11 @@ fn switch_to(id: Option<&Identity>) {
             set_groups(&id.groups);
             set_fs_ids(id.uid, id.gid);
         }
-        None => {
+        None if groups_matter() => {
             set_fs_ids(0, 0);
-            if groups_matter() {
-                set_groups(&[]);
-            }
+            set_groups(&[]);
         }
+        None => set_fs_uid(0),
     }
 }
 
@@ -191,33 +195,69 @@ fn set_groups(groups: &[u32]) {
     });
 }
 
-/// Whether the server's own identity must have no supplementary groups: unless the
-/// process may raise all of the file-system capabilities that override permission
-/// checks (root's, normally), a caller's groups left on the thread could grant the
-/// server's own calls (handle resolution) what the groups [] would not.
+/// Whether the server's own identity must have no supplementary groups and fsgid 0:
+/// unless the process may raise all of the file-system capabilities that override
+/// permission checks (root's, normally), a caller's groups left on the thread could
+/// grant the server's own calls (handle resolution) what the groups [] would not;
+/// and unless it may set any gid (CAP_SETGID), a kept fsgid could not be relied on to
+/// change when the next caller's differs (setfsgid reports no failure).
 fn groups_matter() -> bool {
     use rustix::thread::CapabilitySet as C;
     static MATTER: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *MATTER.get_or_init(|| {
         let needed = C::DAC_OVERRIDE | C::DAC_READ_SEARCH | C::FOWNER | C::FSETID | C::CHOWN;
-        !rustix::thread::capabilities(None).is_ok_and(|c| c.permitted.contains(needed))
+        !rustix::thread::capabilities(None)
+            .is_ok_and(|c| c.permitted.contains(needed) && c.effective.contains(C::SETGID))
     })
+}
+
+/// Runs `f`, which makes files of the server's own (state records), with the
+/// server's own file-system gid: a caller's may have stayed on the thread
+/// ([`switch_to`]), and would be the new files' group. Outside any [`AsCaller`]
+/// guard only (the server acts as itself).
+pub fn server_files<T>(f: impl FnOnce() -> T) -> T {
+    debug_assert_eq!(
+        ACTING_AS.with(|stack| stack.borrow().len()),
+        0,
+        "server_files inside a caller's identity"
+    );
+    // Unknown on a thread that never set it: a thread inherits its creator's.
+    if FSGID.with(std::cell::Cell::get) != Some(0) {
+        set_fs_gid(0);
+    }
+    f()
 }
 
 #[cfg(test)]
 thread_local! {
     /// setgroups calls made by this thread (tests).
     static SETGROUPS_CALLS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+    /// setfsgid calls made by this thread (tests).
+    static SETFSGID_CALLS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
 
+/// Sets the fsgid (unless the thread has it already, [`FSGID`]), then the fsuid.
 fn set_fs_ids(uid: u32, gid: u32) {
-    let (_, _) = (Uid::from_raw(uid), Gid::from_raw(gid));
-    // SAFETY: setfsgid/setfsuid take plain integers and touch only the calling
-    // thread's credentials (glibc issues the raw per-thread system call).
-    unsafe {
-        libc::setfsgid(gid);
-        libc::setfsuid(uid);
+    if FSGID.with(std::cell::Cell::get) != Some(gid) {
+        set_fs_gid(gid);
     }
+    set_fs_uid(uid);
+}
+
+fn set_fs_gid(gid: u32) {
+    let _ = Gid::from_raw(gid);
+    #[cfg(test)]
+    SETFSGID_CALLS.with(|n| n.set(n.get() + 1));
+    // SAFETY: setfsgid takes a plain integer and touches only the calling thread's
+    // credentials (glibc issues the raw per-thread system call).
+    unsafe { libc::setfsgid(gid) };
+    FSGID.with(|g| g.set(Some(gid)));
+}
+
+fn set_fs_uid(uid: u32) {
+    let _ = Uid::from_raw(uid);
+    // SAFETY: as `set_fs_gid`, for setfsuid.
+    unsafe { libc::setfsuid(uid) };
 }
 
 #[cfg(test)]
@@ -250,6 +290,10 @@ mod tests {
 
     fn setgroups_calls() -> usize {
         SETGROUPS_CALLS.with(|n| n.get())
+    }
+
+    fn setfsgid_calls() -> usize {
+        SETFSGID_CALLS.with(|n| n.get())
     }
 
     fn with_groups(uid: u32, groups: &[u32]) -> Identity {
@@ -319,34 +363,37 @@ mod tests {
     }
 
     #[test]
-    fn groups_are_set_only_when_they_differ_and_ids_always_come_back() {
+    fn groups_and_gid_are_set_only_when_they_differ_and_the_uid_always_comes_back() {
         if !switching() {
             return;
         }
         std::thread::spawn(|| {
             let a = with_groups(1000, &[1000, 5000]);
             let b = with_groups(2000, &[2000]);
-            let calls = setgroups_calls();
+            let (calls, gid_calls) = (setgroups_calls(), setfsgid_calls());
             {
                 let _g = AsCaller::enter(true, &a);
                 assert_eq!((fsuid(), fsgid(), groups()), (1000, 1000, vec![1000, 5000]));
             }
-            assert_eq!((fsuid(), fsgid()), (0, 0), "the server's ids again");
             let kept = !groups_matter();
             if kept {
-                // Root's capabilities: the groups stay for the next call.
+                // Root's capabilities: the groups and gid stay for the next call.
+                assert_eq!((fsuid(), fsgid()), (0, 1000), "the server's uid again");
                 assert_eq!(groups(), vec![1000, 5000]);
                 assert_eq!(setgroups_calls(), calls + 1);
+                assert_eq!(setfsgid_calls(), gid_calls + 1);
             } else {
+                assert_eq!((fsuid(), fsgid()), (0, 0), "the server's ids again");
                 assert_eq!(groups(), Vec::<u32>::new());
                 assert_eq!(setgroups_calls(), calls + 2);
             }
-            let calls = setgroups_calls();
+            let (calls, gid_calls) = (setgroups_calls(), setfsgid_calls());
             {
                 let _g = AsCaller::enter(true, &a);
                 assert_eq!((fsuid(), fsgid(), groups()), (1000, 1000, vec![1000, 5000]));
                 if kept {
                     assert_eq!(setgroups_calls(), calls, "same groups: no setgroups");
+                    assert_eq!(setfsgid_calls(), gid_calls, "same gid: no setfsgid");
                 }
                 {
                     let _other = AsCaller::enter(true, &b);
@@ -358,10 +405,16 @@ mod tests {
                     "back to the enclosing identity, groups included"
                 );
             }
-            assert_eq!((fsuid(), fsgid(), AsCaller::depth()), (0, 0, 0));
+            assert_eq!((fsuid(), AsCaller::depth()), (0, 0));
+            // The server's own files: its own group, whatever a caller left.
+            let made = server_files(fsgid);
+            assert_eq!((fsuid(), made), (0, 0));
             {
                 let _none = AsCaller::enter(true, &with_groups(3000, &[]));
-                assert_eq!((fsuid(), groups()), (3000, Vec::<u32>::new()));
+                assert_eq!(
+                    (fsuid(), fsgid(), groups()),
+                    (3000, 3000, Vec::<u32>::new())
+                );
             }
         })
         .join()

@@ -43,7 +43,7 @@ impl NsmState {
     /// one and writes it back (synced) before anything is served.
     pub fn open(state_dir: &Path) -> std::io::Result<NsmState> {
         let dir = state_dir.join("nsm");
-        std::fs::create_dir_all(&dir)
+        crate::creds::server_files(|| std::fs::create_dir_all(&dir))
             .map_err(|e| std::io::Error::new(e.kind(), format!("{}: {e}", dir.display())))?;
         let state_file = dir.join("state");
         let old: i32 = match std::fs::read_to_string(&state_file) {
@@ -145,7 +145,8 @@ fn read_clients(path: &Path) -> Vec<(Bytes, IpAddr)> {
 /// Writes `data` to `path` through a temporary file, synced, then renamed.
 fn write_synced(path: &Path, data: &[u8]) -> std::io::Result<()> {
     let tmp = path.with_extension("tmp");
-    let res = (|| {
+    // The server's own file, of its own group (`creds::server_files`).
+    let res = crate::creds::server_files(|| {
         let mut f = std::fs::File::create(&tmp)?;
         f.write_all(data)?;
         f.sync_all()?;
@@ -154,7 +155,7 @@ fn write_synced(path: &Path, data: &[u8]) -> std::io::Result<()> {
             std::fs::File::open(dir)?.sync_all()?;
         }
         Ok(())
-    })();
+    });
     res.map_err(|e: std::io::Error| {
         std::io::Error::new(e.kind(), format!("{}: {e}", path.display()))
     })

@@ -28,7 +28,7 @@ impl Records {
     /// The records in `dir` (made if missing) and the owners the previous run left.
     /// Lines that are not hexadecimal are skipped (a file written by hand).
     pub fn open(dir: &Path) -> std::io::Result<(Records, HashSet<Vec<u8>>)> {
-        std::fs::create_dir_all(dir)?;
+        crate::creds::server_files(|| std::fs::create_dir_all(dir))?;
         let path = dir.join(FILE);
         let previous = match std::fs::read_to_string(&path) {
             Ok(text) => text.lines().filter_map(unhex).collect(),
@@ -46,12 +46,15 @@ impl Records {
         let mut lines: Vec<String> = owners.iter().map(|o| hex(o)).collect();
         lines.sort();
         let tmp = path.with_extension("tmp");
-        let mut f = std::fs::File::create(&tmp)?;
-        for l in &lines {
-            writeln!(f, "{l}")?;
-        }
-        f.sync_all()?;
-        std::fs::rename(&tmp, path)
+        // The server's own file, of its own group (`creds::server_files`).
+        crate::creds::server_files(|| {
+            let mut f = std::fs::File::create(&tmp)?;
+            for l in &lines {
+                writeln!(f, "{l}")?;
+            }
+            f.sync_all()?;
+            std::fs::rename(&tmp, path)
+        })
     }
 }
 
