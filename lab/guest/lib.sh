@@ -351,6 +351,28 @@ lab_rdma_state() {
   return 0
 }
 
+# lab_stall_watch NAME [PATTERN]: in the background, the first time the kernel logs
+# PATTERN (grep's basic regular expression; by default "not responding": an NFS
+# client gave up waiting for its server), save what a stall leaves to read once: our
+# nfsd's connections ($SPID, if this guest runs it: SIGUSR1), lab_rdma_state under
+# /share/stall-NAME, and eth1's counters again 10 s later (whether the wire between
+# the guests still moves frames either way). docs/stalls.md says why.
+lab_stall_watch() {
+  local name=$1 pattern=${2:-not responding}
+  (
+    while sleep 5; do
+      dmesg | grep -q "$pattern" || continue
+      lab_log "stall: the kernel logged '$pattern' at $(lab_uptime)"
+      [ -n "$SPID" ] && kill -USR1 "$SPID" 2>/dev/null && sleep 2
+      lab_rdma_state "/share/stall-$name"
+      sleep 10
+      ip -s link show eth1 >"/share/stall-$name/eth1-10s-later.txt" 2>&1
+      break
+    done
+  ) &
+  lab_on_exit "kill $! 2>/dev/null"
+}
+
 # lab_trace_rpcrdma: the kernel's rpcrdma tracepoints (xprtrdma and svcrdma: Sends,
 # Receives, credits, Reads, Writes, connects and disconnects) into a ring buffer,
 # read by lab_rdma_state.

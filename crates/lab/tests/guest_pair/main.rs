@@ -73,6 +73,7 @@ step knfsd_up lab_knfsd_up
 /// WRITEs and COMMITs it, and a server stopped in between failed the client's last
 /// step), and the client gets 2 s more for the replies in flight.
 const SERVER_END: &str = r#"
+lab_stall_watch server 'NETDEV WATCHDOG\|not responding'
 step client_done sh -c "i=0; until [ -s $EXPORT/done ]; do i=\$((i+1)); [ \$i -gt 240 ] && exit 1; sleep 1; done; sleep 2"
 record md5 "$(md5sum $EXPORT/f | cut -d' ' -f1)"
 if [ -n "$TPID" ]; then kill -INT $TPID; wait $TPID; fi
@@ -82,6 +83,7 @@ exit 0
 
 /// The kernel client: mount (retrying until the server answers), 8 MiB both ways.
 const KERNEL_CLIENT: &str = r#"
+lab_stall_watch client 'NETDEV WATCHDOG\|not responding'
 step make sh -c 'head -c 8388608 /dev/urandom > /tmp/f'
 record md5 "$(md5sum /tmp/f | cut -d' ' -f1)"
 mkdir -p /mnt/p

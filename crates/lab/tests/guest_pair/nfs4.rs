@@ -40,6 +40,8 @@ RUST_LOG=${NFSD_LOG:-info} /share/bin/nfsd --bind 10.0.3.1 --nfs-port 2049 --mou
   /srv/p >/share/nfsd.txt 2>&1 &
 SPID=$!
 step nfsd_ready sh -c 'i=0; until grep -q "^nfsd: ready" /share/nfsd.txt; do i=$((i+1)); [ $i -gt 300 ] && exit 1; sleep 0.1; done'
+# This guest's NIC on the wire unable to send, or its own client's mount stuck.
+lab_stall_watch server 'NETDEV WATCHDOG\|not responding'
 if [ -n "$SECOND_CLIENT" ]; then
   step nfs4_module modprobe nfsv4
   mkdir -p /mnt/s
@@ -67,6 +69,7 @@ exit 0
 const CLIENT: &str = r#"
 echo lab-nfs4-client >/proc/sys/kernel/hostname
 lab_trace_rpcrdma
+lab_stall_watch client 'NETDEV WATCHDOG\|not responding'
 step nfs_modules sh -c 'modprobe nfsv4 && modprobe nfsv3'
 mkdir -p /mnt/plain /mnt/r /mnt/m /mnt/v3
 # cthon MOUNTPOINT NAME: Connectathon's groups on it, counts recorded under NAME.
