@@ -33,9 +33,21 @@ pub struct Seen(Mutex<State>);
 
 #[derive(Debug, Default)]
 struct State {
-    /// Whether the running operation changes nothing ([`Seen::allow`]).
-    on: bool,
+    mode: Mode,
     last: Option<(NfsFh3, Arc<Export>, Object)>,
+}
+
+/// What the running operation is ([`Seen::allow`]).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// No COMPOUND's (NFSv3, NLM): nothing is kept or given.
+    #[default]
+    Off,
+    /// One that may change something: nothing is given; only its own last look is
+    /// kept ([`Seen::keep_after_change`]), for the operations after it.
+    Changing,
+    /// One that changes nothing: what it reads is kept, and given.
+    ReadsOnly,
 }
 
 /// What was read of the object.
@@ -55,11 +67,14 @@ impl Seen {
 
     /// Before each operation of a COMPOUND: `reads_only` says whether it changes
     /// nothing. If it may change something, what was seen is forgotten first, and
-    /// nothing is kept or given while it runs.
+    /// nothing is given while it runs (it keeps only its own last look,
+    /// [`Seen::keep_after_change`]).
     pub fn allow(&self, reads_only: bool) {
         let mut s = self.state();
-        s.on = reads_only;
-        if !reads_only {
+        if reads_only {
+            s.mode = Mode::ReadsOnly;
+        } else {
+            s.mode = Mode::Changing;
             s.last = None;
         }
     }
@@ -67,8 +82,11 @@ impl Seen {
     /// The object `fh` names, as resolved by an earlier operation that changed
     /// nothing, since which nothing could have changed it.
     pub fn node(&self, fh: &NfsFh3) -> Option<(Arc<Export>, Node)> {
-        match &self.state().last {
-            Some((f, ex, Object::Node(n))) if f == fh => Some((ex.clone(), n.clone())),
+        let s = self.state();
+        match &s.last {
+            Some((f, ex, Object::Node(n))) if s.mode == Mode::ReadsOnly && f == fh => {
+                Some((ex.clone(), n.clone()))
+            }
             _ => None,
         }
     }
@@ -76,8 +94,9 @@ impl Seen {
     /// The attributes of the object `fh` names, as an earlier operation that
     /// changed nothing read them (resolved or looked up).
     pub fn meta(&self, fh: &NfsFh3) -> Option<(Arc<Export>, Meta)> {
-        match &self.state().last {
-            Some((f, ex, o)) if f == fh => Some((
+        let s = self.state();
+        match &s.last {
+            Some((f, ex, o)) if s.mode == Mode::ReadsOnly && f == fh => Some((
                 ex.clone(),
                 match o {
                     Object::Node(n) => n.meta,
@@ -103,13 +122,16 @@ impl Seen {
     /// Keeps `node`, whose attributes an operation that changed the object `fh`
     /// names has just read as its last step (a directory's `wcc_data` after a
     /// REMOVE): what the next operation that changes nothing would read too.
-    pub fn keep_after_change(&self, fh: &NfsFh3, ex: &Arc<Export>, node: Node) {
-        self.state().last = Some((fh.clone(), ex.clone(), Object::Node(node)));
+    pub fn keep_after_change(&self, fh: &NfsFh3, ex: &Arc<Export>, node: impl FnOnce() -> Node) {
+        let mut s = self.state();
+        if s.mode != Mode::Off {
+            s.last = Some((fh.clone(), ex.clone(), Object::Node(node())));
+        }
     }
 
     fn keep(&self, fh: &NfsFh3, ex: &Arc<Export>, object: impl FnOnce() -> Object) {
         let mut s = self.state();
-        if s.on {
+        if s.mode == Mode::ReadsOnly {
             s.last = Some((fh.clone(), ex.clone(), object()));
         }
     }

@@ -145,7 +145,7 @@ impl<'a> Target<'a> {
     fn wcc(&self) -> WccData {
         let after = self.dir.stat().ok();
         if let Some(meta) = after {
-            let dir = Node {
+            let dir = || Node {
                 meta,
                 ..self.dir.clone()
             };

@@ -257,7 +257,7 @@ fn check_open(cx: &Compound<'_>, t: &Target, access: u32) -> Result<(), NfsStat4
     let (ex, node) = cx3.resolve(&t.fh).map_err(stat4)?;
     // OPEN's last look at the file (the rest changes only open state): what the
     // Linux client's ACCESS and GETATTR after it take (`crate::seen`).
-    cx3.seen().keep_after_change(&t.fh, ex, node.clone());
+    cx3.seen().keep_after_change(&t.fh, ex, || node.clone());
     match node.meta.file_type() {
         FileType::RegularFile => {}
         FileType::Directory => return Err(NfsStat4::NFS4ERR_ISDIR),
