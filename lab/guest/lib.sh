@@ -346,7 +346,7 @@ lab_rdma_state() {
     [ -f "$f" ] && echo "$f $(cat "$f")"
   done >"$d/ib-counters.txt" 2>&1
   # /proc/net/dev for the NICs' frame counters: BusyBox's ip has no -s.
-  { cat /proc/net/tcp; cat /proc/net/snmp; cat /proc/net/dev; } >"$d/net.txt" 2>&1
+  { cat /proc/net/tcp; cat /proc/net/snmp; cat /proc/net/dev; cat /proc/interrupts; } >"$d/net.txt" 2>&1
   dmesg >"$d/dmesg.txt" 2>&1
   [ -f /sys/kernel/tracing/trace ] && tail -n 20000 /sys/kernel/tracing/trace >"$d/rpcrdma-trace.txt" 2>&1
   return 0
@@ -367,7 +367,7 @@ lab_stall_watch() {
       [ -n "$SPID" ] && kill -USR1 "$SPID" 2>/dev/null && sleep 2
       lab_rdma_state "/share/stall-$name"
       sleep 10
-      cat /proc/net/dev >"/share/stall-$name/net-dev-10s-later.txt" 2>&1
+      { cat /proc/net/dev; cat /proc/interrupts; } >"/share/stall-$name/net-10s-later.txt" 2>&1
       break
     done
   ) &
