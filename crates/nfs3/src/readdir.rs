@@ -5,7 +5,7 @@
 //! `count` / `maxcount` and no further (§3.3.16: "count: The maximum size of the
 //! READDIR3resok structure, in bytes").
 
-use xdr::{Decode, Decoder, Encode, Encoder};
+use xdr::{Decode, Decoder, Encode, EncodedList, Encoder};
 
 use crate::attr::ObjAttrFail;
 use crate::{CookieVerf3, Fattr3, Filename3, NfsFh3, PostOpAttr, PostOpFh3};
@@ -40,25 +40,34 @@ xdr_struct! {
     }
 }
 
-/// §3.3.16 `dirlist3`.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+/// §3.3.16 `dirlist3`, its entries kept encoded ([`xdr::EncodedList`]).
+#[derive(Clone, PartialEq, Eq, Default)]
 pub struct DirList3<E> {
     /// Entries, in order.
-    pub entries: Vec<E>,
+    pub entries: EncodedList<E>,
     /// TRUE if the last entry of the directory is in `entries`.
     pub eof: bool,
 }
 
-impl<E: Encode> Encode for DirList3<E> {
+impl<E: Decode + std::fmt::Debug> std::fmt::Debug for DirList3<E> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DirList3")
+            .field("entries", &self.entries)
+            .field("eof", &self.eof)
+            .finish()
+    }
+}
+
+impl<E> Encode for DirList3<E> {
     fn encode(&self, enc: &mut Encoder) {
-        enc.list(&self.entries, |e, v| v.encode(e));
+        self.entries.encode(enc);
         enc.bool(self.eof);
     }
 }
 
 impl<E: Decode> Decode for DirList3<E> {
     fn decode(dec: &mut Decoder) -> xdr::Result<Self> {
-        let entries = dec.list(ENTRIES_DECODE_MAX, E::decode)?;
+        let entries = EncodedList::decode_max(dec, ENTRIES_DECODE_MAX)?;
         Ok(DirList3 {
             entries,
             eof: dec.bool()?,

@@ -377,7 +377,7 @@ fn readdir_entry_sizes_are_exact() {
         dir_attributes: Some(fattr()),
         cookieverf: [1; 8],
         reply: DirList3 {
-            entries: vec![e],
+            entries: vec![e].into(),
             eof: true,
         },
     };

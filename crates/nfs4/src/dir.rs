@@ -5,7 +5,7 @@
 //! CREATE's `linkdata` (the NF4LNK arm) is DDP-eligible (RFC 8267 §5.1): a
 //! [`DdpLinkText4`].
 
-use xdr::{Decode, Decoder, Encode, Encoder};
+use xdr::{Decode, Decoder, Encode, EncodedList, Encoder};
 
 use crate::{
     Bitmap4, ChangeInfo4, Component4, Count4, DdpLinkText4, Fattr4, NfsStat4, Res4, StateId4,
@@ -213,19 +213,19 @@ xdr_struct! {
 /// (each entry takes at least 24), this caps what one reply may announce.
 pub const READDIR_ENTRIES_DECODE_MAX: u32 = 1 << 20;
 
-/// RFC 5662 `dirlist4`: the entries (a linked list of optional-data on the wire) and
-/// whether the directory ends there.
+/// RFC 5662 `dirlist4`: the entries (a linked list of optional-data on the wire, kept
+/// encoded: [`xdr::EncodedList`]) and whether the directory ends there.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct DirList4 {
     /// `entry4 *entries`.
-    pub entries: Vec<Entry4>,
+    pub entries: EncodedList<Entry4>,
     /// TRUE if the last entry is the directory's last.
     pub eof: bool,
 }
 
 impl Encode for DirList4 {
     fn encode(&self, enc: &mut Encoder) {
-        enc.list(&self.entries, |e, x| x.encode(e));
+        self.entries.encode(enc);
         enc.bool(self.eof);
     }
 }
@@ -233,7 +233,7 @@ impl Encode for DirList4 {
 impl Decode for DirList4 {
     fn decode(dec: &mut Decoder) -> xdr::Result<Self> {
         Ok(Self {
-            entries: dec.list(READDIR_ENTRIES_DECODE_MAX, Entry4::decode)?,
+            entries: EncodedList::decode_max(dec, READDIR_ENTRIES_DECODE_MAX)?,
             eof: dec.bool()?,
         })
     }

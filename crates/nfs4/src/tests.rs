@@ -377,7 +377,8 @@ fn every_resop() -> Vec<NfsResop4> {
                         name: "b".into(),
                         attrs: Fattr4::default(),
                     },
-                ],
+                ]
+                .into(),
                 eof: true,
             },
         })),

@@ -493,7 +493,8 @@ fn exchanges() -> Vec<(Compound4Args, Compound4Res)> {
                                         attr_vals: AttrList4(Bytes::from_static(&[0, 0, 0, 2])),
                                     },
                                 },
-                            ],
+                            ]
+                            .into(),
                             eof: true,
                         },
                     })),

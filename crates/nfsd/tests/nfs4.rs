@@ -20,6 +20,7 @@ use nfs4::session::*;
 use nfs4::*;
 use nfsd::server::Bound;
 use oncrpc::{AcceptedStatus, ReplyBody, ReplyHeader};
+use xdr::Encode;
 use xdr::{Bytes, Decode, Decoder, Encoder};
 
 #[tokio::test]
@@ -560,6 +561,34 @@ async fn readdir_lists_pseudo_and_export_directories_with_cookies_rfc8881_18_23(
         .collect();
     want.sort();
     assert_eq!(names, want);
+
+    // Pages are filled up to `maxcount` (the whole READDIR4resok, §18.23.2), not
+    // stopped short of it: each page but the last has no room left for the first
+    // entry of the next.
+    let mut pages: Vec<Vec<nfs4::dir::Entry4>> = Vec::new();
+    let (mut cookie, mut verf) = (0, [0; 8]);
+    loop {
+        let mut ops = to_export.clone();
+        ops.push(readdir(cookie, verf, 1024));
+        let res = s.run(ops).await;
+        let NfsResop4::ReadDir(Res4::Ok(ok)) = res.resarray.last().unwrap() else {
+            panic!("READDIR: {res:?}")
+        };
+        pages.push(ok.reply.entries.to_vec());
+        if ok.reply.eof {
+            break;
+        }
+        cookie = ok.reply.entries.last().unwrap().cookie;
+        verf = ok.cookieverf;
+    }
+    assert!(pages.len() >= 2, "{} pages", pages.len());
+    let wire = |e: &nfs4::dir::Entry4| 4 + e.to_xdr().xdr_len();
+    for pair in pages.windows(2) {
+        let used = 8 + 4 + 4 + pair[0].iter().map(wire).sum::<usize>();
+        assert!(used <= 1024, "{used}");
+        let next = wire(&pair[1][0]);
+        assert!(used + next > 1024, "{used} + {next}: room left on the page");
+    }
 
     // Reserved cookies, a wrong verifier, no room for one entry, not a directory.
     for (cookie, verf, maxcount, want) in [

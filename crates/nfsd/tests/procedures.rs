@@ -806,6 +806,45 @@ fn cross_export_rename_is_xdev() {
     assert_eq!(status(&r), NfsStat3::NFS3ERR_XDEV);
 }
 
+/// A page is filled up to `count` (RFC 1813 §3.3.16: "The maximum size of the
+/// READDIR3resok structure"), not stopped short of it: each page but the last has
+/// no room left for the first entry of the next.
+#[test]
+fn readdir_fills_each_page_up_to_count() {
+    let h = Harness::new();
+    let root = h.root();
+    let d = h.new_dir(&root, "full");
+    for i in 0..300 {
+        std::fs::write(h.export.join("full").join(format!("file-{i:04}")), b"").unwrap();
+    }
+    let (mut cookie, mut verf) = (0, [0; 8]);
+    let mut pages = Vec::new();
+    loop {
+        let r = readdir(&h, &d, cookie, verf, 4096);
+        let NfsResult::Ok(ok) = r else {
+            panic!("{r:?}")
+        };
+        let entries = ok.reply.entries.to_vec();
+        pages.push((ok.to_xdr().xdr_len(), entries.clone()));
+        if ok.reply.eof {
+            break;
+        }
+        cookie = entries.last().unwrap().cookie;
+        verf = ok.cookieverf;
+    }
+    assert!(pages.len() >= 2, "{} pages", pages.len());
+    for pair in pages.windows(2) {
+        let (used, next) = (
+            pair[0].0,
+            nfs3::readdir::entry3_size(pair[1].1[0].name.0.len()),
+        );
+        assert!(
+            used <= 4096 && used + next > 4096,
+            "{used} + {next}: room left"
+        );
+    }
+}
+
 #[test]
 fn readdir_pages_with_cookies_while_the_directory_changes() {
     let h = Harness::new();

@@ -19,7 +19,7 @@ pub struct Decoder {
     /// A reduced stream ([`Decoder::reduced`]): DDP-eligible data items are not in it.
     reduced: bool,
     /// Bytes of DDP-eligible data (padded) left out of a reduced stream so far.
-    elided: usize,
+    pub(crate) elided: usize,
 }
 
 impl Decoder {
@@ -239,7 +239,7 @@ impl Decoder {
         Ok(out)
     }
 
-    fn bool_discriminant(&mut self) -> Result<bool> {
+    pub(crate) fn bool_discriminant(&mut self) -> Result<bool> {
         match self.u32()? {
             0 => Ok(false),
             1 => Ok(true),

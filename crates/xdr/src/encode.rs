@@ -276,6 +276,13 @@ impl Encoder {
         self
     }
 
+    /// Drops what was appended after the inline part was `len` bytes long (DDP items
+    /// appended since included): an item that turned out not to fit.
+    pub fn truncate(&mut self, len: usize) {
+        self.inline.truncate(len);
+        self.ddp.retain(|d| d.inline_offset <= len);
+    }
+
     /// Reserves a 4-byte slot to fill in later with [`Encoder::patch_u32`].
     pub fn reserve_u32(&mut self) -> Slot {
         let at = self.inline.len();

@@ -19,12 +19,14 @@
 mod decode;
 mod encode;
 mod error;
+mod list;
 mod macros;
 
 pub use bytes::Bytes;
 pub use decode::Decoder;
 pub use encode::{DdpItem, Encoder, FileRange, Piece, Slot, XdrStream};
 pub use error::{Result, XdrError};
+pub use list::{EncodedList, Iter as EncodedListIter, ListBuilder};
 
 /// Zero bytes for XDR padding.
 pub(crate) const PADDING: [u8; 3] = [0; 3];

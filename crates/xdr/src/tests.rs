@@ -345,3 +345,59 @@ fn a_reduced_stream_skips_ddp_data_and_counts_it_in_the_stream_position() {
     assert_eq!(reduced.u32().unwrap(), 2);
     reduced.finish().unwrap();
 }
+
+/// A kept-encoded list encodes as `Encoder::list` does, decodes back to the same
+/// entries, stops at its bound, and `push_within` leaves it unchanged when an entry
+/// does not fit.
+#[test]
+fn encoded_lists_match_linked_lists_on_the_wire() {
+    let entries: Vec<Vec<u8>> = vec![b"a".to_vec(), b"bcdef".to_vec(), Vec::new()];
+    let mut plain = Encoder::new();
+    plain.list(&entries, |e, v| {
+        e.opaque(v);
+    });
+    let plain = plain.finish().inline;
+
+    #[derive(Debug)]
+    struct O(Vec<u8>);
+    impl Encode for O {
+        fn encode(&self, enc: &mut Encoder) {
+            enc.opaque(&self.0);
+        }
+    }
+    impl Decode for O {
+        fn decode(dec: &mut Decoder) -> Result<Self> {
+            dec.opaque(16).map(|b| O(b.to_vec()))
+        }
+    }
+    let kept: EncodedList<O> = entries.iter().cloned().map(O).collect::<Vec<_>>().into();
+    assert_eq!(kept.len(), 3);
+    assert_eq!(kept.to_xdr().inline, plain);
+    assert_eq!(kept.entries_xdr_len(), plain.len() - 4);
+
+    let mut dec = Decoder::new(plain.clone());
+    let back = EncodedList::<O>::decode_max(&mut dec, 3).unwrap();
+    dec.finish().unwrap();
+    assert_eq!(back, kept);
+    let names: Vec<Vec<u8>> = back.iter().map(|o| o.0).collect();
+    assert_eq!(names, entries);
+    assert_eq!(back.last().map(|o| o.0), Some(Vec::new()));
+    assert!(matches!(
+        EncodedList::<O>::decode_max(&mut Decoder::new(plain.clone()), 2),
+        Err(XdrError::LengthOverBound { len: 3, max: 2 })
+    ));
+    // A bad entry, or a list that does not end, is an error.
+    let mut bad = plain.to_vec();
+    bad[4..8].copy_from_slice(&17u32.to_be_bytes());
+    assert!(EncodedList::<O>::decode_max(&mut Decoder::new(Bytes::from(bad)), 9).is_err());
+    let cut = plain.slice(..plain.len() - 4);
+    assert!(EncodedList::<O>::decode_max(&mut Decoder::new(cut), 9).is_err());
+
+    // First entry: 4 + 4 + 4 bytes; the second (12 more + 4) does not fit in 20.
+    let mut b = ListBuilder::new();
+    assert!(b.push_within(&O(b"a".to_vec()), 20));
+    assert!(!b.push_within(&O(b"bcdef".to_vec()), 20));
+    assert_eq!((b.len(), b.entries_xdr_len()), (1, 12));
+    assert!(b.push_within(&O(Vec::new()), 20));
+    assert_eq!(b.finish().to_vec().len(), 2);
+}

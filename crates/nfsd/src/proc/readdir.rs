@@ -44,7 +44,7 @@ use nfs3::attr::ObjAttrFail;
 use nfs3::readdir::*;
 use nfs3::{CookieVerf3, Fattr3, Filename3, NfsFh3, NfsResult, NfsStat3};
 use rustix::fs::{Dir, OFlags};
-use xdr::Bytes;
+use xdr::{Bytes, ListBuilder};
 
 use rpcrdma::memory::Charge;
 
@@ -200,10 +200,10 @@ fn fail_attrs(ex: Option<(&Export, &Node)>) -> ObjAttrFail {
 }
 
 /// Issue 16: a listing is charged to the server's memory budget before it is read:
-/// its reply's limit for the encoded reply, and [`entries_memory`] for the entries in
-/// memory (each counted at [`entry_memory`]; the listing stops short of it); the
-/// charge lasts until the reply is dropped (`nfs::run_held`). Past the budget:
-/// NFS3ERR_JUKEBOX, as for READ (RFC 1813 §2.6: the client retries later).
+/// its reply's limit for the encoded reply, and [`entries_memory`] for the entries
+/// while they are gathered; the charge lasts until the reply is dropped
+/// (`nfs::run_held`). Past the budget: NFS3ERR_JUKEBOX, as for READ (RFC 1813 §2.6:
+/// the client retries later).
 pub(crate) fn charge_listing(cx: &Cx<'_>, limit: usize) -> Result<Charge, NfsStat3> {
     let bytes = (limit + entries_memory(limit)) as u64;
     cx.s.memory.charge_ahead(bytes).ok_or_else(|| {
@@ -212,27 +212,13 @@ pub(crate) fn charge_listing(cx: &Cx<'_>, limit: usize) -> Result<Charge, NfsSta
     })
 }
 
-/// The memory a listing's entries may take for a reply of `limit` bytes: as much,
-/// and at least 4 KiB, so that one entry (a few hundred bytes at most: a name of up to
-/// 255 bytes, a handle of up to 64) always fits and a reply that has room for it
-/// never fails NFS3ERR_TOOSMALL for memory.
+/// The memory a listing's entries take for a reply of `limit` bytes. They are kept
+/// encoded ([`xdr::EncodedList`]), so they take their wire size, at most `limit`, in a
+/// buffer that grows by doubling: up to twice that. (Kept as structures they took
+/// three to four times their wire size, and a listing bounded by its memory stopped
+/// that much short of the client's `count`: more round trips.)
 pub(crate) fn entries_memory(limit: usize) -> usize {
-    limit.max(4096)
-}
-
-/// What one listed entry takes in memory: its structure, twice (the `Vec` of entries
-/// grows by doubling, so its capacity is up to twice what it holds), and its name's
-/// allocation (at least an allocator's smallest chunk), and as much again for a
-/// handle.
-pub(crate) fn entry_memory<T>(name: usize, handle: usize) -> usize {
-    const SMALLEST_ALLOCATION: usize = 32;
-    2 * std::mem::size_of::<T>()
-        + name.max(SMALLEST_ALLOCATION)
-        + if handle > 0 {
-            handle.max(SMALLEST_ALLOCATION)
-        } else {
-            0
-        }
+    2 * limit
 }
 
 /// §3.3.16 READDIR: entries while the READDIR3resok structure stays within `count`.
@@ -251,20 +237,17 @@ pub(crate) fn readdir(cx: &Cx<'_>, a: ReadDir3Args) -> (ReadDir3Res, Option<Char
     };
     let listed = Cursor::open(cx, ex, &dir, a.cookie, &a.cookieverf).and_then(|mut c| {
         let mut used = RESOK_FIXED_SIZE;
-        let mut memory = 0;
-        let mut entries = Vec::new();
+        let mut entries = ListBuilder::new();
         let eof = loop {
             // Read ahead by one: an entry that does not fit is read again next time
             // from the previous entry's cookie.
             let Some(e) = c.next()? else { break true };
             let size = entry3_size(e.name.len());
-            let mem = entry_memory::<Entry3>(e.name.len(), 0);
-            if used + size > limit || memory + mem > entries_memory(limit) {
+            if used + size > limit {
                 break false;
             }
             used += size;
-            memory += mem;
-            entries.push(Entry3 {
+            entries.push(&Entry3 {
                 fileid: e.ino,
                 name: Filename3(Bytes::from(e.name)),
                 cookie: e.cookie,
@@ -274,7 +257,10 @@ pub(crate) fn readdir(cx: &Cx<'_>, a: ReadDir3Args) -> (ReadDir3Res, Option<Char
         if entries.is_empty() && !eof {
             return Err(NfsStat3::NFS3ERR_TOOSMALL);
         }
-        Ok(DirList3 { entries, eof })
+        Ok(DirList3 {
+            entries: entries.finish(),
+            eof,
+        })
     });
     let res = match listed {
         Ok(reply) => NfsResult::Ok(ReadDir3ResOk {
@@ -330,8 +316,7 @@ pub(crate) fn readdirplus(cx: &Cx<'_>, a: ReadDirPlus3Args) -> (ReadDirPlus3Res,
         let mut c = Cursor::open(cx, ex, &dir, a.cookie, &a.cookieverf)?;
         let mut used = RESOK_FIXED_SIZE;
         let mut dir_used = 0;
-        let mut memory = 0;
-        let mut entries = Vec::new();
+        let mut entries = ListBuilder::new();
         let eof = loop {
             let Some(e) = c.next()? else { break true };
             let dsize = entry3_size(e.name.len());
@@ -345,23 +330,20 @@ pub(crate) fn readdirplus(cx: &Cx<'_>, a: ReadDirPlus3Args) -> (ReadDirPlus3Res,
                 name_handle,
             };
             let size = entryplus3_size(&entry);
-            let handle = entry.name_handle.as_ref().map_or(0, |h| h.0.len());
-            let mem = entry_memory::<EntryPlus3>(entry.name.0.len(), handle);
-            if used + size > limit
-                || dir_used + dsize > a.dircount as usize
-                || memory + mem > entries_memory(limit)
-            {
+            if used + size > limit || dir_used + dsize > a.dircount as usize {
                 break false;
             }
             used += size;
             dir_used += dsize;
-            memory += mem;
-            entries.push(entry);
+            entries.push(&entry);
         };
         if entries.is_empty() && !eof {
             return Err(NfsStat3::NFS3ERR_TOOSMALL);
         }
-        Ok(DirList3 { entries, eof })
+        Ok(DirList3 {
+            entries: entries.finish(),
+            eof,
+        })
     });
     let res = match listed {
         Ok(reply) => NfsResult::Ok(ReadDirPlus3ResOk {

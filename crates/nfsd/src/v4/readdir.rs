@@ -19,7 +19,7 @@
 use nfs3::NfsFh3;
 use nfs4::dir::{DirList4, Entry4, ReadDir4Args, ReadDir4Res, ReadDir4ResOk};
 use nfs4::{AttrList4, Bitmap4, Fattr4, NfsStat4, Res4, Utf8Str, Verifier4};
-use xdr::{Bytes, Encode, Encoder};
+use xdr::{Bytes, Encode, Encoder, ListBuilder};
 
 use super::attrs::{fattr4::RDATTR_ERROR, Space, Values};
 use super::compound::Compound;
@@ -30,32 +30,25 @@ use crate::proc::readdir::{self as v3, Cursor};
 /// READDIR4resok without entries: the verifier, the list's end marker and `eof`.
 const RESOK_FIXED: usize = 8 + 4 + 4;
 
-/// A listing being filled within `maxcount`.
+/// A listing being filled within `maxcount`, its entries encoded as they come
+/// ([`xdr::EncodedList`]: in memory, their wire size).
 struct Fill {
-    entries: Vec<Entry4>,
-    used: usize,
+    entries: ListBuilder<Entry4>,
     limit: usize,
 }
 
 impl Fill {
     fn new(a: &ReadDir4Args) -> Fill {
         Fill {
-            entries: Vec::new(),
-            used: RESOK_FIXED,
+            entries: ListBuilder::new(),
             limit: (a.maxcount.min(crate::nfs::MAX_IO)) as usize,
         }
     }
 
     /// Adds an entry if it fits (`false`: full).
-    fn push(&mut self, e: Entry4) -> bool {
-        // value_follows, then the entry.
-        let size = 4 + e.to_xdr().xdr_len();
-        if self.used + size > self.limit {
-            return false;
-        }
-        self.used += size;
-        self.entries.push(e);
-        true
+    fn push(&mut self, e: &Entry4) -> bool {
+        let room = self.limit.saturating_sub(RESOK_FIXED);
+        self.entries.push_within(e, room)
     }
 
     /// The result: NFS4ERR_TOOSMALL if not one entry fit before the end.
@@ -66,7 +59,7 @@ impl Fill {
         Res4::Ok(ReadDir4ResOk {
             cookieverf,
             reply: DirList4 {
-                entries: self.entries,
+                entries: self.entries.finish(),
                 eof,
             },
         })
@@ -156,7 +149,7 @@ fn pseudo_readdir(
             name: Utf8Str(Bytes::copy_from_slice(name)),
             attrs,
         };
-        if !fill.push(e) {
+        if !fill.push(&e) {
             eof = false;
             break;
         }
@@ -195,7 +188,6 @@ fn export_readdir(
             a.cookie
         };
         let mut c = Cursor::open(&cx3, ex, &dir, from, &verf).map_err(stat4)?;
-        let mut memory = 0;
         loop {
             let Some(e) = c.next().map_err(stat4)? else {
                 break Ok(true);
@@ -207,17 +199,12 @@ fn export_readdir(
                 Err(nfs3::NfsStat3::NFS3ERR_NOENT) => continue,
                 Err(s) => rdattr_error(&a.attr_request, stat4(s))?,
             };
-            let mem = v3::entry_memory::<Entry4>(e.name.len(), attrs.attr_vals.0.len());
-            if memory + mem > v3::entries_memory(fill.limit) {
-                break Ok(false);
-            }
-            memory += mem;
             let entry = Entry4 {
                 cookie: e.cookie,
                 name: Utf8Str(Bytes::from(e.name)),
                 attrs,
             };
-            if !fill.push(entry) {
+            if !fill.push(&entry) {
                 break Ok(false);
             }
         }
