@@ -824,6 +824,8 @@ fn readdir_fills_each_page_up_to_count() {
         let NfsResult::Ok(ok) = r else {
             panic!("{r:?}")
         };
+        // The verifier is zeros, as knfsd's (`proc::readdir::LISTING_VERIFIER`).
+        assert_eq!(ok.cookieverf, [0; 8]);
         let entries = ok.reply.entries.to_vec();
         pages.push((ok.to_xdr().xdr_len(), entries.clone()));
         if ok.reply.eof {

@@ -6,9 +6,10 @@
 //! - No `.` or `..` (§18.23.4: "the server ... will not return" them); cookies are
 //!   NFSv3's file-system ones (3 and up), so 0 starts the listing and 1 and 2, which
 //!   §18.23.4 reserves, are NFS4ERR_BAD_COOKIE (as knfsd).
-//! - `cookieverf`: with a non-zero cookie, it must be the one this directory's
-//!   listings carry (or zeros, as NFSv3's layer accepts): else NFS4ERR_NOT_SAME
-//!   (§18.23.3).
+//! - `cookieverf`: with a non-zero cookie, it must be one this directory's listings
+//!   carry (an export's: zeros, as NFSv3's, [`v3::LISTING_VERIFIER`], or the one they
+//!   carried before; a pseudo directory's: a hash of its names, or zeros): else
+//!   NFS4ERR_NOT_SAME (§18.23.3).
 //! - `maxcount` bounds the whole READDIR4resok (and [`crate::nfs::MAX_IO`]);
 //!   `dircount` is a hint (§18.23.3) and not used. Not one entry fitting is
 //!   NFS4ERR_TOOSMALL.
@@ -172,8 +173,8 @@ fn export_readdir(
             NfsStat4::NFS4ERR_NOTDIR
         });
     }
-    let verf = v3::verifier(&dir.meta);
-    if a.cookie != 0 && a.cookieverf != verf && a.cookieverf != [0; 8] {
+    let verf = v3::LISTING_VERIFIER;
+    if a.cookie != 0 && !v3::verifier_accepted(&dir.meta, &a.cookieverf) {
         return Err(NfsStat4::NFS4ERR_NOT_SAME);
     }
     let served = cx.server.attr_context();
