@@ -231,7 +231,7 @@ pub(crate) fn charge_listing(cx: &Cx<'_>, limit: usize) -> Result<Charge, NfsSta
 /// The memory a listing's entries take for a reply of `limit` bytes. They are kept
 /// encoded ([`xdr::EncodedList`]), so they take their wire size, at most `limit`, in a
 /// buffer that grows by doubling: up to twice that. (Kept as structures they took
-/// three to four times their wire size, and a listing bounded by its memory stopped
+/// two to four times their wire size, and a listing bounded by its memory stopped
 /// that much short of the client's `count`: more round trips.)
 pub(crate) fn entries_memory(limit: usize) -> usize {
     2 * limit
