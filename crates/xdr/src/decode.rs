@@ -239,7 +239,7 @@ impl Decoder {
         Ok(out)
     }
 
-    pub(crate) fn bool_discriminant(&mut self) -> Result<bool> {
+    fn bool_discriminant(&mut self) -> Result<bool> {
         match self.u32()? {
             0 => Ok(false),
             1 => Ok(true),

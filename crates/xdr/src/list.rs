@@ -82,19 +82,8 @@ impl<T: Decode> EncodedList<T> {
         let start = dec.position();
         let rest = dec.rest();
         let elided = dec.elided;
-        let mut len = 0usize;
-        let mut end = start;
-        while dec.bool_discriminant()? {
-            if len as u32 >= max {
-                return Err(XdrError::LengthOverBound {
-                    len: max.saturating_add(1),
-                    max,
-                });
-            }
-            T::decode(dec)?;
-            len += 1;
-            end = dec.position();
-        }
+        // Each entry decoded and dropped (a `Vec<()>` allocates nothing).
+        let len = dec.list(max, |d| T::decode(d).map(drop))?.len();
         if dec.elided != elided {
             // A DDP-eligible item left out of a reduced stream: its bytes are not
             // here to keep.
@@ -103,6 +92,8 @@ impl<T: Decode> EncodedList<T> {
                 remaining: 0,
             });
         }
+        // Everything read but the closing FALSE.
+        let end = dec.position() - 4;
         Ok(EncodedList {
             xdr: rest.slice(..end - start),
             len,
@@ -242,9 +233,8 @@ impl<T: Encode> ListBuilder<T> {
 
     /// Appends `entry`.
     pub fn push(&mut self, entry: &T) {
-        self.enc.bool(true);
-        entry.encode(&mut self.enc);
-        self.len += 1;
+        // No limit: it always fits.
+        self.push_within(entry, usize::MAX);
     }
 
     /// Appends `entry` if the entries then take at most `limit` bytes (each with its
