@@ -38,7 +38,7 @@ async fn pair_direct(
         .await
         .unwrap();
     let addr = l.local_addr().unwrap();
-    let pd_b = ProtectionDomain::software(rdma::DeviceAttributes::SOFTWARE);
+    let pd_b = rdma::software::SoftwarePd::new(rdma::DeviceAttributes::SOFTWARE);
     let pd_b2 = pd_b.clone();
     let t = tokio::spawn(async move {
         let r = l.accept().await.unwrap();
@@ -53,7 +53,7 @@ async fn pair_direct(
         .await
         .unwrap()
     });
-    let pd_a = ProtectionDomain::software(rdma::DeviceAttributes::SOFTWARE);
+    let pd_a = rdma::software::SoftwarePd::new(rdma::DeviceAttributes::SOFTWARE);
     let a = IwarpProvider::new(cfg)
         .connect(
             addr,
@@ -66,7 +66,7 @@ async fn pair_direct(
         )
         .await
         .unwrap();
-    (a, t.await.unwrap(), pd_a, pd_b)
+    (a, t.await.unwrap(), pd_a.into(), pd_b.into())
 }
 
 /// RDMA Write `total` bytes in `size` writes, `depth` outstanding; returns seconds.

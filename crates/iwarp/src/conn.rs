@@ -26,9 +26,10 @@ use std::collections::VecDeque;
 use std::time::Instant;
 
 use bytes::{Bytes, BytesMut};
+use rdma::software::{ResolvedRegion, SoftwarePd};
 use rdma::{
     Access, Completion, DisconnectReason, LocalSge, PostError, ProtectionDomain, QpEvent, RecvWr,
-    ResolvedRegion, STag, SendOp, SendWr, WcOpcode, WcStatus,
+    STag, SendOp, SendWr, WcOpcode, WcStatus,
 };
 
 use crate::error::{ProtocolError, TerminateCode};
@@ -142,7 +143,9 @@ struct RxSend {
 
 /// One iWARP connection after MPA setup: RDMAP over DDP over MPA FPDUs.
 pub struct Connection {
-    pd: ProtectionDomain,
+    /// The protection domain and its STag table, which tagged placements, Read
+    /// Requests and remote invalidations are checked against.
+    pd: SoftwarePd,
     crc: bool,
     ird: usize,
     ord: usize,
@@ -189,7 +192,7 @@ impl Connection {
     /// `first_send_delay`: when we are the active side, hold every FPDU until `now +
     /// delay` (works around the siw accept race, docs/linux-facts.md).
     pub fn new(
-        pd: ProtectionDomain,
+        pd: SoftwarePd,
         neg: &Negotiated,
         limits: Limits,
         now: Instant,
@@ -625,8 +628,7 @@ impl Connection {
                 continue;
             }
             let n = (sge.len - skip).min(data.len());
-            sge.mr
-                .resolved()
+            ResolvedRegion::local(&sge.mr)
                 .place((sge.offset + skip) as u64, &data[..n])
                 .map_err(|_| ProtocolError::MessageTooLong)?;
             data = &data[n..];
@@ -850,7 +852,7 @@ impl Connection {
                     sent: 0,
                     read: Some(OutRead {
                         seq,
-                        sink: sink.mr.resolved(),
+                        sink: ResolvedRegion::local(&sink.mr),
                         sink_stag: rr.sink_stag,
                         sink_to: rr.sink_to,
                         len: u64::from(rr.size),
@@ -986,7 +988,7 @@ impl Connection {
                         continue;
                     }
                     let k = avail.min(want);
-                    let region = sge.mr.resolved();
+                    let region = ResolvedRegion::local(&sge.mr);
                     let at = (sge.offset + *off) as u64;
                     if let Ok(Some(piece)) = region.shared_range(at, k) {
                         // A region registered from the consumer's bytes

@@ -20,6 +20,7 @@ use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 use bytes::{BufMut, Bytes, BytesMut};
+use rdma::software::SoftwarePd;
 use rdma::{
     BoxFuture, Completion, ConnectError, ConnectParams, ConnectRequest, ConnectionManager, Device,
     DeviceAttributes, Listener, PeerParams, PostError, ProtectionDomain, QpEvent, QueuePair,
@@ -79,8 +80,8 @@ impl Default for IwarpConfig {
 /// The iWARP provider: a connection manager over tokio TCP.
 ///
 /// Its one device, [`IwarpProvider::device`], reaches every address (it is the
-/// host's TCP stack); its protection domains are the `rdma` crate's software
-/// registration table.
+/// host's TCP stack); its protection domains have the STag table of `rdma::software`,
+/// and it takes no other provider's.
 #[derive(Clone, Debug)]
 pub struct IwarpProvider {
     cfg: IwarpConfig,
@@ -134,6 +135,7 @@ impl IwarpProvider {
         pd: &ProtectionDomain,
         params: ConnectParams,
     ) -> Result<IwarpQp, ConnectError> {
+        let pd = software_pd(pd)?;
         let cfg = self.cfg.clone();
         let mut params = params;
         let recvs = std::mem::take(&mut params.recvs);
@@ -158,7 +160,7 @@ impl IwarpProvider {
             .await
             .map_err(|_| ConnectError::Timeout)??;
         neg.peer.addr = Some(addr);
-        spawn_qp(stream, buf, pd.clone(), neg, &cfg, recvs)
+        spawn_qp(stream, buf, pd, neg, &cfg, recvs)
     }
 
     /// Passive open.
@@ -533,6 +535,7 @@ impl IwarpConnectRequest {
         pd: &ProtectionDomain,
         params: ConnectParams,
     ) -> Result<IwarpQp, ConnectError> {
+        let pd = software_pd(pd)?;
         let mut out = Vec::new();
         let mut neg = self
             .req
@@ -542,14 +545,7 @@ impl IwarpConnectRequest {
         neg.peer.addr = self.peer.addr;
         // The initial receives are in the connection before its reader starts, so a
         // Send right behind the Reply finds them.
-        spawn_qp(
-            self.stream,
-            self.buf,
-            pd.clone(),
-            neg,
-            &self.cfg,
-            params.recvs,
-        )
+        spawn_qp(self.stream, self.buf, pd, neg, &self.cfg, params.recvs)
     }
 
     /// Sends an MPA Reply with the R flag and `private_data`, then closes.
@@ -628,7 +624,7 @@ struct Shared {
     tx_wake: Notify,
     /// Bytes per transmit batch (`IwarpConfig::write_batch`).
     budget: usize,
-    pd: ProtectionDomain,
+    pd: SoftwarePd,
     peer: PeerParams,
 }
 
@@ -639,10 +635,18 @@ impl Shared {
     }
 }
 
+/// `pd` as this provider needs it: one of its device's (a [`SoftwareDevice`]'s), whose
+/// STag table tagged accesses are resolved in.
+fn software_pd(pd: &ProtectionDomain) -> Result<SoftwarePd, ConnectError> {
+    SoftwarePd::of(pd).ok_or(ConnectError::InvalidParams(
+        "the protection domain is another provider's (not a software device's)",
+    ))
+}
+
 fn spawn_qp(
     stream: TcpStream,
     buf: BytesMut,
-    pd: ProtectionDomain,
+    pd: SoftwarePd,
     neg: Negotiated,
     cfg: &IwarpConfig,
     recvs: Vec<RecvWr>,
@@ -1087,7 +1091,7 @@ impl QueuePair for IwarpQp {
     }
 
     fn pd(&self) -> &ProtectionDomain {
-        &self.shared.pd
+        self.shared.pd.pd()
     }
 }
 

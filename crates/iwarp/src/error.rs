@@ -4,7 +4,7 @@
 //! those of RFC 5040 §4.8 (RDMAP, layer 0), RFC 5041 §7 (DDP, layer 1) and RFC 5044 §8
 //! with RFC 6581 (MPA as the LLP, layer 2).
 
-use rdma::AccessError;
+use rdma::software::AccessError;
 
 use crate::wire::WireError;
 

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use iwarp::{HandshakeLimits, IwarpConfig, IwarpProvider};
-use rdma::{ConnectParams, ProtectionDomain};
+use rdma::ConnectParams;
 use tokio::io::AsyncWriteExt;
 
 fn params() -> ConnectParams {
@@ -36,7 +36,7 @@ async fn a_silent_peer_does_not_hold_up_the_next_connection() {
     let accept = tokio::spawn(async move {
         let req = l.accept().await.unwrap();
         req.accept(
-            &ProtectionDomain::software(rdma::DeviceAttributes::SOFTWARE),
+            &rdma::software::SoftwarePd::new(rdma::DeviceAttributes::SOFTWARE),
             params(),
         )
         .await
@@ -44,7 +44,7 @@ async fn a_silent_peer_does_not_hold_up_the_next_connection() {
         l
     });
     tokio::time::sleep(Duration::from_millis(100)).await;
-    let pd = ProtectionDomain::software(rdma::DeviceAttributes::SOFTWARE);
+    let pd = rdma::software::SoftwarePd::new(rdma::DeviceAttributes::SOFTWARE);
     let connected = tokio::time::timeout(
         Duration::from_secs(5),
         IwarpProvider::new(cfg).connect(addr, &pd, params()),
@@ -58,4 +58,38 @@ async fn a_silent_peer_does_not_hold_up_the_next_connection() {
         .await
         .expect("accept returned")
         .unwrap();
+}
+
+/// A device that registers memory itself, as a verbs device does: its protection
+/// domains have no STag table, so this provider cannot resolve tagged accesses in them.
+struct ForeignDevice;
+
+#[allow(unsafe_code)] // the trait's method is unsafe to call; this one does nothing
+impl rdma::Registrar for ForeignDevice {
+    unsafe fn register(
+        &self,
+        _mem: &[u8],
+        _access: rdma::Access,
+    ) -> Result<Box<dyn rdma::DeviceRegistration>, rdma::RegisterError> {
+        unreachable!("nothing is registered in this test")
+    }
+}
+
+#[tokio::test]
+async fn a_protection_domain_of_another_provider_is_refused_before_the_handshake() {
+    let foreign = rdma::ProtectionDomain::with_registrar(
+        rdma::DeviceAttributes::SOFTWARE,
+        std::sync::Arc::new(ForeignDevice),
+    );
+    let server = IwarpProvider::new(IwarpConfig::default());
+    let l = server.listen("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let addr = l.local_addr().unwrap();
+    let refused = IwarpProvider::new(IwarpConfig::default())
+        .connect(addr, &foreign, params())
+        .await;
+    assert!(
+        matches!(refused, Err(rdma::ConnectError::InvalidParams(_))),
+        "connect with a device's protection domain: {:?}",
+        refused.err()
+    );
 }

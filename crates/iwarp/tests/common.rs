@@ -46,7 +46,7 @@ pub async fn pair_params(
     let server = IwarpProvider::new(passive);
     let mut l = server.listen("127.0.0.1:0".parse().unwrap()).await.unwrap();
     let addr: SocketAddr = l.local_addr().unwrap();
-    let pd_b = ProtectionDomain::software(rdma::DeviceAttributes::SOFTWARE);
+    let pd_b = rdma::software::SoftwarePd::new(rdma::DeviceAttributes::SOFTWARE);
     let pd_b2 = pd_b.clone();
     let accept = tokio::spawn(async move {
         let req = l.accept().await.unwrap();
@@ -61,13 +61,22 @@ pub async fn pair_params(
         .await
         .unwrap()
     });
-    let pd_a = ProtectionDomain::software(rdma::DeviceAttributes::SOFTWARE);
+    let pd_a = rdma::software::SoftwarePd::new(rdma::DeviceAttributes::SOFTWARE);
     let qp_a = IwarpProvider::new(active)
         .connect(addr, &pd_a, params)
         .await
         .unwrap();
     let qp_b = accept.await.unwrap();
-    (Side { qp: qp_a, pd: pd_a }, Side { qp: qp_b, pd: pd_b })
+    (
+        Side {
+            qp: qp_a,
+            pd: pd_a.into(),
+        },
+        Side {
+            qp: qp_b,
+            pd: pd_b.into(),
+        },
+    )
 }
 
 pub async fn pair(crc: bool) -> (Side, Side) {

@@ -21,7 +21,7 @@ fn params() -> ConnectParams {
 }
 
 fn pd() -> ProtectionDomain {
-    ProtectionDomain::software(rdma::DeviceAttributes::SOFTWARE)
+    rdma::software::SoftwarePd::new(rdma::DeviceAttributes::SOFTWARE).into()
 }
 
 /// Raises this process's open file limit to its hard limit (each stalled peer costs

@@ -8,8 +8,8 @@ use bytes::Bytes;
 use common::*;
 use iwarp::IwarpProvider;
 use rdma::{
-    Access, ConnectError, ConnectParams, DisconnectReason, ProtectionDomain, QpEvent, QueuePair,
-    SendOp, SendWr, WcOpcode, WcStatus,
+    Access, ConnectError, ConnectParams, DisconnectReason, QpEvent, QueuePair, SendOp, SendWr,
+    WcOpcode, WcStatus,
 };
 
 async fn sends_of_every_size(crc: bool) {
@@ -338,7 +338,7 @@ async fn connect_exchanges_private_data_and_ird_ord_and_initial_receives_catch_f
     let server = IwarpProvider::new(cfg(false));
     let mut l = server.listen("127.0.0.1:0".parse().unwrap()).await.unwrap();
     let addr = l.local_addr().unwrap();
-    let pd_b = ProtectionDomain::software(rdma::DeviceAttributes::SOFTWARE);
+    let pd_b = rdma::software::SoftwarePd::new(rdma::DeviceAttributes::SOFTWARE);
     let t = tokio::spawn(async move {
         let req = l.accept().await.unwrap();
         assert_eq!(&req.peer().private_data[..], b"client hello");
@@ -372,7 +372,7 @@ async fn connect_exchanges_private_data_and_ird_ord_and_initial_receives_catch_f
         assert_eq!(seen, [(70, 17), (71, 17)]);
         qp
     });
-    let pd = ProtectionDomain::software(rdma::DeviceAttributes::SOFTWARE);
+    let pd = rdma::software::SoftwarePd::new(rdma::DeviceAttributes::SOFTWARE);
     let rx_a = region(&pd, 64, Access::LOCAL_WRITE);
     let qp = IwarpProvider::new(cfg(false))
         .connect(
@@ -412,7 +412,7 @@ async fn reject_with_private_data_is_a_typed_connect_error() {
         let req = l.accept().await.unwrap();
         req.reject(Bytes::from_static(b"no thanks")).await.unwrap();
     });
-    let pd = ProtectionDomain::software(rdma::DeviceAttributes::SOFTWARE);
+    let pd = rdma::software::SoftwarePd::new(rdma::DeviceAttributes::SOFTWARE);
     let err = IwarpProvider::new(cfg(false))
         .connect(addr, &pd, ConnectParams::default())
         .await
@@ -425,7 +425,7 @@ async fn reject_with_private_data_is_a_typed_connect_error() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn private_data_over_the_mpa_limit_is_refused_locally() {
-    let pd = ProtectionDomain::software(rdma::DeviceAttributes::SOFTWARE);
+    let pd = rdma::software::SoftwarePd::new(rdma::DeviceAttributes::SOFTWARE);
     let err = IwarpProvider::new(cfg(false))
         .connect(
             "127.0.0.1:9".parse().unwrap(),
@@ -710,7 +710,7 @@ async fn peer_vanishing_mid_transfer_fails_outstanding_work() {
         }
         drop(s); // closing with unread data sends a reset
     });
-    let pd = ProtectionDomain::software(rdma::DeviceAttributes::SOFTWARE);
+    let pd = rdma::software::SoftwarePd::new(rdma::DeviceAttributes::SOFTWARE);
     let qp = IwarpProvider::new(cfg(false))
         .connect(
             addr,
@@ -779,7 +779,7 @@ async fn posting_checks_local_rights_and_read_credits() {
         a.qp.post_recv(recv_wr(&rw, 1, 5, 10)),
         Err(rdma::PostError::LocalProtection)
     );
-    let other_pd = ProtectionDomain::software(rdma::DeviceAttributes::SOFTWARE);
+    let other_pd = rdma::software::SoftwarePd::new(rdma::DeviceAttributes::SOFTWARE);
     let foreign = region(&other_pd, 10, Access::LOCAL_WRITE);
     assert_eq!(
         a.qp.post_recv(recv_wr(&foreign, 1, 0, 10)),

@@ -156,8 +156,8 @@ impl Pair {
             .unwrap()
             .unwrap();
         let (pa, pb) = (
-            ProtectionDomain::software(rdma::DeviceAttributes::SOFTWARE),
-            ProtectionDomain::software(rdma::DeviceAttributes::SOFTWARE),
+            rdma::software::SoftwarePd::new(rdma::DeviceAttributes::SOFTWARE),
+            rdma::software::SoftwarePd::new(rdma::DeviceAttributes::SOFTWARE),
         );
         let limits = Limits {
             max_ulpdu,
@@ -171,7 +171,7 @@ impl Pair {
             b_in: BytesMut::new(),
             now,
         };
-        (pair, pa, pb)
+        (pair, pa.into(), pb.into())
     }
 
     /// Moves bytes both ways in pieces of `cut` bytes until quiet.

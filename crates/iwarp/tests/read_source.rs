@@ -12,7 +12,7 @@ use iwarp::{Connection, Limits, TxBatch};
 use rdma::{Access, MemoryRegion, PeerParams, ProtectionDomain};
 
 fn conn(crc: bool) -> (Connection, ProtectionDomain) {
-    let pd = ProtectionDomain::software(rdma::DeviceAttributes::SOFTWARE);
+    let pd = rdma::software::SoftwarePd::new(rdma::DeviceAttributes::SOFTWARE);
     let neg = Negotiated {
         active: false,
         crc,
@@ -28,7 +28,7 @@ fn conn(crc: bool) -> (Connection, ProtectionDomain) {
         Instant::now(),
         Duration::ZERO,
     );
-    (c, pd)
+    (c, pd.into())
 }
 
 /// Feeds one Read Request for `size` bytes at `src_to` of `src` and returns the bytes

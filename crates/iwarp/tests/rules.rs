@@ -14,7 +14,7 @@ use rdma::{
 };
 
 fn conn(crc: bool) -> (Connection, ProtectionDomain) {
-    let pd = ProtectionDomain::software(rdma::DeviceAttributes::SOFTWARE);
+    let pd = rdma::software::SoftwarePd::new(rdma::DeviceAttributes::SOFTWARE);
     let neg = Negotiated {
         active: false,
         crc,
@@ -31,7 +31,7 @@ fn conn(crc: bool) -> (Connection, ProtectionDomain) {
             Instant::now(),
             Duration::ZERO,
         ),
-        pd,
+        pd.into(),
     )
 }
 

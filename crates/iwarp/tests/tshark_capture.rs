@@ -13,7 +13,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use common::*;
 use iwarp::IwarpProvider;
-use rdma::{Access, ConnectParams, ProtectionDomain, QueuePair, SendOp, SendWr, WcStatus};
+use rdma::{Access, ConnectParams, QueuePair, SendOp, SendWr, WcStatus};
 
 fn require(tool: &str) {
     let ok = Command::new(tool)
@@ -38,8 +38,8 @@ fn small_fpdus(crc: bool) -> iwarp::IwarpConfig {
 const ULPDU: usize = 16_000;
 
 async fn traffic(port: u16, crc: bool, server: &mut iwarp::IwarpListener) {
-    let pd_b = ProtectionDomain::software(rdma::DeviceAttributes::SOFTWARE);
-    let pd_a = ProtectionDomain::software(rdma::DeviceAttributes::SOFTWARE);
+    let pd_b = rdma::software::SoftwarePd::new(rdma::DeviceAttributes::SOFTWARE);
+    let pd_a = rdma::software::SoftwarePd::new(rdma::DeviceAttributes::SOFTWARE);
     let client = IwarpProvider::new(small_fpdus(crc));
     let addr = format!("127.0.0.1:{port}").parse().unwrap();
     let params = ConnectParams {

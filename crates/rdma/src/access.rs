@@ -58,7 +58,7 @@ impl fmt::Debug for Access {
 
 /// A Steering Tag: the 32-bit name of a memory region on the wire (RFC 5040 §2.1).
 ///
-/// Layout chosen by this crate's registration table: the high
+/// Layout chosen by the software providers' STag table ([`crate::software`]): the high
 /// [`STag::INDEX_BITS`] bits are the table index, the low [`STag::KEY_BITS`] bits a
 /// random key that changes on every (re-)registration, so STags are unpredictable and a
 /// stale STag from an earlier registration of the same slot does not match.

@@ -11,7 +11,8 @@
 //! svcrdma (`svc_rdma_accept`) allocate one per connection from the CM id's device.
 //!
 //! Software providers (the userspace iWARP provider, in-process test providers) share
-//! [`SoftwareDevice`], whose protection domains are this crate's registration table.
+//! [`SoftwareDevice`], whose protection domains have the STag table of
+//! [`crate::software`].
 #![allow(unsafe_code)]
 
 use std::fmt;
@@ -19,6 +20,7 @@ use std::sync::Arc;
 
 use crate::access::{Access, STag};
 use crate::mr::ProtectionDomain;
+use crate::software::SoftwarePd;
 
 /// What a device can do, as far as the protocol above it cares (verbs
 /// `ibv_device_attr`). Consumers size their queues, Read depths and registrations from
@@ -48,7 +50,7 @@ pub struct DeviceAttributes {
 }
 
 impl DeviceAttributes {
-    /// The limits of this crate's software registration table and of RDMAP (RFC 5040
+    /// The limits of the software providers' STag table and of RDMAP (RFC 5040
     /// §5.3: message and Read sizes are 32-bit quantities): what software providers
     /// offer unless configured otherwise.
     pub const SOFTWARE: DeviceAttributes = DeviceAttributes {
@@ -140,8 +142,8 @@ pub trait Device: Send + Sync + fmt::Debug {
     fn alloc_pd(&self) -> Result<ProtectionDomain, RegisterError>;
 }
 
-/// The device of software providers: its protection domains are this crate's
-/// registration table ([`ProtectionDomain`]), limited by [`DeviceAttributes`].
+/// The device of software providers: its protection domains have the STag table
+/// ([`crate::software::SoftwarePd`]), limited by [`DeviceAttributes`].
 #[derive(Clone, Debug)]
 pub struct SoftwareDevice {
     name: Arc<str>,
@@ -174,6 +176,6 @@ impl Device for SoftwareDevice {
     }
 
     fn alloc_pd(&self) -> Result<ProtectionDomain, RegisterError> {
-        Ok(ProtectionDomain::software(self.attributes))
+        Ok(SoftwarePd::new(self.attributes).into())
     }
 }

@@ -22,8 +22,10 @@
 //! registered memory, and the buffer comes back to the owner on deregistration. A
 //! region that peers only read can instead be the owner's immutable [`bytes::Bytes`]
 //! ([`ProtectionDomain::register_bytes`]), which a provider sends from without a copy.
-//! The registration table ([`ProtectionDomain`]) checks every remote access for
-//! STag validity, PD membership, bounds and rights ([`AccessError`]).
+//! A device that registers memory itself (verbs) gives regions its own keys and checks
+//! peers' accesses itself ([`Registrar`]); software providers check them in the STag
+//! table of [`software`] (STag validity, PD membership, rights, bounds:
+//! [`software::AccessError`]), which only their protection domains have.
 #![warn(missing_docs, unreachable_pub)]
 
 mod access;
@@ -32,6 +34,7 @@ mod device;
 mod mr;
 pub mod pool;
 mod qp;
+pub mod software;
 mod wr;
 
 pub use access::{Access, STag};
@@ -42,9 +45,7 @@ pub use cm::{
 pub use device::{
     Device, DeviceAttributes, DeviceRegistration, RegisterError, Registrar, SoftwareDevice,
 };
-pub use mr::{
-    AccessError, MemoryRegion, ProtectionDomain, Registered, RegistrationStats, ResolvedRegion,
-};
+pub use mr::{MemoryRegion, ProtectionDomain, Registered, RegistrationStats};
 pub use pool::{BufferError, BufferPool, PooledBuffer};
 pub use qp::{CompletionFuture, EventFuture, QueuePair, QueuePairExt};
 pub use wr::{

@@ -1,40 +1,22 @@
-//! Protection domains and memory regions, with the software registration table.
+//! Protection domains and memory regions, for every provider.
 //!
-//! Every remote access is resolved through [`ProtectionDomain::resolve`], which checks
-//! in this order: the STag names a live registration (index and key match, not
-//! invalidated), the region belongs to this PD, the requested rights are granted, and
-//! `[offset, offset + len)` lies inside the region without wrapping.
+//! A region owns its memory (or borrows the consumer's bytes, or a pooled buffer's
+//! range) and carries the keys peers and work requests name it by. How those keys are
+//! made is the protection domain's [`Keys`]: a device that registers memory itself
+//! (verbs: `ibv_reg_mr` through a [`Registrar`]) gives its own lkey and rkey; a
+//! software provider's protection domain names regions in the STag table of
+//! [`crate::software`], which that provider resolves peers' accesses through.
 #![allow(unsafe_code)]
 
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use bytes::{Bytes, BytesMut};
-use rand::Rng;
 
 use crate::access::{Access, STag};
 use crate::device::{DeviceAttributes, DeviceRegistration, RegisterError, Registrar};
 use crate::pool::{self, BufferError, Lent, PooledBuffer};
-
-/// Why a remote (or local) access to a memory region was refused.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub enum AccessError {
-    /// No valid registration has this STag (unknown index, wrong key, or invalidated).
-    #[error("invalid STag")]
-    InvalidStag,
-    /// The region exists but belongs to another protection domain.
-    #[error("STag not associated with this protection domain")]
-    NotAssociated,
-    /// The access lies (partly) outside the region.
-    #[error("base or bounds violation")]
-    BaseBounds,
-    /// The offset plus length wraps the 64-bit tagged offset space.
-    #[error("tagged offset wrap")]
-    ToWrap,
-    /// The region lacks the rights the access needs.
-    #[error("access rights violation")]
-    AccessRights,
-}
+use crate::software::Table;
 
 static NEXT_PD_ID: AtomicU64 = AtomicU64::new(1);
 
@@ -42,16 +24,23 @@ static NEXT_PD_ID: AtomicU64 = AtomicU64::new(1);
 /// use them. Cheap to clone (shared handle).
 #[derive(Clone)]
 pub struct ProtectionDomain {
-    inner: Arc<PdInner>,
+    pub(crate) inner: Arc<PdInner>,
 }
 
-struct PdInner {
+/// Who makes a protection domain's keys and checks accesses by them.
+pub(crate) enum Keys {
+    /// A software provider, through the STag table of [`crate::software`].
+    Software(Mutex<Table>),
+    /// A device that registers memory itself (a verbs device) and checks peers'
+    /// accesses in its own tables.
+    Device(Arc<dyn Registrar>),
+}
+
+pub(crate) struct PdInner {
     id: u64,
     /// The device's limits, checked at registration.
     attributes: DeviceAttributes,
-    /// The device that registers memory too (a verbs device); `None` for software.
-    registrar: Option<Arc<dyn Registrar>>,
-    table: Mutex<Table>,
+    pub(crate) keys: Keys,
     /// Registrations the device made (`registrar` calls that succeeded).
     device_registrations: AtomicU64,
     /// Regions that used a pooled allocation's cached registration instead.
@@ -72,7 +61,7 @@ pub struct RegistrationStats {
 /// How a memory region is known to its device ([`MemoryRegion::registered`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Registered {
-    /// In this crate's software table only (a software provider).
+    /// In the software providers' STag table only ([`crate::software`]).
     Software,
     /// By a device registration of its own (verbs `ibv_reg_mr` for this region).
     Device,
@@ -95,25 +84,18 @@ impl DeviceRegistration for CachedShare {
     }
 }
 
-#[derive(Default)]
-struct Table {
-    slots: Vec<Option<Weak<MrShared>>>,
-    free: Vec<u32>,
-}
-
-impl Table {
-    fn live(&self) -> usize {
-        self.slots.len() - self.free.len()
-    }
-}
-
-struct MrShared {
-    pd_id: u64,
+pub(crate) struct MrShared {
+    pub(crate) pd_id: u64,
     pd: Weak<PdInner>,
-    index: u32,
-    access: Access,
-    stag: AtomicU32,
-    valid: AtomicBool,
+    /// Its slot in the software table; `None` for a device's region.
+    slot: Option<u32>,
+    pub(crate) access: Access,
+    /// The key it is named by: its software STag, else the device's rkey (its lkey
+    /// when it has no remote rights).
+    pub(crate) stag: STag,
+    /// False once invalidated (locally, by a peer's Send With Invalidate in a software
+    /// provider, or by deregistration).
+    pub(crate) valid: AtomicBool,
     /// The device's registration of `mem`, if the PD has a registrar. Declared before
     /// `mem` so that it is dropped (deregistered from the device) first; deregistration
     /// takes it out before the memory, and a local write never moves memory the device
@@ -123,24 +105,24 @@ struct MrShared {
     registered: Registered,
     /// Registered memory. Invariant: its length only changes on deregistration (to 0),
     /// and its address never changes while `device` holds a registration of it.
-    mem: Mutex<Mem>,
+    pub(crate) mem: Mutex<Mem>,
 }
 
 /// A region's memory: owned (and mutable), bytes shared with the consumer
 /// ([`ProtectionDomain::register_bytes`]), immutable while shared, or a range lent by a
 /// pooled buffer ([`ProtectionDomain::register_pooled`]).
-enum Mem {
+pub(crate) enum Mem {
     Owned(BytesMut),
     Shared(Bytes),
     Pooled(Lent),
 }
 
 impl Mem {
-    fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.as_slice().len()
     }
 
-    fn as_slice(&self) -> &[u8] {
+    pub(crate) fn as_slice(&self) -> &[u8] {
         match self {
             Mem::Owned(b) => b,
             Mem::Shared(b) => b,
@@ -154,7 +136,7 @@ impl Mem {
     ///
     /// Only for regions no device registered (software providers' placement); see
     /// `make_mut_checked`.
-    fn make_mut(&mut self) -> &mut [u8] {
+    pub(crate) fn make_mut(&mut self) -> &mut [u8] {
         if let Mem::Shared(b) = self {
             let b = std::mem::take(b);
             // COPY: only when a shared region is written locally while its bytes are
@@ -186,57 +168,49 @@ impl Mem {
 
 impl Drop for MrShared {
     fn drop(&mut self) {
-        if let Some(pd) = self.pd.upgrade() {
-            let mut t = lock(&pd.table);
-            if let Some(slot) = t.slots.get_mut(self.index as usize) {
-                *slot = None;
-                t.free.push(self.index);
+        if let (Some(index), Some(pd)) = (self.slot, self.pd.upgrade()) {
+            if let Keys::Software(table) = &pd.keys {
+                lock(table).remove(index);
             }
         }
     }
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // A poisoned lock only means another thread panicked while holding it; the data
     // (bytes, a table of weak pointers) stays structurally valid.
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-fn random_key() -> u32 {
-    rand::thread_rng().gen_range(0..(1u32 << STag::KEY_BITS))
-}
-
 impl ProtectionDomain {
-    /// A protection domain of this crate's software registration table, limited by
-    /// `attributes`: what a software provider's [`crate::Device::alloc_pd`] returns
-    /// ([`crate::SoftwareDevice`]). Consumers get protection domains from a device.
-    pub fn software(attributes: DeviceAttributes) -> ProtectionDomain {
-        ProtectionDomain::new(attributes, None)
-    }
-
     /// A protection domain of a device that registers memory itself (a verbs device:
     /// `ibv_alloc_pd`, then `ibv_reg_mr` for each region through `registrar`). Regions
     /// then carry the device's keys ([`MemoryRegion::lkey`], [`MemoryRegion::rkey`]).
+    /// (A software provider's protection domain: [`crate::software::SoftwarePd::new`].)
     pub fn with_registrar(
         attributes: DeviceAttributes,
         registrar: Arc<dyn Registrar>,
     ) -> ProtectionDomain {
-        ProtectionDomain::new(attributes, Some(registrar))
+        ProtectionDomain::new(attributes, Keys::Device(registrar))
     }
 
-    fn new(
-        attributes: DeviceAttributes,
-        registrar: Option<Arc<dyn Registrar>>,
-    ) -> ProtectionDomain {
+    pub(crate) fn new(attributes: DeviceAttributes, keys: Keys) -> ProtectionDomain {
         ProtectionDomain {
             inner: Arc::new(PdInner {
                 id: NEXT_PD_ID.fetch_add(1, Ordering::Relaxed),
                 attributes,
-                registrar,
-                table: Mutex::new(Table::default()),
+                keys,
                 device_registrations: AtomicU64::new(0),
                 cached_registrations: AtomicU64::new(0),
             }),
+        }
+    }
+
+    /// The device's registrar; `None` for a software provider's protection domain.
+    fn registrar(&self) -> Option<&Arc<dyn Registrar>> {
+        match &self.inner.keys {
+            Keys::Device(r) => Some(r),
+            Keys::Software(_) => None,
         }
     }
 
@@ -260,7 +234,7 @@ impl ProtectionDomain {
             &dyn Fn(&[u8]) -> Result<Box<dyn DeviceRegistration>, RegisterError>,
         ) -> Result<Option<Arc<dyn DeviceRegistration>>, RegisterError>,
     ) -> Option<Box<dyn DeviceRegistration>> {
-        let r = self.inner.registrar.as_ref()?;
+        let r = self.registrar()?;
         if access.contains(Access::REMOTE_READ) || access.contains(Access::REMOTE_WRITE) {
             return None;
         }
@@ -301,15 +275,17 @@ impl ProtectionDomain {
     /// software table pins nothing: a zeroed region's pages become resident only when
     /// written.
     pub fn pins_memory(&self) -> bool {
-        self.inner.registrar.is_some()
+        self.registrar().is_some()
     }
 
     /// Registers `buf` with `access` rights. The region's tagged offsets run from 0 to
-    /// `buf.len()`. The STag has a fresh random key.
+    /// `buf.len()`. A software STag has a fresh random key (RFC 8166 §10.2, RFC 5042
+    /// §5.2: unpredictable handles); a device draws its own keys.
     ///
     /// Fails as a device does (`ibv_reg_mr`): a region larger than the device's
-    /// `max_mr_size`, more regions than its `max_mr`, or remote write without local
-    /// write.
+    /// `max_mr_size`, more regions than its `max_mr` (counted by the software table; a
+    /// device refuses them itself, [`RegisterError::Provider`]), or remote write without
+    /// local write.
     pub fn register(&self, buf: BytesMut, access: Access) -> Result<MemoryRegion, RegisterError> {
         self.register_mem(Mem::Owned(buf), access)
     }
@@ -318,9 +294,9 @@ impl ProtectionDomain {
     /// bytes (as a verbs provider maps the consumer's pages), immutable while the
     /// consumer holds other handles to them. Meant for regions peers only read (an
     /// RDMA Read's data source): a provider can send from them without copying
-    /// ([`ResolvedRegion::shared_range`]). A local write to such a region
-    /// ([`MemoryRegion::with_mut`], [`MemoryRegion::write`],
-    /// [`ResolvedRegion::place`], [`ResolvedRegion::with_range_mut`]) first gives the
+    /// ([`crate::software::ResolvedRegion::shared_range`]). A local write to such a
+    /// region ([`MemoryRegion::with_mut`], [`MemoryRegion::write`], a software
+    /// provider's placement) first gives the
     /// region a copy of its own, so it never changes the consumer's bytes.
     ///
     /// Fails as [`ProtectionDomain::register`].
@@ -399,17 +375,32 @@ impl ProtectionDomain {
                 max: attrs.max_mr_size,
             });
         }
-        let max = attrs.max_mr.min(1 << STag::INDEX_BITS);
-        // The device registers first, outside the table's lock (a system call); a
-        // registration refused below is dropped, which deregisters it.
-        let registered = match (&self.inner.registrar, &cached) {
-            (None, _) => Registered::Software,
-            (Some(_), Some(_)) => Registered::Cached,
-            (Some(_), None) => Registered::Device,
+        let region = |mem, slot, stag, device, registered| {
+            Arc::new(MrShared {
+                pd_id: self.inner.id,
+                pd: Arc::downgrade(&self.inner),
+                slot,
+                access,
+                stag,
+                valid: AtomicBool::new(true),
+                device: Mutex::new(device),
+                registered,
+                mem: Mutex::new(mem),
+            })
         };
-        let device = match &self.inner.registrar {
-            None => None,
-            Some(r) => {
+        let shared = match &self.inner.keys {
+            Keys::Software(table) => {
+                let mut t = lock(table);
+                let max = attrs.max_mr.min(1 << STag::INDEX_BITS);
+                if t.live() >= max as usize {
+                    return Err(RegisterError::TooMany { max });
+                }
+                let (index, stag) = t.reserve();
+                let shared = region(mem, Some(index), stag, None, Registered::Software);
+                t.fill(index, &shared);
+                shared
+            }
+            Keys::Device(r) => {
                 let writable =
                     access.contains(Access::LOCAL_WRITE) || access.contains(Access::REMOTE_WRITE);
                 if writable && matches!(mem, Mem::Shared(_)) {
@@ -417,9 +408,9 @@ impl ProtectionDomain {
                         "the consumer's shared bytes are immutable to a device",
                     ));
                 }
-                match cached {
+                let (device, registered) = match cached {
                     // A share of the pooled allocation's own registration (`cached`).
-                    Some(share) => Some(share),
+                    Some(share) => (share, Registered::Cached),
                     None => {
                         // SAFETY: the `Registrar` contract, kept by `MrShared`: the
                         // memory moves into the region created below and stays at this
@@ -433,35 +424,15 @@ impl ProtectionDomain {
                         self.inner
                             .device_registrations
                             .fetch_add(1, Ordering::Relaxed);
-                        Some(reg)
+                        (reg, Registered::Device)
                     }
-                }
+                };
+                let remote =
+                    access.contains(Access::REMOTE_READ) || access.contains(Access::REMOTE_WRITE);
+                let stag = STag(if remote { device.rkey() } else { device.lkey() });
+                region(mem, None, stag, Some(device), registered)
             }
         };
-        let mut t = lock(&self.inner.table);
-        if t.live() >= max as usize {
-            return Err(RegisterError::TooMany { max });
-        }
-        let index = match t.free.pop() {
-            Some(i) => i,
-            None => {
-                let i = t.slots.len() as u32;
-                t.slots.push(None);
-                i
-            }
-        };
-        let shared = Arc::new(MrShared {
-            pd_id: self.inner.id,
-            pd: Arc::downgrade(&self.inner),
-            index,
-            access,
-            stag: AtomicU32::new(STag::new(index, random_key()).0),
-            valid: AtomicBool::new(true),
-            device: Mutex::new(device),
-            registered,
-            mem: Mutex::new(mem),
-        });
-        t.slots[index as usize] = Some(Arc::downgrade(&shared));
         Ok(MemoryRegion { shared })
     }
 
@@ -472,56 +443,6 @@ impl ProtectionDomain {
         access: Access,
     ) -> Result<MemoryRegion, RegisterError> {
         self.register(BytesMut::zeroed(len), access)
-    }
-
-    fn lookup(&self, stag: STag) -> Result<Arc<MrShared>, AccessError> {
-        let t = lock(&self.inner.table);
-        let shared = t
-            .slots
-            .get(stag.index() as usize)
-            .and_then(|s| s.as_ref())
-            .and_then(Weak::upgrade)
-            .ok_or(AccessError::InvalidStag)?;
-        drop(t);
-        if shared.stag.load(Ordering::Acquire) != stag.0 || !shared.valid.load(Ordering::Acquire) {
-            return Err(AccessError::InvalidStag);
-        }
-        Ok(shared)
-    }
-
-    /// Resolves a remote access of `len` bytes at tagged offset `offset` needing
-    /// `needed` rights. See the module doc for the order of checks.
-    pub fn resolve(
-        &self,
-        stag: STag,
-        offset: u64,
-        len: u64,
-        needed: Access,
-    ) -> Result<ResolvedRegion, AccessError> {
-        let shared = self.lookup(stag)?;
-        if shared.pd_id != self.inner.id {
-            return Err(AccessError::NotAssociated);
-        }
-        if !shared.access.contains(needed) {
-            return Err(AccessError::AccessRights);
-        }
-        let end = offset.checked_add(len).ok_or(AccessError::ToWrap)?;
-        let region_len = lock(&shared.mem).len() as u64;
-        if end > region_len {
-            return Err(AccessError::BaseBounds);
-        }
-        Ok(ResolvedRegion { shared })
-    }
-
-    /// Remote invalidation (Send with Invalidate): invalidates the region named by
-    /// `stag` if it is a live registration of this PD.
-    pub fn invalidate(&self, stag: STag) -> Result<(), AccessError> {
-        let shared = self.lookup(stag)?;
-        if shared.pd_id != self.inner.id {
-            return Err(AccessError::NotAssociated);
-        }
-        shared.valid.store(false, Ordering::Release);
-        Ok(())
     }
 }
 
@@ -534,11 +455,12 @@ impl std::fmt::Debug for ProtectionDomain {
 }
 
 /// A registered memory region. Clones share the registration; it is deregistered
-/// when the last handle (including providers' transient [`ResolvedRegion`]s) drops,
+/// when the last handle (including software providers' transient
+/// [`crate::software::ResolvedRegion`]s) drops,
 /// or at once by [`MemoryRegion::deregister`].
 #[derive(Clone)]
 pub struct MemoryRegion {
-    shared: Arc<MrShared>,
+    pub(crate) shared: Arc<MrShared>,
 }
 
 impl std::fmt::Debug for MemoryRegion {
@@ -552,11 +474,12 @@ impl std::fmt::Debug for MemoryRegion {
 }
 
 impl MemoryRegion {
-    /// The current STag (changes on [`MemoryRegion::rekey`]). In this crate's software
-    /// table one STag is both the local and the remote key, as on iWARP; consumers
-    /// name the key they mean ([`MemoryRegion::lkey`], [`MemoryRegion::rkey`]).
+    /// The key this region is named by: in a software provider's table one STag is
+    /// both the local and the remote key, as on iWARP; a device's region is named by
+    /// its rkey (its lkey without remote rights). Consumers name the key they mean
+    /// ([`MemoryRegion::lkey`], [`MemoryRegion::rkey`]).
     pub fn stag(&self) -> STag {
-        STag(self.shared.stag.load(Ordering::Acquire))
+        self.shared.stag
     }
 
     /// The local key: what gather/scatter lists name this region by (verbs
@@ -641,20 +564,6 @@ impl MemoryRegion {
         self.shared.valid.store(false, Ordering::Release);
     }
 
-    /// Re-registration (as after fast-register): a fresh random key, valid again.
-    /// Returns the new STag; the old one no longer resolves.
-    pub fn rekey(&self) -> STag {
-        let old = self.stag();
-        let mut key = random_key();
-        if key == old.key() {
-            key = (key + 1) & ((1 << STag::KEY_BITS) - 1);
-        }
-        let stag = STag::new(old.index(), key);
-        self.shared.stag.store(stag.0, Ordering::Release);
-        self.shared.valid.store(true, Ordering::Release);
-        stag
-    }
-
     /// Runs `f` over the region's bytes.
     pub fn with<R>(&self, f: impl FnOnce(&[u8]) -> R) -> R {
         f(lock(&self.shared.mem).as_slice())
@@ -732,120 +641,14 @@ impl MemoryRegion {
             Mem::Pooled(l) => Bytes::copy_from_slice(l.as_slice()),
         }
     }
-
-    /// This region as a provider sees it after a local (lkey) check.
-    pub fn resolved(&self) -> ResolvedRegion {
-        ResolvedRegion {
-            shared: self.shared.clone(),
-        }
-    }
-}
-
-/// A region found by [`ProtectionDomain::resolve`], for providers to place data into
-/// or copy data out of. Offsets are region offsets (tagged offset = region offset).
-#[derive(Clone)]
-pub struct ResolvedRegion {
-    shared: Arc<MrShared>,
-}
-
-impl ResolvedRegion {
-    /// Copies `data` into the region at `offset`. Fails with `BaseBounds` when the
-    /// region shrank (deregistered) since it was resolved.
-    pub fn place(&self, offset: u64, data: &[u8]) -> Result<(), AccessError> {
-        let mut m = lock(&self.shared.mem);
-        let start = usize::try_from(offset).map_err(|_| AccessError::BaseBounds)?;
-        let end = start
-            .checked_add(data.len())
-            .ok_or(AccessError::BaseBounds)?;
-        if end > m.len() {
-            return Err(AccessError::BaseBounds);
-        }
-        let dst = &mut m.make_mut()[start..end];
-        // COPY: tagged/untagged placement from the receive buffer into registered memory.
-        dst.copy_from_slice(data);
-        Ok(())
-    }
-
-    /// Runs `f` over `len` bytes of the region at `offset`, mutably: a provider
-    /// reading from its transport straight into registered memory (no copy). The
-    /// region lock is held while `f` runs; `f` must not block.
-    pub fn with_range_mut<R>(
-        &self,
-        offset: u64,
-        len: usize,
-        f: impl FnOnce(&mut [u8]) -> R,
-    ) -> Result<R, AccessError> {
-        let mut m = lock(&self.shared.mem);
-        let start = usize::try_from(offset).map_err(|_| AccessError::BaseBounds)?;
-        let end = start.checked_add(len).ok_or(AccessError::BaseBounds)?;
-        if end > m.len() {
-            return Err(AccessError::BaseBounds);
-        }
-        Ok(f(&mut m.make_mut()[start..end]))
-    }
-
-    /// Copies `len` bytes at `offset` out into `out`.
-    pub fn copy_out(&self, offset: u64, len: usize, out: &mut Vec<u8>) -> Result<(), AccessError> {
-        let m = lock(&self.shared.mem);
-        let start = usize::try_from(offset).map_err(|_| AccessError::BaseBounds)?;
-        let end = start.checked_add(len).ok_or(AccessError::BaseBounds)?;
-        let src = m
-            .as_slice()
-            .get(start..end)
-            .ok_or(AccessError::BaseBounds)?;
-        // COPY: region bytes into an outgoing FPDU (Read Response, local SGE).
-        out.extend_from_slice(src);
-        Ok(())
-    }
-
-    /// `len` bytes at `offset` without a copy, when the region was registered by
-    /// [`ProtectionDomain::register_bytes`] and still shares those bytes (`Ok(None)`
-    /// for any other region: use [`ResolvedRegion::copy_out`]). The slice keeps the
-    /// bytes alive after the region is deregistered; like `copy_out`, this checks
-    /// bounds (a deregistered region is empty), not validity.
-    pub fn shared_range(&self, offset: u64, len: usize) -> Result<Option<Bytes>, AccessError> {
-        let m = lock(&self.shared.mem);
-        let start = usize::try_from(offset).map_err(|_| AccessError::BaseBounds)?;
-        let end = start.checked_add(len).ok_or(AccessError::BaseBounds)?;
-        if end > m.len() {
-            return Err(AccessError::BaseBounds);
-        }
-        Ok(match &*m {
-            Mem::Shared(b) => Some(b.slice(start..end)),
-            Mem::Owned(_) | Mem::Pooled(_) => None,
-        })
-    }
-
-    /// Current STag.
-    pub fn stag(&self) -> STag {
-        STag(self.shared.stag.load(Ordering::Acquire))
-    }
-
-    /// Access rights.
-    pub fn access(&self) -> Access {
-        self.shared.access
-    }
-
-    /// Current length.
-    pub fn len(&self) -> usize {
-        lock(&self.shared.mem).len()
-    }
-
-    /// True for a zero-length region.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// The owning PD id.
-    pub fn pd_id(&self) -> u64 {
-        self.shared.pd_id
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::device::{DeviceRegistration, Registrar};
+    use crate::software::SoftwarePd;
+    use std::sync::atomic::AtomicU32;
     use std::sync::atomic::AtomicUsize;
 
     /// A device registrar that counts its live registrations and what they covered.
@@ -893,40 +696,13 @@ mod tests {
     }
 
     #[test]
-    fn resolve_checks_rights_bounds_and_keys() {
-        let pd = ProtectionDomain::software(DeviceAttributes::SOFTWARE);
-        let mr = pd
-            .register_zeroed(100, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
-            .unwrap();
-        let s = mr.stag();
-        assert!(pd.resolve(s, 0, 100, Access::REMOTE_WRITE).is_ok());
-        assert_eq!(
-            pd.resolve(s, 1, 100, Access::REMOTE_WRITE).err(),
-            Some(AccessError::BaseBounds)
-        );
-        assert_eq!(
-            pd.resolve(s, u64::MAX, 2, Access::REMOTE_WRITE).err(),
-            Some(AccessError::ToWrap)
-        );
-        assert_eq!(
-            pd.resolve(s, 0, 1, Access::REMOTE_READ).err(),
-            Some(AccessError::AccessRights)
-        );
-        let wrong_key = STag::new(s.index(), s.key() ^ 1);
-        assert_eq!(
-            pd.resolve(wrong_key, 0, 1, Access::REMOTE_WRITE).err(),
-            Some(AccessError::InvalidStag)
-        );
-    }
-
-    #[test]
     fn registration_fails_as_a_device_does() {
         let attrs = DeviceAttributes {
             max_mr_size: 16,
             max_mr: 2,
             ..DeviceAttributes::SOFTWARE
         };
-        let pd = ProtectionDomain::software(attrs);
+        let pd = SoftwarePd::new(attrs);
         assert!(matches!(
             pd.register_zeroed(8, Access::REMOTE_WRITE),
             Err(RegisterError::InvalidAccess(_))
@@ -948,29 +724,6 @@ mod tests {
         assert!(pd.register_zeroed(1, Access::NONE).is_ok());
     }
 
-    #[test]
-    fn a_pooled_range_is_the_regions_alone_until_released() {
-        let pd = ProtectionDomain::software(DeviceAttributes::SOFTWARE);
-        let pool = crate::BufferPool::new(1 << 20);
-        let buf = pool.get(100);
-        let mr = pd
-            .register_pooled(&buf, 10..60, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
-            .unwrap();
-        assert_eq!(mr.len(), 50);
-        let r = pd.resolve(mr.stag(), 0, 50, Access::REMOTE_WRITE).unwrap();
-        r.place(5, b"placed").unwrap();
-        assert!(pd.register_pooled(&buf, 59..61, Access::NONE).is_err());
-        assert!(buf.freeze(10..20).is_err(), "lent: not handed out");
-        buf.write(4, b"room").unwrap();
-        let stag = mr.stag();
-        mr.release();
-        assert!(pd.resolve(stag, 0, 1, Access::REMOTE_WRITE).is_err());
-        assert_eq!(r.len(), 0, "other handles see an empty region");
-        let whole = buf.freeze(4..21).unwrap();
-        assert_eq!(&whole[..4], b"room");
-        assert_eq!(&whole[11..17], b"placed");
-    }
-
     /// A device that registers memory itself: its keys on the regions, its
     /// registration gone before the memory is handed back, and no copy on write of
     /// shared bytes it registered.
@@ -979,19 +732,22 @@ mod tests {
         let fake = Arc::new(Fake::default());
         let live = fake.live.clone();
         let pd = ProtectionDomain::with_registrar(DeviceAttributes::SOFTWARE, fake);
+        assert!(SoftwarePd::of(&pd).is_none(), "no STag table of its own");
         let owned = pd
             .register(BytesMut::from(&b"abc"[..]), Access::LOCAL_WRITE)
             .unwrap();
         assert_eq!((owned.lkey(), owned.rkey()), (STag(1), None));
+        assert_eq!(owned.stag(), STag(1), "named by its lkey");
         assert!(owned.write(0, b"A"));
         let data = Bytes::from_static(b"shared");
         let shared = pd
             .register_bytes(data.clone(), Access::REMOTE_READ)
             .unwrap();
         assert_eq!(shared.rkey(), Some(STag(0x8000_0002)));
+        assert_eq!(shared.stag(), STag(0x8000_0002), "named by its rkey");
         // Addressed as the device says.
         assert_eq!(shared.remote_offset(5), 0x2005);
-        let soft = ProtectionDomain::software(DeviceAttributes::SOFTWARE);
+        let soft = SoftwarePd::new(DeviceAttributes::SOFTWARE);
         let zero_based = soft.register_zeroed(8, Access::NONE).unwrap();
         assert_eq!(zero_based.remote_offset(5), 5);
         assert_eq!(live.load(Ordering::SeqCst), 2);
@@ -1103,7 +859,7 @@ mod tests {
     #[test]
     fn a_buffer_with_a_lent_range_and_no_cached_registration_registers_the_range() {
         let fake = Arc::new(Fake::default());
-        let soft = ProtectionDomain::software(DeviceAttributes::SOFTWARE);
+        let soft = SoftwarePd::new(DeviceAttributes::SOFTWARE);
         let pd = ProtectionDomain::with_registrar(DeviceAttributes::SOFTWARE, fake.clone());
         let pool = crate::BufferPool::new(1 << 20);
         let buf = pool.get(1000);
@@ -1121,45 +877,8 @@ mod tests {
     }
 
     #[test]
-    fn other_pd_is_not_associated() {
-        let pd1 = ProtectionDomain::software(DeviceAttributes::SOFTWARE);
-        let pd2 = ProtectionDomain::software(DeviceAttributes::SOFTWARE);
-        let mr = pd1.register_zeroed(8, Access::REMOTE_READ).unwrap();
-        // pd2's table has no such slot: invalid STag from pd2's point of view.
-        assert!(pd2.resolve(mr.stag(), 0, 8, Access::REMOTE_READ).is_err());
-    }
-
-    #[test]
-    fn invalidate_then_rekey() {
-        let pd = ProtectionDomain::software(DeviceAttributes::SOFTWARE);
-        let mr = pd.register_zeroed(8, Access::REMOTE_READ).unwrap();
-        let s = mr.stag();
-        pd.invalidate(s).unwrap();
-        assert_eq!(
-            pd.resolve(s, 0, 8, Access::REMOTE_READ).err(),
-            Some(AccessError::InvalidStag)
-        );
-        let s2 = mr.rekey();
-        assert_ne!(s, s2);
-        assert!(pd.resolve(s2, 0, 8, Access::REMOTE_READ).is_ok());
-        assert!(pd.resolve(s, 0, 8, Access::REMOTE_READ).is_err());
-    }
-
-    #[test]
-    fn drop_frees_the_slot() {
-        let pd = ProtectionDomain::software(DeviceAttributes::SOFTWARE);
-        let mr = pd.register_zeroed(8, Access::REMOTE_READ).unwrap();
-        let s = mr.stag();
-        drop(mr);
-        assert_eq!(
-            pd.resolve(s, 0, 1, Access::REMOTE_READ).err(),
-            Some(AccessError::InvalidStag)
-        );
-    }
-
-    #[test]
     fn deregister_returns_the_buffer() {
-        let pd = ProtectionDomain::software(DeviceAttributes::SOFTWARE);
+        let pd = SoftwarePd::new(DeviceAttributes::SOFTWARE);
         let mr = pd
             .register(BytesMut::from(&b"hello"[..]), Access::LOCAL_WRITE)
             .unwrap();
@@ -1168,67 +887,8 @@ mod tests {
     }
 
     #[test]
-    fn shared_region_hands_out_its_bytes_without_a_copy() {
-        let pd = ProtectionDomain::software(DeviceAttributes::SOFTWARE);
-        let data = Bytes::from(b"0123456789".to_vec());
-        let mr = pd
-            .register_bytes(data.slice(2..8), Access::REMOTE_READ)
-            .unwrap();
-        assert_eq!(mr.len(), 6);
-        let r = pd.resolve(mr.stag(), 0, 6, Access::REMOTE_READ).unwrap();
-        let piece = r.shared_range(1, 4).unwrap().unwrap();
-        assert_eq!(&piece[..], b"3456");
-        // The very bytes of the caller's buffer, not a copy.
-        assert_eq!(piece.as_ptr(), data[3..].as_ptr());
-        assert_eq!(r.shared_range(3, 4).err(), Some(AccessError::BaseBounds));
-        assert_eq!(
-            r.shared_range(u64::MAX, 1).err(),
-            Some(AccessError::BaseBounds)
-        );
-        let mut out = Vec::new();
-        r.copy_out(0, 6, &mut out).unwrap();
-        assert_eq!(out, b"234567");
-        // Deregistered: empty, as for an owned region.
-        let back = mr.deregister_bytes();
-        assert_eq!(back.as_ptr(), data[2..].as_ptr());
-        assert_eq!(r.shared_range(0, 1).err(), Some(AccessError::BaseBounds));
-        assert_eq!(r.len(), 0);
-    }
-
-    #[test]
-    fn owned_region_has_no_shared_range() {
-        let pd = ProtectionDomain::software(DeviceAttributes::SOFTWARE);
-        let mr = pd
-            .register(BytesMut::from(&b"abc"[..]), Access::REMOTE_READ)
-            .unwrap();
-        let r = pd.resolve(mr.stag(), 0, 3, Access::REMOTE_READ).unwrap();
-        assert_eq!(r.shared_range(0, 3), Ok(None));
-        assert_eq!(&mr.deregister_bytes()[..], b"abc");
-    }
-
-    #[test]
-    fn local_writes_to_a_shared_region_never_reach_the_callers_bytes() {
-        let pd = ProtectionDomain::software(DeviceAttributes::SOFTWARE);
-        let data = Bytes::from(b"hello".to_vec());
-        let mr = pd
-            .register_bytes(data.clone(), Access::LOCAL_WRITE | Access::REMOTE_WRITE)
-            .unwrap();
-        assert!(mr.write(0, b"J"));
-        let r = pd.resolve(mr.stag(), 0, 5, Access::REMOTE_WRITE).unwrap();
-        r.place(4, b"y").unwrap();
-        r.with_range_mut(1, 1, |b| b[0] = b'E').unwrap();
-        mr.with_mut(|b| b[2] = b'L');
-        // The region took a copy of its own on the first write.
-        assert_eq!(r.shared_range(0, 5), Ok(None));
-        assert_eq!(&data[..], b"hello");
-        assert_eq!(mr.read(0, 5).unwrap(), Bytes::from_static(b"JELly"));
-        assert_eq!(&mr.deregister()[..], b"JELly");
-        assert_eq!(&data[..], b"hello");
-    }
-
-    #[test]
     fn deregister_of_a_shared_region_gives_bytes_back() {
-        let pd = ProtectionDomain::software(DeviceAttributes::SOFTWARE);
+        let pd = SoftwarePd::new(DeviceAttributes::SOFTWARE);
         // Still held by the caller: a copy.
         let data = Bytes::from(b"abc".to_vec());
         let mr = pd

@@ -369,7 +369,7 @@ mod tests {
 
     #[test]
     fn buffers_share_regions_no_larger_than_the_device_allows() {
-        let pd = ProtectionDomain::software(rdma::DeviceAttributes {
+        let pd = rdma::software::SoftwarePd::new(rdma::DeviceAttributes {
             max_mr_size: 10_000,
             ..rdma::DeviceAttributes::SOFTWARE
         });
@@ -389,7 +389,7 @@ mod tests {
 
     #[test]
     fn a_software_pool_maps_its_maximum_at_once_and_grows_into_it() {
-        let pd = ProtectionDomain::software(rdma::DeviceAttributes::SOFTWARE);
+        let pd = rdma::software::SoftwarePd::new(rdma::DeviceAttributes::SOFTWARE);
         let mut pool = RecvPool::new(&pd, 8, 128, 4096).unwrap();
         assert_eq!(pool.slabs.regions.len(), 1);
         assert_eq!(pool.slabs.allocated, 128, "lazily resident: nothing pinned");
@@ -454,7 +454,7 @@ mod tests {
 
     #[test]
     fn a_send_pool_says_when_it_is_exhausted_and_how_far_it_may_grow() {
-        let pd = ProtectionDomain::software(rdma::DeviceAttributes::SOFTWARE);
+        let pd = rdma::software::SoftwarePd::new(rdma::DeviceAttributes::SOFTWARE);
         let mut sends = SendPool::new(&pd, 2, 10, 4096).unwrap();
         assert_eq!(
             (sends.slots(), sends.room(), sends.slot_len()),

@@ -6,8 +6,9 @@
 //! complete"), §5.5.4 (close the connection when a region cannot be invalidated),
 //! §10.2 (unpredictable handles).
 //!
-//! Every region is registered for one Call, with a fresh random STag key (the `rdma`
-//! registration table draws one per registration), and only with the rights its chunk
+//! Every region is registered for one Call, with a fresh random key (the software
+//! providers' STag table draws one per registration, as a device does for its rkeys),
+//! and only with the rights its chunk
 //! needs: remote read for Read chunks, remote write for Write and Reply chunks. After
 //! the Reply arrives every region is fenced: invalidated by posted work
 //! ([`ChunkRegion::invalidate_wr`], verbs LOCAL_INV, whose completion says it is done)
@@ -305,7 +306,7 @@ mod tests {
     }
 
     fn pd() -> ProtectionDomain {
-        ProtectionDomain::software(rdma::DeviceAttributes::SOFTWARE)
+        rdma::software::SoftwarePd::new(rdma::DeviceAttributes::SOFTWARE).into()
     }
 
     /// A Write chunk region of `len` bytes with `room` from `pool`, the peer's
@@ -344,7 +345,7 @@ mod tests {
 
     #[test]
     fn a_read_chunk_of_one_piece_is_registered_without_a_copy() {
-        let pd = ProtectionDomain::software(rdma::DeviceAttributes::SOFTWARE);
+        let pd = rdma::software::SoftwarePd::new(rdma::DeviceAttributes::SOFTWARE);
         let s = stats();
         let data = Bytes::from((0..70_000u32).map(|i| i as u8).collect::<Vec<u8>>());
         let piece = data.slice(3..65_539);
@@ -375,7 +376,7 @@ mod tests {
 
     #[test]
     fn a_read_chunk_of_several_pieces_is_copied_into_one_region() {
-        let pd = ProtectionDomain::software(rdma::DeviceAttributes::SOFTWARE);
+        let pd = rdma::software::SoftwarePd::new(rdma::DeviceAttributes::SOFTWARE);
         let s = stats();
         let reg = Registration::Read {
             position: 0,

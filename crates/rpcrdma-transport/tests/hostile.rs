@@ -34,7 +34,7 @@ impl Raw {
 
     /// Connects offering `private_data` (empty: none, as a peer without RFC 8797).
     async fn connect_with(addr: SocketAddr, private_data: Vec<u8>) -> Raw {
-        let pd = ProtectionDomain::software(rdma::DeviceAttributes::SOFTWARE);
+        let pd = rdma::software::SoftwarePd::new(rdma::DeviceAttributes::SOFTWARE);
         let bufs: Vec<MemoryRegion> = (0..16)
             .map(|_| pd.register_zeroed(65536, Access::LOCAL_WRITE).unwrap())
             .collect();
@@ -61,7 +61,11 @@ impl Raw {
             )
             .await
             .unwrap();
-        Raw { qp, pd, bufs }
+        Raw {
+            qp,
+            pd: pd.into(),
+            bufs,
+        }
     }
 
     /// Posts a Send; false once the connection is gone (the server may end it).

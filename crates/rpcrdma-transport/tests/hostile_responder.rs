@@ -86,7 +86,7 @@ impl RawResponder {
         let accept = async move {
             let _provider = provider;
             let req = listener.accept().await.unwrap();
-            let pd = ProtectionDomain::software(rdma::DeviceAttributes::SOFTWARE);
+            let pd = rdma::software::SoftwarePd::new(rdma::DeviceAttributes::SOFTWARE);
             let bufs: Vec<MemoryRegion> = (0..16)
                 .map(|_| pd.register_zeroed(BUF, Access::LOCAL_WRITE).unwrap())
                 .collect();
@@ -95,7 +95,7 @@ impl RawResponder {
             RawResponder {
                 qp: Arc::new(qp),
                 bufs,
-                pd,
+                pd: pd.into(),
             }
         };
         (addr, accept)

@@ -12,7 +12,7 @@ use iwarp::wire::ddp::{ReadRequest, SegmentHeader, TerminateControl};
 use iwarp::wire::mpa::{self, MpaFrame};
 use iwarp::{Connection, Limits, TxBatch};
 use libfuzzer_sys::fuzz_target;
-use rdma::{Access, ConnectParams, LocalSge, PeerParams, ProtectionDomain, RecvWr};
+use rdma::{Access, ConnectParams, LocalSge, PeerParams, RecvWr};
 
 fuzz_target!(|data: &[u8]| {
     let _ = MpaFrame::parse(data);
@@ -35,7 +35,7 @@ fuzz_target!(|data: &[u8]| {
     }
 
     // The receive path of a live connection, fed in chunks chosen by the input.
-    let pd = ProtectionDomain::software(rdma::DeviceAttributes::SOFTWARE);
+    let pd = rdma::software::SoftwarePd::new(rdma::DeviceAttributes::SOFTWARE);
     let rw = pd.register_zeroed(
         4096,
         Access::REMOTE_WRITE | Access::REMOTE_READ | Access::LOCAL_WRITE,

@@ -14,7 +14,8 @@
 //! and CRC field then arrive through `handle_input` as usual.
 
 use bytes::BytesMut;
-use rdma::{Access, ResolvedRegion, STag, WcStatus};
+use rdma::software::ResolvedRegion;
+use rdma::{Access, STag, WcStatus};
 
 use super::Connection;
 use crate::error::ProtocolError;

@@ -13,8 +13,8 @@ use iwarp::{IwarpConfig, IwarpProvider};
 use lab::tshark::{check_capture, CaptureCheck};
 use lab::{GuestScript, Lab};
 use rdma::{
-    Access, ConnectParams, LocalSge, ProtectionDomain, QueuePair, QueuePairExt, RecvWr, SendOp,
-    SendWr, WcOpcode, WcStatus,
+    Access, ConnectParams, LocalSge, QueuePair, QueuePairExt, RecvWr, SendOp, SendWr, WcOpcode,
+    WcStatus,
 };
 
 /// NFSv4.1 needs no MOUNT service: the kernel connects straight to the RDMA port.
@@ -74,7 +74,7 @@ async fn serve(mut listener: iwarp::IwarpListener, crc: bool) -> Result<String, 
             peer.private_data
         ));
     }
-    let pd = ProtectionDomain::software(rdma::DeviceAttributes::SOFTWARE);
+    let pd = rdma::software::SoftwarePd::new(rdma::DeviceAttributes::SOFTWARE);
     let rx = pd
         .register(BytesMut::zeroed(8 * 4096), Access::LOCAL_WRITE)
         .unwrap();

@@ -20,8 +20,8 @@ use lab::{GuestScript, Lab};
 
 use crate::common::proc3_delta;
 use rdma::{
-    Access, ConnectParams, LocalSge, ProtectionDomain, QueuePair, QueuePairExt, RecvWr, SendOp,
-    SendWr, WcOpcode, WcStatus,
+    Access, ConnectParams, LocalSge, QueuePair, QueuePairExt, RecvWr, SendOp, SendWr, WcOpcode,
+    WcStatus,
 };
 
 const XID: u32 = 0x1ab0_4e55;
@@ -84,7 +84,7 @@ async fn nfs3_null_over_iwarp(crc: bool) -> Result<String, String> {
         crc,
         ..IwarpConfig::default()
     });
-    let pd = ProtectionDomain::software(rdma::DeviceAttributes::SOFTWARE);
+    let pd = rdma::software::SoftwarePd::new(rdma::DeviceAttributes::SOFTWARE);
     let addr = format!("127.0.0.1:{}", lab::ports::NFS_RDMA)
         .parse()
         .unwrap();

@@ -23,6 +23,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
 
 use bytes::{Bytes, BytesMut};
+use rdma::software::SoftwarePd;
 use rdma::{
     Access, BoxFuture, Completion, ConnectError, ConnectParams, ConnectRequest, ConnectionManager,
     Device, DeviceAttributes, DisconnectReason, Listener, LocalSge, PeerParams, PostError,
@@ -129,7 +130,9 @@ struct SideState {
 }
 
 struct Side {
-    pd: ProtectionDomain,
+    /// Its protection domain with the STag table this provider checks peers'
+    /// accesses in.
+    pd: SoftwarePd,
     state: Mutex<SideState>,
     /// This side's share of [`MemProvider::stall_server_sends`] (accepting sides) or
     /// [`MemProvider::stall_client_sends`] (connecting sides), and of
@@ -139,11 +142,14 @@ struct Side {
 
 impl Side {
     fn stalling(
-        pd: ProtectionDomain,
+        pd: &ProtectionDomain,
         recvs: Vec<RecvWr>,
         stalled_sends: Option<(Arc<AtomicUsize>, Arc<std::sync::atomic::AtomicBool>)>,
-    ) -> Arc<Side> {
-        Arc::new(Side {
+    ) -> Result<Arc<Side>, ConnectError> {
+        let pd = SoftwarePd::of(pd).ok_or(ConnectError::InvalidParams(
+            "the protection domain is not a software device's",
+        ))?;
+        Ok(Arc::new(Side {
             pd,
             stalled_sends,
             state: Mutex::new(SideState {
@@ -151,7 +157,7 @@ impl Side {
                 connected: true,
                 ..SideState::default()
             }),
-        })
+        }))
     }
 
     fn complete(&self, c: Completion) {
@@ -415,7 +421,7 @@ impl QueuePair for MemQp {
     }
 
     fn pd(&self) -> &ProtectionDomain {
-        &self.me.pd
+        self.me.pd.pd()
     }
 }
 
@@ -469,7 +475,10 @@ impl ConnectRequest for MemRequest {
         pd: &ProtectionDomain,
         params: ConnectParams,
     ) -> BoxFuture<'static, Result<MemQp, ConnectError>> {
-        let me = Side::stalling(pd.clone(), params.recvs, Some(self.stalled_sends.clone()));
+        let me = match Side::stalling(pd, params.recvs, Some(self.stalled_sends.clone())) {
+            Ok(me) => me,
+            Err(e) => return Box::pin(async { Err(e) }),
+        };
         let ours = PeerParams {
             private_data: params.private_data,
             ird: params.ird,
@@ -521,13 +530,13 @@ impl Route for MemRoute {
                 return Err(ConnectError::Io(io::ErrorKind::ConnectionRefused.into()));
             };
             let me = Side::stalling(
-                pd.clone(),
+                &pd,
                 params.recvs,
                 Some((
                     provider.stalled_client_sends.clone(),
                     provider.never_flush.clone(),
                 )),
-            );
+            )?;
             let local: SocketAddr = "127.0.0.1:1".parse().unwrap_or(addr);
             let (answer, answered) = oneshot::channel();
             let request = MemRequest {
