@@ -73,6 +73,10 @@ impl rdma::Registrar for ForeignDevice {
     ) -> Result<Box<dyn rdma::DeviceRegistration>, rdma::RegisterError> {
         unreachable!("nothing is registered in this test")
     }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
 }
 
 #[tokio::test]

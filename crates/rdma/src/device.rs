@@ -127,6 +127,12 @@ pub trait Registrar: Send + Sync {
         mem: &[u8],
         access: Access,
     ) -> Result<Box<dyn DeviceRegistration>, RegisterError>;
+
+    /// The registrar as its concrete type, by which a provider gets its own protection
+    /// domain back from a consumer's [`ProtectionDomain`]
+    /// ([`ProtectionDomain::registrar`]; verbs: the `ibv_pd` a queue pair is created
+    /// on). Implementations return `self`.
+    fn as_any(&self) -> &dyn std::any::Any;
 }
 
 /// An RDMA device: the thing a provider's connection manager resolved an address to,

@@ -206,8 +206,10 @@ impl ProtectionDomain {
         }
     }
 
-    /// The device's registrar; `None` for a software provider's protection domain.
-    fn registrar(&self) -> Option<&Arc<dyn Registrar>> {
+    /// The registrar of the device this protection domain belongs to; `None` for a
+    /// software provider's. Its provider takes its own protection domain object from
+    /// it ([`Registrar::as_any`]).
+    pub fn registrar(&self) -> Option<&Arc<dyn Registrar>> {
         match &self.inner.keys {
             Keys::Device(r) => Some(r),
             Keys::Software(_) => None,
@@ -693,6 +695,9 @@ mod tests {
                 live: self.live.clone(),
             }))
         }
+        fn as_any(&self) -> &dyn std::any::Any {
+            self
+        }
     }
 
     #[test]
@@ -733,6 +738,13 @@ mod tests {
         let live = fake.live.clone();
         let pd = ProtectionDomain::with_registrar(DeviceAttributes::SOFTWARE, fake);
         assert!(SoftwarePd::of(&pd).is_none(), "no STag table of its own");
+        let back = pd
+            .registrar()
+            .map(|r| r.as_any().downcast_ref::<Fake>().is_some());
+        assert_eq!(back, Some(true), "its provider finds its own registrar");
+        assert!(SoftwarePd::new(DeviceAttributes::SOFTWARE)
+            .registrar()
+            .is_none());
         let owned = pd
             .register(BytesMut::from(&b"abc"[..]), Access::LOCAL_WRITE)
             .unwrap();

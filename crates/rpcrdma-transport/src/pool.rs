@@ -424,6 +424,9 @@ mod tests {
             ) -> Result<Box<dyn rdma::DeviceRegistration>, RegisterError> {
                 Ok(Box::new(Keys))
             }
+            fn as_any(&self) -> &dyn std::any::Any {
+                self
+            }
         }
         ProtectionDomain::with_registrar(
             rdma::DeviceAttributes {

@@ -2,7 +2,7 @@
 
 use std::fmt;
 use std::io;
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::Arc;
 
 use rdma::{DeviceAttributes, RegisterError};
 
@@ -187,18 +187,10 @@ pub(crate) fn attributes_from(a: &sys::RawDeviceAttr) -> DeviceAttributes {
     }
 }
 
-/// `rdma::ProtectionDomain::id()` to the device PD behind it.
-type PdTable = Vec<(u64, Weak<sys::Pd>)>;
-
 /// An open RDMA device (an `ibv_context`), with its attributes read once at open.
 #[derive(Clone)]
 pub struct VerbsDevice {
     ctx: Arc<sys::Context>,
-    /// The device PDs behind this device's `rdma::ProtectionDomain`s, by
-    /// `ProtectionDomain::id()`: what `rdma_create_qp` needs for a PD the consumer
-    /// hands to `connect`/`accept` (the `rdma` API has no way back from a
-    /// `ProtectionDomain` to its registrar).
-    pds: Arc<Mutex<PdTable>>,
     attributes: DeviceAttributes,
     transport: Transport,
     port: PortInfo,
@@ -239,12 +231,12 @@ impl VerbsDevice {
         VerbsDevice::new(Arc::new(ctx))
     }
 
-    /// The device PD behind `pd`, if `pd` was allocated by this device.
+    /// The device PD behind `pd`, if `pd` was allocated on this device (its
+    /// `ibv_context`: librdmacm gives every CM id of one device the same context).
     pub(crate) fn device_pd(&self, pd: &rdma::ProtectionDomain) -> Option<Arc<sys::Pd>> {
-        let pds = self.pds.lock().unwrap_or_else(|p| p.into_inner());
-        pds.iter()
-            .find(|(id, _)| *id == pd.id())
-            .and_then(|(_, w)| w.upgrade())
+        let registrar = pd.registrar()?.as_any().downcast_ref::<VerbsRegistrar>()?;
+        let dpd = registrar.pd();
+        (dpd.context().as_ptr() == self.ctx.as_ptr()).then(|| dpd.clone())
     }
 
     fn new(ctx: Arc<sys::Context>) -> Result<VerbsDevice, OpenError> {
@@ -258,7 +250,6 @@ impl VerbsDevice {
             .map_err(|e| failed("ibv_query_device", e))?;
         let port = ctx.query_port(1).map_err(|e| failed("ibv_query_port", e))?;
         Ok(VerbsDevice {
-            pds: Arc::default(),
             attributes: attributes_from(&raw),
             transport: Transport::from_raw(ctx.transport()),
             port: PortInfo::from_raw(port),
@@ -301,14 +292,10 @@ impl rdma::Device for VerbsDevice {
     /// registered with the device (`ibv_reg_mr`, through `VerbsRegistrar`).
     fn alloc_pd(&self) -> Result<rdma::ProtectionDomain, RegisterError> {
         let pd = Arc::new(sys::Pd::alloc(&self.ctx)?);
-        let rpd = rdma::ProtectionDomain::with_registrar(
+        Ok(rdma::ProtectionDomain::with_registrar(
             self.attributes,
-            Arc::new(VerbsRegistrar::new(pd.clone())),
-        );
-        let mut pds = self.pds.lock().unwrap_or_else(|p| p.into_inner());
-        pds.retain(|(_, w)| w.strong_count() > 0);
-        pds.push((rpd.id(), Arc::downgrade(&pd)));
-        Ok(rpd)
+            Arc::new(VerbsRegistrar::new(pd)),
+        ))
     }
 }
 

@@ -23,6 +23,12 @@ impl VerbsRegistrar {
     pub(crate) fn new(pd: Arc<sys::Pd>) -> VerbsRegistrar {
         VerbsRegistrar { pd }
     }
+
+    /// The device PD it registers in: what `rdma_create_qp` takes for a protection
+    /// domain a consumer hands to `connect` or `accept`.
+    pub(crate) fn pd(&self) -> &Arc<sys::Pd> {
+        &self.pd
+    }
 }
 
 /// `rdma::Access` as `IBV_ACCESS_*` bits.
@@ -86,6 +92,10 @@ impl Registrar for VerbsRegistrar {
             mr,
             base: mem.as_ptr() as u64,
         }))
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
     }
 }
 
