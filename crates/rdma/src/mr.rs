@@ -298,8 +298,8 @@ impl ProtectionDomain {
     /// RDMA Read's data source): a provider can send from them without copying
     /// ([`crate::software::ResolvedRegion::shared_range`]). A local write to such a
     /// region ([`MemoryRegion::with_mut`], [`MemoryRegion::write`], a software
-    /// provider's placement) first gives the
-    /// region a copy of its own, so it never changes the consumer's bytes.
+    /// provider's placement) first gives the region a copy of its own, so it never
+    /// changes the consumer's bytes.
     ///
     /// Fails as [`ProtectionDomain::register`].
     pub fn register_bytes(
