@@ -150,6 +150,9 @@ pub struct LabPlan {
     pub writes: bool,
     /// Our nfsd's `--tcp-read-data` (sendfile or copy).
     pub tcp_read_data: String,
+    /// Our nfsd with `--nfsd-only` (the lab's export changes only through the server
+    /// under test): NFSv4.1 reports its directory changes as atomic.
+    pub nfsd_only: bool,
     /// With `metadata`, one more metadata run per server under the guest's `perf
     /// record -a`: where the guest's CPU time goes. (Not the reads: a 64 MiB read ran
     /// 50 times slower under it in the TCG guest, with a few dozen samples.)
@@ -216,14 +219,14 @@ step make_file dd if=/dev/urandom of=/export/big bs=1M count="$LAB_MIB"
 "#;
 
 /// Our nfsd over siw: as before (`auto` provider), ready when its TCP port listens.
-const SIW_OURS: &str = r#"lab_run_binary nfsd --bind 10.0.2.15 --nfs-port 12049 --mount-port 12048 --rdma-port 30049 --rpcbind off --squash none --tcp-read-data "$LAB_TCP_READ_DATA" /export
+const SIW_OURS: &str = r#"lab_run_binary nfsd --bind 10.0.2.15 --nfs-port 12049 --mount-port 12048 --rdma-port 30049 --rpcbind off --squash none --tcp-read-data "$LAB_TCP_READ_DATA" $LAB_NFSD_ONLY /export
 step ours_listens lab_wait_listen 30049 60
 "#;
 
 /// Our nfsd over rxe: `--rdma-provider verbs`; on RoCE nothing listens on TCP 30049
 /// (READS waits for its "ready" line). Its per-connection counters go to nfsd.log.
 const RXE_OURS: &str = r#"export RUST_LOG=rpcrdma_transport=info
-lab_run_binary nfsd --bind 10.0.2.15 --nfs-port 12049 --mount-port 12048 --rdma-port 30049 --rdma-provider verbs --rpcbind off --squash none --tcp-read-data "$LAB_TCP_READ_DATA" /export
+lab_run_binary nfsd --bind 10.0.2.15 --nfs-port 12049 --mount-port 12048 --rdma-port 30049 --rdma-provider verbs --rpcbind off --squash none --tcp-read-data "$LAB_TCP_READ_DATA" $LAB_NFSD_ONLY /export
 "#;
 
 /// nfs-ganesha (with `LAB_GANESHA=1`): its configuration, then `ganesha.nfsd` in the
@@ -301,6 +304,7 @@ const READS: &str = r#"ours_ready() {
 step ours_ready ours_ready
 record ours_rdma "$(grep 'listening on rdma' "$LAB_RUN_DIR/nfsd.log")"
 record ours_tcp_read_data "$LAB_TCP_READ_DATA"
+record ours_nfsd_only "${LAB_NFSD_ONLY:-no}"
 M=/mnt/b
 mkdir -p $M
 # proto=rdma (the default): knfsd's RDMA listener 20049, ours 30049; proto=tcp:
@@ -847,6 +851,7 @@ pub fn run(plan: &LabPlan) -> Result<LabReport, String> {
         profile,
         ref metadata,
         ref tcp_read_data,
+        nfsd_only,
         ganesha,
     } = *plan;
     if ganesha && proto != Proto::Tcp {
@@ -875,6 +880,7 @@ pub fn run(plan: &LabPlan) -> Result<LabReport, String> {
         .env("LAB_PROTO", proto.name())
         .env("LAB_VERS", nfs_version.name())
         .env("LAB_TCP_READ_DATA", tcp_read_data)
+        .env("LAB_NFSD_ONLY", if nfsd_only { "--nfsd-only" } else { "" })
         .env("LAB_STEP_TIMEOUT", step_timeout.to_string());
     // The ib_write_bw ceiling is an RDMA figure: not for the TCP reads.
     if fabric == Fabric::Rxe && proto == Proto::Rdma {
@@ -1056,6 +1062,7 @@ pub fn run(plan: &LabPlan) -> Result<LabReport, String> {
         "rdma_links",
         "ours_rdma",
         "ours_tcp_read_data",
+        "ours_nfsd_only",
         "mount_knfsd",
         "mount_ours",
         "mount_ganesha",

@@ -137,6 +137,11 @@ struct LabArgs {
     /// tcp (Debian's ganesha has no NFS/RDMA).
     #[arg(long)]
     with_ganesha: bool,
+    /// Run our nfsd with --nfsd-only (the lab's export changes only through the server
+    /// under test): its NFSv4.1 directory changes are reported atomic, as knfsd's are.
+    /// The report's header says which.
+    #[arg(long)]
+    nfsd_only: bool,
     /// Output directory for lab.json and lab.txt (the stem gains `-rxe` for `--fabric
     /// rxe`, `-tcp` for `--proto tcp`, `-v4.1` for `--nfs-version 4.1`, `-writes` with
     /// `--writes`, `-metadata` with `--metadata`, `-ganesha` with `--with-ganesha`).
@@ -447,6 +452,7 @@ fn lab(a: LabArgs) -> Result<(), grid::BenchError> {
         metadata,
         tcp_read_data: a.tcp_read_data.name().to_string(),
         ganesha: a.with_ganesha,
+        nfsd_only: a.nfsd_only,
     })?;
     let mut stem = String::from("lab");
     if a.fabric == nfsbench::labrun::Fabric::Rxe {

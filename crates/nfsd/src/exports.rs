@@ -20,8 +20,13 @@
 //! `anongid=N` (65534 by default); `secure` (the default: a TCP caller's source port
 //! must be below 1024) / `insecure`. RPC-over-RDMA callers count as secure, as Linux
 //! knfsd counts them (`svc_rdma_secure_port`): the RDMA connection manager has no
-//! privileged ports. `-options` right after the path set the line's defaults. Options
-//! knfsd has that change nothing here are accepted and ignored ([`NO_EFFECT`]).
+//! privileged ports. `nfsd_only` (ours; knfsd has no such option) declares that the
+//! export's directories change only through this server, never by local processes or
+//! another server: NFSv4.1 then reports each change of a directory as atomic
+//! (`change_info4.atomic`; nfsd's `dir_locks` module), which spares the Linux client a
+//! revalidation of the directory after each file it creates or removes. `-options`
+//! right after the path set the line's defaults. Options knfsd has that change nothing
+//! here are accepted and ignored ([`NO_EFFECT`]).
 //!
 //! # What this does not do
 //!
@@ -93,6 +98,9 @@ pub struct ExportOptions {
     pub anon_gid: u32,
     /// `secure`: a caller over TCP must come from a source port below 1024.
     pub secure: bool,
+    /// `nfsd_only`: the admin declares that nothing but this server changes the
+    /// export's directories (module docs). Off by default: a local process may.
+    pub nfsd_only: bool,
 }
 
 impl Default for ExportOptions {
@@ -104,6 +112,7 @@ impl Default for ExportOptions {
             anon_uid: 65534,
             anon_gid: 65534,
             secure: true,
+            nfsd_only: false,
         }
     }
 }
@@ -143,6 +152,7 @@ impl ExportOptions {
             "no_all_squash" => self.squash = Squash::Root,
             "secure" => self.secure = true,
             "insecure" => self.secure = false,
+            "nfsd_only" => self.nfsd_only = true,
             w if NO_EFFECT.contains(&w) => {}
             w => {
                 let (name, value) = match w.split_once('=') {
@@ -184,7 +194,11 @@ impl fmt::Display for ExportOptions {
             if self.secure { "secure" } else { "insecure" },
             self.anon_uid,
             self.anon_gid
-        )
+        )?;
+        if self.nfsd_only {
+            f.write_str(",nfsd_only")?;
+        }
+        Ok(())
     }
 }
 

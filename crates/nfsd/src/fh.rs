@@ -143,6 +143,16 @@ pub enum Object {
     },
 }
 
+impl Object {
+    /// Its inode number.
+    pub fn ino(&self) -> u64 {
+        match self {
+            Object::Kernel { ino, .. } => *ino,
+            Object::Inode { key, .. } => key.ino,
+        }
+    }
+}
+
 /// A decoded, authenticated file handle.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FileHandle {

@@ -61,6 +61,7 @@ pub mod config_file;
 pub mod creds;
 pub mod delegate;
 pub mod dir_cache;
+mod dir_locks;
 pub mod drc;
 pub mod errno;
 pub mod exports;

@@ -57,7 +57,7 @@ use rpcrdma_transport::RdmaConfig;
 struct Cli {
     /// Directories to export to every client (each is mounted by its absolute path):
     /// a shortcut for the exports file line `DIR *(rw,root_squash,insecure)`, changed
-    /// by --read-only, --squash, --anon-uid and --anon-gid.
+    /// by --read-only, --squash, --anon-uid, --anon-gid and --nfsd-only.
     #[arg(conflicts_with = "exports_file")]
     exports: Vec<PathBuf>,
     /// Configuration file read before the command line (module docs above); by
@@ -198,6 +198,13 @@ struct Cli {
     /// Anonymous gid of the directories.
     #[arg(long, default_value_t = 65534, conflicts_with = "exports_file")]
     anon_gid: u32,
+    /// Declare that the directories change only through this server, never by local
+    /// processes or another server (the exports option nfsd_only): NFSv4.1 then reports
+    /// each change of a directory as atomic, which spares a Linux client a lookup or
+    /// access check after each file it creates or removes. Without it, a change made
+    /// beside the server could hide from a client's directory cache.
+    #[arg(long, conflicts_with = "exports_file")]
+    nfsd_only: bool,
     /// Directory of the state kept across restarts: the key that authenticates file
     /// handles (fh.key, mode 0600), so that clients' handles stay valid after a
     /// restart, the lock manager's NSM state number and the clients to notify
@@ -619,6 +626,7 @@ fn main() -> std::process::ExitCode {
                 anon_gid: cli.anon_gid,
                 // As before exports files: any source port.
                 secure: false,
+                nfsd_only: cli.nfsd_only,
             };
             let lines = cli.exports.iter().map(|p| ExportLine::everyone(p, options));
             lines.collect()

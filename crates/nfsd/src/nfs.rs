@@ -398,6 +398,9 @@ pub(crate) struct Cx<'a> {
     pub(crate) id: Identity,
     /// The caller may not modify the export (`ro`): NFS3ERR_ROFS.
     pub(crate) read_only: bool,
+    /// The export's directories change only through this server (`nfsd_only`): a
+    /// change made under [`Cx::lock_dirs`] is atomic with its looks before and after.
+    pub(crate) nfsd_only: bool,
 }
 
 impl<'a> Cx<'a> {
@@ -424,7 +427,25 @@ impl<'a> Cx<'a> {
             caller,
             id: caller.identity(&options),
             read_only: options.read_only,
+            nfsd_only: options.nfsd_only,
         }
+    }
+
+    /// Locks the directory of handle `dir` and, for RENAME, of `other` against other
+    /// changes made through this server ([`crate::dir_locks`]), before either is
+    /// resolved, so that the look before the change is taken under the lock. `None`
+    /// when `dir` does not decode: the procedure then fails resolving it.
+    pub(crate) fn lock_dirs(
+        &self,
+        dir: &NfsFh3,
+        other: Option<&NfsFh3>,
+    ) -> Option<crate::dir_locks::Held> {
+        let ino = |fh| self.table.decode(fh).ok().map(|h| h.object.ino());
+        let a = ino(dir)?;
+        Some(match other.and_then(ino) {
+            Some(b) => crate::dir_locks::lock_two(a, b),
+            None => crate::dir_locks::lock_one(a),
+        })
     }
 
     /// Runs `f` with the caller's file-system identity.

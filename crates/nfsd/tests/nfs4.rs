@@ -1147,3 +1147,56 @@ async fn operations_are_counted_on_the_metrics_page() {
     drop((tcp, rdma));
     server.serving.stop().await;
 }
+
+/// `change_info4.atomic` (RFC 8881 §3.3.6): FALSE by default (a local process may
+/// change a directory between the server's looks before and after), TRUE on an export
+/// declared `nfsd_only`, where changes through the server are made one at a time per
+/// directory between those looks; `before` and `after` still frame each change.
+#[tokio::test]
+async fn changes_of_a_directory_are_atomic_only_on_an_nfsd_only_export() {
+    use nfs4::dir::{CreateType4, NfsFtype4};
+    for nfsd_only in [false, true] {
+        let dir = TempDir::new("nfs4-atomic");
+        let mut config = common::loopback_config(dir.path());
+        config.exports[0].clients.0[0].options.nfsd_only = nfsd_only;
+        let mut bound = Bound::new(&config).await.unwrap();
+        bound.serve_nfs4();
+        let export = bound.server().table().exports[0].export.path.clone();
+        let addr = bound.nfs_addr().unwrap();
+        let serving = common::serve(bound);
+        let mut s = Session::new(addr, "atomic").await;
+        let mut to_export = vec![NfsArgop4::PutRootFh];
+        to_export.extend(walk(&export));
+        let cinfos = |res: &Compound4Res| -> Vec<nfs4::ChangeInfo4> {
+            res.resarray
+                .iter()
+                .filter_map(|r| match r {
+                    NfsResop4::Create(Res4::Ok(ok)) => Some(ok.cinfo),
+                    NfsResop4::Remove(Res4::Ok(ok)) => Some(ok.cinfo),
+                    NfsResop4::Rename(Res4::Ok(ok)) => Some(ok.source_cinfo),
+                    _ => None,
+                })
+                .collect()
+        };
+        let mut ops = to_export.clone();
+        ops.extend([
+            NfsArgop4::SaveFh,
+            create(CreateType4::Other(NfsFtype4::NF4DIR), "sub", Some(0o755)),
+            NfsArgop4::RestoreFh,
+            NfsArgop4::Rename(nfs4::dir::Rename4Args {
+                oldname: "sub".into(),
+                newname: "moved".into(),
+            }),
+            remove("moved"),
+        ]);
+        let res = s.run(ops).await;
+        assert_eq!(res.status, NfsStat4::NFS4_OK, "{res:?}");
+        let seen = cinfos(&res);
+        assert_eq!(seen.len(), 3, "CREATE, RENAME, REMOVE");
+        for c in seen {
+            assert_eq!(c.atomic, nfsd_only, "nfsd_only {nfsd_only}: {c:?}");
+            assert!(c.after >= c.before, "{c:?}");
+        }
+        serving.stop().await;
+    }
+}

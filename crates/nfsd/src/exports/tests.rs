@@ -50,7 +50,7 @@ fn defaults_are_those_of_exports_5() {
 #[test]
 fn options_apply_in_order_over_the_line_defaults() {
     let t = parse_ok(
-        "/srv/a -rw,insecure 10.0.0.1(all_squash,anonuid=1000,anongid=100) 10.0.0.2(ro,no_root_squash)",
+        "/srv/a -rw,insecure 10.0.0.1(all_squash,anonuid=1000,anongid=100,nfsd_only) 10.0.0.2(ro,no_root_squash)",
     );
     let a = t[0].clients.admit(Some(&tcp("10.0.0.1:5000"))).unwrap();
     assert_eq!(
@@ -61,11 +61,12 @@ fn options_apply_in_order_over_the_line_defaults() {
             anon_uid: 1000,
             anon_gid: 100,
             secure: false,
+            nfsd_only: true,
         }
     );
     let b = t[0].clients.admit(Some(&tcp("10.0.0.2:5000"))).unwrap();
-    assert!(b.read_only && !b.secure && b.squash == Squash::None);
-    assert_eq!(t[0].clients.to_string(), "10.0.0.1(rw,all_squash,insecure,anonuid=1000,anongid=100) 10.0.0.2(ro,no_root_squash,insecure,anonuid=65534,anongid=65534)");
+    assert!(b.read_only && !b.secure && b.squash == Squash::None && !b.nfsd_only);
+    assert_eq!(t[0].clients.to_string(), "10.0.0.1(rw,all_squash,insecure,anonuid=1000,anongid=100,nfsd_only) 10.0.0.2(ro,no_root_squash,insecure,anonuid=65534,anongid=65534)");
 }
 
 #[test]

@@ -232,6 +232,8 @@ pub(crate) fn create(cx: &Cx<'_>, a: Create3Args) -> Create3Res {
 /// create that found it there): NFSv4.1 OPEN's "owner override" for the file it
 /// created, told without a lookup before the create.
 pub(crate) fn create_telling(cx: &Cx<'_>, a: Create3Args) -> (Create3Res, bool) {
+    // Held until the look after the change (`crate::dir_locks`).
+    let _held = cx.lock_dirs(&a.dir_op.dir, None);
     let t = match Target::open(cx, &a.dir_op, NameUse::Create) {
         Ok(t) => t,
         Err(e) => return (create_fail(e), false),
@@ -325,6 +327,8 @@ fn verifier_times(v: &CreateVerf3) -> Timestamps {
 
 /// §3.3.9 MKDIR.
 pub(crate) fn mkdir(cx: &Cx<'_>, a: MkDir3Args) -> Create3Res {
+    // Held until the look after the change (`crate::dir_locks`).
+    let _held = cx.lock_dirs(&a.dir_op.dir, None);
     let t = match Target::open(cx, &a.dir_op, NameUse::Create) {
         Ok(t) => t,
         Err(e) => return create_fail(e),
@@ -343,6 +347,8 @@ pub(crate) fn mkdir(cx: &Cx<'_>, a: MkDir3Args) -> Create3Res {
 /// §3.3.10 SYMLINK. The target is stored as given: it is data, never followed by
 /// this server.
 pub(crate) fn symlink(cx: &Cx<'_>, a: Symlink3Args) -> Create3Res {
+    // Held until the look after the change (`crate::dir_locks`).
+    let _held = cx.lock_dirs(&a.dir_op.dir, None);
     let t = match Target::open(cx, &a.dir_op, NameUse::Create) {
         Ok(t) => t,
         Err(e) => return create_fail(e),
@@ -373,6 +379,8 @@ pub(crate) fn symlink(cx: &Cx<'_>, a: Symlink3Args) -> Create3Res {
 /// NFS3ERR_BADTYPE ("NFS3ERR_BADTYPE: An attempt was made to create an object of a
 /// type not supported by the server").
 pub(crate) fn mknod(cx: &Cx<'_>, a: Mknod3Args) -> Create3Res {
+    // Held until the look after the change (`crate::dir_locks`).
+    let _held = cx.lock_dirs(&a.dir_op.dir, None);
     let t = match Target::open(cx, &a.dir_op, NameUse::Create) {
         Ok(t) => t,
         Err(e) => return create_fail(e),
@@ -410,6 +418,8 @@ pub(crate) fn mknod(cx: &Cx<'_>, a: Mknod3Args) -> Create3Res {
 
 /// §3.3.12 REMOVE and §3.3.13 RMDIR.
 pub(crate) fn remove(cx: &Cx<'_>, a: Remove3Args, dir_entry: bool) -> Remove3Res {
+    // Held until the look after the change (`crate::dir_locks`).
+    let _held = cx.lock_dirs(&a.object.dir, None);
     let t = match Target::open(cx, &a.object, NameUse::Remove) {
         Ok(t) => t,
         Err((s, dir_wcc)) => return NfsResult::Fail(s, DirWcc { dir_wcc }),
@@ -451,6 +461,9 @@ pub(crate) fn rename(cx: &Cx<'_>, a: Rename3Args) -> Rename3Res {
             },
         )
     };
+    // Both directories, in lock order, until the looks after the change
+    // (`crate::dir_locks`).
+    let _held = cx.lock_dirs(&a.from.dir, Some(&a.to.dir));
     let from = match Target::open(cx, &a.from, NameUse::Remove) {
         Ok(t) => t,
         Err((s, w)) => return both_fail(s, w, WccData::default()),
@@ -499,6 +512,8 @@ pub(crate) fn link(cx: &Cx<'_>, a: Link3Args) -> Link3Res {
             )
         }
     };
+    // Held until the look after the change (`crate::dir_locks`).
+    let _held = cx.lock_dirs(&a.link.dir, None);
     let t = match Target::open(cx, &a.link, NameUse::Create) {
         Ok(t) => t,
         Err((s, linkdir_wcc)) => {

@@ -7,7 +7,10 @@
 //!
 //! Their `change_info4` comes from NFSv3's weak cache consistency data: `before` and
 //! `after` are the directory's `change` attribute ([`super::attrs`]: its ctime) read
-//! around the change, not atomically with it (`atomic` FALSE, §3.3.6).
+//! around the change, with the directory locked against other changes made through
+//! this server ([`crate::dir_locks`]). `atomic` (§3.3.6) is TRUE only where the export
+//! is declared `nfsd_only`: otherwise a local process may change the directory
+//! between the two looks.
 
 use nfs3::dir::{
     Create3Res, DeviceData3, Link3Args, MkDir3Args, Mknod3Args, MknodData3, Remove3Args,
@@ -35,10 +38,11 @@ pub(crate) fn change(t: NfsTime3) -> u64 {
     u64::from(t.seconds) * 1_000_000_000 + u64::from(t.nseconds)
 }
 
-/// `change_info4` from NFSv3's wcc data (module docs).
-pub(crate) fn cinfo(w: &WccData) -> ChangeInfo4 {
+/// `change_info4` from NFSv3's wcc data (module docs), atomic when the export is
+/// `nfsd_only` ([`Cx::nfsd_only`]) and both looks were taken.
+pub(crate) fn cinfo(cx3: &Cx<'_>, w: &WccData) -> ChangeInfo4 {
     ChangeInfo4 {
-        atomic: false,
+        atomic: cx3.nfsd_only && w.before.is_some() && w.after.is_some(),
         before: w.before.as_ref().map_or(0, |b| change(b.ctime)),
         after: w.after.as_ref().map_or(0, |a| change(a.ctime)),
     }
@@ -114,7 +118,7 @@ pub(crate) fn remove(cx: &mut Compound<'_>, a: &Remove4Args) -> Remove4Res {
         }
         match r {
             NfsResult::Ok(ok) => Ok(Remove4ResOk {
-                cinfo: cinfo(&ok.dir_wcc),
+                cinfo: cinfo(&cx3, &ok.dir_wcc),
             }),
             NfsResult::Fail(s, _) => Err(dir_error(cx, &dir, s)),
         }
@@ -139,8 +143,8 @@ pub(crate) fn rename(cx: &mut Compound<'_>, a: &Rename4Args) -> Rename4Res {
         };
         match crate::proc::names::rename(&cx3, args) {
             NfsResult::Ok(ok) => Ok(Rename4ResOk {
-                source_cinfo: cinfo(&ok.fromdir_wcc),
-                target_cinfo: cinfo(&ok.todir_wcc),
+                source_cinfo: cinfo(&cx3, &ok.fromdir_wcc),
+                target_cinfo: cinfo(&cx3, &ok.todir_wcc),
             }),
             NfsResult::Fail(s, _) => Err(dir_error(cx, &from, s)),
         }
@@ -226,7 +230,7 @@ pub(crate) fn create(cx: &mut Compound<'_>, a: &Create4Args) -> Create4Res {
                 let fh = made_handle(&cx3, &dir, name, ok.obj)?;
                 cx.current = Some(Fh::Export(fh));
                 Ok(Create4ResOk {
-                    cinfo: cinfo(&ok.dir_wcc),
+                    cinfo: cinfo(&cx3, &ok.dir_wcc),
                     attrset: attrs.set,
                 })
             }
@@ -255,7 +259,7 @@ pub(crate) fn link(cx: &mut Compound<'_>, a: &Link4Args) -> Link4Res {
         };
         match crate::proc::names::link(&cx3, args) {
             NfsResult::Ok(ok) => Ok(Link4ResOk {
-                cinfo: cinfo(&ok.linkdir_wcc),
+                cinfo: cinfo(&cx3, &ok.linkdir_wcc),
             }),
             NfsResult::Fail(s, _) => Err(dir_error(cx, &dir, s)),
         }

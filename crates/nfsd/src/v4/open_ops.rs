@@ -163,7 +163,8 @@ fn open_by_name(
     let Some(how) = &how.0 else {
         // The directory's change attribute comes from the lookup's own resolve of it
         // (one stat of the directory, not two); an OPEN that creates nothing changes
-        // nothing in it: before = after.
+        // nothing in it: before = after, one look, atomic where the export says no
+        // one else changes it either (`nfsd_only`).
         let args = nfs3::dir::Lookup3Args {
             what: dirop(&dir, name),
         };
@@ -173,7 +174,7 @@ fn open_by_name(
                 Ok(Target {
                     fh: l.object,
                     cinfo: ChangeInfo4 {
-                        atomic: false,
+                        atomic: cx3.nfsd_only,
                         before,
                         after: before,
                     },
@@ -243,7 +244,7 @@ fn open_by_name(
     }
     Ok(Target {
         fh,
-        cinfo: cinfo(&ok.dir_wcc),
+        cinfo: cinfo(&cx3, &ok.dir_wcc),
         attrset,
         created: made || matches!(how, CreateHow4::Exclusive(_) | CreateHow4::Exclusive41(..)),
     })
