@@ -354,16 +354,22 @@ lab_rdma_state() {
 
 # lab_stall_watch NAME [PATTERN]: in the background, the first time the kernel logs
 # PATTERN (grep's basic regular expression; by default "not responding": an NFS
-# client gave up waiting for its server), save what a stall leaves to read once: our
-# nfsd's connections ($SPID, if this guest runs it: SIGUSR1), lab_rdma_state under
-# /share/stall-NAME, and eth1's counters again 10 s later (whether the wire between
-# the guests still moves frames either way). docs/stalls.md says why.
+# client gave up waiting for its server), or the host says the other guest of a pair
+# did (/share/stall-peer, written by the host's wire watcher), save what a stall
+# leaves to read once: our nfsd's connections ($SPID, if this guest runs it:
+# SIGUSR1), lab_rdma_state under /share/stall-NAME, and eth1's counters again 10 s
+# later (whether the wire between the guests still moves frames either way).
+# docs/stalls.md says why.
 lab_stall_watch() {
   local name=$1 pattern=${2:-not responding}
   (
     while sleep 5; do
-      dmesg | grep -q "$pattern" || continue
-      lab_log "stall: the kernel logged '$pattern' at $(lab_uptime)"
+      if [ -e /share/stall-peer ]; then
+        lab_log "stall: the host says the $(cat /share/stall-peer) guest stalled, at $(lab_uptime)"
+      else
+        dmesg | grep -q "$pattern" || continue
+        lab_log "stall: the kernel logged '$pattern' at $(lab_uptime)"
+      fi
       [ -n "$SPID" ] && kill -USR1 "$SPID" 2>/dev/null && sleep 2
       lab_rdma_state "/share/stall-$name"
       sleep 10

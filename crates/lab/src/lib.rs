@@ -32,10 +32,12 @@ mod outcome;
 mod paths;
 pub mod prometheus;
 mod qemu;
+mod qmp;
 pub mod realign;
 mod run;
 mod script;
 pub mod tshark;
+mod wire_watch;
 pub mod workspace;
 
 pub use error::LabError;

@@ -245,10 +245,19 @@ impl Outcome {
                 ("guest dmesg (live kernel log)", share.join("kmsg.txt"), 40)
             };
             let mut sections = vec![
+                // A pair that stalled: the host's look at the wire (wire_watch).
+                (
+                    "host's view of the wire at the stall",
+                    self.out_dir.join("wire-stall.txt"),
+                    40,
+                ),
                 ("guest script log", share.join("guest.log"), 40),
                 kernel_log,
                 ("guest syslog (server logs)", share.join("syslog.txt"), 20),
                 ("serial console", self.out_dir.join("console.log"), 20),
+                // Our nfsd started by a pair's server script (its SIGUSR1
+                // connection dump lands here when a stall watcher fires).
+                ("our nfsd in the guest", share.join("nfsd.txt"), 40),
             ];
             // Logs of processes the guest script started (lab_run_binary:
             // a server of ours running in the guest), then host processes.

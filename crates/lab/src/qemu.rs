@@ -169,7 +169,7 @@ impl GuestConfig {
 
     /// The qemu command for this configuration, writing into `out`: `capture` puts the host-side capture on the command line;
     /// `qmp` adds a QMP socket at `<out>/qmp.sock` (shared boots add and remove
-    /// captures per scenario through it).
+    /// captures per scenario through it; a pair's wire watcher reads eth1's queues).
     pub(crate) fn qemu_command(&self, out: &Path, capture: bool, qmp: bool) -> Command {
         let mut netdev = "user,id=n0".to_string();
         for f in &self.forwards {
@@ -207,7 +207,7 @@ impl GuestConfig {
             ])
             .args([
                 "-device",
-                &format!("virtio-net-pci,netdev=n1,mac={}", w.mac),
+                &format!("virtio-net-pci,netdev=n1,mac={},id=wire", w.mac),
             ]);
         }
         if qmp {

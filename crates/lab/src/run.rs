@@ -3,8 +3,6 @@
 //! several scenarios in turn.
 
 use std::fs::{self, File};
-use std::io::{BufRead, BufReader, Write};
-use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::{Mutex, MutexGuard};
@@ -12,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use crate::host::{HostExit, Spawned};
 use crate::outcome::Outcome;
+use crate::wire_watch::{End, WireWatch};
 use crate::{GuestConfig, GuestScript, HostProcess, LabError};
 
 /// How often the host polls the share and qemu (no wall-clock speed enters
@@ -74,7 +73,9 @@ impl Boot {
             boot.attempts += 1;
             let _ = fs::remove_file(boot.share.join("booted"));
             let t0 = Instant::now();
-            let qemu = cfg.qemu_command(&boot.out, cfg.host_capture && !shared, shared);
+            // A pair's guests answer QMP too: the wire watcher asks them about eth1.
+            let qmp = shared || cfg.wire.is_some();
+            let qemu = cfg.qemu_command(&boot.out, cfg.host_capture && !shared, qmp);
             let mut cmd = if shared {
                 let mut c = Command::new("sh");
                 c.arg("-c")
@@ -183,38 +184,7 @@ impl Boot {
 
     /// Ask qemu, through its QMP socket, to run `command` (a JSON object).
     fn qmp(&self, command: &str) -> Result<(), LabError> {
-        let sock = self.out.join("qmp.sock");
-        let what = |e| LabError::io(format!("QMP {}", sock.display()), e);
-        let s = UnixStream::connect(&sock).map_err(what)?;
-        s.set_read_timeout(Some(Duration::from_secs(20)))
-            .map_err(what)?;
-        let mut r = BufReader::new(s.try_clone().map_err(what)?);
-        let mut w = s;
-        let answer = |r: &mut BufReader<UnixStream>| -> Result<String, LabError> {
-            loop {
-                let mut line = String::new();
-                if r.read_line(&mut line).map_err(what)? == 0 {
-                    return Err(LabError::GuestGone("a QMP answer".into()));
-                }
-                // Skip the greeting and asynchronous events.
-                if line.contains("\"return\"") || line.contains("\"error\"") {
-                    return Ok(line);
-                }
-            }
-        };
-        w.write_all(b"{\"execute\":\"qmp_capabilities\"}\n")
-            .map_err(what)?;
-        answer(&mut r)?;
-        w.write_all(command.as_bytes()).map_err(what)?;
-        w.write_all(b"\n").map_err(what)?;
-        let a = answer(&mut r)?;
-        if a.contains("\"error\"") {
-            return Err(LabError::io(
-                format!("QMP {command}"),
-                std::io::Error::other(a.trim().to_string()),
-            ));
-        }
-        Ok(())
+        crate::qmp::execute(&self.out.join("qmp.sock"), command)
     }
 }
 
@@ -597,8 +567,15 @@ impl GuestPair {
             .map_err(|e| LabError::io("share the machine lock", e))?;
         let server = RunningGuest::boot_locked(self.server, shared_lock)?;
         let client = RunningGuest::boot_locked(self.client, lock)?;
+        let end = |role, g: &RunningGuest| End {
+            role,
+            out: g.out.clone(),
+            share: g.share.clone(),
+        };
+        let watch = WireWatch::start(vec![end("server", &server), end("client", &client)], port);
         let client = client.finish();
         let server = server.finish();
+        watch.stop();
         Ok((server?, client?))
     }
 }

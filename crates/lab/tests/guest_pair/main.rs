@@ -29,6 +29,7 @@ use lab::workspace::build_binary;
 use lab::{GuestScript, Lab, Outcome};
 
 mod nfs4;
+mod wire_watch;
 
 /// Both guests: the device `$DEV` (rxe or siw) as `${DEV}1` on eth1 at `$ADDR`.
 const UP: &str = r#". /share/lib.sh
@@ -196,6 +197,21 @@ fn run_pair_with(
         .unwrap_or_else(|e| panic!("{e}"))
 }
 
+/// Both guests' verdicts at once: a stall fails both (the client's calls hang,
+/// the server waits for the client to finish), and the server's side of it (its
+/// nfsd's connection dump, its kernel) is half of the evidence.
+fn assert_both_passed(s: &Outcome, c: &Outcome) {
+    let failed: Vec<String> = [("client", c), ("server", s)]
+        .iter()
+        .filter(|(_, o)| !o.passed())
+        .map(|(role, o)| format!("=== the {role} guest ===\n{}", o.report()))
+        .collect();
+    if !failed.is_empty() {
+        panic!("{}", failed.join("\n"));
+    }
+    eprintln!("{}\n{}", c.report(), s.report());
+}
+
 /// The server's copy has the client's bytes.
 fn same_bytes(s: &mut Outcome, c: &Outcome) {
     let client_md5 = c.value("md5").map(str::to_string);
@@ -258,16 +274,14 @@ fn kernel_client_mounts_our_verbs_nfsd_across_a_wire_over_rxe_and_tshark_decodes
             Err(format!("capture {}: {line}", pcap.display()))
         }
     });
-    c.assert_passed();
-    s.assert_passed();
+    assert_both_passed(&s, &c);
 }
 
 #[test]
 #[ignore = "kernel lab: run by lab/test"]
 fn kernel_client_mounts_our_verbs_nfsd_across_a_wire_over_siw() {
     let (s, c) = kernel_client_to_our_nfsd("pair-kclient-siw", "siw");
-    c.assert_passed();
-    s.assert_passed();
+    assert_both_passed(&s, &c);
 }
 
 /// Our client on verbs -> the other guest's knfsd over `dev`.
@@ -291,8 +305,7 @@ fn our_client_to_knfsd(name: &str, dev: &str) {
             ))
         }
     });
-    c.assert_passed();
-    s.assert_passed();
+    assert_both_passed(&s, &c);
 }
 
 #[test]
@@ -350,8 +363,7 @@ fn providers_across_the_wire(name: &str, server: &str, client: &str) {
             ))
         }
     });
-    c.assert_passed();
-    s.assert_passed();
+    assert_both_passed(&s, &c);
 }
 
 #[test]
@@ -667,8 +679,7 @@ fn kernel_client_churn_over_broken_connections_runs_each_call_once_over_siw() {
             "{other:?} commands failed (see the client's log): a retransmission ran twice"
         )),
     });
-    c.assert_passed();
-    s.assert_passed();
+    assert_both_passed(&s, &c);
 }
 
 /// The control: the same churn with the cache off. Not run by `lab/test` (it shows

@@ -16,7 +16,7 @@
 //!
 //! Over rxe1 (`pair-nfs4-rxe`): `vers=4.1,proto=rdma`, Connectathon and the 8 MiB.
 
-use super::{run_pair_with, same_bytes};
+use super::{assert_both_passed, run_pair_with, same_bytes};
 use lab::workspace::build_binary;
 use lab::Outcome;
 use std::time::Duration;
@@ -251,8 +251,7 @@ fn kernel_nfsv41_client_to_our_nfsd(name: &str, dev: &str, second_client: bool) 
         Some("0") => Ok(()),
         other => Err(format!("nfsd exit status {other:?}")),
     });
-    c.assert_passed();
-    s.assert_passed();
+    assert_both_passed(&s, &c);
 }
 
 #[test]
