@@ -20,7 +20,10 @@
 //! - a retransmission on a slot whose reply is cached gets those bytes again, and
 //!   nothing runs (§2.10.6.1.3); the reply of a new request is cached when the
 //!   client asked (`sa_cachethis`) and it fits the session's
-//!   `ca_maxresponsesize_cached`.
+//!   `ca_maxresponsesize_cached`;
+//! - the slot a SEQUENCE began ends however its COMPOUND ends ([`SlotInUse`]): one
+//!   that panicked (answered SYSTEM_ERR by the service) ends it uncached, so a retry
+//!   gets NFS4ERR_RETRY_UNCACHED_REP instead of NFS4ERR_DELAY for ever (§2.10.6.2).
 //!
 //! - each operation after SEQUENCE must fit the session's reply limits, checked
 //!   before it runs ([`super::reply_size`]: NFS4ERR_REP_TOO_BIG, or
@@ -155,8 +158,8 @@ pub(crate) fn process(
         charges: Vec::new(),
         file_reads: Vec::new(),
     };
-    // The slot to complete: session, slot, sa_cachethis.
-    let mut slot = None;
+    // The slot to complete.
+    let mut slot: Option<SlotInUse<'_>> = None;
     // The session's reply limits (`ca_maxresponsesize`, and the cached one when the
     // client asked for caching) and the reply's size so far (module reply_size).
     let mut limits: Option<(usize, Option<usize>)> = None;
@@ -189,7 +192,13 @@ pub(crate) fn process(
                     Err(s) => fail(op, s),
                     Ok(Sequenced::Replay(bytes)) => return XdrStream::inline_only(bytes),
                     Ok(Sequenced::New(ok, client)) => {
-                        slot = Some((a.sa_sessionid, a.sa_slotid, a.sa_cachethis));
+                        slot = Some(SlotInUse {
+                            server,
+                            session: a.sa_sessionid,
+                            slotid: a.sa_slotid,
+                            cachethis: a.sa_cachethis,
+                            now,
+                        });
                         cx.session = Some((a.sa_sessionid, client));
                         limits = server.state().session(&a.sa_sessionid).map(|s| {
                             let cached = a
@@ -202,6 +211,8 @@ pub(crate) fn process(
                 }
             }
             (_, NfsArgop4::Sequence(_), _) => fail(op, NfsStat4::NFS4ERR_SEQUENCE_POS),
+            #[cfg(test)]
+            (1, _, _) if tests::PANIC_AFTER_SEQUENCE.get() => panic!("test: an operation panics"),
             (0, _, Some(d)) if d.flags & ops::SOLO != 0 => {
                 if c.opcount > 1 {
                     fail(op, NfsStat4::NFS4ERR_NOT_ONLY_OP)
@@ -253,13 +264,45 @@ pub(crate) fn process(
     for charge in cx.charges.drain(..) {
         crate::nfs::hold(&mut reply, charge);
     }
-    if let Some((sid, slotid, cachethis)) = slot {
+    if let Some(slot) = slot {
         // A reply with data left out of line (a READ's, a READLINK's) is not cached:
         // a READ is idempotent, and its retry gets NFS4ERR_RETRY_UNCACHED_REP.
-        let keep = (cachethis && reply.ddp.is_empty()).then(|| reply.inline.clone());
-        server.state().complete(&sid, slotid, keep, now);
+        let keep = (slot.cachethis && reply.ddp.is_empty()).then(|| reply.inline.clone());
+        slot.complete(keep);
     }
     reply
+}
+
+/// The slot a COMPOUND's SEQUENCE began (§2.10.6), in progress until completed:
+/// with the reply to cache by [`SlotInUse::complete`], or, when the COMPOUND never
+/// gets that far (an operation panicked: the service answers SYSTEM_ERR), uncached
+/// when dropped. A slot left in progress would answer every retry of its request
+/// NFS4ERR_DELAY (§2.10.6.2) for as long as the session lives: a client retrying it
+/// would wait for ever on a server that looks alive.
+struct SlotInUse<'a> {
+    server: &'a Nfs4Server,
+    session: SessionId4,
+    slotid: u32,
+    cachethis: bool,
+    now: Instant,
+}
+
+impl SlotInUse<'_> {
+    /// Ends the request, keeping `reply` for retransmissions if given.
+    fn complete(self, reply: Option<xdr::Bytes>) {
+        let this = std::mem::ManuallyDrop::new(self);
+        this.server
+            .state()
+            .complete(&this.session, this.slotid, reply, this.now);
+    }
+}
+
+impl Drop for SlotInUse<'_> {
+    fn drop(&mut self) {
+        self.server
+            .state()
+            .complete(&self.session, self.slotid, None, self.now);
+    }
 }
 
 impl Compound<'_> {
@@ -412,6 +455,49 @@ mod tests {
             sid: cs.csr_sessionid,
             dir,
         }
+    }
+
+    thread_local! {
+        /// Makes [`super::process`] panic in the operation after SEQUENCE, on this
+        /// thread (a stand-in for a defect in an operation).
+        pub(super) static PANIC_AFTER_SEQUENCE: std::cell::Cell<bool> =
+            const { std::cell::Cell::new(false) };
+    }
+
+    /// A COMPOUND that panics after its SEQUENCE began a slot (the service answers it
+    /// SYSTEM_ERR) leaves the slot usable: the retry of that request is
+    /// NFS4ERR_RETRY_UNCACHED_REP, not NFS4ERR_DELAY for ever (§2.10.6.2), and the
+    /// next request on the slot runs.
+    #[test]
+    fn a_compound_that_panics_ends_its_slot_uncached() {
+        let s = scratch();
+        let args = |seq: u32| {
+            Compound4Args {
+                tag: "t".into(),
+                minorversion: 1,
+                argarray: vec![
+                    NfsArgop4::Sequence(Sequence4Args {
+                        sa_sessionid: s.sid,
+                        sa_sequenceid: seq,
+                        sa_slotid: 0,
+                        sa_highest_slotid: 0,
+                        sa_cachethis: true,
+                    }),
+                    NfsArgop4::PutRootFh,
+                ],
+            }
+            .to_xdr()
+            .to_bytes()
+        };
+        PANIC_AFTER_SEQUENCE.set(true);
+        let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(&s, args(1))));
+        PANIC_AFTER_SEQUENCE.set(false);
+        assert!(panicked.is_err(), "the stand-in defect panics");
+        assert_eq!(
+            run(&s, args(1)).status,
+            NfsStat4::NFS4ERR_RETRY_UNCACHED_REP
+        );
+        assert_eq!(run(&s, args(2)).status, NfsStat4::NFS4_OK);
     }
 
     /// Runs `args` through [`super::process`]; the reply must decode, hold at most one
