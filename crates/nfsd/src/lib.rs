@@ -70,6 +70,7 @@ pub mod fh;
 pub mod generations;
 pub mod handle_key;
 pub mod kernel_fh;
+pub mod known_handles;
 pub mod links;
 pub mod malloc;
 pub mod memory;

@@ -59,6 +59,7 @@ use crate::errno::OrStat;
 use crate::fh::{export_id, FileHandle, Key, Object, SmallKernelHandle};
 use crate::handle_key::HandleKey;
 use crate::kernel_fh;
+use crate::known_handles::KnownHandles;
 use crate::links::{Link, Links};
 
 /// Longest name component we accept (Linux NAME_MAX).
@@ -440,6 +441,8 @@ pub struct Export {
     /// Directories opened by handle, kept open.
     dirs: DirCache,
     links: Mutex<Links>,
+    /// What handles of objects had open name, by device, inode and birth time.
+    known: Mutex<KnownHandles>,
     /// Serializes searches; holds when the last search that found nothing ended.
     search: Mutex<Option<Instant>>,
     /// Searches of the export so far.
@@ -470,6 +473,7 @@ impl Export {
             root_meta,
             dirs: DirCache::new(handles.dir_descriptors),
             links: Mutex::new(Links::default()),
+            known: Mutex::new(KnownHandles::default()),
             search: Mutex::new(None),
             searches: AtomicU64::new(0),
         })
@@ -526,12 +530,37 @@ impl Export {
 
     /// What a handle of `node` names: its kernel handle where it has one that fits
     /// and is on the export root's mount, else device, inode and generation.
+    /// Kept in [`KnownHandles`], and taken from there the next time.
     fn object(&self, node: &Node) -> Object {
+        let (key, gen) = (node.meta.key, node.meta.gen);
+        if let Some(object) = self.known().get(key, gen) {
+            return object;
+        }
         let kernel = self
             .kernel
             .as_ref()
             .and_then(|_| kernel_fh::name_to_handle(&node.fd).ok());
-        self.object_of(&node.meta, kernel)
+        let object = self.object_of(&node.meta, kernel);
+        self.known().keep(key, gen, object);
+        object
+    }
+
+    /// What a handle of entry `name` of `dir`, whose `statx` gave `meta`, names: known
+    /// if seen before ([`KnownHandles`]), else from its kernel handle read by its
+    /// name, and kept (a name replaced between the two calls: the module docs of
+    /// [`crate::known_handles`]).
+    fn object_named(&self, dir: &Node, name: &[u8], meta: &Meta) -> Object {
+        if let Some(object) = self.known().get(meta.key, meta.gen) {
+            return object;
+        }
+        let object = self.object_of(meta, self.kernel_handle_in(dir, name));
+        self.known().keep(meta.key, meta.gen, object);
+        object
+    }
+
+    fn known(&self) -> std::sync::MutexGuard<'_, KnownHandles> {
+        // Poisoned only by a panic while held: the map is plain values.
+        self.known.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// As [`Export::object`], from the object's attributes and the kernel handle
@@ -663,7 +692,10 @@ impl Export {
                     {
                         Ok(node)
                     }
-                    _ => Err(NfsStat3::NFS3ERR_STALE),
+                    _ => {
+                        self.known().forget(key);
+                        Err(NfsStat3::NFS3ERR_STALE)
+                    }
                 }
             }
         }
@@ -723,6 +755,12 @@ impl Export {
         let meta = stat_fd(&fd)?;
         let same = meta.key.dev == self.root_meta.key.dev && meta.key.ino == ino;
         if !same || meta.nlink == 0 {
+            // Not the object the handle was made for, or gone: what was kept for it
+            // made the handle, or is of no use now.
+            self.known().forget(Key {
+                dev: self.root_meta.key.dev,
+                ino,
+            });
             return Err(NfsStat3::NFS3ERR_STALE);
         }
         if meta.is_dir() && !self.inside(&fd, meta.key) {
@@ -883,14 +921,14 @@ impl Export {
         name: &[u8],
         ino: u64,
     ) -> Result<(Meta, NfsFh3), NfsStat3> {
-        let kernel = self.kernel_handle_in(dir, name);
         let meta = self.stat_child(dir, name)?;
         if meta.key.ino != ino {
             let node = self.peek_child(dir, name)?;
             let fh = self.handle(&node);
             return Ok((node.meta, fh));
         }
-        Ok((meta, self.named_handle(dir, name, &meta, kernel)))
+        let object = self.object_named(dir, name, &meta);
+        Ok((meta, self.named_handle(dir, name, &meta, object)))
     }
 
     /// LOOKUP's attributes and handle of entry `name` (already checked, not `.` or
@@ -909,8 +947,8 @@ impl Export {
     /// way the handle names what was at the name during the call.
     pub fn lookup_child(&self, dir: &Node, name: &[u8]) -> Result<(Meta, NfsFh3), NfsStat3> {
         let meta = self.stat_child(dir, name)?;
-        let kernel = self.kernel_handle_in(dir, name);
-        Ok((meta, self.named_handle(dir, name, &meta, kernel)))
+        let object = self.object_named(dir, name, &meta);
+        Ok((meta, self.named_handle(dir, name, &meta, object)))
     }
 
     /// The kernel's handle of entry `name` of `dir` (`name_to_handle_at`, not
@@ -924,16 +962,9 @@ impl Export {
     }
 
     /// The handle, as sent, of entry `name` of `dir`, an object with attributes
-    /// `meta` and kernel handle `kernel` read by its name, which is remembered if
-    /// resolving the handle may need it ([`Export::resolves_by_name`]).
-    fn named_handle(
-        &self,
-        dir: &Node,
-        name: &[u8],
-        meta: &Meta,
-        kernel: Option<(kernel_fh::KernelHandle, i32)>,
-    ) -> NfsFh3 {
-        let object = self.object_of(meta, kernel);
+    /// `meta` that a handle names as `object`, which is remembered if resolving the
+    /// handle may need it ([`Export::resolves_by_name`]).
+    fn named_handle(&self, dir: &Node, name: &[u8], meta: &Meta, object: Object) -> NfsFh3 {
         if self.resolves_by_name(&object) {
             self.remember(meta.key, dir.meta.key, name);
         }
@@ -1226,6 +1257,70 @@ mod peek_tests {
             );
             std::fs::remove_dir_all(dir).unwrap();
         }
+    }
+
+    /// Handles seen before are taken from [`KnownHandles`] by device, inode and
+    /// birth time: the same handle again; a file replaced at the name (a new birth
+    /// time) gets its own, and the old handle is stale. A kept handle that names
+    /// another object (a name replaced between `statx` and `name_to_handle_at`, made
+    /// here by hand) is stale once, then forgotten: the next LOOKUP asks the kernel.
+    #[test]
+    fn known_handles_are_taken_again_and_a_stale_one_is_forgotten() {
+        let (dir, ex) = export(KernelHandles::Auto);
+        assert_eq!(
+            ex.mode,
+            HandleMode::OpenByHandle,
+            "this test needs to open handles (run as root)"
+        );
+        let root = ex.root().unwrap();
+        let open = |fh: &NfsFh3| FileHandle::open(fh, &ex.key).unwrap();
+        let (f, first) = ex.lookup_child(&root, b"f").unwrap();
+        assert_ne!(f.gen, 0, "this test needs a file system with birth times");
+        assert_eq!(ex.known().get(f.key, f.gen), Some(open(&first).object));
+        assert_eq!(ex.lookup_child(&root, b"f").unwrap().1, first);
+        let d_ino = ex.lookup_child(&root, b"d").unwrap().0.key.ino;
+        assert_eq!(ex.peek_listed(&root, b"f", f.key.ino).unwrap().1, first);
+
+        // Replaced: a new file at the name, birth time of its own.
+        std::fs::remove_file(dir.join("f")).unwrap();
+        std::fs::write(dir.join("f"), b"new").unwrap();
+        let (g, second) = ex.lookup_child(&root, b"f").unwrap();
+        assert_ne!((g.key, g.gen), (f.key, f.gen));
+        assert_ne!(second, first);
+        assert_eq!(ex.resolve(&open(&second)).unwrap().meta.key, g.key);
+        assert_eq!(
+            ex.resolve(&open(&first)).err(),
+            Some(NfsStat3::NFS3ERR_STALE)
+        );
+
+        // What the race would keep: the file's key with the directory's kernel handle.
+        let d_gen = ex.lookup_child(&root, b"d").unwrap().0.gen;
+        let kept = ex.known().get(
+            Key {
+                dev: g.key.dev,
+                ino: d_ino,
+            },
+            d_gen,
+        );
+        let Some(Object::Kernel { handle: wrong, .. }) = kept else {
+            panic!("a kernel-kind handle on this export: {kept:?}")
+        };
+        ex.known().keep(
+            g.key,
+            g.gen,
+            Object::Kernel {
+                ino: g.key.ino,
+                handle: wrong,
+            },
+        );
+        let (_, poisoned) = ex.lookup_child(&root, b"f").unwrap();
+        assert_eq!(
+            ex.resolve(&open(&poisoned)).err(),
+            Some(NfsStat3::NFS3ERR_STALE)
+        );
+        let (_, again) = ex.lookup_child(&root, b"f").unwrap();
+        assert_eq!(again, second);
+        std::fs::remove_dir_all(dir).unwrap();
     }
 
     /// LOOKUP's and READDIRPLUS's names are remembered only where resolving the

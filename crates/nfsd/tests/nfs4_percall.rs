@@ -6,8 +6,9 @@
 //! of that nfsd counts its system calls per call
 //! (docs/bench/percall/measure41.sh runs it; docs/bench/README.md, "NFSv4.1
 //! COMPOUNDs inline"). Ignored by `cargo test`; run by name with
-//! NFSD_ADDR=host:port NFSD_EXPORT=/path N=500 WHAT=create|open|lookup|access|list|remove
-//! (list: N listings of the whole directory by READDIR).
+//! NFSD_ADDR=host:port NFSD_EXPORT=/path N=500 WHAT=create|open|lookup|access|list|listplus|remove
+//! (list: N listings of the whole directory by READDIR; listplus: with the Linux
+//! client's readdirplus attributes).
 mod common;
 use common::nfs4::*;
 use nfs4::compound::{NfsArgop4, NfsResop4};
@@ -92,8 +93,9 @@ async fn percall41() {
         .unwrap_or(500);
     let what = std::env::var("WHAT").unwrap_or("create".into());
     assert!(
-        ["create", "open", "lookup", "access", "list", "remove"].contains(&what.as_str()),
-        "WHAT={what}: create, open, lookup, access, list or remove"
+        ["create", "open", "lookup", "access", "list", "listplus", "remove"]
+            .contains(&what.as_str()),
+        "WHAT={what}: create, open, lookup, access, list, listplus or remove"
     );
     let mut s = Session::new(addr, &format!("percall-{}", std::process::id())).await;
     let mut ops = vec![NfsArgop4::PutRootFh];
@@ -159,9 +161,11 @@ async fn percall41() {
                 ])
                 .await;
             assert_eq!(res.status, NfsStat4::NFS4_OK, "{res:?}");
-        } else if what == "list" {
+        } else if what == "list" || what == "listplus" {
             // The whole directory, as `ls` over a Linux mount reads it (once per
-            // "file": N listings).
+            // "file": N listings): names and file ids, or (`listplus`) with the
+            // attributes and handle of each entry the Linux client asks for its
+            // readdirplus (`encode_readdir` in fs/nfs/nfs4xdr.c).
             let (mut cookie, mut verf, mut names) = (0u64, [0u8; 8], 0usize);
             loop {
                 let res = s
@@ -174,7 +178,14 @@ async fn percall41() {
                             cookieverf: verf,
                             dircount: 8192,
                             maxcount: 32768,
-                            attr_request: Bitmap4::from_bits(&[1, 20]),
+                            attr_request: if what == "list" {
+                                Bitmap4::from_bits(&[1, 20])
+                            } else {
+                                Bitmap4::from_bits(&[
+                                    1, 3, 4, 8, 11, 19, 20, 33, 35, 36, 37, 41, 45, 47, 52, 53, 55,
+                                    80,
+                                ])
+                            },
                         }),
                     ])
                     .await;
