@@ -932,10 +932,11 @@ impl Export {
     }
 
     /// LOOKUP's attributes and handle of entry `name` (already checked, not `.` or
-    /// `..`) of directory `dir`: two system calls on the name (`statx`, then
-    /// `name_to_handle_at`, neither following a symbolic link) instead of opening it
-    /// (openat, statx, name_to_handle_at, close). Run as the caller, the first checks
-    /// search permission on `dir` as opening the name would.
+    /// `..`) of directory `dir`: at most two system calls on the name (`statx`, then
+    /// `name_to_handle_at` unless the handle is known, [`KnownHandles`]; neither
+    /// following a symbolic link) instead of opening it (openat, statx,
+    /// name_to_handle_at, close). Run as the caller, the first checks search
+    /// permission on `dir` as opening the name would.
     ///
     /// Nothing ties the two calls to one object. If the name is replaced between
     /// them, the kernel handle names the new object while the attributes, and the
