@@ -532,17 +532,11 @@ impl Export {
     /// and is on the export root's mount, else device, inode and generation.
     /// Kept in [`KnownHandles`], and taken from there the next time.
     fn object(&self, node: &Node) -> Object {
-        let (key, gen) = (node.meta.key, node.meta.gen);
-        if let Some(object) = self.known().get(key, gen) {
-            return object;
-        }
-        let kernel = self
-            .kernel
-            .as_ref()
-            .and_then(|_| kernel_fh::name_to_handle(&node.fd).ok());
-        let object = self.object_of(&node.meta, kernel);
-        self.known().keep(key, gen, object);
-        object
+        self.known_or_ask(&node.meta, || {
+            self.kernel
+                .as_ref()
+                .and_then(|_| kernel_fh::name_to_handle(&node.fd).ok())
+        })
     }
 
     /// What a handle of entry `name` of `dir`, whose `statx` gave `meta`, names: known
@@ -550,10 +544,20 @@ impl Export {
     /// name, and kept (a name replaced between the two calls: the module docs of
     /// [`crate::known_handles`]).
     fn object_named(&self, dir: &Node, name: &[u8], meta: &Meta) -> Object {
+        self.known_or_ask(meta, || self.kernel_handle_in(dir, name))
+    }
+
+    /// What a handle of the object with attributes `meta` names: known
+    /// ([`KnownHandles`]), or made from the kernel handle `ask` gets, and kept.
+    fn known_or_ask(
+        &self,
+        meta: &Meta,
+        ask: impl FnOnce() -> Option<(kernel_fh::KernelHandle, i32)>,
+    ) -> Object {
         if let Some(object) = self.known().get(meta.key, meta.gen) {
             return object;
         }
-        let object = self.object_of(meta, self.kernel_handle_in(dir, name));
+        let object = self.object_of(meta, ask());
         self.known().keep(meta.key, meta.gen, object);
         object
     }
