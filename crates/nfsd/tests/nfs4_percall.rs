@@ -6,9 +6,10 @@
 //! of that nfsd counts its system calls per call
 //! (docs/bench/percall/measure41.sh runs it; docs/bench/README.md, "NFSv4.1
 //! COMPOUNDs inline"). Ignored by `cargo test`; run by name with
-//! NFSD_ADDR=host:port NFSD_EXPORT=/path N=500 WHAT=create|open|lookup|access|list|listplus|remove
+//! NFSD_ADDR=host:port NFSD_EXPORT=/path N=500 WHAT=create|open|openfh|lookup|access|list|listplus|remove
 //! (list: N listings of the whole directory by READDIR; listplus: with the Linux
-//! client's readdirplus attributes).
+//! client's readdirplus attributes; openfh: the open of a file whose handle the
+//! client has, OPEN_NOATTR with CLAIM_FH, as in `nfsbench lab`'s open phase).
 mod common;
 use common::nfs4::*;
 use nfs4::compound::{NfsArgop4, NfsResop4};
@@ -93,9 +94,9 @@ async fn percall41() {
         .unwrap_or(500);
     let what = std::env::var("WHAT").unwrap_or("create".into());
     assert!(
-        ["create", "open", "lookup", "access", "list", "listplus", "remove"]
+        ["create", "open", "openfh", "lookup", "access", "list", "listplus", "remove"]
             .contains(&what.as_str()),
-        "WHAT={what}: create, open, lookup, access, list, listplus or remove"
+        "WHAT={what}: create, open, openfh, lookup, access, list, listplus or remove"
     );
     let mut s = Session::new(addr, &format!("percall-{}", std::process::id())).await;
     let mut ops = vec![NfsArgop4::PutRootFh];
@@ -106,6 +107,28 @@ async fn percall41() {
         panic!("{res:?}")
     };
     let dir = dir.object.clone();
+    // openfh: the files' handles, taken before the measurement (the client has them
+    // from the stat before its opens).
+    let mut handles = Vec::new();
+    if what == "openfh" {
+        for i in 0..n {
+            let res = s
+                .run(vec![
+                    NfsArgop4::PutFh(PutFh4Args {
+                        object: dir.clone(),
+                    }),
+                    NfsArgop4::Lookup(Lookup4Args {
+                        objname: format!("p{i}").as_str().into(),
+                    }),
+                    NfsArgop4::GetFh,
+                ])
+                .await;
+            let NfsResop4::GetFh(Res4::Ok(fh)) = &res.resarray[3] else {
+                panic!("LOOKUP p{i}: {res:?}")
+            };
+            handles.push(fh.object.clone());
+        }
+    }
     eprintln!("ready");
     tokio::time::sleep(std::time::Duration::from_secs(2)).await;
     let t = std::time::Instant::now();
@@ -136,6 +159,34 @@ async fn percall41() {
             // sends them after a stat.
             let (stateid, fh) = open(&mut s, &dir, &name, OPEN4_SHARE_ACCESS_READ, None).await;
             close(&mut s, fh, stateid).await;
+        } else if what == "openfh" {
+            // The same open as the Linux client sends it for a file whose handle it
+            // has (OPEN_NOATTR: PUTFH of the file, OPEN with CLAIM_FH, ACCESS,
+            // GETATTR; `encode_open_noattr` in fs/nfs/nfs4xdr.c).
+            let fh = handles[i].clone();
+            let owner = StateOwner4 {
+                clientid: s.clientid,
+                owner: b"open id:\x00\x00\x00\x01".as_slice().into(),
+            };
+            let res = s
+                .run(vec![
+                    NfsArgop4::PutFh(PutFh4Args { object: fh.clone() }),
+                    NfsArgop4::Open(Open4Args {
+                        seqid: 0,
+                        share_access: OPEN4_SHARE_ACCESS_READ,
+                        share_deny: 0,
+                        owner,
+                        openhow: OpenFlag4(None),
+                        claim: OpenClaim4::Fh,
+                    }),
+                    NfsArgop4::Access(Access4Args { access: 0x1f }),
+                    big_getattr(),
+                ])
+                .await;
+            let NfsResop4::Open(Res4::Ok(o)) = &res.resarray[2] else {
+                panic!("OPEN: {res:?}")
+            };
+            close(&mut s, fh, o.stateid).await;
         } else if what == "lookup" {
             let res = s
                 .run(vec![

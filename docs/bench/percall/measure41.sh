@@ -25,7 +25,7 @@ STATE=$(mktemp -d /tmp/percall41-state.XXXX)
 PID=$!
 for _ in $(seq 50); do grep -q "^nfsd: ready" "$OUT/nfsd.log" && break; sleep 0.2; done
 grep -q "^nfsd: ready" "$OUT/nfsd.log" || { echo "nfsd did not start:"; cat "$OUT/nfsd.log"; exit 1; }
-for w in create open lookup access remove; do
+for w in create open openfh lookup access remove; do
   strace -f -c -S calls -o "$OUT/$w.strace" -p $PID 2>/dev/null &
   SP=$!
   sleep 1
@@ -36,7 +36,7 @@ for w in create open lookup access remove; do
 done
 kill $PID; wait $PID 2>/dev/null || true
 rm -rf "$EXP" "$STATE"
-for w in create open lookup access remove; do
+for w in create open openfh lookup access remove; do
   printf '%-7s per file:' "$w"
   awk -v n="$N" '$4 ~ /^[0-9]+$/ && $NF != "total" {t += $4; if ($4 / n >= 0.05) printf " %s %.1f", $NF, $4 / n} END {printf "; total %.1f\n", t / n}' "$OUT/$w.strace"
 done | tee "$OUT/per-file.txt"

@@ -322,7 +322,9 @@ impl Values {
             return Err(NfsStat4::NFS4ERR_INVAL);
         }
         let mut mask = Bitmap4::default();
-        let mut e = Encoder::new();
+        // Room for what the Linux client asks with GETATTR and READDIR (about 140 and
+        // 200 bytes): grown from nothing, the buffer was reallocated five times.
+        let mut e = Encoder::with_capacity(xdr::TO_XDR_CAPACITY);
         for &attr in SUPPORTED.iter().filter(|&&a| request.is_set(a)) {
             mask.set(attr);
             self.put(&mut e, attr, server);

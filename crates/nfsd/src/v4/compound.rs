@@ -131,6 +131,60 @@ impl Decoded {
     }
 }
 
+/// `COMPOUND4res` encoded as its results come (RFC 8881 §16.2.3: `status`, `tag`,
+/// `resarray<>`): each result goes into the reply once, and the reply's size so far
+/// is its length, where the session's reply limits need it (`reply_size`). The
+/// status and the count, known at the end, are written into the room kept for
+/// them. (Encoding each result again only to measure it cost a GETATTR COMPOUND
+/// about a tenth of its instructions: docs/bench/README.md, "Per-call instructions,
+/// NFSv4.1".)
+struct Results {
+    enc: xdr::Encoder,
+    status_at: xdr::Slot,
+    count_at: xdr::Slot,
+    /// Bytes of the reply before its results, as `reply_size` counts them (the RPC
+    /// header included), less what `enc` holds of them.
+    head: usize,
+    /// Results so far.
+    count: u32,
+    /// The last result's status (§16.2.3: the COMPOUND's), `NFS4_OK` before any.
+    status: NfsStat4,
+}
+
+impl Results {
+    fn new(tag: &Utf8Str) -> Results {
+        let mut enc = xdr::Encoder::with_capacity(xdr::TO_XDR_CAPACITY);
+        let status_at = enc.reserve_u32();
+        tag.encode(&mut enc);
+        let count_at = enc.reserve_u32();
+        Results {
+            head: (reply_size::HEAD + tag.0.len()).saturating_sub(enc.xdr_len()),
+            enc,
+            status_at,
+            count_at,
+            count: 0,
+            status: NfsStat4::NFS4_OK,
+        }
+    }
+
+    fn push(&mut self, res: &NfsResop4) {
+        res.encode(&mut self.enc);
+        self.count += 1;
+        self.status = res.status();
+    }
+
+    /// The reply's size so far (`reply_size::fit`).
+    fn used(&self) -> usize {
+        self.head + self.enc.xdr_len()
+    }
+
+    fn finish(mut self) -> XdrStream {
+        self.enc.patch_u32(self.status_at, self.status.0);
+        self.enc.patch_u32(self.count_at, self.count);
+        self.enc.finish()
+    }
+}
+
 /// Serves one decoded COMPOUND (module docs). Returns the encoded `COMPOUND4res`.
 pub(crate) fn process(
     server: &Nfs4Server,
@@ -163,15 +217,15 @@ pub(crate) fn process(
     // The session's reply limits (`ca_maxresponsesize`, and the cached one when the
     // client asked for caching) and the reply's size so far (module reply_size).
     let mut limits: Option<(usize, Option<usize>)> = None;
-    let mut used = reply_size::HEAD + c.tag.0.len();
-    let mut results = Vec::with_capacity(c.ops.len() + 1);
+    let mut results = Results::new(&c.tag);
     for (i, op) in c.ops.iter().enumerate() {
         let desc = ops::describe(op.opnum());
         cx.last = i as u32 + 1 == c.opcount;
         let fitted;
+        let used = results.used();
         let op = match limits.map(|(max, cached)| reply_size::fit(op, used, max, cached)) {
             Some(Err(s)) => {
-                results.push(fail(op, s));
+                results.push(&fail(op, s));
                 break;
             }
             Some(Ok(Some(smaller))) => {
@@ -231,28 +285,20 @@ pub(crate) fn process(
         };
         let failed = !res.status().is_ok();
         server.op_counts.count(op.opnum().0, !failed);
-        if limits.is_some() {
-            used += res.to_xdr().xdr_len();
-        }
-        results.push(res);
+        results.push(&res);
+        drop(res);
         if failed {
             break;
         }
     }
     // The operation that did not decode is reached only if all before it succeeded.
-    let all_ok = results.iter().all(|r| r.status().is_ok());
-    if results.len() == c.ops.len() && all_ok {
+    if results.count as usize == c.ops.len() && results.status.is_ok() {
         if let Some(stopped) = c.stopped {
             server.op_counts.count(stopped.opnum.0, false);
-            results.push(stopped.result());
+            results.push(&stopped.result());
         }
     }
-    let reply = Compound4Res::new(c.tag, results);
-    let mut reply = {
-        let encoded = reply.to_xdr();
-        drop(reply);
-        encoded
-    };
+    let mut reply = results.finish();
     super::read_file::fill(&mut reply, std::mem::take(&mut cx.file_reads));
     // Locks of lock owners whose client went during this COMPOUND (its lease ran
     // out, its record was replaced or destroyed).
