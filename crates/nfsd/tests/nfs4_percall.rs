@@ -163,7 +163,10 @@ async fn percall41() {
             // The same open as the Linux client sends it for a file whose handle it
             // has (OPEN_NOATTR: PUTFH of the file, OPEN with CLAIM_FH, ACCESS,
             // GETATTR; `encode_open_noattr` in fs/nfs/nfs4xdr.c).
-            let fh = handles.get(i).cloned().expect("looked up before the measurement");
+            let fh = handles
+                .get(i)
+                .cloned()
+                .expect("looked up before the measurement");
             let owner = StateOwner4 {
                 clientid: s.clientid,
                 owner: b"open id:\x00\x00\x00\x01".as_slice().into(),
