@@ -321,7 +321,7 @@ impl Values {
         if WRITE_ONLY.iter().any(|&a| request.is_set(a)) {
             return Err(NfsStat4::NFS4ERR_INVAL);
         }
-        let mut mask = Bitmap4::default();
+        let mut mask = Bitmap4(Vec::with_capacity(request.0.len()));
         // Room for what the Linux client asks with GETATTR and READDIR (about 140 and
         // 200 bytes): grown from nothing, the buffer was reallocated five times.
         let mut e = Encoder::with_capacity(xdr::TO_XDR_CAPACITY);

@@ -18,6 +18,7 @@ use std::collections::{HashMap, HashSet};
 use nfs4::{ClientId4, NfsStat4, OpaqueLimit, StateId4};
 
 use super::opens::FileKey;
+use super::ServerKeyed;
 
 /// Most lock stateids, all clients together (NFS4ERR_DELAY past it). Each holds
 /// at most about 1.2 KiB (the owner at most 1 KiB).
@@ -43,13 +44,13 @@ pub struct LockState {
 pub struct LockStates {
     boot: u32,
     next: u64,
-    states: HashMap<[u8; 12], LockState>,
+    states: ServerKeyed<[u8; 12], LockState>,
     /// Each state's `other` by its client, owner and file.
     by_owner: HashMap<(ClientId4, OpaqueLimit, FileKey), [u8; 12]>,
     /// The states made from each open, by the open's `other`.
-    by_open: HashMap<[u8; 12], HashSet<[u8; 12]>>,
+    by_open: ServerKeyed<[u8; 12], HashSet<[u8; 12]>>,
     /// What each holds of the memory budget ([`super::budget`]).
-    charges: HashMap<[u8; 12], rpcrdma::memory::Charge>,
+    charges: ServerKeyed<[u8; 12], rpcrdma::memory::Charge>,
     budget: super::budget::StateBudget,
 }
 
@@ -59,10 +60,10 @@ impl LockStates {
         LockStates {
             boot,
             next: 1 << 63,
-            states: HashMap::new(),
+            states: ServerKeyed::default(),
             by_owner: HashMap::new(),
-            by_open: HashMap::new(),
-            charges: HashMap::new(),
+            by_open: ServerKeyed::default(),
+            charges: ServerKeyed::default(),
             budget: Default::default(),
         }
     }

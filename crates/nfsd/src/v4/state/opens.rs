@@ -23,11 +23,11 @@
 //! Each open holds a charge of the memory budget ([`super::budget`]): past it, a new
 //! open is NFS4ERR_DELAY.
 
-use std::collections::HashMap;
-
 use nfs4::state::{OPEN4_SHARE_ACCESS_BOTH, OPEN4_SHARE_ACCESS_WRITE, OPEN4_SHARE_DENY_BOTH};
 use nfs4::{ClientId4, NfsStat4, OpaqueLimit, StateId4};
 use xdr::Bytes;
+
+use super::ServerKeyed;
 
 /// Most open stateids, all clients together; past it OPEN is NFS4ERR_DELAY (as knfsd
 /// answers when it cannot allocate a stateid). An entry costs at most about 1.2 KiB
@@ -69,11 +69,11 @@ pub enum Io {
 pub struct Opens {
     boot: u32,
     next: u64,
-    opens: HashMap<[u8; 12], Open>,
+    opens: ServerKeyed<[u8; 12], Open>,
     /// The opens of each file, for the share checks.
-    by_file: HashMap<FileKey, Vec<[u8; 12]>>,
+    by_file: ServerKeyed<FileKey, Vec<[u8; 12]>>,
     /// What each open holds of the memory budget.
-    charges: HashMap<[u8; 12], rpcrdma::memory::Charge>,
+    charges: ServerKeyed<[u8; 12], rpcrdma::memory::Charge>,
     budget: super::budget::StateBudget,
 }
 
@@ -83,9 +83,9 @@ impl Opens {
         Opens {
             boot,
             next: 1,
-            opens: HashMap::new(),
-            by_file: HashMap::new(),
-            charges: HashMap::new(),
+            opens: ServerKeyed::default(),
+            by_file: ServerKeyed::default(),
+            charges: ServerKeyed::default(),
             budget: Default::default(),
         }
     }
