@@ -116,10 +116,24 @@ impl HandleKey {
         h.finish128().as_bytes()
     }
 
-    /// Whether `tag` is the MAC of `bytes`, compared in constant time.
+    /// Whether `tag` is the MAC of `bytes`, compared in constant time: as two 64-bit
+    /// words (`subtle` compares a byte slice a byte at a time, behind an optimization
+    /// barrier each: 520 instructions of every PUTFH's 1,560, against about 20).
     pub fn verify(&self, bytes: &[u8], tag: &[u8]) -> bool {
-        tag.len() == MAC_LEN && bool::from(self.mac(bytes).ct_eq(tag))
+        let Ok(tag) = <[u8; MAC_LEN]>::try_from(tag) else {
+            return false;
+        };
+        let (mac, tag) = (words(&self.mac(bytes)), words(&tag));
+        bool::from(mac[0].ct_eq(&tag[0]) & mac[1].ct_eq(&tag[1]))
     }
+}
+
+/// A MAC as two 64-bit words.
+fn words(mac: &[u8; MAC_LEN]) -> [u64; 2] {
+    let (mut low, mut high) = ([0; 8], [0; 8]);
+    low.copy_from_slice(&mac[..8]);
+    high.copy_from_slice(&mac[8..]);
+    [u64::from_le_bytes(low), u64::from_le_bytes(high)]
 }
 
 fn random_key() -> std::io::Result<[u8; KEY_LEN]> {
@@ -260,6 +274,22 @@ mod tests {
             "{e}"
         );
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_tag_off_in_any_byte_or_of_another_length_does_not_verify() {
+        let k = HandleKey::from_bytes(&[7; KEY_LEN]);
+        let bytes = b"a handle's bytes";
+        let tag = k.mac(bytes);
+        assert!(k.verify(bytes, &tag));
+        for i in 0..MAC_LEN {
+            let mut bad = tag;
+            bad[i] ^= 0x01;
+            assert!(!k.verify(bytes, &bad), "byte {i} flipped");
+        }
+        assert!(!k.verify(bytes, &tag[..MAC_LEN - 1]));
+        assert!(!k.verify(bytes, &[tag.as_slice(), &[0]].concat()));
+        assert!(!k.verify(b"another handle's", &tag));
     }
 
     #[test]
