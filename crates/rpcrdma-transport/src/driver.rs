@@ -124,59 +124,37 @@ pub(crate) trait Role<Q: QueuePair + 'static>: Send + Sized + 'static {
 
 /// Why the transport closed a connection (logged, and kept in its counters' close
 /// reason).
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub(crate) enum CloseReason {
     /// The server is shutting down.
+    #[error("server shutdown")]
     Shutdown,
     /// The provider refused a work request.
+    #[error("posting {0} failed: {1}")]
     Post(&'static str, rdma::PostError),
     /// The device refused to register memory a work request needed.
+    #[error("registering {0} failed: {1}")]
     Register(&'static str, RegisterError),
     /// A work request completed in error (§5.5.3: "RDMA operational errors are
     /// typically fatal to the connection").
+    #[error("{:?} completed with {:?}", .0.opcode, .0.status)]
     Completion(Completion),
     /// The protocol core asked for it (§5.5.4: no Reply or error could be sent).
+    #[error("protocol error: no reply possible")]
     Core,
     /// The provider reported a Receive we cannot read (unknown buffer, bad length).
+    #[error("Receive {:#x} of {} bytes is unreadable", .0.wr_id, .0.byte_len)]
     BadReceive(Completion),
     /// A Call's RDMA Reads did not complete within `RdmaConfig::read_timeout`.
+    #[error("RDMA Reads of a Call not complete within {0:?}")]
     ReadTimeout(std::time::Duration),
     /// Work requests we posted made no progress for `RdmaConfig::stall_timeout`
     /// (`liveness`).
+    #[error("no progress for {0:?} with work requests posted ({1})")]
     Stalled(std::time::Duration, String),
     /// The upper layer no longer takes what the connection delivers.
+    #[error("the upper layer went away")]
     UpperLayerGone,
-}
-
-impl std::fmt::Display for CloseReason {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            CloseReason::Shutdown => f.write_str("server shutdown"),
-            CloseReason::Post(what, e) => write!(f, "posting {what} failed: {e}"),
-            CloseReason::Register(what, e) => write!(f, "registering {what} failed: {e}"),
-            CloseReason::Completion(c) => {
-                write!(f, "{:?} completed with {:?}", c.opcode, c.status)
-            }
-            CloseReason::Core => f.write_str("protocol error: no reply possible"),
-            CloseReason::ReadTimeout(t) => {
-                write!(f, "RDMA Reads of a Call not complete within {t:?}")
-            }
-            CloseReason::Stalled(t, waiting) => {
-                write!(
-                    f,
-                    "no progress for {t:?} with work requests posted ({waiting})"
-                )
-            }
-            CloseReason::BadReceive(c) => {
-                write!(
-                    f,
-                    "Receive {:#x} of {} bytes is unreadable",
-                    c.wr_id, c.byte_len
-                )
-            }
-            CloseReason::UpperLayerGone => f.write_str("the upper layer went away"),
-        }
-    }
 }
 
 /// Growing a connection's buffers with demand (issue 16): the memory budget they are
