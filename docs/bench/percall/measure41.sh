@@ -26,10 +26,14 @@ PID=$!
 for _ in $(seq 50); do grep -q "^nfsd: ready" "$OUT/nfsd.log" && break; sleep 0.2; done
 grep -q "^nfsd: ready" "$OUT/nfsd.log" || { echo "nfsd did not start:"; cat "$OUT/nfsd.log"; exit 1; }
 for w in create open openfh lookup access remove; do
+  # The driver's own set-up calls (a session; for openfh the files' handles) come
+  # before its "ready", after which it waits 2 s: strace attaches then.
+  NFSD_ADDR=127.0.0.1:32049 NFSD_EXPORT=$EXP N=$N WHAT=$w "$DRIVER" --ignored --nocapture >"$OUT/$w.out" 2>&1 &
+  DP=$!
+  for _ in $(seq 600); do grep -q '^ready' "$OUT/$w.out" && break; sleep 0.1; done
   strace -f -c -S calls -o "$OUT/$w.strace" -p $PID 2>/dev/null &
   SP=$!
-  sleep 1
-  NFSD_ADDR=127.0.0.1:32049 NFSD_EXPORT=$EXP N=$N WHAT=$w "$DRIVER" --ignored --nocapture >"$OUT/$w.out" 2>&1 || true
+  wait $DP || true
   grep -E "^$w " "$OUT/$w.out" || { echo "the $w run failed:"; cat "$OUT/$w.out"; kill $PID; exit 1; }
   sleep 0.5
   kill -INT $SP; wait $SP 2>/dev/null || true
