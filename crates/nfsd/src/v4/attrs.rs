@@ -400,10 +400,10 @@ impl Values {
                 e.u32(self.nlink);
             }
             OWNER => {
-                e.string(server.ids.to_string(Kind::User, self.uid).as_bytes());
+                server.ids.encode(e, Kind::User, self.uid);
             }
             OWNER_GROUP => {
-                e.string(server.ids.to_string(Kind::Group, self.gid).as_bytes());
+                server.ids.encode(e, Kind::Group, self.gid);
             }
             RAWDEV => {
                 e.u32(self.rawdev.0).u32(self.rawdev.1);

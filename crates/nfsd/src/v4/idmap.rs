@@ -134,6 +134,16 @@ impl IdMap {
         }
     }
 
+    /// Encodes the string for `id` (GETATTR, READDIR) as `to_string` makes it; a
+    /// numeric one, the default, without allocating (two per GETATTR otherwise).
+    pub fn encode(&self, e: &mut xdr::Encoder, kind: Kind, id: u32) {
+        if self.domain.is_some() {
+            e.string(self.to_string(kind, id).as_bytes());
+        } else {
+            e.string(decimal(id, &mut [0; 10]));
+        }
+    }
+
     /// The id `s` names (SETATTR, CREATE's and OPEN's attributes), or
     /// NFS4ERR_BADOWNER.
     pub fn to_id(&self, kind: Kind, s: &[u8]) -> Result<u32, NfsStat4> {
@@ -184,6 +194,20 @@ impl IdMap {
     }
 }
 
+/// `id` in decimal, written at the end of `buf`.
+fn decimal(id: u32, buf: &mut [u8; 10]) -> &[u8] {
+    let mut at = buf.len();
+    let mut n = id;
+    loop {
+        at -= 1;
+        buf[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            return &buf[at..];
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
@@ -224,6 +248,13 @@ mod tests {
     fn without_a_domain_only_numbers_are_used_both_ways() {
         let m = IdMap::new(None, Box::new(Table::default()));
         assert_eq!(m.to_string(Kind::User, 1000), "1000");
+        for id in [0, 7, 10, 1000, 65534, u32::MAX] {
+            let mut e = xdr::Encoder::new();
+            m.encode(&mut e, Kind::User, id);
+            let mut want = xdr::Encoder::new();
+            want.string(id.to_string().as_bytes());
+            assert_eq!(e.finish().inline, want.finish().inline, "{id}");
+        }
         assert_eq!(m.to_id(Kind::User, b"1000"), Ok(1000));
         assert_eq!(
             m.to_id(Kind::User, b"alice@example.org"),
