@@ -21,32 +21,45 @@
 //! A file replaced at a name shows its own inode number and birth time in the `statx`
 //! of that name, so it misses here and is asked for. Bounded as the other maps of an
 //! export ([`crate::generations`]): two generations of at most [`PER_GENERATION`]
-//! entries.
+//! entries. And let go of when the server is idle: once a whole
+//! [`crate::dir_cache::AGE_PERIOD`] passed without a call using the map, a
+//! generation is dropped each period ([`KnownHandles::age_if_unused`]), so that the
+//! memory a burst of listings took goes back when the clients leave (the `soak` test
+//! asserts it), while a busy server keeps what it uses.
 
 use crate::fh::{Key, Object};
 use crate::generations::Generations;
 
-/// Entries per generation: memory stays below two of them, about
-/// 2 x 32,768 x 100 bytes (key, handle and the map's own share), some 6.5 MB.
+/// Entries per generation: memory stays below two of them; a full generation's table
+/// took 8.7 MB in the `soak` test (its entries hold a kernel handle of up to 128
+/// bytes inline), so about 17 MB at most.
 pub const PER_GENERATION: usize = 32_768;
 
 /// Device and inode -> (birth time, what a handle of that object names).
 #[derive(Debug)]
-pub struct KnownHandles(Generations<Key, (u64, Object)>);
+pub struct KnownHandles {
+    map: Generations<Key, (u64, Object)>,
+    /// Whether a call used the map since the last [`KnownHandles::age_if_unused`].
+    used: bool,
+}
 
 impl Default for KnownHandles {
     fn default() -> Self {
-        KnownHandles(Generations::new(PER_GENERATION))
+        KnownHandles {
+            map: Generations::new(PER_GENERATION),
+            used: false,
+        }
     }
 }
 
 impl KnownHandles {
     /// What a handle of the object `key` born at `gen` names, if known.
     pub fn get(&mut self, key: Key, gen: u64) -> Option<Object> {
+        self.used = true;
         if gen == 0 {
             return None;
         }
-        match self.0.get(&key) {
+        match self.map.get(&key) {
             Some(&(born, object)) if born == gen => Some(object),
             _ => None,
         }
@@ -55,20 +68,58 @@ impl KnownHandles {
     /// Keeps `object` for `key` born at `gen` (replacing what was kept for an earlier
     /// file of that inode number); nothing without a birth time.
     pub fn keep(&mut self, key: Key, gen: u64, object: Object) {
+        self.used = true;
         if gen != 0 {
-            self.0.insert(key, (gen, object));
+            self.map.insert(key, (gen, object));
         }
     }
 
     /// Forgets what was kept for `key`: a handle made with it was found stale.
     pub fn forget(&mut self, key: Key) {
-        self.0.remove(&key);
+        self.map.remove(&key);
+    }
+
+    /// Drops a generation if no call used the map since the last time this was
+    /// called (module docs): two idle periods and nothing is kept.
+    pub fn age_if_unused(&mut self) {
+        if !std::mem::take(&mut self.used) {
+            self.map.age();
+        }
+    }
+
+    /// How many entries are kept.
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    /// Whether none is kept.
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_idle_map_is_let_go_of_and_a_used_one_kept() {
+        let mut k = KnownHandles::default();
+        let key = Key { dev: 1, ino: 2 };
+        let object = Object::Inode { key, gen: 7 };
+        k.keep(key, 7, object);
+        // Used since the last tick: kept, however many ticks while it is used.
+        for _ in 0..3 {
+            k.age_if_unused();
+            assert_eq!(k.get(key, 7), Some(object));
+        }
+        // The period of the last use ends; then one idle period, then another.
+        k.age_if_unused();
+        k.age_if_unused();
+        assert_eq!(k.len(), 1, "one idle period: the entry is in the old generation");
+        k.age_if_unused();
+        assert!(k.is_empty(), "two idle periods: nothing is kept");
+    }
 
     #[test]
     fn an_object_is_known_by_device_inode_and_birth_time_only() {

@@ -601,9 +601,11 @@ impl Export {
     }
 
     /// Closes the directory descriptors not used since the last call
-    /// ([`DirCache::age`]).
+    /// ([`DirCache::age`]), and lets go of the known handles while no call uses them
+    /// ([`KnownHandles::age_if_unused`]).
     pub fn age_descriptors(&self) {
         self.dirs.age();
+        self.known().age_if_unused();
     }
 
     /// How many directory descriptors are kept open ([`DirCache`]).
