@@ -116,7 +116,11 @@ mod tests {
         // The period of the last use ends; then one idle period, then another.
         k.age_if_unused();
         k.age_if_unused();
-        assert_eq!(k.len(), 1, "one idle period: the entry is in the old generation");
+        assert_eq!(
+            k.len(),
+            1,
+            "one idle period: the entry is in the old generation"
+        );
         k.age_if_unused();
         assert!(k.is_empty(), "two idle periods: nothing is kept");
     }
