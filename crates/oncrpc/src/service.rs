@@ -42,11 +42,6 @@
 //! ```
 
 use std::collections::{BTreeMap, HashMap};
-
-/// The dispatcher's tables, looked up by every call: keyed by program (and version)
-/// numbers the server registered, so `foldhash` rather than std's SipHash, which
-/// cost about 600 instructions a call (docs/bench/percall/instructions41.sh).
-type Table<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -62,6 +57,11 @@ use crate::drc::{Begin, CacheStats, CallKey, ReplyCache};
 use crate::error::{CallError, Disposition, ServiceError};
 use crate::message::{CallHeader, MismatchInfo, ReplyBody, ReplyHeader, Xid, RPC_VERSION};
 use crate::metrics::{CallMetrics, VersionStats};
+
+/// The dispatcher's tables, looked up by every call: keyed by program (and version)
+/// numbers the server registered, so `foldhash` rather than std's SipHash, which
+/// cost about 300 instructions a call (docs/bench/percall/instructions41.sh).
+type Table<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
 
 /// One call, as a service sees it.
 #[derive(Debug)]
