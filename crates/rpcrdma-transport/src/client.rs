@@ -38,11 +38,11 @@ use std::collections::HashMap;
 use std::io;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
 
 use bytes::Bytes;
 use oncrpc::{CallFailure, Dispatcher, Incoming, RecordReceiver, RecordSender, Transport};
 use rdma::{BufferPool, ConnectionManager, PooledBuffer, QueuePair, Route, STag};
+use rpcrdma::liveness::Waiting;
 use rpcrdma::marshal::Registration;
 use rpcrdma::private_data::PrivateData;
 use rpcrdma::requester::{PlacedChunks, PlacedHandles, ReplyParts};
@@ -57,9 +57,8 @@ use xdr::XdrStream;
 
 use crate::binding::RdmaBinding;
 use crate::counters::{ConnStats, Counter, StatsRegistry};
-use crate::driver::{CloseReason, Driver, Link, LinkParts, Role};
+use crate::driver::{CloseReason, Driver, Link, Role};
 use crate::error::TransportError;
-use crate::liveness::Waiting;
 use crate::pool::{RecvPool, SendPool};
 use crate::registration::{join_in_place, ChunkRegion, ReadSink, Room};
 use crate::setup::RdmaConfig;
@@ -161,9 +160,8 @@ impl<P: ConnectionManager + 'static> RdmaTransport<P> {
         // backward ones are posted when the core opens the backward channel.
         let credits = config.credits.max(1);
         let all = credits + backward_recvs;
-        let pool = RecvPool::new(&pd, all, all, config.recv_buffer_len())?;
-        let recvs = pool.initial(0..credits as usize);
-        let unposted: Vec<usize> = (credits as usize..all as usize).rev().collect();
+        let (recv_pool, recvs) =
+            RecvPool::new(&pd, credits, backward_recvs, all, config.recv_buffer_len())?;
         let qp = route.connect(&pd, config.connect_params(recvs)).await?;
         let limits = config.negotiate(qp.peer());
         let stats = ConnStats::new("client", Some(self.addr));
@@ -220,20 +218,16 @@ impl<P: ConnectionManager + 'static> RdmaTransport<P> {
             SendPool::new(&pd, n, n, send_buffer_len as usize)?
         };
         let qp = Arc::new(qp);
-        let link = Link::new(LinkParts {
-            qp: qp.clone(),
+        let buffers = self.buffers.clone();
+        let link = Link::new(
+            qp.clone(),
             pd,
-            buffers: self.buffers.clone(),
-            stats: stats.clone(),
-            pool,
-            free_recvs: unposted,
-            recv_buffers: all as usize,
+            buffers,
+            stats.clone(),
+            recv_pool,
             sends,
-            growth: None,
-            // A connection stuck on its own work requests is closed, as a server's
-            // is (`liveness`): oncrpc sends its Calls again on a new one.
-            stall_timeout: config.stall_timeout,
-        });
+            None,
+        );
         let (replies, rx) = mpsc::unbounded_channel();
         let (inputs_tx, inputs) = mpsc::unbounded_channel();
         let role = ClientRole {
@@ -245,7 +239,10 @@ impl<P: ConnectionManager + 'static> RdmaTransport<P> {
             room_head: limits.recv_threshold as usize,
             negotiation: self.negotiation.clone(),
         };
-        let mut driver = Driver::new(link, role, inputs, None, self.stats.dump_requests());
+        // A connection stuck on its own work requests is closed, as a server's is
+        // (`rpcrdma::liveness`): oncrpc sends its Calls again on a new one.
+        let dump = self.stats.dump_requests();
+        let mut driver = Driver::new(link, role, inputs, None, dump, config.stall_timeout);
         // §7.2.2.1: the Receives for backward Calls, before the server may send one.
         driver.role.core.open_backward_channel();
         driver.role.drive(&mut driver.link, None);
@@ -460,18 +457,8 @@ impl<Q: QueuePair + 'static> Role<Q> for ClientRole {
         self.core.handle_invalidated(xid, handle);
     }
 
-    fn waiting(&self, link: &Link<Q>) -> Waiting {
-        let (reads, oldest_read) = link.reads(Instant::now());
-        Waiting {
-            calls: self.core.credits().outstanding() as usize,
-            credits: self.core.credits().limit(),
-            recvs_posted: link.recvs_posted(),
-            reads,
-            oldest_read,
-            sends: link.sends_in_flight(),
-            invalidations: link.invalidations(),
-            ..Waiting::default()
-        }
+    fn waiting(&self) -> Waiting {
+        self.core.waiting()
     }
 
     /// The connection is gone, which fences every region still registered (§5.4.1:

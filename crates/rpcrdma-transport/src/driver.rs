@@ -34,13 +34,13 @@ use rdma::{
     BufferPool, Completion, ProtectionDomain, QueuePair, QueuePairExt, RegisterError, RemoteAddr,
     STag, SendOp, SendWr, WcOpcode, WcStatus,
 };
+use rpcrdma::liveness::{Verdict, Waiting, Watchdog};
 use rpcrdma::marshal::{RdmaWrite, Registration};
 use rpcrdma::memory::{Charge, MemoryBudget};
 use rpcrdma::{Action, Segment, Xid};
 use tokio::sync::{mpsc, watch};
 
 use crate::counters::{ConnStats, Counter};
-use crate::liveness::{Verdict, Waiting, Watchdog};
 use crate::pool::{gather, wr_kind, RecvPool, SendFailure, SendPool};
 use crate::registration::{ChunkRegion, ReadSink, Room};
 
@@ -76,7 +76,7 @@ pub(crate) trait Role<Q: QueuePair + 'static>: Send + Sized + 'static {
     fn input(&mut self, link: &mut Link<Q>, input: Self::Input);
 
     /// A message received (copied out of its Receive buffer, which is back in
-    /// `link.free_recvs`, not posted).
+    /// `link.recvs`, not posted).
     fn received(&mut self, link: &mut Link<Q>, buf: Bytes);
 
     /// Every RDMA Read of Read chunk `chunk` of `xid` completed into `sink`.
@@ -115,8 +115,9 @@ pub(crate) trait Role<Q: QueuePair + 'static>: Send + Sized + 'static {
     /// The budget the core waits for released memory.
     fn memory_released(&mut self) {}
 
-    /// What the connection waits for now (the watchdog and the state dump).
-    fn waiting(&self, link: &Link<Q>) -> Waiting;
+    /// What the connection's Calls wait for in the core and the upper layer (the
+    /// watchdog and the state dump; [`Link::waiting`] adds the rest).
+    fn waiting(&self) -> Waiting;
 
     /// The connection ended: fail or fence what is left.
     fn ended(&mut self, link: &mut Link<Q>);
@@ -184,12 +185,7 @@ pub(crate) struct Link<Q> {
     /// Where Read sinks and chunk regions come from.
     pub(crate) buffers: BufferPool,
     pub(crate) stats: Arc<ConnStats>,
-    pub(crate) pool: RecvPool,
-    /// Receive buffers not posted: taken by a completion, or never posted yet
-    /// (backward Receives before the channel opens).
-    pub(crate) free_recvs: Vec<usize>,
-    /// Receive buffers the connection has (posted or not).
-    pub(crate) recv_buffers: usize,
+    pub(crate) recvs: RecvPool,
     pub(crate) sends: SendPool,
     /// Sends posted whose completion has not come yet.
     sends_in_flight: usize,
@@ -207,57 +203,48 @@ pub(crate) struct Link<Q> {
     next_pull: u64,
     /// Buffers that grow with demand (the server's); `None`: fixed (the client's).
     pub(crate) growth: Option<Growth>,
-    /// Judges whether a busy connection makes progress (`liveness`).
-    watchdog: Option<Watchdog>,
+    /// Things that moved a Call along, for the [`Watchdog`] (`rpcrdma::liveness`).
+    progress: u64,
     closing: Option<CloseReason>,
     /// Once disconnected: when to stop waiting for the provider's flushes.
     teardown_by: Option<Instant>,
 }
 
-/// What a new [`Link`] is made of.
-pub(crate) struct LinkParts<Q> {
-    pub(crate) qp: Arc<Q>,
-    pub(crate) pd: ProtectionDomain,
-    pub(crate) buffers: BufferPool,
-    pub(crate) stats: Arc<ConnStats>,
-    pub(crate) pool: RecvPool,
-    pub(crate) free_recvs: Vec<usize>,
-    pub(crate) recv_buffers: usize,
-    pub(crate) sends: SendPool,
-    pub(crate) growth: Option<Growth>,
-    /// `RdmaConfig::stall_timeout`; zero: no watchdog.
-    pub(crate) stall_timeout: std::time::Duration,
-}
-
 impl<Q: QueuePair + 'static> Link<Q> {
-    pub(crate) fn new(p: LinkParts<Q>) -> Link<Q> {
+    /// A connection's provider side: `buffers` are shared with the other connections,
+    /// the rest is its own. `growth`: the server's buffers grow with demand.
+    pub(crate) fn new(
+        qp: Arc<Q>,
+        pd: ProtectionDomain,
+        buffers: BufferPool,
+        stats: Arc<ConnStats>,
+        recvs: RecvPool,
+        sends: SendPool,
+        growth: Option<Growth>,
+    ) -> Link<Q> {
         Link {
-            qp: p.qp,
-            pd: p.pd,
-            buffers: p.buffers,
-            stats: p.stats,
-            pool: p.pool,
-            free_recvs: p.free_recvs,
-            recv_buffers: p.recv_buffers,
-            sends: p.sends,
+            qp,
+            pd,
+            buffers,
+            stats,
+            recvs,
+            sends,
             sends_in_flight: 0,
             writes: Vec::new(),
             pulls: HashMap::new(),
             exposed: HashMap::new(),
             fencing: HashMap::new(),
             next_pull: 0,
-            growth: p.growth,
-            watchdog: Watchdog::new(p.stall_timeout),
+            growth,
+            progress: 0,
             closing: None,
             teardown_by: None,
         }
     }
 
-    /// Something moved a Call along (`liveness`).
+    /// Something moved a Call along (`rpcrdma::liveness`).
     pub(crate) fn progress(&mut self) {
-        if let Some(w) = &mut self.watchdog {
-            w.progress();
-        }
+        self.progress = self.progress.wrapping_add(1);
     }
 
     /// Whether the connection is closing (by us).
@@ -325,22 +312,9 @@ impl<Q: QueuePair + 'static> Link<Q> {
 
     /// Posts `n` Receive buffers not posted now.
     pub(crate) fn post_recvs(&mut self, n: u32) {
-        for _ in 0..n {
-            let Some(i) = self.free_recvs.pop() else {
-                // Cannot happen: each Receive given back was taken by a completion.
-                tracing::warn!(target: "rpcrdma_transport", "no receive buffer to post");
-                return;
-            };
-            if let Err(e) = self.pool.post(&*self.qp, i) {
-                self.free_recvs.push(i);
-                return self.close(CloseReason::Post("a Receive", e));
-            }
+        if let Err(e) = self.recvs.post(&*self.qp, n) {
+            self.close(CloseReason::Post("a Receive", e));
         }
-    }
-
-    /// Receives posted now.
-    pub(crate) fn recvs_posted(&self) -> usize {
-        self.recv_buffers.saturating_sub(self.free_recvs.len())
     }
 
     /// Charges `bytes` more to the connection's memory budget, if it grows and the
@@ -357,11 +331,6 @@ impl<Q: QueuePair + 'static> Link<Q> {
         g.charge.absorb(charge);
         self.stats.set(Counter::MemoryCharged, g.charge.bytes());
         true
-    }
-
-    /// Bytes of the memory budget this connection's buffers hold.
-    pub(crate) fn charged(&self) -> u64 {
-        self.growth.as_ref().map_or(0, |g| g.charge.bytes())
     }
 
     /// Doubles the Send buffers (up to the pool's most), charged to the memory budget
@@ -493,11 +462,6 @@ impl<Q: QueuePair + 'static> Link<Q> {
         }
     }
 
-    /// Local invalidations posted and not completed.
-    pub(crate) fn invalidations(&self) -> usize {
-        self.fencing.len()
-    }
-
     /// The connection ended: the regions still exposed or being fenced are fenced by
     /// it (no peer reaches them through a dead queue pair) and deregistered.
     fn forget_regions(&mut self) {
@@ -553,16 +517,20 @@ impl<Q: QueuePair + 'static> Link<Q> {
         Ok(None)
     }
 
-    /// RDMA Reads posted and not completed, and the oldest pull's age.
-    pub(crate) fn reads(&self, now: Instant) -> (usize, Option<std::time::Duration>) {
-        let n = self.pulls.values().map(|p| p.sink.outstanding).sum();
-        let oldest = crate::liveness::oldest(now, self.pulls.values().map(|p| p.started));
-        (n, oldest)
-    }
-
-    /// Sends posted and not completed.
-    pub(crate) fn sends_in_flight(&self) -> usize {
-        self.sends_in_flight
+    /// What the connection waits for: `of_core`, the core's and the role's part
+    /// ([`Role::waiting`]), with the work requests and buffers that are the link's.
+    pub(crate) fn waiting(&self, of_core: Waiting) -> Waiting {
+        let outstanding = self.pulls.values().map(|p| p.sink.outstanding).sum();
+        let starts = self.pulls.values().map(|p| p.started);
+        Waiting {
+            recvs_posted: self.recvs.posted(),
+            reads: outstanding,
+            oldest_read: rpcrdma::liveness::oldest(Instant::now(), starts),
+            sends: self.sends_in_flight,
+            invalidations: self.fencing.len(),
+            charged: self.growth.as_ref().map_or(0, |g| g.charge.bytes()),
+            ..of_core
+        }
     }
 
     /// Forgets the pulls in flight (the connection ended).
@@ -604,12 +572,10 @@ impl<Q: QueuePair + 'static> Link<Q> {
         }
         match (c.opcode, kind) {
             (WcOpcode::Recv, wr_kind::RECV) => {
-                let index = id as usize;
-                let Some(buf) = self.pool.take(index, c.byte_len) else {
+                let Some(buf) = self.recvs.take(id as usize, c.byte_len) else {
                     self.close(CloseReason::BadReceive(c));
                     return None;
                 };
-                self.free_recvs.push(index);
                 self.stats.inc(Counter::Recvs);
                 self.stats.add(Counter::RecvBytes, buf.len() as u64);
                 role.received(self, buf);
@@ -666,6 +632,8 @@ where
 {
     pub(crate) link: Link<Q>,
     pub(crate) role: R,
+    /// Judges whether a busy connection makes progress (`rpcrdma::liveness`).
+    watchdog: Option<Watchdog>,
     inputs: mpsc::UnboundedReceiver<R::Input>,
     /// The server's shutdown; `None` for a client.
     stop: Option<watch::Receiver<bool>>,
@@ -674,16 +642,19 @@ where
 }
 
 impl<Q: QueuePair + 'static, R: Role<Q>> Driver<Q, R> {
+    /// `stall_timeout`: `RdmaConfig::stall_timeout`, zero for no watchdog.
     pub(crate) fn new(
         link: Link<Q>,
         role: R,
         inputs: mpsc::UnboundedReceiver<R::Input>,
         stop: Option<watch::Receiver<bool>>,
         dump_requests: watch::Receiver<u64>,
+        stall_timeout: std::time::Duration,
     ) -> Self {
         Driver {
             link,
             role,
+            watchdog: Watchdog::new(stall_timeout),
             inputs,
             stop,
             dump_requests,
@@ -710,7 +681,7 @@ impl<Q: QueuePair + 'static, R: Role<Q>> Driver<Q, R> {
         tokio::pin!(stop);
         // The watchdog's tick, and requests for a state dump: one future each for the
         // connection's life, renewed only when they fire.
-        let period = self.link.watchdog.as_ref().map(Watchdog::period);
+        let period = self.watchdog.as_ref().map(Watchdog::period);
         let tick = tokio::time::sleep(period.unwrap_or(std::time::Duration::MAX / 4));
         tokio::pin!(tick);
         let dump = next_change(self.dump_requests.clone());
@@ -779,7 +750,7 @@ impl<Q: QueuePair + 'static, R: Role<Q>> Driver<Q, R> {
                     None => events_done = true,
                 },
                 () = teardown => {
-                    let waiting = self.role.waiting(&self.link);
+                    let waiting = self.link.waiting(self.role.waiting());
                     self.link.stats.inc(Counter::TeardownsUnflushed);
                     tracing::warn!(
                         target: "rpcrdma_transport",
@@ -845,12 +816,12 @@ impl<Q: QueuePair + 'static, R: Role<Q>> Driver<Q, R> {
     /// The watchdog's tick: a busy connection without progress is logged once, and
     /// closed when it is stuck on its own work requests (issue 31).
     fn check_liveness(&mut self) {
-        let waiting = self.role.waiting(&self.link);
+        let waiting = self.link.waiting(self.role.waiting());
         let link = &mut self.link;
-        let Some(w) = &mut link.watchdog else {
+        let Some(w) = &mut self.watchdog else {
             return;
         };
-        match w.tick(&waiting) {
+        match w.tick(link.progress, &waiting) {
             Verdict::Fine => {}
             Verdict::Warn(quiet) => {
                 link.stats.inc(Counter::Stalls);
@@ -882,7 +853,6 @@ impl<Q: QueuePair + 'static, R: Role<Q>> Driver<Q, R> {
     /// Answers a state dump request ([`crate::StatsRegistry::live_states`]).
     fn set_live_state(&self) {
         let quiet = self
-            .link
             .watchdog
             .as_ref()
             .map(|w| format!(" no_progress_for>={:?}", w.quiet_for()))
@@ -891,9 +861,10 @@ impl<Q: QueuePair + 'static, R: Role<Q>> Driver<Q, R> {
             Some(why) => format!(" closing ({why})"),
             None => String::new(),
         };
-        self.link
-            .stats
-            .set_live_state(format!("{}{quiet}{closing}", self.role.waiting(&self.link)));
+        self.link.stats.set_live_state(format!(
+            "{}{quiet}{closing}",
+            self.link.waiting(self.role.waiting())
+        ));
     }
 }
 

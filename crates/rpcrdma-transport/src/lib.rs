@@ -41,8 +41,6 @@
 //! - [`backward`]: the service-facing backward-direction API ([`BackwardChannel`]);
 //! - [`counters`]: per-connection counters, logged on close, and the live state
 //!   dump;
-//! - `liveness`: the watchdog (a busy connection without progress is logged, one
-//!   stuck on its own work requests closed);
 //! - [`binding`]: what the transport needs from an Upper Layer Binding;
 //! - [`error`]: the crate's error type.
 //!
@@ -134,7 +132,6 @@ pub mod client;
 pub mod counters;
 mod driver;
 pub mod error;
-mod liveness;
 mod pool;
 mod registration;
 pub mod server;

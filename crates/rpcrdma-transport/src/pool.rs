@@ -47,20 +47,30 @@ pub(crate) mod wr_kind {
 /// ([`RecvPool::grow`]).
 pub(crate) struct RecvPool {
     slabs: Slabs,
+    /// Buffers not posted: taken by a completion, or never posted yet (backward
+    /// Receives before the channel opens, a larger grant's before the core asks).
+    free: Vec<usize>,
 }
 
 impl RecvPool {
-    /// `n` buffers of `len` bytes for local write, with room to grow to `max` (see
-    /// [`Slabs::new`]).
+    /// `posted + unposted` buffers of `len` bytes for local write, with room to grow
+    /// to `max` (see [`Slabs::new`]), and the Receives of the first `posted`, to post
+    /// with the connection.
     pub(crate) fn new(
         pd: &ProtectionDomain,
-        n: u32,
+        posted: u32,
+        unposted: u32,
         max: u32,
         len: usize,
-    ) -> Result<RecvPool, RegisterError> {
-        Ok(RecvPool {
-            slabs: Slabs::new(pd, n as usize, max as usize, len, Access::LOCAL_WRITE)?,
-        })
+    ) -> Result<(RecvPool, Vec<RecvWr>), RegisterError> {
+        let (posted, n) = (posted as usize, (posted + unposted) as usize);
+        let slabs = Slabs::new(pd, n, max as usize, len, Access::LOCAL_WRITE)?;
+        let pool = RecvPool {
+            slabs,
+            free: (posted..n).rev().collect(),
+        };
+        let recvs = (0..posted).filter_map(|i| pool.wr(i)).collect();
+        Ok((pool, recvs))
     }
 
     fn wr(&self, index: usize) -> Option<RecvWr> {
@@ -75,38 +85,49 @@ impl RecvPool {
         })
     }
 
-    /// Posts buffer `index` again.
-    pub(crate) fn post(&self, qp: &dyn QueuePair, index: usize) -> Result<(), PostError> {
-        let Some(wr) = self.wr(index) else {
-            return Err(PostError::LocalProtection);
-        };
-        qp.post_recv(wr)
+    /// Posts `n` buffers not posted now.
+    pub(crate) fn post(&mut self, qp: &dyn QueuePair, n: u32) -> Result<(), PostError> {
+        for _ in 0..n {
+            let Some(index) = self.free.pop() else {
+                // Cannot happen: each Receive given back was taken by a completion.
+                tracing::warn!(target: "rpcrdma_transport", "no receive buffer to post");
+                return Ok(());
+            };
+            let Some(wr) = self.wr(index) else {
+                return Err(PostError::LocalProtection);
+            };
+            if let Err(e) = qp.post_recv(wr) {
+                self.free.push(index);
+                return Err(e);
+            }
+        }
+        Ok(())
     }
 
-    /// Buffers `range`, to post with the connection.
-    pub(crate) fn initial(&self, range: std::ops::Range<usize>) -> Vec<RecvWr> {
-        range.filter_map(|i| self.wr(i)).collect()
+    /// Receives posted now.
+    pub(crate) fn posted(&self) -> usize {
+        self.slabs.n.saturating_sub(self.free.len())
     }
 
-    /// `more` buffers: the indexes of the new ones.
-    pub(crate) fn grow(
-        &mut self,
-        pd: &ProtectionDomain,
-        more: usize,
-    ) -> Result<std::ops::Range<usize>, RegisterError> {
-        self.slabs.grow(pd, more)
+    /// `more` buffers, not posted.
+    pub(crate) fn grow(&mut self, pd: &ProtectionDomain, more: usize) -> Result<(), RegisterError> {
+        let added = self.slabs.grow(pd, more)?;
+        self.free.extend(added.rev());
+        Ok(())
     }
 
-    /// Takes the `len` bytes a Receive completion left in buffer `index`, so that the
-    /// buffer can be re-posted at once. `None` for a bad index or length.
-    pub(crate) fn take(&self, index: usize, len: usize) -> Option<Bytes> {
+    /// Takes the `len` bytes a Receive completion left in buffer `index`, which is
+    /// then free to post again. `None` for a bad index or length.
+    pub(crate) fn take(&mut self, index: usize, len: usize) -> Option<Bytes> {
         if len > self.slabs.len {
             return None;
         }
         let (mr, offset) = self.slabs.get(index)?;
         // COPY: receive buffer → message buffer (the inline part of a Call or Reply;
         // at most the inline threshold), so the registered buffer can be re-posted.
-        mr.read(offset, len)
+        let bytes = mr.read(offset, len)?;
+        self.free.push(index);
+        Some(bytes)
     }
 }
 
@@ -380,21 +401,26 @@ mod tests {
         assert_eq!((r4.stag(), at4), (slabs.regions[2].1.stag(), 0));
         assert_eq!(slabs.get(3).unwrap().1, 4096);
         assert!(slabs.get(5).is_none());
-        let pool = RecvPool::new(&pd, 5, 5, 4096).unwrap();
-        assert_eq!(pool.initial(0..5).len(), 5);
+        let (mut pool, recvs) = RecvPool::new(&pd, 5, 0, 5, 4096).unwrap();
+        assert_eq!((recvs.len(), pool.posted()), (5, 5));
         assert!(pool.take(4, 4097).is_none(), "longer than a buffer");
         assert!(pool.take(5, 1).is_none(), "no such buffer");
+        assert_eq!(pool.posted(), 5);
         assert_eq!(pool.take(4, 10).unwrap().len(), 10);
+        assert_eq!(pool.posted(), 4, "taken: free to post again");
     }
 
     #[test]
     fn a_software_pool_maps_its_maximum_at_once_and_grows_into_it() {
         let pd = rdma::software::SoftwarePd::new(rdma::DeviceAttributes::SOFTWARE);
-        let mut pool = RecvPool::new(&pd, 8, 128, 4096).unwrap();
+        let (mut pool, recvs) = RecvPool::new(&pd, 6, 2, 128, 4096).unwrap();
+        assert_eq!((recvs.len(), pool.posted()), (6, 6));
+        assert_eq!(pool.free, vec![7, 6]);
         assert_eq!(pool.slabs.regions.len(), 1);
         assert_eq!(pool.slabs.allocated, 128, "lazily resident: nothing pinned");
         assert!(pool.take(8, 1).is_none(), "not in use yet");
-        assert_eq!(pool.grow(&pd, 8).unwrap(), 8..16);
+        pool.grow(&pd, 8).unwrap();
+        assert_eq!(pool.free, vec![7, 6, 15, 14, 13, 12, 11, 10, 9, 8]);
         assert_eq!(pool.slabs.regions.len(), 1, "no new region");
         assert_eq!(pool.take(15, 10).unwrap().len(), 10);
         assert!(pool.take(16, 1).is_none());

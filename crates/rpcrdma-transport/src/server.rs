@@ -41,6 +41,7 @@ use bytes::Bytes;
 use oncrpc::service::poll_once;
 use oncrpc::Dispatcher;
 use rdma::{BufferPool, ConnectRequest, ConnectionManager, Listener, QueuePair, STag};
+use rpcrdma::liveness::Waiting;
 use rpcrdma::marshal::Registration;
 use rpcrdma::memory::MemoryBudget;
 use rpcrdma::private_data::PrivateData;
@@ -53,9 +54,8 @@ use xdr::XdrStream;
 use crate::backward::{BackwardChannel, BackwardError, BackwardRequest};
 use crate::binding::RdmaBinding;
 use crate::counters::{ConnStats, Counter, StatsRegistry};
-use crate::driver::{CloseReason, Driver, Growth, Link, LinkParts, ReadsNotPosted, Role};
+use crate::driver::{CloseReason, Driver, Growth, Link, ReadsNotPosted, Role};
 use crate::error::TransportError;
-use crate::liveness::Waiting;
 use crate::pool::{RecvPool, SendPool};
 use crate::registration::{join_in_place, ChunkRegion, ReadSink, Room};
 use crate::setup::RdmaConfig;
@@ -206,15 +206,12 @@ impl<P: ConnectionManager + 'static> RdmaServer<P> {
             // protection domain per connection, on the device the request came in on
             // (as Linux svcrdma does).
             let setup = req.device().alloc_pd().and_then(|pd| {
-                let pool = RecvPool::new(
-                    &pd,
-                    initial + backward_credits,
-                    credits + backward_credits,
-                    config.recv_buffer_len(),
-                )?;
-                Ok((pd, pool))
+                let max = credits + backward_credits;
+                let len = config.recv_buffer_len();
+                let (pool, recvs) = RecvPool::new(&pd, initial, backward_credits, max, len)?;
+                Ok((pd, pool, recvs))
             });
-            let (pd, pool) = match setup {
+            let (pd, recv_pool, recvs) = match setup {
                 Ok(s) => s,
                 Err(e) => {
                     tracing::warn!(target: "rpcrdma_transport", peer = ?peer.addr, device = req.device().name(), error = %e, "cannot set up a connection: rejected");
@@ -222,10 +219,6 @@ impl<P: ConnectionManager + 'static> RdmaServer<P> {
                     continue;
                 }
             };
-            let recvs = pool.initial(0..initial as usize);
-            let free_recvs: Vec<usize> = (initial as usize..(initial + backward_credits) as usize)
-                .rev()
-                .collect();
             let qp = match req.accept(&pd, config.connect_params(recvs)).await {
                 Ok(qp) => qp,
                 Err(e) => {
@@ -293,22 +286,13 @@ impl<P: ConnectionManager + 'static> RdmaServer<P> {
                     continue;
                 }
             };
-            let link = Link::new(LinkParts {
-                qp: Arc::new(qp),
-                pd,
-                buffers: self.buffers.clone(),
-                stats,
-                pool,
-                free_recvs,
-                recv_buffers: (initial + backward_credits) as usize,
-                sends,
-                growth: Some(Growth {
-                    budget: self.memory.clone(),
-                    keep_free: config.max_message,
-                    charge: memory,
-                }),
-                stall_timeout: config.stall_timeout,
+            let growth = Some(Growth {
+                budget: self.memory.clone(),
+                keep_free: config.max_message,
+                charge: memory,
             });
+            let buffers = self.buffers.clone();
+            let link = Link::new(Arc::new(qp), pd, buffers, stats, recv_pool, sends, growth);
             let role = ServerRole {
                 core,
                 dispatcher: self.dispatcher.clone(),
@@ -328,6 +312,7 @@ impl<P: ConnectionManager + 'static> RdmaServer<P> {
                 inputs,
                 Some(self.shutdown.subscribe()),
                 self.stats.dump_requests(),
+                config.stall_timeout,
             );
             tokio::spawn(driver.run());
         }
@@ -591,23 +576,12 @@ impl<Q: QueuePair + 'static> Role<Q> for ServerRole {
         self.core.handle_memory_released();
     }
 
-    fn waiting(&self, link: &Link<Q>) -> Waiting {
-        let now = Instant::now();
-        let (reads, oldest_read) = link.reads(now);
-        let (in_service, oldest_in_service) = self.core.in_service();
+    /// The core's, with the Calls not yet handed to the dispatcher.
+    fn waiting(&self) -> Waiting {
+        let core = self.core.waiting(Instant::now());
         Waiting {
-            calls: self.core.pending_calls(),
-            credits: self.core.credits().target(),
-            recvs_posted: link.recvs_posted(),
-            in_dispatcher: in_service + self.to_dispatch.len(),
-            oldest_dispatch: crate::liveness::oldest(now, oldest_in_service.into_iter()),
-            reads,
-            oldest_read,
-            sends: link.sends_in_flight(),
-            invalidations: link.invalidations(),
-            memory_wait: self.core.memory_wait().is_some(),
-            backward: self.core.backward_calls(),
-            charged: link.charged(),
+            in_dispatcher: core.in_dispatcher + self.to_dispatch.len(),
+            ..core
         }
     }
 
@@ -652,10 +626,8 @@ impl ServerRole {
             self.core.handle_credit_growth_refused(Instant::now());
             return;
         }
-        match link.pool.grow(&link.pd, more as usize) {
-            Ok(added) => {
-                link.recv_buffers += added.len();
-                link.free_recvs.extend(added.rev());
+        match link.recvs.grow(&link.pd, more as usize) {
+            Ok(()) => {
                 // Cannot fail: `next` is at least 1.
                 let _ = self.core.set_credit_target(next);
             }

@@ -9,10 +9,13 @@
 //! message (XID, message type, program/version/procedure) and the fixed GARBAGE_ARGS
 //! reply. The async transport that posts Sends, RDMA Reads and Writes and invalidations
 //! on a provider is a separate crate, and executes the values this one returns.
-//! Retransmission belongs to RPC; the one timer here is the responder's pull timeout
-//! for responder-provided Read chunks, driven quinn-style: `now` is an argument
+//! Retransmission belongs to RPC; the timers here (the responder's pull timeout for
+//! responder-provided Read chunks, its RDMA Read timeout and credit-growth retry) are
+//! driven quinn-style: `now` is an argument
 //! (`Responder::handle_registered(now, ..)`, `handle_timeout(now)`) and
-//! `Responder::poll_timeout()` says when to call back. The clock is never read.
+//! `Responder::poll_timeout()` says when to call back. The connection watchdog
+//! ([`liveness`]) is ticked by its caller every `Watchdog::period`. The clock is never
+//! read.
 //!
 //! # Copies
 //! Sending copies no payload byte: a Send is a gather list of `Bytes` (header, inline
@@ -54,6 +57,8 @@
 //!   events, yielding [`Action`]s from `poll_action` and upper-layer events from
 //!   `poll_event`.
 //! - [`stats`]: the per-connection counters and the sink they go to.
+//! - [`liveness`]: the watchdog's judgement of a busy connection that makes no
+//!   progress (warn, or close one stuck on its own work requests).
 //! - [`action`]: the provider-neutral work items (Send, RDMA Read/Write, register,
 //!   invalidate, post Receives, close).
 #![warn(missing_docs, unreachable_pub)]
@@ -63,6 +68,7 @@ pub mod chunks;
 pub mod credits;
 pub mod error;
 pub mod header;
+pub mod liveness;
 pub mod marshal;
 pub mod memory;
 pub mod options;

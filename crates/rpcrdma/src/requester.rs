@@ -35,6 +35,7 @@ use crate::chunks::{ChunkLists, Segment};
 use crate::credits::{RequesterCredits, ResponderCredits};
 use crate::error::{Error, HeaderError, MarshalError, ReplyError};
 use crate::header::{ErrorBody, Prefix};
+use crate::liveness::Waiting;
 use crate::marshal::{
     marshal_backward, plan_call, plan_call_without_reply_chunk, CallLimits, CallPlan, Shape,
 };
@@ -264,6 +265,16 @@ impl<B: UpperLayerBinding> Requester<B> {
     /// Credit state.
     pub fn credits(&self) -> &RequesterCredits {
         &self.credits
+    }
+
+    /// What this connection's Calls wait for, as far as the core knows (`liveness`):
+    /// the connection task adds its work requests and buffers.
+    pub fn waiting(&self) -> Waiting {
+        Waiting {
+            calls: self.credits.outstanding() as usize,
+            credits: self.credits.limit(),
+            ..Waiting::default()
+        }
     }
 
     /// Version negotiation state.

@@ -50,6 +50,7 @@ use crate::chunks::ChunkLists;
 use crate::credits::{grown_target, RequesterCredits, ResponderCredits, GROWTH_RETRY};
 use crate::error::{ArgsError, CreditError, Error, HeaderError, MarshalError, WireAnswer};
 use crate::header::{ErrorBody, Header, Prefix};
+use crate::liveness::Waiting;
 use crate::marshal::{marshal_backward, marshal_reply, ReadChunkReply, Shape};
 use crate::memory::{Charge, MemoryBudget, Waiter};
 use crate::options::{ReliableReplyInfo, RELIABLE_REPLY};
@@ -421,6 +422,21 @@ impl<B: UpperLayerBinding, T> Responder<B, T> {
     pub fn in_service(&self) -> (usize, Option<Instant>) {
         let starts = self.calls.values().filter_map(|c| c.in_service);
         (starts.clone().count(), starts.min())
+    }
+
+    /// What this connection's Calls wait for at `now`, as far as the core knows
+    /// (`liveness`): the connection task adds its work requests and buffers.
+    pub fn waiting(&self, now: Instant) -> Waiting {
+        let (in_dispatcher, oldest) = self.in_service();
+        Waiting {
+            calls: self.pending_calls(),
+            credits: self.credits.target(),
+            in_dispatcher,
+            oldest_dispatch: crate::liveness::oldest(now, oldest.into_iter()),
+            memory_wait: self.memory_wait.is_some(),
+            backward: self.backward_calls(),
+            ..Waiting::default()
+        }
     }
 
     /// Answers a message whose header did not pass: RDMA_ERROR when the core's table

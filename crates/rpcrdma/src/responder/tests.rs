@@ -706,6 +706,12 @@ fn calls_in_service_are_counted_from_when_they_were_taken_until_answered_or_lost
         (2, Some(t0)),
         "an unknown XID is not counted"
     );
+    let w = r.waiting(t0 + Duration::from_secs(5));
+    assert_eq!(
+        (w.calls, w.in_dispatcher, w.oldest_dispatch),
+        (3, 2, Some(Duration::from_secs(5))),
+        "what the watchdog reports: the oldest in service, its age"
+    );
     r.send_reply(Xid(3), rpc_reply(3, &[], None)).unwrap();
     assert_eq!(r.in_service(), (1, Some(t0 + Duration::from_secs(1))));
     r.handle_disconnect();

@@ -1,12 +1,14 @@
-//! Liveness of one connection, of either role (issue 31; the client's since issue 28
-//! put both roles on one driver): a connection that has work outstanding and makes no
-//! progress is never silent, and one stuck on its own work requests is closed, so that
-//! the client reconnects and retransmits instead of both sides waiting forever.
+//! Liveness of one connection, of either role (issue 31): a connection that has work
+//! outstanding and makes no progress is never silent, and one stuck on its own work
+//! requests is closed, so that the client reconnects and retransmits instead of both
+//! sides waiting forever. The judgement is here, sans IO, beside the core's other
+//! timers; the connection task (rpcrdma-transport's driver) counts progress, calls
+//! [`Watchdog::tick`] every [`Watchdog::period`] and logs or closes as it says.
 //!
 //! Progress is anything that moves a Call along: a completion of any kind, a Reply
 //! from the dispatcher. The connection task only bumps a counter for it (no clock read
-//! per turn); a [`Watchdog`] tick every quarter of [`crate::RdmaConfig::stall_timeout`]
-//! compares it with the last tick's. A connection that is busy ([`Waiting::is_idle`]
+//! per turn); a [`Watchdog`] tick every quarter of the stall timeout
+//! (rpcrdma-transport's `RdmaConfig::stall_timeout`) compares it with the last tick's. A connection that is busy ([`Waiting::is_idle`]
 //! false) and made no progress for two ticks is logged once, with what it waits for;
 //! after four ticks (the whole `stall_timeout`) it is closed when what it waits for
 //! is its own posted work (Sends, RDMA Reads, local invalidations that the provider
@@ -32,34 +34,37 @@ const TICKS_TO_CLOSE: u32 = 4;
 /// What a busy connection waits for, at one moment: the connection task fills it in
 /// from its own tables and the protocol core's.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct Waiting {
+pub struct Waiting {
     /// Calls received and not answered (the core's).
-    pub(crate) calls: usize,
-    /// Credits granted now (the core's target) and Receives posted.
-    pub(crate) credits: u32,
-    pub(crate) recvs_posted: usize,
-    /// Calls handed to the dispatcher and not answered, and the oldest one's age.
-    pub(crate) in_dispatcher: usize,
-    pub(crate) oldest_dispatch: Option<Duration>,
-    /// RDMA Reads posted and not completed, and the oldest Read chunk's age.
-    pub(crate) reads: usize,
-    pub(crate) oldest_read: Option<Duration>,
+    pub calls: usize,
+    /// Credits granted now (the core's target).
+    pub credits: u32,
+    /// Receives posted now.
+    pub recvs_posted: usize,
+    /// Calls handed to the dispatcher and not answered.
+    pub in_dispatcher: usize,
+    /// The age of the oldest Call in the dispatcher.
+    pub oldest_dispatch: Option<Duration>,
+    /// RDMA Reads posted and not completed.
+    pub reads: usize,
+    /// The age of the oldest Read chunk being pulled.
+    pub oldest_read: Option<Duration>,
     /// Sends posted and not completed.
-    pub(crate) sends: usize,
+    pub sends: usize,
     /// Local invalidations posted and not completed.
-    pub(crate) invalidations: usize,
+    pub invalidations: usize,
     /// A Call waits for the server's memory budget.
-    pub(crate) memory_wait: bool,
+    pub memory_wait: bool,
     /// Our backward Calls waiting for the peer's Reply.
-    pub(crate) backward: usize,
+    pub backward: usize,
     /// Bytes of the memory budget this connection's buffers hold.
-    pub(crate) charged: u64,
+    pub charged: u64,
 }
 
 impl Waiting {
     /// Nothing is outstanding: the connection waits for the peer's next Call, which is
     /// not a stall.
-    pub(crate) fn is_idle(&self) -> bool {
+    pub fn is_idle(&self) -> bool {
         self.calls == 0
             && self.in_dispatcher == 0
             && self.reads == 0
@@ -71,7 +76,7 @@ impl Waiting {
     /// Work requests posted to the provider and not completed: a stall there is the
     /// provider's, the fabric's or the peer's RDMA layer's, and a new connection clears
     /// it.
-    pub(crate) fn on_work_requests(&self) -> bool {
+    pub fn on_work_requests(&self) -> bool {
         self.reads + self.sends + self.invalidations > 0
     }
 }
@@ -106,7 +111,7 @@ impl fmt::Display for Waiting {
 
 /// What a [`Watchdog`] tick found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Verdict {
+pub enum Verdict {
     /// Idle, or progress since the last tick, or a stall already reported.
     Fine,
     /// No progress for at least this long while busy: warn, once per stall.
@@ -115,11 +120,11 @@ pub(crate) enum Verdict {
     Close(Duration),
 }
 
-/// Counts progress and judges it at each tick ([module docs](self)).
+/// Judges a connection's progress at each tick ([module docs](self)).
 #[derive(Debug)]
-pub(crate) struct Watchdog {
+pub struct Watchdog {
     period: Duration,
-    progress: u64,
+    /// The progress count at the last tick.
     seen: u64,
     quiet_ticks: u32,
     warned: bool,
@@ -127,10 +132,9 @@ pub(crate) struct Watchdog {
 
 impl Watchdog {
     /// A watchdog for `stall_timeout`; `None` when that is zero (no watchdog).
-    pub(crate) fn new(stall_timeout: Duration) -> Option<Watchdog> {
+    pub fn new(stall_timeout: Duration) -> Option<Watchdog> {
         (!stall_timeout.is_zero()).then(|| Watchdog {
             period: stall_timeout / TICKS_TO_CLOSE,
-            progress: 0,
             seen: 0,
             quiet_ticks: 0,
             warned: false,
@@ -138,25 +142,21 @@ impl Watchdog {
     }
 
     /// How often [`Watchdog::tick`] is to be called.
-    pub(crate) fn period(&self) -> Duration {
+    pub fn period(&self) -> Duration {
         self.period
     }
 
-    /// Something moved a Call along.
-    #[inline]
-    pub(crate) fn progress(&mut self) {
-        self.progress = self.progress.wrapping_add(1);
-    }
-
     /// At least how long the connection has gone without progress while busy.
-    pub(crate) fn quiet_for(&self) -> Duration {
+    pub fn quiet_for(&self) -> Duration {
         self.period * self.quiet_ticks
     }
 
-    /// One tick, `waiting` being the connection's state now.
-    pub(crate) fn tick(&mut self, waiting: &Waiting) -> Verdict {
-        let moved = self.progress != self.seen;
-        self.seen = self.progress;
+    /// One tick: `progress` is the connection's count of progress so far (any
+    /// counter that grows by one for each thing that moved a Call along), `waiting`
+    /// its state now.
+    pub fn tick(&mut self, progress: u64, waiting: &Waiting) -> Verdict {
+        let moved = progress != self.seen;
+        self.seen = progress;
         if moved || waiting.is_idle() {
             self.quiet_ticks = 0;
             self.warned = false;
@@ -175,7 +175,7 @@ impl Watchdog {
 }
 
 /// The ages of the oldest of `starts`, at `now`.
-pub(crate) fn oldest(now: Instant, starts: impl Iterator<Item = Instant>) -> Option<Duration> {
+pub fn oldest(now: Instant, starts: impl Iterator<Item = Instant>) -> Option<Duration> {
     starts.min().map(|t| now.saturating_duration_since(t))
 }
 
@@ -195,16 +195,15 @@ mod tests {
     fn an_idle_connection_is_never_a_stall() {
         let mut w = Watchdog::new(Duration::from_secs(60)).unwrap();
         for _ in 0..20 {
-            assert_eq!(w.tick(&Waiting::default()), Verdict::Fine);
+            assert_eq!(w.tick(0, &Waiting::default()), Verdict::Fine);
         }
     }
 
     #[test]
     fn a_busy_connection_that_progresses_is_fine() {
         let mut w = Watchdog::new(Duration::from_secs(60)).unwrap();
-        for _ in 0..20 {
-            w.progress();
-            assert_eq!(w.tick(&sending()), Verdict::Fine);
+        for progress in 1..20 {
+            assert_eq!(w.tick(progress, &sending()), Verdict::Fine);
         }
     }
 
@@ -212,20 +211,22 @@ mod tests {
     fn a_stuck_send_is_warned_about_once_then_closed() {
         let mut w = Watchdog::new(Duration::from_secs(60)).unwrap();
         assert_eq!(w.period(), Duration::from_secs(15));
-        w.progress();
         assert_eq!(
-            w.tick(&sending()),
+            w.tick(1, &sending()),
             Verdict::Fine,
             "progress since the start"
         );
-        assert_eq!(w.tick(&sending()), Verdict::Fine, "one quiet tick");
+        assert_eq!(w.tick(1, &sending()), Verdict::Fine, "one quiet tick");
         assert_eq!(
-            w.tick(&sending()),
+            w.tick(1, &sending()),
             Verdict::Warn(Duration::from_secs(30)),
             "two"
         );
-        assert_eq!(w.tick(&sending()), Verdict::Fine, "warned once");
-        assert_eq!(w.tick(&sending()), Verdict::Close(Duration::from_secs(60)));
+        assert_eq!(w.tick(1, &sending()), Verdict::Fine, "warned once");
+        assert_eq!(
+            w.tick(1, &sending()),
+            Verdict::Close(Duration::from_secs(60))
+        );
     }
 
     #[test]
@@ -237,7 +238,7 @@ mod tests {
             memory_wait: true,
             ..Waiting::default()
         };
-        let verdicts: Vec<Verdict> = (0..10).map(|_| w.tick(&slow)).collect();
+        let verdicts: Vec<Verdict> = (0..10).map(|_| w.tick(0, &slow)).collect();
         assert_eq!(
             verdicts
                 .iter()
@@ -251,14 +252,13 @@ mod tests {
     #[test]
     fn progress_ends_a_stall_and_a_new_one_is_warned_about_again() {
         let mut w = Watchdog::new(Duration::from_secs(4)).unwrap();
-        w.tick(&sending());
-        assert!(matches!(w.tick(&sending()), Verdict::Warn(_)));
-        w.progress();
-        assert_eq!(w.tick(&sending()), Verdict::Fine);
+        w.tick(0, &sending());
+        assert!(matches!(w.tick(0, &sending()), Verdict::Warn(_)));
+        assert_eq!(w.tick(1, &sending()), Verdict::Fine);
         assert_eq!(w.quiet_for(), Duration::ZERO);
-        w.tick(&sending());
+        w.tick(1, &sending());
         assert!(
-            matches!(w.tick(&sending()), Verdict::Warn(_)),
+            matches!(w.tick(1, &sending()), Verdict::Warn(_)),
             "a new stall"
         );
     }
