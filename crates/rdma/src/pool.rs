@@ -47,6 +47,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::ops::Range;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use bytes::Bytes;
@@ -94,6 +95,9 @@ struct PoolShared {
     /// Most bytes kept idle; a buffer coming back beyond it is freed.
     max_idle: usize,
     stats: Mutex<PoolStats>,
+    /// Buffers taken (reused and allocated) when [`BufferPool::release_if_unused`]
+    /// last looked.
+    taken_at_last_look: AtomicU64,
 }
 
 /// What a pool did.
@@ -121,6 +125,7 @@ impl BufferPool {
                 free: Mutex::new(HashMap::new()),
                 max_idle,
                 stats: Mutex::new(PoolStats::default()),
+                taken_at_last_look: AtomicU64::new(0),
             }),
         }
     }
@@ -165,6 +170,19 @@ impl BufferPool {
         let mut st = lock(&self.inner.stats);
         st.idle_bytes = st.idle_bytes.saturating_sub(freed);
         freed
+    }
+
+    /// Frees every idle buffer if none was taken since the last call: called once a
+    /// period, it gives the memory kept for the next burst back after a period
+    /// without one. Returns the bytes freed.
+    pub fn release_if_unused(&self) -> usize {
+        let st = self.stats();
+        let taken = st.reused + st.allocated;
+        let before = self.inner.taken_at_last_look.swap(taken, Ordering::Relaxed);
+        if taken != before || st.idle_bytes == 0 {
+            return 0;
+        }
+        self.release_idle()
     }
 }
 
@@ -563,6 +581,21 @@ impl Drop for Lent {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn idle_buffers_go_only_after_a_period_in_which_none_was_taken() {
+        let pool = BufferPool::new(16 << 20);
+        drop(pool.get(100_000));
+        let idle = pool.stats().idle_bytes;
+        assert!(idle > 0);
+        assert_eq!(pool.release_if_unused(), 0, "taken since the last look");
+        drop(pool.get(100_000));
+        assert_eq!(pool.release_if_unused(), 0, "taken again");
+        assert_eq!(pool.stats().idle_bytes, idle);
+        assert_eq!(pool.release_if_unused(), idle, "a quiet period");
+        assert_eq!(pool.stats().idle_bytes, 0);
+        assert_eq!(pool.release_if_unused(), 0, "nothing idle");
+    }
 
     /// What a buffer holds lasts as long as the last `Bytes` frozen from it.
     #[test]

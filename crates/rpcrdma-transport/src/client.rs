@@ -60,7 +60,7 @@ use crate::counters::{ConnStats, Counter, StatsRegistry};
 use crate::driver::{CloseReason, Driver, Link, Role};
 use crate::error::TransportError;
 use crate::pool::{RecvPool, SendPool};
-use crate::registration::{join_in_place, ChunkRegion, ReadSink, Room};
+use crate::registration::{contiguous, ChunkRegion, ReadSink, Room};
 use crate::setup::RdmaConfig;
 
 /// An RPC-over-RDMA client transport to one server address, for [`oncrpc::Client`].
@@ -591,16 +591,7 @@ impl ClientRole {
         let full = self.core.assemble_reply(reply, &mut placed)?;
         // One chunk with data (an NFS READ): the Reply is made contiguous in that
         // chunk's region, around the data, without copying the data.
-        let full = match join_in_place(full) {
-            Ok(reply) => {
-                link.stats.inc(Counter::RepliesJoinedInPlace);
-                return Ok(reply);
-            }
-            Err(full) => full,
-        };
-        // COPY: a Reply with several chunks of data (or a long tail) is made contiguous
-        // for `oncrpc`'s `RecordReceiver`, which takes one `Bytes`.
-        Ok(full.to_bytes())
+        Ok(contiguous(full, &link.stats, Counter::RepliesJoinedInPlace))
     }
 
     /// A pull ended: the Reply for the core, or a failure (its sink could not hand

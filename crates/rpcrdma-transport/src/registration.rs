@@ -238,6 +238,21 @@ impl ReadSink {
     }
 }
 
+/// `full` as one `Bytes` for `oncrpc` (`Dispatcher::dispatch` and `RecordReceiver`
+/// take one): made contiguous around its one chunk's data ([`join_in_place`], counted
+/// in `joined`), else copied.
+pub(crate) fn contiguous(full: Reassembled, stats: &ConnStats, joined: Counter) -> Bytes {
+    match join_in_place(full) {
+        Ok(whole) => {
+            stats.inc(joined);
+            whole
+        }
+        // COPY: a message of several pieces that could not be joined around its one
+        // chunk's data (several chunks, or pieces that do not fit the room).
+        Err(full) => full.to_bytes(),
+    }
+}
+
 /// Makes `full`, a message rebuilt around one chunk's data (a requester's Reply with a
 /// Write chunk, a responder's Call with a Read chunk), contiguous in the pooled buffer
 /// that chunk's data was placed in (a Write chunk region or a Read sink cut out of a

@@ -57,7 +57,7 @@ use crate::counters::{ConnStats, Counter, StatsRegistry};
 use crate::driver::{CloseReason, Driver, Growth, Link, ReadsNotPosted, Role};
 use crate::error::TransportError;
 use crate::pool::{RecvPool, SendPool};
-use crate::registration::{join_in_place, ChunkRegion, ReadSink, Room};
+use crate::registration::{contiguous, ChunkRegion, ReadSink, Room};
 use crate::setup::RdmaConfig;
 
 /// An RPC-over-RDMA server for the programs of one dispatcher.
@@ -167,8 +167,9 @@ impl<P: ConnectionManager + 'static> RdmaServer<P> {
     /// Accepts connections on `listener` until it fails, serving each on its own task.
     /// Meanwhile, idle pooled buffers are freed after [`QUIET_PERIOD`] without use.
     pub async fn serve(&self, mut listener: P::Listener) -> io::Result<()> {
-        let trimmer = tokio::spawn(release_when_quiet(self.buffers.clone(), QUIET_PERIOD));
-        let _trimmer = AbortOnDrop(trimmer);
+        // Aborted when this future ends or is dropped.
+        let mut trimmer = tokio::task::JoinSet::new();
+        trimmer.spawn(release_when_quiet(self.buffers.clone(), QUIET_PERIOD));
         self.stats.set_memory(self.memory.clone());
         loop {
             let req = listener.accept().await?;
@@ -300,7 +301,6 @@ impl<P: ConnectionManager + 'static> RdmaServer<P> {
                 to_dispatch: VecDeque::new(),
                 tasks: 0,
                 replies: inputs_tx,
-                has_backward: backward_credits > 0,
                 growth: CreditGrowth {
                     max: credits,
                     per_credit,
@@ -367,25 +367,12 @@ pub const QUIET_PERIOD: std::time::Duration = std::time::Duration::from_secs(10)
 pub async fn release_when_quiet(pool: BufferPool, period: std::time::Duration) {
     let mut tick = tokio::time::interval(period);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut last = pool.stats();
     loop {
         tick.tick().await;
-        let now = pool.stats();
-        let used = (now.reused, now.allocated) != (last.reused, last.allocated);
-        if !used && now.idle_bytes > 0 {
-            let freed = pool.release_idle();
+        let freed = pool.release_if_unused();
+        if freed > 0 {
             tracing::debug!(target: "rpcrdma_transport", freed, "idle buffers released");
         }
-        last = pool.stats();
-    }
-}
-
-/// Aborts a task when dropped (the server's future ended or was dropped).
-struct AbortOnDrop(tokio::task::JoinHandle<()>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
     }
 }
 
@@ -416,7 +403,6 @@ struct ServerRole {
     tasks: usize,
     /// Where the tasks' replies go (this connection's inputs).
     replies: mpsc::UnboundedSender<ServerInput>,
-    has_backward: bool,
     growth: CreditGrowth,
 }
 
@@ -528,7 +514,7 @@ impl<Q: QueuePair + 'static> Role<Q> for ServerRole {
     }
 
     /// §4.4.5: a Call's Read chunk, into a sink with room around it for the rest of
-    /// the Call ([`join_in_place`]).
+    /// the Call (`registration::join_in_place`).
     fn read(&mut self, link: &mut Link<Q>, xid: Xid, chunk: usize, segments: Vec<Segment>) {
         let room = Room {
             head: self.room_head,
@@ -647,17 +633,7 @@ impl ServerRole {
             ResponderEvent::Call { xid, payload, .. } => {
                 // A Call with one Read chunk (an NFS WRITE) is made contiguous in the
                 // buffer the chunk was read into, around the data, without copying it.
-                let whole = match join_in_place(payload) {
-                    Ok(call) => {
-                        link.stats.inc(Counter::CallsJoinedInPlace);
-                        call
-                    }
-                    // COPY: a Call of several pieces (inline part and Read chunk
-                    // data) that could not be joined around its one chunk's data
-                    // (several chunks, or pieces that do not fit the room) is made
-                    // contiguous for `Dispatcher::dispatch`, which takes one `Bytes`.
-                    Err(payload) => payload.to_bytes(),
-                };
+                let whole = contiguous(payload, &link.stats, Counter::CallsJoinedInPlace);
                 self.to_dispatch.push_back((xid, whole));
             }
             ResponderEvent::Refused { xid, error, answer } => {
@@ -691,10 +667,6 @@ impl ServerRole {
         match req {
             BackwardRequest::Ready => self.core.handle_peer_backward_ready(),
             BackwardRequest::Call { msg, reply } => {
-                if !self.has_backward {
-                    let _ = reply.send(Err(BackwardError::ConnectionLost));
-                    return;
-                }
                 let xid = match rpc::xid(&msg.inline) {
                     Some(x) if rpc::msg_type(&msg.inline) == Some(rpc::CALL) => x,
                     _ => {
@@ -751,7 +723,8 @@ mod tests {
         let idle = pool.stats().idle_bytes;
         assert!(idle > 0);
         let period = Duration::from_millis(300);
-        let _task = AbortOnDrop(tokio::spawn(release_when_quiet(pool.clone(), period)));
+        let mut task = tokio::task::JoinSet::new();
+        task.spawn(release_when_quiet(pool.clone(), period));
         // Busy: a buffer taken in every period keeps the pool's memory.
         for _ in 0..10 {
             drop(pool.get(100_000));
