@@ -164,12 +164,10 @@ impl<P: ConnectionManager + 'static> RdmaTransport<P> {
             RecvPool::new(&pd, credits, backward_recvs, all, config.recv_buffer_len())?;
         let qp = route.connect(&pd, config.connect_params(recvs)).await?;
         let limits = config.negotiate(qp.peer());
-        let stats = ConnStats::new("client", Some(self.addr));
-        stats.set(Counter::PeerIrd, u64::from(qp.peer().ird));
-        stats.set(Counter::SendThreshold, u64::from(limits.send_threshold));
-        stats.set(Counter::RecvThreshold, u64::from(limits.recv_threshold));
-        stats.set(Counter::CreditsRequested, u64::from(config.credits));
-        self.stats.add(stats.clone());
+        let addr = Some(self.addr);
+        let stats = self
+            .stats
+            .open("client", addr, qp.peer(), &limits, config.credits);
         tracing::debug!(
             target: "rpcrdma_transport",
             addr = %self.addr,

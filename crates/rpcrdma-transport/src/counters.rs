@@ -279,6 +279,25 @@ impl StatsRegistry {
         v.push(s);
     }
 
+    /// A new connection's counters, in this registry, with what its set-up learned:
+    /// the peer's IRD, the inline thresholds in force and the credits asked for.
+    pub(crate) fn open(
+        &self,
+        role: &'static str,
+        addr: Option<SocketAddr>,
+        peer: &rdma::PeerParams,
+        limits: &rpcrdma::private_data::PeerLimits,
+        credits: u32,
+    ) -> Arc<ConnStats> {
+        let stats = ConnStats::new(role, addr);
+        stats.set(Counter::PeerIrd, u64::from(peer.ird));
+        stats.set(Counter::SendThreshold, u64::from(limits.send_threshold));
+        stats.set(Counter::RecvThreshold, u64::from(limits.recv_threshold));
+        stats.set(Counter::CreditsRequested, u64::from(credits));
+        self.add(stats.clone());
+        stats
+    }
+
     /// Snapshots of every connection, oldest first.
     pub fn snapshots(&self) -> Vec<Snapshot> {
         self.lock().iter().map(|c| c.snapshot()).collect()

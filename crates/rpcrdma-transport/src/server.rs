@@ -53,7 +53,7 @@ use xdr::XdrStream;
 
 use crate::backward::{BackwardChannel, BackwardError, BackwardRequest};
 use crate::binding::RdmaBinding;
-use crate::counters::{ConnStats, Counter, StatsRegistry};
+use crate::counters::{Counter, StatsRegistry};
 use crate::driver::{CloseReason, Driver, Growth, Link, ReadsNotPosted, Role};
 use crate::error::TransportError;
 use crate::pool::{RecvPool, SendPool};
@@ -173,149 +173,136 @@ impl<P: ConnectionManager + 'static> RdmaServer<P> {
         self.stats.set_memory(self.memory.clone());
         loop {
             let req = listener.accept().await?;
-            let peer = req.peer().clone();
-            // Remote invalidation only where this device can invalidate.
-            let config = self.config.on_device(&req.device().attributes());
-            let limits = config.negotiate(&peer);
-            let credits = config.credits.max(1);
-            let initial = config.initial_credits.clamp(1, credits);
-            let backward_credits = config.backward_credits;
-            // RFC 8797: without the peer's private data, each Reply assumes the
-            // default threshold of its Call's version; the core says how large a Send
-            // can then be (`rpcrdma::version::max_send_size`).
-            let peer_limits = PrivateData::parse(&peer.private_data).map(|_| limits);
-            let policy = config.policy();
-            let send_buffer_len =
-                rpcrdma::version::max_send_size(peer_limits.as_ref(), policy.max_version);
-            // Issue 16: the connection's Receive and Send buffers for its initial grant
-            // are charged to the server's memory budget before they are allocated, for
-            // as long as it lives (more as its grant grows, `ServerRole::grow_credits`).
-            // One that does not fit (or that arrives while Calls wait for memory) is
-            // rejected: the server never allocates past its budget. Room for one whole
-            // Call is kept from connections, so that idle ones cannot keep every Call
-            // with Read chunks waiting.
-            let per_credit = config.recv_buffer_len() as u64;
-            let needed = CONNECTION_STATE + conn_buffer_bytes(&config, initial, send_buffer_len);
-            let Some(memory) = self.memory.try_charge_now(needed, config.max_message) else {
-                self.stats.connection_refused(peer.addr, needed);
-                let _ = req.reject(Bytes::new()).await;
-                continue;
-            };
-            // §4.3.1: the Receives for the credits we grant go up with the connection,
-            // before the requester can send its first Call. §7.2.2.2: one more per
-            // backward credit, posted when the peer is ready for backward Calls. A
-            // protection domain per connection, on the device the request came in on
-            // (as Linux svcrdma does).
-            let setup = req.device().alloc_pd().and_then(|pd| {
-                let max = credits + backward_credits;
-                let len = config.recv_buffer_len();
-                let (pool, recvs) = RecvPool::new(&pd, initial, backward_credits, max, len)?;
-                Ok((pd, pool, recvs))
-            });
-            let (pd, recv_pool, recvs) = match setup {
-                Ok(s) => s,
-                Err(e) => {
-                    tracing::warn!(target: "rpcrdma_transport", peer = ?peer.addr, device = req.device().name(), error = %e, "cannot set up a connection: rejected");
-                    let _ = req.reject(Bytes::new()).await;
-                    continue;
-                }
-            };
-            let qp = match req.accept(&pd, config.connect_params(recvs)).await {
-                Ok(qp) => qp,
-                Err(e) => {
-                    tracing::debug!(target: "rpcrdma_transport", error = %e, "accept failed");
-                    continue;
-                }
-            };
-            let stats = ConnStats::new("server", peer.addr);
-            stats.set(Counter::PeerIrd, u64::from(peer.ird));
-            stats.set(Counter::SendThreshold, u64::from(limits.send_threshold));
-            stats.set(Counter::RecvThreshold, u64::from(limits.recv_threshold));
-            stats.set(Counter::CreditsRequested, u64::from(config.credits));
-            stats.set(Counter::MemoryCharged, memory.bytes());
-            stats.set(Counter::SendBuffers, INITIAL_SEND_SLOTS as u64);
-            self.stats.add(stats.clone());
-            let core = Responder::new(
-                self.binding.clone(),
-                ResponderConfig {
-                    policy,
-                    credits: initial,
-                    peer: peer_limits,
-                    reassembly: config.reassembly(),
-                    backward_credits: (backward_credits > 0).then_some(backward_credits),
-                    reliable_reply: config.reliable_reply_offered().then_some(
-                        ReliableReplyConfig {
-                            pull_timeout: config.pull_timeout,
-                            remote_invalidate: config.remote_invalidate,
-                        },
-                    ),
-                    max_read_in_flight: config.max_read_in_flight,
-                    read_memory: Some(self.memory.clone()),
-                    served: self.dispatcher.registrations(),
-                    // A peer that stops answering RDMA Reads loses the connection
-                    // (`ResponderEvent::ReadTimeout`).
-                    read_timeout: Some(config.read_timeout),
-                },
-            );
-            let core = match core {
-                Ok(c) => c.with_counters(stats.clone()),
-                Err(_) => continue,
-            };
-            let (inputs_tx, inputs) = mpsc::unbounded_channel();
-            if backward_credits > 0 {
-                let channel = BackwardChannel {
-                    tx: inputs_tx.clone(),
-                    peer: peer.addr,
-                    stats: stats.clone(),
-                };
-                if let Some(to) = &*self.backward.lock().unwrap_or_else(|e| e.into_inner()) {
-                    let _ = to.send(channel);
-                }
-            }
-            // A few Send buffers to start with, more as Sends find them all taken
-            // (`Link::post_send`): an idle connection holds few.
-            let sends = match SendPool::new(
+            self.open(req).await;
+        }
+    }
+
+    /// Accepts one connection request and starts its task, or rejects it through the
+    /// CM when its buffers do not fit the memory budget or cannot be registered.
+    async fn open(&self, req: <P::Listener as Listener>::Request) {
+        let peer = req.peer().clone();
+        // Remote invalidation only where this device can invalidate.
+        let config = self.config.on_device(&req.device().attributes());
+        let limits = config.negotiate(&peer);
+        let credits = config.credits.max(1);
+        let initial = config.initial_credits.clamp(1, credits);
+        let backward_credits = config.backward_credits;
+        // RFC 8797: without the peer's private data, each Reply assumes the default
+        // threshold of its Call's version; the core says how large a Send can then be
+        // (`rpcrdma::version::max_send_size`).
+        let peer_limits = PrivateData::parse(&peer.private_data).map(|_| limits);
+        let policy = config.policy();
+        let send_buffer_len =
+            rpcrdma::version::max_send_size(peer_limits.as_ref(), policy.max_version) as usize;
+        // Issue 16: the connection's Receive and Send buffers for its initial grant are
+        // charged to the server's memory budget before they are allocated, for as long
+        // as it lives (more as its grant grows, `ServerRole::grow_credits`). One that
+        // does not fit (or that arrives while Calls wait for memory) is rejected: the
+        // server never allocates past its budget. Room for one whole Call is kept from
+        // connections, so that idle ones cannot keep every Call with Read chunks
+        // waiting.
+        let needed = CONNECTION_STATE + conn_buffer_bytes(&config, initial, send_buffer_len);
+        let Some(memory) = self.memory.try_charge_now(needed, config.max_message) else {
+            self.stats.connection_refused(peer.addr, needed);
+            let _ = req.reject(Bytes::new()).await;
+            return;
+        };
+        // §4.3.1: the Receives for the credits we grant go up with the connection,
+        // before the requester can send its first Call. §7.2.2.2: one more per
+        // backward credit, posted when the peer is ready for backward Calls. A few Send
+        // buffers to start with, more as Sends find them all taken (`Link::post_send`):
+        // an idle connection holds few. A protection domain per connection, on the
+        // device the request came in on (as Linux svcrdma does).
+        let setup = req.device().alloc_pd().and_then(|pd| {
+            let (max, len) = (credits + backward_credits, config.recv_buffer_len());
+            let (recv_pool, recvs) = RecvPool::new(&pd, initial, backward_credits, max, len)?;
+            let sends = SendPool::new(
                 &pd,
                 INITIAL_SEND_SLOTS,
                 send_slots(credits),
-                send_buffer_len as usize,
-            ) {
-                Ok(p) => p,
-                Err(e) => {
-                    tracing::warn!(target: "rpcrdma_transport", peer = ?peer.addr, error = %e, "cannot register send buffers: connection closed");
-                    qp.disconnect();
-                    continue;
-                }
+                send_buffer_len,
+            )?;
+            Ok((pd, recv_pool, recvs, sends))
+        });
+        let (pd, recv_pool, recvs, sends) = match setup {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(target: "rpcrdma_transport", peer = ?peer.addr, device = req.device().name(), error = %e, "cannot set up a connection: rejected");
+                let _ = req.reject(Bytes::new()).await;
+                return;
+            }
+        };
+        let qp = match req.accept(&pd, config.connect_params(recvs)).await {
+            Ok(qp) => qp,
+            Err(e) => {
+                tracing::debug!(target: "rpcrdma_transport", error = %e, "accept failed");
+                return;
+            }
+        };
+        let stats = self
+            .stats
+            .open("server", peer.addr, &peer, &limits, config.credits);
+        stats.set(Counter::MemoryCharged, memory.bytes());
+        stats.set(Counter::SendBuffers, INITIAL_SEND_SLOTS as u64);
+        let core = Responder::new(
+            self.binding.clone(),
+            ResponderConfig {
+                policy,
+                credits: initial,
+                peer: peer_limits,
+                reassembly: config.reassembly(),
+                backward_credits: (backward_credits > 0).then_some(backward_credits),
+                reliable_reply: config
+                    .reliable_reply_offered()
+                    .then_some(ReliableReplyConfig {
+                        pull_timeout: config.pull_timeout,
+                        remote_invalidate: config.remote_invalidate,
+                    }),
+                max_read_in_flight: config.max_read_in_flight,
+                read_memory: Some(self.memory.clone()),
+                served: self.dispatcher.registrations(),
+                // A peer that stops answering RDMA Reads loses the connection
+                // (`ResponderEvent::ReadTimeout`).
+                read_timeout: Some(config.read_timeout),
+            },
+        );
+        let Ok(core) = core else {
+            return;
+        };
+        let (inputs_tx, inputs) = mpsc::unbounded_channel();
+        if backward_credits > 0 {
+            let channel = BackwardChannel {
+                tx: inputs_tx.clone(),
+                peer: peer.addr,
+                stats: stats.clone(),
             };
-            let growth = Some(Growth {
-                budget: self.memory.clone(),
-                keep_free: config.max_message,
-                charge: memory,
-            });
-            let buffers = self.buffers.clone();
-            let link = Link::new(Arc::new(qp), pd, buffers, stats, recv_pool, sends, growth);
-            let role = ServerRole {
-                core,
-                dispatcher: self.dispatcher.clone(),
-                room_head: config.recv_buffer_len(),
-                to_dispatch: VecDeque::new(),
-                tasks: 0,
-                replies: inputs_tx,
-                growth: CreditGrowth {
-                    max: credits,
-                    per_credit,
-                },
-            };
-            let driver = Driver::new(
-                link,
-                role,
-                inputs,
-                Some(self.shutdown.subscribe()),
-                self.stats.dump_requests(),
-                config.stall_timeout,
-            );
-            tokio::spawn(driver.run());
+            if let Some(to) = &*self.backward.lock().unwrap_or_else(|e| e.into_inner()) {
+                let _ = to.send(channel);
+            }
         }
+        let growth = Some(Growth {
+            budget: self.memory.clone(),
+            keep_free: config.max_message,
+            charge: memory,
+        });
+        let role = ServerRole {
+            core: core.with_counters(stats.clone()),
+            dispatcher: self.dispatcher.clone(),
+            room_head: config.recv_buffer_len(),
+            to_dispatch: VecDeque::new(),
+            tasks: 0,
+            replies: inputs_tx,
+            growth: CreditGrowth {
+                max: credits,
+                per_credit: config.recv_buffer_len() as u64,
+            },
+        };
+        let buffers = self.buffers.clone();
+        let link = Link::new(Arc::new(qp), pd, buffers, stats, recv_pool, sends, growth);
+        let stop = Some(self.shutdown.subscribe());
+        let dump = self.stats.dump_requests();
+        let driver = Driver::new(link, role, inputs, stop, dump, config.stall_timeout);
+        tokio::spawn(driver.run());
     }
 }
 
@@ -342,10 +329,10 @@ pub const CONNECTION_STATE: u64 = 24 << 10;
 /// ([`RecvPool`], [`SendPool`]), charged to the server's memory budget while it
 /// lives. Counted whole, although an idle connection touches only their first pages:
 /// a peer that uses all its credits makes them resident.
-fn conn_buffer_bytes(config: &RdmaConfig, credits: u32, send_buffer_len: u32) -> u64 {
+fn conn_buffer_bytes(config: &RdmaConfig, credits: u32, send_buffer_len: usize) -> u64 {
     let recvs = u64::from(credits.max(1)) + u64::from(config.backward_credits);
     let recv = recvs * config.recv_buffer_len() as u64;
-    let send = INITIAL_SEND_SLOTS as u64 * u64::from(send_buffer_len);
+    let send = (INITIAL_SEND_SLOTS * send_buffer_len) as u64;
     recv + send
 }
 
