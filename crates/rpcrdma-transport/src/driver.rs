@@ -310,8 +310,12 @@ impl<Q: QueuePair + 'static> Link<Q> {
         }
     }
 
-    /// Posts `n` Receive buffers not posted now.
+    /// Posts `n` Receive buffers not posted now. Called once per turn of a role's
+    /// drive loop, mostly with none to post: that case makes no call.
     pub(crate) fn post_recvs(&mut self, n: u32) {
+        if n == 0 {
+            return;
+        }
         if let Err(e) = self.recvs.post(&*self.qp, n) {
             self.close(CloseReason::Post("a Receive", e));
         }
