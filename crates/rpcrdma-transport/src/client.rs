@@ -22,8 +22,9 @@
 //! reliable-reply exchange, RDMA_DONE, aborted Calls and the backward direction are the
 //! core's, and so is putting a Reply back together from what the responder placed
 //! (`Requester::assemble_reply`, which takes the bytes out of the fenced regions through
-//! [`PlacedChunks`]); the regions live in the driver's `Link` by the STag the core
-//! names them by, and the role keeps only the fenced buffers a Reply is built from.
+//! [`PlacedChunks`]); the regions, and once fenced the buffers a Reply is built from
+//! (`Requester::wants_placed`), live in the driver's `Link` by the STag the core names
+//! them by.
 //!
 //! `oncrpc::Client` reconnects when [`RdmaReceiver`] ends and sends every outstanding
 //! Call again with its XID; each retransmission is planned and registered afresh on
@@ -41,16 +42,13 @@ use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use oncrpc::{CallFailure, Dispatcher, Incoming, RecordReceiver, RecordSender, Transport};
-use rdma::{BufferPool, ConnectionManager, PooledBuffer, QueuePair, Route, STag};
-use rpcrdma::liveness::Waiting;
-use rpcrdma::marshal::Registration;
+use rdma::{BufferPool, ConnectionManager, PooledBuffer, QueuePair, Route};
 use rpcrdma::private_data::PrivateData;
 use rpcrdma::requester::{PlacedChunks, PlacedHandles, ReplyParts};
 use rpcrdma::rpc;
 use rpcrdma::version::Negotiation;
 use rpcrdma::{
-    Error, MarshalError, ReplyError, Requester, RequesterConfig, RequesterEvent, Segment, Version,
-    Xid,
+    Error, MarshalError, ReplyError, Requester, RequesterConfig, RequesterEvent, Version, Xid,
 };
 use tokio::sync::{mpsc, oneshot};
 use xdr::XdrStream;
@@ -60,7 +58,7 @@ use crate::counters::{ConnStats, Counter, StatsRegistry};
 use crate::driver::{CloseReason, Driver, Link, Role};
 use crate::error::TransportError;
 use crate::pool::{RecvPool, SendPool};
-use crate::registration::{contiguous, ChunkRegion, ReadSink, Room};
+use crate::registration::{contiguous, Room};
 use crate::setup::RdmaConfig;
 
 /// An RPC-over-RDMA client transport to one server address, for [`oncrpc::Client`].
@@ -217,6 +215,9 @@ impl<P: ConnectionManager + 'static> RdmaTransport<P> {
         };
         let qp = Arc::new(qp);
         let buffers = self.buffers.clone();
+        // A Write chunk is registered out of a buffer with room for the rest of the
+        // Reply: before it, at most the inline part (our receive threshold).
+        let room = Room::around(limits.recv_threshold as usize);
         let link = Link::new(
             qp.clone(),
             pd,
@@ -224,26 +225,25 @@ impl<P: ConnectionManager + 'static> RdmaTransport<P> {
             stats.clone(),
             recv_pool,
             sends,
+            room,
             None,
         );
         let (replies, rx) = mpsc::unbounded_channel();
         let (inputs_tx, inputs) = mpsc::unbounded_channel();
         let role = ClientRole {
-            core,
-            placed: HashMap::new(),
             replies: Some(replies),
             backward,
             inputs: inputs_tx.clone(),
-            room_head: limits.recv_threshold as usize,
             negotiation: self.negotiation.clone(),
         };
+        // §7.2.2.1: the Receives for backward Calls, before the server may send one
+        // (posted as the connection's task starts).
+        let mut core = core;
+        core.open_backward_channel();
         // A connection stuck on its own work requests is closed, as a server's is
         // (`rpcrdma::liveness`): oncrpc sends its Calls again on a new one.
         let dump = self.stats.dump_requests();
-        let mut driver = Driver::new(link, role, inputs, None, dump, config.stall_timeout);
-        // §7.2.2.1: the Receives for backward Calls, before the server may send one.
-        driver.role.core.open_backward_channel();
-        driver.role.drive(&mut driver.link, None);
+        let driver = Driver::new(link, core, role, inputs, None, dump, config.stall_timeout);
         tokio::spawn(driver.run());
         Ok((
             RdmaSender {
@@ -292,11 +292,6 @@ impl PlacedChunks for ByHandle<'_> {
     }
 }
 
-/// Room after a Write chunk's data in its region for what follows the data in the
-/// Reply: XDR padding (up to 3 bytes) and the rest of the results (nothing for an NFSv3
-/// READ; a few short results for an NFSv4 COMPOUND). A longer tail is joined by a copy.
-const WRITE_CHUNK_TAIL_ROOM: usize = 256;
-
 /// What the client's connection task is given besides completions.
 pub(crate) enum ClientInput {
     /// A Call to send (from [`RdmaSender`]).
@@ -308,172 +303,122 @@ pub(crate) enum ClientInput {
     BackwardReply(Xid, XdrStream),
 }
 
-/// The client's role on a connection: the core's [`Requester`], `oncrpc`'s Calls and
-/// Replies, and what executing the core's actions needs beyond the [`Link`] (the
-/// fenced chunks a Reply is put together from).
+/// The client's upper layer on a connection: `oncrpc`'s Calls and Replies, around the
+/// core's [`Requester`].
 struct ClientRole {
-    core: Requester<Arc<dyn RdmaBinding>>,
-    /// The buffers of fenced Write and Reply chunks (and where each chunk starts in
-    /// its buffer) whose bytes a Reply is built from (`Requester::wants_placed`), by
-    /// handle, until the Reply is put together.
-    placed: HashMap<u32, (PooledBuffer, usize)>,
     /// Where whole replies go ([`RdmaReceiver`]); `None` once the connection ended,
     /// which ends the receiver.
     replies: Option<mpsc::UnboundedSender<Incoming>>,
     /// Serves backward Calls, if configured, and where their Replies come back.
     backward: Option<Arc<Dispatcher>>,
     inputs: mpsc::UnboundedSender<ClientInput>,
-    /// Room before a Write chunk's data in its buffer: at most the inline part of the
-    /// Reply, so our receive threshold.
-    room_head: usize,
     /// Where the negotiation outcome goes when the connection ends.
     negotiation: Arc<Mutex<Option<Negotiation>>>,
 }
 
+type ClientCore = Requester<Arc<dyn RdmaBinding>>;
+
 impl<Q: QueuePair + 'static> Role<Q> for ClientRole {
     type Input = ClientInput;
+    type Core = ClientCore;
 
-    /// The core's actions in order (Calls that waited for a credit among them, once
-    /// credits returned: `Requester::submit_call`), then its events.
-    fn drive(&mut self, link: &mut Link<Q>, remote: Option<STag>) {
-        loop {
-            if let Some(a) = self.core.poll_action() {
-                link.execute(self, a, remote);
-                continue;
+    fn event(&mut self, core: &mut ClientCore, link: &mut Link<Q>, ev: RequesterEvent) {
+        match ev {
+            RequesterEvent::Reply {
+                xid,
+                inline,
+                reply_chunk_len,
+                write_lengths,
+                proc_id,
+                placed,
+            } => {
+                let reply = ReplyParts {
+                    proc_id,
+                    inline: &inline,
+                    reply_chunk_len,
+                    write_lengths: &write_lengths,
+                };
+                let assembled = assemble(core, link, reply, &placed);
+                // Chunks the Reply had no use for go too.
+                for h in placed.reply.iter().chain(placed.writes.iter().flatten()) {
+                    link.placed.remove(h);
+                }
+                match assembled {
+                    Ok(reply) => self.deliver(link, Incoming::Message(reply)),
+                    Err(e) => {
+                        // Counted by the core (`err_bad_reply`).
+                        tracing::debug!(target: "rpcrdma_transport", xid = xid.0, ?proc_id, error = %e, "bad reply");
+                        self.fail_call(link, xid, TransportError::BadReply(e));
+                    }
+                }
             }
-            let Some(ev) = self.core.poll_event() else {
-                break;
-            };
-            self.handle_event(link, ev);
+            RequesterEvent::Failed { xid, error } => {
+                if let Error::Reply(ReplyError::ConnectionLost) = error {
+                    // oncrpc sends it again on the next connection.
+                    return;
+                }
+                tracing::debug!(target: "rpcrdma_transport", xid = xid.0, %error, "call failed");
+                self.fail_call(link, xid, TransportError::Call(error));
+            }
+            RequesterEvent::BackwardCall { xid, payload } => self.serve_backward(xid, payload),
         }
     }
 
-    fn input(&mut self, link: &mut Link<Q>, input: ClientInput) {
+    fn input(&mut self, core: &mut ClientCore, link: &mut Link<Q>, input: ClientInput) {
         match input {
             // §4.3.1: past the credit limit the Call waits in the core.
             ClientInput::Call(xid, msg) => {
-                if let Err(e) = self.core.submit_call(xid, msg.clone()) {
+                if let Err(e) = core.submit_call(xid, msg.clone()) {
                     self.failed_locally(link, xid, &msg, e);
                 }
             }
             ClientInput::Abort(xid, answer) => {
-                let _ = answer.send(self.core.abort_call(xid));
+                let _ = answer.send(core.abort_call(xid));
             }
             ClientInput::BackwardReply(xid, reply) => {
-                if let Err(e) = self.core.send_backward_reply(xid, reply) {
+                if let Err(e) = core.send_backward_reply(xid, reply) {
                     tracing::debug!(target: "rpcrdma_transport", xid = xid.0, error = %e, "backward reply not sent");
                 }
             }
         }
     }
 
-    fn received(&mut self, link: &mut Link<Q>, buf: Bytes) {
-        // The message is copied out (`RecvPool::take`): its buffer goes back at once.
-        link.post_recvs(1);
-        self.core.handle_receive(buf);
-    }
-
-    fn read_done(&mut self, link: &mut Link<Q>, xid: Xid, _chunk: usize, sink: ReadSink) {
-        self.pulled(link, xid, sink.into_bytes());
-    }
-
-    /// reliable-reply §4.1.2: "After RDMA Read operations have completed (successfully
-    /// or in error), the requester MUST inform the responder that it may invalidate
-    /// the Read chunk".
-    fn read_failed(&mut self, _link: &mut Link<Q>, xid: Xid) {
-        self.core.handle_read_failed(xid);
-    }
-
-    /// Registers what the core asked for and hands the segments back (the core then
-    /// sends the Call).
-    fn register(&mut self, link: &mut Link<Q>, xid: Xid, registrations: Vec<Registration>) {
-        // A Write chunk is registered out of a buffer with room for the rest of the
-        // Reply (`registration::join_in_place`): before it, at most the inline part (our
-        // receive threshold); after it, XDR padding and a short tail.
-        let room = Room {
-            head: self.room_head,
-            tail: WRITE_CHUNK_TAIL_ROOM,
-        };
-        // COPY: a Read chunk of several pieces into its registered region; one of a
-        // single piece (NFS WRITE data) is registered as it is (`registration`).
-        let regions: Result<Vec<_>, _> = registrations
-            .iter()
-            .map(|reg| {
-                ChunkRegion::register_with_room(&link.pd, &link.buffers, reg, room, &link.stats)
-            })
-            .collect();
-        let regions = match regions {
-            Ok(r) => r,
-            Err(e) => {
-                // §5.5.4: a Call that cannot be constructed fails at once; the
-                // connection stays (what was registered goes, never exposed).
-                tracing::debug!(target: "rpcrdma_transport", xid = xid.0, error = %e, "registration failed");
-                link.stats.inc(Counter::ErrCallFailedLocally);
-                self.core.handle_registration_failed(xid);
-                self.fail_call(link, xid, TransportError::Register(e));
-                return;
-            }
-        };
-        let segments = regions
-            .into_iter()
-            .map(|r| vec![link.expose(xid, r)])
-            .collect();
-        if let Err(e) = self.core.handle_registered(xid, segments) {
-            // The Call was planned but cannot be finished: the core has forgotten
-            // nothing, so it fails here, its regions with it.
-            tracing::debug!(target: "rpcrdma_transport", xid = xid.0, error = %e, "registered call not sent");
-        }
-    }
-
-    /// reliable-reply §4.1.2: pulls a Reply from the responder's Read chunk, one RDMA
-    /// Read per segment, into one sink. A pull that cannot start is over "in error":
-    /// RDMA_DONE still goes, the Call fails, the connection stays.
-    fn read(&mut self, link: &mut Link<Q>, xid: Xid, _chunk: usize, segments: Vec<Segment>) {
-        match link.post_reads(xid, 0, &segments, Room::default()) {
-            Ok(None) => {}
-            Ok(Some(empty)) => self.pulled(link, xid, empty.into_bytes()),
-            Err(e) => {
-                tracing::debug!(target: "rpcrdma_transport", xid = xid.0, error = ?e, "pull not started");
-                self.core.handle_read_failed(xid);
-            }
-        }
-    }
-
-    /// §5.4.1: "The requester endpoint must ensure that memory segments associated
-    /// with each RPC transaction are properly fenced from responders before allowing
-    /// Upper Layer access to the data": a region is deregistered once fenced, its
-    /// buffer kept if the Call's Reply is built from its bytes; the core hands the
-    /// Reply up once the last region of its Call is fenced
-    /// (`Requester::handle_invalidated`).
-    fn fenced(&mut self, _link: &mut Link<Q>, xid: Xid, handle: u32, region: ChunkRegion) {
-        let buffer = region.release();
-        if self.core.wants_placed(xid, handle) {
-            if let Some(b) = buffer {
-                self.placed.insert(handle, b);
-            }
-        }
-        self.core.handle_invalidated(xid, handle);
-    }
-
-    fn waiting(&self) -> Waiting {
-        self.core.waiting()
+    /// §5.5.4: a Call that cannot be constructed fails at once; the connection stays.
+    fn registration_failed(&mut self, link: &mut Link<Q>, xid: Xid, e: rdma::RegisterError) {
+        link.stats.inc(Counter::ErrCallFailedLocally);
+        self.fail_call(link, xid, TransportError::Register(e));
     }
 
     /// The connection is gone, which fences every region still registered (§5.4.1:
     /// no peer reaches them through a dead queue pair; the [`Link`] deregisters
     /// them): oncrpc reconnects and sends the outstanding Calls again (those waiting
     /// for a credit too).
-    fn ended(&mut self, link: &mut Link<Q>) {
-        self.core.handle_disconnect();
-        while self.core.poll_action().is_some() {}
-        while self.core.poll_event().is_some() {}
-        link.drop_pulls();
-        self.placed.clear();
+    fn ended(&mut self, core: &mut ClientCore, _link: &mut Link<Q>) {
+        while core.poll_action().is_some() {}
+        while core.poll_event().is_some() {}
         // v2 §5.2: what this server speaks, for the next connection (no probing loop).
-        *self.negotiation.lock().unwrap_or_else(|e| e.into_inner()) =
-            Some(self.core.next_connection());
+        *self.negotiation.lock().unwrap_or_else(|e| e.into_inner()) = Some(core.next_connection());
         self.replies = None;
     }
+}
+
+/// Rebuilds the RPC reply: the core takes what the responder placed out of the Call's
+/// fenced regions and puts it together (`Requester::assemble_reply`, §5.3.2, the same
+/// path the in-memory `pair` tests run); then it is made contiguous for `oncrpc`.
+fn assemble<Q: QueuePair + 'static>(
+    core: &mut ClientCore,
+    link: &mut Link<Q>,
+    reply: ReplyParts<'_>,
+    handles: &PlacedHandles,
+) -> Result<Bytes, ReplyError> {
+    let mut placed = ByHandle {
+        handles,
+        buffers: &mut link.placed,
+    };
+    let full = core.assemble_reply(reply, &mut placed)?;
+    // One chunk with data (an NFS READ): the Reply is made contiguous in that chunk's
+    // region, around the data, without copying the data.
+    Ok(contiguous(full, &link.stats, Counter::RepliesJoinedInPlace))
 }
 
 impl ClientRole {
@@ -528,89 +473,6 @@ impl ClientRole {
             error: CallFailure::new(error),
         };
         self.deliver(link, failed);
-    }
-
-    fn handle_event<Q: QueuePair + 'static>(&mut self, link: &mut Link<Q>, ev: RequesterEvent) {
-        match ev {
-            RequesterEvent::Reply {
-                xid,
-                inline,
-                reply_chunk_len,
-                write_lengths,
-                proc_id,
-                placed,
-            } => {
-                let reply = ReplyParts {
-                    proc_id,
-                    inline: &inline,
-                    reply_chunk_len,
-                    write_lengths: &write_lengths,
-                };
-                let assembled = self.assemble(link, reply, &placed);
-                // Chunks the Reply had no use for go too.
-                for h in placed.reply.iter().chain(placed.writes.iter().flatten()) {
-                    self.placed.remove(h);
-                }
-                match assembled {
-                    Ok(reply) => self.deliver(link, Incoming::Message(reply)),
-                    Err(e) => {
-                        // Counted by the core (`err_bad_reply`).
-                        tracing::debug!(target: "rpcrdma_transport", xid = xid.0, ?proc_id, error = %e, "bad reply");
-                        self.fail_call(link, xid, TransportError::BadReply(e));
-                    }
-                }
-            }
-            RequesterEvent::Failed { xid, error } => {
-                if let Error::Reply(ReplyError::ConnectionLost) = error {
-                    // oncrpc sends it again on the next connection.
-                    return;
-                }
-                tracing::debug!(target: "rpcrdma_transport", xid = xid.0, %error, "call failed");
-                self.fail_call(link, xid, TransportError::Call(error));
-            }
-            RequesterEvent::BackwardCall { xid, payload } => self.serve_backward(xid, payload),
-        }
-    }
-
-    /// Rebuilds the RPC reply: the core takes what the responder placed out of the
-    /// Call's fenced regions and puts it together (`Requester::assemble_reply`,
-    /// §5.3.2, the same path the in-memory `pair` tests run); then it is made
-    /// contiguous for `oncrpc`.
-    fn assemble<Q: QueuePair + 'static>(
-        &mut self,
-        link: &mut Link<Q>,
-        reply: ReplyParts<'_>,
-        handles: &PlacedHandles,
-    ) -> Result<Bytes, ReplyError> {
-        let mut placed = ByHandle {
-            handles,
-            buffers: &mut self.placed,
-        };
-        let full = self.core.assemble_reply(reply, &mut placed)?;
-        // One chunk with data (an NFS READ): the Reply is made contiguous in that
-        // chunk's region, around the data, without copying the data.
-        Ok(contiguous(full, &link.stats, Counter::RepliesJoinedInPlace))
-    }
-
-    /// A pull ended: the Reply for the core, or a failure (its sink could not hand
-    /// the data up).
-    fn pulled<Q: QueuePair + 'static>(
-        &mut self,
-        link: &mut Link<Q>,
-        xid: Xid,
-        data: Result<Bytes, rdma::RegisterError>,
-    ) {
-        match data {
-            Ok(data) => {
-                link.stats
-                    .add(Counter::ChunkBytesReceived, data.len() as u64);
-                self.core.handle_read_done(xid, 0, data);
-            }
-            Err(e) => {
-                tracing::debug!(target: "rpcrdma_transport", xid = xid.0, error = %e, "pulled reply unusable");
-                self.core.handle_read_failed(xid);
-            }
-        }
     }
 
     /// A backward-direction Call (§7.3.4) for the dispatcher; its Reply comes back as

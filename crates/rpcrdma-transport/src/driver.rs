@@ -1,18 +1,19 @@
 //! One connection's driver, the same for both roles: a single task that owns the queue
 //! pair and the resources that executing the protocol core's work needs (Receive and
-//! Send buffers, RDMA Read sinks, RDMA Writes waiting for their Send), feeds the core
-//! what happens (completions, the upper layer's requests, its timer, memory released)
-//! and executes what it asks for. What differs between the roles is the core
-//! (`Requester` or `Responder`) and the upper layer, a [`Role`]: the client's
-//! (`client::ClientRole`: Calls from `oncrpc`, Replies to it) and the server's
-//! (`server::ServerRole`: Calls to an `oncrpc::Dispatcher`, backward Calls from
-//! services).
+//! Send buffers, RDMA Read sinks, chunk regions, RDMA Writes waiting for their Send),
+//! feeds the core what happens (completions, the upper layer's requests, its timer,
+//! memory released) and executes what it asks for. The core is either role's
+//! (`Requester` or `Responder`), seen through `rpcrdma::Endpoint`: every action is
+//! executed, and its outcome reported, by the one [`Link`]. What differs between the
+//! roles is the upper layer, a [`Role`]: the client's (`client::ClientRole`: Calls
+//! from `oncrpc`, Replies to it) and the server's (`server::ServerRole`: Calls to an
+//! `oncrpc::Dispatcher`, backward Calls from services).
 //!
 //! ```text
 //!            ┌──────────────── Driver (one task per connection) ────────────────┐
-//!  upper  ──►│ inputs ─► Role::input ─► core ─► Role::drive ─► Link::post_* ─────┼─► QP
-//!  layer  ◄──│ Role events (Replies, Calls)        ▲                             │
-//!            │ completions ─► Link ─► Role::received / read_done / invalidated ◄┼── QP
+//!  upper  ──►│ inputs ─► Role::input ─► core ─► drive ─► Link::execute ──────────┼─► QP
+//!  layer  ◄──│ Role::event (Replies, Calls)  ◄─ core events                      │
+//!            │ completions ─► Link::complete ─► core.handle_* (Endpoint)        ◄┼── QP
 //!            │ timer (core's deadline) · memory released · watchdog · dump       │
 //!            └───────────────────────────────────────────────────────────────────┘
 //! ```
@@ -31,13 +32,13 @@ use std::time::Instant;
 use bytes::Bytes;
 use oncrpc::service::poll_once;
 use rdma::{
-    BufferPool, Completion, ProtectionDomain, QueuePair, QueuePairExt, RegisterError, RemoteAddr,
-    STag, SendOp, SendWr, WcOpcode, WcStatus,
+    BufferPool, Completion, PooledBuffer, ProtectionDomain, QueuePair, QueuePairExt, RegisterError,
+    RemoteAddr, STag, SendOp, SendWr, WcOpcode, WcStatus,
 };
 use rpcrdma::liveness::{Verdict, Waiting, Watchdog};
 use rpcrdma::marshal::{RdmaWrite, Registration};
 use rpcrdma::memory::{Charge, MemoryBudget};
-use rpcrdma::{Action, Segment, Xid};
+use rpcrdma::{Action, Endpoint, Segment, Xid};
 use tokio::sync::{mpsc, watch};
 
 use crate::counters::{ConnStats, Counter};
@@ -56,71 +57,77 @@ pub(crate) const TEARDOWN_GRACE: std::time::Duration = std::time::Duration::from
 /// Most completions one turn of a connection's loop takes beyond the one it woke for.
 const COMPLETIONS_PER_TURN: usize = 16;
 
-/// What one role adds to the [`Driver`]: its protocol core, its upper layer, and how
-/// the core's actions are executed on the [`Link`].
+/// What one role adds to the [`Driver`]: its upper layer, around the protocol core
+/// ([`Role::Core`], `Requester` or `Responder`), whose actions the [`Link`] executes
+/// the same way for both.
 pub(crate) trait Role<Q: QueuePair + 'static>: Send + Sized + 'static {
     /// What the upper layer sends the connection's task.
     type Input: Send + 'static;
+    /// The protocol core.
+    type Core: Endpoint + Send + 'static;
 
-    /// Executes everything the core asked for (Receives, actions, events). `remote`
-    /// is the STag the peer invalidated with the Send With Invalidate just received.
-    fn drive(&mut self, link: &mut Link<Q>, remote: Option<STag>);
+    /// An event of the core for the upper layer.
+    fn event(
+        &mut self,
+        core: &mut Self::Core,
+        link: &mut Link<Q>,
+        event: <Self::Core as Endpoint>::Event,
+    );
+
+    /// A request of the upper layer.
+    fn input(&mut self, core: &mut Self::Core, link: &mut Link<Q>, input: Self::Input);
 
     /// Work at the end of a turn that may take a first poll of a future (the
     /// server's Calls).
-    fn after_turn(&mut self, _link: &mut Link<Q>) -> impl Future<Output = ()> + Send {
+    fn after_turn(
+        &mut self,
+        _core: &mut Self::Core,
+        _link: &mut Link<Q>,
+    ) -> impl Future<Output = ()> + Send {
         async {}
     }
 
-    /// A request of the upper layer.
-    fn input(&mut self, link: &mut Link<Q>, input: Self::Input);
+    /// A message came in or the core's timer fired: demand may have changed (the
+    /// server's credit grant grows with it).
+    fn demand_changed(&mut self, _core: &mut Self::Core, _link: &mut Link<Q>) {}
 
-    /// A message received (copied out of its Receive buffer, which is back in
-    /// `link.recvs`, not posted).
-    fn received(&mut self, link: &mut Link<Q>, buf: Bytes);
-
-    /// Every RDMA Read of Read chunk `chunk` of `xid` completed into `sink`.
-    fn read_done(&mut self, link: &mut Link<Q>, xid: Xid, chunk: usize, sink: ReadSink);
-
-    /// An RDMA Read of `xid` completed in error (the connection closes after this).
-    fn read_failed(&mut self, link: &mut Link<Q>, xid: Xid);
-
-    /// Registers the regions [`Action::Register`] asks for, for Call `xid`, exposes
-    /// them ([`Link::expose`]) and hands their segments to the core.
-    fn register(&mut self, link: &mut Link<Q>, xid: Xid, registrations: Vec<Registration>);
-
-    /// Pulls Read chunk `chunk` of `xid` ([`Action::RdmaRead`], [`Link::post_reads`]).
-    fn read(&mut self, link: &mut Link<Q>, xid: Xid, chunk: usize, segments: Vec<Segment>);
-
-    /// `n` more Receives were posted for a larger grant ([`Action::PostReceives`]).
-    fn receives_posted(&mut self, _n: u32) {}
-
-    /// Our region `handle`, exposed for Call `xid`, is fenced ([`Link::fence`]: at
-    /// once, or when its LOCAL_INV completes).
-    fn fenced(&mut self, link: &mut Link<Q>, xid: Xid, handle: u32, region: ChunkRegion);
-
-    /// The core's next deadline (none by default).
-    fn deadline(&self) -> Option<Instant> {
-        None
-    }
-
-    /// The core's deadline passed.
-    fn timeout(&mut self, _link: &mut Link<Q>, _now: Instant) {}
-
-    /// A memory budget a Call waits for, and the generation it saw (none by default).
-    fn memory_wait(&self) -> Option<(Arc<MemoryBudget>, u64)> {
-        None
-    }
-
-    /// The budget the core waits for released memory.
-    fn memory_released(&mut self) {}
+    /// The device refused to register the memory of Call `xid` (the core knows).
+    fn registration_failed(&mut self, _link: &mut Link<Q>, _xid: Xid, _e: RegisterError) {}
 
     /// What the connection's Calls wait for in the core and the upper layer (the
     /// watchdog and the state dump; [`Link::waiting`] adds the rest).
-    fn waiting(&self) -> Waiting;
+    fn waiting(&self, core: &Self::Core) -> Waiting {
+        core.waiting(Instant::now())
+    }
 
-    /// The connection ended: fail or fence what is left.
-    fn ended(&mut self, link: &mut Link<Q>);
+    /// The connection ended, and the core knows it: fail or fence what is left.
+    fn ended(&mut self, core: &mut Self::Core, link: &mut Link<Q>);
+}
+
+/// Executes everything the core asks for: Receives back first (§4.3.1: "a credit
+/// increase is effected (i.e. RDMA Receives are posted) before the next reply is
+/// sent"), then its actions in order, then its events for the upper layer. `remote`
+/// is the STag the peer invalidated with the Send With Invalidate just received.
+pub(crate) fn drive<Q: QueuePair + 'static, R: Role<Q>>(
+    core: &mut R::Core,
+    role: &mut R,
+    link: &mut Link<Q>,
+    remote: Option<STag>,
+) {
+    loop {
+        link.post_recvs(core.poll_reposts());
+        if let Some(a) = core.poll_action() {
+            if let Err((xid, e)) = link.execute(core, a, remote) {
+                role.registration_failed(link, xid, e);
+            }
+            continue;
+        }
+        let Some(ev) = core.poll_event() else {
+            break;
+        };
+        role.event(core, link, ev);
+    }
+    link.flush_writes();
 }
 
 /// Why the transport closed a connection (logged, and kept in its counters' close
@@ -200,6 +207,12 @@ pub(crate) struct Link<Q> {
     exposed: HashMap<u32, (Xid, ChunkRegion)>,
     /// Regions whose LOCAL_INV is posted, by STag, until it completes.
     fencing: HashMap<u32, (Xid, ChunkRegion)>,
+    /// The buffers of fenced regions whose bytes a Reply is built from
+    /// (`Endpoint::wants_placed`), by STag, with where each chunk starts in its
+    /// buffer, until the role takes them.
+    pub(crate) placed: HashMap<u32, (PooledBuffer, usize)>,
+    /// Room around the data of Write chunks and Read sinks.
+    room: Room,
     next_pull: u64,
     /// Buffers that grow with demand (the server's); `None`: fixed (the client's).
     pub(crate) growth: Option<Growth>,
@@ -212,7 +225,9 @@ pub(crate) struct Link<Q> {
 
 impl<Q: QueuePair + 'static> Link<Q> {
     /// A connection's provider side: `buffers` are shared with the other connections,
-    /// the rest is its own. `growth`: the server's buffers grow with demand.
+    /// the rest is its own. `room`: around the data placed in Write chunks and Read
+    /// sinks. `growth`: the server's buffers grow with demand.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         qp: Arc<Q>,
         pd: ProtectionDomain,
@@ -220,6 +235,7 @@ impl<Q: QueuePair + 'static> Link<Q> {
         stats: Arc<ConnStats>,
         recvs: RecvPool,
         sends: SendPool,
+        room: Room,
         growth: Option<Growth>,
     ) -> Link<Q> {
         Link {
@@ -234,6 +250,8 @@ impl<Q: QueuePair + 'static> Link<Q> {
             pulls: HashMap::new(),
             exposed: HashMap::new(),
             fencing: HashMap::new(),
+            placed: HashMap::new(),
+            room,
             next_pull: 0,
             growth,
             progress: 0,
@@ -267,15 +285,16 @@ impl<Q: QueuePair + 'static> Link<Q> {
         self.qp.disconnect();
     }
 
-    /// Executes one of the core's actions: what both roles do the same way here, the
-    /// rest (registering, pulling) by `role`. `remote` is the STag the peer
-    /// invalidated with the Send With Invalidate just received.
-    pub(crate) fn execute<R: Role<Q>>(
+    /// Executes one of the core's actions and reports its outcome to `core`.
+    /// `remote` is the STag the peer invalidated with the Send With Invalidate just
+    /// received. `Err`: the device refused to register the memory of that Call (the
+    /// core knows; the role may report it).
+    pub(crate) fn execute<C: Endpoint>(
         &mut self,
-        role: &mut R,
+        core: &mut C,
         action: Action,
         remote: Option<STag>,
-    ) {
+    ) -> Result<(), (Xid, RegisterError)> {
         if !matches!(action, Action::RdmaWrite { .. } | Action::Send { .. }) {
             // Send-queue order is the order the core asked for.
             self.flush_writes();
@@ -287,27 +306,66 @@ impl<Q: QueuePair + 'static> Link<Q> {
                 invalidate,
             } => self.post_send(xid, send, invalidate),
             Action::RdmaWrite { xid, write } => self.post_write(xid, write),
-            Action::Register { xid, registrations } => role.register(self, xid, registrations),
+            Action::Register { xid, registrations } => {
+                return self.register(core, xid, &registrations)
+            }
             Action::RdmaRead {
                 xid,
                 chunk,
                 segments,
-            } => role.read(self, xid, chunk, segments),
+            } => self.post_reads(core, xid, chunk, &segments),
             Action::Invalidate { handles, .. } => {
                 for h in handles {
                     if let Fence::Now(xid, region) = self.fence(h, remote) {
-                        role.fenced(self, xid, h, region);
+                        self.fenced(core, xid, h, region);
                     }
                 }
             }
             Action::PostReceives(n) => {
                 self.post_recvs(n);
-                role.receives_posted(n);
+                core.handle_receives_posted(n);
             }
             // §7.2.2: Receives set apart for backward-direction messages.
             Action::PostBackwardReceives(n) => self.post_recvs(n),
             Action::Close => self.close(CloseReason::Core),
         }
+        Ok(())
+    }
+
+    /// Registers the regions an [`Action::Register`] asks for, for Call `xid` (a
+    /// requester's chunks; a responder's Reply exposed through a Read chunk), exposes
+    /// them ([`Link::expose`]) and hands their segments to the core. A Write chunk is
+    /// registered out of a buffer with [`Link::room`] around it
+    /// (`registration::join_in_place`). COPY: a Read chunk of several pieces into its
+    /// registered region; one of a single piece (NFS WRITE data) is registered as it
+    /// is (`registration`).
+    fn register<C: Endpoint>(
+        &mut self,
+        core: &mut C,
+        xid: Xid,
+        registrations: &[Registration],
+    ) -> Result<(), (Xid, RegisterError)> {
+        let regions: Result<Vec<_>, _> = registrations
+            .iter()
+            .map(|reg| ChunkRegion::register(&self.pd, &self.buffers, reg, self.room, &self.stats))
+            .collect();
+        let regions = match regions {
+            Ok(r) => r,
+            Err(e) => {
+                // What was registered goes, never exposed.
+                tracing::debug!(target: "rpcrdma_transport", xid = xid.0, error = %e, "registration failed");
+                core.handle_registration_failed(xid);
+                return Err((xid, e));
+            }
+        };
+        let segments = regions
+            .into_iter()
+            .map(|r| vec![self.expose(xid, r)])
+            .collect();
+        if let Err(e) = core.handle_registered(Instant::now(), xid, segments) {
+            tracing::debug!(target: "rpcrdma_transport", xid = xid.0, error = %e, "registered, not sent");
+        }
+        Ok(())
     }
 
     /// Posts `n` Receive buffers not posted now. Called once per turn of a role's
@@ -475,21 +533,41 @@ impl<Q: QueuePair + 'static> Link<Q> {
         self.fencing.clear();
     }
 
+    /// Our region `handle`, exposed for Call `xid`, is fenced ([`Link::fence`]: at
+    /// once, or when its LOCAL_INV completes): deregistered, its buffer kept if the
+    /// core builds a Reply from its bytes (§5.4.1: "The requester endpoint must ensure
+    /// that memory segments associated with each RPC transaction are properly fenced
+    /// from responders before allowing Upper Layer access to the data").
+    fn fenced<C: Endpoint>(&mut self, core: &mut C, xid: Xid, handle: u32, region: ChunkRegion) {
+        let buffer = region.release();
+        if core.wants_placed(xid, handle) {
+            if let Some(b) = buffer {
+                self.placed.insert(handle, b);
+            }
+        }
+        core.handle_invalidated(xid, handle);
+    }
+
     /// §4.4.5 (a responder's Read chunk), reliable-reply §4.1.2 (a requester's pulled
     /// Reply): one RDMA Read per segment of Read chunk `chunk` of `xid` into one sink
-    /// with `room` around it. The provider holds Reads beyond the peer's IRD (our ORD)
-    /// until earlier ones complete. `Ok(Some(sink))` when there is nothing to read;
-    /// `Ok(None)` when the Reads are posted ([`Role::read_done`] follows).
-    pub(crate) fn post_reads(
+    /// with [`Link::room`] around it. The provider holds Reads beyond the peer's IRD
+    /// (our ORD) until earlier ones complete. Reads that cannot start fail, as the
+    /// core says: a requester's pull fails alone, a responder closes the connection.
+    fn post_reads<C: Endpoint>(
         &mut self,
+        core: &mut C,
         xid: Xid,
         chunk: usize,
         segments: &[Segment],
-        room: Room,
-    ) -> Result<Option<ReadSink>, ReadsNotPosted> {
+    ) {
         let len: u64 = segments.iter().map(|s| u64::from(s.length)).sum();
-        let mut sink = ReadSink::with_room(&self.pd, &self.buffers, len as usize, room)
-            .map_err(ReadsNotPosted::Sink)?;
+        let mut sink = match ReadSink::with_room(&self.pd, &self.buffers, len as usize, self.room) {
+            Ok(sink) => sink,
+            Err(e) => {
+                tracing::warn!(target: "rpcrdma_transport", conn = self.stats.id, xid = xid.0, error = %e, "cannot register an RDMA Read sink");
+                return core.handle_read_failed(xid);
+            }
+        };
         self.stats.count_region(&sink.mr);
         let id = self.next_pull;
         self.next_pull = (self.next_pull + 1) & !wr_kind::MASK;
@@ -500,14 +578,16 @@ impl<Q: QueuePair + 'static> Link<Q> {
                 .add(Counter::RdmaReadBytes, u64::from(seg.length));
             if let Err(e) = self.qp.post_send(sink.read_wr(wr_kind::READ | id, seg, at)) {
                 // Reads already posted complete into a sink nobody waits for.
-                return Err(ReadsNotPosted::Post(e));
+                tracing::warn!(target: "rpcrdma_transport", conn = self.stats.id, xid = xid.0, error = %e, "cannot post an RDMA Read");
+                return core.handle_read_failed(xid);
             }
             sink.outstanding += 1;
             at += seg.length as usize;
         }
         if sink.outstanding == 0 {
-            return Ok(Some(sink));
+            return Self::read_done(core, xid, chunk, sink);
         }
+        core.handle_reads_posted(xid, chunk, Instant::now());
         let started = Instant::now();
         self.pulls.insert(
             id,
@@ -518,7 +598,17 @@ impl<Q: QueuePair + 'static> Link<Q> {
                 sink,
             },
         );
-        Ok(None)
+    }
+
+    /// Every RDMA Read of Read chunk `chunk` of `xid` completed into `sink`.
+    fn read_done<C: Endpoint>(core: &mut C, xid: Xid, chunk: usize, sink: ReadSink) {
+        match sink.into_bytes() {
+            Ok(data) => core.handle_read_done(xid, chunk, data),
+            Err(e) => {
+                tracing::warn!(target: "rpcrdma_transport", xid = xid.0, error = %e, "RDMA Read sink unusable");
+                core.handle_read_failed(xid);
+            }
+        }
     }
 
     /// What the connection waits for: `of_core`, the core's and the role's part
@@ -537,14 +627,9 @@ impl<Q: QueuePair + 'static> Link<Q> {
         }
     }
 
-    /// Forgets the pulls in flight (the connection ended).
-    pub(crate) fn drop_pulls(&mut self) {
-        self.pulls.clear();
-    }
-
-    /// A completion: the provider's side is handled here, the rest by `role`. Returns
-    /// the STag a received Send With Invalidate took.
-    fn complete<R: Role<Q>>(&mut self, role: &mut R, c: Completion) -> Option<STag> {
+    /// A completion, its outcome reported to `core`. `Some` when a message came in,
+    /// with the STag the peer invalidated by sending it With Invalidate.
+    fn complete<C: Endpoint>(&mut self, core: &mut C, c: Completion) -> Option<Option<STag>> {
         self.progress();
         let kind = c.wr_id & wr_kind::MASK;
         let id = c.wr_id & !wr_kind::MASK;
@@ -567,7 +652,7 @@ impl<Q: QueuePair + 'static> Link<Q> {
                 tracing::debug!(target: "rpcrdma_transport", conn = self.stats.id, ?c, "completion error");
                 if kind == wr_kind::READ {
                     if let Some(p) = self.pulls.remove(&id) {
-                        role.read_failed(self, p.xid);
+                        core.handle_read_failed(p.xid);
                     }
                 }
                 self.close(CloseReason::Completion(c));
@@ -582,13 +667,13 @@ impl<Q: QueuePair + 'static> Link<Q> {
                 };
                 self.stats.inc(Counter::Recvs);
                 self.stats.add(Counter::RecvBytes, buf.len() as u64);
-                role.received(self, buf);
-                c.invalidated
+                core.handle_receive(buf);
+                Some(c.invalidated)
             }
             (WcOpcode::LocalInvalidate, wr_kind::INVALIDATE) => {
                 self.stats.inc(Counter::LocalInvalidations);
                 if let Some((xid, region)) = self.fencing.remove(&(id as u32)) {
-                    role.fenced(self, xid, id as u32, region);
+                    self.fenced(core, xid, id as u32, region);
                 }
                 None
             }
@@ -599,7 +684,7 @@ impl<Q: QueuePair + 'static> Link<Q> {
                 });
                 if done {
                     if let Some(p) = self.pulls.remove(&id) {
-                        role.read_done(self, p.xid, p.chunk, p.sink);
+                        Self::read_done(core, p.xid, p.chunk, p.sink);
                     }
                 }
                 None
@@ -614,19 +699,10 @@ enum Fence {
     /// Fenced now (the peer's invalidation, a deregistration, the connection's end):
     /// the region, of Call `xid`, is no longer reachable.
     Now(Xid, ChunkRegion),
-    /// A LOCAL_INV is posted: [`Role::fenced`] follows.
+    /// A LOCAL_INV is posted: [`Link::fenced`] follows its completion.
     Posted,
     /// No such region is exposed (fenced already).
     Unknown,
-}
-
-/// Why [`Link::post_reads`] posted nothing to wait for.
-#[derive(Debug)]
-pub(crate) enum ReadsNotPosted {
-    /// The sink could not be registered.
-    Sink(RegisterError),
-    /// The provider refused an RDMA Read.
-    Post(rdma::PostError),
 }
 
 /// One connection's task: the [`Link`], the [`Role`] and what wakes them.
@@ -634,8 +710,9 @@ pub(crate) struct Driver<Q, R: Role<Q>>
 where
     Q: QueuePair + 'static,
 {
-    pub(crate) link: Link<Q>,
-    pub(crate) role: R,
+    link: Link<Q>,
+    core: R::Core,
+    role: R,
     /// Judges whether a busy connection makes progress (`rpcrdma::liveness`).
     watchdog: Option<Watchdog>,
     inputs: mpsc::UnboundedReceiver<R::Input>,
@@ -649,6 +726,7 @@ impl<Q: QueuePair + 'static, R: Role<Q>> Driver<Q, R> {
     /// `stall_timeout`: `RdmaConfig::stall_timeout`, zero for no watchdog.
     pub(crate) fn new(
         link: Link<Q>,
+        core: R::Core,
         role: R,
         inputs: mpsc::UnboundedReceiver<R::Input>,
         stop: Option<watch::Receiver<bool>>,
@@ -657,6 +735,7 @@ impl<Q: QueuePair + 'static, R: Role<Q>> Driver<Q, R> {
     ) -> Self {
         Driver {
             link,
+            core,
             role,
             watchdog: Watchdog::new(stall_timeout),
             inputs,
@@ -695,24 +774,15 @@ impl<Q: QueuePair + 'static, R: Role<Q>> Driver<Q, R> {
         // grace period starts then.
         let mut disconnected: Option<rdma::DisconnectReason> = None;
         let mut events_done = false;
+        // What the core asked for before the connection's first event (the client's
+        // backward Receives, §7.2.2.1).
+        self.drive(None);
         loop {
-            let teardown_by = self.link.teardown_by;
-            let teardown = async move {
-                match teardown_by {
-                    Some(d) => tokio::time::sleep_until(d.into()).await,
-                    None => std::future::pending().await,
-                }
-            };
+            let teardown = sleep_until(self.link.teardown_by);
             // The core's one timer, armed for its deadline.
-            let deadline = self.role.deadline();
-            let timer = async move {
-                match deadline {
-                    Some(d) => tokio::time::sleep_until(d.into()).await,
-                    None => std::future::pending().await,
-                }
-            };
+            let timer = sleep_until(self.core.poll_timeout());
             // A Call waits for the server's memory budget: wake on the next release.
-            let memory = self.role.memory_wait();
+            let memory = self.core.memory_wait().map(|(b, g)| (b.clone(), g));
             let released = async move {
                 match memory {
                     Some((budget, since)) => {
@@ -721,19 +791,19 @@ impl<Q: QueuePair + 'static, R: Role<Q>> Driver<Q, R> {
                     None => std::future::pending().await,
                 }
             };
-            let mut remote = None;
+            let mut received = None;
             let mut completed = false;
             tokio::select! {
                 _ = &mut stop, if self.link.closing.is_none() => self.link.close(CloseReason::Shutdown),
                 c = qp.completion() => match c {
                     None => break,
                     Some(c) => {
-                        remote = self.link.complete(&mut self.role, c);
+                        received = self.link.complete(&mut self.core, c);
                         completed = true;
                     }
                 },
                 input = self.inputs.recv(), if inputs_open => match input {
-                    Some(input) => self.role.input(&mut self.link, input),
+                    Some(input) => self.role.input(&mut self.core, &mut self.link, input),
                     None => inputs_open = false,
                 },
                 () = &mut tick, if period.is_some() => {
@@ -754,7 +824,7 @@ impl<Q: QueuePair + 'static, R: Role<Q>> Driver<Q, R> {
                     None => events_done = true,
                 },
                 () = teardown => {
-                    let waiting = self.link.waiting(self.role.waiting());
+                    let waiting = self.link.waiting(self.role.waiting(&self.core));
                     self.link.stats.inc(Counter::TeardownsUnflushed);
                     tracing::warn!(
                         target: "rpcrdma_transport",
@@ -764,11 +834,13 @@ impl<Q: QueuePair + 'static, R: Role<Q>> Driver<Q, R> {
                     );
                     break;
                 }
-                _ = timer => self.role.timeout(&mut self.link, Instant::now()),
-                _ = released, if self.link.closing.is_none() => self.role.memory_released(),
+                _ = timer => {
+                    self.core.handle_timeout(Instant::now());
+                    self.role.demand_changed(&mut self.core, &mut self.link);
+                }
+                _ = released, if self.link.closing.is_none() => self.core.handle_memory_released(),
             }
-            self.role.drive(&mut self.link, remote);
-            self.role.after_turn(&mut self.link).await;
+            self.turn(received).await;
             // Completions already waiting are taken in this same turn (a Reply's Send
             // may complete as it is posted, a siw QP's does): one turn of the loop per
             // Call, not one per completion, up to a bound that keeps the other
@@ -777,7 +849,8 @@ impl<Q: QueuePair + 'static, R: Role<Q>> Driver<Q, R> {
                 break;
             }
         }
-        self.role.ended(&mut self.link);
+        self.core.handle_disconnect();
+        self.role.ended(&mut self.core, &mut self.link);
         self.link.forget_regions();
         // Why it closed: a failed post is the consequence of a connection the provider
         // already lost, whose reason (a Terminate from the peer, say) is the cause; any
@@ -798,6 +871,21 @@ impl<Q: QueuePair + 'static, R: Role<Q>> Driver<Q, R> {
         stats.close();
     }
 
+    /// The end of a turn: what the core asks for now, and the role's work after it.
+    /// `received`: a message came in, with the STag the peer invalidated.
+    async fn turn(&mut self, received: Option<Option<STag>>) {
+        if received.is_some() {
+            self.role.demand_changed(&mut self.core, &mut self.link);
+        }
+        self.drive(received.flatten());
+        self.role.after_turn(&mut self.core, &mut self.link).await;
+    }
+
+    /// [`drive`] for this connection.
+    fn drive(&mut self, remote: Option<STag>) {
+        drive(&mut self.core, &mut self.role, &mut self.link, remote);
+    }
+
     /// Handles the completions the QP has ready now, at most
     /// [`COMPLETIONS_PER_TURN`], each driven to its end; `Break` when the QP has no
     /// more to give (the connection is gone).
@@ -808,9 +896,8 @@ impl<Q: QueuePair + 'static, R: Role<Q>> Driver<Q, R> {
                 Poll::Pending => break,
                 Poll::Ready(None) => return std::ops::ControlFlow::Break(()),
                 Poll::Ready(Some(c)) => {
-                    let remote = self.link.complete(&mut self.role, c);
-                    self.role.drive(&mut self.link, remote);
-                    self.role.after_turn(&mut self.link).await;
+                    let received = self.link.complete(&mut self.core, c);
+                    self.turn(received).await;
                 }
             }
         }
@@ -820,7 +907,7 @@ impl<Q: QueuePair + 'static, R: Role<Q>> Driver<Q, R> {
     /// The watchdog's tick: a busy connection without progress is logged once, and
     /// closed when it is stuck on its own work requests (issue 31).
     fn check_liveness(&mut self) {
-        let waiting = self.link.waiting(self.role.waiting());
+        let waiting = self.link.waiting(self.role.waiting(&self.core));
         let link = &mut self.link;
         let Some(w) = &mut self.watchdog else {
             return;
@@ -867,7 +954,7 @@ impl<Q: QueuePair + 'static, R: Role<Q>> Driver<Q, R> {
         };
         self.link.stats.set_live_state(format!(
             "{}{quiet}{closing}",
-            self.link.waiting(self.role.waiting())
+            self.link.waiting(self.role.waiting(&self.core))
         ));
     }
 }
@@ -881,6 +968,14 @@ pub(crate) async fn record_close_reason(qp: &dyn QueuePair, stats: &ConnStats) {
     .await;
     if let Some(rdma::QpEvent::Disconnected(reason)) = ev {
         stats.set_close_reason(format!("{reason:?}"));
+    }
+}
+
+/// Sleeps until `deadline`; forever without one.
+async fn sleep_until(deadline: Option<Instant>) {
+    match deadline {
+        Some(d) => tokio::time::sleep_until(d.into()).await,
+        None => std::future::pending().await,
     }
 }
 

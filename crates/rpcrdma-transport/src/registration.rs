@@ -53,14 +53,31 @@ pub(crate) struct ChunkRegion {
     placed: Option<(PooledBuffer, usize)>,
 }
 
-/// Room a requester leaves around a Write chunk: `head` bytes before (what precedes
-/// the DDP-eligible result in the Reply: at most the inline part, so the receive
-/// inline threshold), `tail` after (XDR padding and what follows it).
+/// Room around the data a peer places in our buffers (a requester's Write chunk, a
+/// responder's Read sink), where the message it belongs to is later made contiguous
+/// ([`join_in_place`]): `head` bytes before it (what precedes the DDP-eligible item: at
+/// most the message's inline part, so our receive buffer), `tail` after (XDR padding
+/// and what follows the item).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct Room {
     pub(crate) head: usize,
     pub(crate) tail: usize,
 }
+
+impl Room {
+    /// `head` bytes before, and [`TAIL_ROOM`] after. A longer tail is joined by a copy.
+    pub(crate) fn around(head: usize) -> Room {
+        Room {
+            head,
+            tail: TAIL_ROOM,
+        }
+    }
+}
+
+/// Room after placed data for the rest of its message: XDR padding (up to 3 bytes) and
+/// the results or arguments that follow (nothing for an NFSv3 READ or WRITE; a few
+/// short ones for an NFSv4 COMPOUND).
+const TAIL_ROOM: usize = 256;
 
 /// A pooled buffer with `room` around `len` bytes, not zeroed (module docs).
 fn pooled(pool: &BufferPool, len: usize, room: Room) -> PooledBuffer {
@@ -74,21 +91,11 @@ fn buffer_err(e: rdma::BufferError) -> RegisterError {
 }
 
 impl ChunkRegion {
-    /// Registers what `reg` asks for.
-    pub(crate) fn register(
-        pd: &ProtectionDomain,
-        pool: &BufferPool,
-        reg: &Registration,
-        stats: &ConnStats,
-    ) -> Result<Self, RegisterError> {
-        Self::register_with_room(pd, pool, reg, Room::default(), stats)
-    }
-
     /// Registers what `reg` asks for; a Write chunk is cut out of a pooled buffer with
     /// `room` around it, and only the chunk is registered (the peer reaches nothing
     /// else; its segment's tagged offsets start at 0 as before). `pool` must hold only
     /// what this peer placed (module docs).
-    pub(crate) fn register_with_room(
+    pub(crate) fn register(
         pd: &ProtectionDomain,
         pool: &BufferPool,
         reg: &Registration,
@@ -330,7 +337,7 @@ mod tests {
     fn placed_in(pool: &BufferPool, len: u32, room: Room, placed: &[u8]) -> (PooledBuffer, usize) {
         let s = stats();
         let reg = Registration::Write { len };
-        let r = ChunkRegion::register_with_room(&pd(), pool, &reg, room, &s).unwrap();
+        let r = ChunkRegion::register(&pd(), pool, &reg, room, &s).unwrap();
         // Only the chunk is registered: the peer reaches no byte of the room.
         assert_eq!(r.segment().offset, 0);
         assert_eq!(r.segment().length, len);
@@ -368,7 +375,7 @@ mod tests {
             position: 40,
             data: vec![piece.clone()],
         };
-        let r = ChunkRegion::register(&pd, &BufferPool::new(0), &reg, &s).unwrap();
+        let r = ChunkRegion::register(&pd, &BufferPool::new(0), &reg, Room::default(), &s).unwrap();
         assert_eq!(r.segment().length, 65_536);
         assert_eq!(r.mr.access(), Access::REMOTE_READ);
         // The peer reads the caller's bytes themselves, and only the piece's.
@@ -397,7 +404,7 @@ mod tests {
             position: 0,
             data: vec![Bytes::from_static(b"head"), Bytes::from_static(b"-tail")],
         };
-        let r = ChunkRegion::register(&pd, &BufferPool::new(0), &reg, &s).unwrap();
+        let r = ChunkRegion::register(&pd, &BufferPool::new(0), &reg, Room::default(), &s).unwrap();
         assert_eq!(r.segment().length, 9);
         let seen = pd.resolve(r.mr.stag(), 0, 9, Access::REMOTE_READ).unwrap();
         assert_eq!(seen.shared_range(0, 9).unwrap(), None);

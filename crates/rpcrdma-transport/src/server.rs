@@ -40,24 +40,23 @@ use std::time::Instant;
 use bytes::Bytes;
 use oncrpc::service::poll_once;
 use oncrpc::Dispatcher;
-use rdma::{BufferPool, ConnectRequest, ConnectionManager, Listener, QueuePair, STag};
+use rdma::{BufferPool, ConnectRequest, ConnectionManager, Listener, QueuePair};
 use rpcrdma::liveness::Waiting;
-use rpcrdma::marshal::Registration;
 use rpcrdma::memory::MemoryBudget;
 use rpcrdma::private_data::PrivateData;
 use rpcrdma::responder::{BackwardFailure, ReliableReplyConfig};
 use rpcrdma::rpc;
-use rpcrdma::{MarshalError, Responder, ResponderConfig, ResponderEvent, Segment, Xid};
+use rpcrdma::{MarshalError, Responder, ResponderConfig, ResponderEvent, Xid};
 use tokio::sync::{mpsc, oneshot, watch};
 use xdr::XdrStream;
 
 use crate::backward::{BackwardChannel, BackwardError, BackwardRequest};
 use crate::binding::RdmaBinding;
 use crate::counters::{Counter, StatsRegistry};
-use crate::driver::{CloseReason, Driver, Growth, Link, ReadsNotPosted, Role};
+use crate::driver::{drive, CloseReason, Driver, Growth, Link, Role};
 use crate::error::TransportError;
 use crate::pool::{RecvPool, SendPool};
-use crate::registration::{contiguous, ChunkRegion, ReadSink, Room};
+use crate::registration::{contiguous, Room};
 use crate::setup::RdmaConfig;
 
 /// An RPC-over-RDMA server for the programs of one dispatcher.
@@ -285,10 +284,9 @@ impl<P: ConnectionManager + 'static> RdmaServer<P> {
             keep_free: config.max_message,
             charge: memory,
         });
+        let core = core.with_counters(stats.clone());
         let role = ServerRole {
-            core: core.with_counters(stats.clone()),
             dispatcher: self.dispatcher.clone(),
-            room_head: config.recv_buffer_len(),
             to_dispatch: VecDeque::new(),
             tasks: 0,
             replies: inputs_tx,
@@ -298,10 +296,14 @@ impl<P: ConnectionManager + 'static> RdmaServer<P> {
             },
         };
         let buffers = self.buffers.clone();
-        let link = Link::new(Arc::new(qp), pd, buffers, stats, recv_pool, sends, growth);
+        // A Read sink has room around it for the rest of its Call: before the chunk,
+        // at most the inline part (our receive buffer).
+        let room = Room::around(config.recv_buffer_len());
+        let qp = Arc::new(qp);
+        let link = Link::new(qp, pd, buffers, stats, recv_pool, sends, room, growth);
         let stop = Some(self.shutdown.subscribe());
         let dump = self.stats.dump_requests();
-        let driver = Driver::new(link, role, inputs, stop, dump, config.stall_timeout);
+        let driver = Driver::new(link, core, role, inputs, stop, dump, config.stall_timeout);
         tokio::spawn(driver.run());
     }
 }
@@ -363,10 +365,6 @@ pub async fn release_when_quiet(pool: BufferPool, period: std::time::Duration) {
     }
 }
 
-/// Room around a Read sink for the rest of its Call: before the chunk, at most the
-/// inline part (the receive buffer); after it, XDR padding and a short tail.
-const READ_SINK_TAIL_ROOM: usize = 256;
-
 /// What the server's connection task is given besides completions.
 pub(crate) enum ServerInput {
     /// The dispatcher's answer to a Call that ran as a task of its own (`None`: no
@@ -376,13 +374,10 @@ pub(crate) enum ServerInput {
     Backward(BackwardRequest),
 }
 
-/// The server's role on a connection: the core's [`Responder`] (which keeps every
-/// Call's state, backward Calls' waiters with them) and the dispatcher.
+/// The server's upper layer on a connection: the dispatcher, around the core's
+/// [`Responder`] (which keeps every Call's state, backward Calls' waiters with them).
 struct ServerRole {
-    core: Responder<Arc<dyn RdmaBinding>, Waiter>,
     dispatcher: Arc<Dispatcher>,
-    /// Room in front of a Read sink: our receive buffer length.
-    room_head: usize,
     /// Calls to hand to the dispatcher ([`ServerRole::after_turn`]), in order.
     to_dispatch: VecDeque<(Xid, Bytes)>,
     /// Calls running as tasks of their own (the core knows which, and since when:
@@ -395,227 +390,13 @@ struct ServerRole {
 
 type Waiter = oneshot::Sender<Result<Bytes, BackwardError>>;
 
+type ServerCore = Responder<Arc<dyn RdmaBinding>, Waiter>;
+
 impl<Q: QueuePair + 'static> Role<Q> for ServerRole {
     type Input = ServerInput;
+    type Core = ServerCore;
 
-    /// Receives back first (§4.3.1: "a credit increase is effected (i.e. RDMA
-    /// Receives are posted) before the next reply is sent"), then the core's actions
-    /// in order, then its events.
-    fn drive(&mut self, link: &mut Link<Q>, remote: Option<STag>) {
-        loop {
-            let n = self.core.poll_reposts();
-            link.post_recvs(n);
-            if let Some(a) = self.core.poll_action() {
-                link.execute(self, a, remote);
-                continue;
-            }
-            let Some(ev) = self.core.poll_event() else {
-                break;
-            };
-            self.handle_event(link, ev);
-        }
-        link.flush_writes();
-    }
-
-    /// Hands the Calls [`Role::drive`] found to the dispatcher. When no other Call of
-    /// this connection is in service, a Call's first poll runs here, and most end in
-    /// it (nfsd's metadata calls, errors): the Reply is sent at once, with no task,
-    /// channel and further turn of the connection's loop (the hand-off the TCP server
-    /// also skips, `oncrpc::server`). A Call that waits, or one that comes while
-    /// others are in service, runs as a task of its own; its reply comes back as an
-    /// input.
-    async fn after_turn(&mut self, link: &mut Link<Q>) {
-        while let Some((xid, call)) = self.to_dispatch.pop_front() {
-            // The upper layer grants access by client address (NFS exports).
-            let peer = link.stats.peer.map(|addr| oncrpc::Peer {
-                addr,
-                protocol: oncrpc::Protocol::Rdma,
-            });
-            let dispatcher = self.dispatcher.clone();
-            let mut call = Box::pin(async move { dispatcher.dispatch_from(call, peer).await });
-            if self.tasks == 0 {
-                if let Poll::Ready(reply) = poll_once(call.as_mut()).await {
-                    self.answer(link, xid, reply);
-                    self.drive(link, None);
-                    continue;
-                }
-            }
-            self.tasks += 1;
-            self.core.handle_in_service(xid, Instant::now());
-            let tx = self.replies.clone();
-            tokio::spawn(async move {
-                let reply = call.await;
-                let _ = tx.send(ServerInput::Reply(xid, reply));
-            });
-        }
-    }
-
-    fn input(&mut self, link: &mut Link<Q>, input: ServerInput) {
-        match input {
-            ServerInput::Reply(xid, reply) => {
-                self.tasks -= 1;
-                self.answer(link, xid, reply);
-            }
-            ServerInput::Backward(req) => self.handle_backward_request(link, req),
-        }
-    }
-
-    fn received(&mut self, link: &mut Link<Q>, buf: Bytes) {
-        self.core.handle_receive(buf);
-        self.grow_credits(link);
-    }
-
-    fn read_done(&mut self, link: &mut Link<Q>, xid: Xid, chunk: usize, sink: ReadSink) {
-        match sink.into_bytes() {
-            Ok(data) => self.core.handle_read_done(xid, chunk, data),
-            Err(e) => link.close(CloseReason::Register("an RDMA Read sink", e)),
-        }
-    }
-
-    fn read_failed(&mut self, _link: &mut Link<Q>, xid: Xid) {
-        self.core.handle_read_failed(xid);
-    }
-
-    /// Reliable reply: the Payload stream of a Reply that fits no reply resource, in
-    /// regions the client pulls it from (a responder-provided Read chunk).
-    fn register(&mut self, link: &mut Link<Q>, xid: Xid, registrations: Vec<Registration>) {
-        // COPY: a Reply's Payload stream into its registered region (see
-        // `registration`), registered for remote read only.
-        let regions: Result<Vec<_>, _> = registrations
-            .iter()
-            .map(|reg| ChunkRegion::register(&link.pd, &link.buffers, reg, &link.stats))
-            .collect();
-        match regions {
-            Ok(regions) => {
-                let segments = regions
-                    .into_iter()
-                    .map(|r| vec![link.expose(xid, r)])
-                    .collect();
-                let _ = self.core.handle_registered(Instant::now(), xid, segments);
-            }
-            Err(e) => {
-                tracing::debug!(target: "rpcrdma_transport", xid = xid.0, error = %e, "Reply chunk not registered");
-                self.core.handle_registration_failed(xid);
-            }
-        }
-    }
-
-    /// §4.4.5: a Call's Read chunk, into a sink with room around it for the rest of
-    /// the Call (`registration::join_in_place`).
-    fn read(&mut self, link: &mut Link<Q>, xid: Xid, chunk: usize, segments: Vec<Segment>) {
-        let room = Room {
-            head: self.room_head,
-            tail: READ_SINK_TAIL_ROOM,
-        };
-        match link.post_reads(xid, chunk, &segments, room) {
-            Ok(None) => self.core.handle_reads_posted(xid, chunk, Instant::now()),
-            Ok(Some(empty)) => match empty.into_bytes() {
-                Ok(data) => self.core.handle_read_done(xid, chunk, data),
-                Err(e) => link.close(CloseReason::Register("an RDMA Read sink", e)),
-            },
-            Err(ReadsNotPosted::Sink(e)) => {
-                link.close(CloseReason::Register("an RDMA Read sink", e))
-            }
-            Err(ReadsNotPosted::Post(e)) => link.close(CloseReason::Post("an RDMA Read", e)),
-        }
-    }
-
-    fn receives_posted(&mut self, n: u32) {
-        self.core.handle_receives_posted(n);
-    }
-
-    /// A responder-provided Read chunk is fenced (reliable-reply §4.2): it goes,
-    /// deregistered.
-    fn fenced(&mut self, _link: &mut Link<Q>, _xid: Xid, _handle: u32, _region: ChunkRegion) {}
-
-    /// Reliable-reply §4.1.3's pull timeout, the retry of a refused credit growth,
-    /// the RDMA Read timeout (`ResponderEvent::ReadTimeout`).
-    fn deadline(&self) -> Option<Instant> {
-        self.core.poll_timeout()
-    }
-
-    fn timeout(&mut self, link: &mut Link<Q>, now: Instant) {
-        self.core.handle_timeout(now);
-        if !link.is_closing() {
-            self.grow_credits(link);
-        }
-    }
-
-    fn memory_wait(&self) -> Option<(Arc<MemoryBudget>, u64)> {
-        self.core.memory_wait().map(|(b, g)| (b.clone(), g))
-    }
-
-    fn memory_released(&mut self) {
-        self.core.handle_memory_released();
-    }
-
-    /// The core's, with the Calls not yet handed to the dispatcher.
-    fn waiting(&self) -> Waiting {
-        let core = self.core.waiting(Instant::now());
-        Waiting {
-            in_dispatcher: core.in_dispatcher + self.to_dispatch.len(),
-            ..core
-        }
-    }
-
-    /// The core invalidates what it exposed (reliable-reply §5.4.3) and fails our
-    /// backward Calls (§7.3.2).
-    fn ended(&mut self, link: &mut Link<Q>) {
-        self.core.handle_disconnect();
-        self.drive(link, None);
-    }
-}
-
-impl ServerRole {
-    /// Gives the core the dispatcher's answer to Call `xid`.
-    fn answer<Q: QueuePair + 'static>(
-        &mut self,
-        link: &mut Link<Q>,
-        xid: Xid,
-        reply: Option<XdrStream>,
-    ) {
-        link.progress();
-        match reply {
-            Some(stream) => {
-                let _ = self.core.send_reply(xid, stream);
-            }
-            // The dispatcher earns the Call no reply.
-            None => self.core.drop_call(xid),
-        }
-    }
-
-    /// Raises the credit grant when the requester uses more than half of it
-    /// ([`rpcrdma::credits::grown_target`]) and the server's memory budget has room
-    /// for the buffers: they are charged, added to the pools, and the core asks for
-    /// their Receives to be posted before a Reply announces them (§4.3.1).
-    fn grow_credits<Q: QueuePair + 'static>(&mut self, link: &mut Link<Q>) {
-        let Some(next) = self.core.credit_growth(self.growth.max) else {
-            return;
-        };
-        let target = self.core.credits().target();
-        let more = next - target;
-        if !link.charge_more(u64::from(more) * self.growth.per_credit) {
-            // The core says when to try again (`poll_timeout`, `GROWTH_RETRY`).
-            self.core.handle_credit_growth_refused(Instant::now());
-            return;
-        }
-        match link.recvs.grow(&link.pd, more as usize) {
-            Ok(()) => {
-                // Cannot fail: `next` is at least 1.
-                let _ = self.core.set_credit_target(next);
-            }
-            Err(e) => {
-                tracing::warn!(target: "rpcrdma_transport", conn = link.stats.id, error = %e, credits = target, "cannot register buffers for more credits: the grant stays");
-                self.growth.max = target;
-            }
-        }
-    }
-
-    fn handle_event<Q: QueuePair + 'static>(
-        &mut self,
-        link: &mut Link<Q>,
-        ev: ResponderEvent<Waiter>,
-    ) {
+    fn event(&mut self, _core: &mut ServerCore, link: &mut Link<Q>, ev: ResponderEvent<Waiter>) {
         match ev {
             ResponderEvent::Call { xid, payload, .. } => {
                 // A Call with one Read chunk (an NFS WRITE) is made contiguous in the
@@ -645,57 +426,155 @@ impl ServerRole {
         }
     }
 
-    /// A request from a [`BackwardChannel`] (v1 §7).
-    fn handle_backward_request<Q: QueuePair + 'static>(
-        &mut self,
-        link: &mut Link<Q>,
-        req: BackwardRequest,
-    ) {
-        match req {
-            BackwardRequest::Ready => self.core.handle_peer_backward_ready(),
-            BackwardRequest::Call { msg, reply } => {
-                let xid = match rpc::xid(&msg.inline) {
-                    Some(x) if rpc::msg_type(&msg.inline) == Some(rpc::CALL) => x,
-                    _ => {
-                        let _ = reply.send(Err(BackwardError::NotACall));
-                        return;
-                    }
-                };
-                self.start_backward(link, xid, msg, reply);
+    /// Hands the Calls [`drive`] found to the dispatcher. When no other Call of this
+    /// connection is in service, a Call's first poll runs here, and most end in it
+    /// (nfsd's metadata calls, errors): the Reply is sent at once, with no task,
+    /// channel and further turn of the connection's loop (the hand-off the TCP server
+    /// also skips, `oncrpc::server`). A Call that waits, or one that comes while
+    /// others are in service, runs as a task of its own; its reply comes back as an
+    /// input.
+    async fn after_turn(&mut self, core: &mut ServerCore, link: &mut Link<Q>) {
+        while let Some((xid, call)) = self.to_dispatch.pop_front() {
+            // The upper layer grants access by client address (NFS exports).
+            let peer = link.stats.peer.map(|addr| oncrpc::Peer {
+                addr,
+                protocol: oncrpc::Protocol::Rdma,
+            });
+            let dispatcher = self.dispatcher.clone();
+            let mut call = Box::pin(async move { dispatcher.dispatch_from(call, peer).await });
+            if self.tasks == 0 {
+                if let Poll::Ready(reply) = poll_once(call.as_mut()).await {
+                    answer(core, link, xid, reply);
+                    drive(core, self, link, None);
+                    continue;
+                }
             }
+            self.tasks += 1;
+            core.handle_in_service(xid, Instant::now());
+            let tx = self.replies.clone();
+            tokio::spawn(async move {
+                let reply = call.await;
+                let _ = tx.send(ServerInput::Reply(xid, reply));
+            });
         }
     }
 
-    /// Hands backward Call `xid` to the core, which sends it when a backward credit
-    /// is free. Whether the peer said it is ready (§7.3.1), a duplicate XID, the
-    /// inline limit (§7.4) and the wait for credits are the core's rules
-    /// (`Responder::start_backward_call`).
-    fn start_backward<Q: QueuePair + 'static>(
-        &mut self,
-        link: &mut Link<Q>,
-        xid: Xid,
-        msg: XdrStream,
-        reply: Waiter,
-    ) {
-        let (err, reply) = match self.core.start_backward_call(xid, msg, reply) {
-            Ok(()) => return,
-            Err(refused) => refused,
-        };
-        let err = match err {
-            rpcrdma::Error::Credit(_) => BackwardError::Busy,
-            // §7.4: backward messages are never reduced.
-            rpcrdma::Error::Marshal(MarshalError::HeaderTooLarge { len, threshold }) => {
-                BackwardError::TooLarge { len, threshold }
+    fn input(&mut self, core: &mut ServerCore, link: &mut Link<Q>, input: ServerInput) {
+        match input {
+            ServerInput::Reply(xid, reply) => {
+                self.tasks -= 1;
+                answer(core, link, xid, reply);
             }
-            rpcrdma::Error::Marshal(MarshalError::BackwardNotReady) => BackwardError::NotReady,
-            rpcrdma::Error::Marshal(MarshalError::DuplicateBackwardXid(x)) => {
-                BackwardError::DuplicateXid(x)
-            }
-            _ => BackwardError::ConnectionLost,
-        };
-        link.stats.inc(Counter::BackwardFailed);
-        let _ = reply.send(Err(err));
+            ServerInput::Backward(req) => handle_backward_request(core, link, req),
+        }
     }
+
+    fn demand_changed(&mut self, core: &mut ServerCore, link: &mut Link<Q>) {
+        self.grow_credits(core, link);
+    }
+
+    /// The core's, with the Calls not yet handed to the dispatcher.
+    fn waiting(&self, core: &ServerCore) -> Waiting {
+        let core = core.waiting(Instant::now());
+        Waiting {
+            in_dispatcher: core.in_dispatcher + self.to_dispatch.len(),
+            ..core
+        }
+    }
+
+    /// The core invalidates what it exposed (reliable-reply §5.4.3) and fails our
+    /// backward Calls (§7.3.2).
+    fn ended(&mut self, core: &mut ServerCore, link: &mut Link<Q>) {
+        drive(core, self, link, None);
+    }
+}
+
+/// Gives the core the dispatcher's answer to Call `xid`.
+fn answer<Q: QueuePair + 'static>(
+    core: &mut ServerCore,
+    link: &mut Link<Q>,
+    xid: Xid,
+    reply: Option<XdrStream>,
+) {
+    link.progress();
+    match reply {
+        Some(stream) => {
+            let _ = core.send_reply(xid, stream);
+        }
+        // The dispatcher earns the Call no reply.
+        None => core.drop_call(xid),
+    }
+}
+
+impl ServerRole {
+    /// Raises the credit grant when the requester uses more than half of it
+    /// ([`rpcrdma::credits::grown_target`]) and the server's memory budget has room
+    /// for the buffers: they are charged, added to the pools, and the core asks for
+    /// their Receives to be posted before a Reply announces them (§4.3.1).
+    fn grow_credits<Q: QueuePair + 'static>(&mut self, core: &mut ServerCore, link: &mut Link<Q>) {
+        let Some(next) = core
+            .credit_growth(self.growth.max)
+            .filter(|_| !link.is_closing())
+        else {
+            return;
+        };
+        let target = core.credits().target();
+        let more = next - target;
+        if !link.charge_more(u64::from(more) * self.growth.per_credit) {
+            // The core says when to try again (`poll_timeout`, `GROWTH_RETRY`).
+            core.handle_credit_growth_refused(Instant::now());
+            return;
+        }
+        match link.recvs.grow(&link.pd, more as usize) {
+            Ok(()) => {
+                // Cannot fail: `next` is at least 1.
+                let _ = core.set_credit_target(next);
+            }
+            Err(e) => {
+                tracing::warn!(target: "rpcrdma_transport", conn = link.stats.id, error = %e, credits = target, "cannot register buffers for more credits: the grant stays");
+                self.growth.max = target;
+            }
+        }
+    }
+}
+
+/// A request from a [`BackwardChannel`] (v1 §7). A backward Call goes to the core,
+/// which sends it when a backward credit is free: whether the peer said it is ready
+/// (§7.3.1), a duplicate XID, the inline limit (§7.4) and the wait for credits are the
+/// core's rules (`Responder::start_backward_call`).
+fn handle_backward_request<Q: QueuePair + 'static>(
+    core: &mut ServerCore,
+    link: &mut Link<Q>,
+    req: BackwardRequest,
+) {
+    let (msg, reply) = match req {
+        BackwardRequest::Ready => return core.handle_peer_backward_ready(),
+        BackwardRequest::Call { msg, reply } => (msg, reply),
+    };
+    let xid = match rpc::xid(&msg.inline) {
+        Some(x) if rpc::msg_type(&msg.inline) == Some(rpc::CALL) => x,
+        _ => {
+            let _ = reply.send(Err(BackwardError::NotACall));
+            return;
+        }
+    };
+    let Err((err, reply)) = core.start_backward_call(xid, msg, reply) else {
+        return;
+    };
+    let err = match err {
+        rpcrdma::Error::Credit(_) => BackwardError::Busy,
+        // §7.4: backward messages are never reduced.
+        rpcrdma::Error::Marshal(MarshalError::HeaderTooLarge { len, threshold }) => {
+            BackwardError::TooLarge { len, threshold }
+        }
+        rpcrdma::Error::Marshal(MarshalError::BackwardNotReady) => BackwardError::NotReady,
+        rpcrdma::Error::Marshal(MarshalError::DuplicateBackwardXid(x)) => {
+            BackwardError::DuplicateXid(x)
+        }
+        _ => BackwardError::ConnectionLost,
+    };
+    link.stats.inc(Counter::BackwardFailed);
+    let _ = reply.send(Err(err));
 }
 
 #[cfg(test)]

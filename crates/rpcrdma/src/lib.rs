@@ -89,7 +89,7 @@ mod pair;
 #[cfg(test)]
 mod testutil;
 
-pub use action::Action;
+pub use action::{Action, Endpoint};
 pub use chunks::{ChunkLists, Limits, ReadChunk, Segment, WriteChunk};
 pub use error::{
     ArgsError, CreditError, Error, HeaderError, MarshalError, ReplyError, Scope, WireAnswer,

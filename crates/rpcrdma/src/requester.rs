@@ -26,11 +26,12 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
+use std::time::Instant;
 
 use bytes::Bytes;
 use xdr::XdrStream;
 
-use crate::action::Action;
+use crate::action::{Action, Endpoint};
 use crate::chunks::{ChunkLists, Segment};
 use crate::credits::{RequesterCredits, ResponderCredits};
 use crate::error::{Error, HeaderError, MarshalError, ReplyError};
@@ -39,6 +40,7 @@ use crate::liveness::Waiting;
 use crate::marshal::{
     marshal_backward, plan_call, plan_call_without_reply_chunk, CallLimits, CallPlan, Shape,
 };
+use crate::memory::MemoryBudget;
 use crate::options::{ReliableReplyInfo, RELIABLE_REPLY};
 use crate::private_data::PeerLimits;
 use crate::reassembly::{reply_chunk_length, written_lengths};
@@ -211,6 +213,8 @@ pub struct Requester<B> {
     /// Calls submitted while no credit was free ([`Requester::submit_call`]), oldest
     /// first: started as credits return.
     waiting: VecDeque<(Xid, XdrStream)>,
+    /// Receives to post again ([`Requester::poll_reposts`]).
+    reposts: u32,
     counters: Arc<dyn CounterSink>,
 }
 
@@ -238,6 +242,7 @@ impl<B: UpperLayerBinding> Requester<B> {
             pulls: HashMap::new(),
             fencing: HashMap::new(),
             waiting: VecDeque::new(),
+            reposts: 0,
             counters: Arc::new(NoCounters),
         }
     }
@@ -557,8 +562,16 @@ impl<B: UpperLayerBinding> Requester<B> {
         }
     }
 
+    /// Receives to post again: one for each message received (its bytes are the
+    /// core's once [`Requester::handle_receive`] has them, so its Receive goes back at
+    /// once, keeping one posted per credit, §4.3.1, and per backward credit, §7.2.2).
+    pub fn poll_reposts(&mut self) -> u32 {
+        std::mem::take(&mut self.reposts)
+    }
+
     /// A Receive completed with `buf` (one Send from the responder).
     pub fn handle_receive(&mut self, buf: Bytes) {
+        self.reposts += 1;
         let received = match receive(&buf, &self.config.policy) {
             Ok(r) => r,
             Err(e) => {
@@ -883,6 +896,81 @@ impl<B: UpperLayerBinding> Requester<B> {
         }
         self.credits.reset();
         self.negotiation = self.negotiation.next_connection();
+    }
+}
+
+/// The driver's view of a requester ([`Endpoint`]): its own methods, and nothing for
+/// what only a responder has (a timer, a memory budget, a growing grant).
+impl<B: UpperLayerBinding> Endpoint for Requester<B> {
+    type Event = RequesterEvent;
+
+    fn poll_reposts(&mut self) -> u32 {
+        Requester::poll_reposts(self)
+    }
+
+    fn poll_action(&mut self) -> Option<Action> {
+        Requester::poll_action(self)
+    }
+
+    fn poll_event(&mut self) -> Option<RequesterEvent> {
+        Requester::poll_event(self)
+    }
+
+    fn handle_receive(&mut self, buf: Bytes) {
+        Requester::handle_receive(self, buf);
+    }
+
+    fn handle_receives_posted(&mut self, _n: u32) {}
+
+    fn handle_registered(
+        &mut self,
+        _now: Instant,
+        xid: Xid,
+        segments: Vec<Vec<Segment>>,
+    ) -> Result<(), Error> {
+        Requester::handle_registered(self, xid, segments)
+    }
+
+    fn handle_registration_failed(&mut self, xid: Xid) {
+        Requester::handle_registration_failed(self, xid);
+    }
+
+    fn handle_reads_posted(&mut self, _xid: Xid, _chunk: usize, _now: Instant) {}
+
+    fn handle_read_done(&mut self, xid: Xid, chunk: usize, data: Bytes) {
+        Requester::handle_read_done(self, xid, chunk, data);
+    }
+
+    fn handle_read_failed(&mut self, xid: Xid) {
+        Requester::handle_read_failed(self, xid);
+    }
+
+    fn wants_placed(&self, xid: Xid, handle: u32) -> bool {
+        Requester::wants_placed(self, xid, handle)
+    }
+
+    fn handle_invalidated(&mut self, xid: Xid, handle: u32) {
+        Requester::handle_invalidated(self, xid, handle);
+    }
+
+    fn poll_timeout(&self) -> Option<Instant> {
+        None
+    }
+
+    fn handle_timeout(&mut self, _now: Instant) {}
+
+    fn memory_wait(&self) -> Option<(&Arc<MemoryBudget>, u64)> {
+        None
+    }
+
+    fn handle_memory_released(&mut self) {}
+
+    fn waiting(&self, _now: Instant) -> Waiting {
+        Requester::waiting(self)
+    }
+
+    fn handle_disconnect(&mut self) {
+        Requester::handle_disconnect(self);
     }
 }
 

@@ -45,7 +45,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use xdr::XdrStream;
 
-use crate::action::Action;
+use crate::action::{Action, Endpoint};
 use crate::chunks::ChunkLists;
 use crate::credits::{grown_target, RequesterCredits, ResponderCredits, GROWTH_RETRY};
 use crate::error::{ArgsError, CreditError, Error, HeaderError, MarshalError, WireAnswer};
@@ -1155,6 +1155,87 @@ fn payload_head(payload: &Reassembled) -> Bytes {
             }
             Bytes::from(head)
         }
+    }
+}
+
+/// The driver's view of a responder ([`Endpoint`]): its own methods; the Reads it
+/// posts need no fenced bytes kept, and its regions' invalidation needs no answer.
+impl<B: UpperLayerBinding, T> Endpoint for Responder<B, T> {
+    type Event = ResponderEvent<T>;
+
+    fn poll_reposts(&mut self) -> u32 {
+        Responder::poll_reposts(self)
+    }
+
+    fn poll_action(&mut self) -> Option<Action> {
+        Responder::poll_action(self)
+    }
+
+    fn poll_event(&mut self) -> Option<ResponderEvent<T>> {
+        Responder::poll_event(self)
+    }
+
+    fn handle_receive(&mut self, buf: Bytes) {
+        Responder::handle_receive(self, buf);
+    }
+
+    fn handle_receives_posted(&mut self, n: u32) {
+        Responder::handle_receives_posted(self, n);
+    }
+
+    fn handle_registered(
+        &mut self,
+        now: Instant,
+        xid: Xid,
+        segments: Vec<Vec<crate::chunks::Segment>>,
+    ) -> Result<(), Error> {
+        Responder::handle_registered(self, now, xid, segments)
+    }
+
+    fn handle_registration_failed(&mut self, xid: Xid) {
+        Responder::handle_registration_failed(self, xid);
+    }
+
+    fn handle_reads_posted(&mut self, xid: Xid, chunk: usize, now: Instant) {
+        Responder::handle_reads_posted(self, xid, chunk, now);
+    }
+
+    fn handle_read_done(&mut self, xid: Xid, chunk: usize, data: Bytes) {
+        Responder::handle_read_done(self, xid, chunk, data);
+    }
+
+    fn handle_read_failed(&mut self, xid: Xid) {
+        Responder::handle_read_failed(self, xid);
+    }
+
+    fn wants_placed(&self, _xid: Xid, _handle: u32) -> bool {
+        false
+    }
+
+    fn handle_invalidated(&mut self, _xid: Xid, _handle: u32) {}
+
+    fn poll_timeout(&self) -> Option<Instant> {
+        Responder::poll_timeout(self)
+    }
+
+    fn handle_timeout(&mut self, now: Instant) {
+        Responder::handle_timeout(self, now);
+    }
+
+    fn memory_wait(&self) -> Option<(&Arc<MemoryBudget>, u64)> {
+        Responder::memory_wait(self)
+    }
+
+    fn handle_memory_released(&mut self) {
+        Responder::handle_memory_released(self);
+    }
+
+    fn waiting(&self, now: Instant) -> Waiting {
+        Responder::waiting(self, now)
+    }
+
+    fn handle_disconnect(&mut self) {
+        Responder::handle_disconnect(self);
     }
 }
 

@@ -324,6 +324,8 @@ impl<B: UpperLayerBinding> Requester<B> {
         let Some(pull) = self.pulls.remove(&xid) else {
             return;
         };
+        self.counters
+            .add(Counter::ChunkBytesReceived, data.len() as u64);
         // draft-cel-nfsv4-rpcrdma-reliable-reply-05 §4.1.2: "After RDMA Read operations
         // have completed (successfully or in error), the requester MUST inform the
         // responder that it may invalidate the Read chunk containing the RPC Reply
