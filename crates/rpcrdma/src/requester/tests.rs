@@ -1056,3 +1056,19 @@ fn s5_4_1_a_reply_still_being_fenced_when_the_connection_goes_fails() {
     assert!(!r.handle_invalidated(xid, 0x8cd1_cf01));
     assert_eq!(r.poll_event(), None);
 }
+
+/// §4.3.1: a requester keeps a Receive posted per credit. Every message received, a
+/// Reply or one it refuses, gives its Receive back at once (`poll_reposts`), and only
+/// once.
+#[test]
+fn s4_3_1_every_message_received_gives_its_receive_back_once() {
+    let mut r = requester(small(), Version::ONE);
+    assert_eq!(r.poll_reposts(), 0, "nothing received yet");
+    r.start_call(Xid(0xa95c_540d), null_call(0xa95c_540d))
+        .unwrap();
+    let _ = sent(&mut r);
+    r.handle_receive(hex(ERR_CHUNK_MSGP_KNFSD));
+    r.handle_receive(Bytes::from_static(b"short"));
+    assert_eq!(r.poll_reposts(), 2);
+    assert_eq!(r.poll_reposts(), 0, "given back once");
+}
