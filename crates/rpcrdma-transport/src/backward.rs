@@ -25,46 +25,10 @@ use bytes::Bytes;
 use tokio::sync::{mpsc, oneshot};
 use xdr::XdrStream;
 
+pub use rpcrdma::responder::BackwardError;
+
 use crate::counters::ConnStats;
 use crate::server::ServerInput;
-
-/// Why a backward-direction Call did not complete.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum BackwardError {
-    /// §7.3.1: "An Upper Layer Protocol consumer MUST NOT perform backward direction
-    /// ONC RPC operations unless the peer consumer has indicated it is prepared to
-    /// handle them": [`BackwardChannel::set_peer_ready`] was not called on this
-    /// connection.
-    #[error("the client has not said it takes backward calls")]
-    NotReady,
-    /// The message is not an RPC Call.
-    #[error("not an RPC call message")]
-    NotACall,
-    /// A backward Call with this XID is already outstanding on the connection.
-    #[error("backward xid {0:#x} already outstanding")]
-    DuplicateXid(u32),
-    /// §7.4: backward messages cannot be reduced, and this one exceeds the client's
-    /// inline threshold.
-    #[error("backward call of {len} bytes exceeds the inline threshold {threshold}")]
-    TooLarge {
-        /// Bytes of the Send.
-        len: usize,
-        /// The client's receive threshold.
-        threshold: u32,
-    },
-    /// The client answered RDMA_ERROR (it has no backward channel, or could not reply).
-    #[error("the client refused the backward call (RDMA_ERROR)")]
-    Refused,
-    /// The connection ended before the Reply came (§7.3.2: the server waits for the
-    /// client to reconnect before retransmitting).
-    #[error("connection lost")]
-    ConnectionLost,
-    /// `rpcrdma::responder::BACKWARD_QUEUE_MAX` backward Calls already wait for a
-    /// backward credit on this connection: try again once some are answered.
-    #[error("too many backward calls waiting for a credit")]
-    Busy,
-}
 
 /// What a [`BackwardChannel`] asks of its connection's task.
 pub(crate) enum BackwardRequest {

@@ -44,9 +44,8 @@ use rdma::{BufferPool, ConnectRequest, ConnectionManager, Listener, QueuePair};
 use rpcrdma::liveness::Waiting;
 use rpcrdma::memory::MemoryBudget;
 use rpcrdma::private_data::PrivateData;
-use rpcrdma::responder::{BackwardFailure, ReliableReplyConfig};
-use rpcrdma::rpc;
-use rpcrdma::{MarshalError, Responder, ResponderConfig, ResponderEvent, Xid};
+use rpcrdma::responder::ReliableReplyConfig;
+use rpcrdma::{Responder, ResponderConfig, ResponderEvent, Xid};
 use tokio::sync::{mpsc, oneshot, watch};
 use xdr::XdrStream;
 
@@ -418,10 +417,7 @@ impl<Q: QueuePair + 'static> Role<Q> for ServerRole {
                 }
             }
             ResponderEvent::BackwardFailed { reason, token, .. } => {
-                let _ = token.send(Err(match reason {
-                    BackwardFailure::Refused => BackwardError::Refused,
-                    BackwardFailure::ConnectionLost => BackwardError::ConnectionLost,
-                }));
+                let _ = token.send(Err(reason));
             }
         }
     }
@@ -539,42 +535,23 @@ impl ServerRole {
 }
 
 /// A request from a [`BackwardChannel`] (v1 §7). A backward Call goes to the core,
-/// which sends it when a backward credit is free: whether the peer said it is ready
-/// (§7.3.1), a duplicate XID, the inline limit (§7.4) and the wait for credits are the
-/// core's rules (`Responder::start_backward_call`).
+/// which sends it when a backward credit is free: whether it is a Call, whether the
+/// peer said it is ready (§7.3.1), a duplicate XID, the inline limit (§7.4) and the
+/// wait for credits are the core's rules (`Responder::start_backward_call`).
 fn handle_backward_request<Q: QueuePair + 'static>(
     core: &mut ServerCore,
     link: &mut Link<Q>,
     req: BackwardRequest,
 ) {
-    let (msg, reply) = match req {
-        BackwardRequest::Ready => return core.handle_peer_backward_ready(),
-        BackwardRequest::Call { msg, reply } => (msg, reply),
-    };
-    let xid = match rpc::xid(&msg.inline) {
-        Some(x) if rpc::msg_type(&msg.inline) == Some(rpc::CALL) => x,
-        _ => {
-            let _ = reply.send(Err(BackwardError::NotACall));
-            return;
+    match req {
+        BackwardRequest::Ready => core.handle_peer_backward_ready(),
+        BackwardRequest::Call { msg, reply } => {
+            if let Err((e, reply)) = core.start_backward_call(msg, reply) {
+                link.stats.inc(Counter::BackwardFailed);
+                let _ = reply.send(Err(e));
+            }
         }
-    };
-    let Err((err, reply)) = core.start_backward_call(xid, msg, reply) else {
-        return;
-    };
-    let err = match err {
-        rpcrdma::Error::Credit(_) => BackwardError::Busy,
-        // §7.4: backward messages are never reduced.
-        rpcrdma::Error::Marshal(MarshalError::HeaderTooLarge { len, threshold }) => {
-            BackwardError::TooLarge { len, threshold }
-        }
-        rpcrdma::Error::Marshal(MarshalError::BackwardNotReady) => BackwardError::NotReady,
-        rpcrdma::Error::Marshal(MarshalError::DuplicateBackwardXid(x)) => {
-            BackwardError::DuplicateXid(x)
-        }
-        _ => BackwardError::ConnectionLost,
-    };
-    link.stats.inc(Counter::BackwardFailed);
-    let _ = reply.send(Err(err));
+    }
 }
 
 #[cfg(test)]

@@ -290,15 +290,6 @@ pub enum MarshalError {
     /// (§7.3.1), or a backward Reply to a Call we did not receive.
     #[error("no backward channel for this message")]
     NoBackwardChannel,
-    /// §7.3.1: "An Upper Layer Protocol consumer MUST NOT perform backward direction
-    /// ONC RPC operations unless the peer consumer has indicated it is prepared to
-    /// handle them." The peer has not (yet) said so on this connection.
-    #[error("the peer has not said it is prepared for backward calls")]
-    BackwardNotReady,
-    /// A backward Call with the XID of one of ours still in flight or waiting for a
-    /// credit (§7.1.4: the backward direction's XIDs are one space of ours).
-    #[error("a backward call with xid {0:#x} is already in flight")]
-    DuplicateBackwardXid(u32),
     /// A reply that needs a responder-provided Read chunk, when no Receive can be set
     /// aside for its RDMA_DONE (draft-cel-nfsv4-rpcrdma-reliable-reply-05 §5.2.3):
     /// answered like a reply with no reply resources (ERR_BADHEADER).

@@ -187,7 +187,7 @@ pub enum ResponderEvent<T = ()> {
         /// The XID.
         xid: Xid,
         /// Why.
-        reason: BackwardFailure,
+        reason: BackwardError,
         /// The token the Call was started with.
         token: T,
     },
@@ -202,13 +202,58 @@ pub enum ResponderEvent<T = ()> {
     },
 }
 
-/// Why a backward-direction Call failed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum BackwardFailure {
+/// Why a backward-direction Call of ours (§7) was not sent
+/// ([`Responder::start_backward_call`]) or got no Reply
+/// ([`ResponderEvent::BackwardFailed`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum BackwardError {
+    /// This connection has no backward channel (no backward credits).
+    #[error("no backward channel on this connection")]
+    NoChannel,
+    /// §7.3.1: "An Upper Layer Protocol consumer MUST NOT perform backward direction
+    /// ONC RPC operations unless the peer consumer has indicated it is prepared to
+    /// handle them." The client has not (yet) said so on this connection.
+    #[error("the client has not said it takes backward calls")]
+    NotReady,
+    /// The message is not an RPC Call.
+    #[error("not an RPC call message")]
+    NotACall,
+    /// A Call of ours with this XID is in flight or waiting for a credit (§7.1.4: the
+    /// backward direction's XIDs are one space of ours).
+    #[error("backward xid {0:#x} already outstanding")]
+    DuplicateXid(u32),
+    /// §7.4: backward messages are never reduced; this one does not fit inline.
+    #[error("backward call of {len} bytes exceeds the inline threshold {threshold}")]
+    TooLarge {
+        /// The Call's length, header included.
+        len: usize,
+        /// The client's inline receive threshold.
+        threshold: u32,
+    },
+    /// [`BACKWARD_QUEUE_MAX`] Calls already wait for a backward credit.
+    #[error("too many backward calls waiting for a credit")]
+    Busy,
     /// The client answered RDMA_ERROR (§5.5: it "completes the RPC transaction").
+    #[error("the client refused the backward call (RDMA_ERROR)")]
     Refused,
     /// The connection was lost before the Reply (§7.3.2).
+    #[error("connection lost")]
     ConnectionLost,
+}
+
+impl From<MarshalError> for BackwardError {
+    fn from(e: MarshalError) -> Self {
+        match e {
+            MarshalError::HeaderTooLarge { len, threshold } => {
+                BackwardError::TooLarge { len, threshold }
+            }
+            MarshalError::NoBackwardChannel => BackwardError::NoChannel,
+            // `marshal_backward` refuses nothing else: a backward Call is one RDMA_MSG
+            // of the stream as it is.
+            _ => BackwardError::NotACall,
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -518,7 +563,7 @@ impl<B: UpperLayerBinding, T> Responder<B, T> {
                     self.counters.inc(Counter::BackwardFailed);
                     self.events.push_back(ResponderEvent::BackwardFailed {
                         xid: prefix.xid,
-                        reason: BackwardFailure::Refused,
+                        reason: BackwardError::Refused,
                         token,
                     });
                     self.send_waiting_backward();
@@ -696,30 +741,33 @@ impl<B: UpperLayerBinding, T> Responder<B, T> {
         self.send_waiting_backward();
     }
 
-    /// Sends a backward-direction Call (§7.3.4) to the client, at once if a backward
-    /// credit is free (accounted apart from the forward grant, §7.2.1), else when a
-    /// Reply returns one: it waits here, in order (its outcome is a later
-    /// `BackwardReply` or `BackwardFailed` event either way). Fails if there is no
+    /// Sends backward-direction Call `stream` (§7.3.4) to the client, at once if a
+    /// backward credit is free (accounted apart from the forward grant, §7.2.1), else
+    /// when a Reply returns one: it waits here, in order (its outcome is a later
+    /// `BackwardReply` or `BackwardFailed` event either way). Returns its XID. Fails
+    /// ([`BackwardError`], with `token` back) if it is not an RPC Call, if there is no
     /// backward channel, if the peer has not said it is ready (§7.3.1), if a Call of
     /// ours with the same XID is in flight or waiting, if the Call does not fit inline
-    /// (§7.4: no reduction), or if [`BACKWARD_QUEUE_MAX`] Calls already wait; the
-    /// error comes with `token` back.
+    /// (§7.4: no reduction), or if [`BACKWARD_QUEUE_MAX`] Calls already wait.
     pub fn start_backward_call(
         &mut self,
-        xid: Xid,
         stream: XdrStream,
         token: T,
-    ) -> Result<(), (Error, T)> {
+    ) -> Result<Xid, (BackwardError, T)> {
+        let xid = match rpc::xid(&stream.inline) {
+            Some(x) if rpc::msg_type(&stream.inline) == Some(rpc::CALL) => x,
+            _ => return Err((BackwardError::NotACall, token)),
+        };
         match self.check_backward_call(xid, &stream) {
             Ok(true) => {
                 self.counters.inc(Counter::BackwardCreditWaits);
                 self.backward_waiting.push_back((xid, stream, token));
-                Ok(())
+                Ok(xid)
             }
             Ok(false) => match self.send_backward(xid, &stream) {
                 Ok(()) => {
                     self.backward_calls.insert(xid, token);
-                    Ok(())
+                    Ok(xid)
                 }
                 Err(e) => Err((e, token)),
             },
@@ -729,33 +777,30 @@ impl<B: UpperLayerBinding, T> Responder<B, T> {
 
     /// Whether backward Call `xid` may go ([`Responder::start_backward_call`]'s
     /// rules), and if so whether it waits for a credit (true) or goes now.
-    fn check_backward_call(&self, xid: Xid, stream: &XdrStream) -> Result<bool, Error> {
+    fn check_backward_call(&self, xid: Xid, stream: &XdrStream) -> Result<bool, BackwardError> {
         let threshold = self.send_threshold_for(self.version);
         let Some(b) = self.backward.as_ref() else {
-            return Err(MarshalError::NoBackwardChannel.into());
+            return Err(BackwardError::NoChannel);
         };
         // §7.3.1: "An Upper Layer Protocol consumer MUST NOT perform backward direction
         // ONC RPC operations unless the peer consumer has indicated it is prepared to
         // handle them."
         if !self.backward_ready {
-            return Err(MarshalError::BackwardNotReady.into());
+            return Err(BackwardError::NotReady);
         }
         // §7.1.4: our backward XIDs are one space; a Reply could not tell two Calls
         // with the same XID apart.
         if self.backward_calls.contains_key(&xid)
             || self.backward_waiting.iter().any(|(x, ..)| *x == xid)
         {
-            return Err(MarshalError::DuplicateBackwardXid(xid.0).into());
+            return Err(BackwardError::DuplicateXid(xid.0));
         }
         // §7.4: a backward Call that does not fit inline is refused now, not when its
         // turn comes.
         marshal_backward(xid, self.version, b.requested(), stream, threshold)?;
         if !self.backward_waiting.is_empty() || b.available() == 0 {
             if self.backward_waiting.len() >= BACKWARD_QUEUE_MAX {
-                return Err(Error::Credit(CreditError::Exhausted {
-                    limit: b.limit(),
-                    outstanding: b.outstanding(),
-                }));
+                return Err(BackwardError::Busy);
             }
             return Ok(true);
         }
@@ -777,7 +822,7 @@ impl<B: UpperLayerBinding, T> Responder<B, T> {
                 self.counters.inc(Counter::BackwardFailed);
                 self.events.push_back(ResponderEvent::BackwardFailed {
                     xid,
-                    reason: BackwardFailure::ConnectionLost,
+                    reason: BackwardError::ConnectionLost,
                     token,
                 });
             }
@@ -786,12 +831,12 @@ impl<B: UpperLayerBinding, T> Responder<B, T> {
 
     /// Takes a backward credit and sends backward Call `xid` (its caller keeps its
     /// token in `backward_calls`).
-    fn send_backward(&mut self, xid: Xid, stream: &XdrStream) -> Result<(), Error> {
+    fn send_backward(&mut self, xid: Xid, stream: &XdrStream) -> Result<(), BackwardError> {
         let threshold = self.send_threshold_for(self.version);
         let Some(b) = self.backward.as_mut() else {
-            return Err(MarshalError::NoBackwardChannel.into());
+            return Err(BackwardError::NoChannel);
         };
-        b.try_acquire()?;
+        b.try_acquire().map_err(|_| BackwardError::Busy)?;
         let requested = b.requested();
         // §7.3.4: "The rdma_proc field in the RPC-over-RDMA header MUST contain the value
         // RDMA_MSG. All three chunk lists MUST be empty." In the version the client last
@@ -837,7 +882,7 @@ impl<B: UpperLayerBinding, T> Responder<B, T> {
         for (xid, token) in lost {
             self.events.push_back(ResponderEvent::BackwardFailed {
                 xid,
-                reason: BackwardFailure::ConnectionLost,
+                reason: BackwardError::ConnectionLost,
                 token,
             });
         }

@@ -462,9 +462,8 @@ fn rr_s5_2_3_pulls_never_overrun_the_servers_receives() {
 fn s7_3_1_no_backward_call_before_the_peer_says_it_is_ready() {
     let mut p = v2_pair();
     assert_eq!(
-        p.server
-            .start_backward_call(Xid(1), nfs_call(1, 0, &[], None), ()),
-        Err((crate::MarshalError::BackwardNotReady.into(), ()))
+        p.server.start_backward_call(nfs_call(1, 0, &[], None), ()),
+        Err((crate::responder::BackwardError::NotReady, ()))
     );
     p.client.open_backward_channel();
     p.server.handle_peer_backward_ready();
@@ -472,7 +471,7 @@ fn s7_3_1_no_backward_call_before_the_peer_says_it_is_ready() {
     assert_eq!(p.client_backward_receives, 8);
     assert_eq!(p.server_backward_receives, 4);
     p.server
-        .start_backward_call(Xid(1), nfs_call(1, 0, &[], None), ())
+        .start_backward_call(nfs_call(1, 0, &[], None), ())
         .unwrap();
     p.run();
     assert!(matches!(
@@ -505,7 +504,7 @@ fn s7_1000_backward_calls_interleaved_with_1000_forward_calls() {
         }
         while bwd <= 1000
             && p.server
-                .start_backward_call(Xid(bwd), nfs_call(bwd, 0, &[bwd], None), ())
+                .start_backward_call(nfs_call(bwd, 0, &[bwd], None), ())
                 .is_ok()
         {
             bwd += 1;

@@ -212,9 +212,7 @@ fn wire_examples_backward_direction() {
     for w in [0x1001u32, 0, 2, 0x4000_0000, 1, 0, 0, 0, 0, 0] {
         e.u32(w);
     }
-    p.server
-        .start_backward_call(Xid(0x1001), e.finish(), ())
-        .unwrap();
+    p.server.start_backward_call(e.finish(), ()).unwrap();
     p.run();
     check(
         "backward Call (same XID value as a forward Call: separate XID space)",

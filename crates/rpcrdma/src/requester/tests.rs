@@ -510,17 +510,17 @@ fn s7_2_1_pair_backward_calls_use_their_own_credits() {
     // Backward: one Call until the client's first backward Reply (§4.3.3 applies to
     // the backward requester too), asking for 8.
     server
-        .start_backward_call(Xid(0x900), nfs_call(0x900, 0, &[], None), ())
+        .start_backward_call(nfs_call(0x900, 0, &[], None), ())
         .unwrap();
     // The second waits in the core for the credit, and a third of the same XID as
     // one in flight or waiting is refused (§7.1.4).
     server
-        .start_backward_call(Xid(0x901), nfs_call(0x901, 0, &[], None), ())
+        .start_backward_call(nfs_call(0x901, 0, &[], None), ())
         .unwrap();
     for dup in [0x900, 0x901] {
         assert_eq!(
-            server.start_backward_call(Xid(dup), nfs_call(dup, 0, &[], None), ()),
-            Err((crate::MarshalError::DuplicateBackwardXid(dup).into(), ()))
+            server.start_backward_call(nfs_call(dup, 0, &[], None), ()),
+            Err((crate::responder::BackwardError::DuplicateXid(dup), ()))
         );
     }
     let Some(Action::Send { send, .. }) = server.poll_action() else {

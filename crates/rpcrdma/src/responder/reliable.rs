@@ -344,7 +344,7 @@ impl<B: UpperLayerBinding, T> Responder<B, T> {
     /// The peer's upper layer said it is prepared for backward-direction Calls (for
     /// NFSv4.1, a session with a back channel on this connection). Until this is
     /// called, [`Responder::start_backward_call`] fails with
-    /// [`MarshalError::BackwardNotReady`] (§7.3.1). Also asks the driver to post one
+    /// [`BackwardError::NotReady`](super::BackwardError::NotReady) (§7.3.1). Also asks the driver to post one
     /// Receive per backward credit we request, for the backward Replies (§7.2.2.2: "an
     /// RPC-over-RDMA server endpoint must pre-post a receive buffer for each backward
     /// direction Call it sends").

@@ -424,9 +424,32 @@ fn v2_s2_3_reply_to_v2_call_assumes_4096_without_private_data() {
 fn s7_3_1_no_backward_call_without_backward_channel() {
     let mut r = responder(0);
     assert_eq!(
-        r.start_backward_call(Xid(1), nfs_call(1, 0, &[], None), ()),
-        Err((MarshalError::NoBackwardChannel.into(), ()))
+        r.start_backward_call(nfs_call(1, 0, &[], None), ()),
+        Err((BackwardError::NoChannel, ()))
     );
+}
+
+/// Only an RPC Call goes backward: a Reply, or bytes too short to hold an XID, are
+/// refused before any other rule, nothing sent.
+#[test]
+fn s7_3_4_a_backward_message_that_is_not_a_call_is_refused() {
+    let mut r = with_backward_credits(2);
+    r.handle_peer_backward_ready();
+    assert_eq!(r.poll_action(), Some(Action::PostBackwardReceives(2)));
+    assert_eq!(
+        r.start_backward_call(rpc_reply(0x920, &[], None), ()),
+        Err((BackwardError::NotACall, ()))
+    );
+    let short = xdr::XdrStream {
+        inline: bytes::Bytes::from_static(b"ab"),
+        ddp: Vec::new(),
+    };
+    assert_eq!(
+        r.start_backward_call(short, ()),
+        Err((BackwardError::NotACall, ()))
+    );
+    assert_eq!(r.poll_action(), None);
+    assert_eq!(r.backward_credits().unwrap().outstanding(), 0);
 }
 
 #[test]
@@ -436,22 +459,22 @@ fn s7_3_1_backward_calls_refused_until_ready_and_again_after_a_disconnect() {
     // ONC RPC operations unless the peer consumer has indicated it is prepared to
     // handle them." Refused, nothing sent, no credit taken.
     assert_eq!(
-        r.start_backward_call(Xid(0x910), nfs_call(0x910, 0, &[], None), ()),
-        Err((MarshalError::BackwardNotReady.into(), ()))
+        r.start_backward_call(nfs_call(0x910, 0, &[], None), ()),
+        Err((BackwardError::NotReady, ()))
     );
     assert_eq!(r.poll_action(), None);
     assert_eq!(r.backward_credits().unwrap().outstanding(), 0);
     r.handle_peer_backward_ready();
     assert_eq!(r.poll_action(), Some(Action::PostBackwardReceives(2)));
-    r.start_backward_call(Xid(0x911), nfs_call(0x911, 0, &[], None), ())
+    r.start_backward_call(nfs_call(0x911, 0, &[], None), ())
         .unwrap();
     assert!(matches!(r.poll_action(), Some(Action::Send { .. })));
     // A new connection's peer must say it again.
     r.handle_disconnect();
     while r.poll_event().is_some() {}
     assert_eq!(
-        r.start_backward_call(Xid(0x912), nfs_call(0x912, 0, &[], None), ()),
-        Err((MarshalError::BackwardNotReady.into(), ()))
+        r.start_backward_call(nfs_call(0x912, 0, &[], None), ()),
+        Err((BackwardError::NotReady, ()))
     );
     assert_eq!(r.poll_action(), None);
 }
@@ -474,7 +497,7 @@ fn s7_backward_call_failed_by_rdma_error_or_disconnect() {
     // §7.3.1: the client's upper layer said it takes backward Calls.
     r.handle_peer_backward_ready();
     assert_eq!(r.poll_action(), Some(Action::PostBackwardReceives(4)));
-    r.start_backward_call(Xid(0x900), nfs_call(0x900, 0, &[], None), ())
+    r.start_backward_call(nfs_call(0x900, 0, &[], None), ())
         .unwrap();
     let _ = r.poll_action();
     r.handle_receive(words(&[0x900, 1, 1, 4, 2]));
@@ -482,19 +505,19 @@ fn s7_backward_call_failed_by_rdma_error_or_disconnect() {
         r.poll_event(),
         Some(ResponderEvent::BackwardFailed {
             xid: Xid(0x900),
-            reason: BackwardFailure::Refused,
+            reason: BackwardError::Refused,
             token: (),
         })
     );
     assert_eq!(r.backward_credits().unwrap().outstanding(), 0);
-    r.start_backward_call(Xid(0x901), nfs_call(0x901, 0, &[], None), ())
+    r.start_backward_call(nfs_call(0x901, 0, &[], None), ())
         .unwrap();
     r.handle_disconnect();
     assert_eq!(
         r.poll_event(),
         Some(ResponderEvent::BackwardFailed {
             xid: Xid(0x901),
-            reason: BackwardFailure::ConnectionLost,
+            reason: BackwardError::ConnectionLost,
             token: (),
         })
     );
@@ -792,7 +815,7 @@ fn s7_2_1_backward_calls_wait_for_a_credit_in_order_and_fail_with_the_connection
     assert_eq!(r.poll_action(), Some(Action::PostBackwardReceives(4)));
     // §4.3.3 for the backward requester: one Call until the client's first Reply.
     for x in 0x900..0x904 {
-        r.start_backward_call(Xid(x), nfs_call(x, 0, &[], None), !x)
+        r.start_backward_call(nfs_call(x, 0, &[], None), !x)
             .unwrap();
     }
     assert!(matches!(
@@ -823,16 +846,12 @@ fn s7_2_1_backward_calls_wait_for_a_credit_in_order_and_fail_with_the_connection
     assert_eq!(r.poll_action(), None);
     // The queue is bounded.
     for x in 0..(BACKWARD_QUEUE_MAX as u32 - 2) {
-        r.start_backward_call(
-            Xid(0x1000 + x),
-            nfs_call(0x1000 + x, 0, &[], None),
-            !(0x1000 + x),
-        )
-        .unwrap();
+        r.start_backward_call(nfs_call(0x1000 + x, 0, &[], None), !(0x1000 + x))
+            .unwrap();
     }
     assert!(matches!(
-        r.start_backward_call(Xid(0x5_0000), nfs_call(0x5_0000, 0, &[], None), 7),
-        Err((Error::Credit(CreditError::Exhausted { .. }), 7))
+        r.start_backward_call(nfs_call(0x5_0000, 0, &[], None), 7),
+        Err((BackwardError::Busy, 7))
     ));
     // The connection's end fails the one in flight and every waiting one.
     r.handle_disconnect();
@@ -841,7 +860,7 @@ fn s7_2_1_backward_calls_wait_for_a_credit_in_order_and_fail_with_the_connection
         let ResponderEvent::BackwardFailed { xid, reason, token } = ev else {
             panic!("{ev:?}")
         };
-        assert_eq!(reason, BackwardFailure::ConnectionLost);
+        assert_eq!(reason, BackwardError::ConnectionLost);
         assert_eq!(token, !xid.0);
         failed.push(xid.0);
     }
