@@ -54,7 +54,7 @@ use tokio::sync::{mpsc, oneshot};
 use xdr::XdrStream;
 
 use crate::binding::RdmaBinding;
-use crate::counters::{ConnStats, Counter, StatsRegistry};
+use crate::counters::{ConnStats, Counter, CounterSink, StatsRegistry};
 use crate::driver::{CloseReason, Driver, Link, Role};
 use crate::error::TransportError;
 use crate::pool::{RecvPool, SendPool};
@@ -148,11 +148,7 @@ impl<P: ConnectionManager + 'static> RdmaTransport<P> {
             .backward
             .clone()
             .filter(|_| config.backward_credits > 0);
-        let backward_recvs = if backward.is_some() {
-            config.backward_credits
-        } else {
-            0
-        };
+        let backward_recvs = backward.as_ref().map_or(0, |_| config.backward_credits);
         // §4.3.1: the requested credits are Receives we must have posted, since each
         // granted Call may be answered at once; they go up with the connection. The
         // backward ones are posted when the core opens the backward channel.
@@ -184,7 +180,7 @@ impl<P: ConnectionManager + 'static> RdmaTransport<P> {
         // thresholds, which the core applies (`rpcrdma::version`).
         let peer_limits = PrivateData::parse(&qp.peer().private_data).map(|_| limits);
         let send_buffer_len = rpcrdma::version::max_send_size(peer_limits.as_ref(), prefer);
-        let core = Requester::resume(
+        let mut core = Requester::resume(
             self.binding.clone(),
             RequesterConfig {
                 policy: config.policy(),
@@ -238,7 +234,6 @@ impl<P: ConnectionManager + 'static> RdmaTransport<P> {
         };
         // §7.2.2.1: the Receives for backward Calls, before the server may send one
         // (posted as the connection's task starts).
-        let mut core = core;
         core.open_backward_channel();
         // A connection stuck on its own work requests is closed, as a server's is
         // (`rpcrdma::liveness`): oncrpc sends its Calls again on a new one.

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use rpcrdma::memory::MemoryBudget;
 
 pub use rpcrdma::stats::Counter;
+pub(crate) use rpcrdma::stats::CounterSink;
 
 const N: usize = Counter::ALL.len();
 
@@ -50,21 +51,6 @@ impl ConnStats {
     /// when [`StatsRegistry::live_states`] asks.
     pub(crate) fn set_live_state(&self, state: String) {
         *lock(&self.live) = Some((Instant::now(), state));
-    }
-
-    /// Adds `n` to counter `c`.
-    pub(crate) fn add(&self, c: Counter, n: u64) {
-        self.values[c.index()].fetch_add(n, Ordering::Relaxed);
-    }
-
-    /// Adds one.
-    pub(crate) fn inc(&self, c: Counter) {
-        self.add(c, 1);
-    }
-
-    /// Sets a gauge.
-    pub(crate) fn set(&self, c: Counter, v: u64) {
-        self.values[c.index()].store(v, Ordering::Relaxed);
     }
 
     /// Counts how `mr`, just registered for this connection, is known to the device:
@@ -418,14 +404,15 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// The state machines of `rpcrdma` count into the connection's counters directly.
-impl rpcrdma::stats::CounterSink for ConnStats {
+/// The connection's counters, as the state machines of `rpcrdma` and the transport
+/// count into them.
+impl CounterSink for ConnStats {
     fn add(&self, c: Counter, n: u64) {
-        ConnStats::add(self, c, n);
+        self.values[c.index()].fetch_add(n, Ordering::Relaxed);
     }
 
     fn set(&self, c: Counter, v: u64) {
-        ConnStats::set(self, c, v);
+        self.values[c.index()].store(v, Ordering::Relaxed);
     }
 }
 

@@ -41,7 +41,7 @@ use rpcrdma::memory::{Charge, MemoryBudget};
 use rpcrdma::{Action, Endpoint, Segment, Xid};
 use tokio::sync::{mpsc, watch};
 
-use crate::counters::{ConnStats, Counter};
+use crate::counters::{ConnStats, Counter, CounterSink};
 use crate::pool::{gather, wr_kind, RecvPool, SendFailure, SendPool};
 use crate::registration::{ChunkRegion, ReadSink, Room};
 
@@ -753,13 +753,12 @@ impl<Q: QueuePair + 'static, R: Role<Q>> Driver<Q, R> {
         // server dropped without shutting down leaves its connections open.
         let stop = self.stop.take();
         let stop = async move {
-            let stopped = match stop {
-                Some(mut s) => s.wait_for(|stop| *stop).await.is_ok(),
-                None => false,
-            };
-            if !stopped {
-                std::future::pending::<()>().await;
+            if let Some(mut s) = stop {
+                if s.wait_for(|stop| *stop).await.is_ok() {
+                    return;
+                }
             }
+            std::future::pending::<()>().await
         };
         tokio::pin!(stop);
         // The watchdog's tick, and requests for a state dump: one future each for the
@@ -853,22 +852,24 @@ impl<Q: QueuePair + 'static, R: Role<Q>> Driver<Q, R> {
         self.role.ended(&mut self.core, &mut self.link);
         self.link.forget_regions();
         // Why it closed: a failed post is the consequence of a connection the provider
-        // already lost, whose reason (a Terminate from the peer, say) is the cause; any
-        // other reason of ours is the cause itself.
-        let stats = self.link.stats.clone();
-        match (&self.link.closing, disconnected) {
-            (Some(CloseReason::Post(..)) | None, Some(why)) => {
-                stats.set_close_reason(format!("{why:?}"));
-            }
-            (Some(CloseReason::Post(..)) | None, None) => {
-                if let Some(why) = &self.link.closing {
-                    stats.set_close_reason(why.to_string());
-                }
-                record_close_reason(&*self.link.qp, &stats).await;
-            }
-            (Some(why), _) => stats.set_close_reason(why.to_string()),
+        // already lost, whose reason (a Terminate from the peer, say, if it has one
+        // ready) is the cause; any other reason of ours is the cause itself.
+        let ready = std::future::poll_fn(|cx| match qp.poll_event(cx) {
+            Poll::Ready(Some(rdma::QpEvent::Disconnected(why))) => Poll::Ready(Some(why)),
+            _ => Poll::Ready(None),
+        });
+        let disconnected = match disconnected {
+            Some(why) => Some(why),
+            None => ready.await,
+        };
+        let reason = match (&self.link.closing, disconnected) {
+            (Some(CloseReason::Post(..)) | None, Some(why)) => Some(format!("{why:?}")),
+            (why, _) => why.as_ref().map(ToString::to_string),
+        };
+        if let Some(reason) = reason {
+            self.link.stats.set_close_reason(reason);
         }
-        stats.close();
+        self.link.stats.close();
     }
 
     /// The end of a turn: what the core asks for now, and the role's work after it.
@@ -956,18 +957,6 @@ impl<Q: QueuePair + 'static, R: Role<Q>> Driver<Q, R> {
             "{}{quiet}{closing}",
             self.link.waiting(self.role.waiting(&self.core))
         ));
-    }
-}
-
-/// Records the provider's disconnect reason, if it has one ready.
-pub(crate) async fn record_close_reason(qp: &dyn QueuePair, stats: &ConnStats) {
-    let ev = std::future::poll_fn(|cx| match qp.poll_event(cx) {
-        Poll::Ready(e) => Poll::Ready(e),
-        Poll::Pending => Poll::Ready(None),
-    })
-    .await;
-    if let Some(rdma::QpEvent::Disconnected(reason)) = ev {
-        stats.set_close_reason(format!("{reason:?}"));
     }
 }
 

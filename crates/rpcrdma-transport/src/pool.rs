@@ -11,15 +11,13 @@
 //! Receives, Sends, RDMA Reads and RDMA Writes.
 #![allow(unsafe_code)]
 
-use std::sync::Mutex;
-
 use bytes::Bytes;
 use rdma::{
     Access, LocalSge, MemoryRegion, PostError, ProtectionDomain, QueuePair, RecvWr, RegisterError,
     SendOp, SendWr,
 };
 
-use crate::counters::{ConnStats, Counter};
+use crate::counters::{ConnStats, Counter, CounterSink};
 
 /// Kinds of work request, in the top byte of `wr_id`.
 pub(crate) mod wr_kind {
@@ -102,6 +100,11 @@ impl RecvPool {
             }
         }
         Ok(())
+    }
+
+    /// Bytes of one buffer.
+    pub(crate) fn buffer_len(&self) -> usize {
+        self.slabs.len
     }
 
     /// Receives posted now.
@@ -243,7 +246,7 @@ pub(crate) enum SendFailure {
 pub(crate) struct SendPool {
     pd: ProtectionDomain,
     slabs: Slabs,
-    free: Mutex<Vec<usize>>,
+    free: Vec<usize>,
     /// The most slots it may grow to.
     max: usize,
 }
@@ -259,7 +262,7 @@ impl SendPool {
         Ok(SendPool {
             pd: pd.clone(),
             slabs: Slabs::new(pd, n, max, len, Access::NONE)?,
-            free: Mutex::new((0..n).rev().collect()),
+            free: (0..n).rev().collect(),
             max: max.max(n),
         })
     }
@@ -267,13 +270,13 @@ impl SendPool {
     /// `more` slots, free at once.
     pub(crate) fn grow(&mut self, more: usize) -> Result<(), RegisterError> {
         let added = self.slabs.grow(&self.pd, more)?;
-        self.free().extend(added.rev());
+        self.free.extend(added.rev());
         Ok(())
     }
 
     /// Whether every slot is taken (a Send posted now would register its pieces).
     pub(crate) fn exhausted(&self) -> bool {
-        self.free().is_empty()
+        self.free.is_empty()
     }
 
     /// Slots it has.
@@ -296,11 +299,6 @@ impl SendPool {
         self.slabs.len
     }
 
-    fn free(&self) -> std::sync::MutexGuard<'_, Vec<usize>> {
-        // A poisoned lock only means a panic elsewhere; the free list stays valid.
-        self.free.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
     /// Posts a Send of `send` (header first, then payload pieces) with `op`, the header
     /// and, when they fit behind it, the payload pieces copied into a pool slot. When
     /// every slot is busy, or the header does not fit one, the pieces are registered as
@@ -309,7 +307,7 @@ impl SendPool {
     ///
     /// `wr_id` must have its bits 32..56 clear: the slot number goes there.
     pub(crate) fn post(
-        &self,
+        &mut self,
         qp: &dyn QueuePair,
         mut before: Vec<SendWr>,
         wr_id: u64,
@@ -323,7 +321,7 @@ impl SendPool {
             send.remove(0)
         };
         let slot = if header.len() <= self.slabs.len {
-            self.free().pop()
+            self.free.pop()
         } else {
             None
         };
@@ -376,10 +374,10 @@ impl SendPool {
     }
 
     /// A Send completed (in any status): its slot is free again.
-    pub(crate) fn complete(&self, wr_id: u64) {
+    pub(crate) fn complete(&mut self, wr_id: u64) {
         let slot = ((wr_id >> 32) & 0xff_ffff) as usize;
         if slot > 0 && slot <= self.slabs.n {
-            self.free().push(slot - 1);
+            self.free.push(slot - 1);
         }
     }
 }
@@ -468,11 +466,11 @@ mod tests {
         let pd = pinning_pd(3 * 4096);
         let mut sends = SendPool::new(&pd, 2, 128, 4096).unwrap();
         assert_eq!((sends.slabs.allocated, sends.slabs.regions.len()), (2, 1));
-        assert_eq!(sends.free().len(), 2);
+        assert_eq!(sends.free.len(), 2);
         sends.grow(5).unwrap();
         assert_eq!(sends.slabs.allocated, 7);
         assert_eq!(sends.slabs.regions.len(), 3, "2, then 3 + 2 (max_mr_size)");
-        assert_eq!(sends.free().len(), 7);
+        assert_eq!(sends.free.len(), 7);
         let firsts: Vec<usize> = sends.slabs.regions.iter().map(|(f, _)| *f).collect();
         assert_eq!(firsts, [0, 2, 5]);
         let (r, at) = sends.slabs.get(6).unwrap();
@@ -489,14 +487,14 @@ mod tests {
             (sends.slots(), sends.room(), sends.slot_len()),
             (2, 8, 4096)
         );
-        let taken: Vec<usize> = (0..2).map(|_| sends.free().pop().unwrap()).collect();
+        let taken: Vec<usize> = (0..2).map(|_| sends.free.pop().unwrap()).collect();
         assert!(sends.exhausted());
         sends.grow(2).unwrap();
         assert!(!sends.exhausted());
         assert_eq!((sends.slots(), sends.room()), (4, 6));
         // A completion gives its slot back (slot numbers are 1-based in `wr_id`).
         sends.complete(wr_kind::SEND | ((taken[0] as u64 + 1) << 32));
-        assert_eq!(sends.free().len(), 3);
+        assert_eq!(sends.free.len(), 3);
         sends.stop_growing();
         assert_eq!(sends.room(), 0);
     }

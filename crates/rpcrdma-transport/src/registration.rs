@@ -39,7 +39,7 @@ use rpcrdma::marshal::Registration;
 use rpcrdma::reassembly::Reassembled;
 use rpcrdma::Segment;
 
-use crate::counters::{ConnStats, Counter};
+use crate::counters::{ConnStats, Counter, CounterSink};
 
 /// One registered chunk region of a Call.
 #[derive(Debug)]

@@ -51,7 +51,7 @@ use xdr::XdrStream;
 
 use crate::backward::{BackwardChannel, BackwardError, BackwardRequest};
 use crate::binding::RdmaBinding;
-use crate::counters::{Counter, StatsRegistry};
+use crate::counters::{Counter, CounterSink, StatsRegistry};
 use crate::driver::{drive, CloseReason, Driver, Growth, Link, Role};
 use crate::error::TransportError;
 use crate::pool::{RecvPool, SendPool};
@@ -289,10 +289,7 @@ impl<P: ConnectionManager + 'static> RdmaServer<P> {
             to_dispatch: VecDeque::new(),
             tasks: 0,
             replies: inputs_tx,
-            growth: CreditGrowth {
-                max: credits,
-                per_credit: config.recv_buffer_len() as u64,
-            },
+            max_credits: credits,
         };
         let buffers = self.buffers.clone();
         // A Read sink has room around it for the rest of its Call: before the chunk,
@@ -337,15 +334,6 @@ fn conn_buffer_bytes(config: &RdmaConfig, credits: u32, send_buffer_len: usize) 
     recv + send
 }
 
-/// What growing a connection's credit grant needs (issue 16, [`RdmaConfig::initial_credits`]);
-/// the memory budget the buffers are charged to is the [`Link`]'s.
-struct CreditGrowth {
-    /// The most credits the connection may be granted ([`RdmaConfig::credits`]).
-    max: u32,
-    /// The bytes of one more credit's Receive buffer.
-    per_credit: u64,
-}
-
 /// How long the buffer pool must go unused before its idle buffers are freed.
 pub const QUIET_PERIOD: std::time::Duration = std::time::Duration::from_secs(10);
 
@@ -384,7 +372,10 @@ struct ServerRole {
     tasks: usize,
     /// Where the tasks' replies go (this connection's inputs).
     replies: mpsc::UnboundedSender<ServerInput>,
-    growth: CreditGrowth,
+    /// The most credits the connection may be granted ([`RdmaConfig::credits`]; less
+    /// once buffers for more could not be registered): its grant starts at
+    /// [`RdmaConfig::initial_credits`] and grows with demand (issue 16).
+    max_credits: u32,
 }
 
 type Waiter = oneshot::Sender<Result<Bytes, BackwardError>>;
@@ -509,14 +500,14 @@ impl ServerRole {
     /// their Receives to be posted before a Reply announces them (§4.3.1).
     fn grow_credits<Q: QueuePair + 'static>(&mut self, core: &mut ServerCore, link: &mut Link<Q>) {
         let Some(next) = core
-            .credit_growth(self.growth.max)
+            .credit_growth(self.max_credits)
             .filter(|_| !link.is_closing())
         else {
             return;
         };
         let target = core.credits().target();
         let more = next - target;
-        if !link.charge_more(u64::from(more) * self.growth.per_credit) {
+        if !link.charge_more(u64::from(more) * link.recvs.buffer_len() as u64) {
             // The core says when to try again (`poll_timeout`, `GROWTH_RETRY`).
             core.handle_credit_growth_refused(Instant::now());
             return;
@@ -528,7 +519,7 @@ impl ServerRole {
             }
             Err(e) => {
                 tracing::warn!(target: "rpcrdma_transport", conn = link.stats.id, error = %e, credits = target, "cannot register buffers for more credits: the grant stays");
-                self.growth.max = target;
+                self.max_credits = target;
             }
         }
     }
