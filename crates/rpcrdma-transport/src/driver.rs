@@ -316,9 +316,7 @@ impl<Q: QueuePair + 'static> Link<Q> {
             } => self.post_reads(core, xid, chunk, &segments),
             Action::Invalidate { handles, .. } => {
                 for h in handles {
-                    if let Fence::Now(xid, region) = self.fence(h, remote) {
-                        self.fenced(core, xid, h, region);
-                    }
+                    self.fence(core, h, remote);
                 }
             }
             Action::PostReceives(n) => {
@@ -433,11 +431,7 @@ impl<Q: QueuePair + 'static> Link<Q> {
             .sends
             .post(&*self.qp, writes, wr_id, op, send, &self.stats)
         {
-            Ok(true) => self.sends_in_flight += 1,
-            Ok(false) => {
-                self.sends_in_flight += 1;
-                self.stats.inc(Counter::SendPoolFallbacks);
-            }
+            Ok(()) => self.sends_in_flight += 1,
             Err(SendFailure::Post(e)) => self.close(CloseReason::Post("a Send", e)),
             Err(SendFailure::Register(e)) => self.close(CloseReason::Register("a Send", e)),
         }
@@ -494,34 +488,29 @@ impl<Q: QueuePair + 'static> Link<Q> {
     /// (`remote`), the device cannot invalidate (a verbs `ibv_reg_mr` registration:
     /// deregistering it, which dropping the region does, fences it) or the connection
     /// is gone. A region that cannot be invalidated ends the connection (v1 §5.5.4)
-    /// and is deregistered.
-    fn fence(&mut self, handle: u32, remote: Option<STag>) -> Fence {
+    /// and is deregistered. Once fenced, [`Link::fenced`]: now, or when the LOCAL_INV
+    /// completes. A handle no longer exposed (fenced already) is ignored.
+    fn fence<C: Endpoint>(&mut self, core: &mut C, handle: u32, remote: Option<STag>) {
         let Some((xid, region)) = self.exposed.remove(&handle) else {
-            return Fence::Unknown;
+            return;
         };
         if !self.pd.attributes().invalidate {
             self.stats.inc(Counter::FencedByDeregistration);
-            return Fence::Now(xid, region);
-        }
-        if remote.is_some_and(|r| r.0 == handle) {
+        } else if remote.is_some_and(|r| r.0 == handle) {
             self.stats.inc(Counter::RemoteInvalidations);
-            return Fence::Now(xid, region);
-        }
-        let wr = region.invalidate_wr(wr_kind::INVALIDATE | u64::from(handle));
-        match self.qp.post_send(wr) {
-            Ok(()) => {
-                self.fencing.insert(handle, (xid, region));
-                Fence::Posted
-            }
-            Err(rdma::PostError::NotConnected) => {
-                self.stats.inc(Counter::FencedByDisconnect);
-                Fence::Now(xid, region)
-            }
-            Err(e) => {
-                self.close(CloseReason::Post("a local invalidation", e));
-                Fence::Now(xid, region)
+        } else {
+            let wr = region.invalidate_wr(wr_kind::INVALIDATE | u64::from(handle));
+            match self.qp.post_send(wr) {
+                Ok(()) => {
+                    // Fenced when it completes.
+                    self.fencing.insert(handle, (xid, region));
+                    return;
+                }
+                Err(rdma::PostError::NotConnected) => self.stats.inc(Counter::FencedByDisconnect),
+                Err(e) => self.close(CloseReason::Post("a local invalidation", e)),
             }
         }
+        self.fenced(core, xid, handle, region);
     }
 
     /// The connection ended: the regions still exposed or being fenced are fenced by
@@ -533,8 +522,8 @@ impl<Q: QueuePair + 'static> Link<Q> {
         self.fencing.clear();
     }
 
-    /// Our region `handle`, exposed for Call `xid`, is fenced ([`Link::fence`]: at
-    /// once, or when its LOCAL_INV completes): deregistered, its buffer kept if the
+    /// Our region `handle`, exposed for Call `xid`, is fenced ([`Link::fence`]):
+    /// deregistered, its buffer kept if the
     /// core builds a Reply from its bytes (§5.4.1: "The requester endpoint must ensure
     /// that memory segments associated with each RPC transaction are properly fenced
     /// from responders before allowing Upper Layer access to the data").
@@ -587,17 +576,15 @@ impl<Q: QueuePair + 'static> Link<Q> {
         if sink.outstanding == 0 {
             return Self::read_done(core, xid, chunk, sink);
         }
-        core.handle_reads_posted(xid, chunk, Instant::now());
         let started = Instant::now();
-        self.pulls.insert(
-            id,
-            Pull {
-                started,
-                xid,
-                chunk,
-                sink,
-            },
-        );
+        core.handle_reads_posted(xid, chunk, started);
+        let pull = Pull {
+            started,
+            xid,
+            chunk,
+            sink,
+        };
+        self.pulls.insert(id, pull);
     }
 
     /// Every RDMA Read of Read chunk `chunk` of `xid` completed into `sink`.
@@ -692,17 +679,6 @@ impl<Q: QueuePair + 'static> Link<Q> {
             _ => None,
         }
     }
-}
-
-/// What [`Link::fence`] came to.
-enum Fence {
-    /// Fenced now (the peer's invalidation, a deregistration, the connection's end):
-    /// the region, of Call `xid`, is no longer reachable.
-    Now(Xid, ChunkRegion),
-    /// A LOCAL_INV is posted: [`Link::fenced`] follows its completion.
-    Posted,
-    /// No such region is exposed (fenced already).
-    Unknown,
 }
 
 /// One connection's task: the [`Link`], the [`Role`] and what wakes them.

@@ -302,7 +302,7 @@ impl SendPool {
     /// Posts a Send of `send` (header first, then payload pieces) with `op`, the header
     /// and, when they fit behind it, the payload pieces copied into a pool slot. When
     /// every slot is busy, or the header does not fit one, the pieces are registered as
-    /// they are instead ([`gather`]); returns whether a slot was used. `before` (the
+    /// they are instead ([`gather`], counted as a fallback). `before` (the
     /// Reply's RDMA Writes) goes in the same list ahead of the Send: one doorbell.
     ///
     /// `wr_id` must have its bits 32..56 clear: the slot number goes there.
@@ -314,7 +314,7 @@ impl SendPool {
         op: SendOp,
         mut send: Vec<Bytes>,
         stats: &ConnStats,
-    ) -> Result<bool, SendFailure> {
+    ) -> Result<(), SendFailure> {
         let header = if send.is_empty() {
             Bytes::new()
         } else {
@@ -369,8 +369,10 @@ impl SendPool {
         };
         if r.is_err() {
             self.complete(id);
+        } else if slot.is_none() {
+            stats.inc(Counter::SendPoolFallbacks);
         }
-        r.map(|()| slot.is_some())
+        r
     }
 
     /// A Send completed (in any status): its slot is free again.
