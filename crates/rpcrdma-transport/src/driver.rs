@@ -768,8 +768,15 @@ impl<Q: QueuePair + 'static, R: Role<Q>> Driver<Q, R> {
             };
             let mut received = None;
             let mut completed = false;
+            // Branches in order, the first ready one taken: completions, then the upper
+            // layer, then what is rarely ready. Polling every branch on every turn (an
+            // unbiased select starts at a random one) costs the idle ones' polls each
+            // time: 1,300 of 26,800 instructions per GETATTR over RDMA. No branch is
+            // starved: completions are of work requests we posted (Receives re-posted
+            // only as Calls are answered, Sends and Reads of answers), so they run out
+            // unless the upper layer is heard.
             tokio::select! {
-                _ = &mut stop, if self.link.closing.is_none() => self.link.close(CloseReason::Shutdown),
+                biased;
                 c = qp.completion() => match c {
                     None => break,
                     Some(c) => {
@@ -781,6 +788,7 @@ impl<Q: QueuePair + 'static, R: Role<Q>> Driver<Q, R> {
                     Some(input) => self.role.input(&mut self.core, &mut self.link, input),
                     None => inputs_open = false,
                 },
+                _ = &mut stop, if self.link.closing.is_none() => self.link.close(CloseReason::Shutdown),
                 () = &mut tick, if period.is_some() => {
                     self.check_liveness();
                     if let Some(p) = period {
