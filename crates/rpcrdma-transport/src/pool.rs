@@ -25,12 +25,11 @@ pub(crate) mod wr_kind {
     pub(crate) const RECV: u64 = 1 << 56;
     /// A Send; the low bits are the XID.
     pub(crate) const SEND: u64 = 2 << 56;
-    /// An RDMA Read; the low bits index the responder's read table.
+    /// An RDMA Read; the low bits name its pull (the `Link`'s Read chunks in flight).
     pub(crate) const READ: u64 = 3 << 56;
     /// An RDMA Write; the low bits are the XID.
     pub(crate) const WRITE: u64 = 4 << 56;
-    /// A local invalidation; the low bits are the XID (requester) or the STag
-    /// (responder).
+    /// A local invalidation; the low bits are the STag it invalidates.
     pub(crate) const INVALIDATE: u64 = 5 << 56;
     /// Mask of the kind.
     pub(crate) const MASK: u64 = 0xff << 56;
