@@ -128,7 +128,7 @@ struct LabArgs {
     #[arg(long)]
     profile: bool,
     /// How our nfsd sends READ data over TCP (its --tcp-read-data).
-    #[arg(long, value_enum, default_value_t = TcpReadData::Auto)]
+    #[arg(long, value_enum, default_value_t = TcpReadData::Sendfile)]
     tcp_read_data: TcpReadData,
     /// nfs-ganesha (Debian's 4.3, VFS backend, installed by lab/setup) as a third
     /// server in the guest, exporting the same tmpfs on port 22049 (MOUNT 22048): the
@@ -197,7 +197,7 @@ struct RunArgs {
     #[arg(long)]
     no_peers: bool,
     /// How our server sends READ data over TCP (nfsd's --tcp-read-data).
-    #[arg(long, value_enum, default_value_t = TcpReadData::Auto)]
+    #[arg(long, value_enum, default_value_t = TcpReadData::Sendfile)]
     tcp_read_data: TcpReadData,
     /// No progress bar.
     #[arg(long)]
@@ -230,16 +230,14 @@ struct ServeArgs {
     #[arg(long, value_enum, default_value_t = HandlesArg::Auto)]
     kernel_handles: HandlesArg,
     /// How READ data leaves over TCP, as nfsd's --tcp-read-data.
-    #[arg(long, value_enum, default_value_t = TcpReadData::Auto)]
+    #[arg(long, value_enum, default_value_t = TcpReadData::Sendfile)]
     tcp_read_data: TcpReadData,
 }
 
 /// `--tcp-read-data` (nfsd's option of that name).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub(crate) enum TcpReadData {
-    /// Per connection, whichever of the other two delivered faster (nfsd's default).
-    Auto,
-    /// `sendfile` from the page cache.
+    /// `sendfile` from the page cache (nfsd's default).
     Sendfile,
     /// One copy, from a mapping of the file.
     Copy,
@@ -248,7 +246,6 @@ pub(crate) enum TcpReadData {
 impl TcpReadData {
     fn name(self) -> &'static str {
         match self {
-            TcpReadData::Auto => "auto",
             TcpReadData::Sendfile => "sendfile",
             TcpReadData::Copy => "copy",
         }
@@ -324,7 +321,6 @@ fn main() -> ExitCode {
                 state_dir: a.state_dir,
                 kernel_handles: a.kernel_handles.into(),
                 tcp_read_data: match a.tcp_read_data {
-                    TcpReadData::Auto => oncrpc::tcp::FileData::Auto,
                     TcpReadData::Sendfile => oncrpc::tcp::FileData::Sendfile,
                     TcpReadData::Copy => oncrpc::tcp::FileData::Copy,
                 },

@@ -252,13 +252,12 @@ struct Cli {
     /// line, for log collectors). The level is set with RUST_LOG (default warn).
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
-    /// How READ data leaves over TCP: `auto` (the default: per connection, `sendfile`
-    /// or `copy`, whichever delivered faster on it when last tried: 16 MiB of trial,
-    /// then 512 MiB the chosen way), `sendfile` (from the page cache, no copy by the
-    /// server) or `copy` (the file is mapped and the kernel copies the data into the
-    /// socket once). Neither fixed way wins on every machine: docs/bench/README.md
-    /// "READ over TCP: chosen per connection".
-    #[arg(long, value_enum, default_value_t = TcpReadData::Auto)]
+    /// How READ data leaves over TCP: `sendfile` (the default: from the page cache,
+    /// no copy by the server) or `copy` (the file is mapped and the kernel copies the
+    /// data into the socket once: measured faster for clients on the same host,
+    /// slower in the emulated lab guest; docs/bench/README.md "READ over TCP: sendfile
+    /// or one copy").
+    #[arg(long, value_enum, default_value_t = TcpReadData::Sendfile)]
     tcp_read_data: TcpReadData,
     /// Entries of the duplicate request cache, which answers a retransmitted
     /// non-idempotent NFS or NLM call (REMOVE, RENAME, WRITE, UNLOCK, ...) with the
@@ -390,8 +389,6 @@ enum ProviderArg {
 /// `--tcp-read-data`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum TcpReadData {
-    /// Per connection, whichever of the two delivered faster.
-    Auto,
     /// `sendfile` from the page cache.
     Sendfile,
     /// One copy, from a mapping of the file.
@@ -672,7 +669,6 @@ fn main() -> std::process::ExitCode {
         nfs4_id_domain: cli.idmap_domain.clone(),
         metrics: cli.metrics,
         tcp_read_data: match cli.tcp_read_data {
-            TcpReadData::Auto => oncrpc::tcp::FileData::Auto,
             TcpReadData::Sendfile => oncrpc::tcp::FileData::Sendfile,
             TcpReadData::Copy => oncrpc::tcp::FileData::Copy,
         },

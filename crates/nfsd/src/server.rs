@@ -409,10 +409,6 @@ impl Bound {
         });
         lines.push(
             match self.tcp_read_data {
-                oncrpc::tcp::FileData::Auto => {
-                    "READ data over TCP by sendfile or one copy, per connection whichever \
-                     delivers faster (measured) [--tcp-read-data]"
-                }
                 oncrpc::tcp::FileData::Sendfile => {
                     "READ data over TCP by sendfile from the page cache [--tcp-read-data]"
                 }

@@ -39,13 +39,6 @@ async fn tcp_read_by_one_copy_sends_file_ranges_exactly_with_eof() {
     reads_exactly(FileData::Copy).await;
 }
 
-/// The default: the pipelined reads below (27 MiB on one connection) run through a
-/// whole trial (16 MiB: copy, sendfile, sendfile, copy) and on the chosen way.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn tcp_read_chosen_per_connection_sends_file_ranges_exactly_with_eof() {
-    reads_exactly(FileData::Auto).await;
-}
-
 async fn reads_exactly(tcp_read_data: FileData) {
     let dir = TempDir::new("tcpread");
     let small = pattern(3 * 4096 + 5, 3);

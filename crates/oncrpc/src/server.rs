@@ -25,8 +25,8 @@ use crate::record::RecordDecoder;
 use crate::rpcbind::{Registrar, NETID_TCP};
 use crate::service::{poll_once, Dispatcher, Peer, Protocol};
 use crate::tcp::{
-    close_write, invalid_data, read_into_reused, read_more, reusable, write_replies,
-    FileDataChoice, RecordBuffers, DEFAULT_MAX_FRAGMENT, DEFAULT_MAX_RECORD, READ_CHUNK,
+    close_write, invalid_data, read_into_reused, read_more, reusable, write_replies, RecordBuffers,
+    DEFAULT_MAX_FRAGMENT, DEFAULT_MAX_RECORD, READ_CHUNK,
 };
 
 /// [`ServerConfig::record_buffers`] gives its idle buffers back once none was
@@ -304,24 +304,6 @@ impl<T> Drop for AbortOnDrop<T> {
     }
 }
 
-/// A connection's write half and the way it sends file ranges, under one lock.
-struct Writer {
-    half: tokio::net::tcp::OwnedWriteHalf,
-    file_data: FileDataChoice,
-}
-
-impl Writer {
-    async fn write(&mut self, replies: &[XdrStream], max_fragment: usize) -> io::Result<()> {
-        write_replies(
-            self.half.as_ref(),
-            replies,
-            max_fragment,
-            &mut self.file_data,
-        )
-        .await
-    }
-}
-
 async fn connection(
     stream: TcpStream,
     peer: SocketAddr,
@@ -344,15 +326,12 @@ async fn connection(
     let (mut rd, wr) = stream.into_split();
     // The connection's write half. Its holder writes whole replies (tcp::write_replies:
     // one `sendmsg` for replies in memory; READ data from the page cache by
-    // `sendfile` or one copy, as the connection's `FileDataChoice` says), so records
-    // never interleave.
-    let wr = Arc::new(tokio::sync::Mutex::new(Writer {
-        half: wr,
-        file_data: FileDataChoice::new(config.file_data),
-    }));
+    // `sendfile`), so records never interleave.
+    let wr = Arc::new(tokio::sync::Mutex::new(wr));
     let max_in_flight = config.max_in_flight.max(1);
     let (tx, mut rx) = mpsc::channel::<XdrStream>(max_in_flight);
     let max_fragment = config.max_fragment;
+    let file_data = config.file_data;
     // The writer of the replies of calls that ran as tasks of their own: in completion
     // order, those already queued together in one write.
     let writer = AbortOnDrop(tokio::spawn({
@@ -360,14 +339,14 @@ async fn connection(
         async move {
             let mut batch = Vec::with_capacity(MAX_BATCH);
             while rx.recv_many(&mut batch, MAX_BATCH).await > 0 {
-                let mut w = wr.lock().await;
-                if let Err(e) = w.write(&batch, max_fragment).await {
+                let w = wr.lock().await;
+                if let Err(e) = write_replies(w.as_ref(), &batch, max_fragment, file_data).await {
                     tracing::debug!(%peer, error = %e, "write failed");
                     return;
                 }
                 batch.clear();
             }
-            close_write(&mut wr.lock().await.half).await;
+            close_write(&mut *wr.lock().await).await;
         }
     }));
     let permits = Arc::new(Semaphore::new(max_in_flight));
@@ -413,8 +392,9 @@ async fn connection(
                     if let Poll::Ready(reply) = poll_once(call.as_mut()).await {
                         let sent = match (reply, wr.try_lock()) {
                             (None, _) => Ok(()),
-                            (Some(reply), Ok(mut w)) => {
-                                w.write(std::slice::from_ref(&reply), max_fragment).await
+                            (Some(reply), Ok(w)) => {
+                                let replies = std::slice::from_ref(&reply);
+                                write_replies(w.as_ref(), replies, max_fragment, file_data).await
                             }
                             (Some(reply), Err(_)) => {
                                 let _ = tx.send(reply).await;

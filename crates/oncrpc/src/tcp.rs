@@ -17,7 +17,6 @@ use xdr::XdrStream;
 use crate::record::{frame, RecordDecoder};
 use crate::transport::{Incoming, RecordReceiver, RecordSender, Transport};
 
-mod file_data_choice;
 mod mapped;
 mod record_buffers;
 mod replies;
@@ -42,7 +41,6 @@ pub(crate) fn temp_file(data: &[u8]) -> std::sync::Arc<std::fs::File> {
     f.write_all(data).unwrap();
     std::sync::Arc::new(f)
 }
-pub(crate) use file_data_choice::FileDataChoice;
 pub use record_buffers::{RecordBuffers, DEFAULT_MAX_IDLE_BYTES, MIN_REUSED_RECORD};
 pub(crate) use replies::write_replies;
 pub use replies::{read_range, FileData};

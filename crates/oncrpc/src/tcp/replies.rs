@@ -1,14 +1,13 @@
 //! The server's reply writer: batches of whole records onto one TCP connection, with
 //! DDP data left in files ([`xdr::FileRange`], NFS READ data) sent from the page cache
-//! instead of from memory the server filled: by `sendfile(2)`, or by `sendmsg` from a
-//! read-only mapping of the file (one copy); which of the two, per connection, is
-//! [`super::file_data_choice`]'s to say ([`FileData`]).
+//! instead of from memory the server filled: by `sendfile(2)`, or with
+//! [`FileData::Copy`] by `sendmsg` from a read-only mapping of the file.
 //!
 //! Why: a READ reply written with `writev` from a buffer costs the server two copies
 //! of every byte (page cache -> buffer by `pread`, buffer -> socket by `writev`).
 //! `sendfile` hands the socket references to the page-cache pages, so the server
 //! copies none; a receiver on the same host then copies out of the page cache.
-//! One copy has the kernel copy once, page cache -> socket buffers, from a read-only
+//! `Copy` has the kernel copy once, page cache -> socket buffers, from a read-only
 //! mapping of the file; a receiver on the same host then copies out of buffers just
 //! written. Measured both ways in docs/bench/README.md ("READ over TCP: sendfile or
 //! one copy"); the options weighed are in docs/design/nfsd.md ("READ over TCP").
@@ -24,11 +23,11 @@
 //!   range's. A reply alone, all in memory and within one fragment (most replies),
 //!   is its record mark and its bytes in one `sendmsg`, with nothing allocated
 //!   ([`single_fragment_mark`]). A batch of replies without file data is one
-//!   `sendmsg`. By
-//!   `sendfile`, bytes in memory up to a file range go out in one `sendmsg` with
+//!   `sendmsg`. With
+//!   `Sendfile`, bytes in memory up to a file range go out in one `sendmsg` with
 //!   `MSG_MORE` (so the header does not leave as a packet of its own), then the range
-//!   by `sendfile`, then the bytes after it (XDR padding, the next replies). By one
-//!   copy, each range is mapped ([`super::mapped`], the crate's one `unsafe`
+//!   by `sendfile`, then the bytes after it (XDR padding, the next replies). With
+//!   `Copy`, each range is mapped ([`super::mapped`], the crate's one `unsafe`
 //!   module) and sent by a `sendmsg` of its own after the bytes before it (again with
 //!   `MSG_MORE`): one `sendmsg` of header and data together measured slower.
 //! - **Short files.** If the file shrank after the reply was encoded, `sendfile` ends
@@ -58,7 +57,6 @@ use tokio::net::TcpStream;
 use xdr::{FileRange, Piece, XdrStream};
 
 use super::consume;
-use super::file_data_choice::{FileDataChoice, Method};
 use super::mapped::{send_chunks, Chunk, MappedRange};
 use crate::record::{frame_pieces, single_fragment_mark};
 
@@ -69,21 +67,18 @@ const MAX_IOV: usize = 256;
 static ZEROS: [u8; 64 * 1024] = [0; 64 * 1024];
 
 /// Writes `replies` to `sock` in order, each as one whole record of fragments of at
-/// most `max_fragment` bytes, file ranges the way `file_data` says (and telling it
-/// when they are sent). Returns when every byte was handed to the kernel.
+/// most `max_fragment` bytes. Returns when every byte was handed to the kernel.
 pub(crate) async fn write_replies(
     sock: &TcpStream,
     replies: &[XdrStream],
     max_fragment: usize,
-    file_data: &mut FileDataChoice,
+    file_data: FileData,
 ) -> io::Result<()> {
     if let [reply] = replies {
         if let Some(mark) = single_record_in_memory(reply, max_fragment) {
             return send_record(sock, &mark, &reply.inline).await;
         }
     }
-    let method = file_data.method();
-    let mut file_bytes = 0u64;
     let mut out = VecDeque::new();
     for reply in replies {
         for piece in frame_pieces(reply.pieces(), max_fragment) {
@@ -91,13 +86,10 @@ pub(crate) async fn write_replies(
                 Piece::Bytes(b) if b.is_empty() => {}
                 Piece::Bytes(b) => out.push_back(Out::Bytes(b)),
                 Piece::File(range) if range.len == 0 => {}
-                Piece::File(range) if method == Method::Sendfile => {
-                    file_bytes += range.len as u64;
+                Piece::File(range) if file_data == FileData::Sendfile => {
                     out.push_back(Out::File(range))
                 }
-                Piece::File(range) => {
-                    file_bytes += range.len as u64;
-                    out.push_back(match MappedRange::map(&range) {
+                Piece::File(range) => out.push_back(match MappedRange::map(&range) {
                     Ok(map) => Out::Mapped {
                         map,
                         range,
@@ -107,8 +99,7 @@ pub(crate) async fn write_replies(
                         tracing::debug!(error = %e, "mmap refused: sending the range by sendfile");
                         Out::File(range)
                     }
-                })
-                }
+                }),
             }
         }
     }
@@ -166,9 +157,6 @@ pub(crate) async fn write_replies(
             Err(e) => return Err(e),
         }
     }
-    if file_bytes > 0 && file_data.measures() {
-        file_data.sent(file_bytes, std::time::Instant::now());
-    }
     Ok(())
 }
 
@@ -210,19 +198,14 @@ async fn send_record(sock: &TcpStream, mark: &[u8; 4], body: &[u8]) -> io::Resul
 }
 
 /// How the reply writer sends file ranges ([`xdr::FileRange`]: nfsd's READ data over
-/// TCP). Measured each way in docs/bench/README.md ("READ over TCP: sendfile or one
-/// copy", "READ over TCP: chosen per connection").
+/// TCP). Measured both ways in docs/bench/README.md ("READ over TCP: sendfile or one
+/// copy").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum FileData {
-    /// Per connection, `Sendfile` or `Copy`, whichever delivered file bytes faster on
-    /// that connection when the two were last tried against each other (a trial of
-    /// 16 MiB, then 512 MiB the chosen way, then a new trial; ties go to `Sendfile`):
-    /// [`super::file_data_choice`]. The default: neither way wins on every machine.
-    #[default]
-    Auto,
     /// `sendfile` from the page cache after the header: the server copies no byte;
     /// the socket takes references to page-cache pages, and a receiver on the same
-    /// host copies out of them.
+    /// host copies out of them. The default.
+    #[default]
     Sendfile,
     /// One copy: the range is mapped read-only and written by `sendmsg`, so the
     /// kernel copies it into the socket's buffers. On loopback (the receiver on the
@@ -434,8 +417,7 @@ mod tests {
         let n = replies.len();
         let sender = tokio::spawn(async move {
             let (sock, _) = listener.accept().await.unwrap();
-            let mut file_data = FileDataChoice::new(file_data);
-            write_replies(&sock, &replies, max_fragment, &mut file_data)
+            write_replies(&sock, &replies, max_fragment, file_data)
                 .await
                 .unwrap();
         });
@@ -473,7 +455,7 @@ mod tests {
         // One fragment per record, and fragments of 1,000 bytes (file ranges cut).
         for (max_fragment, file_data) in [usize::MAX, 1000]
             .into_iter()
-            .flat_map(|m| [FileData::Sendfile, FileData::Copy, FileData::Auto].map(|f| (m, f)))
+            .flat_map(|m| [(m, FileData::Sendfile), (m, FileData::Copy)])
         {
             let got = round_trip(replies.clone(), max_fragment, file_data).await;
             assert_eq!(got.len(), replies.len());
@@ -514,7 +496,7 @@ mod tests {
         let replies = vec![reply(&file, 9_000, 5_000), reply(&file, 20_000, 3)];
         // Copy: the mapped pages past the end fault (EFAULT) and the ranges go by
         // sendfile, which sends what the file holds and zeros for the rest.
-        for file_data in [FileData::Sendfile, FileData::Copy, FileData::Auto] {
+        for file_data in [FileData::Sendfile, FileData::Copy] {
             let got = round_trip(replies.clone(), usize::MAX, file_data).await;
             assert!(got[0] == expected(&data, 9_000, 5_000), "{file_data:?}");
             assert!(got[1] == expected(&data, 20_000, 3), "{file_data:?}");
