@@ -200,21 +200,45 @@ impl fmt::Display for LiveState {
 #[derive(Debug, Default)]
 struct ServerMemory {
     budget: Mutex<Option<Arc<MemoryBudget>>>,
-    refusals: Mutex<Refusals>,
+    refusals: Mutex<Throttled>,
 }
 
-/// Connections refused for memory: the total, and what the rate-limited warning has
-/// not reported yet.
+/// Events of one kind worth a warning (connections refused for memory, connections
+/// closed because the device refused a registration): the total, and what the
+/// rate-limited warning has not reported yet. The first is reported at once, the
+/// rest at most once per [`WARNING_PERIOD`]: a flood of connections must not flood
+/// the log, nor go unseen.
 #[derive(Debug, Default)]
-struct Refusals {
+pub(crate) struct Throttled {
     total: u64,
     unreported: u64,
     last_warning: Option<Instant>,
 }
 
-/// At most one warning about refused connections per this period (as the iWARP
-/// listener's handshake drops): a flood of connections must not flood the log.
-const REFUSAL_WARNING_PERIOD: Duration = Duration::from_secs(10);
+impl Throttled {
+    pub(crate) const NEW: Throttled = Throttled {
+        total: 0,
+        unreported: 0,
+        last_warning: None,
+    };
+
+    /// Counts one event at `now`. When a warning is due: the events since the last
+    /// one (this one included), the total, and a note for the first warning.
+    pub(crate) fn count(&mut self, now: Instant) -> Option<(u64, u64, &'static str)> {
+        (self.total, self.unreported) = (self.total + 1, self.unreported + 1);
+        let note = match self.last_warning {
+            Some(t) if now.saturating_duration_since(t) < WARNING_PERIOD => return None,
+            Some(_) => "",
+            None => " (first; more are summed at most every 10 s)",
+        };
+        self.last_warning = Some(now);
+        Some((std::mem::take(&mut self.unreported), self.total, note))
+    }
+}
+
+/// At most one warning of a kind per this period (as the iWARP listener's handshake
+/// drops).
+const WARNING_PERIOD: Duration = Duration::from_secs(10);
 
 /// A server's memory budget at one moment (`RdmaConfig::max_memory`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -370,36 +394,22 @@ impl StatsRegistry {
 
     /// Counts a connection refused because its `needed` bytes of buffers did not fit
     /// the budget, and warns: at the first refusal, then at most once per
-    /// [`REFUSAL_WARNING_PERIOD`] with the count since the last warning.
+    /// [`WARNING_PERIOD`] with the count since the last warning ([`Throttled`]).
     pub(crate) fn connection_refused(&self, peer: Option<SocketAddr>, needed: u64) {
-        let mut r = lock(&self.memory.refusals);
-        r.total += 1;
-        r.unreported += 1;
-        let now = Instant::now();
-        let first = r.last_warning.is_none();
-        if first
-            || r.last_warning
-                .is_some_and(|t| now - t >= REFUSAL_WARNING_PERIOD)
-        {
-            let refused = std::mem::take(&mut r.unreported);
-            r.last_warning = Some(now);
-            let total = r.total;
-            drop(r);
-            let memory = self.memory().map(|m| m.to_string()).unwrap_or_default();
-            tracing::warn!(
-                target: "rpcrdma_transport",
-                latest_peer = ?peer,
-                needed,
-                "RDMA connections rejected: the server's memory budget is spent{}: {refused} since the last warning, {total} in all; {memory}",
-                if first { " (first; further refusals are summed at most every 10 s)" } else { "" },
-            );
-        } else {
-            tracing::debug!(target: "rpcrdma_transport", peer = ?peer, needed, "RDMA connection rejected: memory budget spent");
-        }
+        let Some((since, total, note)) = lock(&self.memory.refusals).count(Instant::now()) else {
+            return tracing::debug!(target: "rpcrdma_transport", peer = ?peer, needed, "RDMA connection rejected: memory budget spent");
+        };
+        let memory = self.memory().map(|m| m.to_string()).unwrap_or_default();
+        tracing::warn!(
+            target: "rpcrdma_transport",
+            latest_peer = ?peer,
+            needed,
+            "RDMA connections rejected: the server's memory budget is spent{note}: {since} since the last warning, {total} in all; {memory}",
+        );
     }
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // A poisoned lock only means a panic elsewhere; the data stays valid.
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
@@ -419,6 +429,25 @@ impl CounterSink for ConnStats {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The first event warns at once; later ones at most once per period, with the
+    /// count since the last warning; the total counts every one.
+    #[test]
+    fn throttled_warnings_report_the_first_then_sums_per_period() {
+        let t0 = Instant::now();
+        let mut w = Throttled::NEW;
+        let at = |ms| t0 + Duration::from_millis(ms);
+        assert_eq!(
+            w.count(at(0)),
+            Some((1, 1, " (first; more are summed at most every 10 s)"))
+        );
+        for ms in [1, 500, 9_999] {
+            assert_eq!(w.count(at(ms)), None, "within the period, at {ms} ms");
+        }
+        assert_eq!(w.count(at(10_000)), Some((4, 5, "")));
+        assert_eq!(w.count(at(15_000)), None);
+        assert_eq!(w.count(at(20_001)), Some((2, 7, "")));
+    }
 
     /// Totals only grow: closed connections dropped from the list (past 1024) keep
     /// their counts; gauges are summed over open connections only.

@@ -41,7 +41,7 @@ use rpcrdma::memory::{Charge, MemoryBudget};
 use rpcrdma::{Action, Endpoint, Segment, Xid};
 use tokio::sync::{mpsc, watch};
 
-use crate::counters::{ConnStats, Counter, CounterSink};
+use crate::counters::{lock, ConnStats, Counter, CounterSink, Throttled};
 use crate::pool::{gather, wr_kind, RecvPool, SendFailure, SendPool};
 use crate::registration::{ChunkRegion, ReadSink, Room};
 
@@ -165,6 +165,12 @@ pub(crate) enum CloseReason {
     UpperLayerGone,
 }
 
+/// Connections closed because the device refused to register memory, process-wide:
+/// such a failure usually repeats, the peer reconnecting and retransmitting into it
+/// (a lab experiment's READs looped 38,000 times in 14 minutes, docs/bench/README.md),
+/// which must not go unseen at the default log level ([`Throttled`]).
+static REGISTRATION_CLOSES: std::sync::Mutex<Throttled> = std::sync::Mutex::new(Throttled::NEW);
+
 /// Growing a connection's buffers with demand (issue 16): the memory budget they are
 /// charged to first, and this connection's charge.
 pub(crate) struct Growth {
@@ -276,6 +282,13 @@ impl<Q: QueuePair + 'static> Link<Q> {
             return;
         }
         tracing::debug!(target: "rpcrdma_transport", conn = self.stats.id, reason = %why, "closing connection");
+        let throttled = match why {
+            CloseReason::Register(..) => lock(&REGISTRATION_CLOSES).count(Instant::now()),
+            _ => None,
+        };
+        if let Some((since, total, note)) = throttled {
+            tracing::warn!(target: "rpcrdma_transport", conn = self.stats.id, peer = ?self.stats.peer, "closing an RDMA connection: {why}{note}: {since} since the last warning, {total} in all");
+        }
         if !matches!(why, CloseReason::Post(..)) {
             self.stats.inc(Counter::ClosedByUs);
         }
