@@ -35,6 +35,19 @@ pub struct Seen(Mutex<State>);
 struct State {
     mode: Mode,
     last: Option<(NfsFh3, Arc<Export>, Object)>,
+    /// Rights of the object in `last` the kernel was asked about for this
+    /// COMPOUND's caller (whose identity is the same for all its operations), and
+    /// those of them it granted ([`Seen::keep_rights`]). Forgotten with `last`.
+    rights: Option<Rights>,
+}
+
+/// Rights checked (`faccessat2` as the caller) and those granted among them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rights {
+    /// Rights the kernel was asked about.
+    pub checked: rustix::fs::Access,
+    /// Those it granted.
+    pub granted: rustix::fs::Access,
 }
 
 /// What the running operation is ([`Seen::allow`]).
@@ -76,6 +89,28 @@ impl Seen {
         } else {
             s.mode = Mode::Changing;
             s.last = None;
+            s.rights = None;
+        }
+    }
+
+    /// Records that the kernel, asked as this COMPOUND's caller about the `checked`
+    /// rights on the object `fh` names, granted `granted`: for an ACCESS of it later
+    /// in the COMPOUND while nothing changes (OPEN checks what the ACCESS after it
+    /// asks, `crate::v4::open_ops`). Kept only while `fh` is the object last seen.
+    pub fn keep_rights(&self, fh: &NfsFh3, rights: Rights) {
+        let mut s = self.state();
+        if s.mode != Mode::Off && matches!(&s.last, Some((f, ..)) if f == fh) {
+            s.rights = Some(rights);
+        }
+    }
+
+    /// What [`Seen::keep_rights`] recorded of the object `fh` names, while an
+    /// operation that changes nothing runs.
+    pub fn rights(&self, fh: &NfsFh3) -> Option<Rights> {
+        let s = self.state();
+        match &s.last {
+            Some((f, ..)) if s.mode == Mode::ReadsOnly && f == fh => s.rights,
+            _ => None,
         }
     }
 
@@ -126,6 +161,7 @@ impl Seen {
         let mut s = self.state();
         if s.mode != Mode::Off {
             s.last = Some((fh.clone(), ex.clone(), Object::Node(node())));
+            s.rights = None;
         }
     }
 
@@ -133,6 +169,7 @@ impl Seen {
         let mut s = self.state();
         if s.mode == Mode::ReadsOnly {
             s.last = Some((fh.clone(), ex.clone(), object()));
+            s.rights = None;
         }
     }
 }

@@ -8,6 +8,7 @@ mod common;
 
 use common::nfs4::*;
 use nfs4::compound::{NfsArgop4, NfsResop4};
+use nfs4::fh::*;
 use nfs4::io::*;
 use nfs4::state::*;
 use nfs4::*;
@@ -285,6 +286,88 @@ async fn the_creator_may_write_a_file_it_made_read_only_and_a_later_open_may_not
         NfsStat4::NFS4ERR_ACCESS,
         "the OPEN that finds it: {res:?}"
     );
+    serving.stop().await;
+}
+
+/// The Linux client's OPEN is followed by ACCESS of the file in the same COMPOUND;
+/// OPEN then has the kernel check ACCESS's rights with its own and keeps them for it
+/// (`crate::seen`). ACCESS after OPEN answers exactly as ACCESS alone, for the
+/// owner, the group and others, with rights granted and refused, and an OPEN the
+/// mode refuses is still NFS4ERR_ACCESS.
+#[tokio::test]
+async fn access_after_open_in_one_compound_answers_as_access_alone() {
+    use std::os::unix::fs::PermissionsExt;
+    assert!(
+        rustix::process::geteuid().is_root(),
+        "this test switches the server's identity to a user's: run it as root, as scripts/test-all does"
+    );
+    let (dir, export, addr, serving) = server().await;
+    // (name, owner uid, group gid, mode): the caller is uid 1000, gid 1000.
+    let files = [
+        ("own-rw", 1000, 1000, 0o644),
+        ("own-r", 1000, 1000, 0o444),
+        ("own-rx", 1000, 1000, 0o500),
+        ("group-rw", 0, 1000, 0o460),
+        ("other-rx", 0, 0, 0o755),
+        ("other-r", 0, 0, 0o604),
+        ("other-none", 0, 0, 0o640),
+    ];
+    for (name, uid, gid, mode) in files {
+        let path = dir.path().join(name);
+        std::fs::write(&path, b"x").unwrap();
+        std::os::unix::fs::chown(&path, Some(uid), Some(gid)).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+    }
+    let mut conn = Conn::open(addr).await;
+    conn.uid = 1000;
+    let mut s = Session::new_on(conn, "access-after-open").await;
+    let all = ACCESS4_READ
+        | ACCESS4_LOOKUP
+        | ACCESS4_MODIFY
+        | ACCESS4_EXTEND
+        | ACCESS4_DELETE
+        | ACCESS4_EXECUTE;
+    let access = || NfsArgop4::Access(Access4Args { access: all });
+    for (name, _, _, mode) in files {
+        let mut alone = to_export(&export);
+        alone.extend([lookup(name.as_bytes()), access()]);
+        let res = s.run(alone).await;
+        let alone = res.resarray.last().unwrap().clone();
+        assert!(
+            matches!(alone, NfsResop4::Access(Res4::Ok(_))),
+            "{name}: {res:?}"
+        );
+
+        let mut ops = to_export(&export);
+        let o = owner(&s, name);
+        ops.extend([
+            open_name(
+                o,
+                name,
+                OPEN4_SHARE_ACCESS_READ,
+                OPEN4_SHARE_DENY_NONE,
+                None,
+            ),
+            access(),
+        ]);
+        let res = s.run(ops).await;
+        let readable = match (mode & 0o004 != 0, name) {
+            (_, "own-rw" | "own-r" | "own-rx" | "group-rw") => true,
+            (other, _) => other,
+        };
+        if !readable {
+            assert_eq!(res.status, NfsStat4::NFS4ERR_ACCESS, "{name}: {res:?}");
+            continue;
+        }
+        assert_eq!(res.status, NfsStat4::NFS4_OK, "{name}: {res:?}");
+        let n = res.resarray.len();
+        assert_eq!(res.resarray[n - 1], alone, "{name}: ACCESS after OPEN");
+        let stateid = opened(&res.resarray[n - 2]).stateid;
+        let mut ops = to_export(&export);
+        ops.extend([lookup(name.as_bytes()), close(stateid)]);
+        let res = s.run(ops).await;
+        assert_eq!(res.status, NfsStat4::NFS4_OK, "{name}: {res:?}");
+    }
     serving.stop().await;
 }
 

@@ -127,23 +127,12 @@ fn timespec(t: SetTime) -> Timespec {
     }
 }
 
-/// §3.3.4 ACCESS: the kernel checks each right as the caller (faccessat with
-/// AT_EACCESS, which uses the file-system ids), mapped like knfsd's `nfsd_access`:
-/// for a directory READ is read, LOOKUP is search, MODIFY/EXTEND/DELETE are write;
-/// for a file READ is read, MODIFY/EXTEND are write, EXECUTE is execute.
-pub(crate) fn access(cx: &Cx<'_>, a: Access3Args) -> Access3Res {
-    let (ex, node) = match cx.resolve(&a.object) {
-        Ok(r) => r,
-        Err(s) => {
-            return NfsResult::Fail(
-                s,
-                ObjAttrFail {
-                    obj_attributes: None,
-                },
-            )
-        }
-    };
-    let table: &[(u32, Access)] = match node.meta.file_type() {
+/// The kernel rights behind each ACCESS bit, as knfsd's `nfsd_access` maps them: for
+/// a directory READ is read, LOOKUP is search, MODIFY/EXTEND/DELETE are write; for a
+/// file READ is read, MODIFY/EXTEND are write, EXECUTE is execute; a symbolic link
+/// has none.
+pub(crate) fn access_rights(file_type: FileType) -> &'static [(u32, Access)] {
+    match file_type {
         FileType::Directory => &[
             (access::READ, Access::READ_OK),
             (access::LOOKUP, Access::EXEC_OK),
@@ -158,22 +147,53 @@ pub(crate) fn access(cx: &Cx<'_>, a: Access3Args) -> Access3Res {
             (access::EXTEND, Access::WRITE_OK),
             (access::EXECUTE, Access::EXEC_OK),
         ],
-    };
-    // Each kernel right once, however many bits map to it (MODIFY, EXTEND and DELETE
-    // are all write), and those the permission bits predict granted in one check
-    // (`faccess::granted`: the answer is the kernel's either way).
-    let wanted = table
+    }
+}
+
+/// The kernel rights the ACCESS bits `bits` ask of an object of `file_type`
+/// ([`access_rights`]): each once, however many bits map to it.
+pub(crate) fn wanted_rights(file_type: FileType, bits: u32) -> Access {
+    access_rights(file_type)
         .iter()
-        .filter(|(bit, _)| a.access & bit != 0)
-        .fold(Access::empty(), |acc, (_, right)| acc | *right);
+        .filter(|(bit, _)| bits & bit != 0)
+        .fold(Access::empty(), |acc, (_, right)| acc | *right)
+}
+
+/// Which of the rights `wanted` the kernel grants the caller on `node`, asked as the
+/// caller; those the permission bits predict granted in one check
+/// (`faccess::granted`: the answer is the kernel's either way).
+pub(crate) fn granted_rights(cx: &Cx<'_>, node: &Node, wanted: Access) -> Access {
     let m = &node.meta;
     let likely = crate::faccess::likely_granted(
         m.mode,
         (m.uid, m.gid),
         (cx.id.uid, cx.id.gid, &cx.id.groups),
     );
-    let rights =
-        cx.as_caller(|| crate::faccess::granted(|r| node.access(r).is_ok(), wanted, likely));
+    cx.as_caller(|| crate::faccess::granted(|r| node.access(r).is_ok(), wanted, likely))
+}
+
+/// §3.3.4 ACCESS: the kernel checks each right as the caller (faccessat with
+/// AT_EACCESS, which uses the file-system ids), mapped as [`access_rights`] says.
+/// Rights an earlier operation of the same NFSv4 COMPOUND had the kernel check
+/// (OPEN, `crate::seen`) are not asked again.
+pub(crate) fn access(cx: &Cx<'_>, a: Access3Args) -> Access3Res {
+    let (ex, node) = match cx.resolve(&a.object) {
+        Ok(r) => r,
+        Err(s) => {
+            return NfsResult::Fail(
+                s,
+                ObjAttrFail {
+                    obj_attributes: None,
+                },
+            )
+        }
+    };
+    let table = access_rights(node.meta.file_type());
+    let wanted = wanted_rights(node.meta.file_type(), a.access);
+    let rights = match cx.seen().rights(&a.object) {
+        Some(known) if known.checked.contains(wanted) => known.granted & wanted,
+        _ => granted_rights(cx, &node, wanted),
+    };
     let mut granted = table
         .iter()
         .filter(|(_, right)| rights.contains(*right))

@@ -69,6 +69,11 @@ pub(crate) struct Compound<'a> {
     pub(crate) session: Option<(SessionId4, ClientId4)>,
     /// The operation running is the last of the COMPOUND.
     pub(crate) last: bool,
+    /// The ACCESS bits the next operation asks (after GETFHs, which change nothing),
+    /// when it is ACCESS: what OPEN checks with its own right (the Linux client's
+    /// OPEN is followed by ACCESS of the same file, by name with a GETFH between), so
+    /// that ACCESS finds them known ([`crate::seen`]).
+    pub(crate) next_access: Option<u32>,
     /// Memory charged for results (READDIR's listings), held by the reply's bytes.
     pub(crate) charges: Vec<rpcrdma::memory::Charge>,
     /// READ data left in files over TCP, in the order the READs ran
@@ -209,6 +214,7 @@ pub(crate) fn process(
         saved_stateid: None,
         session: None,
         last: false,
+        next_access: None,
         charges: Vec::new(),
         file_reads: Vec::new(),
     };
@@ -221,6 +227,13 @@ pub(crate) fn process(
     for (i, op) in c.ops.iter().enumerate() {
         let desc = ops::describe(op.opnum());
         cx.last = i as u32 + 1 == c.opcount;
+        let mut after = c.ops[i + 1..]
+            .iter()
+            .skip_while(|op| matches!(op, NfsArgop4::GetFh));
+        cx.next_access = match after.next() {
+            Some(NfsArgop4::Access(a)) => Some(a.access),
+            _ => None,
+        };
         let fitted;
         let used = results.used();
         let op = match limits.map(|(max, cached)| reply_size::fit(op, used, max, cached)) {

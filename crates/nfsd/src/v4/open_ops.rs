@@ -277,6 +277,21 @@ fn check_open(cx: &Compound<'_>, t: &Target, access: u32) -> Result<(), NfsStat4
         OPEN4_SHARE_ACCESS_WRITE => Access::WRITE_OK,
         _ => Access::READ_OK | Access::WRITE_OK,
     };
+    // With an ACCESS next (the Linux client's OPEN), its rights are checked here too,
+    // under the same identity switch, and kept for it (`crate::seen`): one switch
+    // and fewer checks for the two. A refusal is checked again alone, for its errno.
+    if let Some(bits) = cx.next_access {
+        let wanted = mode | crate::proc::attr::wanted_rights(node.meta.file_type(), bits);
+        let granted = crate::proc::attr::granted_rights(&cx3, &node, wanted);
+        let rights = crate::seen::Rights {
+            checked: wanted,
+            granted,
+        };
+        cx3.seen().keep_rights(&t.fh, rights);
+        if granted.contains(mode) {
+            return Ok(());
+        }
+    }
     cx3.as_caller(|| node.access(mode))
         .map_err(crate::errno::nfsstat3_from_errno)
         .map_err(|s| match s {
