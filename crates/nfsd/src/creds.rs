@@ -83,6 +83,9 @@ thread_local! {
     static GROUPS: std::cell::RefCell<Option<Vec<u32>>> = const { std::cell::RefCell::new(None) };
     /// The thread's file-system gid, as last set here (`None`: never set here).
     static FSGID: std::cell::Cell<Option<u32>> = const { std::cell::Cell::new(None) };
+    /// The thread's file-system uid, as last set here (`None`: never set here, so
+    /// unknown: a thread inherits its creator's).
+    static FSUID: std::cell::Cell<Option<u32>> = const { std::cell::Cell::new(None) };
 }
 
 impl AsCaller {
@@ -234,9 +237,12 @@ thread_local! {
     static SETGROUPS_CALLS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
     /// setfsgid calls made by this thread (tests).
     static SETFSGID_CALLS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+    /// setfsuid calls made by this thread (tests).
+    static SETFSUID_CALLS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
 
-/// Sets the fsgid (unless the thread has it already, [`FSGID`]), then the fsuid.
+/// Sets the fsgid, then the fsuid, each unless the thread has it already ([`FSGID`],
+/// [`FSUID`]).
 fn set_fs_ids(uid: u32, gid: u32) {
     if FSGID.with(std::cell::Cell::get) != Some(gid) {
         set_fs_gid(gid);
@@ -254,10 +260,20 @@ fn set_fs_gid(gid: u32) {
     FSGID.with(|g| g.set(Some(gid)));
 }
 
+/// Sets the fsuid unless the thread has it already ([`FSUID`]): a root caller
+/// exported with `no_root_squash` (fsuid 0, the server's own) then costs no system
+/// call entering or leaving. Setting the fsuid the thread has changes nothing: the
+/// capabilities it raises or drops follow from the old and new ids, which are equal.
 fn set_fs_uid(uid: u32) {
+    if FSUID.with(std::cell::Cell::get) == Some(uid) {
+        return;
+    }
     let _ = Uid::from_raw(uid);
+    #[cfg(test)]
+    SETFSUID_CALLS.with(|n| n.set(n.get() + 1));
     // SAFETY: as `set_fs_gid`, for setfsuid.
     unsafe { libc::setfsuid(uid) };
+    FSUID.with(|u| u.set(Some(uid)));
 }
 
 #[cfg(test)]
@@ -294,6 +310,10 @@ mod tests {
 
     fn setfsgid_calls() -> usize {
         SETFSGID_CALLS.with(|n| n.get())
+    }
+
+    fn setfsuid_calls() -> usize {
+        SETFSUID_CALLS.with(|n| n.get())
     }
 
     fn with_groups(uid: u32, groups: &[u32]) -> Identity {
@@ -416,6 +436,35 @@ mod tests {
                     (3000, 3000, Vec::<u32>::new())
                 );
             }
+        })
+        .join()
+        .unwrap();
+    }
+
+    #[test]
+    fn a_caller_with_the_servers_uid_costs_no_setfsuid() {
+        if !switching() {
+            return;
+        }
+        std::thread::spawn(|| {
+            let root = with_groups(0, &[0]);
+            drop(AsCaller::enter(true, &id(1000)));
+            assert_eq!(fsuid(), 0);
+            let calls = setfsuid_calls();
+            {
+                let _g = AsCaller::enter(true, &root);
+                assert_eq!(fsuid(), 0);
+            }
+            assert_eq!(fsuid(), 0);
+            assert_eq!(setfsuid_calls(), calls, "root entering and leaving: none");
+            {
+                let _g = AsCaller::enter(true, &id(1000));
+                assert_eq!(fsuid(), 1000, "another uid is still switched to");
+                let _inner = AsCaller::enter(true, &root);
+                assert_eq!(fsuid(), 0, "and back");
+            }
+            assert_eq!(fsuid(), 0);
+            assert_eq!(setfsuid_calls(), calls + 4, "1000, 0 inside it, 1000, 0");
         })
         .join()
         .unwrap();
