@@ -69,10 +69,10 @@ pub(crate) struct Compound<'a> {
     pub(crate) session: Option<(SessionId4, ClientId4)>,
     /// The operation running is the last of the COMPOUND.
     pub(crate) last: bool,
-    /// The ACCESS bits the next operation asks (after GETFHs, which change nothing),
-    /// when it is ACCESS: what OPEN checks with its own right (the Linux client's
-    /// OPEN is followed by ACCESS of the same file, by name with a GETFH between), so
-    /// that ACCESS finds them known ([`crate::seen`]).
+    /// While an OPEN runs, the ACCESS bits the next operation asks (after GETFHs,
+    /// which change nothing), when it is ACCESS: what OPEN checks with its own right
+    /// (the Linux client's OPEN is followed by ACCESS of the same file, by name with a
+    /// GETFH between), so that ACCESS finds them known ([`crate::seen`]).
     pub(crate) next_access: Option<u32>,
     /// Memory charged for results (READDIR's listings), held by the reply's bytes.
     pub(crate) charges: Vec<rpcrdma::memory::Charge>,
@@ -86,6 +86,15 @@ pub(crate) fn fail(op: &NfsArgop4, status: NfsStat4) -> NfsResop4 {
     NfsResop4::Unknown {
         opnum: op.opnum(),
         status,
+    }
+}
+
+/// The ACCESS bits asked by the first of `rest` past GETFHs, when it is ACCESS
+/// ([`Compound::next_access`]).
+fn next_access(rest: &[NfsArgop4]) -> Option<u32> {
+    match rest.iter().find(|op| !matches!(op, NfsArgop4::GetFh)) {
+        Some(NfsArgop4::Access(a)) => Some(a.access),
+        _ => None,
     }
 }
 
@@ -227,11 +236,8 @@ pub(crate) fn process(
     for (i, op) in c.ops.iter().enumerate() {
         let desc = ops::describe(op.opnum());
         cx.last = i as u32 + 1 == c.opcount;
-        let mut after = c.ops[i + 1..]
-            .iter()
-            .skip_while(|op| matches!(op, NfsArgop4::GetFh));
-        cx.next_access = match after.next() {
-            Some(NfsArgop4::Access(a)) => Some(a.access),
+        cx.next_access = match op {
+            NfsArgop4::Open(_) => next_access(&c.ops[i + 1..]),
             _ => None,
         };
         let fitted;
