@@ -16,6 +16,14 @@ use xdr::{Bytes, Encoder};
 
 const WRITE_VERF_LEN: usize = 8;
 
+/// Fails the test unless it runs as root: it switches the server's identity.
+fn require_root() {
+    assert!(
+        rustix::process::geteuid().is_root(),
+        "this test switches the server's identity to a user's: run it as root, as scripts/test-all does"
+    );
+}
+
 fn owner(s: &Session, name: &str) -> StateOwner4 {
     StateOwner4 {
         clientid: s.clientid,
@@ -251,10 +259,7 @@ async fn create_write_read_commit_and_close_a_file() {
 #[tokio::test]
 async fn the_creator_may_write_a_file_it_made_read_only_and_a_later_open_may_not() {
     use std::os::unix::fs::{MetadataExt, PermissionsExt};
-    assert!(
-        rustix::process::geteuid().is_root(),
-        "this test switches the server's identity to a user's: run it as root, as scripts/test-all does"
-    );
+    require_root();
     let (dir, export, addr, serving) = server().await;
     let public = dir.path().join("public");
     std::fs::create_dir(&public).unwrap();
@@ -297,10 +302,7 @@ async fn the_creator_may_write_a_file_it_made_read_only_and_a_later_open_may_not
 #[tokio::test]
 async fn access_after_open_in_one_compound_answers_as_access_alone() {
     use std::os::unix::fs::PermissionsExt;
-    assert!(
-        rustix::process::geteuid().is_root(),
-        "this test switches the server's identity to a user's: run it as root, as scripts/test-all does"
-    );
+    require_root();
     let (dir, export, addr, serving) = server().await;
     // (name, owner uid, group gid, mode): the caller is uid 1000, gid 1000.
     let files = [
