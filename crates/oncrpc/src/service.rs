@@ -86,6 +86,11 @@ pub struct Request {
     /// come from a transport (in-process dispatch, tests). Services that grant access
     /// by address (NFS exports) must treat `None` as an unknown host.
     pub peer: Option<Peer>,
+    /// When the dispatcher handed the call to the service: the call's one clock read,
+    /// which its latency is measured from and services that keep time (NFSv4 leases)
+    /// take as the call's time. (Each clock read is a system call on a host whose
+    /// clock source has no vDSO path, such as the lab's HPET guest.)
+    pub started: Instant,
 }
 
 /// The sender of a call: its address and the transport it came over.
@@ -356,8 +361,9 @@ impl Dispatcher {
                     raw_cred: header.cred,
                     args: dec,
                     peer,
+                    started: Instant::now(),
                 };
-                let started = Instant::now();
+                let started = req.started;
                 // A panic in the handler fails this call with SYSTEM_ERR, not the
                 // task that drives the connection (over TCP and RDMA alike).
                 let result = match CatchUnwind(std::pin::pin!(service.call_dyn(req))).await {

@@ -64,9 +64,10 @@ fn run_inline(
     caller: &Caller,
     who: Principal,
     decoded: Decoded,
+    now: std::time::Instant,
 ) -> ServiceResult {
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        server.run_decoded(caller, who, decoded, std::time::Instant::now())
+        server.run_decoded(caller, who, decoded, now)
     }))
     .map_err(|_| ServiceError::SystemErr)
 }
@@ -102,12 +103,13 @@ impl Service for Nfs4Service {
             NFSPROC4_COMPOUND => {
                 let who = principal(&req.cred);
                 let over = req.peer.map(|p| p.protocol);
+                let now = req.started;
                 let caller = Caller::new(req.peer, req.cred);
                 let decoded = super::compound::decode(req.args);
                 let server = self.server.clone();
                 if self.server.nfs.inline_metadata && decoded.runs_inline(over) {
                     match (&self.calls, &self.delegate) {
-                        (None, _) => return run_inline(&server, &caller, who, decoded),
+                        (None, _) => return run_inline(&server, &caller, who, decoded, now),
                         (Some(h), Some(d)) => {
                             // In the runtime's context, as on its blocking pool: a CLOSE
                             // that frees locks an NLM client waits for spawns the
@@ -116,15 +118,14 @@ impl Service for Nfs4Service {
                             return d
                                 .run(move || {
                                     let _runtime = h.enter();
-                                    run_inline(&server, &caller, who, decoded)
+                                    run_inline(&server, &caller, who, decoded, now)
                                 })
                                 .unwrap_or(Err(ServiceError::SystemErr));
                         }
                         (Some(_), None) => {}
                     }
                 }
-                let work =
-                    move || server.run_decoded(&caller, who, decoded, std::time::Instant::now());
+                let work = move || server.run_decoded(&caller, who, decoded, now);
                 match &self.calls {
                     None => tokio::task::spawn_blocking(work),
                     Some(h) => h.spawn_blocking(work),
