@@ -280,6 +280,15 @@ fn set_fs_uid(uid: u32) {
 mod tests {
     use super::*;
 
+    /// Fails the test unless it runs as root: only root can switch identities, which
+    /// these tests check (scripts/test-all runs them as root).
+    fn require_root() {
+        assert!(
+            switching(),
+            "this test switches the thread's identity: run it as root, as scripts/test-all does"
+        );
+    }
+
     /// The thread's file-system uid (`setfsuid` with an invalid id changes nothing and
     /// returns the current one).
     fn fsuid() -> u32 {
@@ -350,12 +359,11 @@ mod tests {
 
     #[test]
     fn nested_guards_switch_only_when_the_identity_changes() {
-        if !switching() {
-            // Not root: nothing can be switched, and the guards do nothing.
-            let g = AsCaller::enter(false, &id(1000));
-            assert!(!g.active);
-            return;
-        }
+        // Without switching (a server not running as root), a guard does nothing.
+        let g = AsCaller::enter(false, &id(1000));
+        assert!(!g.active);
+        drop(g);
+        require_root();
         // On a thread of its own: the identity is per thread.
         std::thread::spawn(|| {
             assert_eq!(fsuid(), 0);
@@ -384,9 +392,7 @@ mod tests {
 
     #[test]
     fn groups_and_gid_are_set_only_when_they_differ_and_the_uid_always_comes_back() {
-        if !switching() {
-            return;
-        }
+        require_root();
         std::thread::spawn(|| {
             let a = with_groups(1000, &[1000, 5000]);
             let b = with_groups(2000, &[2000]);
@@ -443,9 +449,7 @@ mod tests {
 
     #[test]
     fn a_caller_with_the_servers_uid_costs_no_setfsuid() {
-        if !switching() {
-            return;
-        }
+        require_root();
         std::thread::spawn(|| {
             let root = with_groups(0, &[0]);
             drop(AsCaller::enter(true, &id(1000)));
