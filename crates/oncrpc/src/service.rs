@@ -86,10 +86,10 @@ pub struct Request {
     /// come from a transport (in-process dispatch, tests). Services that grant access
     /// by address (NFS exports) must treat `None` as an unknown host.
     pub peer: Option<Peer>,
-    /// When the dispatcher handed the call to the service: the call's one clock read,
-    /// which its latency is measured from and services that keep time (NFSv4 leases)
-    /// take as the call's time. (Each clock read is a system call on a host whose
-    /// clock source has no vDSO path, such as the lab's HPET guest.)
+    /// When the dispatcher handed the call to the service: the start its latency is
+    /// measured from, which services that keep time (NFSv4 leases) take as the call's
+    /// time instead of reading the clock again. (Each clock read is a system call on a
+    /// host whose clock source has no vDSO path, such as the lab's HPET guest.)
     pub started: Instant,
 }
 
