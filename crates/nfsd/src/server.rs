@@ -505,12 +505,16 @@ impl Bound {
         let stopped = |mut rx: watch::Receiver<bool>| async move {
             let _ = rx.wait_for(|s| *s).await;
         };
+        // Periodic work runs on a thread of its own, so that the runtime serving
+        // calls has no timer pending ([`crate::housekeeping`]).
+        let housekeeping = crate::housekeeping::Housekeeping::start()?;
         // Issue 16: TCP connections and the call records they bring are charged to
         // the one budget too (NFS, MOUNT, NLM; not the portmapper's few bytes).
         let config = ServerConfig {
             rpcbind: self.registrar.clone(),
             memory: Some(self.tcp_memory.clone()),
             file_data: self.tcp_read_data,
+            housekeeping: Some(housekeeping.handle().clone()),
             ..ServerConfig::default()
         };
         let mut tasks = tokio::task::JoinSet::new();
@@ -650,7 +654,11 @@ impl Bound {
             };
             let d = Arc::new(dispatcher()?);
             tasks.spawn(oncrpc::udp::serve_udp(udp, d, stopped(stop_rx.clone())));
-            let s = Server::new(dispatcher()?, ServerConfig::default());
+            let config = ServerConfig {
+                housekeeping: Some(housekeeping.handle().clone()),
+                ..ServerConfig::default()
+            };
+            let s = Server::new(dispatcher()?, config);
             tasks.spawn(s.serve(listener, stopped(stop_rx.clone())));
         }
         // Idle READ buffers go back after a quiet period (issue 16), until we stop;
@@ -661,9 +669,12 @@ impl Bound {
         );
         let trim = match rdma_threads {
             Some(threads) => threads.spawn(trim),
-            None => tokio::spawn(trim),
+            None => housekeeping.handle().spawn(trim),
         };
-        let age = tokio::spawn(self.server.clone().age_dir_descriptors());
+        let age = housekeeping
+            .handle()
+            .spawn(self.server.clone().age_dir_descriptors());
+        let malloc_trim = housekeeping.handle().spawn(crate::malloc::trim_when_idle());
         // Stop everything on the shutdown signal, or when one server fails.
         let registrar = self.registrar.clone();
         let mut result = Ok(());
@@ -677,6 +688,7 @@ impl Bound {
         let _ = stop_tx.send(true);
         trim.abort();
         age.abort();
+        malloc_trim.abort();
         while let Some(done) = tasks.join_next().await {
             if result.is_ok() {
                 result = flatten(done);
