@@ -99,6 +99,12 @@ impl Table {
         FileHandle::open(fh, &self.handles.key)
     }
 
+    /// [`Table::decode`] for `caller`'s call, which keeps its last handle decoded
+    /// ([`LastHandle`]): a handle the call names again is not authenticated again.
+    pub fn decode_in_call(&self, fh: &NfsFh3, caller: &Caller) -> Result<FileHandle, NfsStat3> {
+        caller.last_handle.decode(fh, || self.decode(fh))
+    }
+
     /// Finds the export and object a handle names, for `caller`.
     ///
     /// Handles not in our format are NFS3ERR_BADHANDLE; handles whose MAC does not
@@ -109,7 +115,7 @@ impl Table {
     /// system is touched. Within a COMPOUND's operations that change nothing, an
     /// object they resolved before is taken from `caller.seen` ([`crate::seen`]).
     pub fn resolve(&self, fh: &NfsFh3, caller: &Caller) -> Result<(&Arc<Export>, Node), NfsStat3> {
-        let h = self.decode(fh)?;
+        let h = self.decode_in_call(fh, caller)?;
         let served = self.find(h.export).ok_or(NfsStat3::NFS3ERR_STALE)?;
         if let Err(why) = served.clients.admit(caller.peer.as_ref()) {
             tracing::debug!(peer = ?caller.peer, export = %served.export.path.display(), ?why, "NFS call refused");
@@ -136,6 +142,46 @@ pub struct Caller {
     /// What this COMPOUND's operations that change nothing last read of an object
     /// ([`crate::seen`]).
     pub seen: crate::seen::Seen,
+    /// The last handle this call decoded ([`Table::decode_in_call`]).
+    pub last_handle: LastHandle,
+}
+
+/// The last handle a call decoded and what it decoded to, so that a handle the call
+/// names again is not authenticated again: an NFSv4 COMPOUND decodes its current
+/// filehandle at PUTFH, for each operation's context ([`Cx::new`]) and to resolve it;
+/// an NFSv3 call for its context and to resolve it. The MAC (SipHash-2-4-128 over the
+/// handle, [`crate::handle_key`]) costs about 330 instructions; comparing the bytes, a
+/// few. A server's handle key is the same for its life ([`Table::handles`]), so the
+/// same bytes always decode the same. Only handles that decoded are kept. A clone
+/// starts empty, as [`crate::seen::Seen`] does.
+#[derive(Debug, Default)]
+pub struct LastHandle(std::sync::Mutex<Option<(NfsFh3, FileHandle)>>);
+
+impl LastHandle {
+    /// What `fh` decodes to: the kept answer if `fh` is the handle kept, else
+    /// `decode`'s (kept if it decoded).
+    fn decode(
+        &self,
+        fh: &NfsFh3,
+        decode: impl FnOnce() -> Result<FileHandle, NfsStat3>,
+    ) -> Result<FileHandle, NfsStat3> {
+        // Poisoned only by a panic while held: the state is a plain value.
+        let mut last = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((kept, h)) = &*last {
+            if kept.0 == fh.0 {
+                return Ok(*h);
+            }
+        }
+        let h = decode()?;
+        *last = Some((fh.clone(), h));
+        Ok(h)
+    }
+}
+
+impl Clone for LastHandle {
+    fn clone(&self) -> Self {
+        LastHandle::default()
+    }
 }
 
 impl Caller {
@@ -149,6 +195,7 @@ impl Caller {
             },
             recent: crate::vfs::RecentFile::default(),
             seen: crate::seen::Seen::default(),
+            last_handle: LastHandle::default(),
         }
     }
 
@@ -417,7 +464,7 @@ impl<'a> Cx<'a> {
         first: Option<&NfsFh3>,
     ) -> Cx<'a> {
         let options = first
-            .and_then(|fh| table.decode(fh).ok())
+            .and_then(|fh| table.decode_in_call(fh, caller).ok())
             .and_then(|h| table.find(h.export))
             .and_then(|s| s.clients.admit(caller.peer.as_ref()).ok().copied())
             .unwrap_or_default();
@@ -440,7 +487,10 @@ impl<'a> Cx<'a> {
         dir: &NfsFh3,
         other: Option<&NfsFh3>,
     ) -> Option<crate::dir_locks::Held> {
-        let ino = |fh| self.table.decode(fh).ok().map(|h| h.object.ino());
+        let ino = |fh| {
+            let h = self.table.decode_in_call(fh, self.caller).ok()?;
+            Some(h.object.ino())
+        };
         let a = ino(dir)?;
         Some(match other.and_then(ino) {
             Some(b) => crate::dir_locks::lock_two(a, b),
@@ -493,5 +543,49 @@ pub(crate) fn wcc(ex: &Export, before: Option<&Meta>, node: &Node) -> WccData {
     WccData {
         before: before.map(Meta::wcc),
         after: post_op(ex, node),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fh::{Key, Object};
+    use crate::handle_key::HandleKey;
+
+    /// A handle named again is not decoded again; any other bytes are, a forged
+    /// MAC included, and a handle that failed is not kept.
+    #[test]
+    fn the_last_handle_is_decoded_once_and_only_its_exact_bytes_reuse_it() {
+        let key = HandleKey::from_bytes(&[0x5a; 32]);
+        let h = |ino| FileHandle {
+            export: 1,
+            object: Object::Inode {
+                key: Key { dev: 2, ino },
+                gen: 4,
+            },
+        };
+        let (a, b) = (h(3).seal(&key), h(5).seal(&key));
+        let mut forged = a.0.to_vec();
+        *forged.last_mut().unwrap() ^= 1;
+        let forged = NfsFh3(forged.into());
+        let last = LastHandle::default();
+        let decodes = std::cell::Cell::new(0);
+        let decode = |fh: &NfsFh3| {
+            last.decode(fh, || {
+                decodes.set(decodes.get() + 1);
+                FileHandle::open(fh, &key)
+            })
+        };
+        assert_eq!(decode(&a), Ok(h(3)));
+        assert_eq!(decode(&a), Ok(h(3)));
+        assert_eq!(decodes.get(), 1);
+        assert_eq!(decode(&forged), Err(NfsStat3::NFS3ERR_STALE));
+        assert_eq!(decode(&forged), Err(NfsStat3::NFS3ERR_STALE));
+        assert_eq!(decodes.get(), 3, "a handle that failed is decoded each time");
+        assert_eq!(decode(&a), Ok(h(3)), "still kept after a failure");
+        assert_eq!(decodes.get(), 3);
+        assert_eq!(decode(&b), Ok(h(5)));
+        assert_eq!(decode(&a), Ok(h(3)));
+        assert_eq!(decodes.get(), 5);
     }
 }

@@ -70,7 +70,9 @@ impl Fh {
                 .ok_or(NfsStat4::NFS4ERR_STALE);
         }
         let fh3 = NfsFh3(fh.0.clone());
-        let h = table.decode(&fh3).map_err(super::errors::stat4)?;
+        let h = table
+            .decode_in_call(&fh3, caller)
+            .map_err(super::errors::stat4)?;
         table.find(h.export).ok_or(NfsStat4::NFS4ERR_STALE)?;
         Ok(Fh::Export(fh3))
     }
