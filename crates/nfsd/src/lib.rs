@@ -69,7 +69,6 @@ pub mod faccess;
 pub mod fh;
 pub mod generations;
 pub mod handle_key;
-pub mod housekeeping;
 pub mod kernel_fh;
 pub mod known_handles;
 pub mod links;

@@ -785,6 +785,7 @@ async fn run(
         bound.rdma_stats(),
         bound.server().reply_cache.clone(),
     ));
+    tokio::spawn(nfsd::malloc::trim_when_idle());
     // The handlers are installed before "ready": a SIGTERM sent the moment a
     // supervisor (or a test) sees that line must find them, not the default action.
     let signals = ShutdownSignals::install();

@@ -46,8 +46,7 @@ pub fn trim() -> bool {
     false
 }
 
-/// Calls [`trim`] every [`TRIM_PERIOD`], on the blocking pool of the runtime it runs
-/// on (nfsd: [`crate::housekeeping`]), not on a thread that serves calls.
+/// Calls [`trim`] every [`TRIM_PERIOD`], off the runtime's worker threads.
 pub async fn trim_when_idle() {
     let mut tick = tokio::time::interval(TRIM_PERIOD);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

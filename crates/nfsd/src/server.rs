@@ -505,16 +505,12 @@ impl Bound {
         let stopped = |mut rx: watch::Receiver<bool>| async move {
             let _ = rx.wait_for(|s| *s).await;
         };
-        // Periodic work runs on a thread of its own, so that the runtime serving
-        // calls has no timer pending ([`crate::housekeeping`]).
-        let housekeeping = crate::housekeeping::Housekeeping::start()?;
         // Issue 16: TCP connections and the call records they bring are charged to
         // the one budget too (NFS, MOUNT, NLM; not the portmapper's few bytes).
         let config = ServerConfig {
             rpcbind: self.registrar.clone(),
             memory: Some(self.tcp_memory.clone()),
             file_data: self.tcp_read_data,
-            housekeeping: Some(housekeeping.handle().clone()),
             ..ServerConfig::default()
         };
         let mut tasks = tokio::task::JoinSet::new();
@@ -654,11 +650,7 @@ impl Bound {
             };
             let d = Arc::new(dispatcher()?);
             tasks.spawn(oncrpc::udp::serve_udp(udp, d, stopped(stop_rx.clone())));
-            let config = ServerConfig {
-                housekeeping: Some(housekeeping.handle().clone()),
-                ..ServerConfig::default()
-            };
-            let s = Server::new(dispatcher()?, config);
+            let s = Server::new(dispatcher()?, ServerConfig::default());
             tasks.spawn(s.serve(listener, stopped(stop_rx.clone())));
         }
         // Idle READ buffers go back after a quiet period (issue 16), until we stop;
@@ -669,12 +661,9 @@ impl Bound {
         );
         let trim = match rdma_threads {
             Some(threads) => threads.spawn(trim),
-            None => housekeeping.handle().spawn(trim),
+            None => tokio::spawn(trim),
         };
-        let age = housekeeping
-            .handle()
-            .spawn(self.server.clone().age_dir_descriptors());
-        let malloc_trim = housekeeping.handle().spawn(crate::malloc::trim_when_idle());
+        let age = tokio::spawn(self.server.clone().age_dir_descriptors());
         // Stop everything on the shutdown signal, or when one server fails.
         let registrar = self.registrar.clone();
         let mut result = Ok(());
@@ -688,7 +677,6 @@ impl Bound {
         let _ = stop_tx.send(true);
         trim.abort();
         age.abort();
-        malloc_trim.abort();
         while let Some(done) = tasks.join_next().await {
             if result.is_ok() {
                 result = flatten(done);

@@ -133,12 +133,6 @@ pub struct ServerConfig {
     /// Memory reused for large call records (WRITE data), shared by the server's
     /// connections; released after 10 s without one ([`RELEASE_PERIOD`]).
     pub record_buffers: RecordBuffers,
-    /// The runtime that runs the server's periodic work (the release of idle
-    /// `record_buffers`, every [`RELEASE_PERIOD`]); `None`: the one that serves it. A
-    /// runtime of its own keeps that timer off the serving one, whose workers, with no
-    /// timer pending, wait for the network without a timeout (no clock read and no
-    /// kernel timer per wait; nfsd's `housekeeping`).
-    pub housekeeping: Option<tokio::runtime::Handle>,
     /// Where the server counts its connections, calls and bytes (shared by every
     /// server given the same one).
     pub stats: Arc<TcpStats>,
@@ -191,7 +185,6 @@ impl Default for ServerConfig {
             memory: None,
             file_data: crate::tcp::FileData::default(),
             record_buffers: RecordBuffers::default(),
-            housekeeping: None,
             stats: Arc::default(),
         }
     }
@@ -245,11 +238,7 @@ impl Server {
         let _ = ready.send(());
         let (stop_tx, stop_rx) = watch::channel(false);
         let mut conns = JoinSet::new();
-        let periodic = match &self.config.housekeeping {
-            Some(h) => h.clone(),
-            None => tokio::runtime::Handle::current(),
-        };
-        let _release = AbortOnDrop(periodic.spawn({
+        let _release = AbortOnDrop(tokio::spawn({
             let pool = self.config.record_buffers.clone();
             async move {
                 let mut tick = tokio::time::interval(RELEASE_PERIOD);
