@@ -581,7 +581,11 @@ mod tests {
         assert_eq!(decodes.get(), 1);
         assert_eq!(decode(&forged), Err(NfsStat3::NFS3ERR_STALE));
         assert_eq!(decode(&forged), Err(NfsStat3::NFS3ERR_STALE));
-        assert_eq!(decodes.get(), 3, "a handle that failed is decoded each time");
+        assert_eq!(
+            decodes.get(),
+            3,
+            "a handle that failed is decoded each time"
+        );
         assert_eq!(decode(&a), Ok(h(3)), "still kept after a failure");
         assert_eq!(decodes.get(), 3);
         assert_eq!(decode(&b), Ok(h(5)));

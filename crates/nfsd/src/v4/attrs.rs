@@ -547,7 +547,9 @@ mod tests {
     fn rfc8881_18_7_3_the_mask_is_the_served_bits_asked() {
         let values = pseudo();
         let alone = |a: u32| {
-            let f = values.encode(&Bitmap4::from_bits(&[a]), &numeric()).unwrap();
+            let f = values
+                .encode(&Bitmap4::from_bits(&[a]), &numeric())
+                .unwrap();
             f.attr_vals.0
         };
         for a in (0..96).filter(|a| !WRITE_ONLY.contains(a)) {
