@@ -467,3 +467,29 @@ proptest::proptest! {
         decode_everything(&bytes);
     }
 }
+
+/// `ulb::call_data_item`: WRITE's data, found from the arguments' first bytes up to
+/// and including its length word; no other procedure has one.
+#[test]
+fn writes_data_is_found_from_its_arguments_first_bytes() {
+    let wire = Write3Args {
+        file: fh(32),
+        offset: 10,
+        count: 5,
+        stable: StableHow::UNSTABLE,
+        data: DdpData(Bytes::from_static(b"abcde")),
+    }
+    .to_xdr()
+    .to_bytes();
+    let item = call_data_item(NfsProc3::WRITE, &wire).expect("the data");
+    assert_eq!(&wire[item.offset..item.offset + item.len], b"abcde");
+    assert_eq!(
+        call_data_item(NfsProc3::WRITE, &wire[..item.offset]),
+        Some(item)
+    );
+    assert_eq!(
+        call_data_item(NfsProc3::WRITE, &wire[..item.offset - 1]),
+        None
+    );
+    assert_eq!(call_data_item(NfsProc3::SYMLINK, &wire), None);
+}

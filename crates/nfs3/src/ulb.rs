@@ -10,8 +10,32 @@
 //!
 //! MOUNT and NLM are not bound to RDMA: a client uses them over TCP or UDP.
 
+use xdr::{Bytes, DataItem, Decode, Decoder};
+
 use crate::readdir::POST_OP_ATTR_SIZE;
-use crate::NfsProc3;
+use crate::{NfsFh3, NfsProc3, StableHow};
+
+/// Where a call's DDP-eligible item's data lies in its arguments, from their first
+/// bytes `args` (not necessarily all of them): WRITE3args' `data` (§4.1), which a
+/// byte-stream transport may receive apart (`oncrpc::tcp::call_data`), as
+/// RPC-over-RDMA receives it by Read chunk. `None` for every other procedure (a
+/// SYMLINK's path is small), or when the arguments up to the data's length word do
+/// not decode from `args`.
+pub fn call_data_item(proc: NfsProc3, args: &[u8]) -> Option<DataItem> {
+    if proc != NfsProc3::WRITE {
+        return None;
+    }
+    let mut dec = Decoder::new(Bytes::copy_from_slice(args));
+    NfsFh3::decode(&mut dec).ok()?;
+    dec.u64().ok()?; // offset
+    dec.u32().ok()?; // count
+    StableHow::decode(&mut dec).ok()?;
+    let len = dec.u32().ok()?;
+    Some(DataItem {
+        offset: dec.position(),
+        len: len as usize,
+    })
+}
 
 /// RFC 8267 §5: "the NFS/RDMA port 20049".
 pub const NFS_RDMA_PORT: u16 = 20049;

@@ -1200,3 +1200,59 @@ proptest! {
         prop_assert_eq!(&c.ops[..n], &ops[..]);
     }
 }
+
+/// `ulb::call_data_item`: the first WRITE's data, found from the COMPOUND's first
+/// bytes alone, up to and including its length word; nothing when a CREATE (whose
+/// link text is DDP-eligible too) comes first or the bytes end before the length.
+#[test]
+fn the_first_writes_data_is_found_from_the_compounds_first_bytes() {
+    let write = |data: &'static [u8]| {
+        NfsArgop4::Write(Write4Args {
+            stateid: StateId4::ANONYMOUS,
+            offset: 4096,
+            stable: StableHow4::UNSTABLE4,
+            data: DdpData(Bytes::from_static(data)),
+        })
+    };
+    let compound = |ops: Vec<NfsArgop4>| {
+        Compound4Args {
+            tag: "t".into(),
+            minorversion: 1,
+            argarray: ops,
+        }
+        .to_xdr()
+        .to_bytes()
+    };
+    let sequence = NfsArgop4::Sequence(Sequence4Args {
+        sa_sessionid: SID,
+        sa_sequenceid: 1,
+        sa_slotid: 0,
+        sa_highest_slotid: 0,
+        sa_cachethis: false,
+    });
+    let putfh = NfsArgop4::PutFh(PutFh4Args { object: fh(28) });
+    let wire = compound(vec![
+        sequence.clone(),
+        putfh.clone(),
+        write(b"hello"),
+        NfsArgop4::GetAttr(GetAttr4Args {
+            attr_request: Bitmap4(vec![0x18]),
+        }),
+        write(b"later"),
+    ]);
+    let item = call_data_item(&wire).expect("the WRITE's data");
+    assert_eq!(&wire[item.offset..item.offset + item.len], b"hello");
+    // The first bytes up to the length word suffice; one fewer does not.
+    assert_eq!(call_data_item(&wire[..item.offset]), Some(item));
+    assert_eq!(call_data_item(&wire[..item.offset - 1]), None);
+    let link = NfsArgop4::Create(Create4Args {
+        objtype: CreateType4::Link(DdpLinkText4(Bytes::from_static(b"tgt"))),
+        objname: "l".into(),
+        createattrs: Fattr4::default(),
+    });
+    assert_eq!(
+        call_data_item(&compound(vec![sequence.clone(), link, write(b"x")])),
+        None
+    );
+    assert_eq!(call_data_item(&compound(vec![sequence, putfh])), None);
+}

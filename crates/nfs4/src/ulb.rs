@@ -22,8 +22,47 @@
 //! The RPC-over-RDMA side (the `rpcrdma::ulb::UpperLayerBinding` implementation,
 //! `Nfs4Binding`) is in `rdma`, behind the `rdma` feature.
 
+use xdr::{Bytes, DataItem, Decode, Decoder};
+
 use crate::compound::NfsArgop4;
-use crate::{NfsOpnum4, NFS4_FHSIZE, NFS4_SESSIONID_SIZE};
+use crate::io::StableHow4;
+use crate::{
+    NfsOpnum4, StateId4, MAX_OPS_DECODE, NFS4_FHSIZE, NFS4_SESSIONID_SIZE, TAG_DECODE_MAX,
+};
+
+/// Where the first WRITE's data lies in a COMPOUND's arguments, from their first
+/// bytes `args` (not necessarily all of them): the DDP-eligible item (§5.1) a
+/// byte-stream transport may receive apart (`oncrpc::tcp::call_data`), as
+/// RPC-over-RDMA receives it by Read chunk. `None` when the operations before the
+/// first WRITE, or its arguments up to its data's length word, do not decode from
+/// `args`; or when a CREATE (whose link text is DDP-eligible too) comes first, so
+/// that only a WRITE's data ever goes apart.
+pub fn call_data_item(args: &[u8]) -> Option<DataItem> {
+    let mut dec = Decoder::new(Bytes::copy_from_slice(args));
+    dec.string(TAG_DECODE_MAX).ok()?;
+    dec.u32().ok()?; // minorversion
+    let opcount = dec.u32().ok()?.min(MAX_OPS_DECODE);
+    for _ in 0..opcount {
+        let op = NfsOpnum4::decode(&mut dec).ok()?;
+        match op {
+            NfsOpnum4::OP_WRITE => {
+                StateId4::decode(&mut dec).ok()?;
+                dec.u64().ok()?; // offset
+                StableHow4::decode(&mut dec).ok()?;
+                let len = dec.u32().ok()?;
+                return Some(DataItem {
+                    offset: dec.position(),
+                    len: len as usize,
+                });
+            }
+            NfsOpnum4::OP_CREATE => return None,
+            _ => {
+                NfsArgop4::decode_args(op, &mut dec)?.ok()?;
+            }
+        }
+    }
+    None
+}
 
 /// The NFS/RDMA port 20049 (RFC 8267, as for NFSv3: `nfs3::ulb::NFS_RDMA_PORT`).
 pub const NFS_RDMA_PORT: u16 = 20049;

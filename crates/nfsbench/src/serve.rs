@@ -63,6 +63,7 @@ async fn serve(opts: &ServeOptions) -> std::io::Result<()> {
         max_memory: nfsd::memory::default_max_memory(),
         inline_metadata: true,
         tcp_read_data: opts.tcp_read_data,
+        tcp_splice_writes: true,
         drc_entries: None,
         nfs4_id_domain: None,
         metrics: None,

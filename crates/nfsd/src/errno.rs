@@ -55,6 +55,17 @@ impl<T> OrStat<T> for rustix::io::Result<T> {
     }
 }
 
+/// A `std::io::Error` maps by its errno; one without (an early end of data) is
+/// NFS3ERR_IO.
+impl<T> OrStat<T> for std::io::Result<T> {
+    fn or_stat(self) -> Result<T, NfsStat3> {
+        self.map_err(|e| match e.raw_os_error() {
+            Some(code) => nfsstat3_from_errno(rustix::io::Errno::from_raw_os_error(code)),
+            None => NfsStat3::NFS3ERR_IO,
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

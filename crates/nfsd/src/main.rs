@@ -259,6 +259,12 @@ struct Cli {
     /// or one copy").
     #[arg(long, value_enum, default_value_t = TcpReadData::Sendfile)]
     tcp_read_data: TcpReadData,
+    /// How WRITE data of 64 KiB to 1 MiB comes in over TCP: `splice` (the default:
+    /// from the socket into pipes, then into the file, one copy by the kernel) or
+    /// `copy` (read into memory with the call, then written: two copies);
+    /// docs/bench/README.md "WRITE data spliced".
+    #[arg(long, value_enum, default_value_t = TcpWriteData::Splice)]
+    tcp_write_data: TcpWriteData,
     /// Entries of the duplicate request cache, which answers a retransmitted
     /// non-idempotent NFS or NLM call (REMOVE, RENAME, WRITE, UNLOCK, ...) with the
     /// first call's reply instead of running it again, over TCP and RDMA. 1 KiB each
@@ -384,6 +390,15 @@ enum ProviderArg {
     Auto,
     Verbs,
     Iwarp,
+}
+
+/// `--tcp-write-data`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum TcpWriteData {
+    /// `splice` from the socket into pipes, and from them into the file.
+    Splice,
+    /// Read into memory with the call.
+    Copy,
 }
 
 /// `--tcp-read-data`.
@@ -672,6 +687,7 @@ fn main() -> std::process::ExitCode {
             TcpReadData::Sendfile => oncrpc::tcp::FileData::Sendfile,
             TcpReadData::Copy => oncrpc::tcp::FileData::Copy,
         },
+        tcp_splice_writes: cli.tcp_write_data == TcpWriteData::Splice,
         nlm: (!cli.no_nlm).then(|| NlmConfig {
             port: cli.nlm_port,
             grace: std::time::Duration::from_secs(cli.grace_period),

@@ -281,6 +281,18 @@ fn render_tcp(page: &mut Page, t: &TcpStats) {
         get(&t.call_bytes),
     );
     page.single(
+        "nfsd_tcp_spliced_calls_total",
+        "counter",
+        "Calls over TCP whose WRITE data went from the socket into pipes (--tcp-write-data splice).",
+        get(&t.spliced_calls),
+    );
+    page.single(
+        "nfsd_tcp_spliced_bytes_total",
+        "counter",
+        "Bytes of WRITE data received into pipes (also in nfsd_tcp_received_bytes_total).",
+        get(&t.spliced_bytes),
+    );
+    page.single(
         "nfsd_tcp_replies_total",
         "counter",
         "Replies sent over TCP.",

@@ -144,6 +144,33 @@ pub struct Caller {
     pub seen: crate::seen::Seen,
     /// The last handle this call decoded ([`Table::decode_in_call`]).
     pub last_handle: LastHandle,
+    /// The call's WRITE data when the transport received it apart from the call
+    /// ([`oncrpc::Request::data`]).
+    pub data: CallDataSlot,
+}
+
+/// A call's WRITE data received apart ([`oncrpc::tcp::call_data`]: in a pipe, to be
+/// spliced into the file), until the WRITE whose data it is takes it. A clone starts
+/// empty: the data is written once.
+#[derive(Debug, Default)]
+pub struct CallDataSlot(std::sync::Mutex<Option<oncrpc::tcp::CallData>>);
+
+impl CallDataSlot {
+    /// The data, now the WRITE's.
+    pub fn take(&self) -> Option<oncrpc::tcp::CallData> {
+        self.lock().take()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<oncrpc::tcp::CallData>> {
+        // Poisoned only by a panic while held: the state is a plain value.
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl Clone for CallDataSlot {
+    fn clone(&self) -> Self {
+        CallDataSlot::default()
+    }
 }
 
 /// The last handle a call decoded and what it decoded to, so that a handle the call
@@ -196,7 +223,14 @@ impl Caller {
             recent: crate::vfs::RecentFile::default(),
             seen: crate::seen::Seen::default(),
             last_handle: LastHandle::default(),
+            data: CallDataSlot::default(),
         }
+    }
+
+    /// This caller, with its call's data received apart ([`oncrpc::Request::data`]).
+    pub fn with_data(self, data: Option<oncrpc::tcp::CallData>) -> Caller {
+        *self.data.lock() = data;
+        self
     }
 
     /// The identity this caller acts as under `options`.
@@ -352,7 +386,9 @@ impl NfsServer {
             NfsProc3::ACCESS => run(args, |a: Access3Args| proc::attr::access(&cx, a)),
             NfsProc3::READLINK => run(args, |a: ReadLink3Args| proc::names::readlink(&cx, a)),
             NfsProc3::READ => run_encoded(args, |a: Read3Args| proc::io::read(&cx, a)),
-            NfsProc3::WRITE => run(args, |a: Write3Args| proc::io::write(&cx, a)),
+            NfsProc3::WRITE => run(args, |a: Write3Args| {
+                proc::io::write(&cx, a, cx.take_call_data())
+            }),
             NfsProc3::CREATE => run(args, |a: Create3Args| proc::names::create(&cx, a)),
             NfsProc3::MKDIR => run(args, |a: MkDir3Args| proc::names::mkdir(&cx, a)),
             NfsProc3::SYMLINK => run(args, |a: Symlink3Args| proc::names::symlink(&cx, a)),
@@ -451,6 +487,11 @@ pub(crate) struct Cx<'a> {
 }
 
 impl<'a> Cx<'a> {
+    /// The call's WRITE data received apart, if any and not taken yet.
+    pub(crate) fn take_call_data(&self) -> Option<oncrpc::tcp::CallData> {
+        self.caller.data.take()
+    }
+
     /// The context of a call of `caller` whose first handle is `first`: the identity
     /// and write permission come from the options the caller has on that handle's
     /// export. A first handle that is missing, malformed, stale or refused leaves the

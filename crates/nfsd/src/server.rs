@@ -80,6 +80,10 @@ pub struct Config {
     /// How READ data leaves over TCP (`--tcp-read-data`): by `sendfile` (the
     /// default) or one copy from a mapping of the file.
     pub tcp_read_data: oncrpc::tcp::FileData,
+    /// WRITE data over TCP goes from the socket into pipes and from them into the
+    /// file (`--tcp-write-data splice`, [`oncrpc::tcp::call_data`]); false reads it
+    /// into memory with its call.
+    pub tcp_splice_writes: bool,
     /// Entries of the duplicate request cache of NFS and NLM (`--drc-entries`,
     /// [`crate::drc`]): `None` for knfsd's default for this machine's memory, 0 for
     /// no cache. Its byte bound is reserved from [`Config::max_memory`].
@@ -120,6 +124,8 @@ pub struct Bound {
     no_portmapper: Option<(SocketAddr, std::io::Error)>,
     /// [`Config::tcp_read_data`].
     tcp_read_data: oncrpc::tcp::FileData,
+    /// [`Config::tcp_splice_writes`].
+    tcp_splice_writes: bool,
     /// The reply cache's byte bound, reserved from the memory budget while serving.
     reply_cache_charge: Option<rpcrdma::memory::Charge>,
     /// [`Config::nfs4_id_domain`].
@@ -219,6 +225,7 @@ impl Bound {
             rpcbind_mode: config.rpcbind,
             no_portmapper,
             tcp_read_data: config.tcp_read_data,
+            tcp_splice_writes: config.tcp_splice_writes,
             reply_cache_charge,
             nfs4_id_domain: config.nfs4_id_domain.clone(),
             metrics,
@@ -418,6 +425,14 @@ impl Bound {
             }
             .to_string(),
         );
+        lines.push(
+            if self.tcp_splice_writes {
+                "WRITE data over TCP by splice, socket to pipes to file [--tcp-write-data]"
+            } else {
+                "WRITE data over TCP read with its call, then written [--tcp-write-data]"
+            }
+            .to_string(),
+        );
         lines.push(if self.server.switching {
             "AUTH_SYS identities applied, squashed per export".to_string()
         } else {
@@ -511,6 +526,7 @@ impl Bound {
             rpcbind: self.registrar.clone(),
             memory: Some(self.tcp_memory.clone()),
             file_data: self.tcp_read_data,
+            call_data: self.tcp_splice_writes.then(oncrpc::tcp::Pipes::default),
             ..ServerConfig::default()
         };
         let mut tasks = tokio::task::JoinSet::new();

@@ -66,7 +66,7 @@ impl Service for NfsService {
             return Err(ServiceError::ProcUnavail);
         }
         let over = req.peer.map(|p| p.protocol);
-        let caller = Caller::new(req.peer, req.cred);
+        let caller = Caller::new(req.peer, req.cred).with_data(req.data);
         let args = req.args;
         if self.server.inline_metadata && runs_inline(proc, over) {
             let Some(h) = &self.calls else {
@@ -96,6 +96,11 @@ impl Service for NfsService {
         }
         .await
         .map_err(|_| ServiceError::SystemErr)?
+    }
+
+    /// RFC 8267 §4.1: WRITE's data (`nfs3::ulb::call_data_item`).
+    fn call_data_item(&self, _vers: u32, proc_: u32, args: &[u8]) -> Option<xdr::DataItem> {
+        nfs3::ulb::call_data_item(NfsProc3(proc_), args)
     }
 
     /// The procedures knfsd caches ([`crate::drc::nfs3_cached`]).

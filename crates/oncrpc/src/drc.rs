@@ -100,8 +100,11 @@ pub struct CallKey {
 
 impl CallKey {
     /// The key of the call `header` from `peer`, whose arguments (everything after the
-    /// call header) are `args`.
-    pub fn new(header: &CallHeader, peer: Peer, args: &[u8]) -> CallKey {
+    /// call header) are `args`, and `elided` more bytes that the transport received
+    /// apart (a bulk data item, [`crate::tcp::call_data`]): counted in the length,
+    /// not checksummed. A retransmission is received the same way (which item goes
+    /// apart depends on the call's bytes alone), so it has the same key.
+    pub fn new(header: &CallHeader, peer: Peer, args: &[u8], elided: usize) -> CallKey {
         let head = &args[..args.len().min(CSUM_LEN)];
         CallKey {
             xid: header.xid.0,
@@ -110,7 +113,7 @@ impl CallKey {
             proc_: header.proc_,
             addr: client_of(peer),
             protocol: peer.protocol,
-            args_len: args.len(),
+            args_len: args.len() + elided,
             csum: crc32c::crc32c(head),
         }
     }

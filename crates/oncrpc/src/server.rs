@@ -24,13 +24,15 @@ use xdr::XdrStream;
 use crate::record::RecordDecoder;
 use crate::rpcbind::{Registrar, NETID_TCP};
 use crate::service::{poll_once, Dispatcher, Peer, Protocol};
+use crate::tcp::call_data::{self, CallData, Pipes, MAX_SPLICED, MIN_SPLICED};
 use crate::tcp::{
-    close_write, invalid_data, read_into_reused, read_more, reusable, write_replies, RecordBuffers,
-    DEFAULT_MAX_FRAGMENT, DEFAULT_MAX_RECORD, READ_CHUNK,
+    close_write, invalid_data, read_into_reused, read_more, reusable, write_replies, RecordBuffer,
+    RecordBuffers, DEFAULT_MAX_FRAGMENT, DEFAULT_MAX_RECORD, READ_CHUNK,
 };
 
-/// [`ServerConfig::record_buffers`] gives its idle buffers back once none was
-/// taken for this long (checked as often).
+/// [`ServerConfig::record_buffers`] gives its idle buffers back, and
+/// [`ServerConfig::call_data`] closes its idle pipes, once none was taken for this
+/// long (checked as often).
 pub const RELEASE_PERIOD: Duration = Duration::from_secs(10);
 
 /// Most replies one write of the connection's writer takes from its queue.
@@ -133,6 +135,12 @@ pub struct ServerConfig {
     /// Memory reused for large call records (WRITE data), shared by the server's
     /// connections; released after 10 s without one ([`RELEASE_PERIOD`]).
     pub record_buffers: RecordBuffers,
+    /// How a large call's bulk data item (NFS WRITE data, as its service names it:
+    /// [`crate::Service::call_data_item`]) is received: `Some`, spliced from the socket
+    /// into a pipe of this pool and handed to the service apart
+    /// ([`crate::tcp::call_data`]: one copy fewer per byte); `None`, read into memory
+    /// with the rest of the call.
+    pub call_data: Option<Pipes>,
     /// Where the server counts its connections, calls and bytes (shared by every
     /// server given the same one).
     pub stats: Arc<TcpStats>,
@@ -154,6 +162,10 @@ pub struct TcpStats {
     pub replies: AtomicU64,
     /// Their bytes (READ data sent from a file included).
     pub reply_bytes: AtomicU64,
+    /// Calls whose bulk data item was received into a pipe ([`ServerConfig::call_data`]).
+    pub spliced_calls: AtomicU64,
+    /// Bytes of those items (also counted in `call_bytes`).
+    pub spliced_bytes: AtomicU64,
 }
 
 /// Counts an open connection in [`TcpStats::open`] until dropped.
@@ -185,6 +197,7 @@ impl Default for ServerConfig {
             memory: None,
             file_data: crate::tcp::FileData::default(),
             record_buffers: RecordBuffers::default(),
+            call_data: Some(Pipes::default()),
             stats: Arc::default(),
         }
     }
@@ -240,12 +253,16 @@ impl Server {
         let mut conns = JoinSet::new();
         let _release = AbortOnDrop(tokio::spawn({
             let pool = self.config.record_buffers.clone();
+            let pipes = self.config.call_data.clone();
             async move {
                 let mut tick = tokio::time::interval(RELEASE_PERIOD);
                 tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
                 loop {
                     tick.tick().await;
                     pool.release_if_unused_for(RELEASE_PERIOD);
+                    if let Some(pipes) = &pipes {
+                        pipes.release_if_unused_for(RELEASE_PERIOD);
+                    }
                 }
             }
         }));
@@ -365,19 +382,30 @@ async fn connection(
     loop {
         let record = tokio::select! {
             biased;
-            r = read_call(&mut rd, &mut dec, &mut buf, config.memory.as_deref(), &config.record_buffers, &large) => r,
+            r = read_call(&mut rd, &mut dec, &mut buf, &config, &dispatcher, &large) => r,
             _ = &mut stopped => break,
         };
         if shutting_down.has_changed().unwrap_or(true) {
             break;
         }
         match record {
-            Ok(Some((call, held))) => {
+            Ok(Some((call, data, held))) => {
+                let apart = data.as_ref().map_or(0, |d| d.len() as u64);
                 stats.calls.fetch_add(1, Ordering::Relaxed);
                 stats
                     .call_bytes
-                    .fetch_add(call.len() as u64, Ordering::Relaxed);
-                let mut call = Box::pin(serve_call(dispatcher.clone(), call, peer, stats.clone()));
+                    .fetch_add(call.len() as u64 + apart, Ordering::Relaxed);
+                if data.as_ref().is_some_and(|d| d.spliced()) {
+                    stats.spliced_calls.fetch_add(1, Ordering::Relaxed);
+                    stats.spliced_bytes.fetch_add(apart, Ordering::Relaxed);
+                }
+                let mut call = Box::pin(serve_call(
+                    dispatcher.clone(),
+                    call,
+                    data,
+                    peer,
+                    stats.clone(),
+                ));
                 // With no other call of this connection in service, the call's first
                 // poll runs here, and most calls (NULL, the metadata calls nfsd runs
                 // inline, errors) end in it: no task to spawn, schedule and join
@@ -451,6 +479,7 @@ async fn connection(
 async fn serve_call(
     dispatcher: Arc<Dispatcher>,
     call: Bytes,
+    data: Option<CallData>,
     peer: SocketAddr,
     stats: Arc<TcpStats>,
 ) -> Option<XdrStream> {
@@ -458,7 +487,7 @@ async fn serve_call(
         addr: peer,
         protocol: Protocol::Tcp,
     };
-    let reply = dispatcher.dispatch_from(call, Some(from)).await;
+    let reply = dispatcher.dispatch_call(call, data, Some(from)).await;
     if let Some(r) = &reply {
         let len = r.inline.len() + r.ddp.iter().map(|d| d.padded_len()).sum::<usize>();
         stats.replies.fetch_add(1, Ordering::Relaxed);
@@ -467,17 +496,24 @@ async fn serve_call(
     reply
 }
 
+/// A call record read, its bulk data item if that was received apart, and the
+/// memory charged for it.
+type CallRead = (Bytes, Option<CallData>, Option<Held>);
+
 /// Reads one call record from `r` (as [`crate::tcp::read_record`]), charging it to
-/// `memory` if there is one ([`ConnectionMemory`]); the charge comes back with the
-/// record. `Ok(None)` at a clean end of stream.
+/// `config.memory` if there is one ([`ConnectionMemory`]); the charge comes back with
+/// the record. A large record's bulk data item may come apart ([`read_large_call`]).
+/// `Ok(None)` at a clean end of stream.
 async fn read_call(
-    r: &mut (impl tokio::io::AsyncRead + Unpin),
+    r: &mut tokio::net::tcp::OwnedReadHalf,
     dec: &mut RecordDecoder,
     buf: &mut BytesMut,
-    memory: Option<&dyn ConnectionMemory>,
-    reuse: &RecordBuffers,
+    config: &ServerConfig,
+    dispatcher: &Dispatcher,
     large: &Arc<Semaphore>,
-) -> io::Result<Option<(Bytes, Option<Held>)>> {
+) -> io::Result<Option<CallRead>> {
+    let memory = config.memory.as_deref();
+    let reuse = &config.record_buffers;
     let too_large = || {
         io::Error::new(
             io::ErrorKind::OutOfMemory,
@@ -488,7 +524,7 @@ async fn read_call(
     loop {
         if let Some(record) = dec.decode(buf).map_err(invalid_data)? {
             let Some(memory) = memory else {
-                return Ok(Some((record, None)));
+                return Ok(Some((record, None, None)));
             };
             if record.len() <= SMALL_RECORD {
                 // Charged before its copy is allocated (besides a pre-charge, when
@@ -501,7 +537,7 @@ async fn read_call(
                 drop(held);
                 // COPY: a small call (at most SMALL_RECORD bytes) out of the read
                 // buffer, which it would otherwise keep alive while in service.
-                return Ok(Some((Bytes::copy_from_slice(&record), Some(charge))));
+                return Ok(Some((Bytes::copy_from_slice(&record), None, Some(charge))));
             }
             let charge = match held {
                 Some(charge) => charge,
@@ -513,7 +549,7 @@ async fn read_call(
                     .await
                     .ok_or_else(too_large)?,
             };
-            return Ok(Some((record, Some(charge))));
+            return Ok(Some((record, None, Some(charge))));
         }
         if let (Some(memory), None) = (memory, &held) {
             // The body is about to be read into memory of its own
@@ -532,14 +568,85 @@ async fn read_call(
                 .acquire_owned()
                 .await
                 .map_err(|_| io::Error::other("connection ended"))?;
-            let record = read_into_reused(r, dec, buf, pool, len).await?;
-            return Ok(Some((record, Some(Box::new((held, permit)) as Held))));
+            let pipes = config.call_data.as_ref();
+            let (record, data) = read_large_call(r, dec, buf, pool, len, pipes, dispatcher).await?;
+            return Ok(Some((record, data, Some(Box::new((held, permit)) as Held))));
         }
         if read_more(r, dec, buf).await? == 0 {
             return Ok(dec
                 .decode_eof(buf)
                 .map_err(invalid_data)?
-                .map(|record| (record, held)));
+                .map(|record| (record, None, held)));
         }
     }
+}
+
+/// How much of a large call is read before its service is asked where its bulk data
+/// item lies: the RPC header with the largest AUTH_SYS credential and verifier and
+/// an NFSv4.1 COMPOUND's SEQUENCE, PUTFH and WRITE fit with room to spare. An item
+/// beyond it is read with the call.
+const CALL_HEAD_BYTES: usize = 2048;
+
+/// Reads the rest of a large call record (`len` bytes, a lone fragment) into a buffer
+/// of `pool`; with `pipes`, the bulk data item its service names
+/// ([`Dispatcher::call_data_item`]) goes into a pipe instead ([`call_data`]), and
+/// the record comes without it (its data and XDR padding taken out, its length word
+/// kept: [`xdr::Decoder::with_item_elided`] decodes it).
+async fn read_large_call(
+    r: &mut tokio::net::tcp::OwnedReadHalf,
+    dec: &mut RecordDecoder,
+    buf: &mut BytesMut,
+    pool: &RecordBuffers,
+    len: usize,
+    pipes: Option<&Pipes>,
+    dispatcher: &Dispatcher,
+) -> io::Result<(Bytes, Option<CallData>)> {
+    let Some(pipes) = pipes else {
+        return Ok((read_into_reused(r, dec, buf, pool, len).await?, None));
+    };
+    let mut body = pool.take(len);
+    dec.take_lone_fragment(buf, body.vec_mut());
+    fill(r, &mut body, len.min(CALL_HEAD_BYTES)).await?;
+    let head = &body.as_ref()[..body.len().min(CALL_HEAD_BYTES)];
+    let item = dispatcher.call_data_item(head).filter(|i| {
+        let end = i.offset.checked_add(xdr::padded_len(i.len));
+        (MIN_SPLICED..=MAX_SPLICED).contains(&i.len) && end.is_some_and(|end| end <= len)
+    });
+    let Some(item) = item else {
+        fill(r, &mut body, len).await?;
+        return Ok((body.freeze(), None));
+    };
+    fill(r, &mut body, item.offset).await?;
+    let item_end = body.len().min(item.offset + item.len);
+    let first = &body.as_ref()[item.offset..item_end];
+    let data = call_data::receive(r.as_ref(), pipes, first, item).await?;
+    // The record without the item's data and padding: what of the data came with
+    // the header goes, then the rest is read, and the padding after the data goes.
+    body.vec_mut().drain(item.offset..item_end);
+    fill(r, &mut body, len - item.len).await?;
+    let pad = xdr::padded_len(item.len) - item.len;
+    body.vec_mut().drain(item.offset..item.offset + pad);
+    // COPY: the call without its data is small (a WRITE's header and the operations
+    // after it); its record buffer goes back to the pool now rather than being held,
+    // nearly empty, beside the data in pipes while the call is served.
+    Ok((Bytes::copy_from_slice(body.as_ref()), Some(data)))
+}
+
+/// Reads from `r` into `body` until it holds `upto` bytes (within its capacity).
+async fn fill(
+    r: &mut tokio::net::tcp::OwnedReadHalf,
+    body: &mut RecordBuffer,
+    upto: usize,
+) -> io::Result<()> {
+    use bytes::BufMut;
+    use tokio::io::AsyncReadExt;
+    while body.len() < upto {
+        let rest = upto - body.len();
+        if r.read_buf(&mut body.vec_mut().limit(rest)).await? == 0 {
+            return Err(invalid_data(crate::RecordError::TruncatedRecord {
+                buffered: body.len(),
+            }));
+        }
+    }
+    Ok(())
 }

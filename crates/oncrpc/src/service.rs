@@ -63,6 +63,9 @@ use crate::metrics::{CallMetrics, VersionStats};
 /// cost about 300 instructions a call (docs/bench/percall/instructions41.sh).
 type Table<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
 
+/// Where a call's bulk data item lies ([`Service::call_data_item`]).
+pub use xdr::DataItem;
+
 /// One call, as a service sees it.
 #[derive(Debug)]
 pub struct Request {
@@ -91,6 +94,11 @@ pub struct Request {
     /// time instead of reading the clock again. (Each clock read is a system call on a
     /// host whose clock source has no vDSO path, such as the lab's HPET guest.)
     pub started: Instant,
+    /// The call's bulk data item when the transport received it apart
+    /// ([`Service::call_data_item`], [`crate::tcp::call_data`]): `args` then decodes
+    /// that item as empty ([`Decoder::with_item_elided`]), and its data is here.
+    #[cfg(feature = "tokio")]
+    pub data: Option<crate::tcp::CallData>,
 }
 
 /// The sender of a call: its address and the transport it came over.
@@ -141,6 +149,18 @@ pub trait Service: Send + Sync + 'static {
         let _ = (vers, proc_);
         None
     }
+
+    /// Where the bulk data of a call of procedure `proc_` of version `vers` lies, from
+    /// the first bytes of its arguments (`args`: not necessarily all of them): the
+    /// DDP-eligible argument (RFC 8166 §6.1; NFS WRITE's data, RFC 8267) that a
+    /// byte-stream transport may then receive apart from the call, into a pipe, as
+    /// RPC-over-RDMA receives it by RDMA Read ([`crate::tcp::call_data`]). The call
+    /// then comes with [`Request::data`]. `None` (the default): the call has none, or
+    /// not within `args`.
+    fn call_data_item(&self, vers: u32, proc_: u32, args: &[u8]) -> Option<DataItem> {
+        let _ = (vers, proc_, args);
+        None
+    }
 }
 
 type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -150,6 +170,7 @@ trait DynService: Send + Sync {
     fn call_dyn(&self, req: Request) -> BoxFuture<'_, ServiceResult>;
     fn caches_reply_dyn(&self, vers: u32, proc_: u32) -> bool;
     fn procedure_name_dyn(&self, vers: u32, proc_: u32) -> Option<&'static str>;
+    fn call_data_item_dyn(&self, vers: u32, proc_: u32, args: &[u8]) -> Option<DataItem>;
 }
 
 impl<S: Service> DynService for S {
@@ -163,6 +184,10 @@ impl<S: Service> DynService for S {
 
     fn procedure_name_dyn(&self, vers: u32, proc_: u32) -> Option<&'static str> {
         self.procedure_name(vers, proc_)
+    }
+
+    fn call_data_item_dyn(&self, vers: u32, proc_: u32, args: &[u8]) -> Option<DataItem> {
+        self.call_data_item(vers, proc_, args)
     }
 }
 
@@ -320,7 +345,58 @@ impl Dispatcher {
     /// procedure from a known peer may be answered from it, or get `None` (no reply)
     /// when it duplicates a call still in service.
     pub async fn dispatch_from(&self, call: Bytes, peer: Option<Peer>) -> Option<XdrStream> {
-        let mut dec = Decoder::new(call);
+        self.dispatch_inner(Decoder::new(call), 0, peer, |req| req)
+            .await
+    }
+
+    /// [`Dispatcher::dispatch_from`] for a call whose bulk data item the transport
+    /// received apart ([`Dispatcher::call_data_item`]): `call` is the record without
+    /// the item's data and padding, `data` the item, which the service gets as
+    /// [`Request::data`].
+    #[cfg(feature = "tokio")]
+    pub async fn dispatch_call(
+        &self,
+        call: Bytes,
+        data: Option<crate::tcp::CallData>,
+        peer: Option<Peer>,
+    ) -> Option<XdrStream> {
+        let Some(data) = data else {
+            return self.dispatch_from(call, peer).await;
+        };
+        let dec = Decoder::with_item_elided(call, data.offset());
+        let elided = xdr::padded_len(data.len());
+        self.dispatch_inner(dec, elided, peer, move |mut req| {
+            req.data = Some(data);
+            req
+        })
+        .await
+    }
+
+    /// Where the bulk data item of the call whose record begins with `head` lies in
+    /// that record, as its service says ([`Service::call_data_item`]); `None` if the
+    /// header does not decode, names no registered program and version, or the
+    /// service names none.
+    pub fn call_data_item(&self, head: &[u8]) -> Option<DataItem> {
+        let mut dec = Decoder::new(Bytes::copy_from_slice(head));
+        let header = CallHeader::decode(&mut dec).ok()?;
+        let service = self.programs.get(&header.prog)?.get(&header.vers)?;
+        let args_at = dec.position();
+        let item = service.call_data_item_dyn(header.vers, header.proc_, &head[args_at..])?;
+        Some(DataItem {
+            offset: item.offset.checked_add(args_at)?,
+            len: item.len,
+        })
+    }
+
+    /// Serves the call `dec` holds (`elided` bytes of it received apart), its
+    /// [`Request`] finished by `finish`.
+    async fn dispatch_inner(
+        &self,
+        mut dec: Decoder,
+        elided: usize,
+        peer: Option<Peer>,
+        finish: impl FnOnce(Request) -> Request,
+    ) -> Option<XdrStream> {
         let header = match CallHeader::decode(&mut dec) {
             Ok(h) => h,
             Err(e) => {
@@ -335,7 +411,7 @@ impl Dispatcher {
                 if let Some(cache) = &self.reply_cache {
                     match peer {
                         Some(peer) if service.caches_reply_dyn(header.vers, header.proc_) => {
-                            let key = CallKey::new(&header, peer, dec.rest().as_ref());
+                            let key = CallKey::new(&header, peer, dec.rest().as_ref(), elided);
                             match cache.begin(key) {
                                 Begin::Miss(p) => pending = Some(p),
                                 Begin::Uncached => {}
@@ -362,7 +438,10 @@ impl Dispatcher {
                     args: dec,
                     peer,
                     started: Instant::now(),
+                    #[cfg(feature = "tokio")]
+                    data: None,
                 };
+                let req = finish(req);
                 let started = req.started;
                 // A panic in the handler fails this call with SYSTEM_ERR, not the
                 // task that drives the connection (over TCP and RDMA alike).

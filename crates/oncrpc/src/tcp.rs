@@ -17,6 +17,7 @@ use xdr::XdrStream;
 use crate::record::{frame, RecordDecoder};
 use crate::transport::{Incoming, RecordReceiver, RecordSender, Transport};
 
+pub mod call_data;
 mod mapped;
 mod record_buffers;
 mod replies;
@@ -41,6 +42,8 @@ pub(crate) fn temp_file(data: &[u8]) -> std::sync::Arc<std::fs::File> {
     f.write_all(data).unwrap();
     std::sync::Arc::new(f)
 }
+pub use call_data::{CallData, Pipes};
+pub(crate) use record_buffers::RecordBuffer;
 pub use record_buffers::{RecordBuffers, DEFAULT_MAX_IDLE_BYTES, MIN_REUSED_RECORD};
 pub(crate) use replies::write_replies;
 pub use replies::{read_range, FileData};

@@ -9,6 +9,18 @@ use bytes::Bytes;
 use crate::error::{Result, XdrError};
 use crate::{pad_len, padded_len};
 
+/// Where a DDP-eligible item lies in a stream (an RPC call record, or the part of
+/// it an upper layer is shown): the offset of the data's first byte (right after
+/// its length word) and the data's length without XDR padding. What
+/// [`Decoder::with_item_elided`] is given, once the data was taken out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DataItem {
+    /// Offset of the data's first byte from the start of the stream.
+    pub offset: usize,
+    /// Bytes of data (the length word's value).
+    pub len: usize,
+}
+
 /// A read cursor over one XDR stream.
 ///
 /// Invariant: `pos <= buf.len()`.
@@ -20,6 +32,9 @@ pub struct Decoder {
     reduced: bool,
     /// Bytes of DDP-eligible data (padded) left out of a reduced stream so far.
     pub(crate) elided: usize,
+    /// Where the one DDP-eligible item left out of this buffer belonged
+    /// ([`Decoder::with_item_elided`]): the buffer offset right after its length word.
+    elided_item: Option<usize>,
 }
 
 impl Decoder {
@@ -30,6 +45,20 @@ impl Decoder {
             pos: 0,
             reduced: false,
             elided: 0,
+            elided_item: None,
+        }
+    }
+
+    /// Starts decoding a stream from which one DDP-eligible item's data (and its XDR
+    /// padding) was taken out, its length word kept: the item whose data began at
+    /// offset `at` of the whole stream, which is where that length word ends in `buf`
+    /// (a call whose bulk data a byte-stream transport received apart, as RDMA Read
+    /// chunks are: `oncrpc::tcp::CallData`). [`Decoder::ddp_opaque`] returns no data
+    /// for that item only; every other item is read from `buf` as usual.
+    pub fn with_item_elided(buf: Bytes, at: usize) -> Self {
+        Decoder {
+            elided_item: Some(at),
+            ..Decoder::new(buf)
         }
     }
 
@@ -55,12 +84,16 @@ impl Decoder {
     /// A DDP-eligible `opaque<max>` (the counterpart of `Encoder::ddp_opaque`): the
     /// data, as [`Decoder::opaque`]; in a reduced stream only the length word is read
     /// and the data is empty (it is elsewhere, at [`Decoder::stream_position`] before
-    /// this call plus 4).
+    /// this call plus 4); so too for the one item of [`Decoder::with_item_elided`].
     pub fn ddp_opaque(&mut self, max: u32) -> Result<Bytes> {
-        if !self.reduced {
+        let elided_here = self.elided_item == Some(self.pos.saturating_add(4));
+        if !self.reduced && !elided_here {
             return self.opaque(max);
         }
         let len = self.length(max)?;
+        if elided_here {
+            self.elided_item = None;
+        }
         self.elided = self.elided.saturating_add(padded_len(len));
         Ok(Bytes::new())
     }

@@ -23,7 +23,7 @@ mod list;
 mod macros;
 
 pub use bytes::Bytes;
-pub use decode::Decoder;
+pub use decode::{DataItem, Decoder};
 pub use encode::{DdpItem, Encoder, FileRange, Piece, Slot, XdrStream};
 pub use error::{Result, XdrError};
 pub use list::{EncodedList, Iter as EncodedListIter, ListBuilder};

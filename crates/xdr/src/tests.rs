@@ -401,3 +401,30 @@ fn encoded_lists_match_linked_lists_on_the_wire() {
     assert!(b.push_within(&O(Vec::new()), 20));
     assert_eq!(b.finish().to_vec().len(), 2);
 }
+
+/// `Decoder::with_item_elided`: only the DDP-eligible item whose data began at the
+/// given offset is taken as left out; an item before it and one after it are read
+/// from the buffer, and stream positions count the left-out bytes.
+#[test]
+fn one_item_elided_leaves_the_others_in_the_stream() {
+    // Whole stream: opaque "ab" (at 4..6, padded to 8), opaque of 5 bytes (data at 12,
+    // padded to 8), opaque "xyz" (data at 24), then u32 7.
+    let mut whole = Encoder::new();
+    whole.opaque(b"ab").opaque(b"12345").opaque(b"xyz").u32(7);
+    let whole = whole.finish().to_bytes();
+    assert_eq!(&whole[12..17], b"12345");
+    // The same stream with the second item's data and padding taken out (12..20).
+    let mut cut = whole[..12].to_vec();
+    cut.extend_from_slice(&whole[20..]);
+    let mut d = Decoder::with_item_elided(Bytes::from(cut), 12);
+    assert_eq!(&d.ddp_opaque(64).unwrap()[..], b"ab");
+    assert!(d.ddp_opaque(64).unwrap().is_empty());
+    assert_eq!(d.stream_position(), 20);
+    assert_eq!(&d.ddp_opaque(64).unwrap()[..], b"xyz");
+    assert_eq!(d.u32().unwrap(), 7);
+    d.finish().unwrap();
+    // Not elided where no item begins at that offset: every item is read.
+    let mut d = Decoder::with_item_elided(whole.clone(), 13);
+    assert_eq!(&d.ddp_opaque(64).unwrap()[..], b"ab");
+    assert_eq!(&d.ddp_opaque(64).unwrap()[..], b"12345");
+}

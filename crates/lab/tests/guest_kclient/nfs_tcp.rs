@@ -9,7 +9,9 @@
 //!   directory and its parent, and the mount root's `..` is the root itself;
 //! - makes directories, renames, makes and reads a symlink, lists a directory of
 //!   2,000 entries, removes it all, and unmounts cleanly;
-//! - mountstats shows the TCP transport.
+//! - mountstats shows the TCP transport;
+//! - nfsd's `--metrics` page says the kernel client's WRITE data came in by splice
+//!   (`oncrpc::tcp::call_data`): most of the 64 MiB file's bytes.
 
 use std::time::Duration;
 
@@ -19,6 +21,8 @@ use lab::{GuestScript, HostProcess, Lab, Outcome};
 const NFS_PORT: u16 = 32049;
 const MOUNT_PORT: u16 = 32048;
 const SIZES: [u64; 5] = [0, 1, 4095, (1 << 20) + 1, 64 << 20];
+/// nfsd's `--metrics` on the host; the guest scrapes it through slirp.
+const METRICS_PORT: u16 = 32750;
 
 const GUEST: &str = r#". /share/lib.sh
 OPTS="vers=3,proto=tcp,port=$LAB_NFS_PORT,mountproto=tcp,mountport=$LAB_MOUNT_PORT,nolock"
@@ -41,6 +45,7 @@ record "dots:sub" "$(dots $M/dots/sub)"
 record ls_a "$(ls -a $M/dots | tr '\n' ' ')"
 record ls_ai_root "$(ls -ai $M | head -2 | tr -s ' \n' '  ')"
 step rmdir_dots rmdir $M/dots/sub $M/dots
+step metrics_before wget -q -O $LAB_RUN_DIR/metrics-before.txt "http://10.0.2.2:$LAB_METRICS_PORT/metrics"
 for n in $LAB_SIZES; do
   step "make_$n" sh -c "head -c $n /dev/urandom > /tmp/f$n"
   step "copy_in_$n" cp /tmp/f$n $M/in-$n
@@ -51,6 +56,7 @@ step drop_caches sh -c 'sync; echo 3 >/proc/sys/vm/drop_caches'
 for n in $LAB_SIZES; do
   step "read_back_$n" lab_same_md5 /tmp/f$n $M/in-$n
 done
+step metrics_after wget -q -O $LAB_RUN_DIR/metrics-after.txt "http://10.0.2.2:$LAB_METRICS_PORT/metrics"
 step mkdir mkdir -p $M/d1/d2
 step rename mv $M/in-1 $M/d1/d2/renamed
 step rename_dir mv $M/d1 $M/d1moved
@@ -101,6 +107,7 @@ fn kernel_nfsv3_tcp_client_to_our_host_server() {
         .env("LAB_MOUNT_PORT", MOUNT_PORT.to_string())
         .env("LAB_EXPORT", export.display().to_string())
         .env("LAB_SIZES", sizes.join(" "))
+        .env("LAB_METRICS_PORT", METRICS_PORT.to_string())
         .env("LAB_STEP_TIMEOUT", "240");
     let server = HostProcess::new("nfsd", &nfsd).args([
         "--bind".to_string(),
@@ -113,6 +120,8 @@ fn kernel_nfsv3_tcp_client_to_our_host_server() {
         "off".to_string(),
         // TCP only: host port 20049 may be the lab's hostfwd (nfs_rdma.rs covers RDMA).
         "--no-rdma".to_string(),
+        "--metrics".to_string(),
+        format!("127.0.0.1:{METRICS_PORT}"),
         export.display().to_string(),
     ]);
     let mut o: Outcome = lab
@@ -161,6 +170,25 @@ fn kernel_nfsv3_tcp_client_to_our_host_server() {
         }
     });
     check_nfs_copy_tree(&mut o, &export, &SIZES, 2000);
+    o.host_step("write_data_came_in_by_splice", |o| {
+        use lab::prometheus::{get, parse};
+        let page = |name: &str| {
+            let p = o.share_file(name);
+            let text = std::fs::read_to_string(&p).map_err(|e| format!("{}: {e}", p.display()))?;
+            parse(&text)
+        };
+        let (before, after) = (page("metrics-before.txt")?, page("metrics-after.txt")?);
+        let key = "nfsd_tcp_spliced_bytes_total{}";
+        let spliced = get(&after, key) - get(&before, key);
+        // The 64 MiB file goes in 1 MiB WRITEs; each of 64 KiB to 1 MiB is spliced.
+        let at_least = (SIZES[4] / 2) as f64;
+        if spliced < at_least {
+            return Err(format!(
+                "{key} moved by {spliced}, expected at least {at_least}"
+            ));
+        }
+        Ok(format!("{key} +{spliced}"))
+    });
     let passed = o.passed();
     if passed {
         let _ = std::fs::remove_dir_all(&export);

@@ -104,6 +104,7 @@ impl TestServer {
             max_memory: nfsd::memory::default_max_memory(),
             inline_metadata: true,
             tcp_read_data: oncrpc::tcp::FileData::Sendfile,
+            tcp_splice_writes: true,
             drc_entries: None,
             nfs4_id_domain: None,
             metrics: None,

@@ -6,7 +6,8 @@
 //! on the fixture's session comes first and the rest are the other operations'
 //! bytes (bits 1-4 of the first byte: how many), so that the operations past
 //! SEQUENCE (OPEN, READ, WRITE, LOCK, RENAME, ...) are reached with a session. Every
-//! reply must decode as `COMPOUND4res`, and the export must still be there. When the
+//! reply must decode as `COMPOUND4res`, and the export must still be there. Even mode
+//! also asks where the first WRITE's data lies (`nfs4::ulb::call_data_item`). When the
 //! bytes destroyed the session (or its client), the next input makes a new one.
 #![no_main]
 
@@ -128,6 +129,13 @@ fuzz_target!(|data: &[u8]| {
     };
     let f = fixture();
     if mode & 1 == 0 {
+        // What a TCP reader asks of the same bytes (`nfs4::ulb::call_data_item`):
+        // never a panic, and the item it names begins right after its length word.
+        if let Some(item) = nfs4::ulb::call_data_item(rest) {
+            assert!((4..=rest.len()).contains(&item.offset));
+            let word = &rest[item.offset - 4..item.offset];
+            assert_eq!(word, (item.len as u32).to_be_bytes());
+        }
         run(&f.v4, Bytes::copy_from_slice(rest));
     } else {
         let mut s = f.session.lock().unwrap();

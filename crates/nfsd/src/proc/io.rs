@@ -9,7 +9,8 @@
 use nfs3::attr::ObjAttrFail;
 use nfs3::io::*;
 use nfs3::{DdpData, NfsResult, NfsStat3, StableHow, WccData};
-use std::os::fd::OwnedFd;
+use oncrpc::tcp::CallData;
+use std::os::fd::{AsFd, OwnedFd};
 use std::sync::Arc;
 
 use rustix::fs::{FileType, OFlags};
@@ -181,7 +182,9 @@ enum Data {
 
 /// §3.3.7 WRITE. `stable` is honoured: FILE_SYNC fsyncs, DATA_SYNC fdatasyncs,
 /// UNSTABLE leaves the data to a later COMMIT; `committed` says which was done.
-pub(crate) fn write(cx: &Cx<'_>, a: Write3Args) -> Write3Res {
+/// `apart`: the data, when the transport received it apart from the call (the
+/// call's `data` is then empty: [`oncrpc::Request::data`]).
+pub(crate) fn write(cx: &Cx<'_>, a: Write3Args, apart: Option<CallData>) -> Write3Res {
     let fail = |s, file_wcc| NfsResult::Fail(s, FileWcc { file_wcc });
     let (ex, node) = match cx.resolve(&a.file) {
         Ok(r) => r,
@@ -191,23 +194,20 @@ pub(crate) fn write(cx: &Cx<'_>, a: Write3Args) -> Write3Res {
     if cx.read_only {
         return fail(NfsStat3::NFS3ERR_ROFS, wcc(ex, Some(&before), &node));
     }
+    let apart = apart.filter(|_| a.data.0.is_empty());
+    let len = apart.as_ref().map_or(a.data.0.len(), |d| d.len());
     // §3.3.7: count is "the number of bytes of data to be written"; data holds them.
-    let Some(data) = a.data.0.get(..a.count as usize) else {
-        return fail(NfsStat3::NFS3ERR_INVAL, wcc(ex, Some(&before), &node));
-    };
-    if a.stable.0 > StableHow::FILE_SYNC.0 {
+    let count = a.count as usize;
+    if count > len || a.stable.0 > StableHow::FILE_SYNC.0 {
         return fail(NfsStat3::NFS3ERR_INVAL, wcc(ex, Some(&before), &node));
     }
     let done = regular(&node).and_then(|()| {
         let fd = open_io(cx, &node, OFlags::WRONLY)?;
-        let mut off = 0;
-        while off < data.len() {
-            let at = a.offset.saturating_add(off as u64);
-            let n = rustix::io::pwrite(&fd, &data[off..], at).or_stat()?;
-            if n == 0 {
-                return Err(NfsStat3::NFS3ERR_IO);
-            }
-            off += n;
+        match apart {
+            // Spliced from the pipe: the one copy of the data on this path.
+            Some(data) if count == len => data.write_to(fd.as_fd(), a.offset).or_stat()?,
+            Some(data) => write_all_at(&fd, &data.into_vec().or_stat()?[..count], a.offset)?,
+            None => write_all_at(&fd, &a.data.0[..count], a.offset)?,
         }
         match a.stable {
             StableHow::FILE_SYNC => rustix::fs::fsync(&fd).or_stat()?,
@@ -220,12 +220,26 @@ pub(crate) fn write(cx: &Cx<'_>, a: Write3Args) -> Write3Res {
     match done {
         Ok(()) => NfsResult::Ok(Write3ResOk {
             file_wcc,
-            count: data.len() as u32,
+            count: count as u32,
             committed: a.stable,
             verf: cx.s.verifier,
         }),
         Err(s) => fail(s, file_wcc),
     }
+}
+
+/// Writes all of `data` to `fd` at `offset` (`pwrite`: one copy into the page cache).
+fn write_all_at(fd: &OwnedFd, data: &[u8], offset: u64) -> Result<(), NfsStat3> {
+    let mut off = 0;
+    while off < data.len() {
+        let n =
+            rustix::io::pwrite(fd, &data[off..], offset.saturating_add(off as u64)).or_stat()?;
+        if n == 0 {
+            return Err(NfsStat3::NFS3ERR_IO);
+        }
+        off += n;
+    }
+    Ok(())
 }
 
 /// §3.3.21 COMMIT: flushes the whole file (a range commit may flush more than asked,

@@ -102,17 +102,25 @@ pub(crate) fn read(cx: &mut Compound<'_>, a: &Read4Args) -> Read4Res {
 /// §18.32 WRITE, NFSv3's: `stable` honoured (FILE_SYNC fsyncs, DATA_SYNC
 /// fdatasyncs, UNSTABLE waits for COMMIT).
 pub(crate) fn write(cx: &mut Compound<'_>, a: &Write4Args) -> Write4Res {
+    // Data received apart leaves the operation's own empty (`Request::data`). It is
+    // the first WRITE's (`nfs4::ulb::call_data_item`), this one's if its own is
+    // empty: taken now, so that no later WRITE takes it if this one fails.
+    let apart = match a.data.0.is_empty() {
+        true => cx.caller.data.take(),
+        false => None,
+    };
     let run = || -> Result<Write4ResOk, NfsStat4> {
         let fh = io_file(cx, &a.stateid, Io::Write)?;
         let cx3 = cx.cx3(&fh);
+        let count = apart.as_ref().map_or(a.data.0.len(), |d| d.len());
         let args = Write3Args {
             file: fh.clone(),
             offset: a.offset,
-            count: a.data.0.len() as u32,
+            count: count as u32,
             stable: StableHow(a.stable.0),
             data: nfs3::DdpData(a.data.0.clone()),
         };
-        match crate::proc::io::write(&cx3, args) {
+        match crate::proc::io::write(&cx3, args, apart) {
             NfsResult::Ok(ok) => Ok(Write4ResOk {
                 count: ok.count,
                 committed: StableHow4(ok.committed.0),

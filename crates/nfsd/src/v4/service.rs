@@ -93,6 +93,14 @@ impl Service for Nfs4Service {
         }
     }
 
+    /// RFC 8267 §5.1: the first WRITE's data (`nfs4::ulb::call_data_item`).
+    fn call_data_item(&self, _vers: u32, proc_: u32, args: &[u8]) -> Option<xdr::DataItem> {
+        match proc_ {
+            NFSPROC4_COMPOUND => nfs4::ulb::call_data_item(args),
+            _ => None,
+        }
+    }
+
     async fn call(&self, req: Request) -> ServiceResult {
         match req.proc_ {
             // RFC 8881 §16.1: NULL takes and returns nothing.
@@ -104,7 +112,7 @@ impl Service for Nfs4Service {
                 let who = principal(&req.cred);
                 let over = req.peer.map(|p| p.protocol);
                 let now = req.started;
-                let caller = Caller::new(req.peer, req.cred);
+                let caller = Caller::new(req.peer, req.cred).with_data(req.data);
                 let decoded = super::compound::decode(req.args);
                 let server = self.server.clone();
                 if self.server.nfs.inline_metadata && decoded.runs_inline(over) {

@@ -240,7 +240,7 @@ fn without_a_cache_a_retransmission_runs_again() {
 
 fn key(xid: u32) -> CallKey {
     let h = CallHeader::new(Xid(xid), PROG, 1, BUMP, OpaqueAuth::none());
-    CallKey::new(&h, peer(700), &xid.to_be_bytes())
+    CallKey::new(&h, peer(700), &xid.to_be_bytes(), 0)
 }
 
 fn reply(len: usize) -> XdrStream {
@@ -343,7 +343,7 @@ fn the_checksum_covers_the_first_256_argument_bytes_and_the_length() {
     late[300] = 2;
     let mut early = args.clone();
     early[255] = 2;
-    let k = |a: &[u8]| CallKey::new(&h, peer(1), a);
+    let k = |a: &[u8]| CallKey::new(&h, peer(1), a, 0);
     // knfsd RC_CSUMLEN: a difference past the first 256 bytes, same length, is a
     // retransmission still (WRITE data beyond it is not read twice).
     assert_eq!(k(&args), k(&late));
