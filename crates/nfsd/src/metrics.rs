@@ -293,6 +293,12 @@ fn render_tcp(page: &mut Page, t: &TcpStats) {
         get(&t.spliced_bytes),
     );
     page.single(
+        "nfsd_tcp_unspliced_items_total",
+        "counter",
+        "Calls over TCP whose WRITE data was to go into pipes but was read into memory (pipes filled by tiny segments, or none to be had).",
+        get(&t.unspliced_items),
+    );
+    page.single(
         "nfsd_tcp_replies_total",
         "counter",
         "Replies sent over TCP.",

@@ -162,10 +162,13 @@ pub struct TcpStats {
     pub replies: AtomicU64,
     /// Their bytes (READ data sent from a file included).
     pub reply_bytes: AtomicU64,
-    /// Calls whose bulk data item was received into a pipe ([`ServerConfig::call_data`]).
+    /// Calls whose bulk data item was received into pipes ([`ServerConfig::call_data`]).
     pub spliced_calls: AtomicU64,
     /// Bytes of those items (also counted in `call_bytes`).
     pub spliced_bytes: AtomicU64,
+    /// Calls whose bulk data item came apart from the call but into memory: the
+    /// pipes filled (tiny segments) or none could be opened ([`crate::tcp::call_data`]).
+    pub unspliced_items: AtomicU64,
 }
 
 /// Counts an open connection in [`TcpStats::open`] until dropped.
@@ -395,9 +398,15 @@ async fn connection(
                 stats
                     .call_bytes
                     .fetch_add(call.len() as u64 + apart, Ordering::Relaxed);
-                if data.as_ref().is_some_and(|d| d.spliced()) {
-                    stats.spliced_calls.fetch_add(1, Ordering::Relaxed);
-                    stats.spliced_bytes.fetch_add(apart, Ordering::Relaxed);
+                match data.as_ref().map(|d| d.spliced()) {
+                    Some(true) => {
+                        stats.spliced_calls.fetch_add(1, Ordering::Relaxed);
+                        stats.spliced_bytes.fetch_add(apart, Ordering::Relaxed);
+                    }
+                    Some(false) => {
+                        stats.unspliced_items.fetch_add(1, Ordering::Relaxed);
+                    }
+                    None => {}
                 }
                 let mut call = Box::pin(serve_call(
                     dispatcher.clone(),

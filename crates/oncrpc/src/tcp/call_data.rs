@@ -25,9 +25,10 @@
 //! What is read into memory instead, and why that is still correct:
 //! - items smaller than [`MIN_SPLICED`] (a system call or two more would cost more
 //!   than the copy saves) or larger than [`MAX_SPLICED`]: read with the call;
-//! - an item that no pipe could be had for, or that fills [`MAX_PIPES_PER_ITEM`]
-//!   (a peer sending tiny segments): read into memory, and still handed up apart
-//!   from the call;
+//! - an item that no pipe could be had for (at most [`MAX_OPEN_PIPES`] are open), or
+//!   that fills [`MAX_PIPES_PER_ITEM`] (a peer sending tiny segments: through qemu's
+//!   user-mode network, 450 bytes per page of pipe): read into memory, and still
+//!   handed up apart from the call ([`CallData::spliced`] false);
 //! - a file system that cannot take a splice ([`CallData::write_to`] reads the pipes
 //!   into memory and writes that).
 //!
@@ -38,6 +39,7 @@
 
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -56,7 +58,12 @@ pub const MAX_SPLICED: usize = 1024 * 1024;
 pub const PIPE_BYTES: usize = 1024 * 1024;
 
 /// Most pipes one item may fill before it is read into memory instead.
-pub const MAX_PIPES_PER_ITEM: usize = 8;
+pub const MAX_PIPES_PER_ITEM: usize = 16;
+
+/// Most pipes open at once in one pool, in use or idle: two descriptors each, so
+/// that a peer sending tiny segments (many pipes per item) cannot take the server's
+/// descriptors from its files and connections. Past it, items are read into memory.
+pub const MAX_OPEN_PIPES: usize = 64;
 
 /// Empty pipes kept for the next calls.
 pub const MAX_IDLE_PIPES: usize = 16;
@@ -64,7 +71,14 @@ pub const MAX_IDLE_PIPES: usize = 16;
 /// A pool of empty pipes of [`PIPE_BYTES`]. Clones share the pool.
 #[derive(Debug, Clone, Default)]
 pub struct Pipes {
-    idle: Arc<Mutex<Idle>>,
+    shared: Arc<Shared>,
+}
+
+#[derive(Debug, Default)]
+struct Shared {
+    idle: Mutex<Idle>,
+    /// Pipes open now ([`MAX_OPEN_PIPES`]).
+    open: AtomicUsize,
 }
 
 #[derive(Debug, Default)]
@@ -74,10 +88,18 @@ struct Idle {
     last_taken: Option<Instant>,
 }
 
+/// A pipe of a pool, counted in its `open` until closed.
 #[derive(Debug)]
 struct Pipe {
     read: OwnedFd,
     write: OwnedFd,
+    pool: Arc<Shared>,
+}
+
+impl Drop for Pipe {
+    fn drop(&mut self) {
+        self.pool.open.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 impl Pipes {
@@ -90,11 +112,29 @@ impl Pipes {
         if let Some(p) = kept {
             return Ok(p);
         }
+        let open = &self.shared.open;
+        if open.fetch_add(1, Ordering::Relaxed) >= MAX_OPEN_PIPES {
+            open.fetch_sub(1, Ordering::Relaxed);
+            return Err(io::Error::other("all the pipes the pool may open are open"));
+        }
+        // Counted from here: dropped, it is uncounted.
+        let counted = |read, write| Pipe {
+            read,
+            write,
+            pool: self.shared.clone(),
+        };
         // Non-blocking, so that a full pipe is an answer (EAGAIN), never a wait: an
         // item's data only ever goes in before it comes out.
-        let (read, write) = pipe_with(PipeFlags::CLOEXEC | PipeFlags::NONBLOCK)?;
-        fcntl_setpipe_size(&write, PIPE_BYTES)?;
-        Ok(Pipe { read, write })
+        let (read, write) = match pipe_with(PipeFlags::CLOEXEC | PipeFlags::NONBLOCK) {
+            Ok(ends) => ends,
+            Err(e) => {
+                open.fetch_sub(1, Ordering::Relaxed);
+                return Err(e.into());
+            }
+        };
+        let pipe = counted(read, write);
+        fcntl_setpipe_size(&pipe.write, PIPE_BYTES)?;
+        Ok(pipe)
     }
 
     /// Keeps `pipe`, which must be empty, unless enough are kept.
@@ -120,9 +160,14 @@ impl Pipes {
         self.idle().pipes.len()
     }
 
+    /// Pipes open now, in use or idle.
+    pub fn open_count(&self) -> usize {
+        self.shared.open.load(Ordering::Relaxed)
+    }
+
     fn idle(&self) -> std::sync::MutexGuard<'_, Idle> {
         // Each update is one push, one pop or one clear: a poisoned lock is usable.
-        self.idle.lock().unwrap_or_else(|p| p.into_inner())
+        self.shared.idle.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
@@ -279,8 +324,11 @@ pub(crate) async fn receive(
             let pipe = match pool.take() {
                 Ok(pipe) if parts.len() < MAX_PIPES_PER_ITEM => pipe,
                 taken => {
-                    if let Err(e) = taken {
-                        tracing::debug!(error = %e, "no pipe for a call's data; read into memory");
+                    match taken {
+                        Err(e) => {
+                            tracing::debug!(error = %e, "no pipe for a call's data; into memory")
+                        }
+                        Ok(_) => tracing::debug!(moved, "the item filled its pipes; into memory"),
                     }
                     return read_to_memory(socket, parts, pool, first, moved, item).await;
                 }
@@ -332,7 +380,14 @@ pub(crate) async fn receive(
             // Full: go on in another pipe. One that took nothing means segments too
             // small for any pipe.
             None if *held > 0 => want_pipe = true,
-            None => return read_to_memory(socket, parts, pool, first, moved, item).await,
+            None => {
+                tracing::debug!(
+                    moved,
+                    pipes = parts.len(),
+                    "a fresh pipe took nothing; into memory"
+                );
+                return read_to_memory(socket, parts, pool, first, moved, item).await;
+            }
         }
     }
     Ok(CallData {
