@@ -106,7 +106,7 @@ macro_rules! operations {
 
             /// Decodes the arguments of operation `op`; `None` if this crate does not
             /// code it.
-            pub(crate) fn decode_args(op: NfsOpnum4, dec: &mut Decoder) -> Option<xdr::Result<Self>> {
+            fn decode_args(op: NfsOpnum4, dec: &mut Decoder) -> Option<xdr::Result<Self>> {
                 Some(match op {
                     $( NfsOpnum4::$op => decode_variant!($v, dec $(, $arg)?), )*
                     _ => return None,

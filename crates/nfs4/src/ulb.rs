@@ -25,7 +25,9 @@
 use xdr::{Bytes, DataItem, Decode, Decoder};
 
 use crate::compound::NfsArgop4;
+use crate::fh::PutFh4Args;
 use crate::io::StableHow4;
+use crate::session::Sequence4Args;
 use crate::{
     NfsOpnum4, StateId4, MAX_OPS_DECODE, NFS4_FHSIZE, NFS4_SESSIONID_SIZE, TAG_DECODE_MAX,
 };
@@ -33,10 +35,10 @@ use crate::{
 /// Where the first WRITE's data lies in a COMPOUND's arguments, from their first
 /// bytes `args` (not necessarily all of them): the DDP-eligible item (§5.1) a
 /// byte-stream transport may receive apart (`oncrpc::tcp::call_data`), as
-/// RPC-over-RDMA receives it by Read chunk. `None` when the operations before the
-/// first WRITE, or its arguments up to its data's length word, do not decode from
-/// `args`; or when a CREATE (whose link text is DDP-eligible too) comes first, so
-/// that only a WRITE's data ever goes apart.
+/// RPC-over-RDMA receives it by Read chunk. `None` when the first WRITE's arguments up
+/// to its data's length word do not decode from `args`, or when an operation other
+/// than SEQUENCE and the file-handle ones comes before it (a CREATE, whose link text
+/// is DDP-eligible too, among them): such calls are read whole.
 pub fn call_data_item(args: &[u8]) -> Option<DataItem> {
     let mut dec = Decoder::new(Bytes::copy_from_slice(args));
     dec.string(TAG_DECODE_MAX).ok()?;
@@ -55,10 +57,20 @@ pub fn call_data_item(args: &[u8]) -> Option<DataItem> {
                     len: len as usize,
                 });
             }
-            NfsOpnum4::OP_CREATE => return None,
-            _ => {
-                NfsArgop4::decode_args(op, &mut dec)?.ok()?;
+            // The operations that come before a WRITE in practice (the Linux client
+            // sends SEQUENCE, PUTFH, WRITE); after any other, the call is read whole.
+            NfsOpnum4::OP_SEQUENCE => {
+                Sequence4Args::decode(&mut dec).ok()?;
             }
+            NfsOpnum4::OP_PUTFH => {
+                PutFh4Args::decode(&mut dec).ok()?;
+            }
+            NfsOpnum4::OP_PUTROOTFH
+            | NfsOpnum4::OP_PUTPUBFH
+            | NfsOpnum4::OP_SAVEFH
+            | NfsOpnum4::OP_RESTOREFH
+            | NfsOpnum4::OP_GETFH => {}
+            _ => return None,
         }
     }
     None

@@ -209,7 +209,11 @@ async fn back_to_back_calls_each_get_their_own_data() {
     // The pipes, written and empty, wait for the next calls; once no call took one
     // for a while, they are closed.
     assert!(pipes.idle_count() > 0, "no pipe kept for reuse");
-    assert_eq!(pipes.open_count(), pipes.idle_count(), "a pipe outlived its call");
+    assert_eq!(
+        pipes.open_count(),
+        pipes.idle_count(),
+        "a pipe outlived its call"
+    );
     pipes.release_if_unused_for(Duration::ZERO);
     assert_eq!((pipes.idle_count(), pipes.open_count()), (0, 0));
 }

@@ -33,8 +33,10 @@ pub struct Decoder {
     /// Bytes of DDP-eligible data (padded) left out of a reduced stream so far.
     pub(crate) elided: usize,
     /// Where the one DDP-eligible item left out of this buffer belonged
-    /// ([`Decoder::with_item_elided`]): the buffer offset right after its length word.
-    elided_item: Option<usize>,
+    /// ([`Decoder::with_item_elided`]): the buffer offset right after its length word;
+    /// 0 for none (a length word comes first, so no item's data begins at 0). Not an
+    /// `Option`: a decoder is moved with every call, and eight bytes more cost.
+    elided_item: usize,
 }
 
 impl Decoder {
@@ -45,7 +47,7 @@ impl Decoder {
             pos: 0,
             reduced: false,
             elided: 0,
-            elided_item: None,
+            elided_item: 0,
         }
     }
 
@@ -57,7 +59,7 @@ impl Decoder {
     /// for that item only; every other item is read from `buf` as usual.
     pub fn with_item_elided(buf: Bytes, at: usize) -> Self {
         Decoder {
-            elided_item: Some(at),
+            elided_item: at,
             ..Decoder::new(buf)
         }
     }
@@ -86,13 +88,13 @@ impl Decoder {
     /// and the data is empty (it is elsewhere, at [`Decoder::stream_position`] before
     /// this call plus 4); so too for the one item of [`Decoder::with_item_elided`].
     pub fn ddp_opaque(&mut self, max: u32) -> Result<Bytes> {
-        let elided_here = self.elided_item == Some(self.pos.saturating_add(4));
+        let elided_here = self.elided_item != 0 && self.elided_item == self.pos.saturating_add(4);
         if !self.reduced && !elided_here {
             return self.opaque(max);
         }
         let len = self.length(max)?;
         if elided_here {
-            self.elided_item = None;
+            self.elided_item = 0;
         }
         self.elided = self.elided.saturating_add(padded_len(len));
         Ok(Bytes::new())

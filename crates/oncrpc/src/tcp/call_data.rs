@@ -175,7 +175,12 @@ impl Pipes {
 /// [`CallData::offset`] of the call record; in pipes, or in memory when they could
 /// not take it (module documentation). Dropped unwritten, its pipes are closed.
 #[derive(Debug)]
-pub struct CallData {
+pub struct CallData(Box<Received>);
+
+/// What [`CallData`] holds, boxed: the calls that have none (nearly all) carry one
+/// pointer's worth of `None` through the futures that serve them.
+#[derive(Debug)]
+struct Received {
     source: Source,
     offset: usize,
     len: usize,
@@ -191,23 +196,23 @@ enum Source {
 impl CallData {
     /// Bytes of data.
     pub fn len(&self) -> usize {
-        self.len
+        self.0.len
     }
 
     /// True for an item of no bytes (never made: see [`MIN_SPLICED`]).
     pub fn is_empty(&self) -> bool {
-        self.len == 0
+        self.0.len == 0
     }
 
     /// Offset in the call record where the data began: where
     /// [`xdr::Decoder::with_item_elided`] finds its length word ending.
     pub fn offset(&self) -> usize {
-        self.offset
+        self.0.offset
     }
 
     /// True when the data is in pipes (false: read into memory).
     pub fn spliced(&self) -> bool {
-        matches!(self.source, Source::Pipes(..))
+        matches!(self.0.source, Source::Pipes(..))
     }
 
     /// Writes the data to `file` at `offset`: from the pipes by `splice` (their
@@ -215,7 +220,7 @@ impl CallData {
     /// splice (`EINVAL`) is written from memory instead. On error, part of the data
     /// may have been written, as with `pwrite`.
     pub fn write_to(self, file: BorrowedFd<'_>, offset: u64) -> io::Result<()> {
-        let (parts, pool) = match self.source {
+        let (parts, pool) = match self.0.source {
             Source::Memory(data) => return write_all_at(file, &data, offset),
             Source::Pipes(parts, pool) => (parts, pool),
         };
@@ -251,9 +256,10 @@ impl CallData {
 
     /// The data in memory (read out of the pipes: one copy).
     pub fn into_vec(self) -> io::Result<Vec<u8>> {
-        match self.source {
+        let Received { source, len, .. } = *self.0;
+        match source {
             Source::Memory(data) => Ok(data),
-            Source::Pipes(parts, pool) => drain_all(parts, &pool, self.len),
+            Source::Pipes(parts, pool) => drain_all(parts, &pool, len),
         }
     }
 }
@@ -390,11 +396,11 @@ pub(crate) async fn receive(
             }
         }
     }
-    Ok(CallData {
+    Ok(CallData(Box::new(Received {
         source: Source::Pipes(parts, pool.clone()),
         offset: item.offset,
         len: item.len,
-    })
+    })))
 }
 
 /// Reads the rest of the item into memory: what `parts` hold (`moved` bytes, the
@@ -422,9 +428,9 @@ async fn read_to_memory(
             Err(e) => return Err(e),
         }
     }
-    Ok(CallData {
+    Ok(CallData(Box::new(Received {
         source: Source::Memory(data),
         offset: item.offset,
         len: item.len,
-    })
+    })))
 }
