@@ -7,7 +7,8 @@
 //! UNSTABLE). So during the run data is acknowledged UNSTABLE and not committed for
 //! longer than between a WRITE reply and the COMMIT after it. While fio writes, nfsd is killed with SIGKILL twice
 //! (when the server's file reaches 10 and then 28 MiB: before the first COMMIT, and
-//! with ~17 MiB committed and more written UNSTABLE) and started again a second later. fio must finish; then the client
+//! with ~17 MiB committed and more written UNSTABLE; each time once a reply of that
+//! start has reached the client) and started again a second later. fio must finish; then the client
 //! drops its caches and fio's `verify_only` pass reads the whole file back over NFS:
 //! 0 verify errors, and the file reads the same through the mount and on the
 //! server's tmpfs.
@@ -65,6 +66,20 @@ wait_size() {
     i=$((i + 1))
   done
 }
+# Waits until the client has had a reply from the running start: its write verifier
+# (nfsd's log) is in the traced WRITE and COMMIT replies. The file's size alone is no
+# sign: a client resending after a restart may write a high offset first, and a kill
+# then can come before any reply of the new start reached the client.
+seen_verifier() {
+  local v i=0
+  v=$(sed -n 's/^nfsd: write verifier //p' "$LAB_RUN_DIR/nfsd-$((N - 1)).log")
+  [ -n "$v" ] || { lab_log "no write verifier in nfsd-$((N - 1)).log"; return 1; }
+  until grep -q "verifier=$v" $T/trace; do
+    [ $i -ge 300 ] && { lab_log "no reply with verifier $v reached the client in 60 s"; return 1; }
+    sleep 0.2
+    i=$((i + 1))
+  done
+}
 fio_wait() {
   local i=0
   while kill -0 $FIO_PID 2>/dev/null; do
@@ -113,6 +128,7 @@ $FIO $C --do_verify=0 --fsync=32 --end_fsync=1 >"$LAB_RUN_DIR/fio-write.txt" 2>&
 FIO_PID=$!
 for k in ${LAB_KILL_AT_MIB:-10 28}; do
   step "reach_${k}m" wait_size $((k * 1048576))
+  step "replied_${k}m" seen_verifier
   step "sigkill_${k}m" nfsd_kill
   record "killed_at_${k}m" "$(stat -c %s $E/f) bytes at $(lab_uptime)"
   sleep 1
