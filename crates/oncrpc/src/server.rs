@@ -26,7 +26,7 @@ use crate::rpcbind::{Registrar, NETID_TCP};
 use crate::service::{poll_once, Dispatcher, Peer, Protocol};
 use crate::tcp::call_data::{self, CallData, Pipes, MAX_SPLICED, MIN_SPLICED};
 use crate::tcp::{
-    close_write, invalid_data, read_into_reused, read_more, reusable, write_replies, RecordBuffer,
+    close_write, fill, invalid_data, read_into_reused, read_more, reusable, write_replies,
     RecordBuffers, DEFAULT_MAX_FRAGMENT, DEFAULT_MAX_RECORD, READ_CHUNK,
 };
 
@@ -639,23 +639,4 @@ async fn read_large_call(
     // after it); its record buffer goes back to the pool now rather than being held,
     // nearly empty, beside the data in pipes while the call is served.
     Ok((Bytes::copy_from_slice(body.as_ref()), Some(data)))
-}
-
-/// Reads from `r` into `body` until it holds `upto` bytes (within its capacity).
-async fn fill(
-    r: &mut tokio::net::tcp::OwnedReadHalf,
-    body: &mut RecordBuffer,
-    upto: usize,
-) -> io::Result<()> {
-    use bytes::BufMut;
-    use tokio::io::AsyncReadExt;
-    while body.len() < upto {
-        let rest = upto - body.len();
-        if r.read_buf(&mut body.vec_mut().limit(rest)).await? == 0 {
-            return Err(invalid_data(crate::RecordError::TruncatedRecord {
-                buffered: body.len(),
-            }));
-        }
-    }
-    Ok(())
 }

@@ -121,19 +121,30 @@ pub(crate) async fn read_into_reused<R: AsyncRead + Unpin>(
     pool: &RecordBuffers,
     len: usize,
 ) -> io::Result<Bytes> {
-    use bytes::BufMut;
     let mut body = pool.take(len);
     dec.take_lone_fragment(buf, body.vec_mut());
-    while body.len() < len {
-        let rest = len - body.len();
-        // Within the capacity taken: the buffer never grows.
+    fill(r, &mut body, len).await?;
+    Ok(body.freeze())
+}
+
+/// Reads from `r` into `body` until it holds `upto` bytes of the record, within the
+/// capacity taken (the buffer never grows); an end of stream first is a truncated
+/// record.
+pub(crate) async fn fill<R: AsyncRead + Unpin>(
+    r: &mut R,
+    body: &mut RecordBuffer,
+    upto: usize,
+) -> io::Result<()> {
+    use bytes::BufMut;
+    while body.len() < upto {
+        let rest = upto - body.len();
         if r.read_buf(&mut body.vec_mut().limit(rest)).await? == 0 {
             return Err(invalid_data(crate::RecordError::TruncatedRecord {
                 buffered: body.len(),
             }));
         }
     }
-    Ok(body.freeze())
+    Ok(())
 }
 
 pub(crate) fn invalid_data(e: crate::RecordError) -> io::Error {
